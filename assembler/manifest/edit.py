@@ -1,0 +1,27 @@
+"""Edits to deps.toml through tomlkit, so comments, key order and formatting survive."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tomlkit
+
+from assembler.errors import ManifestError
+from assembler.fsutil import atomic_write_if_changed
+
+
+def update_dependency(path: Path, name: str, values: dict[str, str | None]) -> bool:
+    """Set (or, for None, remove) keys of [deps.<name>]; returns whether the file changed."""
+    text = path.read_text(encoding="utf-8")
+    document = tomlkit.parse(text)
+    try:
+        table = document["deps"][name]  # type: ignore[index]
+    except KeyError:
+        raise ManifestError(f"{path}: no [deps.{name}] table to update") from None
+    for key, value in values.items():
+        if value is None:
+            if key in table:  # type: ignore[operator]
+                del table[key]  # type: ignore[union-attr]
+        else:
+            table[key] = value  # type: ignore[index]
+    return atomic_write_if_changed(path, tomlkit.dumps(document))

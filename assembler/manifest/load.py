@@ -1,0 +1,347 @@
+"""Parse and validate deps.toml in one place. Every problem becomes a ManifestError that names
+file:line:column, the key and the fix; nothing downstream re-checks the manifest."""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import Any
+
+import tomlkit
+import tomlkit.exceptions
+from packaging.version import InvalidVersion, Version
+
+from assembler.errors import ManifestError
+from assembler.manifest.model import (
+    BuildRecipe,
+    Bundle,
+    Dependency,
+    Extension,
+    Manifest,
+    VerifySpec,
+)
+from assembler.series.seriesfile import read_series
+
+MANIFEST_NAME = "deps.toml"
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+TORCH_TARGET_RE = re.compile(r"^\d+\.\d+$")
+ARCH_RE = re.compile(r"^\d+\.\d+[af]?$")
+
+BUNDLE_KEYS = {"name", "version", "python-abi", "torch-target", "torch", "cuda-archs", "verify-torch"}
+DEP_KEYS = {
+    "upstream", "source", "commit", "track", "submodules", "torch-target", "patches",
+    "build", "install", "verify",
+}
+BUILD_KEYS = {"extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs"}
+EXTENSION_KEYS = {"name", "sources", "language", "include-dirs", "defines", "libraries"}
+VERIFY_KEYS = {"ops", "smoke", "requires-cuda"}
+TOP_KEYS = {"bundle", "mirrors", "deps"}
+LANGUAGES = {"cxx", "cuda"}
+
+
+class _Locator:
+    """Maps a key path to file:line:column by reading the TOML text (tomlkit keeps no positions)."""
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.lines = text.splitlines()
+
+    def _table_span(self, table: tuple[str, ...]) -> tuple[int, int] | None:
+        headers = {
+            ".".join(table),
+            ".".join(f'"{p}"' if not NAME_RE.match(p) else p for p in table),
+        }
+        start = None
+        for number, line in enumerate(self.lines):
+            stripped = line.strip()
+            match = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
+            if not match:
+                continue
+            if start is not None:
+                return start, number
+            if match.group(1).replace(" ", "") in {h.replace(" ", "") for h in headers}:
+                start = number
+        return (start, len(self.lines)) if start is not None else None
+
+    def where(self, keys: tuple[str, ...]) -> str:
+        """Best position for ``keys``: the key's own line, else its table header, else the file."""
+        for split in range(len(keys), 0, -1):
+            table, rest = keys[:split], keys[split:]
+            span = self._table_span(table)
+            if span is None:
+                continue
+            begin, end = span
+            if not rest:
+                col = self.lines[begin].find("[") + 1
+                return f"{self.path}:{begin + 1}:{col}"
+            key = rest[0]
+            pattern = re.compile(rf'^\s*("?{re.escape(key)}"?)\s*=')
+            for number in range(begin + 1, end):
+                match = pattern.match(self.lines[number])
+                if match:
+                    return f"{self.path}:{number + 1}:{match.start(1) + 1}"
+            return f"{self.path}:{begin + 1}:1"
+        # keys written inline (dotted or in the root table)
+        key = keys[-1]
+        pattern = re.compile(rf'(^|[\s.{{,])("?{re.escape(key)}"?)\s*=')
+        for number, line in enumerate(self.lines):
+            match = pattern.search(line)
+            if match:
+                return f"{self.path}:{number + 1}:{match.start(2) + 1}"
+        return f"{self.path}:1:1"
+
+
+class _Validator:
+    def __init__(self, path: Path, text: str) -> None:
+        self.path = path
+        self.locator = _Locator(path, text)
+
+    def fail(self, keys: tuple[str, ...], message: str, fix: str) -> ManifestError:
+        dotted = ".".join(keys)
+        return ManifestError(f"{self.locator.where(keys)}: {dotted}: {message}", hint=fix)
+
+    def table(self, value: Any, keys: tuple[str, ...], allowed: set[str]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(keys, f"expected a table, got {type(value).__name__}", f"write [{'.'.join(keys)}] as a table")
+        for key in value:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, sorted(allowed), n=1)
+                fix = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(sorted(allowed))}"
+                raise self.fail((*keys, key), "unknown key", fix)
+        return dict(value)
+
+    def string(self, table: dict[str, Any], keys: tuple[str, ...], default: str | None = None, *, required: bool = False) -> str | None:
+        value = table.get(keys[-1])
+        if value is None:
+            if required:
+                raise self.fail(keys, "missing required key", f'add {keys[-1]} = "..."')
+            return default
+        if not isinstance(value, str) or not value:
+            raise self.fail(keys, f"expected a non-empty string, got {value!r}", f'write {keys[-1]} = "..."')
+        return str(value)
+
+    def strings(self, table: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
+        value = table.get(keys[-1], [])
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise self.fail(keys, f"expected a list of strings, got {value!r}", f'write {keys[-1]} = ["..."]')
+        return tuple(str(v) for v in value)
+
+    def check(self, ok: bool, keys: tuple[str, ...], message: str, fix: str) -> None:
+        if not ok:
+            raise self.fail(keys, message, fix)
+
+
+def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ManifestError(f"{path}: no such manifest", hint="create deps.toml or pass --workspace DIR") from None
+    except UnicodeDecodeError as exc:
+        raise ManifestError(f"{path}: not UTF-8 text ({exc.reason})", hint="save deps.toml as UTF-8") from None
+    try:
+        document = tomlkit.parse(text)
+    except tomlkit.exceptions.ParseError as exc:
+        raise ManifestError(
+            f"{path}:{exc.line}:{exc.col}: TOML syntax error: {str(exc).split(' at line')[0]}",
+            hint="fix the TOML syntax at that position",
+        ) from None
+    return text, document.unwrap()
+
+
+def load_manifest(path: Path) -> Manifest:
+    """Read, validate and type ``path``; raises ManifestError on the first problem found."""
+    text, data = _parse_text(path)
+    v = _Validator(path, text)
+    top = v.table(data, (), TOP_KEYS)
+    bundle = _bundle(v, top.get("bundle"))
+    mirrors = _mirrors(v, top.get("mirrors", {}))
+    deps_table = top.get("deps", {})
+    v.check(isinstance(deps_table, dict), ("deps",), "expected a table of dependencies", "write [deps.<name>] tables")
+    deps: dict[str, Dependency] = {}
+    for name, raw in deps_table.items():
+        deps[name] = _dependency(v, path.parent, name, raw, bundle)
+    return Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps)
+
+
+def _torch_target(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], default: str | None) -> str:
+    value = v.string(table, keys, default, required=default is None)
+    assert value is not None
+    v.check(bool(TORCH_TARGET_RE.match(value)), keys, f"{value!r} is not a MAJOR.MINOR torch version", 'write e.g. torch-target = "2.10"')
+    return value
+
+
+def _version(v: _Validator, keys: tuple[str, ...], value: str) -> None:
+    try:
+        Version(value)
+    except InvalidVersion:
+        raise v.fail(keys, f"{value!r} is not a PEP 440 version", 'write e.g. "2.13.0"') from None
+
+
+def _bundle(v: _Validator, raw: Any) -> Bundle:
+    if raw is None:
+        raise v.fail(("bundle",), "missing [bundle] table", 'add [bundle] with name, version and python-abi')
+    table = v.table(raw, ("bundle",), BUNDLE_KEYS)
+    key = ("bundle",)
+    name = v.string(table, (*key, "name"), required=True)
+    assert name is not None
+    v.check(bool(re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name)), (*key, "name"), f"{name!r} is not a valid distribution name", "use letters, digits, '.', '-' and '_'")
+    version = v.string(table, (*key, "version"), required=True)
+    assert version is not None
+    _version(v, (*key, "version"), version)
+    v.check("+" not in version, (*key, "version"), "a local version label is added at build time (+cuXYZ)", "drop the '+...' part")
+    python_abi = v.string(table, (*key, "python-abi"), "3.9")
+    assert python_abi is not None
+    v.check(bool(re.match(r"^3\.\d+$", python_abi)), (*key, "python-abi"), f"{python_abi!r} is not a Python 3 MAJOR.MINOR version", 'write e.g. python-abi = "3.9"')
+    torch_target = _torch_target(v, table, (*key, "torch-target"), "2.10")
+    torch = v.string(table, (*key, "torch"))
+    if torch is not None:
+        _version(v, (*key, "torch"), torch)
+    archs = v.strings(table, (*key, "cuda-archs"))
+    for arch in archs:
+        v.check(bool(ARCH_RE.match(arch)), (*key, "cuda-archs"), f"{arch!r} is not a CUDA architecture", 'write e.g. cuda-archs = ["9.0a"]')
+    verify_torch = v.strings(table, (*key, "verify-torch"))
+    for item in verify_torch:
+        _version(v, (*key, "verify-torch"), item)
+    return Bundle(name, version, python_abi, torch_target, torch, archs, verify_torch)
+
+
+def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:
+    v.check(isinstance(raw, dict), ("mirrors",), "expected a table of URL prefix = replacement", 'write "https://github.com/" = "/srv/git-mirrors/"')
+    for prefix, target in raw.items():
+        v.check(isinstance(target, str) and bool(target), ("mirrors", prefix), f"replacement must be a non-empty string, got {target!r}", f'write "{prefix}" = "/path/to/mirrors/"')
+    return {str(k): str(val) for k, val in raw.items()}
+
+
+def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) -> Dependency:
+    key = ("deps", name)
+    v.check(bool(NAME_RE.match(name)), key, f"{name!r} is not a valid dependency name", "use lowercase letters, digits, '.', '-' and '_'")
+    table = v.table(raw, key, DEP_KEYS)
+    upstream = v.string(table, (*key, "upstream"))
+    source = v.string(table, (*key, "source"), upstream)
+    if source is None:
+        raise v.fail(key, "neither source nor upstream is set", 'add upstream = "https://..." (and source = "..." for a fork)')
+    commit = v.string(table, (*key, "commit"), required=True)
+    assert commit is not None
+    v.check(
+        bool(SHA_RE.match(commit)), (*key, "commit"),
+        f"{commit!r} is not a full 40-hex commit SHA",
+        "pin the full SHA (git rev-parse <ref>); branches, tags and short SHAs move or collide",
+    )
+    track = v.string(table, (*key, "track"), "main")
+    assert track is not None
+    submodules = v.strings(table, (*key, "submodules"))
+    torch_target = _torch_target(v, table, (*key, "torch-target"), bundle.torch_target)
+    patches_rel = v.string(table, (*key, "patches"), f"patches/{name}")
+    assert patches_rel is not None
+    patches_dir = (root / patches_rel).resolve()
+    series = _series(v, (*key, "patches"), patches_dir)
+    build = _build(v, table.get("build", {}), (*key, "build"))
+    install = _install(v, table.get("install", {}), (*key, "install"))
+    verify = _verify(v, table.get("verify", {}), (*key, "verify"))
+    return Dependency(
+        name=name, upstream=upstream, source=source, commit=commit, track=track,
+        submodules=submodules, torch_target=torch_target, patches_dir=patches_dir,
+        series=series, build=build, install=install, verify=verify,
+    )
+
+
+def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path) -> tuple[str, ...]:
+    """The series must name exactly the *.patch files present: a missing file or an orphan
+    patch is the classic way a series silently loses a change."""
+    if not patches_dir.exists():
+        return ()
+    series_file = patches_dir / "series"
+    entries = read_series(series_file) if series_file.exists() else []
+    for number, entry in entries:
+        if not (patches_dir / entry).is_file():
+            raise ManifestError(
+                f"{series_file}:{number}:1: {'.'.join(keys)}: series names {entry}, which does not exist",
+                hint=f"restore {patches_dir / entry} or remove the line from the series",
+            )
+    listed = {entry for _, entry in entries}
+    for orphan in sorted(p.name for p in patches_dir.glob("*.patch")):
+        if orphan not in listed:
+            where = f"{series_file}:{len(entries) + 1}:1" if series_file.exists() else str(patches_dir / orphan)
+            raise ManifestError(
+                f"{where}: {'.'.join(keys)}: {orphan} is not in the series",
+                hint=f"add '{orphan}' to {series_file} or delete the file",
+            )
+    names = [entry for _, entry in entries]
+    duplicates = {n for n in names if names.count(n) > 1}
+    if duplicates:
+        raise ManifestError(f"{series_file}:1:1: series lists {sorted(duplicates)[0]} twice", hint="keep one line per patch")
+    return tuple(names)
+
+
+def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
+    table = v.table(raw, keys, BUILD_KEYS)
+    extensions_raw = table.get("extensions", [])
+    v.check(isinstance(extensions_raw, list), (*keys, "extensions"), "expected an array of tables", f"write [[{'.'.join(keys)}.extensions]] blocks")
+    extensions = []
+    for index, item in enumerate(extensions_raw):
+        ext_keys = (*keys, "extensions")
+        ext = v.table(item, ext_keys, EXTENSION_KEYS)
+        ext_name = v.string(ext, (*ext_keys, "name"), required=True)
+        assert ext_name is not None
+        v.check(bool(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", ext_name)), (*ext_keys, "name"), f"{ext_name!r} is not a valid module name", "use a C identifier")
+        sources = v.strings(ext, (*ext_keys, "sources"))
+        v.check(bool(sources), (*ext_keys, "sources"), f"extension #{index + 1} has no sources", 'write sources = ["csrc/op.cpp"]')
+        language = v.string(ext, (*ext_keys, "language"), "cxx")
+        assert language is not None
+        v.check(language in LANGUAGES, (*ext_keys, "language"), f"{language!r} is not a known language", 'write language = "cxx" or "cuda"')
+        extensions.append(Extension(
+            name=ext_name, sources=sources, language=language,
+            include_dirs=v.strings(ext, (*ext_keys, "include-dirs")),
+            defines=v.strings(ext, (*ext_keys, "defines")),
+            libraries=v.strings(ext, (*ext_keys, "libraries")),
+        ))
+    archs = table.get("cuda-archs")
+    cuda_archs = v.strings(table, (*keys, "cuda-archs")) if archs is not None else None
+    for arch in cuda_archs or ():
+        v.check(bool(ARCH_RE.match(arch)), (*keys, "cuda-archs"), f"{arch!r} is not a CUDA architecture", 'write e.g. cuda-archs = ["9.0a"]')
+    return BuildRecipe(
+        extensions=tuple(extensions),
+        python_packages=v.strings(table, (*keys, "python-packages")),
+        data=v.strings(table, (*keys, "data")),
+        cmake_dir=v.string(table, (*keys, "cmake-dir")),
+        cmake_args=v.strings(table, (*keys, "cmake-args")),
+        cuda_archs=cuda_archs,
+    )
+
+
+def _install(v: _Validator, raw: Any, keys: tuple[str, ...]) -> dict[str, str]:
+    v.check(isinstance(raw, dict), keys, "expected a table of pattern = destination", f'write [{".".join(keys)}] with "_x_C*.so" = "pkg/"')
+    for pattern, dest in raw.items():
+        v.check(isinstance(dest, str), (*keys, pattern), f"destination must be a string, got {dest!r}", f'write "{pattern}" = "pkg/"')
+        v.check(not str(dest).startswith("/") and ".." not in Path(str(dest)).parts, (*keys, pattern), f"destination {dest!r} leaves the wheel", "use a relative path inside the wheel")
+    return {str(k): str(val) for k, val in raw.items()}
+
+
+def _verify(v: _Validator, raw: Any, keys: tuple[str, ...]) -> VerifySpec:
+    table = v.table(raw, keys, VERIFY_KEYS)
+    requires_cuda = table.get("requires-cuda", False)
+    v.check(isinstance(requires_cuda, bool), (*keys, "requires-cuda"), f"expected true or false, got {requires_cuda!r}", "write requires-cuda = true")
+    return VerifySpec(
+        ops=v.strings(table, (*keys, "ops")),
+        smoke=v.string(table, (*keys, "smoke")),
+        requires_cuda=bool(requires_cuda),
+    )
+
+
+def unknown_dep_error(manifest: Manifest, name: str) -> ManifestError:
+    close = difflib.get_close_matches(name, list(manifest.deps), n=1)
+    fix = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(manifest.deps) or '(none)'}"
+    return ManifestError(f"{manifest.path}: no dependency named '{name}'", hint=fix)
+
+
+def find_workspace(start: Path) -> Path:
+    """Nearest directory upward from ``start`` that holds deps.toml (like git finding .git)."""
+    start = start.resolve()
+    for candidate in (start, *start.parents):
+        if (candidate / MANIFEST_NAME).is_file():
+            return candidate
+    raise ManifestError(f"no {MANIFEST_NAME} in {start} or any parent directory", hint="run inside a workspace or pass --workspace DIR")
+
+

@@ -1,0 +1,108 @@
+"""Typed view of deps.toml. Built only by ``manifest.load``, which validates everything once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Extension:
+    """One compiled module in a dependency's build recipe."""
+
+    name: str
+    sources: tuple[str, ...]
+    language: str  # "cxx" or "cuda"
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildRecipe:
+    """How a dependency becomes an artifact: either our CMake helper driven by ``extensions``,
+    or the dependency's own CMakeLists.txt (``cmake-dir``) when it already uses the helper."""
+
+    extensions: tuple[Extension, ...] = ()
+    python_packages: tuple[str, ...] = ()
+    data: tuple[str, ...] = ()
+    cmake_dir: str | None = None
+    cmake_args: tuple[str, ...] = ()
+    cuda_archs: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class VerifySpec:
+    ops: tuple[str, ...] = ()
+    smoke: str | None = None
+    requires_cuda: bool = False
+
+
+@dataclass(frozen=True)
+class Dependency:
+    name: str
+    upstream: str | None
+    source: str
+    commit: str
+    track: str
+    submodules: tuple[str, ...]
+    torch_target: str
+    patches_dir: Path
+    series: tuple[str, ...]
+    build: BuildRecipe
+    install: dict[str, str]
+    verify: VerifySpec
+
+    @property
+    def is_fork(self) -> bool:
+        return self.upstream is not None and self.upstream != self.source
+
+    @property
+    def upstream_url(self) -> str:
+        """The repository rebase follows: upstream when given, else the source itself."""
+        return self.upstream or self.source
+
+
+@dataclass(frozen=True)
+class Bundle:
+    name: str
+    version: str
+    python_abi: str
+    torch_target: str
+    torch: str | None
+    cuda_archs: tuple[str, ...]
+    verify_torch: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Manifest:
+    path: Path
+    bundle: Bundle
+    mirrors: dict[str, str]
+    deps: dict[str, Dependency] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return self.path.parent
+
+    def select(self, names: list[str] | None) -> list[Dependency]:
+        """Dependencies named on the command line (all when none), in manifest order."""
+        from assembler.manifest.load import unknown_dep_error
+
+        if not names:
+            return list(self.deps.values())
+        for name in names:
+            if name not in self.deps:
+                raise unknown_dep_error(self, name)
+        return [self.deps[name] for name in names]
+
+    def resolve_url(self, url: str) -> str:
+        """Apply [mirrors] (longest prefix wins, like git's insteadOf); relative local paths
+        are taken from the manifest's directory."""
+        best = max((p for p in self.mirrors if url.startswith(p)), key=len, default=None)
+        if best is None:
+            return url
+        target = self.mirrors[best] + url[len(best) :]
+        if "://" in target or target.startswith("/") or ":" in target.split("/")[0]:
+            return target
+        return str((self.root / target).resolve())

@@ -1,0 +1,35 @@
+"""The ``series`` file: one patch file name per line, '#' comments, order is apply order."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from assembler.fsutil import atomic_write_if_changed
+
+
+def read_series(path: Path) -> list[tuple[int, str]]:
+    """(line number, file name) for every entry; options after the name (quilt's -p1) are ignored."""
+    entries = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        stripped = line.split("#", 1)[0].strip()
+        if stripped:
+            entries.append((number, stripped.split()[0]))
+    return entries
+
+
+def render_series(names: list[str], previous: str | None = None) -> str:
+    """The new series text; leading comment lines of the previous file are kept."""
+    header = []
+    if previous:
+        for line in previous.splitlines():
+            if line.startswith("#") or not line.strip():
+                header.append(line)
+            else:
+                break
+    return "\n".join([*header, *names]) + "\n"
+
+
+def write_series(patches_dir: Path, names: list[str]) -> bool:
+    path = patches_dir / "series"
+    previous = path.read_text(encoding="utf-8") if path.exists() else None
+    return atomic_write_if_changed(path, render_series(names, previous))
