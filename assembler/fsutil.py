@@ -34,3 +34,38 @@ def atomic_write_if_changed(path: Path, data: bytes | str) -> bool:
         return False
     atomic_write(path, payload)
     return True
+
+
+def _rename_exchange(first: Path, second: Path) -> bool:
+    """Swap two paths atomically with Linux renameat2(RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+    import ctypes.util
+
+    libc_name = ctypes.util.find_library("c")
+    if not libc_name:
+        return False
+    libc = ctypes.CDLL(libc_name, use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    result = renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange)
+    return result == 0
+
+
+def replace_dir(staged: Path, target: Path) -> None:
+    """Put the fully written directory ``staged`` in place of ``target`` in one step, so readers
+    see the old series or the new one; ``staged`` is consumed."""
+    import shutil
+
+    if not target.exists():
+        os.replace(staged, target)
+        return
+    if _rename_exchange(staged, target):
+        shutil.rmtree(staged)
+        return
+    backup = target.with_name(f".{target.name}.old")
+    shutil.rmtree(backup, ignore_errors=True)
+    os.replace(target, backup)
+    os.replace(staged, target)
+    shutil.rmtree(backup)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from assembler import __version__
 from assembler.cli import checkout, deps, export
@@ -41,9 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.handler(args))
     except AssembleError as error:
         err = Console(stderr=True, highlight=False, soft_wrap=True)
-        err.print(f"[bold red]error:[/] {error.message}", markup=True, emoji=False)
+        err.print(f"[bold red]error:[/] {escape(error.message)}", markup=True, emoji=False)
         if error.hint:
-            err.print(f"[bold]hint:[/] {error.hint}", markup=True, emoji=False)
+            err.print(f"[bold]hint:[/] {escape(error.hint)}", markup=True, emoji=False)
         return int(error.exit_code)
     except KeyboardInterrupt:
         print("interrupted; re-run the same command (or --continue / --abort) to recover", file=sys.stderr)

@@ -58,6 +58,13 @@ class Dependency:
         return self.upstream is not None and self.upstream != self.source
 
     @property
+    def kind(self) -> str:
+        """'fork' (source differs from upstream), 'upstream', or 'fork-only' (no upstream known)."""
+        if self.upstream is None:
+            return "fork-only"
+        return "fork" if self.is_fork else "upstream"
+
+    @property
     def upstream_url(self) -> str:
         """The repository rebase follows: upstream when given, else the source itself."""
         return self.upstream or self.source

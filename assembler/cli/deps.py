@@ -1,0 +1,48 @@
+"""`assemble deps`: the manifest as a table (works offline; reads no network)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from assembler.git.checkout import inspect
+from assembler.report.output import console, emit_json, short
+from assembler.workspace import open_workspace
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("deps", help="list the pinned dependencies and their checkout state")
+    parser.add_argument("names", nargs="*", metavar="DEP")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    workspace = open_workspace(args.workspace)
+    rows = []
+    for dep in workspace.manifest.select(args.names):
+        rows.append({
+            "name": dep.name,
+            "kind": dep.kind,
+            "source": dep.source,
+            "upstream": dep.upstream_url,
+            "commit": dep.commit,
+            "track": dep.track,
+            "torch_target": dep.torch_target,
+            "patches": len(dep.series),
+            "checkout": inspect(workspace, dep),
+        })
+    if args.json:
+        emit_json({"workspace": str(workspace.root), "deps": rows})
+        return 0
+    table = Table(title=f"{workspace.manifest.bundle.name} {workspace.manifest.bundle.version} — {workspace.manifest_path}")
+    for column in ("dependency", "source", "commit", "track", "patches", "checkout"):
+        table.add_column(column, no_wrap=column != "source")
+    for row in rows:
+        table.add_row(
+            row["name"], f"{row['kind']}: {row['source'].split('://')[-1]}", short(row["commit"]),
+            row["track"], str(row["patches"]), row["checkout"],
+        )
+    console.print(table)
+    return 0

@@ -1,0 +1,36 @@
+"""`assemble export DEP...`: write the checkout's commits back to patches/<dep>/."""
+
+from __future__ import annotations
+
+import argparse
+
+from assembler.report.output import console, emit_json, err_console
+from assembler.series.export import export
+from assembler.workspace import open_workspace
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("export", help="write forks/<dep> commits back to patches/<dep>/ (low churn)")
+    parser.add_argument("names", nargs="+", metavar="DEP")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    workspace = open_workspace(args.workspace)
+    results = []
+    with workspace.lock(err_console):
+        for dep in workspace.manifest.select(args.names):
+            results.append(export(workspace, dep))
+            workspace.reload()
+    if args.json:
+        emit_json([vars(r) for r in results])
+        return 0
+    for r in results:
+        console.print(
+            f"{r.dep}: {len(r.written)} written, {len(r.unchanged)} unchanged, {len(r.removed)} removed"
+            + (f" ({', '.join(r.written + r.removed)})" if r.changed else "")
+        )
+        if r.uncommitted:
+            err_console.print(f"[yellow]note:[/] {r.dep} has uncommitted edits that were not exported: {', '.join(r.uncommitted)}")
+    return 0

@@ -1,0 +1,1 @@
+"""Git operations: bare mirrors in the cache, fork checkouts with the series applied, export."""

@@ -1,0 +1,237 @@
+"""forks/<dep>: a clone sharing the mirror's objects, on branch ``assemble/<dep>`` at the pinned
+commit, with the series applied as commits (authorship and dates preserved, three-way).
+
+The checkout remembers what it was made from (``.git/assemble-state.json``), which is how a
+re-run knows it is up to date, and how user commits or edits are told apart from ours.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import git
+
+from assembler.errors import ConflictError, WouldLoseWorkError
+from assembler.fsutil import atomic_write
+from assembler.git import mirrors
+from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
+from assembler.manifest import Dependency
+from assembler.workspace import Workspace
+
+STATE_FILE = "assemble-state.json"
+
+
+def branch_name(dep: Dependency) -> str:
+    return f"assemble/{dep.name}"
+
+
+def series_digest(dep: Dependency) -> str:
+    """Content hash of the series (names and bytes, in order)."""
+    digest = hashlib.sha256()
+    for name in dep.series:
+        digest.update(name.encode() + b"\0")
+        digest.update((dep.patches_dir / name).read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+@dataclass
+class CheckoutState:
+    """What assemble last made of the checkout. ``applied`` maps each commit to its patch file."""
+
+    base: str
+    source: str
+    series_digest: str
+    head: str | None = None
+    applied: dict[str, str] = field(default_factory=dict)
+    status: str = "applying"  # "applying" until the whole series is in, then "ready"
+
+    @classmethod
+    def load(cls, path: Path) -> CheckoutState | None:
+        state_path = _state_path(path)
+        if not state_path.exists():
+            return None
+        return cls(**json.loads(state_path.read_text()))
+
+    def save(self, path: Path) -> None:
+        atomic_write(_state_path(path), json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+
+def _state_path(checkout: Path) -> Path:
+    return checkout / ".git" / STATE_FILE
+
+
+@dataclass
+class CheckoutResult:
+    dep: str
+    path: Path
+    action: str  # "created", "updated", "up-to-date"
+    head: str
+    applied: int
+    fetched: bool
+
+
+def inspect(workspace: Workspace, dep: Dependency) -> str:
+    """One word for `assemble deps`: absent, ready, stale, dirty, unexported, stopped, foreign."""
+    path = workspace.fork_path(dep)
+    if not path.exists():
+        return "absent"
+    state = CheckoutState.load(path)
+    if state is None:
+        return "foreign"
+    repo = repo_at(path)
+    if in_progress_operation(repo):
+        return "stopped"
+    if state.status != "ready":
+        return "interrupted"
+    if repo.head.commit.hexsha != state.head:
+        return "unexported"
+    if is_dirty(repo):
+        return "dirty"
+    if state.base != dep.commit or state.series_digest != series_digest(dep):
+        return "stale"
+    return "ready"
+
+
+def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], None] = lambda _: None) -> CheckoutResult:
+    """Make forks/<dep> match the manifest, never discarding work that is not in the series."""
+    path = workspace.fork_path(dep)
+    state = CheckoutState.load(path) if path.exists() else None
+    if path.exists() and state is None:
+        raise WouldLoseWorkError(
+            f"{path} exists but was not made by assemble",
+            hint=f"move it away (or delete it) and run `assemble checkout {dep.name}` again",
+        )
+    digest = series_digest(dep)
+    if state is not None:
+        repo = repo_at(path)
+        _refuse_to_lose_work(repo, dep, path, state)
+        if state.status == "ready" and state.base == dep.commit and state.series_digest == digest:
+            return CheckoutResult(dep.name, path, "up-to-date", state.head or "", len(state.applied), fetched=False)
+    on_step("mirror")
+    mirror, fetched = mirrors.ensure_commit(workspace.manifest, dep.source, dep.commit)
+    action = "updated" if path.exists() else "created"
+    if not path.exists():
+        on_step("clone")
+        _clone(mirror, path)
+    repo = repo_at(path)
+    _point_remotes(workspace, dep, repo, mirror)
+    state = CheckoutState(base=dep.commit, source=dep.source, series_digest=digest)
+    state.save(path)
+    repo.git.checkout("--quiet", "--force", "-B", branch_name(dep), dep.commit)
+    repo.git.clean("-fdq")
+    if dep.submodules:
+        on_step("submodules")
+        _init_submodules(workspace, dep, repo)
+    on_step("series")
+    state.applied = apply_series(repo, dep, path)
+    state.head = repo.head.commit.hexsha
+    state.status = "ready"
+    state.save(path)
+    return CheckoutResult(dep.name, path, action, state.head, len(state.applied), fetched=fetched)
+
+
+def _refuse_to_lose_work(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutState) -> None:
+    operation = in_progress_operation(repo)
+    if operation is not None:
+        files = conflicted_files(repo)
+        raise ConflictError(
+            f"{path} is stopped in the middle of a git {operation}"
+            + (f" (conflicts in {', '.join(files)})" if files else ""),
+            hint=(
+                f"finish it (cd {path}; git add <files>; git {operation} --continue) then "
+                f"`assemble export {dep.name}`, or give up with `git -C {path} {operation} --abort`"
+            ),
+        )
+    if state.status != "ready":
+        return  # an interrupted checkout of ours: nothing of the user's is in it yet
+    dirty = is_dirty(repo)
+    if dirty:
+        raise WouldLoseWorkError(
+            f"{path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
+            hint=f"commit them on branch {branch_name(dep)} and run `assemble export {dep.name}`, or stash them",
+        )
+    head = repo.head.commit.hexsha
+    if head != state.head:
+        raise WouldLoseWorkError(
+            f"{path} has commits that are not in patches/{dep.name} (HEAD {head[:12]}, series ends at {(state.head or '')[:12]})",
+            hint=f"run `assemble export {dep.name}` to save them as patches first",
+        )
+
+
+def _clone(mirror: mirrors.Mirror, path: Path) -> None:
+    """Clone sharing the mirror's object store (alternates): instant, and no second copy."""
+    tmp = path.with_name(f".{path.name}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    git.Repo.clone_from(str(mirror.path), str(tmp), shared=True, no_checkout=True)
+    tmp.rename(path)
+
+
+def _point_remotes(workspace: Workspace, dep: Dependency, repo: git.Repo, mirror: mirrors.Mirror) -> None:
+    """origin = the source mirror; upstream = the upstream mirror when the source is a fork."""
+    with repo.config_writer() as config:
+        config.set_value('remote "origin"', "url", str(mirror.path))
+    if dep.is_fork:
+        upstream = mirrors.open_mirror(workspace.manifest, dep.upstream_url)
+        if "upstream" in [r.name for r in repo.remotes]:
+            repo.remotes.upstream.set_url(str(upstream.path))
+        else:
+            repo.create_remote("upstream", str(upstream.path))
+
+
+def _init_submodules(workspace: Workspace, dep: Dependency, repo: git.Repo) -> None:
+    """Each listed submodule comes from its own cached mirror (so [mirrors] applies to it too)."""
+    for sub in dep.submodules:
+        name = _submodule_name(repo, sub)
+        url = repo.git.config("-f", ".gitmodules", "--get", f"submodule.{name}.url")
+        sha = repo.git.rev_parse(f"HEAD:{sub}")
+        sub_mirror, _ = mirrors.ensure_commit(workspace.manifest, url, sha)
+        repo.git.config(f"submodule.{name}.url", str(sub_mirror.path))
+        repo.git.execute(["git", "-c", "protocol.file.allow=always", "submodule", "update", "--init", "--quiet", "--", sub])
+
+
+def _submodule_name(repo: git.Repo, path: str) -> str:
+    output = repo.git.config("-f", ".gitmodules", "--get-regexp", r"submodule\..*\.path")
+    for line in output.splitlines():
+        key, value = line.split(" ", 1)
+        if value == path:
+            return key[len("submodule.") : -len(".path")]
+    raise WouldLoseWorkError(f"no submodule at {path} in .gitmodules", hint="fix `submodules` in deps.toml")
+
+
+def apply_series(repo: git.Repo, dep: Dependency, path: Path) -> dict[str, str]:
+    """``git am -3`` each patch; returns commit SHA -> patch file name. On a failed hunk the
+    checkout is left stopped in ``git am`` so the user can resolve it."""
+    applied: dict[str, str] = {}
+    for name in dep.series:
+        patch = dep.patches_dir / name
+        try:
+            repo.git.am("-3", "--quiet", "--committer-date-is-author-date", str(patch))
+        except git.GitCommandError as exc:
+            files = conflicted_files(repo) or _files_in_patch(patch)
+            raise ConflictError(
+                f"{dep.name}: patch {name} does not apply"
+                + (f"; conflicts in {', '.join(files)}" if files else "")
+                + f" ({_last_line(exc)})",
+                hint=(
+                    f"resolve in {path} (edit, `git add <files>`, `git am --continue`), then "
+                    f"`assemble export {dep.name}`; or `git -C {path} am --abort` and fix the patch"
+                ),
+            ) from None
+        applied[repo.head.commit.hexsha] = name
+    return applied
+
+
+def _files_in_patch(patch: Path) -> list[str]:
+    return [line.split(" b/", 1)[1] for line in patch.read_text(errors="replace").splitlines() if line.startswith("diff --git ")]
+
+
+def _last_line(exc: git.GitCommandError) -> str:
+    text = (exc.stderr or exc.stdout or "").strip().replace("stderr: ", "").strip("'\n ")
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
+    return lines[0] if lines else f"git am exited with {exc.status}"

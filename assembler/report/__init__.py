@@ -1,0 +1,1 @@
+"""Output for people (rich tables) and for machines (JSON); commands pick one."""

@@ -1,0 +1,129 @@
+"""Write a checkout's commits back to patches/<dep>/ with low churn (gbp-pq style).
+
+A commit that came from a patch file and did not change keeps that file byte for byte; a
+changed commit keeps its file name; only new commits get new names. The whole directory is
+staged and swapped in one step, so patches/ is never half-written.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from assembler.errors import ConflictError, InputError
+from assembler.fsutil import replace_dir
+from assembler.git.checkout import CheckoutState, series_digest
+from assembler.git.runner import in_progress_operation, is_dirty, repo_at
+from assembler.manifest import Dependency, load_manifest
+from assembler.series.headers import parse_patch_header
+from assembler.series.seriesfile import render_series
+from assembler.workspace import Workspace
+
+FORMAT_PATCH_ARGS = ("--no-signature", "--zero-commit", "--no-numbered", "--full-index")
+
+
+@dataclass
+class ExportResult:
+    dep: str
+    written: list[str]  # new or rewritten patch files
+    unchanged: list[str]
+    removed: list[str]
+    uncommitted: list[str]  # edits left in the checkout, not exported
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.written or self.removed)
+
+
+def format_patches(repo: git.Repo, base: str, head: str, out: Path) -> list[Path]:
+    """``git format-patch`` of base..head in order, with the stable options we always use."""
+    names = repo.git.format_patch(*FORMAT_PATCH_ARGS, "-o", str(out), f"{base}..{head}")
+    return [Path(line) for line in names.splitlines() if line]
+
+
+def export(workspace: Workspace, dep: Dependency) -> ExportResult:
+    path = workspace.fork_path(dep)
+    state = CheckoutState.load(path) if path.exists() else None
+    if state is None:
+        raise InputError(f"{path} is not a checkout made by assemble", hint=f"run `assemble checkout {dep.name}` first")
+    repo = repo_at(path)
+    operation = in_progress_operation(repo)
+    if operation:
+        raise ConflictError(f"{path} is stopped in a git {operation}", hint=f"finish it (git {operation} --continue) or abort it, then export")
+    head = repo.head.commit.hexsha
+    commits = repo.git.rev_list("--reverse", "--topo-order", f"{state.base}..{head}").split()
+    if repo.git.rev_list("--merges", f"{state.base}..{head}"):
+        raise InputError(f"{path}: the branch has merge commits since {state.base[:12]}", hint="linearise it (git rebase) before exporting")
+    try:
+        repo.git.merge_base("--is-ancestor", state.base, head)
+    except git.GitCommandError:
+        raise InputError(
+            f"{path}: HEAD is not based on the pinned commit {state.base[:12]}",
+            hint=f"use `assemble rebase {dep.name}` to move the base",
+        ) from None
+
+    previous_by_commit = dict(state.applied)
+    old_names = list(dep.series)
+    old_subjects = {parse_patch_header(dep.patches_dir / n).subject: n for n in old_names}
+    used_numbers = [int(m.group(1)) for n in old_names if (m := re.match(r"^(\d+)-", n))]
+    next_number = max(used_numbers, default=0) + 1
+
+    with tempfile.TemporaryDirectory(dir=workspace.root, prefix=".export-") as tmp_name:
+        tmp = Path(tmp_name)
+        generated = format_patches(repo, state.base, head, tmp / "generated")
+        staged = tmp / "staged"
+        staged.mkdir()
+        if dep.patches_dir.exists():
+            for extra in dep.patches_dir.iterdir():
+                if extra.name != "series" and not extra.name.endswith(".patch"):
+                    _copy(extra, staged / extra.name)
+        names, written, unchanged = [], [], []
+        taken: set[str] = set()
+        for commit, generated_file in zip(commits, generated, strict=True):
+            known = previous_by_commit.get(commit)
+            if known and known in old_names and known not in taken:
+                shutil.copy2(dep.patches_dir / known, staged / known)
+                names.append(known)
+                unchanged.append(known)
+                taken.add(known)
+                continue
+            subject = parse_patch_header(generated_file).subject
+            name = old_subjects.get(subject)
+            if name is None or name in taken:
+                name = f"{next_number:04d}-{generated_file.name.split('-', 1)[1]}"
+                next_number += 1
+            target = dep.patches_dir / name
+            if target.exists() and target.read_bytes() == generated_file.read_bytes():
+                shutil.copy2(target, staged / name)
+                unchanged.append(name)
+            else:
+                shutil.copyfile(generated_file, staged / name)
+                written.append(name)
+            names.append(name)
+            taken.add(name)
+        previous_series = (dep.patches_dir / "series").read_text() if (dep.patches_dir / "series").exists() else None
+        (staged / "series").write_text(render_series(names, previous_series))
+        removed = [n for n in old_names if n not in taken]
+        if written or removed or names != old_names or not dep.patches_dir.exists():
+            dep.patches_dir.parent.mkdir(parents=True, exist_ok=True)
+            replace_dir(staged, dep.patches_dir)
+
+    refreshed = load_manifest(workspace.manifest_path).deps[dep.name]
+    state.applied = dict(zip(commits, names, strict=True))
+    state.head = head
+    state.series_digest = series_digest(refreshed)
+    state.status = "ready"
+    state.save(path)
+    return ExportResult(dep.name, written, unchanged, removed, is_dirty(repo))
+
+
+def _copy(source: Path, target: Path) -> None:
+    if source.is_dir():
+        shutil.copytree(source, target)
+    else:
+        shutil.copy2(source, target)
