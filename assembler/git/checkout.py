@@ -109,9 +109,10 @@ def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], Non
     digest = series_digest(dep)
     if state is not None:
         repo = repo_at(path)
-        _refuse_to_lose_work(repo, dep, path, state)
         if state.status == "ready" and state.base == dep.commit and state.series_digest == digest:
-            return CheckoutResult(dep.name, path, "up-to-date", state.head or "", len(state.applied), fetched=False)
+            # Nothing to change: local edits and commits stay where they are (build uses them).
+            return CheckoutResult(dep.name, path, "up-to-date", repo.head.commit.hexsha, len(state.applied), fetched=False)
+        _refuse_to_lose_work(repo, dep, path, state)
     on_step("mirror")
     mirror, fetched = mirrors.ensure_commit(workspace.manifest, dep.source, dep.commit)
     action = "updated" if path.exists() else "created"

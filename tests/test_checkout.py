@@ -1,0 +1,170 @@
+"""Fork checkouts on real git repositories: apply, export round trip, idempotency, refusal
+to lose work, conflicts, mirrors and the offline error."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.conftest import GitWorkspace
+from tests.gitrepo import git
+
+
+def log(path: Path, fmt: str = "%s") -> list[str]:
+    return git(path, "log", f"--format={fmt}").splitlines()
+
+
+def test_checkout_applies_series_with_authorship(git_workspace: GitWorkspace) -> None:
+    result = git_workspace.assemble("checkout", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["deps"][0]
+    assert report["action"] == "created" and report["patches"] == 2 and report["fetched"]
+    fork = git_workspace.fork
+    assert git(fork, "rev-parse", "--abbrev-ref", "HEAD") == "assemble/kern"
+    assert log(fork)[:2] == ["Register with STABLE_TORCH_LIBRARY", "Use stable tensor type"]
+    assert log(fork, "%an <%ae>")[:2] == ["Upstream Dev <dev@upstream.invalid>"] * 2
+    assert log(fork, "%cn")[:2] == ["assemble"] * 2
+    author_dates = log(fork, "%at %ct")[:2]
+    assert all(a == c for a, c in (line.split() for line in author_dates)), "committer date must equal author date"
+    assert "STABLE_TORCH_LIBRARY(kern" in (fork / "csrc" / "kern.cpp").read_text()
+    assert git(fork, "rev-parse", "HEAD~2") == git_workspace.base
+
+
+def test_checkout_is_reproducible_across_workspaces(tmp_path: Path) -> None:
+    from tests.conftest import make_git_workspace
+
+    heads = []
+    for name in ("one", "two"):
+        ws = make_git_workspace(tmp_path / name)
+        assert ws.assemble("checkout").returncode == 0
+        heads.append(git(ws.fork, "rev-parse", "HEAD"))
+    assert heads[0] == heads[1]
+
+
+def test_second_checkout_is_a_no_op_without_fetch(git_workspace: GitWorkspace) -> None:
+    assert git_workspace.assemble("checkout").returncode == 0
+    mirror_fetch_heads = list(git_workspace.cache.glob("git/*.git/FETCH_HEAD"))
+    stamps = [p.stat().st_mtime_ns for p in mirror_fetch_heads]
+    result = git_workspace.assemble("checkout", "--json")
+    report = json.loads(result.stdout)["deps"][0]
+    assert report["action"] == "up-to-date" and not report["fetched"]
+    assert [p.stat().st_mtime_ns for p in mirror_fetch_heads] == stamps
+
+
+def test_export_round_trip_is_byte_stable(git_workspace: GitWorkspace) -> None:
+    originals = {p.name: p.read_bytes() for p in git_workspace.patches.iterdir()}
+    assert git_workspace.assemble("checkout").returncode == 0
+    result = git_workspace.assemble("export", "kern")
+    assert result.returncode == 0, result.stderr
+    assert "0 written, 2 unchanged, 0 removed" in result.stdout
+    assert {p.name: p.read_bytes() for p in git_workspace.patches.iterdir()} == originals
+
+
+def test_export_low_churn_after_editing_the_branch(git_workspace: GitWorkspace) -> None:
+    assert git_workspace.assemble("checkout").returncode == 0
+    fork = git_workspace.fork
+    first, second = sorted(p.name for p in git_workspace.patches.glob("*.patch"))
+    before = {name: (git_workspace.patches / name).read_bytes() for name in (first, second)}
+    # amend the last commit (keeps its subject) and add a new one
+    (fork / "csrc" / "kern.cpp").write_text((fork / "csrc" / "kern.cpp").read_text() + "// amended\n")
+    git(fork, "commit", "-q", "-a", "--amend", "--no-edit")
+    (fork / "csrc" / "meta.py").write_text("# meta functions move to Python\n")
+    git(fork, "add", "csrc/meta.py")
+    git(fork, "commit", "-q", "-m", "Move meta function to Python\n\nForwarded: not-needed\nBug: https://git.invalid/kern/issues/3")
+    result = git_workspace.assemble("export", "kern", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)[0]
+    assert report["unchanged"] == [first]
+    assert report["written"] == [second, "0003-Move-meta-function-to-Python.patch"]
+    assert (git_workspace.patches / first).read_bytes() == before[first]
+    assert b"// amended" in (git_workspace.patches / second).read_bytes()
+    third = (git_workspace.patches / "0003-Move-meta-function-to-Python.patch").read_text()
+    assert "Forwarded: not-needed" in third and "Bug: https://git.invalid/kern/issues/3" in third
+    series = (git_workspace.patches / "series").read_text()
+    assert series.startswith("# migration to the Stable ABI\n")
+    assert series.splitlines()[1:] == [first, second, "0003-Move-meta-function-to-Python.patch"]
+    # the exported series checks out to the same tree, and a re-run is a no-op
+    assert git_workspace.assemble("checkout", "--json").returncode == 0
+    again = json.loads(git_workspace.assemble("export", "kern", "--json").stdout)[0]
+    assert again["written"] == [] and again["removed"] == []
+
+
+def test_dirty_checkout_is_never_overwritten(git_workspace: GitWorkspace) -> None:
+    assert git_workspace.assemble("checkout").returncode == 0
+    kern = git_workspace.fork / "csrc" / "kern.cpp"
+    kern.write_text(kern.read_text() + "// my uncommitted work\n")
+    series = git_workspace.patches / "series"
+    series.write_text(series.read_text().splitlines()[0] + "\n" + series.read_text().splitlines()[1] + "\n")
+    (git_workspace.patches / sorted(p.name for p in git_workspace.patches.glob("*.patch"))[1]).unlink()
+    result = git_workspace.assemble("checkout")
+    assert result.returncode == 4
+    assert "uncommitted changes (csrc/kern.cpp)" in result.stderr
+    assert "// my uncommitted work" in kern.read_text()
+
+
+def test_unexported_commits_are_never_overwritten(git_workspace: GitWorkspace) -> None:
+    assert git_workspace.assemble("checkout").returncode == 0
+    fork = git_workspace.fork
+    (fork / "NOTES.md").write_text("work in progress\n")
+    git(fork, "add", "NOTES.md")
+    git(fork, "commit", "-q", "-m", "My work")
+    head = git(fork, "rev-parse", "HEAD")
+    # an up-to-date manifest leaves the work alone; a changed one must refuse to reset it
+    assert git_workspace.assemble("checkout").returncode == 0
+    assert git(fork, "rev-parse", "HEAD") == head
+    assert "unexported" in git_workspace.assemble("deps").stdout
+    manifest = git_workspace.manifest
+    manifest.write_text(manifest.read_text().replace(git_workspace.base, git(fork, "rev-parse", "HEAD~4")))
+    result = git_workspace.assemble("checkout")
+    assert result.returncode == 4
+    assert "assemble export kern" in result.stderr
+    assert git(fork, "rev-parse", "HEAD") == head
+
+
+def test_conflicting_patch_names_patch_and_files(git_workspace: GitWorkspace) -> None:
+    upstream = git_workspace.upstream
+    new_base = upstream.commit("Rewrite kernel", {"csrc/kern.cpp": "// rewritten upstream\nint unrelated;\n"})
+    manifest = git_workspace.manifest
+    manifest.write_text(manifest.read_text().replace(git_workspace.base, new_base))
+    result = git_workspace.assemble("checkout")
+    assert result.returncode == 5, result.stderr
+    assert "patch 0001-Use-stable-tensor-type.patch does not apply" in result.stderr
+    assert "csrc/kern.cpp" in result.stderr
+    assert "git am --continue" in result.stderr
+    # the checkout is left resolvable, and re-running explains instead of clobbering
+    assert (git_workspace.fork / ".git" / "rebase-apply").exists()
+    again = git_workspace.assemble("checkout")
+    assert again.returncode == 5 and "stopped in the middle of a git am" in again.stderr
+
+
+def test_mirror_rewrite_is_used_for_fetch(git_workspace: GitWorkspace) -> None:
+    assert git_workspace.assemble("checkout").returncode == 0
+    mirror = next(git_workspace.cache.glob("git/*.git"))
+    url = git(mirror, "config", "remote.origin.url")
+    assert url == str(git_workspace.upstream.path)
+
+
+def test_offline_error_names_url_and_mirrors(git_workspace: GitWorkspace) -> None:
+    manifest = git_workspace.manifest
+    manifest.write_text(manifest.read_text().replace('"https://git.invalid/" = "remotes/"   # relative to this file\n', ""))
+    result = git_workspace.assemble("checkout")
+    assert result.returncode == 3, result.stderr
+    assert "cannot fetch https://git.invalid/kern" in result.stderr
+    assert "[mirrors]" in result.stderr
+    assert not git_workspace.fork.exists()
+
+
+def test_interrupted_checkout_is_safe_to_rerun(git_workspace: GitWorkspace) -> None:
+    """A checkout killed mid-series (state still 'applying') is redone from scratch."""
+    assert git_workspace.assemble("checkout").returncode == 0
+    state_file = git_workspace.fork / ".git" / "assemble-state.json"
+    state = json.loads(state_file.read_text())
+    state["status"] = "applying"
+    state_file.write_text(json.dumps(state))
+    git(git_workspace.fork, "reset", "-q", "--hard", "HEAD~1")
+    result = git_workspace.assemble("checkout", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["deps"][0]["action"] == "updated"
+    assert json.loads(state_file.read_text())["status"] == "ready"
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=git_workspace.fork, capture_output=True, text=True).stdout == ""
