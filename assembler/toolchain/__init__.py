@@ -1,0 +1,1 @@
+"""Toolchains a build runs with: the CUDA toolkit asked for and cached Python environments."""
