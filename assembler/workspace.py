@@ -8,12 +8,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import filelock
-from rich.console import Console
 
 from assembler.errors import LockedError, ManifestError
 from assembler.manifest import MANIFEST_NAME, Dependency, Manifest, find_workspace, load_manifest
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 STATE_DIR = ".assemble"
 

@@ -1,5 +1,8 @@
 """Thin command line: each subcommand module parses its arguments and calls the library.
 
+Subcommand modules import the library inside their handler, so `assemble deps` does not pay
+for torch-, ELF- or build-related imports (startup time is most of a no-op's cost).
+
 A subcommand module exposes ``register(subparsers)``, which adds its parser and sets
 ``handler`` to a function taking the parsed namespace and returning an exit code.
 """
@@ -9,9 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-
-from rich.console import Console
-from rich.markup import escape
 
 from assembler import __version__
 from assembler.cli import checkout, deps, export
@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except AssembleError as error:
+        from rich.console import Console
+        from rich.markup import escape
+
         err = Console(stderr=True, highlight=False, soft_wrap=True)
         err.print(f"[bold red]error:[/] {escape(error.message)}", markup=True, emoji=False)
         if error.hint:

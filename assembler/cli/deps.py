@@ -4,12 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from rich.table import Table
-
-from assembler.git.checkout import inspect
-from assembler.report.output import console, emit_json, short
-from assembler.workspace import open_workspace
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("deps", help="list the pinned dependencies and their checkout state")
@@ -19,6 +13,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from assembler.git.checkout import inspect
+    from assembler.report.output import console, emit_json, short
+    from assembler.workspace import open_workspace
+
     workspace = open_workspace(args.workspace)
     rows = []
     for dep in workspace.manifest.select(args.names):

@@ -4,10 +4,6 @@ from __future__ import annotations
 
 import argparse
 
-from assembler.report.output import console, emit_json, err_console
-from assembler.series.export import export
-from assembler.workspace import open_workspace
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("export", help="write forks/<dep> commits back to patches/<dep>/ (low churn)")
@@ -17,6 +13,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from assembler.report.output import console, emit_json, err_console
+    from assembler.series.export import export
+    from assembler.workspace import open_workspace
+
     workspace = open_workspace(args.workspace)
     results = []
     with workspace.lock(err_console):

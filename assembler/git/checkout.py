@@ -7,72 +7,18 @@ re-run knows it is up to date, and how user commits or edits are told apart from
 
 from __future__ import annotations
 
-import hashlib
-import json
 import shutil
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import git
 
 from assembler.errors import ConflictError, WouldLoseWorkError
-from assembler.fsutil import atomic_write
 from assembler.git import mirrors
 from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
+from assembler.git.state import CheckoutResult, CheckoutState, branch_name, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
-
-STATE_FILE = "assemble-state.json"
-
-
-def branch_name(dep: Dependency) -> str:
-    return f"assemble/{dep.name}"
-
-
-def series_digest(dep: Dependency) -> str:
-    """Content hash of the series (names and bytes, in order)."""
-    digest = hashlib.sha256()
-    for name in dep.series:
-        digest.update(name.encode() + b"\0")
-        digest.update((dep.patches_dir / name).read_bytes() + b"\0")
-    return digest.hexdigest()
-
-
-@dataclass
-class CheckoutState:
-    """What assemble last made of the checkout. ``applied`` maps each commit to its patch file."""
-
-    base: str
-    source: str
-    series_digest: str
-    head: str | None = None
-    applied: dict[str, str] = field(default_factory=dict)
-    status: str = "applying"  # "applying" until the whole series is in, then "ready"
-
-    @classmethod
-    def load(cls, path: Path) -> CheckoutState | None:
-        state_path = _state_path(path)
-        if not state_path.exists():
-            return None
-        return cls(**json.loads(state_path.read_text()))
-
-    def save(self, path: Path) -> None:
-        atomic_write(_state_path(path), json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
-
-
-def _state_path(checkout: Path) -> Path:
-    return checkout / ".git" / STATE_FILE
-
-
-@dataclass
-class CheckoutResult:
-    dep: str
-    path: Path
-    action: str  # "created", "updated", "up-to-date"
-    head: str
-    applied: int
-    fetched: bool
 
 
 def inspect(workspace: Workspace, dep: Dependency) -> str:
@@ -108,11 +54,10 @@ def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], Non
         )
     digest = series_digest(dep)
     if state is not None:
-        repo = repo_at(path)
-        if state.status == "ready" and state.base == dep.commit and state.series_digest == digest:
+        if is_up_to_date(state, dep, digest):
             # Nothing to change: local edits and commits stay where they are (build uses them).
-            return CheckoutResult(dep.name, path, "up-to-date", repo.head.commit.hexsha, len(state.applied), fetched=False)
-        _refuse_to_lose_work(repo, dep, path, state)
+            return CheckoutResult.unchanged(dep, path, state)
+        _refuse_to_lose_work(repo_at(path), dep, path, state)
     on_step("mirror")
     mirror, fetched = mirrors.ensure_commit(workspace.manifest, dep.source, dep.commit)
     action = "updated" if path.exists() else "created"

@@ -17,7 +17,7 @@ import git
 
 from assembler.errors import ConflictError, InputError
 from assembler.fsutil import replace_dir
-from assembler.git.checkout import CheckoutState, series_digest
+from assembler.git.state import CheckoutState, series_digest
 from assembler.git.runner import in_progress_operation, is_dirty, repo_at
 from assembler.manifest import Dependency, load_manifest
 from assembler.series.headers import parse_patch_header
