@@ -1,0 +1,109 @@
+"""Build independent dependencies side by side within ``--jobs`` compiler processes and a
+memory budget, with one progress line per dependency.
+
+Each running build is granted some of the job slots (its CMAKE_BUILD_PARALLEL_LEVEL) and the
+memory those compilers are expected to need; a build waits until at least one slot and its
+memory are free, so two CUDA builds never push a small machine into swap together.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from assembler.build import builder
+from assembler.build.builder import BuildContext, BuildRequest, Outcome
+
+GIB = 1 << 30
+# Peak resident size of one compiler process on torch's stable headers (measured: g++ well
+# under 1 GiB, nvcc's cicc + cudafe about 1.5 GiB), rounded up.
+MEMORY_PER_JOB = {"cxx": 1 * GIB, "cuda": 2 * GIB}
+
+
+def default_memory_budget() -> int:
+    """80 % of the memory available now (MemAvailable), the kernel's own estimate."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 * 8 // 10
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
+
+
+class ResourcePool:
+    """Job slots and bytes of memory, handed out to builds and returned when they finish."""
+
+    def __init__(self, jobs: int, memory: int) -> None:
+        self.free_jobs = jobs
+        self.free_memory = memory
+        self.running = 0
+        self._changed = threading.Condition()
+
+    def acquire(self, wanted: int, per_job: int) -> int:
+        """Block until the build can run with at least one job; returns the jobs granted. A
+        build whose single job exceeds the whole budget still runs, alone."""
+        with self._changed:
+            while True:
+                affordable = min(self.free_jobs, self.free_memory // per_job)
+                if affordable >= 1 or (self.running == 0 and self.free_jobs >= 1):
+                    granted = max(1, min(wanted, affordable))
+                    self.free_jobs -= granted
+                    self.free_memory -= granted * per_job
+                    self.running += 1
+                    return granted
+                self._changed.wait()
+
+    def release(self, granted: int, per_job: int) -> None:
+        with self._changed:
+            self.free_jobs += granted
+            self.free_memory += granted * per_job
+            self.running -= 1
+            self._changed.notify_all()
+
+
+def compile_units(request: BuildRequest) -> int:
+    """How many compiler processes the build can use at once (sources plus generated stubs)."""
+    extensions = request.dep.build.extensions
+    return max(1, sum(len(ext.sources) + 1 for ext in extensions)) if extensions else 4
+
+
+def run_builds(
+    ctx: BuildContext,
+    requests: list[BuildRequest],
+    jobs: int,
+    memory: int,
+    on_event: Callable[[str, str, int | None, int | None], None] = lambda *_: None,
+) -> list[Outcome]:
+    """Build every request (none is skipped when another fails). ``on_event(dep, phase, done,
+    total)`` reports progress: phase is queued, configuring, compiling, installing, built, failed."""
+    pool = ResourcePool(jobs, memory)
+
+    def one(request: BuildRequest) -> Outcome:
+        name = request.dep.name
+        per_job = MEMORY_PER_JOB["cuda" if request.cuda else "cxx"]
+        on_event(name, "queued", None, None)
+        granted = pool.acquire(min(jobs, compile_units(request)), per_job)
+        try:
+            on_event(name, "configuring", None, None)
+            outcome = builder.build(ctx, request, granted, lambda line: _line_event(name, line, on_event))
+        finally:
+            pool.release(granted, per_job)
+        on_event(name, outcome.status, None, None)
+        return outcome
+
+    if not requests:
+        return []
+    with ThreadPoolExecutor(max_workers=len(requests), thread_name_prefix="assemble-build") as executor:
+        return list(executor.map(one, requests))
+
+
+def _line_event(name: str, line: str, on_event: Callable[[str, str, int | None, int | None], None]) -> None:
+    step = builder.ninja_progress(line)
+    if step is not None:
+        on_event(name, "compiling", *step)
+    elif line.startswith("*** Installing"):
+        on_event(name, "installing", None, None)
