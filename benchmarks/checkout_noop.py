@@ -29,6 +29,7 @@ def load_make_upstreams() -> Callable[..., dict[str, str]]:
     spec = importlib.util.spec_from_file_location("make_upstreams", EXAMPLE / "make_upstreams.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module.make_upstreams
 

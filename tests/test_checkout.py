@@ -168,3 +168,25 @@ def test_interrupted_checkout_is_safe_to_rerun(git_workspace: GitWorkspace) -> N
     assert json.loads(result.stdout)["deps"][0]["action"] == "updated"
     assert json.loads(state_file.read_text())["status"] == "ready"
     assert subprocess.run(["git", "status", "--porcelain"], cwd=git_workspace.fork, capture_output=True, text=True).stdout == ""
+
+
+def test_submodules_come_from_their_own_mirror(git_workspace: GitWorkspace) -> None:
+    """The listed submodule is fetched through [mirrors] into its own cached mirror."""
+    from tests.gitrepo import Repo
+
+    sub = Repo(git_workspace.root / "remotes" / "cutlass")
+    sub_head = sub.commit("cutlass headers", {"include/cute.h": "// cute\n"})
+    upstream = git_workspace.upstream
+    upstream.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub.path), "third-party/cutlass")
+    upstream.git("config", "-f", ".gitmodules", "submodule.third-party/cutlass.url", "https://git.invalid/cutlass")
+    upstream.git("add", ".gitmodules")
+    new_base = upstream.commit("Add cutlass submodule", {})
+    manifest = git_workspace.manifest
+    manifest.write_text(
+        manifest.read_text().replace(git_workspace.base, new_base).replace('track = "main"\n', 'track = "main"\nsubmodules = ["third-party/cutlass"]\n')
+    )
+    result = git_workspace.assemble("checkout")
+    assert result.returncode == 0, result.stderr
+    assert (git_workspace.fork / "third-party" / "cutlass" / "include" / "cute.h").read_text() == "// cute\n"
+    assert git(git_workspace.fork / "third-party" / "cutlass", "rev-parse", "HEAD") == sub_head
+    assert len(list(git_workspace.cache.glob("git/*.git"))) == 2

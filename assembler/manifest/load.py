@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import difflib
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-import tomlkit.exceptions
 from packaging.version import InvalidVersion, Version
 
 from assembler.errors import ManifestError
@@ -141,13 +140,18 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
     except UnicodeDecodeError as exc:
         raise ManifestError(f"{path}: not UTF-8 text ({exc.reason})", hint="save deps.toml as UTF-8") from None
     try:
-        document = tomlkit.parse(text)
-    except tomlkit.exceptions.ParseError as exc:
+        # Reading uses the stdlib parser (several times faster than tomlkit, which keeps
+        # formatting we only need when editing: see manifest/edit.py).
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        line, col = match.groups() if match else ("1", "1")
+        reason = re.sub(r"\s*\(at line.*\)$", "", str(exc))
         raise ManifestError(
-            f"{path}:{exc.line}:{exc.col}: TOML syntax error: {str(exc).split(' at line')[0]}",
+            f"{path}:{line}:{col}: TOML syntax error: {reason}",
             hint="fix the TOML syntax at that position",
         ) from None
-    return text, document.unwrap()
+    return text, data
 
 
 def load_manifest(path: Path) -> Manifest:
