@@ -1,0 +1,197 @@
+"""Verify a wheel on several torch versions without rebuilding it.
+
+For each torch version: the cached torch-only venv, one probe subprocess (``probe.py``) that
+imports torch, loads every extension of the wheel, checks the manifest's op schemas and runs its
+smoke calls. The wheel is installed once, with pip ``--no-deps``, into a scratch directory that
+every probe puts first on ``sys.path``, so the cached venvs stay pristine. Probes for different
+versions run side by side. A probe that dies (a segfaulting extension) or hangs costs only the
+dependency it was working on: that one is a FAIL naming the step, the rest are re-run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import zipfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assembler.errors import InputError
+from assembler.manifest.model import Manifest
+from assembler.verify.contents import ExtensionFile, attribute, scan
+from assembler.verify.envs import TorchEnv, ensure_torch_env
+from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
+
+PROBE = Path(__file__).with_name("probe.py")
+DEFAULT_TIMEOUT = 600.0
+_UNDEFINED = re.compile(r"undefined symbol: (\S+)")
+
+
+@dataclass
+class _ProbeState:
+    """What the probe runs for one torch version have established so far."""
+
+    checks: dict[str, list[Check]] = field(default_factory=dict)
+    done: set[str] = field(default_factory=set)
+    env: dict[str, Any] | None = None
+
+
+def verify_wheel(
+    manifest: Manifest | None,
+    wheel: Path,
+    torch_versions: list[str] | tuple[str, ...],
+    progress: Callable[[str], None] = lambda _: None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> VerifyReport:
+    """The PASS / FAIL / SKIPPED matrix for ``wheel`` on each of ``torch_versions``.
+
+    ``manifest`` supplies the dependencies, their ops and smoke calls; without one, each
+    extension is its own row and only loading is checked. Raises InputError (exit 2) when the
+    wheel is missing or does not install, or a torch version cannot be installed or imported.
+    """
+    started = time.monotonic()
+    versions = list(dict.fromkeys(torch_versions))
+    if not versions:
+        raise InputError("no torch version to verify against", hint="pass --torch X.Y.Z, or set [bundle] verify-torch")
+    if not wheel.is_file() or not zipfile.is_zipfile(wheel):
+        raise InputError(f"{wheel}: no such wheel", hint="pass the path of a .whl file (assemble build prints it)")
+    envs = [ensure_torch_env(version, progress) for version in versions]
+    with tempfile.TemporaryDirectory(prefix="assemble-verify-") as scratch:
+        site = Path(scratch) / "site"
+        progress(f"installing {wheel.name} (--no-deps)")
+        _install(envs[0], wheel, site)
+        plan = _plan(manifest, scan(site))
+        progress(f"verifying on torch {', '.join(versions)}")
+        with ThreadPoolExecutor(max_workers=min(len(envs), os.cpu_count() or 1)) as pool:
+            states = list(pool.map(lambda env: _probe(env, site, plan, Path(scratch), timeout), envs))
+    infos = []
+    cells: dict[tuple[str, str], Cell] = {}
+    for env, state in zip(envs, states, strict=True):
+        assert state.env is not None
+        infos.append(TorchInfo(
+            requested=env.requested, installed=state.env["torch"], cuda=state.env["cuda"],
+            gpu=state.env["gpu"], env=str(env.path),
+        ))
+        for dep in plan:
+            cells[(dep["name"], env.requested)] = Cell(dep["name"], env.requested, state.checks.get(dep["name"], []))
+    return VerifyReport(
+        wheel=str(wheel), torch=infos, deps=[dep["name"] for dep in plan], cells=cells,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _install(env: TorchEnv, wheel: Path, site: Path) -> None:
+    """pip's own wheel install (tag check, .data directories, .pth files), into ``site`` only."""
+    command = [
+        str(env.python), "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
+        "--disable-pip-version-check", "--no-input", "--quiet", "--target", str(site), str(wheel),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        output = (result.stderr + result.stdout).strip().splitlines()
+        last = next((line for line in reversed(output) if line.strip()), "pip failed")
+        raise InputError(f"{wheel.name} does not install on torch {env.installed}'s Python: {last.strip()}")
+
+
+def _plan(manifest: Manifest | None, files: list[ExtensionFile]) -> list[dict[str, Any]]:
+    """What each probe does, per row of the matrix: the manifest's dependencies in order, then
+    one row per extension that no dependency claims."""
+    deps = list(manifest.deps.values()) if manifest else []
+    owned, orphans = attribute(deps, files)
+
+    def extensions(items: list[ExtensionFile]) -> list[dict[str, Any]]:
+        return [{"path": f.path, "module": f.module, "cuda_libs": list(f.cuda_libs)} for f in items]
+
+    rows = [
+        {
+            "name": dep.name, "extensions": extensions(owned[dep.name]), "ops": list(dep.verify.ops),
+            "smoke": dep.verify.smoke, "requires_cuda": dep.verify.requires_cuda,
+        }
+        for dep in deps
+    ]
+    rows += [
+        {"name": file.path, "extensions": extensions([file]), "ops": [], "smoke": None, "requires_cuda": False}
+        for file in orphans
+    ]
+    return rows
+
+
+def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], scratch: Path, timeout: float) -> _ProbeState:
+    """Run the probe until every row is settled, restarting after a row that killed it."""
+    state = _ProbeState()
+    attempt = 0
+    while True:
+        remaining = [row for row in plan if row["name"] not in state.done]
+        if not remaining and state.env is not None:
+            return state
+        attempt += 1
+        plan_file = scratch / f"plan-{env.requested}-{attempt}.json"
+        out_file = scratch / f"out-{env.requested}-{attempt}.jsonl"
+        plan_file.write_text(json.dumps({"site": str(site), "deps": remaining}))
+        command = [str(env.python), "-I", str(PROBE), str(plan_file), str(out_file)]  # -I: no PYTHONPATH, no user site
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
+            died = None if result.returncode == 0 else _death(result.returncode, result.stderr)
+        except subprocess.TimeoutExpired:
+            died = f"timed out after {timeout:.0f} s"
+        step = _read_events(out_file, state, site)
+        if died is None:
+            if state.env is None or any(row["name"] not in state.done for row in remaining):
+                raise InputError(f"the verify probe for torch {env.requested} stopped early", hint=result.stderr.strip()[-500:] or None)
+            return state
+        dep, doing = step
+        if dep is None:
+            raise InputError(f"torch {env.requested} ({env.path}) failed while {doing}: {died}", hint=f"delete {env.path} and re-run")
+        state.checks.setdefault(dep, []).append(Check("process", doing, Status.FAIL, f"the probe {died} while {doing}"))
+        state.done.add(dep)
+
+
+def _read_events(out_file: Path, state: _ProbeState, site: Path) -> tuple[str | None, str]:
+    """Fold the probe's events into ``state``; returns the step announced last."""
+    step: tuple[str | None, str] = (None, "starting Python")
+    if not out_file.is_file():
+        return step
+    for line in out_file.read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError:  # the last line of a killed probe may be cut short
+            continue
+        kind = event["event"]
+        if kind == "start":
+            step = (event["dep"], event["step"])
+        elif kind == "env":
+            state.env = event
+        elif kind == "check":
+            detail = _readable(event["detail"], site)
+            state.checks.setdefault(event["dep"], []).append(Check(event["kind"], event["target"], Status(event["status"]), detail))
+        elif kind == "done":
+            state.done.add(event["dep"])
+            step = (None, "between dependencies")
+    return step
+
+
+def _death(returncode: int, stderr: str) -> str:
+    last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
+    how = f"died of {signal.Signals(-returncode).name}" if returncode < 0 else f"exited with status {returncode}"
+    return f"{how}{f' ({last})' if last else ''}"
+
+
+def _readable(detail: str, site: Path) -> str:
+    """Wheel-relative paths instead of scratch paths; C++ names next to mangled ones."""
+    detail = detail.replace(f"{site}/", "")
+    match = _UNDEFINED.search(detail)
+    if match and shutil.which("c++filt"):
+        symbol = match.group(1)
+        demangled = subprocess.run(["c++filt", symbol], capture_output=True, text=True, check=False).stdout.strip()
+        if demangled and demangled != symbol:
+            detail = detail.replace(symbol, f"{demangled} [{symbol}]")
+    return detail
