@@ -29,7 +29,7 @@ from assembler.build.cache import (
     materialize,
     read_artifact,
 )
-from assembler.build.diagnose import UnstableInclude, log_tail, unstable_includes
+from assembler.build.diagnose import UnstableInclude, log_tail, torch_include_roots, unstable_includes
 from assembler.errors import InputError, ToolchainError
 from assembler.manifest import Bundle, Dependency
 from assembler.toolchain.cuda import CudaToolkit
@@ -194,7 +194,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     seconds = time.monotonic() - started
     log = log_path.read_text(errors="replace")
     if returncode != 0:
-        unstable = unstable_includes(log, request.checkout, ctx.toolchain.env.torch_dir / "include")
+        unstable = unstable_includes(log, request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir))
         return Outcome(dep.name, "failed", seconds, log=log_path, unstable=unstable,
                        error=f"{dep.name}: the build failed (exit {returncode})")
     wheels = sorted(wheel_dir.glob("*.whl"))

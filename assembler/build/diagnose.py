@@ -8,6 +8,7 @@ useful fact is which of the dependency's own files includes which torch header, 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,11 +29,16 @@ class UnstableInclude:
         return f"dep {dep} still includes <{self.header}> from {self.file}:{self.line}"
 
 
-def unstable_includes(log: str, source_root: Path, torch_include: Path) -> list[UnstableInclude]:
+def torch_include_roots(torch_dir: Path) -> list[Path]:
+    """torch's two include roots, deepest first: a header is named relative to the one holding it."""
+    return [torch_dir / "include" / "torch" / "csrc" / "api" / "include", torch_dir / "include"]
+
+
+def unstable_includes(log: str, source_root: Path, include_roots: Sequence[Path]) -> list[UnstableInclude]:
     """Each (header, file, line) where the dependency reaches a header that TORCH_TARGET_VERSION
     forbids, in log order, once."""
     source_root = source_root.resolve()
-    torch_include = torch_include.resolve()
+    roots = [root.resolve() for root in include_roots]
     found: list[UnstableInclude] = []
     chain: list[tuple[str, int]] = []
     for raw in log.splitlines():
@@ -46,21 +52,21 @@ def unstable_includes(log: str, source_root: Path, torch_include: Path) -> list[
             continue
         error = _HASH_ERROR.match(raw)
         if error and "TORCH_TARGET_VERSION" in error["text"]:
-            item = _culprit(Path(error["file"]), chain, source_root, torch_include)
+            item = _culprit(Path(error["file"]), chain, source_root, roots)
             if item is not None and item not in found:
                 found.append(item)
         chain = []
     return found
 
 
-def _culprit(erroring: Path, chain: list[tuple[str, int]], source_root: Path, torch_include: Path) -> UnstableInclude | None:
+def _culprit(erroring: Path, chain: list[tuple[str, int]], source_root: Path, roots: list[Path]) -> UnstableInclude | None:
     """The innermost include-chain entry inside the dependency names the line to change; the
     header it includes is the next entry inward (or the erroring header itself)."""
     included = erroring
     for file, line in chain:  # innermost first
         path = _absolute(file, source_root)
         if path.is_relative_to(source_root):
-            return UnstableInclude(_header_name(included, torch_include), str(path.relative_to(source_root)), line)
+            return UnstableInclude(_header_name(included, roots), str(path.relative_to(source_root)), line)
         included = path
     return None
 
@@ -70,9 +76,10 @@ def _absolute(file: str, source_root: Path) -> Path:
     return (path if path.is_absolute() else source_root / path).resolve()
 
 
-def _header_name(header: Path, torch_include: Path) -> str:
+def _header_name(header: Path, roots: list[Path]) -> str:
     resolved = header.resolve()
-    return str(resolved.relative_to(torch_include)) if resolved.is_relative_to(torch_include) else str(header)
+    root = next((root for root in roots if resolved.is_relative_to(root)), None)
+    return str(resolved.relative_to(root)) if root is not None else str(header)
 
 
 def log_tail(log: str, lines: int = 40) -> str:

@@ -1,0 +1,64 @@
+"""Fixtures of the build tests (import the *_fixture functions; pytest knows them by name=). The hermetic CUDA toolkit and the torch build venv are made once
+in the shared cache (``$ASSEMBLE_CACHE`` or the user cache) and reused by every test and every
+later run; each test gets its own artifact store and mirrors through a private cache directory
+that links to them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assembler.cache import cache_root
+from assembler.toolchain.cuda import select_cuda
+from assembler.toolchain.torchenv import ensure_build_env
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "stable-abi"
+HERMETIC_CUDA = "13.2"  # not installed locally: comes from PyPI
+BUILD_TORCH = "2.13.0"  # the example's [bundle] torch
+SHARED = ("venvs", "toolchains")
+
+
+@pytest.fixture(scope="session", name="toolchains")
+def toolchains_fixture() -> Path:
+    """The shared cache, holding CUDA 13.2 and the torch build venv."""
+    root = cache_root()
+    select_cuda(HERMETIC_CUDA)
+    ensure_build_env(BUILD_TORCH)
+    return root
+
+
+@pytest.fixture(scope="session", name="build_env_path")
+def build_env_path_fixture(toolchains: Path) -> Path:
+    return ensure_build_env(BUILD_TORCH).path
+
+
+@pytest.fixture(name="private_cache")
+def private_cache_fixture(tmp_path: Path, toolchains: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh ASSEMBLE_CACHE (artifact store, mirrors) whose toolchains are the shared ones."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in SHARED:
+        (cache / name).symlink_to(toolchains / name, target_is_directory=True)
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(cache))
+    return cache
+
+
+@pytest.fixture(name="example_ws")
+def example_ws_fixture(tmp_path: Path) -> Path:
+    """A copy of examples/stable-abi with its upstream repositories created."""
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    subprocess.run([sys.executable, str(ws / "make_upstreams.py")], cwd=ws, check=True, capture_output=True)
+    return ws
+
+
+def assemble(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
+    """The real CLI in a subprocess, with the test's cache."""
+    env = {**os.environ, "ASSEMBLE_CACHE": str(cache), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "assembler", *args], env=env, capture_output=True, text=True, check=False)

@@ -1,0 +1,152 @@
+"""Toolchain selection, cached venvs, artifact keys, unstable-header diagnosis and the scheduler's
+resource pool. Real nvcc, pip, g++ and torch headers; nothing is mocked."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from assembler.build.cache import KeyParts
+from assembler.build.diagnose import torch_include_roots, unstable_includes
+from assembler.build.scheduler import ResourcePool
+from assembler.errors import ToolchainError
+from assembler.toolchain import venv
+from assembler.toolchain.cuda import select_cuda
+from assembler.toolchain.torchenv import describe_build_env
+from tests.build_support import BUILD_TORCH, HERMETIC_CUDA, build_env_path_fixture, toolchains_fixture  # noqa: F401
+
+pytestmark = pytest.mark.slow
+
+
+def test_hermetic_cuda_reports_the_version_asked_for(toolchains: Path) -> None:
+    toolkit = select_cuda(HERMETIC_CUDA)
+    assert toolkit.version == HERMETIC_CUDA
+    assert toolkit.release.startswith(HERMETIC_CUDA + ".")
+    assert toolkit.origin == "PyPI"
+    assert set(toolkit.packages) == {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-cuda-cccl", "nvidia-cuda-runtime", "nvidia-nvvm"}
+    out = subprocess.run([toolkit.nvcc, "--version"], capture_output=True, text=True, check=True).stdout
+    assert f"release {HERMETIC_CUDA}" in out
+    assert (toolkit.root / "lib" / "libcudart.so").exists()  # what -lcudart and CMake look for
+
+
+def test_hermetic_nvcc_compiles_sm90(toolchains: Path, tmp_path: Path) -> None:
+    toolkit = select_cuda(HERMETIC_CUDA)
+    source = tmp_path / "k.cu"
+    source.write_text("__global__ void k(float* x) { x[threadIdx.x] *= 2; }\n")
+    subprocess.run([toolkit.nvcc, "-arch=sm_90", "-c", source, "-o", tmp_path / "k.o"], check=True, capture_output=True)
+    assert (tmp_path / "k.o").stat().st_size > 0
+
+
+def test_local_toolkit_is_preferred_when_it_reports_the_version(toolchains: Path) -> None:
+    if not Path("/usr/local/cuda-13.0/bin/nvcc").exists():
+        pytest.skip("no local CUDA 13.0")
+    toolkit = select_cuda("13.0")
+    assert toolkit.origin != "PyPI" and toolkit.release.startswith("13.0.")
+
+
+def test_no_toolkit_anywhere_is_a_clear_error(toolchains: Path) -> None:
+    with pytest.raises(ToolchainError) as error:
+        select_cuda("11.1")  # no local 11.1, and NVIDIA published no 11.1 nvcc wheel for this layout
+    assert "no CUDA 11.1 toolkit" in error.value.message
+    assert error.value.exit_code == 7
+    with pytest.raises(ToolchainError, match=r"not a MAJOR\.MINOR"):
+        select_cuda("13")
+
+
+def test_venv_names_the_requirement_that_cannot_be_installed(toolchains: Path) -> None:
+    with pytest.raises(ToolchainError) as error:
+        venv.ensure_venv(["torch==0.0.0.1"], label="bad-torch")
+    assert "torch==0.0.0.1" in error.value.message
+    leftovers = [p for p in (toolchains / "venvs").iterdir() if p.name.startswith(("bad-torch", ".tmp-bad-torch")) and p.is_dir()]
+    assert leftovers == []  # complete or absent
+
+
+def test_venv_is_created_once_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path))
+    started = time.monotonic()
+    first = venv.ensure_venv(["tomli==2.0.1"], label="probe")
+    assert (first / venv.MARKER).is_file()
+    assert venv.installed_versions(first)["tomli"] == "2.0.1"
+    # scripts pip wrote in the staging directory point at the final one
+    pip_script = (first / "bin" / "pip").read_text()
+    assert str(first) in pip_script and ".tmp-" not in pip_script
+    assert subprocess.run([first / "bin" / "pip", "--version"], capture_output=True, check=False).returncode == 0
+    again = time.monotonic()
+    assert venv.ensure_venv(["tomli==2.0.1"], label="probe") == first
+    assert time.monotonic() - again < 0.5 < again - started
+
+
+def test_build_env_refuses_another_torch(build_env_path: Path) -> None:
+    env = describe_build_env(build_env_path, BUILD_TORCH)
+    assert env.torch.split("+")[0] == BUILD_TORCH
+    assert (env.torch_dir / "include" / "torch" / "csrc" / "stable" / "library.h").is_file()
+    with pytest.raises(ToolchainError, match=r"not 2\.14\.1"):
+        describe_build_env(build_env_path, "2.14.1")
+
+
+def _parts() -> KeyParts:
+    return KeyParts(
+        dep="vecadd", source="a" * 40, series="s1", recipe="r1",
+        toolchain=(("nvcc", "13.2.86"), ("cmake", "4.4.5")), torch="2.13.0+cpu", torch_target="2.10",
+        archs=("9.0a",), flags=("Release",), python_abi="3.9",
+    )
+
+
+CHANGES = {
+    "dep": "scalekit", "source": "b" * 40, "series": "s2", "recipe": "r2",
+    "toolchain": (("nvcc", "13.0.88"), ("cmake", "4.4.5")), "torch": "2.14.1", "torch_target": "2.11",
+    "archs": ("10.0a",), "flags": ("Release", "-DFAST=1"), "python_abi": "3.10",
+}
+
+
+def test_key_changes_with_every_part() -> None:
+    assert set(CHANGES) == {f.name for f in dataclasses.fields(KeyParts)}
+    base = _parts()
+    assert base.digest() == _parts().digest()  # a hit: same inputs, same key
+    for name, value in CHANGES.items():
+        assert dataclasses.replace(base, **{name: value}).digest() != base.digest(), name
+
+
+def test_unstable_header_is_named_with_file_and_line(build_env_path: Path, tmp_path: Path) -> None:
+    torch_include = describe_build_env(build_env_path, BUILD_TORCH).torch_dir / "include"
+    (tmp_path / "csrc").mkdir()
+    (tmp_path / "csrc" / "ops.h").write_text("#pragma once\n#include <torch/csrc/stable/library.h>\n#include <torch/all.h>\n")
+    (tmp_path / "csrc" / "op.cpp").write_text('#include <torch/headeronly/core/ScalarType.h>\n#include "ops.h"\n#include <ATen/ATen.h>\n')
+    result = subprocess.run(
+        ["c++", "-std=c++17", "-DTORCH_TARGET_VERSION=0x020A000000000000", "-isystem", torch_include,
+         "-isystem", torch_include / "torch" / "csrc" / "api" / "include", "-c", tmp_path / "csrc" / "op.cpp", "-o", "/dev/null"],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode != 0
+    found = [item.describe("kern") for item in unstable_includes(result.stderr, tmp_path, torch_include_roots(torch_include.parent))]
+    assert found == [
+        "dep kern still includes <torch/all.h> from csrc/ops.h:3",
+        "dep kern still includes <ATen/ATen.h> from csrc/op.cpp:3",
+    ]
+
+
+def test_resource_pool_keeps_builds_within_jobs_and_memory() -> None:
+    gib = 1 << 30
+    pool = ResourcePool(jobs=4, memory=5 * gib)
+    assert pool.acquire(wanted=8, per_job=2 * gib) == 2  # memory allows two CUDA compilers
+    assert pool.acquire(wanted=8, per_job=1 * gib) == 1  # one GiB left
+    started = threading.Event()
+
+    def third() -> None:
+        pool.acquire(wanted=1, per_job=2 * gib)
+        started.set()
+
+    thread = threading.Thread(target=third)
+    thread.start()
+    assert not started.wait(0.2)  # waits for memory
+    pool.release(2, 2 * gib)
+    assert started.wait(5)
+    thread.join()
+    # a single job larger than the whole budget still runs, alone
+    lone = ResourcePool(jobs=2, memory=1 * gib)
+    assert lone.acquire(wanted=2, per_job=4 * gib) == 1
