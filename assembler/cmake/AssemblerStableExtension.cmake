@@ -59,11 +59,24 @@ set(ASSEMBLER_TORCH_TARGET_VERSION "0x${_assembler_target}")
 set(ASSEMBLER_TORCH_INCLUDE_DIRS "${ASSEMBLER_TORCH_DIR}/include")
 
 # A library name resolves in torch's lib directory first (libtorch_cuda, libc10_cuda, ...),
-# then as CMake normally would.
+# then as CMake normally would. A torch library this torch build lacks (libtorch_cuda in a CPU
+# build) is linked through a stand-in that carries only its soname: the module records
+# DT_NEEDED libtorch_cuda.so, exactly as against the real file, and the torch that loads the
+# module provides it. The Stable ABI does not depend on the build's torch flavour.
 function(_assembler_resolve_library out name)
   find_library(_lib_${name} NAMES ${name} PATHS "${ASSEMBLER_TORCH_DIR}/lib" NO_DEFAULT_PATH)
   if(_lib_${name})
     set(${out} "${_lib_${name}}" PARENT_SCOPE)
+  elseif(name MATCHES "^(torch|c10)(_[a-z_]+)?$")
+    if(NOT TARGET assembler_soname_${name})
+      message(STATUS "assembler: ${ASSEMBLER_TORCH_DIR} has no lib${name}.so; linking its soname (torch provides it at run time)")
+      set(_src "${CMAKE_CURRENT_BINARY_DIR}/assembler_soname_${name}.cpp")
+      file(CONFIGURE OUTPUT "${_src}" CONTENT "// Link-time stand-in for lib${name}.so (soname only; never installed).\n")
+      add_library(assembler_soname_${name} SHARED "${_src}")
+      set_target_properties(assembler_soname_${name} PROPERTIES
+        OUTPUT_NAME ${name} LIBRARY_OUTPUT_DIRECTORY "${CMAKE_CURRENT_BINARY_DIR}/assembler_soname")
+    endif()
+    set(${out} assembler_soname_${name} PARENT_SCOPE)
   else()
     set(${out} "${name}" PARENT_SCOPE)
   endif()
@@ -121,6 +134,9 @@ extern "C" __attribute__((weak, visibility("default"))) PyObject* PyInit_@name@(
     _assembler_resolve_library(_resolved ${_lib})
     list(APPEND _libs "${_resolved}")
   endforeach()
+  # --no-as-needed: keep every listed library even where a linker defaults to --as-needed (a
+  # soname stand-in satisfies no symbol at link time).
+  target_link_options(${name} PRIVATE "LINKER:--no-as-needed")
   target_link_libraries(${name} PRIVATE ${_libs})
 
   if(ARG_DESTINATION)
