@@ -16,7 +16,7 @@ from pathlib import Path
 from assembler.build import builder, scheduler
 from assembler.build.builder import BuildContext, Outcome, Toolchain
 from assembler.build.cache import ArtifactStore
-from assembler.errors import BuildError, InputError, ToolchainError
+from assembler.errors import BuildError, CheckFailed, InputError, ToolchainError
 from assembler.git.state import CheckoutResult, CheckoutState, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.toolchain.cuda import select_cuda
@@ -176,3 +176,19 @@ class BuildFailed(BuildError):
         super().__init__(message, hint=hint)
         self.report = report
         self.failed = failed
+
+
+def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildReport, note: Note = lambda _: None) -> CheckFailed | None:
+    """Merge the artifacts into one wheel, audit it, and fill the report's verdicts. Returns the
+    gate's error (the caller prints the summary first, then raises it) or None."""
+    from assembler.wheel import merge_artifacts
+
+    output = (options.output or workspace.root / "dist").resolve()
+    artifact_dirs = [dep.artifact for dep in report.deps if dep.artifact is not None]
+    report.wheel = merge_artifacts(workspace.manifest, artifact_dirs, output, options.cuda)
+    note(f"merged {report.wheel}")
+    return _gate(report, options)
+
+
+def _gate(report: BuildReport, options: BuildOptions) -> CheckFailed | None:
+    raise NotImplementedError("audit API pending")

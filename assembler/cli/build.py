@@ -1,0 +1,142 @@
+"""`assemble build --cuda X.Y`: every dependency as an abi3 Stable-ABI artifact, merged into one
+audited wheel. With --only, just the named artifacts (one CI runner each; `assemble merge`)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from assembler.build.pipeline import BuildReport
+
+PHASE_STYLE = {
+    "queued": "dim", "configuring": "cyan", "compiling": "cyan", "installing": "cyan",
+    "cached": "green", "built": "green", "failed": "bold red",
+}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("build", help="build every dependency (cached) and merge one audited abi3 wheel")
+    parser.add_argument("--cuda", required=True, metavar="X.Y", help="CUDA toolkit version (local, else from PyPI)")
+    parser.add_argument("--torch", metavar="VERSION", help="torch to build against (default: [bundle] torch)")
+    parser.add_argument("--jobs", "-j", type=int, default=0, metavar="N", help="compiler processes in all (default: CPUs)")
+    parser.add_argument("--memory-gb", type=float, default=None, metavar="GB",
+                        help="memory the compilers may use together (default: 80%% of what is available)")
+    parser.add_argument("--only", action="append", default=[], metavar="DEP",
+                        help="build just this dependency's artifact, no merge (repeatable)")
+    parser.add_argument("--artifacts", type=Path, metavar="DIR", help="artifact directory (default: .assemble/artifacts)")
+    parser.add_argument("--output", "-o", type=Path, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
+    parser.add_argument("--allow-unstable", action="append", default=[], metavar="DEP",
+                        help="let DEP's extensions pass the audit gate though UNSTABLE (recorded in the summary)")
+    parser.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from assembler.build.pipeline import BuildFailed, BuildOptions, build_artifacts, merge_and_gate
+    from assembler.report.output import err_console
+    from assembler.workspace import open_workspace
+
+    workspace = open_workspace(args.workspace)
+    options = BuildOptions(
+        cuda=args.cuda, torch=args.torch, jobs=args.jobs, only=tuple(args.only), artifacts=args.artifacts,
+        output=args.output, allow_unstable=tuple(args.allow_unstable),
+        memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None,
+    )
+    with _Progress(quiet=args.json) as progress:
+        try:
+            report = build_artifacts(workspace, options, note=progress.note, on_event=progress.event)
+        except BuildFailed as failure:
+            progress.stop()
+            _print_failures(failure, err_console)
+            raise
+        progress.note(f"CUDA {report.cuda} (nvcc {report.nvcc}, {report.cuda_origin}: {report.cuda_root}), torch {report.torch}")
+    gate_error = None
+    if not options.only:
+        gate_error = merge_and_gate(workspace, options, report, note=progress.note)
+    _emit(report, args.json)
+    if gate_error is not None:
+        raise gate_error
+    return 0
+
+
+def _print_failures(failure, console) -> None:  # type: ignore[no-untyped-def]
+    from assembler.build.builder import format_failure
+
+    for outcome in failure.failed:
+        if outcome.unstable:
+            continue  # the error line names each include
+        console.rule(f"{outcome.dep}: last lines of {outcome.log}", style="red")
+        console.print(format_failure(outcome), markup=False, highlight=False)
+
+
+class _Progress:
+    """One line per dependency on stderr while building; silent with --json."""
+
+    def __init__(self, quiet: bool) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        from assembler.report.output import err_console
+
+        self.console = err_console
+        self.quiet = quiet
+        self.progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+            TimeElapsedColumn(), console=err_console, transient=False, disable=quiet,
+        )
+        self.tasks: dict[str, int] = {}
+
+    def __enter__(self) -> _Progress:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+    def note(self, message: str) -> None:
+        if not self.quiet:
+            self.console.print(message, markup=False, highlight=False)
+
+    def event(self, dep: str, phase: str, done: int | None, total: int | None) -> None:
+        if dep not in self.tasks:
+            self.tasks[dep] = self.progress.add_task(dep, total=None)
+        task = self.tasks[dep]
+        style = PHASE_STYLE.get(phase, "")
+        description = f"{dep:<16} [{style}]{phase}[/]"
+        if phase in {"cached", "built", "failed"}:
+            self.progress.update(task, description=description, total=1, completed=1)
+            self.progress.stop_task(task)
+        elif done is not None:
+            self.progress.update(task, description=description, total=total, completed=done)
+        else:
+            self.progress.update(task, description=description)
+
+
+def _emit(report: BuildReport, as_json: bool) -> None:
+    from assembler.report.output import console, emit_json
+
+    if as_json:
+        emit_json(report.as_dict())
+        return
+    from rich.table import Table
+
+    table = Table(title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}", title_justify="left")
+    for column in ("dep", "commit", "patches", "build", "archs", "min torch", "verdict"):
+        table.add_column(column)
+    for dep in report.deps:
+        build = "cached" if dep.status == "cached" else f"built {dep.seconds:.1f} s"
+        verdict = dep.verdict or "-"
+        style = "green" if verdict.startswith("STABLE") else "yellow" if "allowed" in verdict else "red"
+        table.add_row(dep.dep, dep.commit[:12], str(dep.patches), build, " ".join(dep.archs) or "-",
+                      dep.min_torch or dep.torch_target, f"[{style}]{verdict}[/]")
+    console.print(table)
+    for name in report.allowed_unstable:
+        console.print(f"[yellow]allowed UNSTABLE:[/] {name} (--allow-unstable)")
+    if report.wheel is not None:
+        console.print(f"wheel: {report.wheel}", highlight=False)
+    elif report.artifacts is not None:
+        console.print(f"artifacts: {report.artifacts} (merge with `assemble merge`)", highlight=False)
