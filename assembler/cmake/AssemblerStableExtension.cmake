@@ -119,7 +119,17 @@ extern "C" __attribute__((weak, visibility("default"))) PyObject* PyInit_@name@(
   target_include_directories(${name} SYSTEM PRIVATE ${ASSEMBLER_TORCH_INCLUDE_DIRS})
   target_compile_definitions(${name} PRIVATE TORCH_TARGET_VERSION=${ASSEMBLER_TORCH_TARGET_VERSION} ${ARG_DEFINES})
   target_compile_features(${name} PRIVATE cxx_std_17)
+  # Reproducible bytes: paths of torch's headers (in __FILE__) and of the generated stub are
+  # recorded relative to torch and the build tree, not to where they happen to live.
+  foreach(_map "${ASSEMBLER_TORCH_DIR}=torch" "${CMAKE_BINARY_DIR}=build")
+    target_compile_options(${name} PRIVATE
+      "$<$<COMPILE_LANGUAGE:CXX>:-ffile-prefix-map=${_map}>"
+      "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-ffile-prefix-map=${_map}>")
+  endforeach()
+  # No build-tree RPATH: it would name torch's location, change the build-id with it, and the
+  # module only ever runs from the wheel (where torch is loaded first).
   set_target_properties(${name} PROPERTIES
+    SKIP_BUILD_RPATH ON
     CXX_VISIBILITY_PRESET hidden
     CUDA_VISIBILITY_PRESET hidden
     VISIBILITY_INLINES_HIDDEN ON)
