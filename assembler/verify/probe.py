@@ -8,6 +8,7 @@ before it runs, so when an extension kills the process the parent still knows wh
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -30,6 +31,10 @@ class Recorder:
 
 
 def first_line(error: BaseException) -> str:
+    """``Type: first line``, of the root cause when one error wraps another (torch.ops.load_library
+    hides the dynamic loader's message, which names the missing symbol, in its __cause__)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
     text = str(error).strip()
     line = text.splitlines()[0] if text else ""
     return f"{type(error).__name__}: {line}" if line else type(error).__name__
@@ -104,7 +109,7 @@ def verify_dep(torch: Any, rec: Recorder, site_dir: str, dep: dict[str, Any], ha
     torch_desc = f"torch {torch.__version__}"
     cuda_needs = sorted({lib for ext in dep["extensions"] for lib in ext["cuda_libs"]})
     if (dep["requires_cuda"] or cuda_needs) and not has_cuda:
-        why = f"needs {', '.join(cuda_needs)}" if cuda_needs else "requires-cuda"
+        why = ", ".join([*(["requires-cuda"] if dep["requires_cuda"] else []), *(["needs " + ", ".join(cuda_needs)] if cuda_needs else [])])
         rec.check(name, "cuda", "", "SKIPPED", f"CUDA-only ({why}); {torch_desc} is a CPU-only build")
         return
     driver = [lib for lib in cuda_needs if lib.startswith("libcuda.so")]
@@ -159,6 +164,10 @@ def main(plan_path: str, out_path: str) -> int:
         has_cuda = torch.version.cuda is not None
         gpu = bool(has_cuda and torch.cuda.is_available())
         rec.emit(event="env", torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu, python=sys.version.split()[0])
+        for ext in plan["preload"]:  # a restarted probe: what the dead one had loaded, already reported
+            rec.emit(event="start", dep=None, step=f"reloading {ext['path']}")
+            with contextlib.suppress(BaseException):  # its failure is in the first probe's report
+                load_extension(torch, site_dir, ext)
         for dep in plan["deps"]:
             rec.emit(event="dep", dep=dep["name"])
             verify_dep(torch, rec, site_dir, dep, has_cuda, gpu)

@@ -54,7 +54,8 @@ class Cell:
         if status is Status.PASS:
             return _passed(self.checks)
         first = next(check for check in self.checks if check.status is status)
-        where = f"{first.kind} {first.target}: " if first.target and first.kind != "op" else f"{first.kind}: "
+        target = "" if first.target in first.detail else f" {first.target}"
+        where = {"load": f"load{target}: ", "smoke": "smoke: "}.get(first.kind, "")
         text = where + first.detail
         passed = [check for check in self.checks if check.status is Status.PASS]
         if status is Status.SKIPPED and passed:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import InputError
-from assembler.manifest.model import Manifest
+from assembler.manifest.model import Dependency, Manifest
 from assembler.verify.contents import ExtensionFile, attribute, scan
 from assembler.verify.envs import TorchEnv, ensure_torch_env
 from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
@@ -42,6 +42,7 @@ class _ProbeState:
 
     checks: dict[str, list[Check]] = field(default_factory=dict)
     done: set[str] = field(default_factory=set)
+    crashed: set[str] = field(default_factory=set)
     env: dict[str, Any] | None = None
 
 
@@ -82,7 +83,10 @@ def verify_wheel(
             gpu=state.env["gpu"], env=str(env.path),
         ))
         for dep in plan:
-            cells[(dep["name"], env.requested)] = Cell(dep["name"], env.requested, state.checks.get(dep["name"], []))
+            checks = state.checks.get(dep["name"], [])
+            if dep["absent"]:
+                checks = [Check("wheel", "", Status.FAIL, dep["absent"]), *checks]
+            cells[(dep["name"], env.requested)] = Cell(dep["name"], env.requested, checks)
     return VerifyReport(
         wheel=str(wheel), torch=infos, deps=[dep["name"] for dep in plan], cells=cells,
         seconds=time.monotonic() - started,
@@ -114,15 +118,24 @@ def _plan(manifest: Manifest | None, files: list[ExtensionFile]) -> list[dict[st
     rows = [
         {
             "name": dep.name, "extensions": extensions(owned[dep.name]), "ops": list(dep.verify.ops),
-            "smoke": dep.verify.smoke, "requires_cuda": dep.verify.requires_cuda,
+            "smoke": dep.verify.smoke, "requires_cuda": dep.verify.requires_cuda, "absent": _absent(dep, owned[dep.name]),
         }
         for dep in deps
     ]
     rows += [
-        {"name": file.path, "extensions": extensions([file]), "ops": [], "smoke": None, "requires_cuda": False}
+        {"name": file.path, "extensions": extensions([file]), "ops": [], "smoke": None, "requires_cuda": False, "absent": None}
         for file in orphans
     ]
     return rows
+
+
+def _absent(dep: Dependency, owned: list[ExtensionFile]) -> str | None:
+    """Why a dependency that builds extensions counts as missing from the wheel (a merge that
+    dropped it must not pass as "nothing to check"), or None."""
+    if owned or not (dep.build.extensions or dep.install):
+        return None
+    rules = ", ".join(f"{pattern} -> {dest or '.'}" for pattern, dest in dep.install.items()) or "no [install] rules"
+    return f"no extension of {dep.name} in the wheel ({rules})"
 
 
 def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], scratch: Path, timeout: float) -> _ProbeState:
@@ -136,7 +149,10 @@ def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], scratch: Path,
         attempt += 1
         plan_file = scratch / f"plan-{env.requested}-{attempt}.json"
         out_file = scratch / f"out-{env.requested}-{attempt}.jsonl"
-        plan_file.write_text(json.dumps({"site": str(site), "deps": remaining}))
+        # A restart re-loads what the earlier probes loaded, so a dependency's ops that another
+        # dependency's extension registers are still there, as in one uninterrupted process.
+        preload = [ext for row in plan if row["name"] in state.done - state.crashed for ext in row["extensions"]]
+        plan_file.write_text(json.dumps({"site": str(site), "deps": remaining, "preload": preload}))
         command = [str(env.python), "-I", str(PROBE), str(plan_file), str(out_file)]  # -I: no PYTHONPATH, no user site
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
@@ -153,6 +169,7 @@ def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], scratch: Path,
             raise InputError(f"torch {env.requested} ({env.path}) failed while {doing}: {died}", hint=f"delete {env.path} and re-run")
         state.checks.setdefault(dep, []).append(Check("process", doing, Status.FAIL, f"the probe {died} while {doing}"))
         state.done.add(dep)
+        state.crashed.add(dep)
 
 
 def _read_events(out_file: Path, state: _ProbeState, site: Path) -> tuple[str | None, str]:
