@@ -1,0 +1,106 @@
+"""`assemble rebase DEP [--onto REF|horizon] [--upstream URL] [--dry-run]`, `--continue`,
+`--abort`: replay a dependency's series onto its moving upstream, never losing work."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from assembler.upstreaming.rebase import RebaseReport
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "rebase", help="replay a dependency's series onto its tracked upstream branch (drops what landed upstream)",
+    )
+    parser.add_argument("name", nargs="?", metavar="DEP")
+    parser.add_argument("--onto", metavar="REF|horizon",
+                        help="branch, tag or commit to rebase onto (default: the tracked branch); "
+                             "'horizon' = the newest commit the whole series applies to")
+    parser.add_argument("--upstream", metavar="URL", help="follow another repository from now on (updates upstream/source)")
+    parser.add_argument("--dry-run", action="store_true", help="report what would happen; change nothing")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--continue", dest="resume", action="store_true", help="go on after resolving a conflict (or after a crash)")
+    mode.add_argument("--abort", action="store_true", help="restore the checkout, deps.toml and patches/ as they were")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from assembler.errors import ConflictError, InputError
+    from assembler.report.output import emit_json, err_console
+    from assembler.upstreaming import rebase
+    from assembler.workspace import open_workspace
+
+    if (args.resume or args.abort) and (args.onto or args.upstream or args.dry_run):
+        raise InputError("--continue and --abort take no --onto, --upstream or --dry-run",
+                         hint="they carry on (or undo) the rebase already started")
+    if not (args.resume or args.abort) and not args.name:
+        raise InputError("which dependency?", hint="assemble rebase DEP (see `assemble deps`)")
+    workspace = open_workspace(args.workspace)
+    with workspace.lock(err_console), err_console.status("rebase", spinner="dots") as spinner:
+        def step(name: str) -> None:
+            spinner.update(f"rebase: {name}")
+
+        if args.abort:
+            report = rebase.abort(workspace, args.name)
+        elif args.resume:
+            report = rebase.resume(workspace, args.name, on_step=step)
+        else:
+            dep = workspace.manifest.select([args.name])[0]
+            report = rebase.start(workspace, dep, args.onto, args.upstream, args.dry_run, on_step=step)
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        print_report(report)
+    if report.status == "stopped":
+        conflict = report.conflicts[0]
+        raise ConflictError(
+            f"{report.dep}: patch {conflict.name} conflicts with {report.onto_label} in {', '.join(conflict.files) or 'the tree'}",
+            hint=f"resolve in {report.checkout}, `git add` the files, then `assemble rebase --continue {report.dep}` "
+                 f"(or `assemble rebase --abort {report.dep}`)",
+        )
+    return 0
+
+
+def print_report(report: RebaseReport) -> None:
+    from rich.markup import escape
+
+    from assembler.report.output import console, short
+
+    def say(text: str) -> None:
+        console.print(escape(text))
+
+    verb = {"done": "rebased", "dry-run": "would rebase", "stopped": "stopped rebasing", "up-to-date": "up to date with",
+            "aborted": "aborted the rebase onto"}[report.status]
+    say(f"{report.dep}: {verb} {report.onto_label} {short(report.new_base)}"
+        + (f" (base {short(report.old_base)} -> {short(report.new_base)}, {report.crossed} upstream commits crossed)"
+           if report.status != "aborted" and report.new_base != report.old_base else ""))
+    if report.status == "aborted":
+        say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before")
+        return
+    if report.applied:
+        say(f"  applied ({len(report.applied)}): {', '.join(report.applied)}")
+    for dropped in report.dropped:
+        carrier = f" = {short(dropped.commit)} {dropped.commit_subject}" if dropped.commit else ""
+        say(f"  dropped as upstream: {dropped.name} ({dropped.how}{carrier})")
+    for conflict in report.conflicts:
+        say(f"  conflict: {conflict.name} in {', '.join(conflict.files)}")
+    if report.horizon is not None:
+        h = report.horizon
+        say(f"  horizon: the whole series applies up to {short(h.commit.sha)} {h.commit.subject} "
+            f"({h.position} of {h.total} first-parent commits after the base)")
+        for broken in h.breaks:
+            say(f"    {broken.patch}: first broken by {short(broken.commit.sha)} {broken.commit.subject}"
+                + (f" ({', '.join(broken.files)})" if broken.files else ""))
+    if report.export is not None:
+        say(f"  patches/{report.dep}: {len(report.export['written'])} written, {len(report.export['unchanged'])} unchanged, "
+            f"{len(report.export['removed'])} removed")
+    if report.status in ("done", "dry-run") and report.manifest:
+        changes = ", ".join(f"{k} = {short(v) if k == 'commit' else v}" if v else f"{k} removed" for k, v in report.manifest.items())
+        say(f"  deps.toml: {changes}" + (" (not written: dry run)" if report.status == "dry-run" else ""))
+    if report.next:
+        say("  next:")
+        for line in report.next:
+            say(f"    {line}")

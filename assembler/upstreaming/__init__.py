@@ -1,0 +1,1 @@
+"""Following a moving upstream: patch status detection, rebase with a journal, horizon."""

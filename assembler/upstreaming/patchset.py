@@ -1,0 +1,151 @@
+"""The patches a dependency carries, as both text (for patch-id and ``git apply``) and commits
+(for in-memory cherry-picks): the series files, or a fork's own commits."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from assembler.git.runner import in_progress_operation, is_dirty, repo_at
+from assembler.git.state import CheckoutState, series_digest
+from assembler.manifest import Dependency
+from assembler.series.headers import DEP3_FIELDS, PatchHeader, parse_patch_header
+from assembler.upstreaming.scratch import DIFF_CONFIG, Scratch
+from assembler.workspace import Workspace
+
+_TRAILER_RE = re.compile(rf"^(?P<key>{'|'.join(DEP3_FIELDS)}):\s*(?P<value>.*)$")
+_DIFF_START = re.compile(rb"^diff --git ", re.MULTILINE)
+META_FORMAT = "%H%x00%P%x00%an <%ae>%x00%aD%x00%s%x00%B"
+# Diffs as ``git format-patch`` writes them, so patch-ids and applies agree with the files.
+DIFF_ARGS = ("log", "-p", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff")
+
+
+@dataclass
+class Patch:
+    """One carried change. ``commit``/``parent`` are set once it exists as a commit somewhere
+    the scratch repository can see (a checkout, a fork mirror, or built in the scratch)."""
+
+    header: PatchHeader
+    diff: bytes  # from the first "diff --git" line on
+    commit: str | None = None
+    parent: str | None = None
+    path: Path | None = None  # a file holding the patch, for git apply
+    files: tuple[str, ...] = field(default=())
+    key: str = ""  # author, date and message digest: recognises a commit after it is replayed
+
+    @property
+    def name(self) -> str:
+        return self.header.file
+
+    @property
+    def subject(self) -> str:
+        return self.header.subject
+
+    def patch_file(self, scratch: Scratch) -> Path:
+        """A file ``git apply`` can read (written into the scratch directory on first use)."""
+        if self.path is None:
+            self.path = scratch.tmp / f"{(self.commit or self.name)[:40]}.diff"
+            self.path.write_bytes(self.diff)
+        return self.path
+
+
+def trailers(message: str) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    for line in message.splitlines():
+        match = _TRAILER_RE.match(line.strip())
+        if match:
+            fields[match.group("key")] = match.group("value").strip()
+    return fields
+
+
+def _diff_files(diff: bytes) -> tuple[str, ...]:
+    names = []
+    for line in diff.decode(errors="replace").splitlines():
+        if line.startswith("diff --git a/"):
+            left, _, right = line[len("diff --git a/"):].partition(" b/")
+            names.extend(dict.fromkeys((left, right)))
+    return tuple(dict.fromkeys(names))
+
+
+def from_series(dep: Dependency) -> list[Patch]:
+    """The series files in order (no commits yet)."""
+    patches = []
+    for name in dep.series:
+        path = dep.patches_dir / name
+        data = path.read_bytes()
+        match = _DIFF_START.search(data)
+        diff = data[match.start():] if match else b""
+        patches.append(Patch(header=parse_patch_header(path), diff=diff, path=path, files=_diff_files(diff)))
+    return patches
+
+
+def from_commits(scratch: Scratch, head: str, exclude: list[str], names: dict[str, str] | None = None) -> list[Patch]:
+    """Non-merge commits reachable from ``head`` and not from ``exclude``, oldest first."""
+    return load_commits(scratch, ("--reverse", "--topo-order", "--no-merges", head, "--not", *exclude), names)
+
+
+def by_sha(scratch: Scratch, shas: Sequence[str], names: dict[str, str] | None = None, diffs: bool = True) -> list[Patch]:
+    """The given commits, in the given order."""
+    return load_commits(scratch, ("--no-walk=unsorted", *shas), names, diffs) if shas else []
+
+
+def load_commits(scratch: Scratch, walk: Sequence[str], names: dict[str, str] | None = None, diffs: bool = True) -> list[Patch]:
+    """Commits as patches; a commit named in ``names`` (commit -> patch file) keeps that name,
+    others are named by short SHA. Two ``git log`` runs: NUL-separated metadata, then the
+    diffs, split at the commit lines already known."""
+    meta = scratch.run("log", "-z", f"--format={META_FORMAT}", *walk).stdout.decode(errors="replace").split("\0")
+    records = [meta[i : i + 6] for i in range(0, len(meta) - 5, 6)]
+    if not records:
+        return []
+    bounds: list[int] = []
+    text = b""
+    if diffs:
+        text = scratch.run(*DIFF_CONFIG, *DIFF_ARGS, "--format=commit %H", *walk).stdout
+        for sha, *_ in records:
+            marker = f"commit {sha}\n".encode()
+            first = not bounds and text.startswith(marker)
+            bounds.append(0 if first else text.index(b"\n" + marker, bounds[-1] if bounds else 0) + 1)
+    patches = []
+    for number, (sha, parents, author, date, subject, body) in enumerate(records):
+        diff = b""
+        if diffs:
+            end = bounds[number + 1] if number + 1 < len(bounds) else len(text)
+            diff = text[bounds[number] + len(sha) + 8 : end].lstrip(b"\n")
+        header = PatchHeader(file=(names or {}).get(sha, sha[:12]), subject=subject, author=author, date=date, fields=trailers(body))
+        key = hashlib.sha256(f"{author}\0{date}\0{body}".encode()).hexdigest()
+        patches.append(Patch(header=header, diff=diff, commit=sha, parent=parents.split()[0] if parents else None,
+                             files=_diff_files(diff), key=key))
+    return patches
+
+
+def checkout_in_sync(workspace: Workspace, dep: Dependency) -> CheckoutState | None:
+    """The checkout's state when forks/<dep> holds exactly the pinned commit plus the series as
+    commits (so those commits can stand for the patch files); None otherwise."""
+    path = workspace.fork_path(dep)
+    state = CheckoutState.load(path) if path.exists() else None
+    if state is None or state.status != "ready" or state.base != dep.commit or state.head is None:
+        return None
+    if state.series_digest != series_digest(dep) or sorted(state.applied.values()) != sorted(dep.series):
+        return None
+    repo = repo_at(path)
+    if in_progress_operation(repo) or repo.head.commit.hexsha != state.head or is_dirty(repo):
+        return None
+    return state
+
+
+def series_as_commits(scratch: Scratch, patches: list[Patch], base: str) -> str | None:
+    """Give each series patch a commit by applying it onto ``base`` in a temporary index; the
+    name of the first patch that does not apply, or None."""
+    index = scratch.index_of(base, "series")
+    parent = base
+    for patch in patches:
+        path = patch.patch_file(scratch)
+        if not scratch.apply(path, index) and not scratch.apply(path, index, "--3way"):
+            return patch.name
+        tree = scratch.out("write-tree", index=index)
+        patch.parent = parent
+        patch.commit = parent = scratch.out("commit-tree", tree, "-p", parent, "-m", patch.subject or patch.name)
+    return None

@@ -1,0 +1,568 @@
+"""`assemble rebase`: move a dependency's series onto a newer upstream without losing work.
+
+The replay itself is ``git rebase -i`` in forks/<dep> with a todo list we write: the same ort
+three-way merges (renames included) and the same speed as plain git. Around it:
+
+- patches already upstream by Applied-Upstream or patch-id are left out of the todo; those
+  that apply empty are dropped by ``--empty=drop``; on a conflict, patches that
+  reverse-apply on the target (squash merges) are dropped and the replay restarts;
+- a journal with backups is written before anything changes (journal.py). Replays are
+  deterministic (fixed committer, committer date = author date), so ``--continue`` after a
+  crash simply replays the plan again; a conflict resolution is first turned into a commit
+  and put in the plan in place of the patch it resolves, so it survives a crash too;
+- on success the series is exported with low churn and deps.toml updated through tomlkit.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from assembler.errors import ConflictError, InputError, WouldLoseWorkError
+from assembler.git import mirrors
+from assembler.git.runner import COMMITTER_ENV, QUIET_ENV
+from assembler.git.state import CheckoutState
+from assembler.manifest import Dependency
+from assembler.manifest.edit import update_dependency
+from assembler.upstreaming import journal as jr
+from assembler.upstreaming.horizon import ChainProbe, Commit, Horizon, first_parent_chain
+from assembler.upstreaming.journal import Dropped, Journal, Pick
+from assembler.upstreaming.patchset import Patch, by_sha, checkout_in_sync, from_commits, from_series, series_as_commits
+from assembler.upstreaming.replay import APPLIES, CONFLICT, EMPTY, reverse_applies
+from assembler.upstreaming.scratch import Scratch
+from assembler.upstreaming.status import classify, find_carriers, known_upstream, resolve, source_mirror, tracked_tip
+from assembler.workspace import Workspace
+
+# The replay must not depend on the user's git configuration or hooks.
+SEQUENCER_CONFIG = (
+    "-c", "core.hooksPath=/dev/null", "-c", "rebase.missingCommitsCheck=ignore", "-c", "rebase.autoStash=false",
+    "-c", "rebase.updateRefs=false", "-c", "rebase.autoSquash=false", "-c", "commit.gpgSign=false",
+    "-c", "rerere.enabled=false", "-c", "rebase.abbreviateCommands=false", "-c", "core.editor=true",
+)
+CHECKOUT_FILES = {"state": Path(".git/assemble-state.json"), "alternates": Path(".git/objects/info/alternates")}
+
+
+@dataclass
+class Conflict:
+    name: str
+    subject: str
+    files: list[str]
+
+
+@dataclass
+class RebaseReport:
+    dep: str
+    status: str  # done | stopped | up-to-date | dry-run | aborted
+    url: str
+    onto_label: str
+    old_base: str
+    new_base: str
+    crossed: int = 0
+    applied: list[str] = field(default_factory=list)
+    dropped: list[Dropped] = field(default_factory=list)
+    conflicts: list[Conflict] = field(default_factory=list)
+    horizon: Horizon | None = None
+    export: dict[str, list[str]] | None = None
+    manifest: dict[str, str | None] = field(default_factory=dict)
+    checkout: Path | None = None
+    next: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "dep": self.dep, "status": self.status, "url": self.url, "onto": self.onto_label,
+            "old_base": self.old_base, "new_base": self.new_base, "upstream_commits_crossed": self.crossed,
+            "applied": self.applied, "dropped": [d.to_json() for d in self.dropped],
+            "conflicts": [{"file": c.name, "subject": c.subject, "files": c.files} for c in self.conflicts],
+            "horizon": self.horizon.to_json() if self.horizon else None,
+            "patches": self.export, "manifest": self.manifest,
+            "checkout": str(self.checkout) if self.checkout else None, "next": self.next,
+        }
+
+
+class _Fork:
+    """git in forks/<dep>, children holding the journal's running lock (see journal.running)."""
+
+    def __init__(self, path: Path, fd: int | None) -> None:
+        self.path = path
+        self.git_dir = path / ".git"
+        self.fd = fd
+        self.env = {**os.environ, **QUIET_ENV, **COMMITTER_ENV, "LC_ALL": "C"}
+        self.env.pop("GIT_INDEX_FILE", None)
+
+    def run(self, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            ["git", *args], cwd=self.path, env={**self.env, **(env or {})}, capture_output=True, text=True,
+            check=False, pass_fds=(self.fd,) if self.fd is not None else (),
+        )
+        if check and result.returncode != 0:
+            raise ConflictError(f"{self.path}: git {args[0]} failed: {_last_lines(result.stderr)}",
+                                hint="`assemble rebase --abort` restores the state before the rebase")
+        return result
+
+    def out(self, *args: str) -> str:
+        return self.run(*args).stdout.strip()
+
+    def rev(self, rev: str) -> str | None:
+        result = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+        return result.stdout.strip() or None
+
+    def sequencer_active(self) -> bool:
+        return (self.git_dir / "rebase-merge").exists() or (self.git_dir / "rebase-apply").exists()
+
+    def clean_stop(self) -> bool:
+        """The sequencer stopped on its own at a patch (as opposed to being killed mid-step)."""
+        return (self.git_dir / "rebase-merge" / "stopped-sha").exists() and self.rev("REBASE_HEAD") is not None
+
+    def unmerged(self) -> list[str]:
+        return [f for f in self.out("diff", "--name-only", "--diff-filter=U").splitlines() if f]
+
+    def reset_to(self, branch: str | None, head: str) -> None:
+        """Drop any sequencer state and stale locks a killed git left, then put the branch,
+        HEAD, index and tracked files back at ``head`` (untracked files are left alone)."""
+        if self.sequencer_active():
+            self.run("rebase", "--quit", check=False)
+            for name in ("rebase-merge", "rebase-apply"):
+                shutil.rmtree(self.git_dir / name, ignore_errors=True)
+        for lock in [*self.git_dir.glob("*.lock"), *self.git_dir.glob("refs/**/*.lock")]:
+            lock.unlink(missing_ok=True)
+        if branch:
+            self.run("checkout", "--quiet", "--force", "-B", branch, head)
+        else:
+            self.run("checkout", "--quiet", "--force", "--detach", head)
+
+
+def _last_lines(text: str, count: int = 3) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip() and not line.startswith("hint:")]
+    return " / ".join(lines[-count:]) or "no message"
+
+
+# -- planning ------------------------------------------------------------------------------
+
+@dataclass
+class _Target:
+    url: str
+    mirror: mirrors.Mirror
+    source: mirrors.Mirror
+    tip: str
+    onto: str
+    label: str
+
+
+def _target(workspace: Workspace, dep: Dependency, onto_ref: str | None, upstream: str | None) -> _Target:
+    """Fetch the followed repository; resolve the tracked tip and the requested REF."""
+    url = upstream or dep.upstream_url
+    mirror, tip = tracked_tip(workspace.manifest, url, dep.track, offline=False)
+    onto, label = tip, dep.track
+    if onto_ref not in (None, "horizon", dep.track):
+        assert onto_ref is not None
+        found = resolve(mirror, onto_ref)
+        if found is None:
+            _, found = tracked_tip(workspace.manifest, url, onto_ref, offline=False)
+        onto, label = found, onto_ref
+    source = mirror if dep.source == url else source_mirror(workspace.manifest, dep, offline=False)
+    return _Target(url, mirror, source, tip, onto, label)
+
+
+def _manifest_values(dep: Dependency, url: str, onto: str, switched: bool) -> dict[str, str | None]:
+    """What deps.toml gets: the new commit; the commit now lives in ``url``, so ``source``
+    goes (it defaults to upstream) unless ``url`` already is the source; ``--upstream``
+    makes ``url`` the upstream."""
+    values: dict[str, str | None] = {"commit": onto}
+    if switched:
+        values["upstream"] = url
+    if url != dep.source or switched:
+        values["source"] = None
+    return values
+
+
+def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
+    """forks/<dep> at the pinned commit with the series, clean and fully exported."""
+    from assembler.git.checkout import checkout
+
+    checkout(workspace, dep)
+    path = workspace.fork_path(dep)
+    state = CheckoutState.load(path)
+    assert state is not None
+    fork = _Fork(path, None)
+    if fork.sequencer_active():
+        raise ConflictError(f"{path} is in the middle of a git rebase or am",
+                            hint=f"finish or abort it (git -C {path} rebase --abort) first")
+    dirty = [line[3:] for line in fork.out("status", "--porcelain", "--untracked-files=normal").splitlines() if line]
+    if dirty:
+        raise WouldLoseWorkError(
+            f"{path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
+            hint=f"commit them and run `assemble export {dep.name}`, or stash them, then rebase",
+        )
+    head = fork.out("rev-parse", "HEAD")
+    if head != state.head:
+        raise WouldLoseWorkError(f"{path} has commits that are not in patches/{dep.name}",
+                                 hint=f"run `assemble export {dep.name}` first")
+    return state
+
+
+def _dry_patches(workspace: Workspace, dep: Dependency, scratch: Scratch, fork_point: str) -> list[Patch]:
+    """What a rebase would replay, without touching forks/<dep>: the checkout's commits when
+    it is in sync, else the fork's own commits plus the series built in the scratch."""
+    state = checkout_in_sync(workspace, dep)
+    if state is not None and state.head:
+        return from_commits(scratch, state.head, [fork_point], names=state.applied)
+    own = from_commits(scratch, dep.commit, [fork_point]) if fork_point != dep.commit else []
+    series = from_series(dep)
+    broken = series_as_commits(scratch, series, dep.commit)
+    if broken:
+        raise ConflictError(f"{dep.name}: patch {broken} does not apply on the pinned commit {dep.commit[:12]}",
+                            hint=f"run `assemble checkout {dep.name}` and fix it first")
+    return own + series
+
+
+def _fork_point(scratch: Scratch, dep: Dependency, target: _Target) -> str:
+    if not scratch.ok("merge-base", dep.commit, target.onto):
+        raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {target.url} {target.label}",
+                         hint="check --upstream / --onto (a repository switch needs a fork of the same project)")
+    if target.onto != dep.commit and scratch.is_ancestor(target.onto, dep.commit):
+        raise InputError(f"{dep.name}: {target.label} ({target.onto[:12]}) is older than the pinned commit {dep.commit[:12]}",
+                         hint="rebase moves forward only; pick a newer --onto")
+    return scratch.out("merge-base", dep.commit, target.onto)
+
+
+def _horizon(scratch: Scratch, patches: list[Patch], since: str, target: str, landed: dict[int, str]) -> Horizon:
+    probe = ChainProbe(scratch, patches, Commit(since, scratch.out("log", "-1", "--format=%s", since)),
+                       first_parent_chain(scratch, since, target), landed)
+    return probe.horizon(probe.at(len(probe.chain) - 1))
+
+
+def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, upstream: str | None = None,
+          dry_run: bool = False, on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
+    if jr.load(workspace, dep.name) is not None:
+        raise ConflictError(f"a rebase of {dep.name} is already in progress",
+                            hint=f"`assemble rebase --continue {dep.name}` or `assemble rebase --abort {dep.name}`")
+    on_step("fetch")
+    target = _target(workspace, dep, onto_ref, upstream)
+    switched = upstream is not None and upstream != dep.upstream_url
+    state = None if dry_run else _ready_checkout(workspace, dep)
+    fork_path = workspace.fork_path(dep)
+    repos = [target.mirror.path, target.source.path] + ([fork_path] if fork_path.is_dir() else [])
+    with Scratch(repos) as scratch:
+        on_step("status")
+        fork_point = _fork_point(scratch, dep, target)
+        if state is not None and state.head:
+            patches = from_commits(scratch, state.head, [fork_point], names=state.applied)
+        else:
+            patches = _dry_patches(workspace, dep, scratch, fork_point)
+        horizon = None
+        if onto_ref == "horizon":
+            on_step("horizon")
+            horizon = _horizon(scratch, patches, fork_point, target.onto, {
+                i: sha for i, (_, sha) in known_upstream(scratch, patches, fork_point, target.onto).items()})
+            if horizon.position == 0:
+                return RebaseReport(dep.name, "up-to-date", target.url, f"horizon of {dep.track}", dep.commit, dep.commit,
+                                    applied=[p.name for p in patches], horizon=horizon, checkout=fork_path)
+            target.onto, target.label = horizon.commit.sha, f"horizon of {dep.track}"
+            fork_point = _fork_point(scratch, dep, target)
+        report = RebaseReport(dep.name, "dry-run" if dry_run else "done", target.url, target.label, dep.commit,
+                              target.onto, crossed=int(scratch.out("rev-list", "--count", target.onto, "--not", dep.commit)),
+                              manifest=_manifest_values(dep, target.url, target.onto, switched), checkout=fork_path,
+                              horizon=horizon)
+        if dry_run:
+            return _dry_run(scratch, report, patches, fork_point, target)
+        known = known_upstream(scratch, patches, fork_point, target.onto)
+        if target.onto == dep.commit and not known and not switched:
+            report.status, report.applied = "up-to-date", [p.name for p in patches]
+            return report
+        carriers = {sha: scratch.out("log", "-1", "--format=%s", sha) for _, sha in known.values()}
+        dropped = [Dropped(p.name, p.subject, known[i][0], p.commit or "", known[i][1], carriers[known[i][1]])
+                   for i, p in enumerate(patches) if i in known]
+    assert state is not None
+    planned = [Pick(p.commit or "", p.name, p.subject, p.key) for p in patches]
+    fork = _Fork(fork_path, None)
+    journal = Journal(
+        dep=dep.name, phase="replaying", branch=fork.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False).stdout.strip() or None,
+        old_head=state.head or "", old_base=dep.commit, replay_base=fork_point, onto=target.onto, onto_label=target.label,
+        tip=target.tip, url=target.url, crossed=report.crossed, manifest=report.manifest, planned=planned,
+        picks=[pick for i, pick in enumerate(planned) if i not in known], dropped=dropped,
+    )
+    jr.begin(workspace, journal, dep.patches_dir, {label: fork_path / rel for label, rel in CHECKOUT_FILES.items()})
+    _borrow_objects(fork_path, target.mirror)
+    with jr.running(workspace, dep.name) as fd:
+        on_step("replay")
+        return _drive(workspace, journal, _Fork(fork_path, fd), fresh=True, on_step=on_step)
+
+
+def _borrow_objects(checkout: Path, mirror: mirrors.Mirror) -> None:
+    """Let the checkout see the followed repository's objects (the new base and everything
+    upstream) through alternates, as it already sees its source mirror's: nothing is copied."""
+    alternates = checkout / CHECKOUT_FILES["alternates"]
+    objects = str((mirror.path / "objects").resolve())
+    current = alternates.read_text().splitlines() if alternates.exists() else []
+    if objects not in current:
+        from assembler.fsutil import atomic_write
+
+        atomic_write(alternates, "".join(f"{line}\n" for line in [*current, objects]))
+
+
+def _dry_run(scratch: Scratch, report: RebaseReport, patches: list[Patch], fork_point: str, target: _Target) -> RebaseReport:
+    verdicts = classify(scratch, patches, fork_point, target.onto)
+    for patch, verdict in zip(patches, verdicts, strict=True):
+        if verdict.status == "upstream":
+            report.dropped.append(Dropped(patch.name, patch.subject, verdict.how, patch.commit or "",
+                                          verdict.commit.sha if verdict.commit else None,
+                                          verdict.commit.subject if verdict.commit else None))
+        elif verdict.on_target == CONFLICT:
+            report.conflicts.append(Conflict(patch.name, patch.subject, verdict.conflicts))
+        elif verdict.on_target in (APPLIES, EMPTY):
+            report.applied.append(patch.name)
+    if report.conflicts and report.horizon is None:
+        landed = {i: v.commit.sha for i, v in enumerate(verdicts) if v.how in ("applied-upstream", "patch-id") and v.commit}
+        report.horizon = _horizon(scratch, patches, fork_point, target.onto, landed)
+    return report
+
+
+# -- replay --------------------------------------------------------------------------------
+
+def _drive(workspace: Workspace, journal: Journal, fork: _Fork, fresh: bool,
+           on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
+    """Replay until done or a real conflict, then finish (export, deps.toml)."""
+    while journal.phase == "replaying":
+        if not fresh:
+            fork.reset_to(journal.branch, journal.old_head)
+        fresh = False
+        if _replay_once(workspace, journal, fork):
+            break
+        if journal.phase == "stopped":
+            return _stopped_report(workspace, journal, fork)
+    on_step("export")
+    return _finish(workspace, journal, fork)
+
+
+def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> bool:
+    """One ``git rebase -i`` of the plan. True when it completed; otherwise the journal says
+    "stopped", or "replaying" again when picks found upstream were dropped."""
+    todo = jr.journal_dir(workspace, journal.dep) / "todo"
+    todo.write_text("".join(f"pick {p.commit} {p.subject}\n" for p in journal.picks) or "noop\n")
+    result = fork.run(
+        *SEQUENCER_CONFIG, "rebase", "--interactive", "--empty=drop", "--reapply-cherry-picks",
+        "--committer-date-is-author-date", "--no-autosquash", "--onto", journal.onto, journal.replay_base,
+        check=False, env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo))}", "GIT_EDITOR": "true"},
+    )
+    if result.returncode == 0 and not fork.sequencer_active():
+        journal.result_head, journal.phase = fork.out("rev-parse", "HEAD"), "replayed"
+        jr.save(workspace, journal)
+        return True
+    if not fork.clean_stop():
+        raise ConflictError(f"{fork.path}: git rebase failed: {_last_lines(result.stderr)}",
+                            hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
+    _record_stop(workspace, journal, fork)
+    return False
+
+
+def _record_stop(workspace: Workspace, journal: Journal, fork: _Fork) -> None:
+    """The sequencer stopped at a patch: drop it (and later ones) if it reverse-applies on the
+    target, for a restart; else record the stop for the user."""
+    current = fork.rev("REBASE_HEAD") or ""
+    index = next((i for i, p in enumerate(journal.picks) if p.commit == current), None)
+    if index is None:
+        raise ConflictError(f"{fork.path}: the rebase stopped at {current[:12]}, which is not in the plan",
+                            hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
+    remaining = journal.picks[index:]
+    with Scratch([fork.path]) as scratch:
+        present = reverse_applies(scratch, by_sha(scratch, [p.commit for p in remaining]), journal.onto)
+    if 0 in present:
+        for i in present:
+            pick = remaining[i]
+            journal.dropped.append(Dropped(pick.name, pick.subject, "reverse-applies", pick.commit))
+        journal.picks = journal.picks[:index] + [p for i, p in enumerate(remaining) if i not in present]
+    else:
+        journal.phase = "stopped"
+        journal.stopped = {"index": index, "commit": current, "head": fork.out("rev-parse", "HEAD"), "files": fork.unmerged()}
+    jr.save(workspace, journal)
+
+
+def _stopped_report(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport:
+    assert journal.stopped is not None
+    pick = journal.picks[int(journal.stopped["index"])]  # type: ignore[call-overload]
+    files = [str(f) for f in journal.stopped["files"]]  # type: ignore[union-attr]
+    report = _base_report(journal, "stopped", fork.path)
+    report.applied = [p.name for p in journal.picks[: int(journal.stopped["index"])]]  # type: ignore[call-overload]
+    report.conflicts = [Conflict(pick.name, pick.subject, files)]
+    report.horizon = _stop_horizon(journal, fork)
+    add = " ".join(shlex.quote(f) for f in files) or "<files>"
+    report.next = [
+        f"edit the conflicted files in {fork.path}",
+        f"git -C {shlex.quote(str(fork.path))} add {add}",
+        f"assemble -C {shlex.quote(str(workspace.root))} rebase --continue {journal.dep}",
+        f"(or give up: assemble -C {shlex.quote(str(workspace.root))} rebase --abort {journal.dep})",
+    ]
+    return report
+
+
+def _stop_horizon(journal: Journal, fork: _Fork) -> Horizon | None:
+    """Where the whole planned series still applies, and which upstream commit breaks each
+    conflicting patch (trial replays of the original plan; the checkout is not touched)."""
+    with Scratch([fork.path]) as scratch:
+        patches = by_sha(scratch, [p.commit for p in journal.planned], names={p.commit: p.name for p in journal.planned})
+        landed = {i: d.commit for d in journal.dropped if d.commit and d.how in ("applied-upstream", "patch-id")
+                  for i, p in enumerate(journal.planned) if p.commit == d.pick}
+        return _horizon(scratch, patches, journal.replay_base, journal.onto, landed)
+
+
+def _base_report(journal: Journal, status: str, checkout: Path) -> RebaseReport:
+    return RebaseReport(journal.dep, status, journal.url, journal.onto_label, journal.old_base, journal.onto,
+                        crossed=journal.crossed, dropped=list(journal.dropped), manifest=journal.manifest, checkout=checkout)
+
+
+# -- finishing -----------------------------------------------------------------------------
+
+def _finish(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport:
+    from assembler.series.export import export
+
+    if journal.phase == "replayed":
+        assert journal.result_head is not None
+        with Scratch([fork.path]) as scratch:
+            replayed = by_sha(scratch, fork.out("rev-list", "--reverse", journal.result_head, "--not", journal.onto).split(), diffs=False)
+            unmatched = [commit.key for commit in replayed]
+            empty = []
+            for pick in journal.picks:
+                if pick.key in unmatched:
+                    unmatched.remove(pick.key)
+                else:
+                    empty.append(pick)
+            _drop_empty(scratch, journal, empty)
+        state = CheckoutState.load(fork.path)
+        assert state is not None
+        state.base, state.source, state.applied = journal.onto, journal.url, {}
+        state.head, state.status = journal.result_head, "ready"
+        state.save(fork.path)
+        workspace.reload()
+        result = export(workspace, workspace.manifest.deps[journal.dep])
+        journal.export = {"written": result.written, "unchanged": result.unchanged, "removed": result.removed}
+        journal.phase = "exported"
+        jr.save(workspace, journal)
+    update_dependency(workspace.manifest_path, journal.dep, journal.manifest)
+    workspace.reload()
+    jr.finish(workspace, journal.dep)
+    report = _base_report(journal, "done", fork.path)
+    dropped = {d.pick for d in journal.dropped}
+    report.applied = [p.name for p in journal.picks if p.commit not in dropped]
+    report.export = journal.export
+    return report
+
+
+def _drop_empty(scratch: Scratch, journal: Journal, empty: list[Pick]) -> None:
+    """Picks the replay dropped as empty are upstream: find the upstream commit carrying each."""
+    if not empty:
+        return
+    patches = by_sha(scratch, [p.commit for p in empty])
+    carriers = find_carriers(scratch, patches, journal.replay_base, journal.onto, list(range(len(patches))), set())
+    for i, pick in enumerate(empty):
+        carrier = carriers.get(i)
+        journal.dropped.append(Dropped(pick.name, pick.subject, "applies-empty", pick.commit,
+                                       carrier.sha if carrier else None, carrier.subject if carrier else None))
+
+
+# -- continue / abort ----------------------------------------------------------------------
+
+def _journal_for(workspace: Workspace, name: str | None) -> Journal:
+    names = jr.pending(workspace)
+    if name is None:
+        if len(names) != 1:
+            raise InputError("no rebase in progress" if not names else f"rebases in progress: {', '.join(names)}",
+                             hint="name the dependency" if names else None)
+        name = names[0]
+    journal = jr.load(workspace, name)
+    if journal is None:
+        raise InputError(f"no rebase of {name} in progress", hint=f"start one with `assemble rebase {name}`")
+    return journal
+
+
+def resume(workspace: Workspace, name: str | None = None, on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
+    """``--continue``: after a conflict was resolved, or after a crash at any point."""
+    journal = _journal_for(workspace, name)
+    with jr.running(workspace, journal.dep) as fd:
+        fork = _Fork(workspace.forks_dir / journal.dep, fd)
+        if journal.phase == "replaying" and fork.clean_stop():
+            _record_stop(workspace, journal, fork)  # stopped before the journal could say so
+        if journal.phase == "stopped" and _take_resolution(workspace, journal, fork):
+            return _finish(workspace, journal, fork)
+        on_step("replay")
+        return _drive(workspace, journal, fork, fresh=False, on_step=on_step)
+
+
+def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> bool:
+    """Turn what the user did at the stop into plan entries; True if they finished the rebase
+    with git themselves (the result is then taken as is)."""
+    assert journal.stopped is not None
+    stop_head = str(journal.stopped["head"])
+    index = int(journal.stopped["index"])  # type: ignore[call-overload]
+    if not fork.sequencer_active():
+        head = fork.out("rev-parse", "HEAD")
+        dirty = fork.out("status", "--porcelain", "--untracked-files=no")
+        if fork.run("merge-base", "--is-ancestor", journal.onto, head, check=False).returncode == 0 and not dirty:
+            journal.result_head, journal.phase = head, "replayed"
+            jr.save(workspace, journal)
+            return True
+        raise InputError(f"the rebase of {journal.dep} was abandoned outside assemble (HEAD is {head[:12]})",
+                         hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
+    unmerged = fork.unmerged()
+    if unmerged:
+        raise ConflictError(f"{journal.dep}: still unresolved: {', '.join(unmerged)}",
+                            hint=f"edit them, `git -C {fork.path} add` them, then `assemble rebase --continue {journal.dep}`")
+    unstaged = [f for f in fork.out("diff", "--name-only").splitlines() if f]
+    if unstaged:
+        raise WouldLoseWorkError(f"{journal.dep}: changes not staged: {', '.join(unstaged)}",
+                                 hint=f"`git -C {fork.path} add` them (or check them out) and continue")
+    current = fork.rev("REBASE_HEAD") or journal.picks[index].commit
+    position = next((i for i, p in enumerate(journal.picks) if p.commit == current), index)
+    head = fork.out("rev-parse", "HEAD")
+    names = {p.key: p.name for p in journal.planned}
+    with Scratch([fork.path]) as scratch:
+        made = by_sha(scratch, fork.out("rev-list", "--reverse", head, "--not", stop_head).split(), diffs=False)
+        new = [Pick(c.commit or "", names.get(c.key, c.name), c.subject, c.key) for c in made]
+        pick = journal.picks[position]
+        tree = fork.out("write-tree")
+        if tree != fork.out("rev-parse", "HEAD^{tree}"):
+            new.append(Pick(_commit_like(fork, tree, head, current), pick.name, pick.subject, pick.key))
+        else:
+            journal.dropped.append(Dropped(pick.name, pick.subject, "resolved-empty", pick.commit))
+    journal.picks = journal.picks[:index] + new + journal.picks[position + 1:]
+    journal.phase, journal.stopped = "replaying", None
+    jr.save(workspace, journal)
+    return False
+
+
+def _commit_like(fork: _Fork, tree: str, parent: str, original: str) -> str:
+    """A commit of ``tree`` with ``original``'s author, date and message: the resolution,
+    made the way the replay makes commits, so a later replay reproduces it exactly."""
+    headers, _, message = fork.run("cat-file", "commit", original).stdout.partition("\n\n")
+    author = next(line[len("author "):] for line in headers.splitlines() if line.startswith("author "))
+    ident, _, when = author.rpartition(" ")
+    ident, _, stamp = ident.rpartition(" ")
+    name, _, email = ident.partition(" <")
+    date = f"{stamp} {when}"
+    env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    result = subprocess.run(["git", "commit-tree", tree, "-p", parent], cwd=fork.path, input=message, text=True,
+                            env={**fork.env, **env}, capture_output=True, check=True)
+    return result.stdout.strip()
+
+
+def abort(workspace: Workspace, name: str | None = None) -> RebaseReport:
+    """``--abort``: branch, HEAD, tracked files, deps.toml and patches/ as before, byte for byte."""
+    journal = _journal_for(workspace, name)
+    with jr.running(workspace, journal.dep) as fd:
+        path = workspace.forks_dir / journal.dep
+        if path.is_dir():
+            _Fork(path, fd).reset_to(journal.branch, journal.old_head)
+            for label, rel in CHECKOUT_FILES.items():
+                jr.restore_checkout_file(workspace, journal.dep, label, path / rel)
+        dep = workspace.manifest.deps.get(journal.dep)
+        patches_dir = dep.patches_dir if dep else workspace.root / "patches" / journal.dep
+        jr.restore_files(workspace, journal.dep, patches_dir)
+        jr.finish(workspace, journal.dep)
+    workspace.reload()
+    report = _base_report(journal, "aborted", path)
+    report.new_base = journal.old_base
+    return report

@@ -1,0 +1,138 @@
+"""A throwaway bare repository that borrows the objects of mirrors and checkouts.
+
+Status detection, dry runs and horizon bisection need trial merges and applies. Doing them
+here (through ``objects/info/alternates``) means they write only into a temporary directory:
+neither the user's checkout nor the shared mirrors change, whatever the trial finds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from assembler.git.runner import COMMITTER_ENV, QUIET_ENV
+
+# Trial commits are throwaway; a fixed identity keeps commit-tree working without user config.
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "assemble", "GIT_AUTHOR_EMAIL": "assemble@localhost",
+    "GIT_AUTHOR_DATE": "1000000000 +0000", "GIT_COMMITTER_DATE": "1000000000 +0000",
+}
+# Output formats that user configuration could otherwise change under our parser.
+DIFF_CONFIG = ("-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "log.showSignature=false",
+               "-c", "core.quotePath=false", "-c", "diff.relative=false")
+
+
+def object_dir(repo_path: Path) -> Path:
+    """The object store of a bare repository or of a checkout."""
+    dot_git = repo_path / ".git"
+    return (dot_git if dot_git.is_dir() else repo_path) / "objects"
+
+
+class GitFailed(Exception):
+    def __init__(self, args: Sequence[str], result: subprocess.CompletedProcess[bytes]) -> None:
+        super().__init__(f"git {' '.join(args)}: {result.stderr.decode(errors='replace').strip()}")
+        self.result = result
+
+
+class Scratch:
+    """Context manager: a temporary bare repository whose alternates are ``stores``."""
+
+    def __init__(self, repos: Sequence[Path]) -> None:
+        self.repos = [Path(r) for r in repos]
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.path = Path()
+        self.env: dict[str, str] = {}
+
+    def __enter__(self) -> Scratch:
+        self._tmp = tempfile.TemporaryDirectory(prefix="assemble-scratch-")
+        self.path = Path(self._tmp.name) / "repo.git"
+        for sub in ("objects/info", "refs/heads", "refs/tags"):
+            (self.path / sub).mkdir(parents=True)
+        (self.path / "HEAD").write_text("ref: refs/heads/main\n")
+        (self.path / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = true\n[gc]\n\tauto = 0\n")
+        stores = dict.fromkeys(str(object_dir(r).resolve()) for r in self.repos)
+        (self.path / "objects" / "info" / "alternates").write_text("".join(f"{s}\n" for s in stores))
+        self.env = {**os.environ, **QUIET_ENV, **COMMITTER_ENV, **_IDENTITY, "GIT_DIR": str(self.path), "LC_ALL": "C"}
+        self.env.pop("GIT_INDEX_FILE", None)
+        self.env.pop("GIT_WORK_TREE", None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    @property
+    def tmp(self) -> Path:
+        return self.path.parent
+
+    def run(self, *args: str, input: bytes | None = None, index: Path | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        env = self.env if index is None else {**self.env, "GIT_INDEX_FILE": str(index)}
+        result = subprocess.run(["git", *args], input=input, env=env, capture_output=True, check=False)
+        if check and result.returncode != 0:
+            raise GitFailed(args, result)
+        return result
+
+    def out(self, *args: str, input: bytes | None = None, index: Path | None = None) -> str:
+        return self.run(*args, input=input, index=index).stdout.decode(errors="replace").strip()
+
+    def ok(self, *args: str, index: Path | None = None) -> bool:
+        return self.run(*args, index=index, check=False).returncode == 0
+
+    def pipe(self, producer: Sequence[str], consumer: Sequence[str]) -> str:
+        """``git <producer> | git <consumer>`` through an OS pipe (no buffering in Python)."""
+        first = subprocess.Popen(["git", *producer], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            second = subprocess.run(["git", *consumer], env=self.env, stdin=first.stdout, capture_output=True, check=False)
+        finally:
+            assert first.stdout is not None
+            first.stdout.close()
+            first.wait()
+        if first.returncode != 0 or second.returncode != 0:
+            raise GitFailed([*producer, "|", *consumer], second)
+        return second.stdout.decode(errors="replace")
+
+    # -- trial operations ---------------------------------------------------------------
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        return self.ok("merge-base", "--is-ancestor", ancestor, descendant)
+
+    def has_commit(self, sha: str) -> bool:
+        return self.ok("cat-file", "-e", f"{sha}^{{commit}}")
+
+    def tree_of(self, rev: str) -> str:
+        return self.out("rev-parse", f"{rev}^{{tree}}")
+
+    def pick(self, tree: str, commit: str, parent: str) -> tuple[str | None, list[str]]:
+        """Cherry-pick ``commit`` (whose parent is ``parent``) onto ``tree`` in memory, with the
+        same ort merge (renames included) a real rebase uses: a stand-in commit for ``tree``
+        whose parent is ``parent`` makes ``parent`` the merge base. Returns (result tree or
+        None on conflict, conflicted paths)."""
+        ours = self.out("commit-tree", tree, "-p", parent, "-m", "trial")
+        result = self.run("merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", ours, commit, check=False)
+        if result.returncode > 1:
+            raise GitFailed(["merge-tree", ours, commit], result)
+        fields = [f.decode(errors="replace") for f in result.stdout.split(b"\0") if f]
+        if result.returncode == 0:
+            return fields[0], []
+        return None, sorted(set(fields[1:]))
+
+    def index_of(self, rev: str, name: str) -> Path:
+        """A temporary index holding ``rev``'s tree, for ``git apply --cached`` trials."""
+        index = self.tmp / f"{name}.index"
+        index.unlink(missing_ok=True)
+        self.run("read-tree", rev, index=index)
+        return index
+
+    def apply(self, patch: Path, index: Path, *args: str) -> bool:
+        """``git apply --cached`` (atomic: on failure the index is unchanged)."""
+        return self.run("apply", "--cached", *args, str(patch), index=index, check=False).returncode == 0
+
+    def copy_index(self, index: Path, name: str) -> Path:
+        target = self.tmp / f"{name}.index"
+        shutil.copyfile(index, target)
+        return target

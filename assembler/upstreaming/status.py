@@ -1,0 +1,332 @@
+"""Is each carried patch upstream yet? Evidence in layers, cheapest first:
+
+1. ``Applied-Upstream: commit:<sha>`` whose commit is an ancestor of the target;
+2. the same ``git patch-id --stable`` as an upstream commit since the fork point (one
+   ``git log -p | git patch-id`` pipe for the whole upstream range);
+3. a trial replay onto the target: the patch applies empty, or conflicts but reverse-applies
+   (squash merges and rewritten-on-merge patches land here);
+4. otherwise its ``Forwarded`` header says forwarded (a PR URL), local (no) or not-needed.
+
+Plus the per-dependency summary `assemble patches` prints: base, counts, and the "migrated on
+our side / migrated upstream" columns of a release table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import git
+
+from assembler.errors import InputError, NetworkError
+from assembler.git import mirrors
+from assembler.git.runner import has_commit
+from assembler.manifest import Dependency, Manifest
+from assembler.upstreaming.horizon import ChainProbe, Commit, first_parent_chain
+from assembler.upstreaming.patchset import (
+    DIFF_ARGS,
+    Patch,
+    checkout_in_sync,
+    from_commits,
+    from_series,
+    series_as_commits,
+)
+from assembler.upstreaming.replay import APPLIES, EMPTY, REVERSE, reverse_applies, trial
+from assembler.upstreaming.scratch import DIFF_CONFIG, Scratch
+from assembler.workspace import Workspace
+
+UPSTREAM, FORWARDED, LOCAL, NOT_NEEDED = "upstream", "forwarded", "local", "not-needed"
+STATUSES = (UPSTREAM, FORWARDED, LOCAL, NOT_NEEDED)
+_URL_RE = re.compile(r"https?://\S+")
+_MAX_PATHSPEC = 2000
+
+
+@dataclass
+class Verdict:
+    name: str
+    subject: str
+    status: str
+    how: str  # applied-upstream | patch-id | applies-empty | reverse-applies | header
+    commit: Commit | None = None  # the upstream commit that carries the change
+    url: str | None = None  # from Forwarded
+    note: str = ""
+    on_target: str | None = None  # trial replay outcome on the target (see replay.py)
+    conflicts: list[str] = field(default_factory=list)
+
+    def evidence(self) -> str:
+        """One line for people: the upstream commit, or the PR URL, or what the header says."""
+        if self.commit is not None:
+            return f"{self.commit.sha[:12]} {self.commit.subject} ({self.how})"
+        return self.url or self.note
+
+    def to_json(self) -> dict[str, object]:
+        evidence: dict[str, object] = {"how": self.how}
+        if self.commit is not None:
+            evidence.update(commit=self.commit.sha, subject=self.commit.subject)
+        if self.url:
+            evidence["url"] = self.url
+        if self.note:
+            evidence["note"] = self.note
+        return {"file": self.name, "subject": self.subject, "status": self.status, "evidence": evidence,
+                "on_target": self.on_target, "conflicts": self.conflicts}
+
+
+# -- mirrors -----------------------------------------------------------------------------
+
+def resolve(mirror: mirrors.Mirror, ref: str) -> str | None:
+    """A branch of the mirrored repository, a tag, or a commit; None if the mirror lacks it."""
+    for candidate in (f"refs/remotes/origin/{ref}", f"refs/tags/{ref}", ref):
+        with contextlib.suppress(git.GitCommandError):
+            return str(mirror.repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}"))
+    return None
+
+
+def tracked_tip(manifest: Manifest, url: str, ref: str, offline: bool) -> tuple[mirrors.Mirror, str]:
+    """Fetch ``url``'s mirror (unless offline) and resolve ``ref`` there."""
+    mirror = mirrors.open_mirror(manifest, url)
+    if not offline:
+        mirrors.fetch(mirror)
+        if resolve(mirror, ref) is None:
+            with contextlib.suppress(NetworkError):
+                mirrors.fetch(mirror, [ref])
+    sha = resolve(mirror, ref)
+    if sha is None:
+        if offline:
+            raise NetworkError(f"the mirror of {url} ({mirrors.age_text(mirror.last_fetched())}) has no {ref}",
+                               hint="run without --offline to fetch it")
+        raise InputError(f"{url} has no branch, tag or commit {ref}", hint="check `track` in deps.toml (or the REF given)")
+    return mirror, sha
+
+
+def source_mirror(manifest: Manifest, dep: Dependency, offline: bool) -> mirrors.Mirror:
+    if not offline:
+        return mirrors.ensure_commit(manifest, dep.source, dep.commit)[0]
+    mirror = mirrors.open_mirror(manifest, dep.source)
+    if not has_commit(mirror.repo, dep.commit):
+        raise NetworkError(f"the mirror of {dep.source} ({mirrors.age_text(mirror.last_fetched())}) lacks {dep.commit[:12]}",
+                           hint="run without --offline to fetch it")
+    return mirror
+
+
+# -- layers --------------------------------------------------------------------------------
+
+def describe(scratch: Scratch, shas: list[str]) -> dict[str, Commit]:
+    """Full SHA and subject of each (possibly abbreviated) commit, in one ``git log``."""
+    unique = list(dict.fromkeys(shas))
+    if not unique:
+        return {}
+    output = scratch.out("log", "--no-walk=unsorted", "--format=%H%x00%s", *unique)
+    return {sha: Commit(*line.split("\0", 1)) for sha, line in zip(unique, output.splitlines(), strict=True)}
+
+
+def patch_ids(scratch: Scratch, patches: list[Patch]) -> dict[str, int]:
+    """patch-id -> index of our patch, from the diffs themselves (one ``git patch-id``)."""
+    stream = b"".join(b"commit %040x\n\n" % (i + 1) + p.diff for i, p in enumerate(patches) if p.diff)
+    if not stream:
+        return {}
+    ids = {}
+    for line in scratch.out("patch-id", "--stable", input=stream).splitlines():
+        pid, number = line.split()
+        ids[pid] = int(number, 16) - 1
+    return ids
+
+
+def upstream_patch_ids(scratch: Scratch, since: str, target: str, paths: set[str]) -> dict[str, str]:
+    """patch-id -> upstream commit for the non-merge commits in since..target, limited to the
+    paths our patches touch: an upstream commit whose diff on those paths equals a patch
+    carries that patch, whatever else it changes (one pipe, oldest commit kept)."""
+    pathspec = ["--", *sorted(paths)] if paths and len(paths) <= _MAX_PATHSPEC else []
+    output = scratch.pipe(
+        [*DIFF_CONFIG, *DIFF_ARGS, "--no-merges", "--format=commit %H", f"{since}..{target}", *pathspec],
+        ["patch-id", "--stable"],
+    )
+    ids: dict[str, str] = {}
+    for line in output.splitlines():
+        pid, sha = line.split()
+        ids[pid] = sha  # newest first: the oldest (where it landed) wins
+    return ids
+
+
+def known_upstream(scratch: Scratch, patches: list[Patch], since: str, target: str) -> dict[int, tuple[str, str]]:
+    """Layers 1 and 2: patch index -> (how, upstream commit)."""
+    found: dict[int, tuple[str, str]] = {}
+    for i, patch in enumerate(patches):
+        sha = patch.header.applied_upstream
+        if sha and scratch.is_ancestor(sha, target):
+            found[i] = ("applied-upstream", sha)
+    rest = [p for i, p in enumerate(patches) if i not in found and p.diff]
+    if rest:
+        ours = patch_ids(scratch, rest)
+        paths = {name for p in rest for name in p.files}
+        for pid, sha in upstream_patch_ids(scratch, since, target, paths).items():
+            if pid in ours:
+                found[patches.index(rest[ours[pid]])] = ("patch-id", sha)
+    return found
+
+
+def by_header(patch: Patch) -> tuple[str, str | None, str]:
+    """Layer 4, from ``Forwarded``: (status, PR URL, note)."""
+    value = (patch.header.forwarded or "").strip()
+    lowered = value.lower()
+    if not value:
+        return LOCAL, None, "no Forwarded header"
+    if lowered == "no":
+        return LOCAL, None, "Forwarded: no"
+    if lowered == "not-needed":
+        return NOT_NEEDED, None, "Forwarded: not-needed"
+    url = _URL_RE.search(value)
+    return FORWARDED, url.group(0) if url else None, "" if url else f"Forwarded: {value}"
+
+
+def classify(scratch: Scratch, patches: list[Patch], since: str, target: str) -> list[Verdict]:
+    """Every layer for every patch against ``target`` (fork point ``since``)."""
+    known = known_upstream(scratch, patches, since, target)
+    replayed = trial(scratch, patches, target, dropped=set(known))
+    present = [i for i, outcome in enumerate(replayed.outcomes) if outcome in (EMPTY, REVERSE)]
+    carriers = describe(scratch, [sha for _, sha in known.values()])
+    applies = {i for i, outcome in enumerate(replayed.outcomes) if outcome == APPLIES}
+    found_in = find_carriers(scratch, patches, since, target, present, applies)
+    verdicts = []
+    for i, patch in enumerate(patches):
+        verdict = Verdict(patch.name, patch.subject, "", "", on_target=replayed.outcomes[i], conflicts=replayed.conflicts.get(i, []))
+        if i in known:
+            verdict.status, verdict.how, verdict.commit = UPSTREAM, known[i][0], carriers[known[i][1]]
+        elif i in present:
+            verdict.status = UPSTREAM
+            verdict.how = "applies-empty" if replayed.outcomes[i] == EMPTY else "reverse-applies"
+            verdict.commit = found_in.get(i)
+            if verdict.commit is None:
+                verdict.note = f"the change is already in {target[:12]}"
+        else:
+            verdict.status, verdict.url, verdict.note = by_header(patch)
+            verdict.how = "header"
+        verdicts.append(verdict)
+    return verdicts
+
+
+def find_carriers(scratch: Scratch, patches: list[Patch], since: str, target: str, present: list[int],
+                  applies: set[int]) -> dict[int, Commit | None]:
+    """For patches found already upstream by replay (``present``), the first first-parent
+    commit of since..target that holds each change, by bisection."""
+    if not present:
+        return {}
+    probe = ChainProbe(scratch, patches, Commit(since, ""), first_parent_chain(scratch, since, target), {})
+    return {i: probe.introduced(lambda m, i=i: _present_at(scratch, patches, i, probe.chain[m].sha, applies)) for i in present}
+
+
+def _present_at(scratch: Scratch, patches: list[Patch], k: int, sha: str, applies: set[int]) -> bool:
+    """Whether upstream commit ``sha`` already holds patch ``k``'s change."""
+    patch = patches[k]
+    if patch.commit and patch.parent:
+        tree = scratch.tree_of(sha)
+        if scratch.pick(tree, patch.commit, patch.parent)[0] == tree:
+            return True
+    return 0 in reverse_applies(scratch, patches[k:], sha, {i - k for i in applies if i >= k})
+
+
+# -- per dependency ------------------------------------------------------------------------
+
+@dataclass
+class Base:
+    commit: str
+    date: str
+    on: str  # "upstream" (an ancestor of the tracked branch) or "fork"
+    behind: int  # tracked-branch commits the base lacks
+    own: int  # commits of the base that are not upstream (a fork's own work)
+
+    def to_json(self) -> dict[str, object]:
+        return {"commit": self.commit, "date": self.date, "on": self.on, "behind": self.behind, "own_commits": self.own}
+
+
+@dataclass
+class DepStatus:
+    name: str
+    upstream: str
+    track: str
+    tip: str
+    fetched: str  # how old the mirror is
+    base: Base
+    patches_from: str  # "series", "fork commits" or "none"
+    verdicts: list[Verdict]
+    broken_on_base: str | None  # first series patch that does not apply on the pinned base
+
+    def counts(self) -> dict[str, int]:
+        return {status: sum(v.status == status for v in self.verdicts) for status in STATUSES}
+
+    @property
+    def conflicts_on_tip(self) -> list[str]:
+        return [v.name for v in self.verdicts if v.conflicts]
+
+    @property
+    def migrated_on_fork(self) -> str:
+        """done: the carried changes apply on the pinned base; in progress: they do not yet;
+        n.a.: nothing is carried. (The build audit's STABLE verdict refines "done" where the
+        audit reports one.)"""
+        if not self.verdicts:
+            return "n.a."
+        return "in progress" if self.broken_on_base else "done"
+
+    @property
+    def migrated_upstream(self) -> str:
+        """done: every patch that should go upstream is there; in progress: some are upstream or
+        forwarded; no: none sent; n.a.: nothing that should go upstream."""
+        relevant = [v.status for v in self.verdicts if v.status != NOT_NEEDED]
+        if not relevant:
+            return "n.a."
+        if all(status == UPSTREAM for status in relevant):
+            return "done"
+        if any(status in (UPSTREAM, FORWARDED) for status in relevant):
+            return "in progress"
+        return "no"
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip, "mirror": self.fetched,
+            "base": self.base.to_json(), "patches_from": self.patches_from, "counts": self.counts(),
+            "migrated_on_fork": self.migrated_on_fork, "migrated_upstream": self.migrated_upstream,
+            "broken_on_base": self.broken_on_base, "conflicts_on_tip": self.conflicts_on_tip,
+            "patches": [v.to_json() for v in self.verdicts],
+        }
+
+
+def carried_patches(workspace: Workspace, dep: Dependency, scratch: Scratch, fork_point: str) -> tuple[list[Patch], str, str | None]:
+    """(patches with commits, where they come from, first patch not applying on the base).
+    Series patches use the checkout's commits when it is in sync, else are built in the
+    scratch; a fork pinned without a series contributes its own commits since ``fork_point``."""
+    if dep.series:
+        patches = from_series(dep)
+        state = checkout_in_sync(workspace, dep)
+        if state is None:
+            return patches, "series", series_as_commits(scratch, patches, dep.commit)
+        by_name = {name: sha for sha, name in state.applied.items()}
+        parent = dep.commit
+        for patch in patches:
+            patch.parent, patch.commit = parent, by_name[patch.name]
+            parent = patch.commit
+        return patches, "series", None
+    if fork_point != dep.commit:
+        return from_commits(scratch, dep.commit, [fork_point]), "fork commits", None
+    return [], "none", None
+
+
+def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = False) -> DepStatus:
+    manifest = workspace.manifest
+    upstream, tip = tracked_tip(manifest, dep.upstream_url, dep.track, offline)
+    source = upstream if dep.source == dep.upstream_url else source_mirror(manifest, dep, offline)
+    repos: list[Path] = [upstream.path, source.path]
+    if workspace.fork_path(dep).is_dir():
+        repos.append(workspace.fork_path(dep))
+    with Scratch(repos) as scratch:
+        fork_point = scratch.out("merge-base", dep.commit, tip) if scratch.ok("merge-base", dep.commit, tip) else ""
+        if not fork_point:
+            raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {dep.upstream_url} {dep.track}",
+                             hint="check `upstream`, `source` and `track` in deps.toml")
+        own, behind = (int(n) for n in scratch.out("rev-list", "--left-right", "--count", f"{dep.commit}...{tip}").split())
+        date = scratch.out("log", "-1", "--format=%cI", dep.commit)
+        base = Base(dep.commit, date, "upstream" if own == 0 else "fork", behind, own)
+        patches, origin, broken = carried_patches(workspace, dep, scratch, fork_point)
+        verdicts = classify(scratch, patches, fork_point, tip) if patches else []
+    return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
+                     base, origin, verdicts, broken)
