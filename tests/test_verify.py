@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -215,3 +216,4 @@ def test_env_creation_killed_midway_is_not_reused_and_concurrent_runs_share_one(
     assert len(paths) == 1
     assert sum(out.count("creating verify-torch2.13.0") for out, _ in outputs) == 1  # one pip install, one waiter
     assert (Path(paths.pop()) / MARKER).is_file()
+    shutil.rmtree(venvs)  # 900 MB; pytest would keep it among its last three temporary trees
