@@ -81,3 +81,10 @@ def test_a_cell_is_pass_only_when_everything_ran_and_passed() -> None:
     assert failed.status is Status.FAIL and failed.reason == "load: OSError: a.so: undefined symbol: x"
     empty = Cell("d", "2.14.1", [])
     assert empty.status is Status.SKIPPED and empty.reason.startswith("nothing to verify")
+
+
+def test_the_merge_record_overrides_the_install_rules(deps: dict[str, Dependency]) -> None:
+    files = [ExtensionFile("vecadd/_vecadd_C.abi3.so", "vecadd._vecadd_C", ()), ExtensionFile("x/libx.so", None, ())]
+    owned, orphans = attribute(list(deps.values()), files, {"flat": {"x/libx.so"}, "vecadd": set()})
+    assert [f.path for f in owned["flat"]] == ["x/libx.so"]
+    assert [f.path for f in orphans] == ["vecadd/_vecadd_C.abi3.so"]

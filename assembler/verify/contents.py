@@ -3,6 +3,7 @@ CUDA libraries it needs, and which manifest dependency put it there."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from assembler.manifest.model import Dependency
+from assembler.wheel.merge import glob_regex
 
 # Libraries present only in a CUDA build of torch, or only where a GPU driver is installed: an
 # extension that needs one cannot load on a CPU-only torch, which is a SKIP, not a failure.
@@ -75,9 +77,10 @@ def _module_name(rel: str, exported: set[str]) -> str | None:
 
 
 def owns(dep: Dependency, path: str) -> bool:
-    """Whether ``dep`` put ``path`` into the wheel: through one of its ``[deps.X.install]`` rules
-    (``pattern = "dest/"`` places the artifact files matching pattern under dest), or, with no
-    rules, as one of its extensions or under one of its Python packages."""
+    """Whether ``dep`` put ``path`` into the wheel, judged from the manifest alone: through one
+    of its ``[deps.X.install]`` rules (``pattern = "dest/"`` places the artifact files matching
+    pattern under dest), or, with no rules, as one of its extensions or under one of its Python
+    packages. For wheels without the merge's own record (assembler.json)."""
     if dep.install:
         return any(_rule_matches(pattern, dest, path) for pattern, dest in dep.install.items())
     stem = path.rsplit("/", 1)[-1].split(".", 1)[0]
@@ -88,37 +91,33 @@ def owns(dep: Dependency, path: str) -> bool:
 def _rule_matches(pattern: str, dest: str, path: str) -> bool:
     prefix = dest.strip("/")
     prefix = "" if prefix in {"", "."} else prefix + "/"
-    return path.startswith(prefix) and _glob_re(pattern).fullmatch(path[len(prefix):]) is not None
+    return path.startswith(prefix) and glob_regex(pattern).fullmatch(path[len(prefix):]) is not None
 
 
-def _glob_re(pattern: str) -> re.Pattern[str]:
-    """Glob with ``*`` inside one path component and ``**`` across components."""
-    out, i = [], 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pattern.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pattern[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pattern[i] == "?":
-            out.append("[^/]")
-            i += 1
-        else:
-            out.append(re.escape(pattern[i]))
-            i += 1
-    return re.compile("".join(out))
+def recorded_files(site: Path) -> dict[str, set[str]] | None:
+    """Wheel paths per dependency from ``<dist-info>/assembler.json``, which `assemble merge`
+    writes; None for a wheel without it."""
+    for record in site.glob("*.dist-info/assembler.json"):
+        try:
+            deps = json.loads(record.read_text())["deps"]
+            return {name: set(entry["files"]) for name, entry in deps.items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    return None
 
 
-def attribute(deps: list[Dependency], files: list[ExtensionFile]) -> tuple[dict[str, list[ExtensionFile]], list[ExtensionFile]]:
-    """Extensions per dependency (first owner wins, in manifest order) and those nobody claims."""
+def attribute(
+    deps: list[Dependency], files: list[ExtensionFile], recorded: dict[str, set[str]] | None = None,
+) -> tuple[dict[str, list[ExtensionFile]], list[ExtensionFile]]:
+    """Extensions per dependency and those nobody claims. The merge's record decides when there
+    is one; otherwise the manifest's install rules (first owner wins, in manifest order)."""
     owned: dict[str, list[ExtensionFile]] = {dep.name: [] for dep in deps}
     orphans = []
     for file in files:
-        owner = next((dep for dep in deps if owns(dep, file.path)), None)
+        if recorded is not None:
+            owner = next((dep for dep in deps if file.path in recorded.get(dep.name, ())), None)
+        else:
+            owner = next((dep for dep in deps if owns(dep, file.path)), None)
         if owner is None:
             orphans.append(file)
         else:

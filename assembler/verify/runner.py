@@ -27,7 +27,7 @@ from typing import Any
 
 from assembler.errors import InputError
 from assembler.manifest.model import Dependency, Manifest
-from assembler.verify.contents import ExtensionFile, attribute, scan
+from assembler.verify.contents import ExtensionFile, attribute, recorded_files, scan
 from assembler.verify.envs import TorchEnv, ensure_torch_env
 from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
 
@@ -70,7 +70,7 @@ def verify_wheel(
         site = Path(scratch) / "site"
         progress(f"installing {wheel.name} (--no-deps)")
         _install(envs[0], wheel, site)
-        plan = _plan(manifest, scan(site))
+        plan = _plan(manifest, scan(site), recorded_files(site))
         progress(f"verifying on torch {', '.join(versions)}")
         with ThreadPoolExecutor(max_workers=min(len(envs), os.cpu_count() or 1)) as pool:
             states = list(pool.map(lambda env: _probe(env, site, plan, Path(scratch), timeout), envs))
@@ -106,11 +106,11 @@ def _install(env: TorchEnv, wheel: Path, site: Path) -> None:
         raise InputError(f"{wheel.name} does not install on torch {env.installed}'s Python: {last.strip()}")
 
 
-def _plan(manifest: Manifest | None, files: list[ExtensionFile]) -> list[dict[str, Any]]:
+def _plan(manifest: Manifest | None, files: list[ExtensionFile], recorded: dict[str, set[str]] | None) -> list[dict[str, Any]]:
     """What each probe does, per row of the matrix: the manifest's dependencies in order, then
     one row per extension that no dependency claims."""
     deps = list(manifest.deps.values()) if manifest else []
-    owned, orphans = attribute(deps, files)
+    owned, orphans = attribute(deps, files, recorded)
 
     def extensions(items: list[ExtensionFile]) -> list[dict[str, Any]]:
         return [{"path": f.path, "module": f.module, "cuda_libs": list(f.cuda_libs)} for f in items]
@@ -118,7 +118,7 @@ def _plan(manifest: Manifest | None, files: list[ExtensionFile]) -> list[dict[st
     rows = [
         {
             "name": dep.name, "extensions": extensions(owned[dep.name]), "ops": list(dep.verify.ops),
-            "smoke": dep.verify.smoke, "requires_cuda": dep.verify.requires_cuda, "absent": _absent(dep, owned[dep.name]),
+            "smoke": dep.verify.smoke, "requires_cuda": dep.verify.requires_cuda, "absent": _absent(dep, owned[dep.name], recorded),
         }
         for dep in deps
     ]
@@ -129,11 +129,13 @@ def _plan(manifest: Manifest | None, files: list[ExtensionFile]) -> list[dict[st
     return rows
 
 
-def _absent(dep: Dependency, owned: list[ExtensionFile]) -> str | None:
+def _absent(dep: Dependency, owned: list[ExtensionFile], recorded: dict[str, set[str]] | None) -> str | None:
     """Why a dependency that builds extensions counts as missing from the wheel (a merge that
     dropped it must not pass as "nothing to check"), or None."""
-    if owned or not (dep.build.extensions or dep.install):
+    if owned or not (dep.build.extensions or dep.build.cmake_dir or dep.install):
         return None
+    if recorded is not None:
+        return f"no extension of {dep.name} in the wheel (its assembler.json lists {len(recorded.get(dep.name, ()))} files, no shared object)"
     rules = ", ".join(f"{pattern} -> {dest or '.'}" for pattern, dest in dep.install.items()) or "no [install] rules"
     return f"no extension of {dep.name} in the wheel ({rules})"
 
