@@ -1,0 +1,57 @@
+"""`assemble merge DIR...`: the second half of a split release. Each matrix job runs
+`assemble build --only DEP --artifacts DIR`; one job gathers the DIRs and merges them into the
+same wheel that a single `assemble build` would have produced."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "merge", help="merge per-dependency build artifacts into one wheel",
+        description="Merge artifact directories (each <dep>/artifact.json, or a directory of them) into one "
+        "reproducible abi3 wheel. Timestamps come from SOURCE_DATE_EPOCH, else 1980-01-01.",
+    )
+    parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="artifact directory, or a directory of them")
+    parser.add_argument("--cuda", metavar="X.Y", help="CUDA version of the +cuXY label (default: the one the artifacts were built with)")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
+    parser.add_argument(
+        "--exclude", action="append", default=[], metavar="PATTERN",
+        help="another shared library provided at run time, left out of the manylinux check (repeatable; "
+        "libtorch*, libc10*, libcudart*, libcuda.so*, libpython* always are)",
+    )
+    parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="threads compressing loose files (default: up to 4)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from assembler.report.output import console, emit_json, err_console
+    from assembler.wheel import DEFAULT_EXCLUDES, merge_wheel
+    from assembler.workspace import open_workspace
+
+    workspace = open_workspace(args.workspace)
+    out = (args.out or workspace.root / "dist").resolve()
+    result = merge_wheel(
+        workspace.manifest, args.dirs, out, args.cuda,
+        exclude=(*DEFAULT_EXCLUDES, *args.exclude), jobs=args.jobs,
+    )
+    if args.json:
+        emit_json(result.to_json())
+        return 0
+    table = Table(title=f"{result.wheel.name}")
+    for column in ("dependency", "files shipped", "not shipped"):
+        table.add_column(column)
+    for dep, paths in result.files.items():
+        table.add_row(dep, str(len(paths)), str(len(result.unshipped.get(dep, ()))))
+    console.print(table)
+    for warning in result.warnings:
+        err_console.print(f"[yellow]warning:[/] {warning}", markup=True, emoji=False)
+    cached = " (cached verdict)" if result.platform.cached else ""
+    console.print(f"platform {result.platform.tag}{cached}, {result.size / 1e6:.1f} MB in {result.seconds:.2f} s")
+    console.print(f"wheel: {result.wheel}")
+    return 0

@@ -1,0 +1,267 @@
+"""Merge per-dependency artifacts into one wheel: place files per ``[deps.X.install]``, refuse
+collisions, write reproducibly, tag from auditwheel.
+
+``[deps.X.install]`` maps globs, relative to the artifact's payload root, to wheel directories;
+a matched file keeps its path below the destination (``"vecadd/**" = "pkg/"`` puts
+``vecadd/_vecadd_C.abi3.so`` at ``pkg/vecadd/_vecadd_C.abi3.so``). ``*`` and ``?`` stay within
+one path component, a ``**`` component spans any number of them. Every matching pattern
+installs the file, so one file may be shipped to two places. A dependency without an install
+table ships its whole payload at the wheel root. Files no pattern matches are not shipped and
+are reported.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from packaging.version import Version
+
+from assembler.errors import InputError
+from assembler.manifest import Manifest
+from assembler.wheel.artifact import Artifact, PayloadFile, load_artifacts
+from assembler.wheel.metadata import (
+    cuda_label,
+    dist_name,
+    metadata_text,
+    provenance_json,
+    python_tag,
+    record_text,
+    wheel_text,
+    wheel_version,
+)
+from assembler.wheel.platform import DEFAULT_EXCLUDES, ELF_MAGIC, PlatformVerdict, platform_verdict
+from assembler.wheel.writer import ReproducibleZip, Written, resolve_epoch
+
+DEFAULT_INSTALL = {"**": ""}
+
+
+@dataclass(frozen=True)
+class Placement:
+    path: str  # inside the wheel
+    dep: str
+    file: PayloadFile
+
+
+@dataclass(frozen=True)
+class MergeResult:
+    wheel: Path
+    version: str
+    cuda: str
+    platform: PlatformVerdict
+    files: dict[str, tuple[str, ...]]  # dep -> wheel paths it ships
+    unshipped: dict[str, tuple[str, ...]]  # dep -> payload paths no install pattern matched
+    warnings: tuple[str, ...] = field(default=())
+    seconds: float = 0.0
+
+    @property
+    def size(self) -> int:
+        return self.wheel.stat().st_size
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "wheel": str(self.wheel), "version": self.version, "cuda": self.cuda,
+            "policy": self.platform.policy, "platform": list(self.platform.platforms), "platform_cached": self.platform.cached,
+            "symbol_policy": self.platform.symbol_policy, "external_libs": list(self.platform.external_libs),
+            "size": self.size, "seconds": round(self.seconds, 3),
+            "files": {k: list(v) for k, v in self.files.items()},
+            "unshipped": {k: list(v) for k, v in self.unshipped.items()},
+            "warnings": list(self.warnings),
+        }
+
+
+@lru_cache(maxsize=256)
+def glob_regex(pattern: str) -> re.Pattern[str]:
+    """Translate an install glob over '/'-separated paths into a full-match regex."""
+    parts = pattern.strip("/").split("/")
+    out = []
+    for index, part in enumerate(parts):
+        last = index == len(parts) - 1
+        if part == "**":
+            out.append(".*" if last else "(?:[^/]+/)*")
+            continue
+        component, i = [], 0
+        while i < len(part):
+            char = part[i]
+            closing = part.find("]", i + 2) if char == "[" else -1
+            if char == "*":
+                component.append("[^/]*")
+            elif char == "?":
+                component.append("[^/]")
+            elif closing != -1:
+                body = part[i + 1:closing]
+                body = ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\")
+                component.append(f"[{body}]")
+                i = closing
+            else:
+                component.append(re.escape(char))
+            i += 1
+        out.append("".join(component) + ("" if last else "/"))
+    return re.compile("".join(out))
+
+
+def place(artifacts: Sequence[Artifact], installs: Mapping[str, Mapping[str, str]], dist_info: str) -> tuple[list[Placement], dict[str, tuple[str, ...]]]:
+    """Wheel placements sorted by path, and the payload files left out, per dependency."""
+    placed: dict[str, Placement] = {}
+    unshipped: dict[str, tuple[str, ...]] = {}
+    for artifact in artifacts:
+        rules = [(glob_regex(p), _dest(d)) for p, d in (installs.get(artifact.dep) or DEFAULT_INSTALL).items()]
+        left = []
+        for item in artifact.payload():
+            targets = {posixpath.join(dest, item.relpath) if dest else item.relpath for regex, dest in rules if regex.fullmatch(item.relpath)}
+            if not targets:
+                left.append(item.relpath)
+            for target in sorted(targets):
+                _claim(placed, Placement(target, artifact.dep, item), dist_info)
+        if left:
+            unshipped[artifact.dep] = tuple(left)
+    return [placed[path] for path in sorted(placed)], unshipped
+
+
+def _dest(dest: str) -> str:
+    normal = posixpath.normpath(dest.strip("/")) if dest.strip("/") else ""
+    return "" if normal == "." else normal
+
+
+def _claim(placed: dict[str, Placement], new: Placement, dist_info: str) -> None:
+    top = new.path.split("/")[0]
+    if top == dist_info or top.endswith(".dist-info"):
+        raise InputError(
+            f"deps.{new.dep}.install puts {new.file.relpath} at {new.path}, inside a .dist-info directory",
+            hint="the merge writes the wheel's only dist-info; install payload files elsewhere",
+        )
+    old = placed.get(new.path)
+    if old is None:
+        placed[new.path] = new
+    elif (old.dep, old.file.relpath) != (new.dep, new.file.relpath):
+        who = f"both {old.dep} and {new.dep}" if old.dep != new.dep else f"{new.dep} twice"
+        raise InputError(
+            f"{new.path} is written by {who} ({old.dep}: {old.file.relpath}, {new.dep}: {new.file.relpath})",
+            hint=f"change [deps.{new.dep}.install] (or [deps.{old.dep}.install]) so each wheel path has one source",
+        )
+
+
+def check_artifacts(manifest: Manifest, artifacts: Sequence[Artifact]) -> None:
+    """Every dependency has an artifact built from what deps.toml pins now, and nothing else."""
+    have = {a.dep for a in artifacts}
+    for artifact in artifacts:
+        dep = manifest.deps.get(artifact.dep)
+        rebuild = f"assemble build --only {artifact.dep} --artifacts {artifact.root.parent}"
+        if dep is None:
+            raise InputError(f"{artifact.root}: artifact for {artifact.dep}, which {manifest.path} does not list", hint="drop that directory from the merge")
+        if artifact.commit != dep.commit:
+            raise InputError(f"{artifact.root}: {dep.name} was built from {artifact.commit[:12]}, deps.toml pins {dep.commit[:12]}", hint=f"rebuild it: {rebuild}")
+        if artifact.patches != dep.series:
+            raise InputError(f"{artifact.root}: {dep.name} was built with patches {list(artifact.patches)}, the series is {list(dep.series)}", hint=f"rebuild it: {rebuild}")
+        abi = artifact.toolchain.get("python_abi")
+        if abi is not None and abi != manifest.bundle.python_abi:
+            raise InputError(f"{artifact.root}: {dep.name} targets Python {abi}, [bundle] python-abi is {manifest.bundle.python_abi}", hint=f"rebuild it: {rebuild}")
+    missing = [name for name in manifest.deps if name not in have]
+    if missing:
+        raise InputError(
+            f"no artifact for {', '.join(missing)}",
+            hint="build each with `assemble build --only DEP --artifacts DIR` and pass every DIR to merge",
+        )
+
+
+def resolve_cuda(requested: str | None, artifacts: Sequence[Artifact]) -> str:
+    """The CUDA version of the wheel's +cuXY label: --cuda, which every CUDA artifact must match,
+    else the one the CUDA artifacts agree on."""
+    built = {a.dep: str(a.toolchain["cuda"]) for a in artifacts if a.toolchain.get("cuda")}
+    if requested is not None:
+        label = cuda_label(requested)
+        wrong = [f"{dep} ({cuda})" for dep, cuda in built.items() if cuda_label(cuda) != label]
+        if wrong:
+            raise InputError(f"--cuda {requested}, but built with another CUDA: {', '.join(wrong)}", hint=f"rebuild them with --cuda {requested}")
+        return ".".join(requested.split(".")[:2])
+    labels = {cuda_label(cuda) for cuda in built.values()}
+    if len(labels) > 1:
+        raise InputError(f"the artifacts were built with different CUDA versions: {', '.join(f'{d} ({c})' for d, c in built.items())}", hint="rebuild them with one --cuda")
+    if not built:
+        raise InputError("no artifact was built with CUDA, so the +cuXY label is unknown", hint="pass --cuda X.Y")
+    return ".".join(next(iter(built.values())).split(".")[:2])
+
+
+def _warnings(artifacts: Sequence[Artifact], unshipped: Mapping[str, Sequence[str]], verdict: PlatformVerdict) -> list[str]:
+    notes = [f"{dep}: {len(paths)} file(s) match no install pattern and are not shipped: {', '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}"
+             for dep, paths in unshipped.items()]
+    torches = {str(a.toolchain.get("torch")) for a in artifacts if a.toolchain.get("torch")}
+    if len(torches) > 1:
+        notes.append(f"artifacts were built against different torch versions: {', '.join(sorted(torches))}")
+    if not verdict.portable:
+        needs = ", ".join(verdict.external_libs) or "see `auditwheel show`"
+        notes.append(f"not a manylinux wheel ({verdict.policy}): it needs {needs}; exclude libraries that torch provides with --exclude")
+    return notes
+
+
+def default_jobs() -> int:
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def merge_wheel(
+    manifest: Manifest,
+    artifact_paths: Sequence[Path],
+    out_dir: Path,
+    cuda: str | None = None,
+    *,
+    exclude: Sequence[str] = DEFAULT_EXCLUDES,
+    source_date_epoch: int | None = None,
+    jobs: int | None = None,
+) -> MergeResult:
+    """Merge the artifacts under ``artifact_paths`` into one wheel in ``out_dir``."""
+    started = time.perf_counter()
+    bundle = manifest.bundle
+    artifacts = load_artifacts(artifact_paths)
+    check_artifacts(manifest, artifacts)
+    cuda = resolve_cuda(cuda, artifacts)
+    version = wheel_version(bundle, cuda)
+    stem = f"{dist_name(bundle.name)}-{version}"
+    dist_info = f"{stem}.dist-info"
+    placements, unshipped = place(artifacts, {name: dep.install for name, dep in manifest.deps.items()}, dist_info)
+    epoch = resolve_epoch(source_date_epoch)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = out_dir / f".{stem}.{os.getpid()}.tmp"
+    try:
+        with ReproducibleZip(tmp, epoch=epoch, jobs=jobs or default_jobs()) as archive:
+            payload: list[Written] = [_add(archive, p) for p in placements]
+            verdict = platform_verdict([w for w in payload if w.head == ELF_MAGIC], exclude)
+            provenance = {a.dep: a.provenance() for a in artifacts}
+            files: dict[str, list[str]] = {}
+            for p in placements:
+                files.setdefault(p.dep, []).append(p.path)
+            min_torch = str(max(Version(manifest.deps[a.dep].torch_target) for a in artifacts))
+            archive.write_bytes(f"{dist_info}/METADATA", metadata_text(bundle, version, cuda, min_torch, provenance).encode())
+            archive.write_bytes(f"{dist_info}/WHEEL", wheel_text(python_tag(bundle), verdict.platforms).encode())
+            archive.write_bytes(f"{dist_info}/assembler.json", provenance_json(bundle, version, cuda, verdict.platforms, exclude, provenance, files).encode())
+            record = f"{dist_info}/RECORD"
+            archive.write_bytes(record, record_text(archive.written, record).encode())
+        wheel = out_dir / f"{stem}-{python_tag(bundle)}-abi3-{verdict.tag}.whl"
+        os.replace(tmp, wheel)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return MergeResult(
+        wheel=wheel, version=version, cuda=cuda, platform=verdict,
+        files={dep: tuple(paths) for dep, paths in files.items()}, unshipped=unshipped,
+        warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started,
+    )
+
+
+def merge_artifacts(manifest: Manifest, artifact_paths: Sequence[Path], out_dir: Path, cuda: str | None = None) -> Path:
+    """The wheel path alone, for callers that only need where it went."""
+    return merge_wheel(manifest, artifact_paths, out_dir, cuda).wheel
+
+
+def _add(archive: ReproducibleZip, placement: Placement) -> Written:
+    item = placement.file
+    if item.member is not None:
+        return archive.copy_member(placement.path, item.member, item.sha256)
+    assert item.path is not None
+    return archive.write_file(placement.path, item.path)
