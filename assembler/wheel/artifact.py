@@ -3,11 +3,12 @@
 An artifact is a directory ``<dep>/`` holding ``artifact.json`` (provenance and toolchain,
 written by the build) and its payload, in one of two forms:
 
-* ``files/``: loose files; the merge deflates them.
-* ``files.zip`` or a single ``*.whl``: an archive whose deflated members the merge copies as
-  they are, with the sha256 digests from the archive's ``*.dist-info/RECORD``. Any top-level
-  ``*.dist-info/`` directory in the archive is metadata, not payload. ``pack_files`` makes one
-  from ``files/``; a scikit-build-core wheel qualifies as it is.
+* ``files.zip`` or a single ``*.whl`` (preferred when present): an archive whose deflated
+  members the merge copies as they are, with the sha256 digests from the archive's
+  ``*.dist-info/RECORD``. Any top-level ``*.dist-info/`` directory in the archive is metadata,
+  not payload. ``pack_files`` makes one from ``files/``; a scikit-build-core wheel qualifies
+  as it is. Packing once per artifact is what makes merging as fast as copying.
+* ``files/``: loose files; every merge deflates them again (tens of MB/s per core).
 """
 
 from __future__ import annotations
@@ -63,17 +64,19 @@ class Artifact:
         }
 
     def payload(self) -> list[PayloadFile]:
-        files = self.root / FILES_DIR
-        if files.is_dir():
-            return _loose_payload(files)
+        """The packed form when there is one (its members are copied, not deflated again), else
+        the loose files."""
         archives = sorted(p for p in self.root.iterdir() if p.is_file() and (p.name == PACK_NAME or p.suffix == ".whl"))
-        if len(archives) != 1:
-            found = ", ".join(p.name for p in archives) or "nothing"
-            raise InputError(
-                f"{self.root}: expected {FILES_DIR}/, {PACK_NAME} or one *.whl as the payload, found {found}",
-                hint=f"rebuild it: assemble build --only {self.dep} --artifacts {self.root.parent}",
-            )
-        return archive_payload(archives[0])
+        if len(archives) == 1:
+            return archive_payload(archives[0])
+        files = self.root / FILES_DIR
+        if not archives and files.is_dir():
+            return _loose_payload(files)
+        found = ", ".join(p.name for p in archives) or "nothing"
+        raise InputError(
+            f"{self.root}: expected {PACK_NAME}, one *.whl or {FILES_DIR}/ as the payload, found {found}",
+            hint=f"rebuild it: assemble build --only {self.dep} --artifacts {self.root.parent}",
+        )
 
 
 def load_artifacts(paths: Iterable[Path]) -> list[Artifact]:

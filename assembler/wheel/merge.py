@@ -254,11 +254,6 @@ def merge_wheel(
     )
 
 
-def merge_artifacts(manifest: Manifest, artifact_paths: Sequence[Path], out_dir: Path, cuda: str | None = None) -> Path:
-    """The wheel path alone, for callers that only need where it went."""
-    return merge_wheel(manifest, artifact_paths, out_dir, cuda).wheel
-
-
 def _add(archive: ReproducibleZip, placement: Placement) -> Written:
     item = placement.file
     if item.member is not None:
