@@ -453,15 +453,18 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport
 
 
 def _drop_empty(scratch: Scratch, journal: Journal, empty: list[Pick]) -> None:
-    """Picks the replay dropped as empty are upstream: find the upstream commit carrying each."""
-    if not empty:
+    """Picks the replay dropped as empty are upstream too. For them and for those found to
+    reverse-apply, find the upstream commit that carries each change (bisection)."""
+    journal.dropped += [Dropped(p.name, p.subject, "applies-empty", p.commit) for p in empty]
+    unknown = [d for d in journal.dropped if d.how in ("applies-empty", "reverse-applies") and d.commit is None]
+    if not unknown:
         return
-    patches = by_sha(scratch, [p.commit for p in empty])
+    patches = by_sha(scratch, [d.pick for d in unknown])
     carriers = find_carriers(scratch, patches, journal.replay_base, journal.onto, list(range(len(patches))), set())
-    for i, pick in enumerate(empty):
+    for i, dropped in enumerate(unknown):
         carrier = carriers.get(i)
-        journal.dropped.append(Dropped(pick.name, pick.subject, "applies-empty", pick.commit,
-                                       carrier.sha if carrier else None, carrier.subject if carrier else None))
+        if carrier is not None:
+            dropped.commit, dropped.commit_subject = carrier.sha, carrier.subject
 
 
 # -- continue / abort ----------------------------------------------------------------------

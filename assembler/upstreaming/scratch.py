@@ -8,7 +8,6 @@ neither the user's checkout nor the shared mirrors change, whatever the trial fi
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -132,7 +131,3 @@ class Scratch:
         """``git apply --cached`` (atomic: on failure the index is unchanged)."""
         return self.run("apply", "--cached", *args, str(patch), index=index, check=False).returncode == 0
 
-    def copy_index(self, index: Path, name: str) -> Path:
-        target = self.tmp / f"{name}.index"
-        shutil.copyfile(index, target)
-        return target

@@ -1,0 +1,110 @@
+"""`assemble patches`: status of each carried patch with its evidence, the per-dependency
+summary, the release table (Markdown) and JSON parsed back, --offline, and a fork pinned
+without a series of its own."""
+
+from __future__ import annotations
+
+import json
+
+from tests.conftest import KERNEL_V1, GitWorkspace
+from tests.gitrepo import Repo, git
+from tests.rebase_scenarios import land_verbatim, patch_files
+
+
+def status_json(ws: GitWorkspace, *args: str) -> dict:
+    result = ws.assemble("patches", "--format", "json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def parse_markdown(text: str) -> list[dict[str, str]]:
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    assert set(lines[1].replace("|", "").replace(" ", "")) == {"-"}
+    return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True)) for line in lines[2:]]
+
+
+def test_status_evidence_summary_and_release_table(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    first, second = patch_files(ws)
+    landed = land_verbatim(ws, first)
+    report = status_json(ws)
+    assert report["offline"] is False
+    dep = report["deps"][0]
+    assert dep["base"]["commit"] == ws.base and dep["base"]["on"] == "upstream" and dep["base"]["behind"] == 2
+    assert dep["base"]["date"].startswith("2023-11-")
+    assert dep["tip"] == ws.upstream.head() and dep["patches_from"] == "series"
+    assert dep["counts"] == {"upstream": 1, "forwarded": 0, "local": 1, "not-needed": 0}
+    assert [(p["file"], p["status"]) for p in dep["patches"]] == [(first.name, "upstream"), (second.name, "local")]
+    assert dep["patches"][0]["evidence"] == {"how": "patch-id", "commit": landed, "subject": "Use stable tensor type"}
+    assert dep["patches"][1]["evidence"] == {"how": "header", "note": "Forwarded: no"}
+    assert dep["migrated_on_fork"] == "done" and dep["migrated_upstream"] == "in progress"
+
+    rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
+    assert rows == [{"dependency": "kern", "migrated on fork": f"done (2 patches on {ws.base[:12]})",
+                     "migrated upstream": "in progress (1 of 2 upstream)"}]
+    table = ws.assemble("patches").stdout
+    assert "2 commits behind main" in table and landed[:12] in table and "Forwarded: no" in table
+
+
+def test_forwarded_url_and_applied_upstream_header(git_workspace: GitWorkspace) -> None:
+    """Upstream merged patch 1 rewritten (no patch-id match, and it conflicts); its header
+    names the upstream commit. Patch 2 is then reported from its Forwarded header."""
+    ws = git_workspace
+    first, second = patch_files(ws)
+    rewritten = ws.upstream.commit("Stable tensors, upstream style", {
+        "csrc/kern.cpp": KERNEL_V1.replace("at::Tensor add_one(const at::Tensor& x)", "torch::stable::Tensor add_one(const torch::stable::Tensor& t)")
+        .replace("x + 1", "t + 1")})
+    text = first.read_text().replace("Forwarded: https://git.invalid/kern/pull/7\n",
+                                     f"Forwarded: https://git.invalid/kern/pull/7\nApplied-Upstream: commit:{rewritten[:10]}\n")
+    first.write_text(text)
+    second.write_text(second.read_text().replace("Forwarded: no", "Forwarded: https://git.invalid/kern/pull/8"))
+    dep = status_json(ws)["deps"][0]
+    one, two = dep["patches"]
+    assert one["status"] == "upstream"
+    assert one["evidence"] == {"how": "applied-upstream", "commit": rewritten, "subject": "Stable tensors, upstream style"}
+    assert two["status"] == "forwarded" and two["evidence"] == {"how": "header", "url": "https://git.invalid/kern/pull/8"}
+    rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
+    assert rows[0]["migrated upstream"] == (
+        f"in progress (1 of 2 upstream, 1 forwarded: [{second.name}](https://git.invalid/kern/pull/8))")
+
+
+def test_offline_uses_the_mirror_as_fetched(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    never = ws.assemble("patches", "--offline")
+    assert never.returncode == 3 and "never fetched" in never.stderr and "without --offline" in never.stderr
+    assert ws.assemble("patches").returncode == 0  # fetches
+    land_verbatim(ws, patch_files(ws)[0])  # upstream moves after the fetch
+    offline = ws.assemble("patches", "--offline", "--format", "json")
+    dep = json.loads(offline.stdout)["deps"][0]
+    assert dep["tip"] == ws.base and dep["counts"]["upstream"] == 0
+    assert dep["mirror"].startswith("fetched ") and dep["mirror"].endswith(" ago")
+    assert "(offline: mirror fetched" in ws.assemble("patches", "--offline").stdout
+    assert status_json(ws)["deps"][0]["counts"]["upstream"] == 1  # online again: sees the landing
+
+
+def test_fork_pinned_without_series_lists_its_own_commits(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    first, _ = patch_files(ws)
+    fork = Repo(ws.root / "remotes" / "kern-fork")
+    fork.git("pull", "-q", str(ws.upstream.path), "main")
+    fork.git("am", "-q", str(first))
+    landed_in_fork = fork.head()
+    fork.commit("Fork: build script\n\nForwarded: not-needed\n", {"build.sh": "make\n"})
+    fork_tip = fork.commit("Fork: faster kernel\n\nForwarded: https://git.invalid/kern/pull/9\n", {"csrc/fast.cpp": "// fast\n"})
+    ws.upstream.git("am", "-q", str(first))  # upstream takes patch 1 as well
+    landed = ws.upstream.head()
+    ws.manifest.write_text(ws.manifest.read_text() + (
+        '\n[deps.kernfork]\nupstream = "https://git.invalid/kern"\nsource = "https://git.invalid/kern-fork"\n'
+        f'commit = "{fork_tip}"\ntrack = "main"\n'))
+    report = status_json(ws, "kernfork")
+    dep = report["deps"][0]
+    assert dep["name"] == "kernfork" and dep["patches_from"] == "fork commits"
+    assert dep["base"] == {"commit": fork_tip, "date": dep["base"]["date"], "on": "fork", "behind": 1, "own_commits": 3}
+    assert [(p["file"], p["status"]) for p in dep["patches"]] == [
+        (landed_in_fork[:12], "upstream"), (git(fork.path, "rev-parse", "HEAD~1")[:12], "not-needed"), (fork_tip[:12], "forwarded")]
+    assert dep["patches"][0]["evidence"]["commit"] == landed
+    assert dep["migrated_upstream"] == "in progress"
+    rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
+    assert [row["dependency"] for row in rows] == ["kern", "kernfork"]
+    assert rows[1]["migrated on fork"] == f"done (3 patches on {fork_tip[:12]})"

@@ -1,0 +1,325 @@
+"""`assemble rebase` on real repositories: patches landing upstream verbatim or squashed, a
+rewritten patch (conflict, --continue, --abort byte for byte), a rename upstream, a switch of
+repository, kill -9 in the middle, the horizon, and the refusals that keep work safe."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import filelock
+import pytest
+
+from tests.conftest import KERNEL_V1, ROOT, GitWorkspace
+from tests.gitrepo import Repo, git
+from tests.rebase_scenarios import STABLE_ALL, land_verbatim, patch_files, snapshot, wide_workspace
+
+
+def rebase_json(ws: GitWorkspace, *args: str) -> tuple[int, dict]:
+    result = ws.assemble("rebase", *args, "--json")
+    assert result.stdout, result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_verbatim_patch_is_dropped_and_the_rest_reapplied(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    first, second = patch_files(ws)
+    second_bytes = second.read_bytes()
+    landed = land_verbatim(ws, first)
+    manifest_before = ws.manifest.read_text()
+    code, report = rebase_json(ws, "kern")
+    assert code == 0, report
+    tip = ws.upstream.head()
+    assert report["status"] == "done" and report["new_base"] == tip and report["old_base"] == ws.base
+    assert report["upstream_commits_crossed"] == 2
+    assert report["applied"] == [second.name]
+    assert report["dropped"] == [{"file": first.name, "subject": "Use stable tensor type", "how": "patch-id",
+                                  "commit": landed, "commit_subject": "Use stable tensor type"}]
+    assert report["patches"] == {"written": [], "unchanged": [second.name], "removed": [first.name]}
+    # deps.toml: only the commit changed, comments intact; series keeps its comment header
+    assert ws.manifest.read_text() == manifest_before.replace(ws.base, tip)
+    assert (ws.patches / "series").read_text() == f"# migration to the Stable ABI\n{second.name}\n"
+    assert second.read_bytes() == second_bytes and not first.exists()
+    assert git(ws.fork, "rev-parse", "HEAD~1") == tip
+    assert "ready" in ws.assemble("deps").stdout
+    assert not (ws.root / ".assemble" / "rebase" / "kern").exists()
+    # a second run has nothing to do
+    code, again = rebase_json(ws, "kern")
+    assert code == 0 and again["status"] == "up-to-date"
+
+
+def test_squash_merged_pair_is_dropped(git_workspace: GitWorkspace) -> None:
+    """Both patches land upstream as one squashed commit with an extra tweak: no patch-id
+    matches, the replay finds both empty."""
+    ws = git_workspace
+    squash = ws.upstream.commit("Port to the stable ABI (#12)", {"csrc/kern.cpp": "// ported\n" + STABLE_ALL})
+    code, report = rebase_json(ws, "kern")
+    assert code == 0, report
+    assert report["applied"] == []
+    assert {(d["file"][:4], d["how"], d["commit"]) for d in report["dropped"]} == {
+        ("0001", "applies-empty", squash), ("0002", "applies-empty", squash)}
+    assert sorted(p.name for p in ws.patches.iterdir()) == ["series"]
+    assert git(ws.fork, "rev-parse", "HEAD") == squash
+
+
+def test_dependent_squash_reverse_applies(tmp_path: Path) -> None:
+    """Patch 2 rewrites the line patch 1 wrote; upstream squashed them: patch 1 conflicts in
+    a three-way merge, and is recognised because it reverse-applies once patch 2 is taken out."""
+    root = tmp_path / "ws"
+    upstream = Repo(root / "remotes" / "kern")
+    base = upstream.commit("Initial", {"csrc/kern.cpp": KERNEL_V1})
+    upstream.git("checkout", "-q", "-b", "ours")
+    upstream.commit("Add two\n\nForwarded: no\n", {"csrc/kern.cpp": KERNEL_V1.replace("x + 1", "x + 2")})
+    upstream.commit("Add three\n\nForwarded: no\n", {"csrc/kern.cpp": KERNEL_V1.replace("x + 1", "x + 3")})
+    patches = root / "patches" / "kern"
+    upstream.git("format-patch", "-q", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o", str(patches), f"{base}..ours")
+    (patches / "series").write_text("".join(f"{p.name}\n" for p in sorted(patches.glob("*.patch"))))
+    upstream.git("checkout", "-q", "main")
+    squash = upstream.commit("Add three (squashed)", {"csrc/kern.cpp": KERNEL_V1.replace("x + 1", "x + 3")})
+    from tests.conftest import MANIFEST
+
+    (root / "deps.toml").write_text(MANIFEST.format(base=base))
+    ws = GitWorkspace(root, upstream, base, tmp_path / "cache")
+    status = json.loads(ws.assemble("patches", "--format", "json").stdout)["deps"][0]["patches"]
+    assert [(p["status"], p["evidence"]["how"], p["evidence"].get("commit")) for p in status] == [
+        ("upstream", "reverse-applies", squash), ("upstream", "applies-empty", squash)]
+    code, report = rebase_json(ws, "kern")
+    assert code == 0, report
+    assert [(d["how"], d["commit"]) for d in report["dropped"]] == [("reverse-applies", squash)] * 2
+    assert git(ws.fork, "rev-parse", "HEAD") == squash
+
+
+def _rewrite_upstream(ws: GitWorkspace) -> str:
+    ws.upstream.commit("Docs", {"docs/more.md": "more\n"})
+    rewritten = KERNEL_V1.replace("const at::Tensor& x", "const at::Tensor& input").replace("x + 1", "input.add(1)")
+    return ws.upstream.commit("Rename the argument", {"csrc/kern.cpp": rewritten})
+
+
+def test_conflict_then_abort_restores_everything_byte_for_byte(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    before = snapshot(ws)
+    _rewrite_upstream(ws)
+    result = ws.assemble("rebase", "kern")
+    assert result.returncode == 5, result.stderr
+    assert "patch 0001-Use-stable-tensor-type.patch conflicts with main in csrc/kern.cpp" in result.stderr
+    assert f"git -C {ws.fork} add csrc/kern.cpp" in result.stdout
+    assert "rebase --continue kern" in result.stdout and "rebase --abort kern" in result.stdout
+    assert "<<<<<<<" in (ws.fork / "csrc" / "kern.cpp").read_text()
+    # a new start is refused while this one is open; other commands see a stopped checkout
+    again = ws.assemble("rebase", "kern")
+    assert again.returncode == 5 and "already in progress" in again.stderr
+    aborted = ws.assemble("rebase", "--abort", "kern")
+    assert aborted.returncode == 0, aborted.stderr
+    assert snapshot(ws) == before
+    assert not (ws.root / ".assemble" / "rebase" / "kern").exists()
+
+
+def test_conflict_then_continue(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    new_tip = _rewrite_upstream(ws)
+    assert ws.assemble("rebase", "kern").returncode == 5
+    kern = ws.fork / "csrc" / "kern.cpp"
+    unresolved = ws.assemble("rebase", "--continue", "kern")
+    assert unresolved.returncode == 5 and "still unresolved: csrc/kern.cpp" in unresolved.stderr
+    kern.write_text(KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor").replace("Tensor& x", "Tensor& input")
+                    .replace("x + 1", "input.add(1)"))
+    unstaged = ws.assemble("rebase", "--continue")
+    assert unstaged.returncode == 5, unstaged.stderr  # the file is still marked conflicted until `git add`
+    git(ws.fork, "add", "csrc/kern.cpp")
+    code, report = rebase_json(ws, "--continue")
+    assert code == 0, report
+    assert report["applied"] == ["0001-Use-stable-tensor-type.patch", "0002-Register-with-STABLE_TORCH_LIBRARY.patch"]
+    assert report["patches"]["written"] == report["applied"]
+    first = (ws.patches / "0001-Use-stable-tensor-type.patch").read_text()
+    assert "+torch::stable::Tensor add_one(const torch::stable::Tensor& input) {" in first
+    assert "Forwarded: https://git.invalid/kern/pull/7" in first
+    assert f'commit = "{new_tip}"' in ws.manifest.read_text()
+    # the exported series reproduces the resolved checkout exactly
+    head_tree = git(ws.fork, "rev-parse", "HEAD^{tree}")
+    shutil.rmtree(ws.fork)
+    assert ws.assemble("checkout").returncode == 0
+    assert git(ws.fork, "rev-parse", "HEAD^{tree}") == head_tree
+
+
+def test_rename_upstream_is_followed(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    ws.upstream.git("mv", "csrc/kern.cpp", "csrc/kernel.cpp")
+    ws.upstream.commit("Rename kern.cpp to kernel.cpp", {})
+    dry = ws.assemble("rebase", "kern", "--dry-run", "--json")
+    assert dry.returncode == 0 and json.loads(dry.stdout)["conflicts"] == []
+    assert not ws.fork.exists(), "a dry run creates nothing"
+    code, report = rebase_json(ws, "kern")
+    assert code == 0, report
+    assert len(report["applied"]) == 2 and report["patches"]["written"] == report["applied"]
+    assert "STABLE_TORCH_LIBRARY(kern" in (ws.fork / "csrc" / "kernel.cpp").read_text()
+    assert all("diff --git a/csrc/kernel.cpp b/csrc/kernel.cpp" in p.read_text() for p in patch_files(ws))
+
+
+def test_switch_to_a_fork_repository(git_workspace: GitWorkspace) -> None:
+    """DeepGEMM-style move: follow another repository (a fork that already carries patch 1)."""
+    ws = git_workspace
+    first, second = patch_files(ws)
+    fork_repo = Repo(ws.root / "remotes" / "kern-fork")
+    fork_repo.git("pull", "-q", str(ws.upstream.path), "main")
+    fork_repo.git("am", "-q", str(first))
+    fork_tip = fork_repo.commit("Fork: CI for the stable ABI", {"ci.yml": "build: stable\n"})
+    ws.upstream.commit("Upstream moves on elsewhere", {"README.md": "kern 2\n"})
+    url = "https://git.invalid/kern-fork"
+    code, report = rebase_json(ws, "kern", "--upstream", url)
+    assert code == 0, report
+    assert report["url"] == url and report["new_base"] == fork_tip
+    assert [d["file"] for d in report["dropped"]] == [first.name]
+    text = ws.manifest.read_text()
+    assert f'upstream = "{url}"  # the upstream' in text and f'commit = "{fork_tip}"' in text
+    assert "source" not in text and "# Test workspace: comments must survive edits." in text
+    listing = json.loads(ws.assemble("deps", "--json").stdout)["deps"][0]
+    assert listing["upstream"] == url and listing["checkout"] == "ready"
+    assert (ws.patches / "series").read_text().splitlines()[1:] == [second.name]
+
+
+def _start_and_kill(ws: GitWorkspace, delay: float, group: bool) -> bool:
+    """Start a rebase, kill -9 it ``delay`` s after its journal appears (with ``group``, its
+    git children too, as a terminal would); True if it was still running."""
+    journal = ws.root / ".assemble" / "rebase" / "kern" / "journal.json"
+    env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache)}
+    proc = subprocess.Popen([sys.executable, "-m", "assembler", "-C", str(ws.root), "rebase", "kern"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not journal.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    time.sleep(delay)
+    running = proc.poll() is None
+    if group:
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    return running and journal.exists()
+
+
+def test_kill_9_mid_rebase_is_recoverable(tmp_path: Path) -> None:
+    template = wide_workspace(tmp_path / "template")
+    assert template.assemble("checkout").returncode == 0
+    reference = _copy(template, tmp_path / "reference")
+    assert reference.assemble("rebase", "kern").returncode == 0
+    expected_manifest = reference.manifest.read_bytes()
+    expected_patches = {p.name: p.read_bytes() for p in reference.patches.iterdir()}
+    expected_head = git(reference.fork, "rev-parse", "HEAD")
+    interrupted = 0
+    cases = [(0.0, "--abort", False), (0.02, "--continue", True), (0.06, "--abort", True), (0.12, "--continue", False)]
+    for number, (delay, recovery, group) in enumerate(cases):
+        ws = _copy(template, tmp_path / f"case{number}")
+        before = snapshot(ws)
+        if not _start_and_kill(ws, delay, group):
+            continue
+        interrupted += 1
+        result = ws.assemble("rebase", recovery, "kern")
+        assert result.returncode == 0, (delay, recovery, result.stderr)
+        assert not (ws.root / ".assemble" / "rebase" / "kern").exists()
+        if recovery == "--abort":
+            assert snapshot(ws) == before, (delay, recovery)
+        else:
+            assert ws.manifest.read_bytes() == expected_manifest
+            assert {p.name: p.read_bytes() for p in ws.patches.iterdir()} == expected_patches
+            assert git(ws.fork, "rev-parse", "HEAD") == expected_head
+            assert git(ws.fork, "status", "--porcelain") == ""
+    assert interrupted >= 2
+
+
+def _copy(ws: GitWorkspace, target: Path) -> GitWorkspace:
+    """The workspace (with its upstream under remotes/ and its checkout) and its cache, copied
+    (the checkout keeps borrowing objects from the original cache, which stays)."""
+    shutil.copytree(ws.root, target / "ws", symlinks=True)
+    shutil.copytree(ws.cache, target / "cache", symlinks=True)
+    upstream = Repo.__new__(Repo)
+    upstream.path, upstream.clock = target / "ws" / "remotes" / "kern", ws.upstream.clock
+    return GitWorkspace(target / "ws", upstream, ws.base, target / "cache")
+
+
+def test_horizon_finds_the_breaking_merge(git_workspace: GitWorkspace) -> None:
+    """Twelve first-parent commits; the 7th merges a pull request that renames the
+    registration macro, which breaks patch 2. Bisection must say: horizon = 6th, broken by 7th."""
+    ws = git_workspace
+    up = ws.upstream
+    chain = []
+    for n in range(1, 13):
+        if n == 7:
+            up.git("checkout", "-q", "-b", "pr7")
+            up.commit("Rename the registration macro", {"csrc/kern.cpp": KERNEL_V1.replace("TORCH_LIBRARY(kern", "KERN_LIBRARY(kern")})
+            up.git("checkout", "-q", "main")
+            up.git("merge", "-q", "--no-ff", "-m", "Merge pull request #7", "pr7")
+            chain.append(up.head())
+        else:
+            chain.append(up.commit(f"Docs {n}", {"docs/usage.md": f"call torch.ops.kern.add_one ({n})\n"}))
+    code, report = rebase_json(ws, "kern", "--dry-run")
+    assert code == 0, report
+    assert [c["file"][:4] for c in report["conflicts"]] == ["0002"]
+    assert report["horizon"]["commit"] == chain[5] and report["horizon"]["position"] == 6 and report["horizon"]["total"] == 12
+    assert report["horizon"]["breaks"] == [{"patch": "0002-Register-with-STABLE_TORCH_LIBRARY.patch", "commit": chain[6],
+                                            "subject": "Merge pull request #7", "files": ["csrc/kern.cpp"]}]
+    assert not ws.fork.exists() and f'commit = "{ws.base}"' in ws.manifest.read_text()
+    # the real run stops at the tip with the same horizon; --abort, then --onto horizon
+    stopped = ws.assemble("rebase", "kern", "--json")
+    assert stopped.returncode == 5 and json.loads(stopped.stdout)["horizon"]["commit"] == chain[5]
+    assert ws.assemble("rebase", "--abort").returncode == 0
+    code, report = rebase_json(ws, "kern", "--onto", "horizon")
+    assert code == 0, report
+    assert report["new_base"] == chain[5] and len(report["applied"]) == 2
+    assert f'commit = "{chain[5]}"' in ws.manifest.read_text()
+
+
+def test_refuses_a_dirty_checkout_and_waits_for_the_lock(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    land_verbatim(ws, patch_files(ws)[0])
+    assert ws.assemble("checkout").returncode == 0
+    (ws.fork / "scratch.txt").write_text("my notes\n")
+    result = ws.assemble("rebase", "kern")
+    assert result.returncode == 4 and "uncommitted changes (scratch.txt)" in result.stderr
+    (ws.fork / "scratch.txt").unlink()
+    (ws.root / ".assemble").mkdir(exist_ok=True)
+    with filelock.FileLock(ws.root / ".assemble" / "lock"):
+        locked = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws.root), "rebase", "kern"], cwd=ROOT,
+                                env={**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "ASSEMBLE_LOCK_TIMEOUT": "0.2"},
+                                capture_output=True, text=True)
+    assert locked.returncode == 8, locked.stderr
+    assert f'commit = "{ws.base}"' in ws.manifest.read_text()
+
+
+def test_crash_after_export_is_recoverable(git_workspace: GitWorkspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash after patches/ and deps.toml were rewritten (the journal's last step fails, as
+    if the process died there): --abort puts both back byte for byte; --continue finishes."""
+    from assembler.upstreaming import journal, rebase
+    from assembler.workspace import open_workspace
+
+    ws = git_workspace
+    land_verbatim(ws, patch_files(ws)[0])
+    assert ws.assemble("checkout").returncode == 0
+    before = snapshot(ws)
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(ws.cache))
+    finish = journal.finish
+
+    def crash(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    for recovery in ("--abort", "--continue"):
+        monkeypatch.setattr(journal, "finish", crash)
+        workspace = open_workspace(ws.root)
+        with pytest.raises(KeyboardInterrupt):
+            rebase.start(workspace, workspace.manifest.deps["kern"])
+        monkeypatch.setattr(journal, "finish", finish)
+        assert snapshot(ws)["deps.toml"] != before["deps.toml"] and snapshot(ws)["patches"] != before["patches"]
+        result = ws.assemble("rebase", recovery)
+        assert result.returncode == 0, result.stderr
+        if recovery == "--abort":
+            assert snapshot(ws) == before
+        else:
+            assert f'commit = "{ws.upstream.head()}"' in ws.manifest.read_text()
+            assert "ready" in ws.assemble("deps").stdout
+        assert not (ws.root / ".assemble" / "rebase" / "kern").exists()
