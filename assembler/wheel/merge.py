@@ -232,6 +232,7 @@ def merge_wheel(
     try:
         with ReproducibleZip(tmp, epoch=epoch, jobs=jobs or default_jobs()) as archive:
             payload: list[Written] = [_add(archive, p) for p in placements]
+            archive.flush()  # the platform check copies the ELF members out of this file
             verdict = platform_verdict([w for w in payload if w.head == ELF_MAGIC], exclude)
             provenance = {a.dep: a.provenance() for a in artifacts}
             files: dict[str, list[str]] = {}

@@ -123,6 +123,7 @@ class ReproducibleZip:
         self._fp: BinaryIO = self._zip.fp  # type: ignore[assignment]
         self._pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="deflate") if self.jobs > 1 else None
         self._sources: dict[Path, BinaryIO] = {}
+        self._readers: dict[Path, tuple[zipfile.ZipFile, dict[int, zipfile.ZipInfo]]] = {}
         self.written: list[Written] = []
 
     def __enter__(self) -> ReproducibleZip:
@@ -135,36 +136,44 @@ class ReproducibleZip:
         for handle in self._sources.values():
             handle.close()
         self._sources.clear()
+        for reader, _ in self._readers.values():
+            reader.close()
+        self._readers.clear()
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
         self._zip.close()
 
+    def flush(self) -> None:
+        """Make every member written so far readable through the file system (another
+        ReproducibleZip may copy from this one while it is still open)."""
+        self._fp.flush()
+
     # -- members ---------------------------------------------------------------------------
 
-    def write_bytes(self, name: str, data: bytes, *, mode: int | None = None) -> Written:
+    def write_bytes(self, name: str, data: bytes) -> Written:
         pieces = [_deflate_chunk(self.level, data[start - WINDOW if start else 0:start], data[start:start + CHUNK], start + CHUNK >= len(data))
                   for start in range(0, max(len(data), 1), CHUNK)]
         digest = urlsafe_digest(hashlib.sha256(data).digest())
-        return self._member(name, mode, len(data), zlib.crc32(data), digest, data[:4], pieces)
+        return self._member(name, len(data), zlib.crc32(data), digest, data[:4], pieces)
 
-    def write_file(self, name: str, source: Path, *, mode: int | None = None) -> Written:
+    def write_file(self, name: str, source: Path) -> Written:
         size = source.stat().st_size
         if size < _INLINE or self._pool is None:
-            return self._write_stream(name, mode, size, source, self._inline_deflate(source, size))
-        return self._write_stream(name, mode, size, source, self._pool_deflate(source, size))
+            return self._write_stream(name, size, source, self._inline_deflate(source, size))
+        return self._write_stream(name, size, source, self._pool_deflate(source, size))
 
-    def copy_member(self, name: str, member: RawMember, sha256: str | None, *, mode: int | None = None) -> Written:
+    def copy_member(self, name: str, member: RawMember, sha256: str | None) -> Written:
         """Copy ``member``'s compressed bytes as they are. A deflated member keeps its bytes; any
         other compression is inflated and deflated again (wheels hold deflate or stored only)."""
         source = self._source(member.archive)
         if member.compress_type != zipfile.ZIP_DEFLATED:
-            return self._write_stream(name, mode, member.file_size, member.archive, self._recompress(member))
+            return self._write_stream(name, member.file_size, member.archive, self._recompress(member))
         offset = _data_offset(source, member)
         head = self._head(source, offset, member)
         if sha256 is None:
             sha256 = urlsafe_digest(self._inflate_digest(source, offset, member))
-        zinfo = self._zinfo(name, mode)
+        zinfo = self._zinfo(name)
         zinfo.file_size, zinfo.compress_size, zinfo.CRC = member.file_size, member.compress_size, member.crc
         zinfo.header_offset = self._fp.tell()
         self._fp.write(zinfo.FileHeader(self._zip64(member.file_size)))
@@ -173,12 +182,12 @@ class ReproducibleZip:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _zinfo(self, name: str, mode: int | None) -> zipfile.ZipInfo:
+    def _zinfo(self, name: str) -> zipfile.ZipInfo:
         if name in self._zip.NameToInfo:
-            raise InputError(f"{self.path}: {name} written twice", hint="this is a bug in the caller; placements must be unique")
+            raise ValueError(f"{self.path}: {name} written twice")
         zinfo = zipfile.ZipInfo(name, date_time=self.date_time)
         zinfo.create_system = 3  # Unix, so the mode bits below mean something
-        zinfo.external_attr = (stat.S_IFREG | (file_mode(name) if mode is None else mode)) << 16
+        zinfo.external_attr = (stat.S_IFREG | file_mode(name)) << 16
         zinfo.compress_type = zipfile.ZIP_DEFLATED
         zinfo.CRC = zinfo.compress_size = 0
         return zinfo
@@ -189,8 +198,8 @@ class ReproducibleZip:
         the same file deflated here get the same header."""
         return file_size * 1.05 > zipfile.ZIP64_LIMIT
 
-    def _member(self, name: str, mode: int | None, size: int, crc: int, sha256: str, head: bytes, pieces: list[bytes]) -> Written:
-        zinfo = self._zinfo(name, mode)
+    def _member(self, name: str, size: int, crc: int, sha256: str, head: bytes, pieces: list[bytes]) -> Written:
+        zinfo = self._zinfo(name)
         zinfo.file_size, zinfo.CRC = size, crc
         zinfo.compress_size = sum(len(p) for p in pieces)
         zinfo.header_offset = self._fp.tell()
@@ -199,10 +208,10 @@ class ReproducibleZip:
             self._fp.write(piece)
         return self._register(zinfo, sha256, head)
 
-    def _write_stream(self, name: str, mode: int | None, size: int, origin: Path, stream: Iterator[tuple[bytes, bytes]]) -> Written:
+    def _write_stream(self, name: str, size: int, origin: Path, stream: Iterator[tuple[bytes, bytes]]) -> Written:
         """Write a member whose deflated pieces arrive with the uncompressed chunk they came from;
         the header is written first and rewritten with CRC and sizes once they are known."""
-        zinfo = self._zinfo(name, mode)
+        zinfo = self._zinfo(name)
         zinfo.file_size = size
         zip64 = self._zip64(size)
         zinfo.header_offset = self._fp.tell()
@@ -266,22 +275,23 @@ class ReproducibleZip:
             yield chunk_done, future.result()
 
     def _recompress(self, member: RawMember) -> Iterator[tuple[bytes, bytes]]:
-        with zipfile.ZipFile(member.archive) as archive:
-            info = next(i for i in archive.infolist() if i.header_offset == member.header_offset)
-            with archive.open(info) as handle:
-                history = b""
-                chunk = handle.read(CHUNK)
-                while True:
-                    following = handle.read(CHUNK)
-                    yield chunk, _deflate_chunk(self.level, history, chunk, not following)
-                    if not following:
-                        return
-                    history, chunk = chunk[-WINDOW:], following
+        """Inflate a member zlib cannot copy (stored, bzip2, lzma) and deflate it like a file."""
+        if member.archive not in self._readers:
+            reader = zipfile.ZipFile(member.archive)
+            self._readers[member.archive] = (reader, {i.header_offset: i for i in reader.infolist()})
+        reader, by_offset = self._readers[member.archive]
+        with reader.open(by_offset[member.header_offset]) as handle:
+            history = b""
+            chunk = handle.read(CHUNK)
+            while True:
+                following = handle.read(CHUNK)
+                yield chunk, _deflate_chunk(self.level, history, chunk, not following)
+                if not following:
+                    return
+                history, chunk = chunk[-WINDOW:], following
 
     def _source(self, archive: Path) -> BinaryIO:
         if archive not in self._sources:
-            if archive == self.path:
-                self._fp.flush()
             self._sources[archive] = archive.open("rb")
         return self._sources[archive]
 
