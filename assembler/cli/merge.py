@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from assembler.report.output import console, emit_json, err_console
+    from assembler.report.output import console, emit_json, err_console, short
     from assembler.wheel import DEFAULT_EXCLUDES, merge_wheel
     from assembler.workspace import open_workspace
 
@@ -43,15 +43,19 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.to_json())
         return 0
-    table = Table(title=f"{result.wheel.name}")
-    for column in ("dependency", "files shipped", "not shipped"):
+    table = Table()
+    for column in ("dependency", "commit", "patches", "archs", "files shipped", "not shipped"):
         table.add_column(column)
-    for dep, paths in result.files.items():
-        table.add_row(dep, str(len(paths)), str(len(result.unshipped.get(dep, ()))))
+    for dep, record in result.provenance.items():
+        table.add_row(
+            dep, short(record["commit"]), str(len(record["patches"])), " ".join(record["archs"]) or "-",
+            str(len(result.files.get(dep, ()))), str(len(result.unshipped.get(dep, ()))),
+        )
     console.print(table)
     for warning in result.warnings:
-        err_console.print(f"[yellow]warning:[/] {warning}", markup=True, emoji=False)
-    cached = " (cached verdict)" if result.platform.cached else ""
-    console.print(f"platform {result.platform.tag}{cached}, {result.size / 1e6:.1f} MB in {result.seconds:.2f} s")
-    console.print(f"wheel: {result.wheel}")
+        err_console.print(f"[yellow]warning:[/] {warning}", markup=True, emoji=False, soft_wrap=True)
+    size = f"{result.size / 1e6:.1f} MB" if result.size >= 100_000 else f"{result.size / 1e3:.0f} kB"
+    cached = ", platform verdict cached" if result.platform.cached else ""
+    console.print(f"merged in {result.seconds:.2f} s ({size}{cached})", soft_wrap=True)
+    console.print(f"wheel: {result.wheel}", soft_wrap=True)
     return 0

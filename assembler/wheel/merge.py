@@ -56,6 +56,7 @@ class MergeResult:
     version: str
     cuda: str
     platform: PlatformVerdict
+    provenance: dict[str, dict[str, Any]]  # dep -> commit, patches, key, toolchain, archs
     files: dict[str, tuple[str, ...]]  # dep -> wheel paths it ships
     unshipped: dict[str, tuple[str, ...]]  # dep -> payload paths no install pattern matched
     warnings: tuple[str, ...] = field(default=())
@@ -71,6 +72,7 @@ class MergeResult:
             "policy": self.platform.policy, "platform": list(self.platform.platforms), "platform_cached": self.platform.cached,
             "symbol_policy": self.platform.symbol_policy, "external_libs": list(self.platform.external_libs),
             "size": self.size, "seconds": round(self.seconds, 3),
+            "deps": self.provenance,
             "files": {k: list(v) for k, v in self.files.items()},
             "unshipped": {k: list(v) for k, v in self.unshipped.items()},
             "warnings": list(self.warnings),
@@ -249,7 +251,7 @@ def merge_wheel(
     finally:
         tmp.unlink(missing_ok=True)
     return MergeResult(
-        wheel=wheel, version=version, cuda=cuda, platform=verdict,
+        wheel=wheel, version=version, cuda=cuda, platform=verdict, provenance=provenance,
         files={dep: tuple(paths) for dep, paths in files.items()}, unshipped=unshipped,
         warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started,
     )
