@@ -1,0 +1,248 @@
+"""Dynamic symbols and DT_NEEDED of an ELF shared object, read through a :class:`ByteSource`.
+
+Everything comes from where the dynamic loader looks: the program headers (at the start) give
+``PT_DYNAMIC``; ``.dynamic`` gives ``DT_SYMTAB``, ``DT_STRTAB``, ``DT_STRSZ``, the hash table and
+``DT_NEEDED``.  The number of symbols comes from the section headers when they are at hand (as
+``nm`` counts), else from ``DT_GNU_HASH`` / ``DT_HASH`` (as the loader does).  When the end of
+the file was decoded from the middle of a deflate stream (see :mod:`assembler.audit.deflate`),
+the section headers must agree with the program headers and ``.dynamic`` or that decode is
+discarded and the member inflated from the start.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from assembler.audit.member import ByteSource
+from assembler.errors import InputError
+
+PT_LOAD, PT_DYNAMIC = 1, 2
+SHT_DYNAMIC, SHT_DYNSYM = 6, 11
+DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_SONAME = 0, 1, 4, 5, 6, 10, 11, 14
+DT_GNU_HASH = 0x6FFFFEF5
+STB_LOCAL = 0
+
+
+class DynSymbol(NamedTuple):
+    name: str
+    defined: bool
+    local: bool
+
+
+@dataclass(frozen=True)
+class DynamicInfo:
+    symbols: tuple[DynSymbol, ...]  # .dynsym without its null entry
+    needed: tuple[str, ...]
+    soname: str | None
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """struct formats for one ELF class and byte order."""
+
+    endian: str
+    header: str
+    phdr: str
+    shdr: str
+    dyn: str
+    sym: str
+    word: int  # bytes in a GNU hash bloom word
+
+    def unpack(self, fmt: str, data: bytes, offset: int = 0) -> tuple:
+        return struct.unpack_from(self.endian + fmt, data, offset)
+
+    def size(self, fmt: str) -> int:
+        return struct.calcsize(self.endian + fmt)
+
+
+_ELF64 = ("16sHHIQQQIHHHHHH", "IIQQQQQQ", "IIQQQQIIQQ", "qQ", "IBBHQQ", 8)
+_ELF32 = ("16sHHIIIIIHHHHHH", "IIIIIIII", "IIIIIIIIII", "iI", "IIIBBH", 4)
+
+
+class _TailMismatch(Exception):
+    """Section headers decoded from the tail do not fit the rest of the file."""
+
+
+class _Segment(NamedTuple):
+    offset: int
+    vaddr: int
+    filesz: int
+
+
+def read_dynamic(src: ByteSource) -> DynamicInfo:
+    """The dynamic symbols, DT_NEEDED and DT_SONAME of ``src``; InputError when it is not a sound ELF."""
+    try:
+        return _read(src)
+    except _TailMismatch:
+        src.forget_tail()
+        return _read(src)
+
+
+def _layout(src: ByteSource) -> _Layout:
+    ident = src.read(0, min(16, src.size))
+    if ident[:4] != b"\x7fELF":
+        raise InputError(f"{src.name}: not an ELF file (a shared object was expected)")
+    if ident[4] not in (1, 2) or ident[5] not in (1, 2):
+        raise InputError(f"{src.name}: unknown ELF class {ident[4]} / byte order {ident[5]}")
+    header, phdr, shdr, dyn, sym, word = _ELF64 if ident[4] == 2 else _ELF32
+    return _Layout("<" if ident[5] == 1 else ">", header, phdr, shdr, dyn, sym, word)
+
+
+def _read(src: ByteSource) -> DynamicInfo:
+    lay = _layout(src)
+    hdr = lay.unpack(lay.header, src.read(0, lay.size(lay.header)))
+    e_phoff, e_shoff = hdr[5], hdr[6]
+    e_phentsize, e_phnum, e_shentsize, e_shnum = hdr[9], hdr[10], hdr[11], hdr[12]
+    if e_phnum and e_phentsize < lay.size(lay.phdr):
+        raise InputError(f"{src.name}: corrupt ELF program header size {e_phentsize}")
+    raw = src.read(e_phoff, e_phnum * e_phentsize)
+    loads: list[_Segment] = []
+    dynamic: _Segment | None = None
+    for i in range(e_phnum):
+        p = lay.unpack(lay.phdr, raw, i * e_phentsize)
+        # ELF64 puts p_flags second; ELF32 puts it sixth: offset, vaddr, filesz are at fixed spots.
+        seg = _Segment(p[2], p[3], p[5]) if lay.word == 8 else _Segment(p[1], p[2], p[4])
+        if p[0] == PT_LOAD:
+            loads.append(seg)
+        elif p[0] == PT_DYNAMIC:
+            dynamic = seg
+    if dynamic is None:
+        return DynamicInfo(symbols=(), needed=(), soname=None)
+    for seg in loads:
+        if seg.offset == 0:
+            src.retain_head(seg.filesz)
+    src.prefetch_tail(min(dynamic.offset, e_shoff) if e_shoff else dynamic.offset)
+
+    entries = _dynamic_entries(src, lay, dynamic)
+
+    def address(tag: int) -> int | None:
+        values = entries.get(tag)
+        return _file_offset(src, loads, values[0], tag) if values else None
+
+    symtab, strtab = address(DT_SYMTAB), address(DT_STRTAB)
+    if symtab is None or strtab is None:
+        raise InputError(f"{src.name}: .dynamic has no DT_SYMTAB or DT_STRTAB (corrupt ELF)")
+    syment = entries.get(DT_SYMENT, [lay.size(lay.sym)])[0]
+    strsz = entries.get(DT_STRSZ, [None])[0]
+
+    count: int | None = None
+    sections = _section_headers(src, lay, e_shoff, e_shnum, e_shentsize)
+    if sections is not None:
+        count, sh_strsz = _check_sections(src, sections, dynamic, entries, symtab)
+        strsz = strsz if strsz is not None else sh_strsz
+    elif src.used_tail:
+        raise _TailMismatch  # nothing to cross-check the decoded tail with
+    if count is None:
+        count = _hash_count(src, lay, address(DT_GNU_HASH), address(DT_HASH))
+    if count is None or strsz is None:
+        raise InputError(f"{src.name}: cannot size .dynsym / .dynstr (no section headers, hash table or DT_STRSZ)")
+
+    strings = src.read(strtab, strsz)
+    table = src.read(symtab, count * syment)
+    symbols = []
+    for i in range(1, count):
+        st = lay.unpack(lay.sym, table, i * syment)
+        st_name, st_info, st_shndx = (st[0], st[1], st[3]) if lay.word == 8 else (st[0], st[3], st[5])
+        symbols.append(DynSymbol(_string(src, strings, st_name), st_shndx != 0, st_info >> 4 == STB_LOCAL))
+    soname = entries.get(DT_SONAME)
+    return DynamicInfo(
+        symbols=tuple(symbols),
+        needed=tuple(_string(src, strings, v) for v in entries.get(DT_NEEDED, [])),
+        soname=_string(src, strings, soname[0]) if soname else None,
+    )
+
+
+def _dynamic_entries(src: ByteSource, lay: _Layout, dynamic: _Segment) -> dict[int, list[int]]:
+    raw = src.read(dynamic.offset, dynamic.filesz)
+    entries: dict[int, list[int]] = {}
+    for tag, value in struct.iter_unpack(lay.endian + lay.dyn, raw[: len(raw) - len(raw) % lay.size(lay.dyn)]):
+        if tag == DT_NULL:
+            return entries
+        entries.setdefault(tag, []).append(value)
+    if src.used_tail:
+        raise _TailMismatch
+    raise InputError(f"{src.name}: .dynamic has no DT_NULL terminator (corrupt ELF)")
+
+
+def _file_offset(src: ByteSource, loads: list[_Segment], vaddr: int, tag: int) -> int:
+    for seg in loads:
+        if seg.vaddr <= vaddr < seg.vaddr + seg.filesz:
+            return vaddr - seg.vaddr + seg.offset
+    if src.used_tail:
+        raise _TailMismatch
+    raise InputError(f"{src.name}: dynamic tag {tag:#x} points outside every loaded segment (corrupt ELF)")
+
+
+def _section_headers(src: ByteSource, lay: _Layout, shoff: int, shnum: int, shentsize: int) -> list[tuple] | None:
+    """Section headers, when present and cheap to read (a file, or inside the decoded tail)."""
+    if not shoff or shentsize < lay.size(lay.shdr):
+        return None
+    if shnum == 0:  # extended numbering: the count sits in section 0's sh_size
+        if not src.cheap(shoff, shentsize):
+            return None
+        shnum = lay.unpack(lay.shdr, src.read(shoff, shentsize))[5]
+    if not src.cheap(shoff, shnum * shentsize) or shoff + shnum * shentsize > src.size:
+        return None
+    raw = src.read(shoff, shnum * shentsize)
+    return [lay.unpack(lay.shdr, raw, i * shentsize) for i in range(shnum)]
+
+
+def _check_sections(
+    src: ByteSource, sections: list[tuple], dynamic: _Segment, entries: dict[int, list[int]], symtab: int
+) -> tuple[int | None, int | None]:
+    """The .dynsym entry count and .dynstr size from the section headers, if they agree with .dynamic.
+
+    Fields of a section header: name, type, flags, addr, offset, size, link, info, align, entsize.
+    """
+    dynsym = next((s for s in sections if s[1] == SHT_DYNSYM and s[4] == symtab), None)
+    dynsec = next((s for s in sections if s[1] == SHT_DYNAMIC), None)
+    agree = (
+        dynsym is not None
+        and dynsec is not None
+        and dynsec[4] == dynamic.offset
+        and dynsym[3] == entries[DT_SYMTAB][0]
+        and dynsym[9] > 0
+        and dynsym[6] < len(sections)
+        and sections[dynsym[6]][3] == entries[DT_STRTAB][0]
+        and (DT_STRSZ not in entries or sections[dynsym[6]][5] == entries[DT_STRSZ][0])
+    )
+    if not agree:
+        if src.used_tail:
+            raise _TailMismatch
+        return None, None  # odd section headers (stripped by a tool?): the loader's view decides
+    assert dynsym is not None
+    return dynsym[5] // dynsym[9], sections[dynsym[6]][5]
+
+
+def _hash_count(src: ByteSource, lay: _Layout, gnu_hash: int | None, sysv_hash: int | None) -> int | None:
+    """Number of .dynsym entries from DT_GNU_HASH (last chain's end) or DT_HASH (nchain)."""
+    if sysv_hash is not None:
+        return lay.unpack("I", src.read(sysv_hash + 4, 4))[0]
+    if gnu_hash is None:
+        return None
+    nbuckets, symoffset, bloom_size, _shift = lay.unpack("4I", src.read(gnu_hash, 16))
+    buckets_at = gnu_hash + 16 + bloom_size * lay.word
+    buckets = lay.unpack(f"{nbuckets}I", src.read(buckets_at, 4 * nbuckets))
+    last = max(buckets, default=0)
+    if last < symoffset:
+        return symoffset
+    chain_at = buckets_at + 4 * nbuckets
+    index = last
+    while True:  # walk the last bucket's chain to its terminator (low bit set)
+        n = min(256, (src.size - (chain_at + 4 * (index - symoffset))) // 4)
+        if n <= 0:
+            raise InputError(f"{src.name}: unterminated DT_GNU_HASH chain (corrupt ELF)")
+        chain = lay.unpack(f"{n}I", src.read(chain_at + 4 * (index - symoffset), 4 * n))
+        for value in chain:
+            if value & 1:
+                return index + 1
+            index += 1
+
+
+def _string(src: ByteSource, strings: bytes, offset: int) -> str:
+    end = strings.find(b"\0", offset)
+    if offset >= len(strings) or end < 0:
+        raise InputError(f"{src.name}: string offset {offset} outside .dynstr (corrupt ELF)")
+    return strings[offset:end].decode("utf-8", "replace")
