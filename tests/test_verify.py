@@ -184,6 +184,17 @@ def test_scan_tells_python_modules_op_libraries_and_cuda_needs(libraries: dict[s
     assert found["verifydemo/_C.abi3.so"].cuda_libs == ()
 
 
+def test_outside_a_workspace_each_extension_must_load(workspace: Path, tmp_path: Path) -> None:
+    result = run_assemble("verify", str(wheel(workspace)), "--torch", OLD, "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "no deps.toml found" in result.stderr
+    matrix = cells(result)
+    assert {dep for dep, _ in matrix} == {"verifydemo/_C.abi3.so", "verifydemo_unstable/libunstable_ops.so", "verifydemo_cuda/libcuda_ops.so"}
+    assert matrix[("verifydemo/_C.abi3.so", OLD)]["status"] == "PASS"
+    assert matrix[("verifydemo_unstable/libunstable_ops.so", OLD)]["status"] == "PASS"
+    assert matrix[("verifydemo_cuda/libcuda_ops.so", OLD)]["status"] == "SKIPPED"  # needs libcudart
+
+
 def test_missing_wheel_is_exit_2(workspace: Path) -> None:
     result = verify(workspace, str(workspace / "nope.whl"), "--torch", OLD)
     assert result.returncode == 2
