@@ -196,7 +196,8 @@ def _decode_tail(data: bytes, bit: int, size: int, keep: int) -> Tail | None:
     begin = size - produced  # uncompressed offset of the first decoded byte
     if begin + last_diff >= size - keep:
         return None
-    return Tail(offset=size - keep, data=b"".join(pieces)[-keep:])
+    pieces[0] = pieces[0][kept - keep :]
+    return Tail(offset=size - keep, data=b"".join(pieces))
 
 
 def _last_difference(a: bytes, b: bytes) -> int:

@@ -71,13 +71,17 @@ class _Segment(NamedTuple):
     filesz: int
 
 
-def read_dynamic(src: ByteSource) -> DynamicInfo:
-    """The dynamic symbols, DT_NEEDED and DT_SONAME of ``src``; InputError when it is not a sound ELF."""
+def read_dynamic(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None = None) -> DynamicInfo:
+    """The dynamic symbols, DT_NEEDED and DT_SONAME of ``src``; InputError when it is not a sound ELF.
+
+    With ``defined_prefixes``, defined symbols are only kept (and their names only decoded) when
+    their name starts with one of them: large objects export thousands of symbols an audit skips.
+    """
     try:
-        return _read(src)
+        return _read(src, defined_prefixes)
     except _TailMismatch:
         src.forget_tail()
-        return _read(src)
+        return _read(src, defined_prefixes)
 
 
 def _layout(src: ByteSource) -> _Layout:
@@ -90,7 +94,7 @@ def _layout(src: ByteSource) -> _Layout:
     return _Layout("<" if ident[5] == 1 else ">", header, phdr, shdr, dyn, sym, word)
 
 
-def _read(src: ByteSource) -> DynamicInfo:
+def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> DynamicInfo:
     lay = _layout(src)
     hdr = lay.unpack(lay.header, src.read(0, lay.size(lay.header)))
     e_phoff, e_shoff = hdr[5], hdr[6]
@@ -141,11 +145,15 @@ def _read(src: ByteSource) -> DynamicInfo:
 
     strings = src.read(strtab, strsz)
     table = src.read(symtab, count * syment)
+    if syment != lay.size(lay.sym):
+        raise InputError(f"{src.name}: unexpected dynamic symbol size {syment} (corrupt ELF)")
     symbols = []
-    for i in range(1, count):
-        st = lay.unpack(lay.sym, table, i * syment)
-        st_name, st_info, st_shndx = (st[0], st[1], st[3]) if lay.word == 8 else (st[0], st[3], st[5])
-        symbols.append(DynSymbol(_string(src, strings, st_name), st_shndx != 0, st_info >> 4 == STB_LOCAL))
+    name_at, info_at, shndx_at = (0, 1, 3) if lay.word == 8 else (0, 3, 5)
+    for st in struct.iter_unpack(lay.endian + lay.sym, table[syment:]):
+        defined = st[shndx_at] != 0
+        if defined and defined_prefixes is not None and not strings.startswith(defined_prefixes, st[name_at]):
+            continue
+        symbols.append(DynSymbol(_string(src, strings, st[name_at]), defined, st[info_at] >> 4 == STB_LOCAL))
     soname = entries.get(DT_SONAME)
     return DynamicInfo(
         symbols=tuple(symbols),

@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from assembler import __version__
-from assembler.cli import build, checkout, deps, export, merge, patches, rebase, verify
+from assembler.cli import audit, build, checkout, deps, export, merge, patches, rebase, verify
 from assembler.errors import AssembleError
 
-COMMANDS = [deps, checkout, export, patches, rebase, build, verify, merge]
+COMMANDS = [deps, checkout, export, patches, rebase, build, verify, merge, audit]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,136 @@
+"""Audit results and their JSON form (``assemble audit --json``), schema version 1.
+
+One object per PATH (a JSON array when several PATHs are given)::
+
+    {
+      "schema": 1,
+      "path": "dist/vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl",
+      "kind": "wheel",                 # wheel | directory | file
+      "tags": ["cp38-abi3-manylinux_2_28_x86_64"],
+      "abi3_floor": "3.8",             # from an abi3 tag; null when there is none
+      "torch_abi": "STABLE",           # UNSTABLE if any object is, else STABLE if any is, else NO-TORCH
+      "min_torch": "2.13.0",           # highest over the objects; null without shim symbols
+      "cpython_abi": "ABI3-MISMATCH",  # NON-ABI3 | ABI3-MISMATCH | ABI3 | NO-PYTHON (see below)
+      "min_python": "3.11",            # highest over the objects; null without limited-API symbols
+      "sources": {"torch": "...", "cpython": "..."},   # where the version tables came from
+      "extensions": [                  # every ELF shared object, Python extension or not
+        {
+          "path": "vllm/_qutlass_C.abi3.so",   # inside the wheel / relative to the directory
+          "kind": "extension",         # extension (defines PyInit_* / PyModExport_*) | library
+          "torch_abi": "STABLE",       # STABLE | UNSTABLE | NO-TORCH
+          "stable_shim": 63,           # undefined aoti_torch_* / torch_* symbols
+          "unstable": 0,               # undefined symbols naming at:: / c10:: / torch:: (not stable/headeronly)
+          "unstable_symbols": [],      # those, demangled
+          "min_torch": "2.13.0",       # release that added the newest shim symbol used; null if none
+          "min_torch_symbols": ["torch_exception_get_what", "..."],  # symbols added in min_torch
+                                       # (empty at the 2.9.0 baseline, which no single symbol sets)
+          "unknown_shim_symbols": [],  # shim symbols the table does not know: min_torch is a lower bound
+          "abi3_compliant": true,      # no non-limited CPython symbol (module entry points excepted)
+          "abi3_violations": [],       # non-limited Py*/_Py* symbols
+          "min_python": "3.8",         # Python that added the newest limited-API symbol used; null if none
+          "min_python_symbols": ["..."],
+          "newer_than_tag": {},        # limited-API symbols added after abi3_floor: {symbol: version}
+          "needed": ["libtorch.so", "libc10.so", "..."]   # DT_NEEDED, in order
+        }
+      ]
+    }
+
+``cpython_abi``: NON-ABI3 when an object uses non-limited CPython symbols; ABI3-MISMATCH when
+it stays in the limited API but needs a newer Python than the abi3 tag; ABI3 when it stays
+within both; NO-PYTHON when no object references the CPython API.  Fields are only ever added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SCHEMA = 1
+NON_ABI3, ABI3_MISMATCH, ABI3, NO_PYTHON = "NON-ABI3", "ABI3-MISMATCH", "ABI3", "NO-PYTHON"
+
+
+@dataclass(frozen=True)
+class ElfReport:
+    path: str
+    kind: str
+    torch_abi: str
+    stable_shim: int
+    unstable: int
+    unstable_symbols: tuple[str, ...]
+    min_torch: str | None
+    min_torch_symbols: tuple[str, ...]
+    unknown_shim_symbols: tuple[str, ...]
+    abi3_compliant: bool
+    abi3_violations: tuple[str, ...]
+    min_python: str | None
+    min_python_symbols: tuple[str, ...]
+    newer_than_tag: dict[str, str]
+    needed: tuple[str, ...]
+
+    def to_json(self) -> dict:
+        return {
+            "path": self.path,
+            "kind": self.kind,
+            "torch_abi": self.torch_abi,
+            "stable_shim": self.stable_shim,
+            "unstable": self.unstable,
+            "unstable_symbols": list(self.unstable_symbols),
+            "min_torch": self.min_torch,
+            "min_torch_symbols": list(self.min_torch_symbols),
+            "unknown_shim_symbols": list(self.unknown_shim_symbols),
+            "abi3_compliant": self.abi3_compliant,
+            "abi3_violations": list(self.abi3_violations),
+            "min_python": self.min_python,
+            "min_python_symbols": list(self.min_python_symbols),
+            "newer_than_tag": dict(self.newer_than_tag),
+            "needed": list(self.needed),
+        }
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split("."))
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    path: str
+    kind: str
+    tags: tuple[str, ...]
+    abi3_floor: str | None
+    extensions: tuple[ElfReport, ...]
+    sources: dict[str, str]
+
+    @property
+    def torch_abi(self) -> str:
+        verdicts = {e.torch_abi for e in self.extensions}
+        return "UNSTABLE" if "UNSTABLE" in verdicts else "STABLE" if "STABLE" in verdicts else "NO-TORCH"
+
+    @property
+    def min_torch(self) -> str | None:
+        return max((e.min_torch for e in self.extensions if e.min_torch), key=_version_key, default=None)
+
+    @property
+    def min_python(self) -> str | None:
+        return max((e.min_python for e in self.extensions if e.min_python), key=_version_key, default=None)
+
+    @property
+    def cpython_abi(self) -> str:
+        if any(e.abi3_violations for e in self.extensions):
+            return NON_ABI3
+        if any(e.newer_than_tag for e in self.extensions):
+            return ABI3_MISMATCH
+        return ABI3 if self.min_python else NO_PYTHON
+
+    def to_json(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "path": self.path,
+            "kind": self.kind,
+            "tags": list(self.tags),
+            "abi3_floor": self.abi3_floor,
+            "torch_abi": self.torch_abi,
+            "min_torch": self.min_torch,
+            "cpython_abi": self.cpython_abi,
+            "min_python": self.min_python,
+            "sources": dict(self.sources),
+            "extensions": [e.to_json() for e in self.extensions],
+        }

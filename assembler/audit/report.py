@@ -1,0 +1,90 @@
+"""Audit reports for people: one rich table per PATH, details with ``-v``."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from assembler.audit.model import ABI3, ABI3_MISMATCH, NO_PYTHON, AuditReport, ElfReport
+
+_TORCH_STYLE = {"STABLE": "green", "UNSTABLE": "bold red", "NO-TORCH": "dim"}
+_CPYTHON_STYLE = {ABI3: "green", ABI3_MISMATCH: "yellow", NO_PYTHON: "dim"}
+
+
+def _abi3_cell(e: ElfReport) -> str:
+    if e.abi3_violations:
+        return f"[bold red]no ({len(e.abi3_violations)})[/]"
+    if e.newer_than_tag:
+        return "[yellow]too new[/]"
+    return "[green]yes[/]" if e.min_python else "[dim]-[/]"
+
+
+def _needed_cell(e: ElfReport, verbose: bool) -> str:
+    if verbose or len(e.needed) <= 2:
+        return escape(", ".join(e.needed))
+    return escape(", ".join(e.needed[:2])) + f" [dim]+{len(e.needed) - 2}[/]"
+
+
+def _details(e: ElfReport) -> list[str]:
+    lines = []
+
+    def add(label: str, items: list[str] | tuple[str, ...]) -> None:
+        if items:
+            lines.append(f"  [bold]{escape(e.path)}[/] {label}: " + escape(", ".join(items)))
+
+    add("[red]unstable[/]", e.unstable_symbols)
+    add(f"min torch {e.min_torch} set by", e.min_torch_symbols)
+    add("[yellow]shim symbols unknown to the table[/]", e.unknown_shim_symbols)
+    add("[red]outside the limited API[/]", e.abi3_violations)
+    add("[yellow]newer than the abi3 tag[/]", [f"{n} ({v})" for n, v in e.newer_than_tag.items()])
+    if not e.newer_than_tag:
+        add(f"min Python {e.min_python} set by", e.min_python_symbols)
+    return lines
+
+
+def render(report: AuditReport, console: Console, verbose: bool = False) -> None:
+    torch = f"[{_TORCH_STYLE[report.torch_abi]}]{report.torch_abi}[/]"
+    if report.min_torch:
+        torch += f" (min torch {report.min_torch})"
+    cpython = f"[{_CPYTHON_STYLE.get(report.cpython_abi, 'bold red')}]{report.cpython_abi}[/]"
+    tag = f"abi3 tag {report.abi3_floor}" if report.abi3_floor else "no abi3 tag"
+    py = f", needs {report.min_python}" if report.min_python else ""
+    table = Table(
+        title=f"{escape(report.path)}\ntorch {torch}   CPython {cpython} ({tag}{py})",
+        title_justify="left",
+        show_lines=False,
+    )
+    for column, justify in (
+        ("object", "left"), ("kind", "left"), ("torch", "left"), ("shim", "right"), ("unstable", "right"),
+        ("min torch", "left"), ("abi3", "left"), ("min py", "left"), ("needed", "left"),
+    ):
+        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for e in report.extensions:
+        min_torch = (e.min_torch or "-") + ("+?" if e.unknown_shim_symbols else "")
+        table.add_row(
+            escape(e.path),
+            e.kind,
+            f"[{_TORCH_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
+            str(e.stable_shim),
+            f"[red]{e.unstable}[/]" if e.unstable else "0",
+            min_torch,
+            _abi3_cell(e),
+            e.min_python or "-",
+            _needed_cell(e, verbose),
+        )
+    console.print(table)
+    if not report.extensions:
+        console.print("  no ELF shared objects found")
+    details = [line for e in report.extensions for line in _details(e)] if verbose else []
+    for line in details:
+        console.print(line, soft_wrap=True)
+    unknown = sum(1 for e in report.extensions if e.unknown_shim_symbols)
+    if unknown and not verbose:
+        console.print(
+            f"  [yellow]{unknown} object(s) use shim symbols the torch table does not know[/] "
+            "(min torch marked +?; -v lists them; `assemble audit --refresh-torch-table` updates the table)"
+        )
+    if verbose:
+        for name, source in report.sources.items():
+            console.print(f"  [dim]{name} data: {escape(source)}[/]", soft_wrap=True)

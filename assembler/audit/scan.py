@@ -1,0 +1,132 @@
+"""Audit PATHs: every ELF shared object read in place, classified for torch and CPython ABI.
+
+Objects are independent, so large wheels are spread over threads: inflating (zlib releases the
+GIL) dominates, and the biggest members go first so the longest one does not finish last.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from assembler.audit.classify import classify_torch
+from assembler.audit.cpython import classify_cpython, describe_source, format_py, is_entry_point, limited_api
+from assembler.audit.elf import read_dynamic
+from assembler.audit.model import AuditReport, ElfReport
+from assembler.audit.torchdata import DEFAULT_TABLE, TorchTable, load_table
+from assembler.audit.wheelsource import FileJob, Job, PyVersion, open_job, open_target
+from assembler.errors import InputError
+
+_PARALLEL_FROM = 16 << 20  # compressed bytes of deflated members worth a thread pool
+
+CHECKS = ("torch", "abi3", "all")
+
+
+def audit_object(job: Job, floor: PyVersion | None, table: TorchTable) -> ElfReport:
+    """Read one shared object's dynamic section and classify it."""
+    source = open_job(job)
+    try:
+        info = read_dynamic(source, defined_prefixes=(b"Py", b"_Py"))
+    except OSError as error:
+        raise InputError(f"{source.name}: {error.strerror or error}") from None
+    finally:
+        source.close()
+    undefined = [s.name for s in info.symbols if not s.defined]
+    extension = any(s.defined and not s.local and is_entry_point(s.name) for s in info.symbols)
+    torch = classify_torch(undefined, table)
+    python = classify_cpython(info.symbols, floor)
+    return ElfReport(
+        path=job.name,
+        kind="extension" if extension else "library",
+        torch_abi=torch.verdict,
+        stable_shim=torch.stable_shim,
+        unstable=len(torch.unstable_symbols),
+        unstable_symbols=torch.unstable_symbols,
+        min_torch=torch.min_torch,
+        min_torch_symbols=torch.min_torch_symbols,
+        unknown_shim_symbols=torch.unknown_shim_symbols,
+        abi3_compliant=not python.violations,
+        abi3_violations=python.violations,
+        min_python=python.min_python,
+        min_python_symbols=python.min_python_symbols,
+        newer_than_tag=python.newer_than_tag,
+        needed=info.needed,
+    )
+
+
+def _cost(job: Job) -> int:
+    return 0 if isinstance(job, FileJob) or job.compress_type == 0 else job.compress_size
+
+
+def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers: int | None = None) -> list[AuditReport]:
+    """One report per path; InputError (exit 2) for a missing path, a bad wheel or a broken ELF."""
+    table = load_table(table_path)
+    targets = [open_target(Path(p)) for p in paths]
+    work = [(t, job) for t in targets for job in t.jobs]
+    floors = {t.path: t.abi3_floor for t in targets}
+    if workers is None:
+        workers = len(os.sched_getaffinity(0)) if sum(_cost(j) for _, j in work) >= _PARALLEL_FROM else 1
+    order = sorted(range(len(work)), key=lambda i: -_cost(work[i][1]))
+    results: dict[int, ElfReport] = {}
+    if workers > 1 and len(work) > 1:
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            pool.submit(limited_api)  # import abi3info while the first members inflate
+            pool.submit(describe_source)
+            futures = {i: pool.submit(audit_object, work[i][1], floors[work[i][0].path], table) for i in order}
+            for i, future in futures.items():
+                results[i] = future.result()
+    else:
+        for i in order:
+            results[i] = audit_object(work[i][1], floors[work[i][0].path], table)
+    sources = {"torch": table.describe(), "cpython": describe_source()}
+    reports = []
+    for target in targets:
+        floor = target.abi3_floor
+        reports.append(
+            AuditReport(
+                path=target.path,
+                kind=target.kind,
+                tags=target.tags,
+                abi3_floor=format_py(floor) if floor else None,
+                extensions=tuple(results[i] for i, (t, _) in enumerate(work) if t is target),
+                sources=sources,
+            )
+        )
+    return reports
+
+
+def _listing(names: Iterable[str], limit: int = 3) -> str:
+    names = list(names)
+    more = f", +{len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def check(report: AuditReport, what: str) -> list[str]:
+    """Gate findings for ``what`` (torch | abi3 | all), one line each; empty means it passes."""
+    if what not in CHECKS:
+        raise InputError(f"unknown audit check {what!r}", hint=f"use one of: {', '.join(CHECKS)}")
+    findings = []
+    if what in ("torch", "all"):
+        for e in report.extensions:
+            if e.torch_abi == "UNSTABLE":
+                findings.append(
+                    f"{report.path}: {e.path} uses the unstable LibTorch C++ ABI "
+                    f"({e.unstable} symbols: {_listing(e.unstable_symbols)})"
+                )
+    if what in ("abi3", "all"):
+        if report.kind == "wheel" and report.abi3_floor is None:
+            findings.append(f"{report.path}: the wheel is not tagged abi3 ({_listing(report.tags)})")
+        for e in report.extensions:
+            if e.abi3_violations:
+                findings.append(
+                    f"{report.path}: {e.path} uses CPython API outside the limited API: {_listing(e.abi3_violations)}"
+                )
+            if e.newer_than_tag:
+                newest = {n: v for n, v in e.newer_than_tag.items() if v == e.min_python}
+                findings.append(
+                    f"{report.path}: {e.path} needs Python {e.min_python} ({_listing(newest)}) "
+                    f"but the wheel is tagged abi3 for Python {report.abi3_floor}"
+                )
+    return findings

@@ -1,0 +1,124 @@
+"""What a PATH names: a wheel (members read in place), a directory tree, or one shared object.
+
+Nothing is extracted: a wheel's central directory gives each shared object's offset and sizes
+(:class:`MemberInfo`), which :mod:`assembler.audit.member` reads lazily.  The wheel's abi3 tag
+(``cp38-abi3`` -> Python 3.8) is the floor extensions are checked against.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from assembler.audit.member import DeflatedMember, FileSource, MemberInfo, StoredMember, open_member
+from assembler.errors import InputError
+
+PyVersion = tuple[int, int]
+_SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
+_WHEEL_FILE = re.compile(r"^[^/]+\.dist-info/WHEEL$")
+
+
+@dataclass(frozen=True)
+class FileJob:
+    path: str  # on disk
+    name: str  # as reported: relative to the directory given, or the file's name
+
+
+Job = MemberInfo | FileJob
+
+
+@dataclass(frozen=True)
+class Target:
+    path: str
+    kind: str  # "wheel" | "directory" | "file"
+    tags: tuple[str, ...]  # wheel tags, e.g. ("cp38-abi3-manylinux_2_28_x86_64",)
+    jobs: tuple[Job, ...]
+
+    @property
+    def abi3_floor(self) -> PyVersion | None:
+        """The Python version an abi3 tag promises (the highest when several are abi3)."""
+        floors = []
+        for tag in self.tags:
+            interpreters, _, rest = tag.partition("-")
+            if rest.split("-")[0] == "abi3":
+                floors += [_cp_version(i) for i in interpreters.split(".") if _cp_version(i)]
+        return max(floors, default=None)
+
+
+def _cp_version(interpreter: str) -> PyVersion | None:
+    match = re.fullmatch(r"cp(\d)(\d+)", interpreter)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def is_shared_object_name(name: str) -> bool:
+    return bool(_SHARED_OBJECT.search(name))
+
+
+def open_target(path: Path) -> Target:
+    if path.is_dir():
+        return _directory(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file or directory")
+    if path.suffix == ".whl" or zipfile.is_zipfile(path):
+        return _wheel(path)
+    return Target(str(path), "file", (), (FileJob(str(path), path.name),))
+
+
+def _wheel(path: Path) -> Target:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            infos = zf.infolist()
+            wheel_files = [i.filename for i in infos if _WHEEL_FILE.match(i.filename)]
+            if not wheel_files:
+                raise InputError(f"{path}: a zip archive but not a wheel (no *.dist-info/WHEEL)")
+            metadata = zf.read(wheel_files[0]).decode(errors="replace")
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError) as error:
+        raise InputError(f"{path}: not a readable wheel ({error})") from None
+    jobs = tuple(
+        MemberInfo(str(path), i.filename, i.header_offset, i.compress_type, i.compress_size, i.file_size)
+        for i in sorted(infos, key=lambda i: i.filename)
+        if not i.is_dir() and is_shared_object_name(i.filename)
+    )
+    return Target(str(path), "wheel", _wheel_tags(path.name, metadata), jobs)
+
+
+def _wheel_tags(filename: str, metadata: str) -> tuple[str, ...]:
+    """Tags as pip sees them (from the file name), else from the WHEEL file's Tag lines."""
+    parts = filename.removesuffix(".whl").split("-")
+    if len(parts) in (5, 6):
+        pythons, abis, platforms = parts[-3:]
+        return tuple(f"{p}-{a}-{pl}" for p in pythons.split(".") for a in abis.split(".") for pl in platforms.split("."))
+    return tuple(line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Tag:"))
+
+
+def _directory(root: Path) -> Target:
+    jobs: list[FileJob] = []
+    seen: set[str] = set()
+    tags: tuple[str, ...] = ()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        here = Path(dirpath)
+        if here.name.endswith(".dist-info") and "WHEEL" in filenames and here.parent == root:
+            tags = _wheel_tags("", (here / "WHEEL").read_text(errors="replace"))
+        for name in sorted(filenames):
+            full = here / name
+            if not is_shared_object_name(name) or not full.is_file():
+                continue
+            real = os.path.realpath(full)
+            if real not in seen:
+                seen.add(real)
+                jobs.append(FileJob(str(full), full.relative_to(root).as_posix()))
+    return Target(str(root), "directory", tags, tuple(jobs))
+
+
+def open_job(job: Job) -> FileSource | StoredMember | DeflatedMember:
+    if isinstance(job, FileJob):
+        try:
+            return FileSource(job.path, job.name)
+        except OSError as error:
+            raise InputError(f"{job.path}: {error.strerror}") from None
+    return open_member(job)

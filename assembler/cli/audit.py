@@ -1,0 +1,87 @@
+"""`assemble audit PATH... [--json] [--check torch|abi3|all] [-v]`: Stable-ABI and abi3 audit, wheels read in place."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="prove wheels, directories or shared objects use only the torch stable ABI and the CPython limited API",
+        description=(
+            "Read every ELF shared object (wheels in place, without extracting) and report its torch ABI "
+            "(STABLE / UNSTABLE / NO-TORCH, minimum torch), CPython limited-API use against the abi3 tag, "
+            "and DT_NEEDED. Exit 0 ok, 1 a --check failed, 2 unreadable input."
+        ),
+    )
+    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="wheel, directory or shared object")
+    parser.add_argument("--json", action="store_true", help="machine-readable output (schema in the README)")
+    parser.add_argument(
+        "--check", choices=["torch", "abi3", "all"], default=None,
+        help="exit 1 when an object uses unstable LibTorch symbols (torch), leaves the limited API or needs a "
+        "newer Python than the abi3 tag (abi3), or either (all)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="list offending and version-setting symbols")
+    parser.add_argument(
+        "--torch-table", type=Path, default=None, metavar="JSON",
+        help="torch shim version table to use or refresh (default: the one shipped with assembler)",
+    )
+    parser.add_argument(
+        "--refresh-torch-table", action="store_true",
+        help="merge the TORCH_FEATURE_VERSION guards of a torch's shim headers into the table, then exit",
+    )
+    parser.add_argument(
+        "--from-torch", default=sys.executable, metavar="PYTHON|WHEEL",
+        help="with --refresh-torch-table: a Python with torch installed, or a torch wheel (default: this Python)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from assembler.audit.torchdata import DEFAULT_TABLE
+    from assembler.errors import CheckFailed, InputError
+
+    table = args.torch_table or DEFAULT_TABLE
+    if args.refresh_torch_table:
+        return _refresh(args.from_torch, table)
+    if not args.paths:
+        raise InputError("assemble audit needs at least one PATH", hint="assemble audit dist/*.whl")
+
+    from assembler.audit import audit_paths, check
+    from assembler.report.output import console, emit_json, err_console
+
+    reports = audit_paths(args.paths, table_path=table)
+    if args.json:
+        payload = [r.to_json() for r in reports]
+        emit_json(payload[0] if len(payload) == 1 else payload)
+    else:
+        from assembler.audit.report import render
+
+        for report in reports:
+            render(report, console, verbose=args.verbose)
+    if args.check:
+        findings = [line for r in reports for line in check(r, args.check)]
+        for line in findings:
+            err_console.print(f"[red]FAIL[/] {line}", markup=True, highlight=False, soft_wrap=True)
+        if findings:
+            raise CheckFailed(f"--check {args.check}: {len(findings)} finding(s)")
+    return 0
+
+
+def _refresh(source: str, table: Path) -> int:
+    from assembler.audit.torchheaders import refresh_table
+    from assembler.report.output import console
+
+    summary = refresh_table(source, table)
+    console.print(
+        f"torch {summary.torch_version}: {summary.confirmed} guarded shim symbols confirmed, "
+        f"{len(summary.added)} added, {len(summary.changed)} changed -> {summary.path}"
+    )
+    for name in summary.added:
+        console.print(f"  added {name}")
+    for name in summary.changed:
+        console.print(f"  changed {name}")
+    return 0
