@@ -44,7 +44,6 @@ def _statuses(report: dict) -> dict[str, str]:
 
 
 def test_example_builds_into_one_wheel_and_a_second_build_is_a_noop(example_ws: Path, private_cache: Path, build_env_path: Path) -> None:
-    pytest.importorskip("assembler.wheel")  # TEMPORARY until the merge lands
     first = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--json", cache=private_cache)
     assert first.returncode == 0, first.stderr[-4000:]
     report = json.loads(first.stdout)
@@ -136,6 +135,28 @@ def test_unstable_header_is_reported_as_the_include_to_change(example_ws: Path, 
     assert "error: dep vecadd still includes <ATen/ATen.h> from csrc/add_scaled.cpp:1" in result.stderr
     assert "<torch/library.h> from csrc/add_scaled.cpp:2" in result.stderr
     assert "hint:" in result.stderr
+
+
+def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, private_cache: Path) -> None:
+    workspace = open_workspace(example_ws)
+    checkout_all(workspace, workspace.manifest.select([]), lambda _: None)
+    source = example_ws / "forks" / "vecadd" / "csrc" / "add_scaled.cpp"
+    source.write_text(source.read_text() + UNSTABLE_CALL)
+    gated = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, cache=private_cache)
+    assert gated.returncode == 1, gated.stderr[-4000:]
+    error = next(line for line in gated.stderr.splitlines() if line.startswith("error:"))
+    assert "_vecadd_C.abi3.so is UNSTABLE" in error and "torchCheckFail" in error
+    assert "_scalekit_C" not in error
+    assert "--allow-unstable vecadd" in gated.stderr
+    assert "UNSTABLE" in gated.stdout  # the summary table is still printed
+
+    allowed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd", "--json", cache=private_cache)
+    assert allowed.returncode == 0, allowed.stderr[-4000:]
+    report = json.loads(allowed.stdout)
+    assert _statuses(report) == {"vecadd": "cached", "scalekit": "cached"}
+    assert report["allowed_unstable"] == ["vecadd"]
+    verdicts = {dep["dep"]: dep["verdict"] for dep in report["deps"]}
+    assert verdicts == {"vecadd": "UNSTABLE (allowed)", "scalekit": "STABLE"}
 
 
 def test_failed_build_shows_the_log_tail(example_ws: Path, private_cache: Path) -> None:

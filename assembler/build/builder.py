@@ -206,6 +206,10 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
         shutil.rmtree(staging)
         return Outcome(dep.name, "failed", seconds, log=log_path,
                        error=f"{dep.name}: the build produced no {', '.join(missing)} (an abi3 module named by the recipe)")
+    # Deflated once here, so every merge copies the compressed members instead of recompressing.
+    from assembler.wheel.artifact import PACK_NAME, pack_files  # the wheel package only when building
+
+    pack_files(staging / FILES_DIR, staging / PACK_NAME)
     record = artifact_record(ctx, request, seconds)
     (staging / ARTIFACT_JSON).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     stored = ctx.store.publish(staging, dep.name, request.key)

@@ -19,7 +19,7 @@ from assembler.cache import cache_root
 
 ARTIFACT_JSON = "artifact.json"
 FILES_DIR = "files"
-KEY_SCHEMA = 1  # bump when the meaning of a key part changes
+KEY_SCHEMA = 2  # bump when the meaning of a key part or the artifact layout changes
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from packaging.version import Version
+
 from assembler.build import builder, scheduler
 from assembler.build.builder import BuildContext, Outcome, Toolchain
-from assembler.build.cache import ArtifactStore
+from assembler.build.cache import ARTIFACT_JSON, ArtifactStore, digest_texts
 from assembler.errors import BuildError, CheckFailed, InputError, ToolchainError
+from assembler.fsutil import atomic_write
 from assembler.git.state import CheckoutResult, CheckoutState, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.toolchain.cuda import select_cuda
@@ -90,7 +93,7 @@ def checkout_all(workspace: Workspace, deps: list[Dependency], note: Note) -> di
             continue
         from assembler.git.checkout import checkout  # gitpython only when there is work
 
-        note(f"checkout {dep.name}")
+        note(f"checking out {dep.name}")
         results[dep.name] = checkout(workspace, dep)
     return results
 
@@ -122,6 +125,8 @@ def build_artifacts(
     with workspace.lock():
         checkouts = checkout_all(workspace, deps, note)
         toolchain = resolve_toolchain(workspace, options, note)
+        cuda = toolchain.cuda
+        note(f"CUDA {cuda.version} (nvcc {cuda.release}, {cuda.origin}: {cuda.root}); torch {toolchain.env.torch}; {toolchain.cxx}")
         ctx = BuildContext(
             state_dir=workspace.state_dir,
             artifacts=(options.artifacts or default_artifacts(workspace)).resolve(),
@@ -178,17 +183,138 @@ class BuildFailed(BuildError):
         self.failed = failed
 
 
+MERGE_STATE = "last-merge.json"
+
+
+@dataclass
+class ExtensionVerdict:
+    path: str  # inside the wheel
+    verdict: str  # STABLE, UNSTABLE, ABI3-BROKEN, ... as the audit says
+    min_torch: str | None
+    offending: list[str] = field(default_factory=list)  # symbols that make it fail
+
+    @property
+    def ok(self) -> bool:
+        """STABLE, or no torch at all (a plain abi3 helper module)."""
+        return self.verdict in {"STABLE", "NO-TORCH"}
+
+
 def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildReport, note: Note = lambda _: None) -> CheckFailed | None:
     """Merge the artifacts into one wheel, audit it, and fill the report's verdicts. Returns the
-    gate's error (the caller prints the summary first, then raises it) or None."""
-    from assembler.wheel import merge_artifacts
+    gate's error (the caller prints the summary first, then raises it) or None.
 
+    When nothing that goes into the wheel changed since the last merge (artifact keys, bundle,
+    install maps, CUDA, SOURCE_DATE_EPOCH, the merge and audit code) and the wheel is still there
+    untouched, the merge and the audit are not redone: that is most of a no-op build."""
+    manifest = workspace.manifest
     output = (options.output or workspace.root / "dist").resolve()
-    artifact_dirs = [dep.artifact for dep in report.deps if dep.artifact is not None]
-    report.wheel = merge_artifacts(workspace.manifest, artifact_dirs, output, options.cuda)
-    note(f"merged {report.wheel}")
-    return _gate(report, options)
+    key = _merge_key(workspace, report, options.cuda, output)
+    state_path = workspace.state_dir / MERGE_STATE
+    state = _load_json(state_path)
+    if state is not None and state.get("key") == key and _same_file(Path(state["wheel"]), state.get("stat")):
+        report.wheel = Path(state["wheel"])
+        audits = {dep: [ExtensionVerdict(**item) for item in items] for dep, items in state["audit"].items()}
+    else:
+        from assembler.wheel import merge_wheel
+
+        result = merge_wheel(manifest, [dep.artifact for dep in report.deps if dep.artifact is not None], output, options.cuda)
+        for warning in result.warnings:
+            note(f"warning: {warning}")
+        report.wheel = result.wheel
+        note(f"merged {result.wheel.name}; auditing")
+        audits = _audit_wheel(result.wheel, result.files)
+        atomic_write(state_path, json.dumps({
+            "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel),
+            "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
+        }, indent=2, sort_keys=True) + "\n")
+    return _gate(report, audits, options.allow_unstable)
 
 
-def _gate(report: BuildReport, options: BuildOptions) -> CheckFailed | None:
-    raise NotImplementedError("audit API pending")
+def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Path) -> str:
+    manifest = workspace.manifest
+    code = sorted(
+        (path.name, path.read_bytes())
+        for package in ("wheel", "audit")
+        for path in (Path(__file__).resolve().parent.parent / package).glob("*.py")
+    )
+    payload = {
+        "artifacts": {dep.dep: (_load_json(dep.artifact / ARTIFACT_JSON) or {}).get("key") for dep in report.deps if dep.artifact},
+        "bundle": asdict(manifest.bundle),
+        "install": {name: dep.install for name, dep in manifest.deps.items()},
+        "targets": {name: dep.torch_target for name, dep in manifest.deps.items()},
+        "cuda": cuda,
+        "epoch": os.environ.get("SOURCE_DATE_EPOCH"),
+        "output": str(output),
+    }
+    return digest_texts(json.dumps(payload, sort_keys=True, default=str), *(name + "\0" for name, _ in code), *(data for _, data in code))
+
+
+def _stat(path: Path) -> list[int]:
+    info = path.stat()
+    return [info.st_size, info.st_mtime_ns, info.st_ino]
+
+
+def _same_file(path: Path, recorded: list[int] | None) -> bool:
+    return path.is_file() and recorded is not None and _stat(path) == list(recorded)
+
+
+def _load_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]]) -> dict[str, list[ExtensionVerdict]]:
+    """The audit's verdict on every shared object of the wheel, grouped by the dependency that
+    shipped it (the merge says which files each one placed)."""
+    from assembler.audit import audit_paths
+
+    [report] = audit_paths([wheel])
+    owner = {path: dep for dep, paths in files.items() for path in paths}
+    verdicts: dict[str, list[ExtensionVerdict]] = {dep: [] for dep in files}
+    for elf in report.extensions:
+        problems = []
+        if elf.torch_abi == "UNSTABLE":
+            problems.append(("UNSTABLE", list(elf.unstable_symbols)))
+        if elf.abi3_violations:
+            problems.append(("NON-ABI3", list(elf.abi3_violations)))
+        if elf.newer_than_tag:
+            problems.append(("ABI3-MISMATCH", [f"{name} (Python {version})" for name, version in elf.newer_than_tag.items()]))
+        verdict = "+".join(name for name, _ in problems) or elf.torch_abi  # STABLE or NO-TORCH
+        offending = [symbol for _, symbols in problems for symbol in symbols]
+        verdicts.setdefault(owner.get(elf.path, "(unknown)"), []).append(ExtensionVerdict(elf.path, verdict, elf.min_torch, offending))
+    return verdicts
+
+
+def _gate(report: BuildReport, audits: dict[str, list[ExtensionVerdict]], allowed: tuple[str, ...]) -> CheckFailed | None:
+    """Fill each dependency's verdict; the gate fails on any extension that is not STABLE,
+    unless its dependency is in --allow-unstable (then the exception is recorded)."""
+    failures = []
+    for dep in report.deps:
+        extensions = audits.get(dep.dep, [])
+        dep.extensions = [asdict(item) for item in extensions]
+        bad = [item for item in extensions if not item.ok]
+        # the newer of what the symbols need (the audit) and what the headers targeted
+        dep.min_torch = max([dep.torch_target, *(item.min_torch for item in extensions if item.min_torch)], key=Version)
+        if not extensions:
+            dep.verdict = "no extensions"
+        elif not bad:
+            dep.verdict = "STABLE" if any(item.verdict == "STABLE" for item in extensions) else "NO-TORCH"
+        elif dep.dep in allowed:
+            dep.verdict = f"{bad[0].verdict} (allowed)"
+            report.allowed_unstable.append(dep.dep)
+        else:
+            dep.verdict = bad[0].verdict
+            failures.extend(
+                f"{item.path} is {item.verdict}" + (f": {', '.join(item.offending[:8])}" if item.offending else "")
+                + (f" (+{len(item.offending) - 8} more)" if len(item.offending) > 8 else "")
+                for item in bad
+            )
+    if not failures:
+        return None
+    names = [dep.dep for dep in report.deps if any(not item.ok for item in audits.get(dep.dep, [])) and dep.dep not in allowed]
+    return CheckFailed(
+        "audit gate: " + "; ".join(failures),
+        hint=f"port {', '.join(names)} to the Stable ABI, or ship it anyway with --allow-unstable {names[0]}",
+    )

@@ -51,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
             progress.stop()
             _print_failures(failure, err_console)
             raise
-        progress.note(f"CUDA {report.cuda} (nvcc {report.nvcc}, {report.cuda_origin}: {report.cuda_root}), torch {report.torch}")
     gate_error = None
     if not options.only:
         gate_error = merge_and_gate(workspace, options, report, note=progress.note)
