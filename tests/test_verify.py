@@ -73,17 +73,17 @@ def demo(workspace: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_audit_flags_the_unstable_library_without_running_it(workspace: Path) -> None:
-    """The static audit reaches the verdict the 2.14.1 runtime failure proves, from symbols alone."""
-    from assembler.audit.scan import audit_paths
-
-    (report,) = audit_paths([wheel(workspace)])
-    objects = {e.path: e for e in report.extensions}
-    assert report.torch_abi == "UNSTABLE"
+    """`assemble audit` reaches, from symbols alone, the verdict the 2.14.1 load failure proves."""
+    result = run_assemble("audit", str(wheel(workspace)), "--check", "torch", "--json")
+    assert result.returncode == 1, result.stderr  # the check fails before anything is loaded
+    report = json.loads(result.stdout)
+    objects = {e["path"]: e for e in report["extensions"]}
+    assert report["torch_abi"] == "UNSTABLE"
     unstable = objects["verifydemo_unstable/libunstable_ops.so"]
-    assert unstable.torch_abi == "UNSTABLE"
-    assert "at::cpu::cholesky_out(at::Tensor&, at::Tensor const&, bool)" in unstable.unstable_symbols
-    assert objects["verifydemo/_C.abi3.so"].torch_abi == "STABLE"
-    assert objects["verifydemo_cuda/libcuda_ops.so"].torch_abi == "STABLE"
+    assert unstable["torch_abi"] == "UNSTABLE"
+    assert "at::cpu::cholesky_out(at::Tensor&, at::Tensor const&, bool)" in unstable["unstable_symbols"]
+    assert objects["verifydemo/_C.abi3.so"]["torch_abi"] == "STABLE"
+    assert objects["verifydemo_cuda/libcuda_ops.so"]["torch_abi"] == "STABLE"
 
 
 def test_stable_passes_on_both_unstable_fails_on_new_torch(demo: subprocess.CompletedProcess[str]) -> None:
