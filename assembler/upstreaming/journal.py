@@ -10,18 +10,22 @@ back deps.toml, patches/<dep>/ and the checkout's branch byte for byte from the 
 from __future__ import annotations
 
 import fcntl
+import io
 import json
 import os
 import shutil
+import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from assembler.fsutil import atomic_write, atomic_write_if_changed, replace_dir
+from assembler.fsutil import atomic_write, replace_dir
 from assembler.workspace import Workspace
 
 JOURNAL = "journal.json"
+BACKUP = "backup.tar"
+MTIMES = ".mtimes.json"
 
 
 @dataclass
@@ -101,12 +105,6 @@ def save(workspace: Workspace, journal: Journal) -> None:
     atomic_write(journal_dir(workspace, journal.dep) / JOURNAL, json.dumps(asdict(journal), indent=1) + "\n")
 
 
-def _copy_synced(source: Path, target: Path) -> None:
-    shutil.copy2(source, target)
-    with target.open("rb") as handle:
-        os.fsync(handle.fileno())
-
-
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -116,63 +114,78 @@ def _fsync_dir(path: Path) -> None:
 
 
 def begin(workspace: Workspace, journal: Journal, patches_dir: Path, checkout_files: dict[str, Path]) -> None:
-    """Back up deps.toml, patches/<dep>/ and the named checkout files, then publish the
-    journal, all in one rename. Leftovers of an earlier, interrupted ``begin`` are discarded."""
+    """Back up deps.toml, patches/<dep>/ and the named checkout files into one archive (one
+    fsync), then publish it with the journal in one rename. Leftovers of an earlier,
+    interrupted ``begin`` are discarded."""
     root = rebase_dir(workspace)
     root.mkdir(parents=True, exist_ok=True)
-    final = journal_dir(workspace, journal.dep)
     staging = root / f".{journal.dep}.new"
     shutil.rmtree(staging, ignore_errors=True)
-    backup = staging / "backup"
-    backup.mkdir(parents=True)
-    _copy_synced(workspace.manifest_path, backup / "deps.toml")
+    staging.mkdir()
+    sources = {"deps.toml": workspace.manifest_path}
     if patches_dir.is_dir():
-        (backup / "patches").mkdir()
-        for item in sorted(patches_dir.rglob("*")):
-            target = backup / "patches" / item.relative_to(patches_dir)
-            if item.is_dir():
-                target.mkdir()
-            else:
-                _copy_synced(item, target)
-        shutil.copystat(patches_dir, backup / "patches")
-    (backup / "checkout").mkdir()
-    for label, path in checkout_files.items():
-        if path.is_file():
-            _copy_synced(path, backup / "checkout" / label)
+        sources.update({f"patches/{p.relative_to(patches_dir)}": p for p in sorted(patches_dir.rglob("*")) if p.is_file()})
+        sources["patches"] = patches_dir
+    sources.update({f"checkout/{label}": path for label, path in checkout_files.items() if path.is_file()})
+    mtimes = {name: path.stat().st_mtime_ns for name, path in sources.items()}
+    with (staging / BACKUP).open("wb") as handle:
+        with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
+            for name, path in sources.items():
+                tar.add(path, arcname=name, recursive=False)
+            data = json.dumps(mtimes).encode()
+            info = tarfile.TarInfo(MTIMES)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+        handle.flush()
+        os.fsync(handle.fileno())
     atomic_write(staging / JOURNAL, json.dumps(asdict(journal), indent=1) + "\n")
-    _fsync_dir(backup)
-    os.replace(staging, final)
+    _fsync_dir(staging)
+    os.replace(staging, journal_dir(workspace, journal.dep))
     _fsync_dir(root)
 
 
-def restore_checkout_file(workspace: Workspace, name: str, label: str, path: Path) -> None:
-    """Put back a checkout file saved by ``begin`` (or remove it if it did not exist)."""
-    saved = journal_dir(workspace, name) / "backup" / "checkout" / label
-    if saved.is_file():
-        atomic_write_if_changed(path, saved.read_bytes())
-    else:
-        path.unlink(missing_ok=True)
+class Backup:
+    """The archive ``begin`` wrote, read back."""
 
+    def __init__(self, workspace: Workspace, name: str) -> None:
+        self.dir = journal_dir(workspace, name)
+        with tarfile.open(self.dir / BACKUP) as tar:
+            self.files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+            self.dirs = [m.name for m in tar.getmembers() if m.isdir()]
+        self.mtimes: dict[str, int] = json.loads(self.files.pop(MTIMES))
 
-def restore_files(workspace: Workspace, name: str, patches_dir: Path) -> None:
-    """deps.toml and patches/<dep>/ exactly as they were, contents and modification times."""
-    backup = journal_dir(workspace, name) / "backup"
-    saved = backup / "deps.toml"
-    if workspace.manifest_path.read_bytes() != saved.read_bytes():
-        atomic_write(workspace.manifest_path, saved.read_bytes())
-        shutil.copystat(saved, workspace.manifest_path)
-    saved_patches = backup / "patches"
-    if not saved_patches.is_dir():
-        if patches_dir.exists():
-            shutil.rmtree(patches_dir)
-        return
-    if patches_dir.is_dir() and _snapshot(patches_dir) == _snapshot(saved_patches):
-        return
-    staging = journal_dir(workspace, name) / "restore"
-    shutil.rmtree(staging, ignore_errors=True)
-    shutil.copytree(saved_patches, staging, copy_function=shutil.copy2)
-    patches_dir.parent.mkdir(parents=True, exist_ok=True)
-    replace_dir(staging, patches_dir)
+    def restore_file(self, name: str, path: Path) -> None:
+        """Put back one file (or remove it if it was not there), content and mtime."""
+        if name not in self.files:
+            path.unlink(missing_ok=True)
+            return
+        if not path.is_file() or path.read_bytes() != self.files[name]:
+            atomic_write(path, self.files[name])
+        os.utime(path, ns=(self.mtimes[name], self.mtimes[name]))
+
+    def patches(self) -> dict[str, tuple[bytes, int]]:
+        return {name[len("patches/"):]: (data, self.mtimes[name]) for name, data in self.files.items()
+                if name.startswith("patches/")}
+
+    def restore_patches(self, patches_dir: Path) -> None:
+        """patches/<dep>/ exactly as it was (contents and mtimes), swapped in in one step."""
+        if "patches" not in self.dirs:
+            if patches_dir.exists():
+                shutil.rmtree(patches_dir)
+            return
+        saved = self.patches()
+        if patches_dir.is_dir() and _snapshot(patches_dir) == saved:
+            return
+        staging = self.dir / "restore"
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir()
+        for relative, (data, mtime) in saved.items():
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+            os.utime(target, ns=(mtime, mtime))
+        patches_dir.parent.mkdir(parents=True, exist_ok=True)
+        replace_dir(staging, patches_dir)
 
 
 def _snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:

@@ -13,12 +13,14 @@ from assembler.git.runner import in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutState, series_digest
 from assembler.manifest import Dependency
 from assembler.series.headers import DEP3_FIELDS, PatchHeader, parse_patch_header
-from assembler.upstreaming.scratch import DIFF_CONFIG, Scratch
+from assembler.upstreaming.scratch import DIFF_CONFIG, GitView, Scratch
 from assembler.workspace import Workspace
 
 _TRAILER_RE = re.compile(rf"^(?P<key>{'|'.join(DEP3_FIELDS)}):\s*(?P<value>.*)$")
 _DIFF_START = re.compile(rb"^diff --git ", re.MULTILINE)
-META_FORMAT = "%H%x00%P%x00%an <%ae>%x00%aD%x00%s%x00%B"
+# One record per commit: a marker, six NUL-separated fields, then (--name-only) its files.
+_MARK = "\x01\x02\x03"
+META_FORMAT = "%x01%x02%x03%H%x00%P%x00%an <%ae>%x00%aD%x00%s%x00%B"
 # Diffs as ``git format-patch`` writes them, so patch-ids and applies agree with the files.
 DIFF_ARGS = ("log", "-p", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff")
 
@@ -29,7 +31,7 @@ class Patch:
     the scratch repository can see (a checkout, a fork mirror, or built in the scratch)."""
 
     header: PatchHeader
-    diff: bytes  # from the first "diff --git" line on
+    diff: bytes | None  # from the first "diff --git" line on; None until load_diffs
     commit: str | None = None
     parent: str | None = None
     path: Path | None = None  # a file holding the patch, for git apply
@@ -47,8 +49,10 @@ class Patch:
     def patch_file(self, scratch: Scratch) -> Path:
         """A file ``git apply`` can read (written into the scratch directory on first use)."""
         if self.path is None:
+            if self.diff is None:
+                load_diffs(scratch, [self])
             self.path = scratch.tmp / f"{(self.commit or self.name)[:40]}.diff"
-            self.path.write_bytes(self.diff)
+            self.path.write_bytes(self.diff or b"")
         return self.path
 
 
@@ -82,43 +86,46 @@ def from_series(dep: Dependency) -> list[Patch]:
     return patches
 
 
-def from_commits(scratch: Scratch, head: str, exclude: list[str], names: dict[str, str] | None = None) -> list[Patch]:
+def from_commits(scratch: GitView, head: str, exclude: list[str], names: dict[str, str] | None = None) -> list[Patch]:
     """Non-merge commits reachable from ``head`` and not from ``exclude``, oldest first."""
     return load_commits(scratch, ("--reverse", "--topo-order", "--no-merges", head, "--not", *exclude), names)
 
 
-def by_sha(scratch: Scratch, shas: Sequence[str], names: dict[str, str] | None = None, diffs: bool = True) -> list[Patch]:
+def by_sha(scratch: GitView, shas: Sequence[str], names: dict[str, str] | None = None) -> list[Patch]:
     """The given commits, in the given order."""
-    return load_commits(scratch, ("--no-walk=unsorted", *shas), names, diffs) if shas else []
+    return load_commits(scratch, ("--no-walk=unsorted", *shas), names) if shas else []
 
 
-def load_commits(scratch: Scratch, walk: Sequence[str], names: dict[str, str] | None = None, diffs: bool = True) -> list[Patch]:
-    """Commits as patches; a commit named in ``names`` (commit -> patch file) keeps that name,
-    others are named by short SHA. Two ``git log`` runs: NUL-separated metadata, then the
-    diffs, split at the commit lines already known."""
-    meta = scratch.run("log", "-z", f"--format={META_FORMAT}", *walk).stdout.decode(errors="replace").split("\0")
-    records = [meta[i : i + 6] for i in range(0, len(meta) - 5, 6)]
-    if not records:
-        return []
-    bounds: list[int] = []
-    text = b""
-    if diffs:
-        text = scratch.run(*DIFF_CONFIG, *DIFF_ARGS, "--format=commit %H", *walk).stdout
-        for sha, *_ in records:
-            marker = f"commit {sha}\n".encode()
-            first = not bounds and text.startswith(marker)
-            bounds.append(0 if first else text.index(b"\n" + marker, bounds[-1] if bounds else 0) + 1)
+def load_commits(scratch: GitView, walk: Sequence[str], names: dict[str, str] | None = None) -> list[Patch]:
+    """Commits as patches, from one ``git log`` (diffs are loaded later, when needed); a
+    commit named in ``names`` (commit -> patch file) keeps that name, others get a short SHA."""
+    output = scratch.run("log", "-z", "--name-only", "--no-renames", f"--format={META_FORMAT}", *walk).stdout
     patches = []
-    for number, (sha, parents, author, date, subject, body) in enumerate(records):
-        diff = b""
-        if diffs:
-            end = bounds[number + 1] if number + 1 < len(bounds) else len(text)
-            diff = text[bounds[number] + len(sha) + 8 : end].lstrip(b"\n")
+    for record in output.decode(errors="replace").split(_MARK)[1:]:
+        sha, parents, author, date, subject, body, *rest = record.split("\0")
+        files = tuple(f for f in "\0".join(rest).lstrip("\n").split("\0") if f)
         header = PatchHeader(file=(names or {}).get(sha, sha[:12]), subject=subject, author=author, date=date, fields=trailers(body))
         key = hashlib.sha256(f"{author}\0{date}\0{body}".encode()).hexdigest()
-        patches.append(Patch(header=header, diff=diff, commit=sha, parent=parents.split()[0] if parents else None,
-                             files=_diff_files(diff), key=key))
+        patches.append(Patch(header=header, diff=None, commit=sha, parent=parents.split()[0] if parents else None,
+                             files=files, key=key))
     return patches
+
+
+def load_diffs(scratch: GitView, patches: Sequence[Patch]) -> None:
+    """Fill in the diffs of commit patches that lack one, in one ``git log -p``, split at the
+    commit lines already known."""
+    missing = [p for p in patches if p.diff is None and p.commit]
+    if not missing:
+        return
+    text = scratch.run(*DIFF_CONFIG, *DIFF_ARGS, "--format=commit %H", "--no-walk=unsorted", *(p.commit or "" for p in missing)).stdout
+    bounds: list[int] = []
+    for patch in missing:
+        marker = f"commit {patch.commit}\n".encode()
+        first = not bounds and text.startswith(marker)
+        bounds.append(0 if first else text.index(b"\n" + marker, bounds[-1] if bounds else 0) + 1)
+    for number, patch in enumerate(missing):
+        end = bounds[number + 1] if number + 1 < len(bounds) else len(text)
+        patch.diff = text[bounds[number] + len(f"commit {patch.commit}\n") : end].lstrip(b"\n")
 
 
 def checkout_in_sync(workspace: Workspace, dep: Dependency) -> CheckoutState | None:

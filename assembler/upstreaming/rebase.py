@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,8 +35,16 @@ from assembler.upstreaming.horizon import ChainProbe, Commit, Horizon, first_par
 from assembler.upstreaming.journal import Dropped, Journal, Pick
 from assembler.upstreaming.patchset import Patch, by_sha, checkout_in_sync, from_commits, from_series, series_as_commits
 from assembler.upstreaming.replay import APPLIES, CONFLICT, EMPTY, reverse_applies
-from assembler.upstreaming.scratch import Scratch
-from assembler.upstreaming.status import classify, find_carriers, known_upstream, resolve, source_mirror, tracked_tip
+from assembler.upstreaming.scratch import GitView, Scratch
+from assembler.upstreaming.status import (
+    classify,
+    describe,
+    find_carriers,
+    known_upstream,
+    resolve,
+    source_mirror,
+    tracked_tip,
+)
 from assembler.workspace import Workspace
 
 # The replay must not depend on the user's git configuration or hooks.
@@ -106,6 +115,16 @@ class _Fork:
 
     def out(self, *args: str) -> str:
         return self.run(*args).stdout.strip()
+
+    def head(self) -> str:
+        """HEAD's commit, read from the ref files (git only for a packed ref)."""
+        head = (self.git_dir / "HEAD").read_text().strip()
+        if head.startswith("ref: "):
+            ref = self.git_dir / head[len("ref: "):]
+            if ref.is_file():
+                return ref.read_text().strip()
+            return self.out("rev-parse", "HEAD")
+        return head
 
     def rev(self, rev: str) -> str | None:
         result = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
@@ -184,7 +203,7 @@ def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
     """forks/<dep> at the pinned commit with the series, clean and fully exported."""
     from assembler.git.checkout import checkout
 
-    checkout(workspace, dep)
+    head = checkout(workspace, dep).head
     path = workspace.fork_path(dep)
     state = CheckoutState.load(path)
     assert state is not None
@@ -198,7 +217,6 @@ def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
             f"{path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
             hint=f"commit them and run `assemble export {dep.name}`, or stash them, then rebase",
         )
-    head = fork.out("rev-parse", "HEAD")
     if head != state.head:
         raise WouldLoseWorkError(f"{path} has commits that are not in patches/{dep.name}",
                                  hint=f"run `assemble export {dep.name}` first")
@@ -221,13 +239,16 @@ def _dry_patches(workspace: Workspace, dep: Dependency, scratch: Scratch, fork_p
 
 
 def _fork_point(scratch: Scratch, dep: Dependency, target: _Target) -> str:
-    if not scratch.ok("merge-base", dep.commit, target.onto):
+    """Where the pinned commit meets the target: commits after it are replayed."""
+    found = scratch.run("merge-base", dep.commit, target.onto, check=False)
+    if found.returncode != 0:
         raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {target.url} {target.label}",
                          hint="check --upstream / --onto (a repository switch needs a fork of the same project)")
-    if target.onto != dep.commit and scratch.is_ancestor(target.onto, dep.commit):
+    fork_point = found.stdout.decode().strip()
+    if fork_point == target.onto != dep.commit:
         raise InputError(f"{dep.name}: {target.label} ({target.onto[:12]}) is older than the pinned commit {dep.commit[:12]}",
                          hint="rebase moves forward only; pick a newer --onto")
-    return scratch.out("merge-base", dep.commit, target.onto)
+    return fork_point
 
 
 def _horizon(scratch: Scratch, patches: list[Patch], since: str, target: str, landed: dict[int, str]) -> Horizon:
@@ -247,7 +268,11 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
     state = None if dry_run else _ready_checkout(workspace, dep)
     fork_path = workspace.fork_path(dep)
     repos = [target.mirror.path, target.source.path] + ([fork_path] if fork_path.is_dir() else [])
-    with Scratch(repos) as scratch:
+    # Trials (dry run, horizon) write, so they get a scratch repository; a plain rebase only
+    # reads, straight from the checkout (which sees the followed repository without a copy).
+    trials = dry_run or onto_ref == "horizon"
+    view = Scratch(repos) if trials else nullcontext(GitView(fork_path / ".git", [target.mirror.path]))
+    with view as scratch:
         on_step("status")
         fork_point = _fork_point(scratch, dep, target)
         if state is not None and state.head:
@@ -256,6 +281,7 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
             patches = _dry_patches(workspace, dep, scratch, fork_point)
         horizon = None
         if onto_ref == "horizon":
+            assert isinstance(scratch, Scratch)
             on_step("horizon")
             horizon = _horizon(scratch, patches, fork_point, target.onto, {
                 i: sha for i, (_, sha) in known_upstream(scratch, patches, fork_point, target.onto).items()})
@@ -269,19 +295,19 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
                               manifest=_manifest_values(dep, target.url, target.onto, switched), checkout=fork_path,
                               horizon=horizon)
         if dry_run:
+            assert isinstance(scratch, Scratch)
             return _dry_run(scratch, report, patches, fork_point, target)
         known = known_upstream(scratch, patches, fork_point, target.onto)
         if target.onto == dep.commit and not known and not switched:
             report.status, report.applied = "up-to-date", [p.name for p in patches]
             return report
-        carriers = {sha: scratch.out("log", "-1", "--format=%s", sha) for _, sha in known.values()}
-        dropped = [Dropped(p.name, p.subject, known[i][0], p.commit or "", known[i][1], carriers[known[i][1]])
+        carriers = describe(scratch, [sha for _, sha in known.values()])
+        dropped = [Dropped(p.name, p.subject, known[i][0], p.commit or "", carriers[known[i][1]].sha, carriers[known[i][1]].subject)
                    for i, p in enumerate(patches) if i in known]
     assert state is not None
     planned = [Pick(p.commit or "", p.name, p.subject, p.key) for p in patches]
-    fork = _Fork(fork_path, None)
     journal = Journal(
-        dep=dep.name, phase="replaying", branch=fork.run("symbolic-ref", "--quiet", "--short", "HEAD", check=False).stdout.strip() or None,
+        dep=dep.name, phase="replaying", branch=_current_branch(fork_path),
         old_head=state.head or "", old_base=dep.commit, replay_base=fork_point, onto=target.onto, onto_label=target.label,
         tip=target.tip, url=target.url, crossed=report.crossed, manifest=report.manifest, planned=planned,
         picks=[pick for i, pick in enumerate(planned) if i not in known], dropped=dropped,
@@ -291,6 +317,12 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
     with jr.running(workspace, dep.name) as fd:
         on_step("replay")
         return _drive(workspace, journal, _Fork(fork_path, fd), fresh=True, on_step=on_step)
+
+
+def _current_branch(checkout: Path) -> str | None:
+    """The branch checked out (None for a detached HEAD), read from .git/HEAD."""
+    head = (checkout / ".git" / "HEAD").read_text().strip()
+    return head.removeprefix("ref: refs/heads/") if head.startswith("ref: refs/heads/") else None
 
 
 def _borrow_objects(checkout: Path, mirror: mirrors.Mirror) -> None:
@@ -350,8 +382,8 @@ def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> bool:
         check=False, env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo))}", "GIT_EDITOR": "true"},
     )
     if result.returncode == 0 and not fork.sequencer_active():
-        journal.result_head, journal.phase = fork.out("rev-parse", "HEAD"), "replayed"
-        jr.save(workspace, journal)
+        # Not saved: a crash from here until "exported" replays again, with the same result.
+        journal.result_head, journal.phase = fork.head(), "replayed"
         return True
     if not fork.clean_stop():
         raise ConflictError(f"{fork.path}: git rebase failed: {_last_lines(result.stderr)}",
@@ -422,16 +454,15 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport
 
     if journal.phase == "replayed":
         assert journal.result_head is not None
-        with Scratch([fork.path]) as scratch:
-            replayed = by_sha(scratch, fork.out("rev-list", "--reverse", journal.result_head, "--not", journal.onto).split(), diffs=False)
-            unmatched = [commit.key for commit in replayed]
-            empty = []
-            for pick in journal.picks:
-                if pick.key in unmatched:
-                    unmatched.remove(pick.key)
-                else:
-                    empty.append(pick)
-            _drop_empty(scratch, journal, empty)
+        replayed = from_commits(GitView(fork.git_dir), journal.result_head, [journal.onto])
+        unmatched = [commit.key for commit in replayed]
+        empty = []
+        for pick in journal.picks:
+            if pick.key in unmatched:
+                unmatched.remove(pick.key)
+            else:
+                empty.append(pick)
+        _drop_empty(fork, journal, empty)
         state = CheckoutState.load(fork.path)
         assert state is not None
         state.base, state.source, state.applied = journal.onto, journal.url, {}
@@ -452,15 +483,16 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport
     return report
 
 
-def _drop_empty(scratch: Scratch, journal: Journal, empty: list[Pick]) -> None:
+def _drop_empty(fork: _Fork, journal: Journal, empty: list[Pick]) -> None:
     """Picks the replay dropped as empty are upstream too. For them and for those found to
     reverse-apply, find the upstream commit that carries each change (bisection)."""
     journal.dropped += [Dropped(p.name, p.subject, "applies-empty", p.commit) for p in empty]
     unknown = [d for d in journal.dropped if d.how in ("applies-empty", "reverse-applies") and d.commit is None]
     if not unknown:
         return
-    patches = by_sha(scratch, [d.pick for d in unknown])
-    carriers = find_carriers(scratch, patches, journal.replay_base, journal.onto, list(range(len(patches))), set())
+    with Scratch([fork.path]) as scratch:
+        patches = by_sha(scratch, [d.pick for d in unknown])
+        carriers = find_carriers(scratch, patches, journal.replay_base, journal.onto, list(range(len(patches))), set())
     for i, dropped in enumerate(unknown):
         carrier = carriers.get(i)
         if carrier is not None:
@@ -522,15 +554,14 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     position = next((i for i, p in enumerate(journal.picks) if p.commit == current), index)
     head = fork.out("rev-parse", "HEAD")
     names = {p.key: p.name for p in journal.planned}
-    with Scratch([fork.path]) as scratch:
-        made = by_sha(scratch, fork.out("rev-list", "--reverse", head, "--not", stop_head).split(), diffs=False)
-        new = [Pick(c.commit or "", names.get(c.key, c.name), c.subject, c.key) for c in made]
-        pick = journal.picks[position]
-        tree = fork.out("write-tree")
-        if tree != fork.out("rev-parse", "HEAD^{tree}"):
-            new.append(Pick(_commit_like(fork, tree, head, current), pick.name, pick.subject, pick.key))
-        else:
-            journal.dropped.append(Dropped(pick.name, pick.subject, "resolved-empty", pick.commit))
+    made = from_commits(GitView(fork.git_dir), head, [stop_head])
+    new = [Pick(c.commit or "", names.get(c.key, c.name), c.subject, c.key) for c in made]
+    pick = journal.picks[position]
+    tree = fork.out("write-tree")
+    if tree != fork.out("rev-parse", "HEAD^{tree}"):
+        new.append(Pick(_commit_like(fork, tree, head, current), pick.name, pick.subject, pick.key))
+    else:
+        journal.dropped.append(Dropped(pick.name, pick.subject, "resolved-empty", pick.commit))
     journal.picks = journal.picks[:index] + new + journal.picks[position + 1:]
     journal.phase, journal.stopped = "replaying", None
     jr.save(workspace, journal)
@@ -557,13 +588,14 @@ def abort(workspace: Workspace, name: str | None = None) -> RebaseReport:
     journal = _journal_for(workspace, name)
     with jr.running(workspace, journal.dep) as fd:
         path = workspace.forks_dir / journal.dep
+        backup = jr.Backup(workspace, journal.dep)
         if path.is_dir():
             _Fork(path, fd).reset_to(journal.branch, journal.old_head)
             for label, rel in CHECKOUT_FILES.items():
-                jr.restore_checkout_file(workspace, journal.dep, label, path / rel)
+                backup.restore_file(f"checkout/{label}", path / rel)
         dep = workspace.manifest.deps.get(journal.dep)
-        patches_dir = dep.patches_dir if dep else workspace.root / "patches" / journal.dep
-        jr.restore_files(workspace, journal.dep, patches_dir)
+        backup.restore_patches(dep.patches_dir if dep else workspace.root / "patches" / journal.dep)
+        backup.restore_file("deps.toml", workspace.manifest_path)
         jr.finish(workspace, journal.dep)
     workspace.reload()
     report = _base_report(journal, "aborted", path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from assembler.upstreaming.patchset import Patch
+from assembler.upstreaming.patchset import Patch, load_diffs
 from assembler.upstreaming.scratch import Scratch
 
 APPLIES = "applies"  # cherry-picks cleanly and changes the tree
@@ -71,6 +71,7 @@ def reverse_applies(scratch: Scratch, patches: list[Patch], onto: str, skip: set
     """Indexes of the patches whose change ``onto`` already holds: each is reverse-applied
     (``git apply -R --cached``, exact context) onto ``onto``'s tree with every later one
     that reverse-applied already taken out."""
+    load_diffs(scratch, patches)
     index = scratch.index_of(onto, "reverse")
     present = []
     for i in range(len(patches) - 1, -1, -1):

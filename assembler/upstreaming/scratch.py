@@ -37,36 +37,18 @@ class GitFailed(Exception):
         self.result = result
 
 
-class Scratch:
-    """Context manager: a temporary bare repository whose alternates are ``stores``."""
+class GitView:
+    """git commands against one repository that also sees other object stores (through
+    GIT_ALTERNATE_OBJECT_DIRECTORIES, so nothing is written to make them visible)."""
 
-    def __init__(self, repos: Sequence[Path]) -> None:
-        self.repos = [Path(r) for r in repos]
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
-        self.path = Path()
-        self.env: dict[str, str] = {}
-
-    def __enter__(self) -> Scratch:
-        self._tmp = tempfile.TemporaryDirectory(prefix="assemble-scratch-")
-        self.path = Path(self._tmp.name) / "repo.git"
-        for sub in ("objects/info", "refs/heads", "refs/tags"):
-            (self.path / sub).mkdir(parents=True)
-        (self.path / "HEAD").write_text("ref: refs/heads/main\n")
-        (self.path / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = true\n[gc]\n\tauto = 0\n")
-        stores = dict.fromkeys(str(object_dir(r).resolve()) for r in self.repos)
-        (self.path / "objects" / "info" / "alternates").write_text("".join(f"{s}\n" for s in stores))
-        self.env = {**os.environ, **QUIET_ENV, **COMMITTER_ENV, **_IDENTITY, "GIT_DIR": str(self.path), "LC_ALL": "C"}
-        self.env.pop("GIT_INDEX_FILE", None)
-        self.env.pop("GIT_WORK_TREE", None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._tmp is not None:
-            self._tmp.cleanup()
-
-    @property
-    def tmp(self) -> Path:
-        return self.path.parent
+    def __init__(self, git_dir: Path, borrow: Sequence[Path] = ()) -> None:
+        self.path = git_dir
+        self.env = {**os.environ, **QUIET_ENV, **COMMITTER_ENV, **_IDENTITY, "GIT_DIR": str(git_dir), "LC_ALL": "C"}
+        for variable in ("GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES"):
+            self.env.pop(variable, None)
+        if borrow:
+            stores = dict.fromkeys(str(object_dir(r).resolve()) for r in borrow)
+            self.env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = os.pathsep.join(stores)
 
     def run(self, *args: str, input: bytes | None = None, index: Path | None = None,
             check: bool = True) -> subprocess.CompletedProcess[bytes]:
@@ -95,16 +77,42 @@ class Scratch:
             raise GitFailed([*producer, "|", *consumer], second)
         return second.stdout.decode(errors="replace")
 
-    # -- trial operations ---------------------------------------------------------------
-
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         return self.ok("merge-base", "--is-ancestor", ancestor, descendant)
 
-    def has_commit(self, sha: str) -> bool:
-        return self.ok("cat-file", "-e", f"{sha}^{{commit}}")
-
     def tree_of(self, rev: str) -> str:
         return self.out("rev-parse", f"{rev}^{{tree}}")
+
+
+class Scratch(GitView):
+    """Context manager: a temporary bare repository whose alternates are ``repos``' object
+    stores, for trials that write (commit-tree, merge-tree, apply into a temporary index)."""
+
+    def __init__(self, repos: Sequence[Path]) -> None:
+        self.repos = [Path(r) for r in repos]
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> Scratch:
+        self._tmp = tempfile.TemporaryDirectory(prefix="assemble-scratch-")
+        path = Path(self._tmp.name) / "repo.git"
+        for sub in ("objects/info", "refs/heads", "refs/tags"):
+            (path / sub).mkdir(parents=True)
+        (path / "HEAD").write_text("ref: refs/heads/main\n")
+        (path / "config").write_text("[core]\n\trepositoryformatversion = 0\n\tbare = true\n[gc]\n\tauto = 0\n")
+        stores = dict.fromkeys(str(object_dir(r).resolve()) for r in self.repos)
+        (path / "objects" / "info" / "alternates").write_text("".join(f"{s}\n" for s in stores))
+        super().__init__(path)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    @property
+    def tmp(self) -> Path:
+        return self.path.parent
+
+    # -- trial operations ---------------------------------------------------------------
 
     def pick(self, tree: str, commit: str, parent: str) -> tuple[str | None, list[str]]:
         """Cherry-pick ``commit`` (whose parent is ``parent``) onto ``tree`` in memory, with the

@@ -14,15 +14,15 @@ our side / migrated upstream" columns of a release table.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import git
-
 from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
-from assembler.git.runner import has_commit
+from assembler.git.runner import QUIET_ENV, has_commit
 from assembler.manifest import Dependency, Manifest
 from assembler.upstreaming.horizon import ChainProbe, Commit, first_parent_chain
 from assembler.upstreaming.patchset import (
@@ -31,10 +31,11 @@ from assembler.upstreaming.patchset import (
     checkout_in_sync,
     from_commits,
     from_series,
+    load_diffs,
     series_as_commits,
 )
 from assembler.upstreaming.replay import APPLIES, EMPTY, REVERSE, reverse_applies, trial
-from assembler.upstreaming.scratch import DIFF_CONFIG, Scratch
+from assembler.upstreaming.scratch import DIFF_CONFIG, GitView, Scratch
 from assembler.workspace import Workspace
 
 UPSTREAM, FORWARDED, LOCAL, NOT_NEEDED = "upstream", "forwarded", "local", "not-needed"
@@ -77,9 +78,12 @@ class Verdict:
 
 def resolve(mirror: mirrors.Mirror, ref: str) -> str | None:
     """A branch of the mirrored repository, a tag, or a commit; None if the mirror lacks it."""
-    for candidate in (f"refs/remotes/origin/{ref}", f"refs/tags/{ref}", ref):
-        with contextlib.suppress(git.GitCommandError):
-            return str(mirror.repo.git.rev_parse("--verify", "--quiet", f"{candidate}^{{commit}}"))
+    candidates = [f"refs/remotes/origin/{ref}^{{commit}}", f"refs/tags/{ref}^{{commit}}", f"{ref}^{{commit}}"]
+    for candidate in candidates:
+        result = subprocess.run(["git", "--git-dir", str(mirror.path), "rev-parse", "--verify", "--quiet", candidate],
+                                capture_output=True, text=True, check=False, env={**os.environ, **QUIET_ENV})
+        if result.returncode == 0:
+            return result.stdout.strip()
     return None
 
 
@@ -88,10 +92,11 @@ def tracked_tip(manifest: Manifest, url: str, ref: str, offline: bool) -> tuple[
     mirror = mirrors.open_mirror(manifest, url)
     if not offline:
         mirrors.fetch(mirror)
-        if resolve(mirror, ref) is None:
-            with contextlib.suppress(NetworkError):
-                mirrors.fetch(mirror, [ref])
     sha = resolve(mirror, ref)
+    if sha is None and not offline:
+        with contextlib.suppress(NetworkError):
+            mirrors.fetch(mirror, [ref])
+        sha = resolve(mirror, ref)
     if sha is None:
         if offline:
             raise NetworkError(f"the mirror of {url} ({mirrors.age_text(mirror.last_fetched())}) has no {ref}",
@@ -112,7 +117,7 @@ def source_mirror(manifest: Manifest, dep: Dependency, offline: bool) -> mirrors
 
 # -- layers --------------------------------------------------------------------------------
 
-def describe(scratch: Scratch, shas: list[str]) -> dict[str, Commit]:
+def describe(scratch: GitView, shas: list[str]) -> dict[str, Commit]:
     """Full SHA and subject of each (possibly abbreviated) commit, in one ``git log``."""
     unique = list(dict.fromkeys(shas))
     if not unique:
@@ -121,9 +126,9 @@ def describe(scratch: Scratch, shas: list[str]) -> dict[str, Commit]:
     return {sha: Commit(*line.split("\0", 1)) for sha, line in zip(unique, output.splitlines(), strict=True)}
 
 
-def patch_ids(scratch: Scratch, patches: list[Patch]) -> dict[str, int]:
+def patch_ids(scratch: GitView, patches: list[Patch]) -> dict[str, int]:
     """patch-id -> index of our patch, from the diffs themselves (one ``git patch-id``)."""
-    stream = b"".join(b"commit %040x\n\n" % (i + 1) + p.diff for i, p in enumerate(patches) if p.diff)
+    stream = b"".join(b"commit %040x\n\n" % (i + 1) + (p.diff or b"") for i, p in enumerate(patches) if p.diff)
     if not stream:
         return {}
     ids = {}
@@ -133,36 +138,62 @@ def patch_ids(scratch: Scratch, patches: list[Patch]) -> dict[str, int]:
     return ids
 
 
-def upstream_patch_ids(scratch: Scratch, since: str, target: str, paths: set[str]) -> dict[str, str]:
-    """patch-id -> upstream commit for the non-merge commits in since..target, limited to the
-    paths our patches touch: an upstream commit whose diff on those paths equals a patch
-    carries that patch, whatever else it changes (one pipe, oldest commit kept)."""
-    pathspec = ["--", *sorted(paths)] if paths and len(paths) <= _MAX_PATHSPEC else []
+def _pathspec(patches: list[Patch]) -> list[str]:
+    """Our patches' files: an upstream commit whose diff on those paths equals a patch carries
+    that patch, whatever else it changes; and ``git log -p`` stays cheap on big histories."""
+    paths = sorted({name for p in patches for name in p.files})
+    return ["--", *paths] if paths and len(paths) <= _MAX_PATHSPEC else []
+
+
+def log_patch_ids(scratch: GitView, revisions: list[str], pathspec: list[str]) -> list[tuple[str, str]]:
+    """(commit, patch-id) for the non-merge commits ``revisions`` name, newest first, from
+    one ``git log -p | git patch-id --stable`` pipe."""
     output = scratch.pipe(
-        [*DIFF_CONFIG, *DIFF_ARGS, "--no-merges", "--format=commit %H", f"{since}..{target}", *pathspec],
+        [*DIFF_CONFIG, *DIFF_ARGS, "--no-merges", "--format=commit %H", *revisions, *pathspec],
         ["patch-id", "--stable"],
     )
-    ids: dict[str, str] = {}
+    pairs = []
     for line in output.splitlines():
         pid, sha = line.split()
-        ids[pid] = sha  # newest first: the oldest (where it landed) wins
-    return ids
+        pairs.append((sha, pid))
+    return pairs
 
 
-def known_upstream(scratch: Scratch, patches: list[Patch], since: str, target: str) -> dict[int, tuple[str, str]]:
-    """Layers 1 and 2: patch index -> (how, upstream commit)."""
+def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: str,
+                   exclude: tuple[str, ...] = ()) -> dict[int, tuple[str, str]]:
+    """Layers 1 and 2: patch index -> (how, upstream commit). When the patches are commits
+    (the last one the tip), git's own cherry-pick detection (``--cherry-mark``, which hashes
+    file headers first and full diffs only on a match) finds the candidates on both sides of
+    target...tip, and one pipe gives their ``--stable`` patch-ids; commits reachable from
+    ``exclude`` (a fork's own base under a series) are on neither side."""
     found: dict[int, tuple[str, str]] = {}
     for i, patch in enumerate(patches):
         sha = patch.header.applied_upstream
         if sha and scratch.is_ancestor(sha, target):
             found[i] = ("applied-upstream", sha)
-    rest = [p for i, p in enumerate(patches) if i not in found and p.diff]
-    if rest:
-        ours = patch_ids(scratch, rest)
-        paths = {name for p in rest for name in p.files}
-        for pid, sha in upstream_patch_ids(scratch, since, target, paths).items():
-            if pid in ours:
-                found[patches.index(rest[ours[pid]])] = ("patch-id", sha)
+    rest = [i for i in range(len(patches)) if i not in found]
+    if not rest:
+        return found
+    ours: dict[int, str] = {}
+    theirs: dict[str, str] = {}  # patch-id -> upstream commit; newest first, so the oldest wins
+    if all(p.commit for p in patches):
+        index = {p.commit: i for i, p in enumerate(patches)}
+        marks = scratch.out("log", "--cherry-mark", "--no-merges", "--format=%m%H", f"{target}...{patches[-1].commit}",
+                            *(f"^{sha}" for sha in exclude))
+        candidates = [line[1:] for line in marks.splitlines() if line.startswith("=")]
+        if candidates:
+            for sha, pid in log_patch_ids(scratch, ["--no-walk=unsorted", *candidates], []):
+                if sha in index:
+                    ours[index[sha]] = pid
+                else:
+                    theirs[pid] = sha
+    else:
+        load_diffs(scratch, patches)
+        ours = {i: pid for pid, i in patch_ids(scratch, patches).items()}
+        theirs = {pid: sha for sha, pid in log_patch_ids(scratch, [target, "--not", since], _pathspec(patches))}
+    for i in rest:
+        if ours.get(i) in theirs:
+            found[i] = ("patch-id", theirs[ours[i]])
     return found
 
 
@@ -180,9 +211,10 @@ def by_header(patch: Patch) -> tuple[str, str | None, str]:
     return FORWARDED, url.group(0) if url else None, "" if url else f"Forwarded: {value}"
 
 
-def classify(scratch: Scratch, patches: list[Patch], since: str, target: str) -> list[Verdict]:
-    """Every layer for every patch against ``target`` (fork point ``since``)."""
-    known = known_upstream(scratch, patches, since, target)
+def classify(scratch: Scratch, patches: list[Patch], since: str, target: str, exclude: tuple[str, ...] = ()) -> list[Verdict]:
+    """Every layer for every patch against ``target`` (fork point ``since``; ``exclude``: see
+    known_upstream)."""
+    known = known_upstream(scratch, patches, since, target, exclude)
     replayed = trial(scratch, patches, target, dropped=set(known))
     present = [i for i, outcome in enumerate(replayed.outcomes) if outcome in (EMPTY, REVERSE)]
     carriers = describe(scratch, [sha for _, sha in known.values()])
@@ -327,6 +359,7 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         date = scratch.out("log", "-1", "--format=%cI", dep.commit)
         base = Base(dep.commit, date, "upstream" if own == 0 else "fork", behind, own)
         patches, origin, broken = carried_patches(workspace, dep, scratch, fork_point)
-        verdicts = classify(scratch, patches, fork_point, tip) if patches else []
+        exclude = (dep.commit,) if origin == "series" else ()
+        verdicts = classify(scratch, patches, fork_point, tip, exclude) if patches else []
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
                      base, origin, verdicts, broken)
