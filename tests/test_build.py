@@ -149,6 +149,7 @@ def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, p
     assert "_scalekit_C" not in error
     assert "--allow-unstable vecadd" in gated.stderr
     assert "UNSTABLE" in gated.stdout  # the summary table is still printed
+    assert not list((example_ws / "dist").glob("*.whl"))  # no gated wheel left for a release job to upload
 
     allowed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd", "--json", cache=private_cache)
     assert allowed.returncode == 0, allowed.stderr[-4000:]

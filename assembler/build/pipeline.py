@@ -138,6 +138,8 @@ def build_artifacts(
         outcomes: dict[str, Outcome] = {}
         pending = []
         for request in requests:
+            on_event(request.dep.name, "checking", None, None)  # one progress row per dep, in manifest order
+        for request in requests:
             reused = builder.reuse(ctx, request)
             if reused is None:
                 pending.append(request)
@@ -227,7 +229,11 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
             "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel),
             "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
         }, indent=2, sort_keys=True) + "\n")
-    return _gate(report, audits, options.allow_unstable)
+    error = _gate(report, audits, options.allow_unstable)
+    if error is not None and report.wheel is not None:
+        report.wheel.unlink(missing_ok=True)  # a release job must not find a gated wheel in dist/
+        report.wheel = None
+    return error
 
 
 def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Path) -> str:

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from assembler.build.pipeline import BuildReport
 
 PHASE_STYLE = {
-    "queued": "dim", "configuring": "cyan", "compiling": "cyan", "installing": "cyan",
+    "checking": "dim", "queued": "dim", "configuring": "cyan", "compiling": "cyan", "installing": "cyan",
     "cached": "green", "built": "green", "failed": "bold red",
 }
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     gate_error = None
     if not options.only:
         gate_error = merge_and_gate(workspace, options, report, note=progress.note)
-    _emit(report, args.json)
+    _emit(report, args.json, gated=gate_error is not None)
     if gate_error is not None:
         raise gate_error
     return 0
@@ -115,7 +115,7 @@ class _Progress:
             self.progress.update(task, description=description)
 
 
-def _emit(report: BuildReport, as_json: bool) -> None:
+def _emit(report: BuildReport, as_json: bool, gated: bool) -> None:
     from assembler.report.output import console, emit_json
 
     if as_json:
@@ -137,5 +137,7 @@ def _emit(report: BuildReport, as_json: bool) -> None:
         console.print(f"[yellow]allowed UNSTABLE:[/] {name} (--allow-unstable)")
     if report.wheel is not None:
         console.print(f"wheel: {report.wheel}", highlight=False)
+    elif gated:
+        console.print("[red]no wheel:[/] the audit gate failed (see the error below)")
     elif report.artifacts is not None:
         console.print(f"artifacts: {report.artifacts} (merge with `assemble merge`)", highlight=False)
