@@ -1,7 +1,13 @@
-"""Audit reports for people: one rich table per PATH, details with ``-v``."""
+"""Audit reports for people: one rich table per PATH; offending symbols and DT_NEEDED with ``-v``.
+
+Columns: shim = stable C-shim symbols imported, unst = unstable LibTorch C++ symbols imported,
+min torch (``+?``: also uses shim symbols the table does not know), abi3 = limited API only and
+within the wheel's abi3 tag, min py = the Python that added the newest limited-API symbol used.
+"""
 
 from __future__ import annotations
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -20,12 +26,6 @@ def _abi3_cell(e: ElfReport) -> str:
     return "[green]yes[/]" if e.min_python else "[dim]-[/]"
 
 
-def _needed_cell(e: ElfReport, verbose: bool) -> str:
-    if verbose or len(e.needed) <= 2:
-        return escape(", ".join(e.needed))
-    return escape(", ".join(e.needed[:2])) + f" [dim]+{len(e.needed) - 2}[/]"
-
-
 def _details(e: ElfReport) -> list[str]:
     lines = []
 
@@ -40,6 +40,7 @@ def _details(e: ElfReport) -> list[str]:
     add("[yellow]newer than the abi3 tag[/]", [f"{n} ({v})" for n, v in e.newer_than_tag.items()])
     if not e.newer_than_tag:
         add(f"min Python {e.min_python} set by", e.min_python_symbols)
+    add("needs", e.needed)
     return lines
 
 
@@ -53,25 +54,26 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
     table = Table(
         title=f"{escape(report.path)}\ntorch {torch}   CPython {cpython} ({tag}{py})",
         title_justify="left",
-        show_lines=False,
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
     )
+    table.add_column("object", overflow="fold", ratio=1)
     for column, justify in (
-        ("object", "left"), ("kind", "left"), ("torch", "left"), ("shim", "right"), ("unstable", "right"),
-        ("min torch", "left"), ("abi3", "left"), ("min py", "left"), ("needed", "left"),
+        ("kind", "left"), ("torch", "left"), ("shim", "right"), ("unst", "right"),
+        ("min torch", "left"), ("abi3", "left"), ("min py", "left"),
     ):
-        table.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
+        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for e in report.extensions:
         min_torch = (e.min_torch or "-") + ("+?" if e.unknown_shim_symbols else "")
         table.add_row(
             escape(e.path),
-            e.kind,
+            "ext" if e.kind == "extension" else "lib",
             f"[{_TORCH_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
             str(e.stable_shim),
             f"[red]{e.unstable}[/]" if e.unstable else "0",
             min_torch,
             _abi3_cell(e),
             e.min_python or "-",
-            _needed_cell(e, verbose),
         )
     console.print(table)
     if not report.extensions:
