@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -18,7 +19,15 @@ import pytest
 
 from tests.conftest import KERNEL_V1, ROOT, GitWorkspace
 from tests.gitrepo import Repo, git
-from tests.rebase_scenarios import STABLE_ALL, land_verbatim, patch_files, snapshot, wide_workspace
+from tests.rebase_scenarios import (
+    EXAMPLE,
+    STABLE_ALL,
+    land_verbatim,
+    make_upstreams,
+    patch_files,
+    snapshot,
+    wide_workspace,
+)
 
 
 def rebase_json(ws: GitWorkspace, *args: str) -> tuple[int, dict]:
@@ -323,3 +332,36 @@ def test_crash_after_export_is_recoverable(git_workspace: GitWorkspace, monkeypa
             assert f'commit = "{ws.upstream.head()}"' in ws.manifest.read_text()
             assert "ready" in ws.assemble("deps").stdout
         assert not (ws.root / ".assemble" / "rebase" / "kern").exists()
+
+
+def test_example_workspace_follows_its_advancing_upstream(tmp_path: Path) -> None:
+    """The issue's demo: after examples/stable-abi's upstream advances (it merged our first
+    vecadd patch), rebase drops that patch, re-applies the rest and updates deps.toml with
+    its comments intact; `patches --format json` gives every status with its evidence."""
+    root = tmp_path / "ws"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble", "build"))
+    heads = make_upstreams(root / "upstreams", advance=True)
+    ws = GitWorkspace(root, Repo.__new__(Repo), "", tmp_path / "cache")
+    landed = git(root / "upstreams" / "vecadd.git", "rev-parse", "main~1")
+    names = sorted(p.name for p in (root / "patches" / "vecadd").glob("*.patch"))
+
+    before = {d["name"]: d for d in json.loads(ws.assemble("patches", "--format", "json").stdout)["deps"]}
+    vecadd = before["vecadd"]
+    assert [(p["file"], p["status"]) for p in vecadd["patches"]] == list(zip(names, ["upstream", "forwarded", "not-needed"], strict=True))
+    assert vecadd["patches"][0]["evidence"]["commit"] == landed
+    assert vecadd["patches"][1]["evidence"]["url"] == "https://example.invalid/stable-abi/vecadd/pull/2"
+    assert vecadd["base"]["behind"] == 2 and vecadd["migrated_upstream"] == "in progress"
+    scalekit = before["scalekit"]
+    assert scalekit["base"]["on"] == "fork" and scalekit["base"]["own_commits"] == 2
+    assert [p["status"] for p in scalekit["patches"]] == ["local", "local", "not-needed"]
+
+    manifest = (root / "deps.toml").read_text()
+    old = re.search(r'\[deps\.vecadd\]\n(?:.*\n)*?commit = "([0-9a-f]{40})"', manifest).group(1)  # type: ignore[union-attr]
+    code, report = rebase_json(ws, "vecadd")
+    assert code == 0, report
+    assert report["new_base"] == heads["vecadd"] and report["applied"] == names[1:]
+    assert [(d["file"], d["how"], d["commit"]) for d in report["dropped"]] == [(names[0], "patch-id", landed)]
+    assert (root / "deps.toml").read_text() == manifest.replace(old, heads["vecadd"])
+    assert (root / "patches" / "vecadd" / "series").read_text().splitlines()[-2:] == names[1:]
+    after = json.loads(ws.assemble("patches", "vecadd", "--format", "json").stdout)["deps"][0]
+    assert after["base"]["behind"] == 0 and [p["status"] for p in after["patches"]] == ["forwarded", "not-needed"]
