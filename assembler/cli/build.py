@@ -125,19 +125,20 @@ def _emit(report: BuildReport, as_json: bool, gated: bool) -> None:
 
     table = Table(title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}", title_justify="left")
     for column in ("dep", "commit", "patches", "build", "archs", "min torch", "verdict"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=column != "verdict")
     for dep in report.deps:
-        build = "cached" if dep.status == "cached" else f"built {dep.seconds:.1f} s"
+        build = "cached" if dep.status == "cached" else f"built {dep.seconds:.1f}s"
         verdict = dep.verdict or "-"
-        style = "green" if verdict.startswith("STABLE") else "yellow" if "allowed" in verdict else "red"
-        table.add_row(dep.dep, dep.commit[:12], str(dep.patches), build, " ".join(dep.archs) or "-",
+        style = ("green" if verdict.startswith("STABLE") else "yellow" if "allowed" in verdict
+                 else "dim" if verdict in {"-", "NO-TORCH", "no extensions"} else "red")
+        table.add_row(dep.dep, dep.commit[:10], str(dep.patches), build, " ".join(dep.archs) or "-",
                       dep.min_torch or dep.torch_target, f"[{style}]{verdict}[/]")
     console.print(table)
     for name in report.allowed_unstable:
         console.print(f"[yellow]allowed UNSTABLE:[/] {name} (--allow-unstable)")
     if report.wheel is not None:
-        console.print(f"wheel: {report.wheel}", highlight=False)
+        console.print(f"wheel: {report.wheel}", highlight=False, soft_wrap=True)
     elif gated:
         console.print("[red]no wheel:[/] the audit gate failed (see the error below)")
     elif report.artifacts is not None:
-        console.print(f"artifacts: {report.artifacts} (merge with `assemble merge`)", highlight=False)
+        console.print(f"artifacts: {report.artifacts} (merge with `assemble merge`)", highlight=False, soft_wrap=True)
