@@ -365,3 +365,24 @@ def test_example_workspace_follows_its_advancing_upstream(tmp_path: Path) -> Non
     assert (root / "patches" / "vecadd" / "series").read_text().splitlines()[-2:] == names[1:]
     after = json.loads(ws.assemble("patches", "vecadd", "--format", "json").stdout)["deps"][0]
     assert after["base"]["behind"] == 0 and [p["status"] for p in after["patches"]] == ["forwarded", "not-needed"]
+
+
+def test_fork_pinned_dependency_moves_onto_upstream(git_workspace: GitWorkspace) -> None:
+    """A series on a fork's commit: rebasing onto upstream replays the fork's own commit too;
+    it becomes a patch of the series and the pin moves to upstream (source goes)."""
+    ws = git_workspace
+    fork_repo = Repo(ws.root / "remotes" / "kern-fork")
+    fork_repo.git("pull", "-q", str(ws.upstream.path), "main")
+    fork_tip = fork_repo.commit("Fork: add a benchmark script\n\nForwarded: no\n", {"bench.py": "print('fast')\n"})
+    text = ws.manifest.read_text().replace(ws.base, fork_tip)
+    ws.manifest.write_text(text.replace('commit = "', 'source = "https://git.invalid/kern-fork"\ncommit = "', 1))
+    unchanged = ws.assemble("rebase", "kern", "--json")
+    assert unchanged.returncode == 0 and json.loads(unchanged.stdout)["status"] == "up-to-date"  # upstream has not moved
+    tip = ws.upstream.commit("Upstream: docs", {"docs/usage.md": "updated\n"})
+    code, report = rebase_json(ws, "kern")
+    assert code == 0, report
+    assert report["applied"][0] == fork_tip[:12] and report["manifest"] == {"commit": tip, "source": None}
+    series = (ws.patches / "series").read_text().splitlines()[1:]
+    assert series[0] == "0003-Fork-add-a-benchmark-script.patch" and series[1:] == [p.name for p in patch_files(ws)[:2]]
+    assert "source" not in ws.manifest.read_text() and f'commit = "{tip}"' in ws.manifest.read_text()
+    assert "bench.py" in git(ws.fork, "ls-files")

@@ -238,17 +238,24 @@ def _dry_patches(workspace: Workspace, dep: Dependency, scratch: Scratch, fork_p
     return own + series
 
 
-def _fork_point(scratch: Scratch, dep: Dependency, target: _Target) -> str:
+def _fork_point(scratch: GitView, dep: Dependency, target: _Target) -> str:
     """Where the pinned commit meets the target: commits after it are replayed."""
     found = scratch.run("merge-base", dep.commit, target.onto, check=False)
     if found.returncode != 0:
         raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {target.url} {target.label}",
                          hint="check --upstream / --onto (a repository switch needs a fork of the same project)")
-    fork_point = found.stdout.decode().strip()
-    if fork_point == target.onto != dep.commit:
+    return found.stdout.decode().strip()
+
+
+def _behind_base(dep: Dependency, target: _Target, fork_point: str, explicit: bool) -> bool:
+    """True when the target holds nothing the pinned commit lacks (it is an ancestor of it:
+    e.g. a fork ahead of an upstream that has not moved). An explicit older REF is an error."""
+    if fork_point != target.onto or target.onto == dep.commit:
+        return False
+    if explicit:
         raise InputError(f"{dep.name}: {target.label} ({target.onto[:12]}) is older than the pinned commit {dep.commit[:12]}",
                          hint="rebase moves forward only; pick a newer --onto")
-    return fork_point
+    return True
 
 
 def _horizon(scratch: Scratch, patches: list[Patch], since: str, target: str, landed: dict[int, str]) -> Horizon:
@@ -275,6 +282,8 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
     with view as scratch:
         on_step("status")
         fork_point = _fork_point(scratch, dep, target)
+        if _behind_base(dep, target, fork_point, explicit=onto_ref not in (None, "horizon", dep.track)):
+            return RebaseReport(dep.name, "up-to-date", target.url, target.label, dep.commit, dep.commit, checkout=fork_path)
         if state is not None and state.head:
             patches = from_commits(scratch, state.head, [fork_point], names=state.applied)
         else:

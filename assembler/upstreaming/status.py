@@ -159,13 +159,12 @@ def log_patch_ids(scratch: GitView, revisions: list[str], pathspec: list[str]) -
     return pairs
 
 
-def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: str,
-                   exclude: tuple[str, ...] = ()) -> dict[int, tuple[str, str]]:
+def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: str) -> dict[int, tuple[str, str]]:
     """Layers 1 and 2: patch index -> (how, upstream commit). When the patches are commits
-    (the last one the tip), git's own cherry-pick detection (``--cherry-mark``, which hashes
-    file headers first and full diffs only on a match) finds the candidates on both sides of
-    target...tip, and one pipe gives their ``--stable`` patch-ids; commits reachable from
-    ``exclude`` (a fork's own base under a series) are on neither side."""
+    (all of since..last, the last one the tip), git's own cherry-pick detection
+    (``--cherry-mark``, which hashes file headers first and full diffs only on a match) finds
+    the candidates on both sides of target...tip, and one pipe gives their ``--stable``
+    patch-ids."""
     found: dict[int, tuple[str, str]] = {}
     for i, patch in enumerate(patches):
         sha = patch.header.applied_upstream
@@ -178,8 +177,7 @@ def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: s
     theirs: dict[str, str] = {}  # patch-id -> upstream commit; newest first, so the oldest wins
     if all(p.commit for p in patches):
         index = {p.commit: i for i, p in enumerate(patches)}
-        marks = scratch.out("log", "--cherry-mark", "--no-merges", "--format=%m%H", f"{target}...{patches[-1].commit}",
-                            *(f"^{sha}" for sha in exclude))
+        marks = scratch.out("log", "--cherry-mark", "--no-merges", "--format=%m%H", f"{target}...{patches[-1].commit}")
         candidates = [line[1:] for line in marks.splitlines() if line.startswith("=")]
         if candidates:
             for sha, pid in log_patch_ids(scratch, ["--no-walk=unsorted", *candidates], []):
@@ -211,10 +209,9 @@ def by_header(patch: Patch) -> tuple[str, str | None, str]:
     return FORWARDED, url.group(0) if url else None, "" if url else f"Forwarded: {value}"
 
 
-def classify(scratch: Scratch, patches: list[Patch], since: str, target: str, exclude: tuple[str, ...] = ()) -> list[Verdict]:
-    """Every layer for every patch against ``target`` (fork point ``since``; ``exclude``: see
-    known_upstream)."""
-    known = known_upstream(scratch, patches, since, target, exclude)
+def classify(scratch: Scratch, patches: list[Patch], since: str, target: str) -> list[Verdict]:
+    """Every layer for every patch against ``target`` (fork point ``since``)."""
+    known = known_upstream(scratch, patches, since, target)
     replayed = trial(scratch, patches, target, dropped=set(known))
     present = [i for i, outcome in enumerate(replayed.outcomes) if outcome in (EMPTY, REVERSE)]
     carriers = describe(scratch, [sha for _, sha in known.values()])
@@ -359,7 +356,9 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         date = scratch.out("log", "-1", "--format=%cI", dep.commit)
         base = Base(dep.commit, date, "upstream" if own == 0 else "fork", behind, own)
         patches, origin, broken = carried_patches(workspace, dep, scratch, fork_point)
-        exclude = (dep.commit,) if origin == "series" else ()
-        verdicts = classify(scratch, patches, fork_point, tip, exclude) if patches else []
+        # A series on a fork's commit is replayed after the fork's own commits, as a rebase
+        # would; only the series is reported.
+        own_commits = from_commits(scratch, dep.commit, [fork_point]) if origin == "series" and own else []
+        verdicts = classify(scratch, own_commits + patches, fork_point, tip)[len(own_commits):] if patches else []
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
                      base, origin, verdicts, broken)
