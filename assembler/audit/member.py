@@ -32,7 +32,7 @@ class TruncatedError(InputError):
 class ByteSource(Protocol):
     """What the ELF reader needs from a shared object, wherever it lives."""
 
-    name: str
+    name: str  # how messages name it: a path, or "wheel: member"
     size: int
 
     def read(self, offset: int, length: int) -> bytes: ...
@@ -95,7 +95,7 @@ class StoredMember(FileSource):
     """An uncompressed wheel member: a window of the wheel file."""
 
     def __init__(self, info: MemberInfo) -> None:
-        super().__init__(info.wheel, info.name)
+        super().__init__(info.wheel, f"{info.wheel}: {info.name}")
         self._base = _data_offset(self._fd, info)
         self.size = info.file_size
 
@@ -108,7 +108,7 @@ class DeflatedMember:
     """A deflated wheel member, inflated lazily from the start and, for its end, from a block near it."""
 
     def __init__(self, info: MemberInfo) -> None:
-        self.name = info.name
+        self.name = f"{info.wheel}: {info.name}"  # for messages
         self.size = info.file_size
         self._info = info
         self._fd = os.open(info.wheel, os.O_RDONLY)
@@ -132,7 +132,7 @@ class DeflatedMember:
     def _read_compressed(self, offset: int, length: int) -> bytes:
         data = os.pread(self._fd, length, self._base + offset)
         if len(data) != length:
-            raise InputError(f"{self._info.wheel}: member {self.name} is cut short (corrupt or truncated wheel)")
+            raise InputError(f"{self.name}: member data is cut short (corrupt or truncated wheel)")
         return data
 
     @property
@@ -194,15 +194,15 @@ class DeflatedMember:
                 piece = decoder.decompress(decoder.unconsumed_tail, _PIECE)
             elif decoder.eof or self._fed >= self._info.compress_size:
                 raise InputError(
-                    f"{self._info.wheel}: member {self.name} inflates to {self._pos} bytes, "
-                    f"not the {self.size} its header says (corrupt wheel)"
+                    f"{self.name}: inflates to {self._pos} bytes, not the {self.size} "
+                    "its zip header says (corrupt wheel)"
                 )
             else:
                 n = min(_FEED, self._info.compress_size - self._fed)
                 try:
                     piece = decoder.decompress(self._read_compressed(self._fed, n), _PIECE)
                 except zlib.error as error:
-                    raise InputError(f"{self._info.wheel}: member {self.name} is corrupt ({error})") from None
+                    raise InputError(f"{self.name}: corrupt deflate data ({error})") from None
                 self._fed += n
             start = self._pos
             self._pos += len(piece)

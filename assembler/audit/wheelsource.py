@@ -118,7 +118,7 @@ def _directory(root: Path) -> Target:
 def open_job(job: Job) -> FileSource | StoredMember | DeflatedMember:
     if isinstance(job, FileJob):
         try:
-            return FileSource(job.path, job.name)
+            return FileSource(job.path, job.path)
         except OSError as error:
             raise InputError(f"{job.path}: {error.strerror}") from None
     return open_member(job)

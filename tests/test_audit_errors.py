@@ -1,0 +1,78 @@
+"""Operational errors of `assemble audit`: exit 2 with one line naming the culprit, never a traceback."""
+
+from __future__ import annotations
+
+import shutil
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.audit_fixtures.build import Objects, Wheels, audit_build_fixture, make_wheel  # noqa: F401 - fixture
+from tests.conftest import run_assemble
+
+
+def assert_exit_2(path: Path, *needles: str) -> None:
+    done = run_assemble("audit", str(path))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    first = done.stderr.splitlines()[0]
+    assert first.startswith("error: ")
+    for needle in needles:
+        assert needle in first, first
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    assert_exit_2(tmp_path / "nope.whl", "nope.whl", "no such file")
+
+
+def test_zip_that_is_not_a_wheel(tmp_path: Path) -> None:
+    path = tmp_path / "thing.zip"
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr("lib/foo.so", b"\x7fELF")
+    assert_exit_2(path, "thing.zip", "not a wheel")
+
+
+def test_file_that_is_neither_wheel_nor_elf(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    assert_exit_2(path, "notes.txt", "not an ELF file")
+
+
+def test_non_elf_member(tmp_path: Path) -> None:
+    wheel = make_wheel(tmp_path / "fake-1.0-cp39-abi3-linux_x86_64.whl", {"fake/_C.abi3.so": b"INPUT(-lc)\n" * 10})
+    assert_exit_2(wheel, "fake/_C.abi3.so", "not an ELF file")
+
+
+@pytest.mark.slow
+def test_truncated_elf_member(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
+    head = audit_build[0].stable.read_bytes()[:6000]  # headers and symbol tables, no .dynamic
+    wheel = make_wheel(tmp_path / "cut-1.0-cp39-abi3-linux_x86_64.whl", {"cut/_C.abi3.so": head})
+    assert_exit_2(wheel, "cut/_C.abi3.so", "truncated ELF")
+
+
+@pytest.mark.slow
+def test_truncated_shared_object_file(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
+    path = tmp_path / "cut.so"
+    path.write_bytes(audit_build[0].plain.read_bytes()[:40])
+    assert_exit_2(path, "cut.so", "truncated ELF")
+
+
+@pytest.mark.slow
+def test_corrupt_member_data(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
+    wheel = tmp_path / "good-1.0-cp39-abi3-linux_x86_64.whl"
+    shutil.copy(audit_build[1].good, wheel)
+    with zipfile.ZipFile(wheel) as zf:
+        info = zf.getinfo("good/stable_ops.abi3.so")
+    data = bytearray(wheel.read_bytes())
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    data[start : start + 64] = b"\xff" * 64  # the first deflate block no longer decodes
+    wheel.write_bytes(bytes(data))
+    assert_exit_2(wheel, "good/stable_ops.abi3.so", "corrupt")
+
+
+@pytest.mark.slow
+def test_cut_wheel(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
+    wheel = tmp_path / "good-1.0-cp39-abi3-linux_x86_64.whl"
+    wheel.write_bytes(audit_build[1].good.read_bytes()[:-5000])  # the central directory is gone
+    assert_exit_2(wheel, wheel.name, "not a readable wheel")
