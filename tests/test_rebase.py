@@ -274,6 +274,10 @@ def test_horizon_finds_the_breaking_merge(git_workspace: GitWorkspace) -> None:
     assert report["horizon"]["breaks"] == [{"patch": "0002-Register-with-STABLE_TORCH_LIBRARY.patch", "commit": chain[6],
                                             "subject": "Merge pull request #7", "files": ["csrc/kern.cpp"]}]
     assert not ws.fork.exists() and f'commit = "{ws.base}"' in ws.manifest.read_text()
+    up.git("tag", "v0.5", chain[4])
+    for ref, expected in (("v0.5", chain[4]), (chain[2][:10], chain[2])):
+        code, report = rebase_json(ws, "kern", "--onto", ref, "--dry-run")
+        assert code == 0 and report["new_base"] == expected and report["conflicts"] == [] and report["onto"] == ref
     # the real run stops at the tip with the same horizon; --abort, then --onto horizon
     stopped = ws.assemble("rebase", "kern", "--json")
     assert stopped.returncode == 5 and json.loads(stopped.stdout)["horizon"]["commit"] == chain[5]
