@@ -129,7 +129,7 @@ def begin(workspace: Workspace, journal: Journal, patches_dir: Path, checkout_fi
     sources.update({f"checkout/{label}": path for label, path in checkout_files.items() if path.is_file()})
     mtimes = {name: path.stat().st_mtime_ns for name, path in sources.items()}
     with (staging / BACKUP).open("wb") as handle:
-        with tarfile.open(fileobj=handle, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        with tarfile.open(fileobj=handle, mode="w", format=tarfile.GNU_FORMAT) as tar:
             for name, path in sources.items():
                 tar.add(path, arcname=name, recursive=False)
             data = json.dumps(mtimes).encode()
