@@ -1,8 +1,9 @@
 """Is each carried patch upstream yet? Evidence in layers, cheapest first:
 
 1. ``Applied-Upstream: commit:<sha>`` whose commit is an ancestor of the target;
-2. the same ``git patch-id --stable`` as an upstream commit since the fork point (one
-   ``git log -p | git patch-id`` pipe for the whole upstream range);
+2. the same ``git patch-id --stable`` as an upstream commit since the fork point (git's
+   cherry-pick detection marks the candidates in one walk, one ``git log -p | git patch-id``
+   pipe pairs them up);
 3. a trial replay onto the target: the patch applies empty, or conflicts but reverse-applies
    (squash merges and rewritten-on-merge patches land here);
 4. otherwise its ``Forwarded`` header says forwarded (a PR URL), local (no) or not-needed.
