@@ -4,6 +4,7 @@ exactly what a full extraction read by pyelftools gives."""
 from __future__ import annotations
 
 import random
+import re
 import zipfile
 import zlib
 from pathlib import Path
@@ -14,6 +15,7 @@ from elftools.elf.elffile import ELFFile
 from assembler.audit import deflate
 from assembler.audit.elf import DynamicInfo, read_dynamic
 from assembler.audit.member import DeflatedMember, MemberInfo, open_member
+from assembler.audit.zipindex import read_index
 from tests.audit_fixtures.build import Objects, Wheels, audit_build_fixture, make_wheel  # noqa: F401 - fixture
 
 
@@ -84,7 +86,7 @@ def test_big_member_is_read_from_both_ends_and_agrees_with_pyelftools(audit_buil
     info = read_dynamic(src)
     assert src.used_tail  # .dynamic and the section headers came from the decoded tail
     assert same(info, reference(objects.big))
-    assert len(src._head) <= 64 << 10  # the first segment, not the 24 MiB of data after it
+    assert len(src._head) <= 1 << 20  # the first inflate piece, not the 24 MiB of data after it
     src.close()
 
 
@@ -124,3 +126,29 @@ def test_stored_members_read_directly(audit_build: tuple[Objects, Wheels], tmp_p
         zf.write(objects.unstable, "stored/unstable_ops.abi3.so")
     src = open_member(member(wheel, "stored/unstable_ops.abi3.so"))
     assert same(read_dynamic(src), reference(objects.unstable))
+
+
+def test_central_directory_index_matches_zipfile(tmp_path: Path) -> None:
+    path = tmp_path / "z-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("z-1.0.dist-info/WHEEL", "Tag: py3-none-any\n")
+        zf.writestr("z/plain.so", b"x" * 1000)
+        zf.writestr("z/ünïcode.so.1", b"y" * 10, compress_type=zipfile.ZIP_STORED)
+        with zf.open("z/zip64.so", "w", force_zip64=True) as out:  # ZIP64 extra field for its sizes
+            out.write(b"z" * 5000)
+        zf.writestr("z/README", "not a shared object")
+    prefixed = tmp_path / "prefixed.zip"  # data in front of the archive, as in self-extracting zips
+    prefixed.write_bytes(b"#!/bin/sh\nexit 0\n" + path.read_bytes())
+    wanted = re.compile(rb"\.so(\.\d+)*$|WHEEL$")
+    for archive in (path, prefixed):
+        mine = {m.name: m for m in read_index(str(archive), wanted)}
+        with zipfile.ZipFile(archive) as zf:
+            theirs = {i.filename: i for i in zf.infolist() if wanted.search(i.filename.encode())}
+        assert set(mine) == set(theirs) == {"z-1.0.dist-info/WHEEL", "z/plain.so", "z/ünïcode.so.1", "z/zip64.so"}
+        for name, info in theirs.items():
+            m = mine[name]
+            got = (m.compress_type, m.compress_size, m.file_size)
+            assert got == (info.compress_type, info.compress_size, info.file_size), name
+            src = open_member(m)
+            with zipfile.ZipFile(archive) as zf:
+                assert src.read(0, m.file_size) == zf.read(name)

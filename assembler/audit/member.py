@@ -20,7 +20,7 @@ from assembler.errors import InputError
 
 _PIECE = 1 << 20  # inflate output piece
 _FEED = 1 << 18  # compressed bytes per read
-_HEAD_DEFAULT = 1 << 16  # retained before the program headers tell how large the first segment is
+_HEAD_DEFAULT = _PIECE  # retained before the program headers tell how large the first segment is
 _HEAD_MAX = 64 << 20  # never retain more than this of a member's head
 _TAIL_MIN_SAVING = 4 << 20  # inflating fewer bytes than this to reach a range is cheaper than a tail search
 

@@ -10,16 +10,17 @@ from __future__ import annotations
 import os
 import re
 import zipfile
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 from assembler.audit.member import DeflatedMember, FileSource, MemberInfo, StoredMember, open_member
+from assembler.audit.zipindex import read_index
 from assembler.errors import InputError
 
 PyVersion = tuple[int, int]
 _SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
 _WHEEL_FILE = re.compile(r"^[^/]+\.dist-info/WHEEL$")
+_WANTED = re.compile(rb"\.so(\.\d+)*$|^[^/]+\.dist-info/WHEEL$")
 
 
 @dataclass(frozen=True)
@@ -69,20 +70,16 @@ def open_target(path: Path) -> Target:
 
 
 def _wheel(path: Path) -> Target:
+    entries = read_index(str(path), _WANTED)
+    wheel_files = [e for e in entries if _WHEEL_FILE.match(e.name)]
+    if not wheel_files:
+        raise InputError(f"{path}: a zip archive but not a wheel (no *.dist-info/WHEEL)")
+    source = open_member(wheel_files[0])
     try:
-        with zipfile.ZipFile(path) as zf:
-            infos = zf.infolist()
-            wheel_files = [i.filename for i in infos if _WHEEL_FILE.match(i.filename)]
-            if not wheel_files:
-                raise InputError(f"{path}: a zip archive but not a wheel (no *.dist-info/WHEEL)")
-            metadata = zf.read(wheel_files[0]).decode(errors="replace")
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, OSError, EOFError) as error:
-        raise InputError(f"{path}: not a readable wheel ({error})") from None
-    jobs = tuple(
-        MemberInfo(str(path), i.filename, i.header_offset, i.compress_type, i.compress_size, i.file_size)
-        for i in sorted(infos, key=lambda i: i.filename)
-        if not i.is_dir() and is_shared_object_name(i.filename)
-    )
+        metadata = source.read(0, source.size).decode(errors="replace")
+    finally:
+        source.close()
+    jobs = tuple(sorted((e for e in entries if is_shared_object_name(e.name)), key=lambda e: e.name))
     return Target(str(path), "wheel", _wheel_tags(path.name, metadata), jobs)
 
 

@@ -1,0 +1,101 @@
+"""The few central-directory entries an audit needs, without building one object per member.
+
+``zipfile.ZipFile`` decodes every entry into a ``ZipInfo``: 80 ms for vLLM's 5,800-member wheel,
+a sixth of the audit's time budget, spent before any shared object can be read.  This reader
+walks the central directory once with ``struct.unpack_from`` and decodes only the entries whose
+raw name matches (shared objects, the WHEEL file).  It follows APPNOTE 6.3: ZIP64 end records
+and extra fields, UTF-8 flag, data prepended to the archive.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+
+from assembler.audit.member import MemberInfo
+from assembler.errors import InputError
+
+_EOCD = struct.Struct("<4s4H2LH")  # signature, disk, cd disk, entries here, entries, cd size, cd offset, comment
+_LOCATOR64 = struct.Struct("<4sLQL")
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
+_MAX_COMMENT = 0xFFFF
+
+
+class ZipError(InputError):
+    """Not a zip archive, or a damaged one."""
+
+
+def read_index(path: str, wanted: re.Pattern[bytes]) -> list[MemberInfo]:
+    """Entries of the archive at ``path`` whose raw name matches ``wanted``, in central-directory order."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        tail_len = min(size, _EOCD.size + _MAX_COMMENT)
+        f.seek(size - tail_len)
+        tail = f.read(tail_len)
+        at = tail.rfind(b"PK\x05\x06")
+        if at < 0 or at + _EOCD.size > len(tail):
+            raise ZipError(f"{path}: not a readable wheel (no zip end-of-central-directory record)")
+        _, _, _, _, count, cd_size, cd_offset, _ = _EOCD.unpack_from(tail, at)
+        eocd = size - tail_len + at
+        end = eocd
+        if at >= _LOCATOR64.size and tail[at - _LOCATOR64.size : at - _LOCATOR64.size + 4] == b"PK\x06\x07":
+            _, _, eocd64, _ = _LOCATOR64.unpack_from(tail, at - _LOCATOR64.size)
+            f.seek(eocd64)
+            raw = f.read(_EOCD64.size)
+            if len(raw) != _EOCD64.size or raw[:4] != b"PK\x06\x06":
+                raise ZipError(f"{path}: not a readable wheel (bad ZIP64 end record)")
+            _, _, _, _, _, _, _, count, cd_size, cd_offset = _EOCD64.unpack(raw)
+            end = eocd64
+        prepended = end - cd_size - cd_offset  # bytes in front of the archive (0 for a plain wheel)
+        if prepended < 0:
+            raise ZipError(f"{path}: not a readable wheel (central directory out of bounds)")
+        f.seek(cd_offset + prepended)
+        directory = f.read(cd_size)
+    if len(directory) != cd_size:
+        raise ZipError(f"{path}: not a readable wheel (truncated central directory)")
+    return _entries(path, directory, count, prepended, wanted)
+
+
+def _entries(path: str, directory: bytes, count: int, prepended: int, wanted: re.Pattern[bytes]) -> list[MemberInfo]:
+    found = []
+    pos = 0
+    for _ in range(count):
+        if directory[pos : pos + 4] != b"PK\x01\x02" or pos + _CENTRAL.size > len(directory):
+            raise ZipError(f"{path}: not a readable wheel (corrupt central directory)")
+        fields = _CENTRAL.unpack_from(directory, pos)
+        flags, method, csize, usize = fields[5], fields[6], fields[10], fields[11]
+        name_len, extra_len, comment_len, offset = fields[12], fields[13], fields[14], fields[18]
+        start = pos + _CENTRAL.size
+        raw_name = directory[start : start + name_len]
+        if wanted.search(raw_name):
+            if flags & 1:
+                raise ZipError(f"{path}: member {raw_name!r} is encrypted")
+            extra = directory[start + name_len : start + name_len + extra_len]
+            usize, csize, offset = _zip64(extra, usize, csize, offset)
+            name = raw_name.decode("utf-8" if flags & 0x800 else "cp437")
+            found.append(MemberInfo(path, name, offset + prepended, method, csize, usize))
+        pos = start + name_len + extra_len + comment_len
+    return found
+
+
+def _zip64(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
+    """Sizes and offset from the ZIP64 extra field, for the values the fixed header marks 0xFFFFFFFF."""
+    if 0xFFFFFFFF not in (usize, csize, offset):
+        return usize, csize, offset
+    pos = 0
+    while pos + 4 <= len(extra):
+        tag, length = struct.unpack_from("<HH", extra, pos)
+        if tag == 1:
+            values = list(struct.unpack_from(f"<{length // 8}Q", extra, pos + 4))
+            try:
+                usize = values.pop(0) if usize == 0xFFFFFFFF else usize
+                csize = values.pop(0) if csize == 0xFFFFFFFF else csize
+                offset = values.pop(0) if offset == 0xFFFFFFFF else offset
+            except IndexError:
+                break
+            return usize, csize, offset
+
+        pos += 4 + length
+    raise ZipError("corrupt ZIP64 extra field: sizes or offset missing")
