@@ -26,6 +26,7 @@ from tests.build_support import (  # noqa: F401  (fixtures)
     private_cache_fixture,
     toolchains_fixture,
 )
+from tests.gitrepo import Repo
 
 pytestmark = pytest.mark.slow
 
@@ -181,6 +182,62 @@ def test_failed_build_shows_the_log_tail(example_ws: Path, private_cache: Path) 
     assert failure.value.message == "vecadd failed to build"
     assert str(failure.value.failed[0].log) in (failure.value.hint or "")
     assert "this is not C++" in builder.format_failure(failure.value.failed[0])
+
+
+OWN_CMAKE = """cmake_minimum_required(VERSION 3.26)
+project(own LANGUAGES CXX)
+include(AssemblerStableExtension)  # assemble puts assembler/cmake on CMAKE_MODULE_PATH
+assembler_stable_extension(_own_C SOURCES csrc/own.cpp DESTINATION own)
+"""
+OWN_SOURCE = """#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+
+using torch::stable::Tensor;
+
+Tensor twice(Tensor a) {
+  Tensor out = torch::stable::empty_like(a);
+  const float* x = a.const_data_ptr<float>();
+  float* y = out.mutable_data_ptr<float>();
+  for (int64_t i = 0; i < a.numel(); ++i) y[i] = 2 * x[i];
+  return out;
+}
+
+STABLE_TORCH_LIBRARY(own, m) { m.def("twice(Tensor a) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(own, CPU, m) { m.impl("twice", TORCH_BOX(&twice)); }
+"""
+OWN_MANIFEST = """[bundle]
+name = "own-bundle"
+version = "1.0.0"
+python-abi = "3.9"
+torch = "2.13.0"
+
+[mirrors]
+"https://git.invalid/" = "remotes/"
+
+[deps.own]
+upstream = "https://git.invalid/own"
+commit = "{commit}"
+
+[deps.own.build]
+cmake-dir = "."                 # the dependency's own CMakeLists.txt, using assembler's helper
+python-packages = ["own"]
+"""
+
+
+def test_a_dependency_with_its_own_cmake_uses_the_helper(tmp_path: Path, private_cache: Path, build_env_path: Path) -> None:
+    upstream = Repo(tmp_path / "ws" / "remotes" / "own")
+    commit = upstream.commit("own kernels", {
+        "CMakeLists.txt": OWN_CMAKE, "csrc/own.cpp": OWN_SOURCE, "own/__init__.py": "import torch\nfrom . import _own_C\n",
+    })
+    (tmp_path / "ws" / "deps.toml").write_text(OWN_MANIFEST.format(commit=commit))
+    result = assemble("-C", str(tmp_path / "ws"), "build", "--cuda", HERMETIC_CUDA, "--json", cache=private_cache)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads(result.stdout)
+    assert [(d["dep"], d["status"], d["verdict"]) for d in report["deps"]] == [("own", "built", "STABLE")]
+    files = Path(report["artifacts"]) / "own" / "files"
+    probe = "import sys, torch; sys.path.insert(0, sys.argv[1]); import own; assert torch.ops.own.twice(torch.ones(2)).tolist() == [2.0, 2.0]"
+    subprocess.run([build_env_path / "bin" / "python", "-c", probe, files], check=True)
 
 
 def _by_dep(report) -> dict[str, str]:  # type: ignore[no-untyped-def]

@@ -136,7 +136,7 @@ def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: s
     project = recipe.generate(dep, ctx.bundle.python_abi)
     uses_cuda = recipe.uses_cuda(dep)
     archs = (dep.build.cuda_archs if dep.build.cuda_archs is not None else ctx.bundle.cuda_archs) if uses_cuda else ()
-    if uses_cuda and not archs:
+    if not archs and any(ext.language == "cuda" for ext in dep.build.extensions):  # own CMake may set them itself
         raise InputError(
             f"dep {dep.name} compiles CUDA but no architecture is set",
             hint=f'add cuda-archs = ["9.0"] to [bundle] or [deps.{dep.name}.build]',
@@ -197,6 +197,10 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
         unstable = unstable_includes(log, request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir))
         return Outcome(dep.name, "failed", seconds, log=log_path, unstable=unstable,
                        error=f"{dep.name}: the build failed (exit {returncode})")
+    used = _cmake_cuda_version(cmake_dir)
+    if used is not None and used != ctx.toolchain.cuda.release:
+        return Outcome(dep.name, "failed", seconds, log=log_path,
+                       error=f"{dep.name}: CMake compiled with nvcc {used}, not the selected {ctx.toolchain.cuda.release}")
     wheels = sorted(wheel_dir.glob("*.whl"))
     staging = ctx.store.root / dep.name / f".tmp-{request.key}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
@@ -262,10 +266,9 @@ def _settings(ctx: BuildContext, request: BuildRequest, cmake_dir: Path) -> dict
         "cmake.define.ASSEMBLER_TORCH_DIR": str(tc.env.torch_dir),
     }
     if request.cuda:
-        settings |= {
-            "cmake.define.CMAKE_CUDA_COMPILER": str(tc.cuda.nvcc),
-            "cmake.define.CMAKE_CUDA_ARCHITECTURES": recipe.cmake_archs(request.archs),
-        }
+        settings["cmake.define.CMAKE_CUDA_COMPILER"] = str(tc.cuda.nvcc)
+    if request.archs:
+        settings["cmake.define.CMAKE_CUDA_ARCHITECTURES"] = recipe.cmake_archs(request.archs)
     return settings
 
 
@@ -297,6 +300,16 @@ def _unpack(wheel: Path, target: Path) -> None:
             path = Path(archive.extract(member, target))
             mode = (member.external_attr >> 16) & 0o777
             path.chmod(mode or 0o644)
+
+
+def _cmake_cuda_version(cmake_dir: Path) -> str | None:
+    """The nvcc version CMake actually configured (None when the project enabled no CUDA): the
+    last guard against a dependency's own CMake picking up another toolkit."""
+    for found in cmake_dir.glob("CMakeFiles/*/CMakeCUDACompiler.cmake"):
+        match = re.search(r'set\(CMAKE_CUDA_COMPILER_VERSION "([^"]+)"\)', found.read_text())
+        if match:
+            return match.group(1)
+    return None
 
 
 def _missing_modules(dep: Dependency, files: Path) -> list[str]:
