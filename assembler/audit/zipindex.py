@@ -20,6 +20,7 @@ _EOCD = struct.Struct("<4s4H2LH")  # signature, disk, cd disk, entries here, ent
 _LOCATOR64 = struct.Struct("<4sLQL")
 _EOCD64 = struct.Struct("<4sQ2H2L4Q")
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
+_LENGTHS = struct.Struct("<3H")  # name, extra and comment lengths, 28 bytes into a central entry
 _MAX_COMMENT = 0xFFFF
 
 
@@ -61,15 +62,16 @@ def read_index(path: str, wanted: re.Pattern[bytes]) -> list[MemberInfo]:
 def _entries(path: str, directory: bytes, count: int, prepended: int, wanted: re.Pattern[bytes]) -> list[MemberInfo]:
     found = []
     pos = 0
+    lengths = _LENGTHS.unpack_from
     for _ in range(count):
         if directory[pos : pos + 4] != b"PK\x01\x02" or pos + _CENTRAL.size > len(directory):
             raise ZipError(f"{path}: not a readable wheel (corrupt central directory)")
-        fields = _CENTRAL.unpack_from(directory, pos)
-        flags, method, csize, usize = fields[5], fields[6], fields[10], fields[11]
-        name_len, extra_len, comment_len, offset = fields[12], fields[13], fields[14], fields[18]
+        name_len, extra_len, comment_len = lengths(directory, pos + 28)
         start = pos + _CENTRAL.size
         raw_name = directory[start : start + name_len]
         if wanted.search(raw_name):
+            fields = _CENTRAL.unpack_from(directory, pos)
+            flags, method, csize, usize, offset = fields[5], fields[6], fields[10], fields[11], fields[18]
             if flags & 1:
                 raise ZipError(f"{path}: member {raw_name!r} is encrypted")
             extra = directory[start + name_len : start + name_len + extra_len]
