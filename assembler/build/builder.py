@@ -109,7 +109,7 @@ class Outcome:
     seconds: float = 0.0
     artifact: Path | None = None
     log: Path | None = None
-    error: str | None = None
+    error: str | None = None  # what failed when the log tail would not say it
     unstable: list[UnstableInclude] = field(default_factory=list)
     record: dict = field(default_factory=dict)
 
@@ -195,8 +195,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     log = log_path.read_text(errors="replace")
     if returncode != 0:
         unstable = unstable_includes(log, request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir))
-        return Outcome(dep.name, "failed", seconds, log=log_path, unstable=unstable,
-                       error=f"{dep.name}: the build failed (exit {returncode})")
+        return Outcome(dep.name, "failed", seconds, log=log_path, unstable=unstable)
     used = _cmake_cuda_version(cmake_dir)
     if used is not None and used != ctx.toolchain.cuda.release:
         return Outcome(dep.name, "failed", seconds, log=log_path,

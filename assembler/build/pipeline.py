@@ -178,7 +178,7 @@ class BuildFailed(BuildError):
             message = "; ".join(unstable)
             hint = "include only torch/csrc/stable/ and torch/headeronly/ headers (or raise the dep's torch-target)"
         else:
-            message = f"{', '.join(o.dep for o in failed)} failed to build"
+            message = "; ".join(o.error or f"{o.dep} failed to build" for o in failed)
             hint = "full log: " + ", ".join(str(o.log) for o in failed if o.log)
         super().__init__(message, hint=hint)
         self.report = report
