@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -36,16 +38,21 @@ def atomic_write_if_changed(path: Path, data: bytes | str) -> bool:
     return True
 
 
-def _rename_exchange(first: Path, second: Path) -> bool:
-    """Swap two paths atomically with Linux renameat2(RENAME_EXCHANGE); False where unsupported."""
+@functools.cache
+def _renameat2() -> Callable[..., int] | None:
+    """libc's renameat2, looked up once (find_library runs ldconfig, ~10 ms)."""
     import ctypes
     import ctypes.util
 
     libc_name = ctypes.util.find_library("c")
     if not libc_name:
-        return False
-    libc = ctypes.CDLL(libc_name, use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
+        return None
+    return getattr(ctypes.CDLL(libc_name, use_errno=True), "renameat2", None)
+
+
+def _rename_exchange(first: Path, second: Path) -> bool:
+    """Swap two paths atomically with Linux renameat2(RENAME_EXCHANGE); False where unsupported."""
+    renameat2 = _renameat2()
     if renameat2 is None:
         return False
     at_fdcwd, rename_exchange = -100, 2

@@ -17,8 +17,8 @@ import git
 
 from assembler.errors import ConflictError, InputError
 from assembler.fsutil import replace_dir
-from assembler.git.state import CheckoutState, series_digest
 from assembler.git.runner import in_progress_operation, is_dirty, repo_at
+from assembler.git.state import CheckoutState, series_digest
 from assembler.manifest import Dependency, load_manifest
 from assembler.series.headers import parse_patch_header
 from assembler.series.seriesfile import render_series
@@ -56,9 +56,10 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     if operation:
         raise ConflictError(f"{path} is stopped in a git {operation}", hint=f"finish it (git {operation} --continue) or abort it, then export")
     head = repo.head.commit.hexsha
-    commits = repo.git.rev_list("--reverse", "--topo-order", f"{state.base}..{head}").split()
-    if repo.git.rev_list("--merges", f"{state.base}..{head}"):
+    listed = repo.git.rev_list("--reverse", "--topo-order", "--parents", f"{state.base}..{head}").splitlines()
+    if any(len(line.split()) > 2 for line in listed):
         raise InputError(f"{path}: the branch has merge commits since {state.base[:12]}", hint="linearise it (git rebase) before exporting")
+    commits = [line.split()[0] for line in listed]
     try:
         repo.git.merge_base("--is-ancestor", state.base, head)
     except git.GitCommandError:
@@ -73,7 +74,8 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     used_numbers = [int(m.group(1)) for n in old_names if (m := re.match(r"^(\d+)-", n))]
     next_number = max(used_numbers, default=0) + 1
 
-    with tempfile.TemporaryDirectory(dir=workspace.root, prefix=".export-") as tmp_name:
+    workspace.state_dir.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=workspace.state_dir, prefix="export-") as tmp_name:
         tmp = Path(tmp_name)
         generated = format_patches(repo, state.base, head, tmp / "generated")
         staged = tmp / "staged"
