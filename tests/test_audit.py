@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.audit_fixtures.build import Objects, Wheels, audit_build_fixture  # noqa: F401 - fixture
+from assembler.audit import audit_paths, check
+from assembler.errors import InputError
+from tests.audit_fixtures.build import Objects, Wheels, audit_build_fixture, make_wheel  # noqa: F401 - fixture
 from tests.conftest import run_assemble
 
 TOP_FIELDS = {"path", "torch_abi", "min_torch", "cpython_abi", "extensions"}
@@ -173,3 +175,24 @@ def test_directory_and_single_file_give_the_wheel_results(
     assert one["kind"] == "file" and one["abi3_floor"] is None
     [entry] = one["extensions"]
     assert entry == {**by_name(reports["bad"])["unstable_ops.abi3.so"], "path": "unstable_ops.abi3.so"}
+
+
+@pytest.mark.slow
+def test_gate_api_for_the_build(wheels: Wheels, audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
+    good, bad = audit_paths([wheels.good, wheels.bad])
+    assert audit_paths([wheels.good, wheels.bad], workers=1) == [good, bad]  # threads change nothing
+    assert check(good, "torch") == []
+    assert check(good, "abi3") == [
+        f"{wheels.good}: good/newer.abi3.so needs Python 3.11 (PyBuffer_Release, PyObject_GetBuffer) "
+        "but the wheel is tagged abi3 for Python 3.9"
+    ]
+    assert [line.split(" uses ")[0] for line in check(bad, "all")] == [
+        f"{wheels.bad}: bad/unstable_ops.abi3.so",
+        f"{wheels.bad}: bad/nonlimited.abi3.so",
+    ]
+    untagged = make_wheel(tmp_path / "p-1.0-cp311-cp311-linux_x86_64.whl", {"p/plain.so": audit_build[0].plain})
+    [report] = audit_paths([untagged])
+    assert report.cpython_abi == "ABI3" and report.abi3_floor is None
+    assert check(report, "abi3") == [f"{untagged}: the wheel is not tagged abi3 (cp311-cp311-linux_x86_64)"]
+    with pytest.raises(InputError):
+        check(report, "cuda")

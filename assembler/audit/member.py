@@ -23,6 +23,7 @@ _FEED = 1 << 18  # compressed bytes per read
 _HEAD_DEFAULT = _PIECE  # retained before the program headers tell how large the first segment is
 _HEAD_MAX = 64 << 20  # never retain more than this of a member's head
 _TAIL_MIN_SAVING = 4 << 20  # inflating fewer bytes than this to reach a range is cheaper than a tail search
+_TAIL_MAX = 64 << 20  # a decoded tail is held in memory: beyond this, inflate forward instead
 
 
 class TruncatedError(InputError):
@@ -160,7 +161,7 @@ class DeflatedMember:
             return
         gap = offset - max(self._pos, len(self._head))
         keep = self.size - offset
-        if not self._tail_allowed or gap < 2 * keep + _TAIL_MIN_SAVING:
+        if not self._tail_allowed or gap < 2 * keep + _TAIL_MIN_SAVING or keep > _TAIL_MAX:
             return
         ratio = self._info.compress_size / max(self.size, 1)
         self._tail = read_tail(

@@ -75,8 +75,12 @@ def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers
             pool.submit(limited_api)  # import abi3info while the first members inflate
             pool.submit(describe_source)
             futures = {i: pool.submit(audit_object, work[i][1], floors[work[i][0].path], table) for i in order}
-            for i, future in futures.items():
-                results[i] = future.result()
+            try:
+                for i, future in futures.items():
+                    results[i] = future.result()
+            except BaseException:
+                pool.shutdown(cancel_futures=True)  # one broken object fails the run: stop the rest
+                raise
     else:
         for i in order:
             results[i] = audit_object(work[i][1], floors[work[i][0].path], table)

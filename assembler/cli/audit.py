@@ -50,10 +50,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.paths:
         raise InputError("assemble audit needs at least one PATH", hint="assemble audit dist/*.whl")
 
+    import threading
+
     from assembler.audit import audit_paths, check
+
+    # Output modules (rich) load while the audit inflates members: start-up is most of the budget.
+    loader = threading.Thread(target=_import_output, args=(args.json,), daemon=True)
+    loader.start()
+    reports = audit_paths(args.paths, table_path=table)
+    loader.join()
     from assembler.report.output import console, emit_json, err_console
 
-    reports = audit_paths(args.paths, table_path=table)
     if args.json:
         payload = [r.to_json() for r in reports]
         emit_json(payload[0] if len(payload) == 1 else payload)
@@ -69,6 +76,13 @@ def run(args: argparse.Namespace) -> int:
         if findings:
             raise CheckFailed(f"--check {args.check}: {len(findings)} finding(s)")
     return 0
+
+
+def _import_output(json_only: bool) -> None:
+    import assembler.report.output
+
+    if not json_only:
+        import assembler.audit.report  # noqa: F401
 
 
 def _refresh(source: str, table: Path) -> int:
