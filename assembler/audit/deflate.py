@@ -24,9 +24,10 @@ does not fit.
 
 from __future__ import annotations
 
+import itertools
 import re
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 WINDOW = 32768
@@ -147,11 +148,22 @@ class _FalseStart(Exception):
     """The candidate was not a block boundary after all."""
 
 
-def _pieces(decoder: zlib._Decompress, stream: bytes) -> Iterator[bytes]:
+def _chunks(data: bytes, bit: int) -> Iterator[bytes]:
+    """``data`` from bit offset ``bit`` on, realigned to bit 0, in feed-sized chunks (no whole copy)."""
+    first, shift = divmod(bit, 8)
+    for lo in range(first, len(data), _FEED_BYTES):
+        n = min(_FEED_BYTES, len(data) - lo)
+        if shift:
+            chunk = data[lo : lo + n + 1]  # the next byte supplies this chunk's top bits
+            yield (int.from_bytes(chunk, "little") >> shift).to_bytes(len(chunk), "little")[:n]
+        else:
+            yield data[lo : lo + n]
+
+
+def _pieces(decoder: zlib._Decompress, chunks: Iterable[bytes]) -> Iterator[bytes]:
     """Decoder output in pieces of at most 1 MiB (highly compressed runs stay bounded)."""
-    for lo in range(0, len(stream), _FEED_BYTES):
-        out = decoder.decompress(stream[lo : lo + _FEED_BYTES], 1 << 20)
-        yield out
+    for chunk in chunks:
+        yield decoder.decompress(chunk, 1 << 20)
         while decoder.unconsumed_tail and not decoder.eof:
             yield decoder.decompress(decoder.unconsumed_tail, 1 << 20)
         if decoder.eof:
@@ -165,15 +177,15 @@ def _decode_tail(data: bytes, bit: int, size: int, keep: int) -> Tail | None:
     exactly at the end of ``data``); returns None when the boundary is real but starts too late
     or bytes inside the kept range still depend on the unknown history.
     """
-    stream = _shifted(data, bit)
+    mine, theirs = itertools.tee(_chunks(data, bit))
     first = zlib.decompressobj(-15, zdict=_HISTORY_A)
     second = zlib.decompressobj(-15, zdict=_HISTORY_B)
-    others: Iterator[bytes] | None = _pieces(second, stream)
+    others: Iterator[bytes] | None = _pieces(second, theirs)
     pieces: list[bytes] = []
     kept = produced = 0
     last_diff = -1  # index (in decoded order) of the last byte seen to depend on the history
     try:
-        for out in _pieces(first, stream):
+        for out in _pieces(first, mine):
             if others is not None:
                 other = next(others)
                 if other != out:
