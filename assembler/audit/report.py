@@ -75,9 +75,11 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
             _abi3_cell(e),
             e.min_python or "-",
         )
-    console.print(table)
     if not report.extensions:
+        console.print(table.title)
         console.print("  no ELF shared objects found")
+        return
+    console.print(table)
     details = [line for e in report.extensions for line in _details(e)] if verbose else []
     for line in details:
         console.print(line, soft_wrap=True)
