@@ -67,6 +67,7 @@ class BuildReport:
     cuda_origin: str
     cuda_root: Path
     torch: str
+    tools: dict[str, str] = field(default_factory=dict)  # c++, cmake, ninja, scikit-build-core
     artifacts: Path | None = None
     deps: list[DepReport] = field(default_factory=list)
     wheel: Path | None = None
@@ -152,7 +153,7 @@ def build_artifacts(
             outcomes[outcome.dep] = outcome
     report = BuildReport(
         bundle=manifest.bundle.name, artifacts=ctx.artifacts, cuda=toolchain.cuda.version, nvcc=toolchain.cuda.release, cuda_origin=toolchain.cuda.origin,
-        cuda_root=toolchain.cuda.root, torch=toolchain.env.torch,
+        cuda_root=toolchain.cuda.root, torch=toolchain.env.torch, tools=dict(toolchain.versions(with_cuda=False)),
     )
     for request in requests:
         outcome = outcomes[request.dep.name]
