@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from assembler.build import builder
-from assembler.build.pipeline import BuildFailed, BuildOptions, build_artifacts, checkout_all, resolve_toolchain
+from assembler.build.pipeline import BuildFailed, BuildOptions, BuildReport, build_artifacts, checkout_all, resolve_toolchain
 from assembler.git.state import series_digest
-from assembler.workspace import open_workspace
+from assembler.workspace import Workspace, open_workspace
 from tests.build_support import (  # noqa: F401  (fixtures)
     HERMETIC_CUDA,
     assemble,
@@ -240,11 +240,11 @@ def test_a_dependency_with_its_own_cmake_uses_the_helper(tmp_path: Path, private
     subprocess.run([build_env_path / "bin" / "python", "-c", probe, files], check=True)
 
 
-def _by_dep(report) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _by_dep(report: BuildReport) -> dict[str, str]:
     return {dep.dep: dep.status for dep in report.deps}
 
 
-def _keys(workspace, cuda: str) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def _keys(workspace: Workspace, cuda: str) -> dict[str, str]:
     options = BuildOptions(cuda=cuda)
     ctx = builder.BuildContext(workspace.state_dir, workspace.state_dir / "artifacts", None,  # type: ignore[arg-type]
                                resolve_toolchain(workspace, options, lambda _: None), workspace.manifest.bundle)

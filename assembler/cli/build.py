@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from assembler.build.pipeline import BuildReport
+    from rich.console import Console
+
+    from assembler.build.pipeline import BuildFailed, BuildReport
 
 PHASE_STYLE = {
     "checking": "dim", "queued": "dim", "configuring": "cyan", "compiling": "cyan", "installing": "cyan",
@@ -60,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_failures(failure, console) -> None:  # type: ignore[no-untyped-def]
+def _print_failures(failure: BuildFailed, console: Console) -> None:
     from assembler.build.builder import format_failure
 
     for outcome in failure.failed:
