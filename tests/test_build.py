@@ -15,7 +15,14 @@ from pathlib import Path
 import pytest
 
 from assembler.build import builder
-from assembler.build.pipeline import BuildFailed, BuildOptions, BuildReport, build_artifacts, checkout_all, resolve_toolchain
+from assembler.build.pipeline import (
+    BuildFailed,
+    BuildOptions,
+    BuildReport,
+    build_artifacts,
+    checkout_all,
+    resolve_toolchain,
+)
 from assembler.git.state import series_digest
 from assembler.workspace import Workspace, open_workspace
 from tests.build_support import (  # noqa: F401  (fixtures)
