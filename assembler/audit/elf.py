@@ -79,9 +79,11 @@ def read_dynamic(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None = N
     """
     try:
         return _read(src, defined_prefixes)
-    except _TailMismatch:
-        src.forget_tail()
-        return _read(src, defined_prefixes)
+    except (_TailMismatch, InputError):
+        if not src.used_tail:
+            raise
+        src.forget_tail()  # whatever looked wrong may be the decoded tail's fault: read it the slow way
+    return _read(src, defined_prefixes)
 
 
 def _layout(src: ByteSource) -> _Layout:
@@ -143,10 +145,10 @@ def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> Dynami
     if count is None or strsz is None:
         raise InputError(f"{src.name}: cannot size .dynsym / .dynstr (no section headers, hash table or DT_STRSZ)")
 
-    strings = src.read(strtab, strsz)
-    table = src.read(symtab, count * syment)
     if syment != lay.size(lay.sym):
         raise InputError(f"{src.name}: unexpected dynamic symbol size {syment} (corrupt ELF)")
+    strings = src.read(strtab, strsz)
+    table = src.read(symtab, count * syment)
     symbols = []
     name_at, info_at, shndx_at = (0, 1, 3) if lay.word == 8 else (0, 3, 5)
     for st in struct.iter_unpack(lay.endian + lay.sym, table[syment:]):
