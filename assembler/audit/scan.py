@@ -56,6 +56,13 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable) -> ElfRep
     )
 
 
+def _cores() -> int:
+    """CPUs this process may run on (the affinity mask, where the platform has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 def _cost(job: Job) -> int:
     return 0 if isinstance(job, FileJob) or job.compress_type == 0 else job.compress_size
 
@@ -67,7 +74,7 @@ def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers
     work = [(t, job) for t in targets for job in t.jobs]
     floors = {t.path: t.abi3_floor for t in targets}
     if workers is None:
-        workers = len(os.sched_getaffinity(0)) if sum(_cost(j) for _, j in work) >= _PARALLEL_FROM else 1
+        workers = _cores() if sum(_cost(j) for _, j in work) >= _PARALLEL_FROM else 1
     order = sorted(range(len(work)), key=lambda i: -_cost(work[i][1]))
     results: dict[int, ElfReport] = {}
     if workers > 1 and len(work) > 1:
