@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,9 +61,14 @@ def is_shared_object_name(name: str) -> bool:
 def open_target(path: Path) -> Target:
     if path.is_dir():
         return _directory(path)
-    if not path.exists():
-        raise InputError(f"{path}: no such file or directory")
-    if path.suffix == ".whl" or zipfile.is_zipfile(path):
+    try:
+        with path.open("rb") as f:
+            magic = f.read(4)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file or directory") from None
+    except OSError as error:
+        raise InputError(f"{path}: {error.strerror}") from None
+    if path.suffix == ".whl" or magic == b"PK\x03\x04":
         return _wheel(path)
     return Target(str(path), "file", (), (FileJob(str(path), path.name),))
 
