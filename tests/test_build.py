@@ -20,10 +20,10 @@ from assembler.build.pipeline import (
     BuildOptions,
     BuildReport,
     build_artifacts,
-    checkout_all,
     resolve_toolchain,
 )
 from assembler.git.state import series_digest
+from assembler.git.sync import sync_checkouts
 from assembler.workspace import Workspace, open_workspace
 from tests.build_support import (  # noqa: F401  (fixtures)
     HERMETIC_CUDA,
@@ -124,7 +124,7 @@ def test_key_follows_series_recipe_target_archs_and_flags(example_ws: Path, priv
     workspace = open_workspace(example_ws)
     options = BuildOptions(cuda=HERMETIC_CUDA)
     deps = workspace.manifest.select(["scalekit"])
-    checkout = checkout_all(workspace, deps, lambda _: None)["scalekit"].path
+    checkout = sync_checkouts(workspace, deps)["scalekit"].path
     ctx = builder.BuildContext(workspace.state_dir, workspace.state_dir / "artifacts", None,  # type: ignore[arg-type]
                                resolve_toolchain(workspace, options, lambda _: None), workspace.manifest.bundle)
     dep = deps[0]
@@ -158,7 +158,7 @@ def test_unstable_header_is_reported_as_the_include_to_change(example_ws: Path, 
 
 def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, private_cache: Path) -> None:
     workspace = open_workspace(example_ws)
-    checkout_all(workspace, workspace.manifest.select([]), lambda _: None)
+    sync_checkouts(workspace, workspace.manifest.select([]))
     source = example_ws / "forks" / "vecadd" / "csrc" / "add_scaled.cpp"
     source.write_text(source.read_text() + UNSTABLE_CALL)
     gated = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, cache=private_cache)
@@ -181,7 +181,7 @@ def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, p
 
 def test_failed_build_shows_the_log_tail(example_ws: Path, private_cache: Path) -> None:
     workspace = open_workspace(example_ws)
-    checkout_all(workspace, workspace.manifest.select(["vecadd"]), lambda _: None)
+    sync_checkouts(workspace, workspace.manifest.select(["vecadd"]))
     source = example_ws / "forks" / "vecadd" / "csrc" / "add_scaled.cpp"
     source.write_text(source.read_text() + "\nthis is not C++;\n")
     with pytest.raises(BuildFailed) as failure:
@@ -256,5 +256,5 @@ def _keys(workspace: Workspace, cuda: str) -> dict[str, str]:
     ctx = builder.BuildContext(workspace.state_dir, workspace.state_dir / "artifacts", None,  # type: ignore[arg-type]
                                resolve_toolchain(workspace, options, lambda _: None), workspace.manifest.bundle)
     deps = workspace.manifest.select([])
-    checkouts = checkout_all(workspace, deps, lambda _: None)
+    checkouts = sync_checkouts(workspace, deps)
     return {dep.name: builder.prepare(ctx, dep, checkouts[dep.name].path, series_digest(dep)).key for dep in deps}

@@ -20,8 +20,8 @@ from assembler.build.builder import BuildContext, Outcome, Toolchain
 from assembler.build.cache import ARTIFACT_JSON, ArtifactStore, digest_texts
 from assembler.errors import BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
-from assembler.git.state import CheckoutResult, CheckoutState, is_up_to_date, series_digest
-from assembler.manifest import Dependency
+from assembler.git.state import series_digest
+from assembler.git.sync import sync_checkouts
 from assembler.toolchain.cuda import select_cuda
 from assembler.toolchain.torchenv import ensure_build_env
 from assembler.workspace import Workspace
@@ -83,22 +83,6 @@ def default_artifacts(workspace: Workspace) -> Path:
     return workspace.state_dir / "artifacts"
 
 
-def checkout_all(workspace: Workspace, deps: list[Dependency], note: Note) -> dict[str, CheckoutResult]:
-    """forks/<dep> for each dependency, touching git only for those that are not up to date."""
-    results: dict[str, CheckoutResult] = {}
-    for dep in deps:
-        path = workspace.fork_path(dep)
-        state = CheckoutState.load(path) if path.exists() else None
-        if state is not None and is_up_to_date(state, dep, series_digest(dep)):
-            results[dep.name] = CheckoutResult.unchanged(dep, path, state)
-            continue
-        from assembler.git.checkout import checkout  # gitpython only when there is work
-
-        note(f"checking out {dep.name}")
-        results[dep.name] = checkout(workspace, dep)
-    return results
-
-
 def resolve_toolchain(workspace: Workspace, options: BuildOptions, note: Note) -> Toolchain:
     torch = options.torch or workspace.manifest.bundle.torch
     if torch is None:
@@ -124,7 +108,7 @@ def build_artifacts(
     for name in options.allow_unstable:
         manifest.select([name])  # unknown names fail here, with a suggestion
     with workspace.lock():
-        checkouts = checkout_all(workspace, deps, note)
+        checkouts = sync_checkouts(workspace, deps, lambda dep, step: note(f"{dep}: {step}"))
         toolchain = resolve_toolchain(workspace, options, note)
         cuda = toolchain.cuda
         note(f"CUDA {cuda.version} (nvcc {cuda.release}, {cuda.origin}: {cuda.root}); torch {toolchain.env.torch}; {toolchain.cxx}")

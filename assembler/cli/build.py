@@ -31,13 +31,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--output", "-o", type=Path, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
     parser.add_argument("--allow-unstable", action="append", default=[], metavar="DEP",
                         help="let DEP's extensions pass the audit gate though UNSTABLE (recorded in the summary)")
+    parser.add_argument("--verify", action="store_true",
+                        help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on any FAIL)")
     parser.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from assembler.build.pipeline import BuildFailed, BuildOptions, build_artifacts, merge_and_gate
-    from assembler.report.output import err_console
+    from assembler.report.output import console, err_console
     from assembler.workspace import open_workspace
 
     workspace = open_workspace(args.workspace)
@@ -46,19 +48,26 @@ def run(args: argparse.Namespace) -> int:
         output=args.output, allow_unstable=tuple(args.allow_unstable),
         memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None,
     )
-    with _Progress(quiet=args.json) as progress:
-        try:
-            report = build_artifacts(workspace, options, note=progress.note, on_event=progress.event)
-        except BuildFailed as failure:
-            progress.stop()
-            _print_failures(failure, err_console)
-            raise
-    gate_error = None
-    if not options.only:
-        gate_error = merge_and_gate(workspace, options, report, note=progress.note)
+    with workspace.lock(err_console):
+        with _Progress(quiet=args.json) as progress:
+            try:
+                report = build_artifacts(workspace, options, note=progress.note, on_event=progress.event)
+            except BuildFailed as failure:
+                progress.stop()
+                _print_failures(failure, err_console)
+                raise
+        gate_error = None
+        if not options.only:
+            gate_error = merge_and_gate(workspace, options, report, note=progress.note)
     _emit(report, args.json, gated=gate_error is not None)
     if gate_error is not None:
         raise gate_error
+    if args.verify and report.wheel is not None:
+        from assembler.verify import verify_wheel
+
+        verified = verify_wheel(workspace.manifest, report.wheel, workspace.manifest.bundle.verify_torch, progress=progress.note)
+        verified.render(err_console if args.json else console)
+        return 1 if verified.failed else 0
     return 0
 
 

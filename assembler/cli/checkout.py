@@ -7,9 +7,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from assembler.git.state import CheckoutResult
-    from assembler.manifest import Dependency
-    from assembler.workspace import Workspace
+    from rich.progress import Progress, TaskID
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -20,27 +18,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from assembler.git.state import CheckoutResult, CheckoutState, is_up_to_date, series_digest
+    from assembler.git.sync import sync_checkouts
     from assembler.workspace import open_workspace
 
     started = time.perf_counter()
     workspace = open_workspace(args.workspace)
     deps = workspace.manifest.select(args.names)
-    results: list[CheckoutResult] = []
-    with workspace.lock():
-        pending = []
-        for dep in deps:
-            path = workspace.fork_path(dep)
-            state = CheckoutState.load(path) if path.exists() else None
-            if state is not None and is_up_to_date(state, dep, series_digest(dep)):
-                results.append(CheckoutResult.unchanged(dep, path, state))
-            else:
-                pending.append(dep)
-        if pending:
-            # git, gitpython and rich are imported only when there is work: a no-op stays fast.
-            results += _checkout(workspace, pending, quiet=args.json)
-    order = [dep.name for dep in deps]
-    results.sort(key=lambda r: order.index(r.dep))
+    spinners = _Spinners(quiet=args.json)
+    try:
+        with workspace.lock():
+            results = list(sync_checkouts(workspace, deps, spinners).values())
+    finally:
+        spinners.close()
     elapsed = time.perf_counter() - started
     if args.json:
         from assembler.report.output import emit_json
@@ -59,19 +48,29 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _checkout(workspace: Workspace, deps: list[Dependency], quiet: bool) -> list[CheckoutResult]:
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+class _Spinners:
+    """One rich progress row per dependency, created on its first step: a no-op shows none
+    and never imports rich."""
 
-    from assembler.git.checkout import checkout
-    from assembler.report.output import err_console
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.progress: Progress | None = None
+        self.tasks: dict[str, TaskID] = {}
 
-    results = []
-    with Progress(
-        SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-        console=err_console, transient=True, disable=quiet,
-    ) as progress:
-        for dep in deps:
-            task = progress.add_task(dep.name)
-            results.append(checkout(workspace, dep, lambda step, t=task, d=dep: progress.update(t, description=f"{d.name}: {step}")))
-            progress.remove_task(task)
-    return results
+    def __call__(self, dep: str, step: str) -> None:
+        if self.quiet:
+            return
+        if self.progress is None:
+            from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            from assembler.report.output import err_console
+
+            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console, transient=True)
+            self.progress.start()
+        if dep not in self.tasks:
+            self.tasks[dep] = self.progress.add_task(dep)
+        self.progress.update(self.tasks[dep], description=f"{dep}: {step}")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()

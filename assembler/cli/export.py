@@ -13,6 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from assembler.git.sync import refuse_during_rebase
     from assembler.report.output import console, emit_json, err_console
     from assembler.series.export import export
     from assembler.workspace import open_workspace
@@ -20,7 +21,9 @@ def run(args: argparse.Namespace) -> int:
     workspace = open_workspace(args.workspace)
     results = []
     with workspace.lock(err_console):
-        for dep in workspace.manifest.select(args.names):
+        deps = workspace.manifest.select(args.names)
+        refuse_during_rebase(workspace, deps)
+        for dep in deps:
             results.append(export(workspace, dep))
             workspace.reload()
     if args.json:

@@ -22,10 +22,15 @@ from assembler.workspace import Workspace
 
 
 def inspect(workspace: Workspace, dep: Dependency) -> str:
-    """One word for `assemble deps`: absent, ready, stale, dirty, unexported, stopped, foreign."""
+    """One word for `assemble deps`: absent, ready, stale, dirty, unexported, stopped, rebasing,
+    interrupted, foreign."""
+    from assembler.upstreaming.journal import pending
+
     path = workspace.fork_path(dep)
     if not path.exists():
         return "absent"
+    if dep.name in pending(workspace):
+        return "rebasing"
     state = CheckoutState.load(path)
     if state is None:
         return "foreign"

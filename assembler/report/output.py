@@ -1,15 +1,34 @@
-"""Shared console and JSON emitters so every command prints the same way."""
+"""Shared consoles and JSON emitter so every command prints the same way.
+
+``console`` and ``err_console`` are created on first use (module ``__getattr__``): importing
+rich costs ~30 ms, which a ``--json`` run or a no-op should not pay.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:
+    from rich.console import Console
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+    console: Console
+    err_console: Console
+
+
+@functools.cache
+def _console(stderr: bool) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def __getattr__(name: str) -> Console:
+    if name in ("console", "err_console"):
+        return _console(name == "err_console")
+    raise AttributeError(name)
 
 
 def emit_json(data: Any) -> None:

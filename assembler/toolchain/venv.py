@@ -71,8 +71,9 @@ def ensure_venv(packages: Sequence[str], label: str, progress: Callable[[str], N
             return final
         if final.exists():  # an older, unmarked tree: never trust it
             shutil.rmtree(final)
+        for leftover in root.glob(f".tmp-{final.name}-*"):  # from a creation that was killed
+            shutil.rmtree(leftover, ignore_errors=True)
         staging = root / f".tmp-{final.name}-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
         try:
             progress(f"creating {label} environment ({', '.join(packages)})")
             venv.EnvBuilder(with_pip=True, symlinks=True, clear=True).create(staging)
