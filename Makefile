@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python $(EXAMPLE)/make_upstreams.py
 	$(BIN)/assemble -C $(EXAMPLE) deps
-	$(BIN)/assemble -C $(EXAMPLE) build --cuda $(CUDA)
+	$(BIN)/assemble -C $(EXAMPLE) build --cuda $(CUDA) --verify
 
 test: $(STAMP)
 	$(BIN)/ruff check assembler tests benchmarks examples
