@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +25,7 @@ STATE_DIR = ".assemble"
 class Workspace:
     root: Path
     manifest: Manifest
+    _lock: filelock.FileLock | None = field(default=None, repr=False, compare=False)
 
     @property
     def manifest_path(self) -> Path:
@@ -47,9 +48,10 @@ class Workspace:
     @contextmanager
     def lock(self, console: Console | None = None) -> Iterator[None]:
         """Exclusive lock for commands that write; waits (ASSEMBLE_LOCK_TIMEOUT seconds, default
-        600) for another assemble process rather than interleaving with it."""
+        600) for another assemble process rather than interleaving with it. Re-entrant within
+        one Workspace, so library code can take it under a command that already holds it."""
         self.state_dir.mkdir(exist_ok=True)
-        lock = filelock.FileLock(self.state_dir / "lock")
+        lock = self._file_lock()
         timeout = float(os.environ.get("ASSEMBLE_LOCK_TIMEOUT", "600"))
         try:
             lock.acquire(timeout=0)
@@ -67,6 +69,11 @@ class Workspace:
             yield
         finally:
             lock.release()
+
+    def _file_lock(self) -> filelock.FileLock:
+        if self._lock is None:
+            self._lock = filelock.FileLock(self.state_dir / "lock", is_singleton=False)
+        return self._lock
 
 
 def open_workspace(directory: Path | None) -> Workspace:
