@@ -190,3 +190,92 @@ def test_submodules_come_from_their_own_mirror(git_workspace: GitWorkspace) -> N
     assert (git_workspace.fork / "third-party" / "cutlass" / "include" / "cute.h").read_text() == "// cute\n"
     assert git(git_workspace.fork / "third-party" / "cutlass", "rev-parse", "HEAD") == sub_head
     assert len(list(git_workspace.cache.glob("git/*.git"))) == 2
+
+
+def _break_first_patch(git_workspace: GitWorkspace) -> str:
+    """Move the pin to an upstream commit that rewrites the line patch 0001 changes."""
+    kernel = (git_workspace.upstream.path / "csrc" / "kern.cpp").read_text()
+    new_base = git_workspace.upstream.commit("Rename argument", {"csrc/kern.cpp": kernel.replace("const at::Tensor& x", "const at::Tensor& input").replace("x + 1", "input + 1")})
+    manifest = git_workspace.manifest
+    manifest.write_text(manifest.read_text().replace(git_workspace.base, new_base))
+    return new_base
+
+
+def test_resolved_conflict_continues_the_series_and_exports(git_workspace: GitWorkspace) -> None:
+    """`git am --continue` after a conflict applies the rest of the series; export keeps every
+    patch under its file name, and checkout refuses to reset the unexported resolution."""
+    _break_first_patch(git_workspace)
+    names = sorted(p.name for p in git_workspace.patches.glob("*.patch"))
+    result = git_workspace.assemble("checkout")
+    assert result.returncode == 5 and names[0] in result.stderr
+    fork = git_workspace.fork
+    kern = fork / "csrc" / "kern.cpp"
+    resolved = (git_workspace.upstream.path / "csrc" / "kern.cpp").read_text().replace("at::Tensor", "torch::stable::Tensor")
+    kern.write_text(resolved)
+    git(fork, "add", "csrc/kern.cpp")
+    git(fork, "-c", "core.editor=true", "am", "--continue")
+    assert log(fork)[:2] == ["Register with STABLE_TORCH_LIBRARY", "Use stable tensor type"]
+    refused = git_workspace.assemble("checkout")
+    assert refused.returncode == 4 and "assemble export kern" in refused.stderr
+    exported = json.loads(git_workspace.assemble("export", "kern", "--json").stdout)[0]
+    assert sorted(exported["written"] + exported["unchanged"]) == names and exported["removed"] == []
+    assert "input" in (git_workspace.patches / names[0]).read_text()
+    again = git_workspace.assemble("checkout", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["deps"][0]["action"] == "up-to-date"
+
+
+def test_aborted_series_is_not_exported_and_checkout_recovers(git_workspace: GitWorkspace) -> None:
+    new_base = _break_first_patch(git_workspace)
+    assert git_workspace.assemble("checkout").returncode == 5
+    git(git_workspace.fork, "am", "--abort")
+    before = {p.name: p.read_bytes() for p in git_workspace.patches.iterdir()}
+    refused = git_workspace.assemble("export", "kern")
+    assert refused.returncode == 2 and "would delete every patch" in refused.stderr
+    assert {p.name: p.read_bytes() for p in git_workspace.patches.iterdir()} == before
+    # drop the broken patch from the series, and checkout starts over cleanly
+    first = sorted(before)[0]
+    (git_workspace.patches / first).unlink()
+    series = git_workspace.patches / "series"
+    series.write_text(series.read_text().replace(f"{first}\n", ""))
+    manifest = git_workspace.manifest
+    assert new_base in manifest.read_text()
+    result = git_workspace.assemble("checkout", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["deps"][0]
+    assert report["action"] == "updated" and report["patches"] == 1
+    assert "STABLE_TORCH_LIBRARY(kern" in (git_workspace.fork / "csrc" / "kern.cpp").read_text()
+
+
+def test_user_git_configuration_does_not_change_commits_or_patches(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """Global settings that alter commits and patch files (sign-off, subject prefix, message-id,
+    hooks) are ignored: the fork's SHAs and the exported bytes stay the same."""
+    clean = git_workspace.assemble("checkout")
+    assert clean.returncode == 0
+    head = git(git_workspace.fork, "rev-parse", "HEAD")
+    originals = {p.name: p.read_bytes() for p in git_workspace.patches.iterdir()}
+    subprocess.run(["rm", "-rf", str(git_workspace.fork)], check=True)
+    home = tmp_path / "home"
+    hooks = home / "hooks"
+    hooks.mkdir(parents=True)
+    (hooks / "applypatch-msg").write_text("#!/bin/sh\necho 'Hooked: yes' >> \"$1\"\n")
+    (hooks / "applypatch-msg").chmod(0o755)
+    (home / ".gitconfig").write_text(
+        "[format]\n\tsignOff = true\n\tsubjectPrefix = HOSTILE\n\tnumbered = true\n"
+        f"[am]\n\tmessageid = true\n[core]\n\thooksPath = {hooks}\n[diff]\n\talgorithm = patience\n\tnoprefix = true\n"
+    )
+    env = {"HOME": str(home), "ASSEMBLE_CACHE": str(git_workspace.cache)}
+    from tests.conftest import run_assemble
+
+    assert run_assemble("-C", str(git_workspace.root), "checkout", env=env).returncode == 0
+    assert git(git_workspace.fork, "rev-parse", "HEAD") == head
+    assert run_assemble("-C", str(git_workspace.root), "export", "kern", env=env).returncode == 0
+    # forget which commit came from which file: every patch is regenerated and compared
+    state_file = git_workspace.fork / ".git" / "assemble-state.json"
+    state = json.loads(state_file.read_text())
+    state["applied"] = {}
+    state_file.write_text(json.dumps(state))
+    result = run_assemble("-C", str(git_workspace.root), "export", "kern", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)[0]
+    assert report["written"] == [] and len(report["unchanged"]) == 2
+    assert {p.name: p.read_bytes() for p in git_workspace.patches.iterdir()} == originals

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import git
 
-from assembler.errors import ConflictError, WouldLoseWorkError
+from assembler.errors import ConflictError, ManifestError, WouldLoseWorkError
 from assembler.git import mirrors
 from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutResult, CheckoutState, branch_name, is_up_to_date, series_digest
@@ -22,8 +22,8 @@ from assembler.workspace import Workspace
 
 
 def inspect(workspace: Workspace, dep: Dependency) -> str:
-    """One word for `assemble deps`: absent, ready, stale, dirty, unexported, stopped, rebasing,
-    interrupted, foreign."""
+    """One word for `assemble deps`: absent, ready, stale, dirty, unexported, stopped (in a git
+    operation), aborted, rebasing, interrupted, foreign."""
     from assembler.upstreaming.journal import pending
 
     path = workspace.fork_path(dep)
@@ -37,6 +37,8 @@ def inspect(workspace: Workspace, dep: Dependency) -> str:
     repo = repo_at(path)
     if in_progress_operation(repo):
         return "stopped"
+    if state.status == "stopped":
+        return "aborted" if repo.head.commit.hexsha == state.base else "unexported"
     if state.status != "ready":
         return "interrupted"
     if repo.head.commit.hexsha != state.head:
@@ -79,7 +81,7 @@ def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], Non
         on_step("submodules")
         _init_submodules(workspace, dep, repo)
     on_step("series")
-    state.applied = apply_series(repo, dep, path)
+    state.applied = apply_series(repo, dep, path, state)
     state.head = repo.head.commit.hexsha
     state.status = "ready"
     state.save(path)
@@ -98,15 +100,22 @@ def _refuse_to_lose_work(repo: git.Repo, dep: Dependency, path: Path, state: Che
                 f"`assemble export {dep.name}`, or give up with `git -C {path} {operation} --abort`"
             ),
         )
-    if state.status != "ready":
+    if state.status == "applying":
         return  # an interrupted checkout of ours: nothing of the user's is in it yet
+    head = repo.head.commit.hexsha
+    if state.status == "stopped":
+        if head == state.base and not is_dirty(repo):
+            return  # the user aborted the stopped `git am`: nothing was kept
+        raise WouldLoseWorkError(
+            f"{path} holds a series resolved by hand that is not exported yet",
+            hint=f"run `assemble export {dep.name}` to save the resolution, or `git -C {path} reset --hard {state.base[:12]}` to discard it",
+        )
     dirty = is_dirty(repo)
     if dirty:
         raise WouldLoseWorkError(
             f"{path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
             hint=f"commit them on branch {branch_name(dep)} and run `assemble export {dep.name}`, or stash them",
         )
-    head = repo.head.commit.hexsha
     if head != state.head:
         raise WouldLoseWorkError(
             f"{path} has commits that are not in patches/{dep.name} (HEAD {head[:12]}, series ends at {(state.head or '')[:12]})",
@@ -152,30 +161,35 @@ def _submodule_name(repo: git.Repo, path: str) -> str:
         key, value = line.split(" ", 1)
         if value == path:
             return key[len("submodule.") : -len(".path")]
-    raise WouldLoseWorkError(f"no submodule at {path} in .gitmodules", hint="fix `submodules` in deps.toml")
+    raise ManifestError(f"deps.toml: submodules: no submodule at {path} in .gitmodules", hint="fix `submodules` in deps.toml")
 
 
-def apply_series(repo: git.Repo, dep: Dependency, path: Path) -> dict[str, str]:
-    """``git am -3`` each patch; returns commit SHA -> patch file name. On a failed hunk the
-    checkout is left stopped in ``git am`` so the user can resolve it."""
-    applied: dict[str, str] = {}
-    for name in dep.series:
-        patch = dep.patches_dir / name
-        try:
-            repo.git.am("-3", "--quiet", "--committer-date-is-author-date", str(patch))
-        except git.GitCommandError as exc:
-            files = conflicted_files(repo) or _files_in_patch(patch)
-            raise ConflictError(
-                f"{dep.name}: patch {name} does not apply"
-                + (f"; conflicts in {', '.join(files)}" if files else "")
-                + f" ({_last_line(exc)})",
-                hint=(
-                    f"resolve in {path} (edit, `git add <files>`, `git am --continue`), then "
-                    f"`assemble export {dep.name}`; or `git -C {path} am --abort` and fix the patch"
-                ),
-            ) from None
-        applied[repo.head.commit.hexsha] = name
-    return applied
+def apply_series(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutState) -> dict[str, str]:
+    """One ``git am -3`` over the whole series, so that after a conflict ``git am --continue``
+    applies the rest of it too. Returns commit SHA -> patch file name. On a failed hunk the
+    state becomes "stopped" and the checkout is left in ``git am`` for the user."""
+    if not dep.series:
+        return {}
+    try:
+        repo.git.am("-3", "--quiet", "--committer-date-is-author-date", *(str(dep.patches_dir / n) for n in dep.series))
+    except git.GitCommandError as exc:
+        done = int(repo.git.rev_list("--count", f"{state.base}..HEAD"))
+        name = dep.series[min(done, len(dep.series) - 1)]
+        state.status = "stopped"
+        state.save(path)
+        files = conflicted_files(repo) or _files_in_patch(dep.patches_dir / name)
+        raise ConflictError(
+            f"{dep.name}: patch {name} does not apply"
+            + (f"; conflicts in {', '.join(files)}" if files else "")
+            + f" ({_last_line(exc)})",
+            hint=(
+                f"resolve in {path} (edit, `git add <files>`, `git am --continue`, which applies the rest of the "
+                f"series), then `assemble export {dep.name}`; or `git -C {path} am --abort`, fix the patch and re-run "
+                "`assemble checkout`"
+            ),
+        ) from None
+    commits = repo.git.rev_list("--reverse", f"{state.base}..HEAD").split()
+    return dict(zip(commits, dep.series, strict=True))
 
 
 def _files_in_patch(patch: Path) -> list[str]:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import git
 
+from assembler.errors import InputError
+
 # Commits that assemble creates while applying a series: fixed committer, committer date =
 # author date (git am --committer-date-is-author-date), so SHAs depend only on the inputs.
 COMMITTER_ENV = {
@@ -15,11 +17,26 @@ COMMITTER_ENV = {
     "GIT_COMMITTER_EMAIL": "assemble@localhost",
 }
 QUIET_ENV = {"GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GIT_EDITOR": "true", "GIT_MERGE_AUTOEDIT": "no"}
+# What produces commits and patch files must not see the user's global or system settings
+# (am.messageid, format.signOff, diff.algorithm, ...) nor run their hooks. Fetches keep the
+# user's configuration (proxies, credential helpers), so mirrors use QUIET_ENV alone.
+ISOLATED_CONFIG_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": os.devnull,
+}
+GIT_ENV = {**QUIET_ENV, **ISOLATED_CONFIG_ENV}
 
 
 def repo_at(path: Path) -> git.Repo:
-    repo = git.Repo(path)
-    repo.git.update_environment(**QUIET_ENV, **COMMITTER_ENV)
+    """A checkout's repository with the isolated, deterministic environment."""
+    try:
+        repo = git.Repo(path)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise InputError(f"{path} is not a git checkout", hint="move it away and run `assemble checkout` again") from None
+    repo.git.update_environment(**GIT_ENV, **COMMITTER_ENV)
     return repo
 
 
@@ -54,11 +71,3 @@ def in_progress_operation(repo: git.Repo) -> str | None:
 def conflicted_files(repo: git.Repo) -> list[str]:
     output = repo.git.diff("--name-only", "--diff-filter=U")
     return [line for line in output.splitlines() if line]
-
-
-def env_without_git_config() -> dict[str, str]:
-    """Environment for git subprocesses that must not read the user's hooks or templates."""
-    env = dict(os.environ)
-    env.update(QUIET_ENV)
-    env.update(COMMITTER_ENV)
-    return env

@@ -9,6 +9,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from assembler.errors import InputError
 from assembler.fsutil import atomic_write
 from assembler.manifest import Dependency
 
@@ -37,14 +38,20 @@ class CheckoutState:
     series_digest: str
     head: str | None = None
     applied: dict[str, str] = field(default_factory=dict)
-    status: str = "applying"  # "applying" until the whole series is in, then "ready"
+    status: str = "applying"  # "applying" -> "ready", or "stopped" on a conflicting patch
 
     @classmethod
     def load(cls, path: Path) -> CheckoutState | None:
         state_path = _state_path(path)
         if not state_path.exists():
             return None
-        return cls(**json.loads(state_path.read_text()))
+        try:
+            return cls(**json.loads(state_path.read_text()))
+        except (ValueError, TypeError) as exc:
+            raise InputError(
+                f"{state_path}: unreadable checkout state ({exc})",
+                hint=f"move {path} away and run `assemble checkout` again (export its commits first if you made any)",
+            ) from None
 
     def save(self, path: Path) -> None:
         atomic_write(_state_path(path), json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
@@ -59,9 +66,10 @@ def is_up_to_date(state: CheckoutState, dep: Dependency, digest: str) -> bool:
 
 
 def read_head(checkout: Path) -> str:
-    return subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True, check=True
-    ).stdout.strip()
+    result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise InputError(f"{checkout}: cannot read HEAD ({result.stderr.strip()})", hint="move it away and run `assemble checkout` again")
+    return result.stdout.strip()
 
 
 @dataclass

@@ -240,7 +240,7 @@ def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) 
     patches_rel = v.string(table, (*key, "patches"), f"patches/{name}")
     assert patches_rel is not None
     patches_dir = (root / patches_rel).resolve()
-    series = _series(v, (*key, "patches"), patches_dir)
+    series = _series((*key, "patches"), patches_dir)
     build = _build(v, table.get("build", {}), (*key, "build"))
     install = _install(v, table.get("install", {}), (*key, "install"))
     verify = _verify(v, table.get("verify", {}), (*key, "verify"))
@@ -251,7 +251,7 @@ def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) 
     )
 
 
-def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path) -> tuple[str, ...]:
+def _series(keys: tuple[str, ...], patches_dir: Path) -> tuple[str, ...]:
     """The series must name exactly the *.patch files present: a missing file or an orphan
     patch is the classic way a series silently loses a change."""
     if not patches_dir.exists():

@@ -93,15 +93,15 @@ class Manifest:
         return self.path.parent
 
     def select(self, names: list[str] | None) -> list[Dependency]:
-        """Dependencies named on the command line (all when none), in manifest order."""
+        """The dependencies named on the command line (all when none), each once, in manifest
+        order: the order of the file is the order of work and of every report."""
         from assembler.manifest.load import unknown_dep_error
 
-        if not names:
-            return list(self.deps.values())
-        for name in names:
+        for name in names or ():
             if name not in self.deps:
                 raise unknown_dep_error(self, name)
-        return [self.deps[name] for name in names]
+        wanted = set(names or self.deps)
+        return [dep for name, dep in self.deps.items() if name in wanted]
 
     def resolve_url(self, url: str) -> str:
         """Apply [mirrors] (longest prefix wins, like git's insteadOf); relative local paths

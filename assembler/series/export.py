@@ -56,6 +56,13 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     if operation:
         raise ConflictError(f"{path} is stopped in a git {operation}", hint=f"finish it (git {operation} --continue) or abort it, then export")
     head = repo.head.commit.hexsha
+    if state.status == "applying":
+        raise InputError(f"the checkout of {dep.name} was interrupted", hint=f"re-run `assemble checkout {dep.name}` first")
+    if state.status == "stopped" and head == state.base and dep.series:
+        raise InputError(
+            f"{path}: the series was aborted (HEAD is the pinned commit); exporting would delete every patch",
+            hint=f"fix the patch that failed and re-run `assemble checkout {dep.name}`",
+        )
     listed = repo.git.rev_list("--reverse", "--topo-order", "--parents", f"{state.base}..{head}").splitlines()
     if any(len(line.split()) > 2 for line in listed):
         raise InputError(f"{path}: the branch has merge commits since {state.base[:12]}", hint="linearise it (git rebase) before exporting")
@@ -70,7 +77,12 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
 
     previous_by_commit = dict(state.applied)
     old_names = list(dep.series)
-    old_subjects = {parse_patch_header(dep.patches_dir / n).subject: n for n in old_names}
+    # A rewritten commit (amend, rebase -i, a resolved conflict) keeps its author and author
+    # date, so those find its old file name even when its subject changed; the subject is the
+    # fallback for commits re-created from scratch.
+    old_headers = [parse_patch_header(dep.patches_dir / n) for n in old_names]
+    old_identities = {(h.author, h.date): h.file for h in old_headers}
+    old_subjects = {h.subject: h.file for h in old_headers}
     used_numbers = [int(m.group(1)) for n in old_names if (m := re.match(r"^(\d+)-", n))]
     next_number = max(used_numbers, default=0) + 1
 
@@ -94,8 +106,10 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
                 unchanged.append(known)
                 taken.add(known)
                 continue
-            subject = parse_patch_header(generated_file).subject
-            name = old_subjects.get(subject)
+            header = parse_patch_header(generated_file)
+            name = old_identities.get((header.author, header.date))
+            if name is None or name in taken:
+                name = old_subjects.get(header.subject)
             if name is None or name in taken:
                 name = f"{next_number:04d}-{generated_file.name.split('-', 1)[1]}"
                 next_number += 1

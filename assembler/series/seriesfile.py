@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from assembler.fsutil import atomic_write_if_changed
-
 
 def read_series(path: Path) -> list[tuple[int, str]]:
     """(line number, file name) for every entry; options after the name (quilt's -p1) are ignored."""
@@ -27,9 +25,3 @@ def render_series(names: list[str], previous: str | None = None) -> str:
             else:
                 break
     return "\n".join([*header, *names]) + "\n"
-
-
-def write_series(patches_dir: Path, names: list[str]) -> bool:
-    path = patches_dir / "series"
-    previous = path.read_text(encoding="utf-8") if path.exists() else None
-    return atomic_write_if_changed(path, render_series(names, previous))
