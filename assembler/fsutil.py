@@ -76,3 +76,13 @@ def replace_dir(staged: Path, target: Path) -> None:
     os.replace(target, backup)
     os.replace(staged, target)
     shutil.rmtree(backup)
+
+
+def ignored_dir(path: Path) -> Path:
+    """Create ``path`` holding a ``.gitignore`` of ``*`` (as venv does), so the user's own
+    repository never picks up checkouts, logs or artifacts, whatever its .gitignore says."""
+    ignore = path / ".gitignore"
+    if not ignore.exists():
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write(ignore, "# created by assemble: nothing here belongs in git\n*\n")
+    return path

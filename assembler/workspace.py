@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import filelock
 
 from assembler.errors import LockedError, ManifestError
+from assembler.fsutil import ignored_dir
 from assembler.manifest import MANIFEST_NAME, Dependency, Manifest, find_workspace, load_manifest
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class Workspace:
         """Exclusive lock for commands that write; waits (ASSEMBLE_LOCK_TIMEOUT seconds, default
         600) for another assemble process rather than interleaving with it. Re-entrant within
         one Workspace, so library code can take it under a command that already holds it."""
-        self.state_dir.mkdir(exist_ok=True)
+        ignored_dir(self.state_dir)
         lock = self._file_lock()
         timeout = float(os.environ.get("ASSEMBLE_LOCK_TIMEOUT", "600"))
         try:

@@ -14,6 +14,7 @@ from pathlib import Path
 import git
 
 from assembler.errors import ConflictError, ManifestError, WouldLoseWorkError
+from assembler.fsutil import ignored_dir
 from assembler.git import mirrors
 from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutResult, CheckoutState, branch_name, is_up_to_date, series_digest
@@ -125,9 +126,8 @@ def _refuse_to_lose_work(repo: git.Repo, dep: Dependency, path: Path, state: Che
 
 def _clone(mirror: mirrors.Mirror, path: Path) -> None:
     """Clone sharing the mirror's object store (alternates): instant, and no second copy."""
-    tmp = path.with_name(f".{path.name}.partial")
+    tmp = ignored_dir(path.parent) / f".{path.name}.partial"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.parent.mkdir(parents=True, exist_ok=True)
     git.Repo.clone_from(str(mirror.path), str(tmp), shared=True, no_checkout=True)
     tmp.rename(path)
 

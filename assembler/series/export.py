@@ -86,7 +86,6 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     used_numbers = [int(m.group(1)) for n in old_names if (m := re.match(r"^(\d+)-", n))]
     next_number = max(used_numbers, default=0) + 1
 
-    workspace.state_dir.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workspace.state_dir, prefix="export-") as tmp_name:
         tmp = Path(tmp_name)
         generated = format_patches(repo, state.base, head, tmp / "generated")
