@@ -130,6 +130,67 @@ def test_conflict_then_abort_restores_everything_byte_for_byte(git_workspace: Gi
     assert not (ws.root / ".assemble" / "rebase" / "kern").exists()
 
 
+def test_abort_keeps_edits_made_while_stopped(git_workspace: GitWorkspace) -> None:
+    """The rebase had not written deps.toml or patches/ when it stopped: --abort must not put
+    back over what the user edited meanwhile; it keeps it and says so."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    before = snapshot(ws)
+    _rewrite_upstream(ws)
+    assert ws.assemble("rebase", "kern").returncode == 5
+    edited_manifest = ws.manifest.read_text() + "# pin kern until the 1.0 release\n"
+    ws.manifest.write_text(edited_manifest)
+    first = patch_files(ws)[0]
+    edited_patch = first.read_text().replace("Switch at::Tensor", "Switch every at::Tensor")
+    first.write_text(edited_patch)
+    result = ws.assemble("rebase", "--abort", "kern")
+    assert result.returncode == 0, result.stderr
+    assert f"warning: {ws.manifest} was changed during the rebase; left as it is" in " ".join(result.stderr.split())
+    assert f"{ws.patches} was changed during the rebase" in " ".join(result.stderr.split())
+    assert ws.manifest.read_text() == edited_manifest and first.read_text() == edited_patch
+    after = snapshot(ws)
+    assert {k: v for k, v in after.items() if k not in ("deps.toml", "patches")} == {
+        k: v for k, v in before.items() if k not in ("deps.toml", "patches")}
+    assert not (ws.root / ".assemble" / "rebase" / "kern").exists()
+
+
+def test_git_failures_are_input_errors_and_a_bad_journal_is_named(git_workspace: GitWorkspace) -> None:
+    """A git refusal (a lock left by another git) exits 2, not 5 (conflict), with git's own
+    line; an unreadable journal is named with the way out, never a traceback."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    before = snapshot(ws)
+    _rewrite_upstream(ws)
+    (ws.fork / ".git" / "index.lock").write_text("")
+    locked = ws.assemble("rebase", "kern")
+    assert locked.returncode == 2, locked.stderr
+    assert "git rebase failed" in locked.stderr and "index.lock" in locked.stderr and "Traceback" not in locked.stderr
+    assert ws.assemble("rebase", "--abort").returncode == 0
+    assert snapshot(ws) == before
+    assert ws.assemble("rebase", "kern").returncode == 5
+    journal = ws.root / ".assemble" / "rebase" / "kern" / "journal.json"
+    for damage in ("{not json", json.dumps({k: v for k, v in json.loads(journal.read_text()).items() if k != "planned"})):
+        journal.write_text(damage)
+        result = ws.assemble("rebase", "--abort", "kern")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert f"{journal}: cannot read the journal of the rebase of kern" in " ".join(result.stderr.split())
+        assert "backup.tar" in result.stderr
+
+
+def test_scratch_git_failures_are_assemble_errors(git_workspace: GitWorkspace) -> None:
+    from assembler.errors import ExitCode
+    from assembler.upstreaming.scratch import GitFailed, Scratch
+
+    with Scratch([ws_path := git_workspace.upstream.path]) as scratch:
+        with pytest.raises(GitFailed) as failed:
+            scratch.out("cat-file", "-p", "0" * 40)
+        assert failed.value.exit_code == ExitCode.BAD_INPUT and "git cat-file failed" in failed.value.message
+        assert str(ws_path) in failed.value.message
+        with pytest.raises(GitFailed) as failed:
+            scratch.pipe(["-c", "core.quotePath=false", "log", "-p", "no-such-revision"], ["patch-id", "--stable"])
+        assert "git log failed: fatal: ambiguous argument 'no-such-revision'" in failed.value.message
+
+
 def test_conflict_then_continue(git_workspace: GitWorkspace) -> None:
     ws = git_workspace
     new_tip = _rewrite_upstream(ws)
@@ -321,16 +382,23 @@ def test_crash_after_export_is_recoverable(git_workspace: GitWorkspace, monkeypa
     def crash(*args: object) -> None:
         raise KeyboardInterrupt
 
-    for recovery in ("--abort", "--continue"):
+    for recovery, edit in (("--abort", False), ("--abort", True), ("--continue", False)):
         monkeypatch.setattr(journal, "finish", crash)
         workspace = open_workspace(ws.root)
         with pytest.raises(KeyboardInterrupt):
             rebase.start(workspace, workspace.manifest.deps["kern"])
         monkeypatch.setattr(journal, "finish", finish)
         assert snapshot(ws)["deps.toml"] != before["deps.toml"] and snapshot(ws)["patches"] != before["patches"]
+        if edit:  # the user edits deps.toml after the crash: the abort must not revert that
+            ws.manifest.write_text(ws.manifest.read_text() + "# edited after the crash\n")
+            edited = ws.manifest.read_bytes()
         result = ws.assemble("rebase", recovery)
         assert result.returncode == 0, result.stderr
-        if recovery == "--abort":
+        if edit:
+            assert ws.manifest.read_bytes() == edited and "deps.toml was changed during the rebase" in result.stderr
+            assert {k: v for k, v in snapshot(ws).items() if k != "deps.toml"} == {k: v for k, v in before.items() if k != "deps.toml"}
+            ws.manifest.write_bytes(before["deps.toml"])  # type: ignore[arg-type]
+        elif recovery == "--abort":
             assert snapshot(ws) == before
         else:
             assert f'commit = "{ws.upstream.head()}"' in ws.manifest.read_text()

@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from assembler.errors import ConflictError, InputError
     from assembler.report.output import emit_json, err_console
     from assembler.upstreaming import rebase
@@ -54,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         emit_json(report.to_json())
     else:
         print_report(report)
+    for warning in report.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if report.status == "stopped":
         conflict = report.conflicts[0]
         raise ConflictError(
@@ -78,7 +82,8 @@ def print_report(report: RebaseReport) -> None:
         + (f" (base {short(report.old_base)} -> {short(report.new_base)}, {report.crossed} upstream commits crossed)"
            if report.status != "aborted" and report.new_base != report.old_base else ""))
     if report.status == "aborted":
-        say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before")
+        kept = " (except what was edited during the rebase: see the warnings)" if report.warnings else ""
+        say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before{kept}")
         return
     if report.applied:
         say(f"  applied ({len(report.applied)}): {', '.join(report.applied)}")

@@ -3,13 +3,19 @@ changed, under ``<workspace>/.assemble/rebase/<dep>/``.
 
 The directory appears in one rename, fully written and fsynced, so a rebase killed at any
 point finds either no journal (nothing was changed yet) or a complete one: ``--abort`` puts
-back deps.toml, patches/<dep>/ and the checkout's branch byte for byte from the backups;
+back the checkout's branch, and deps.toml and patches/<dep>/ byte for byte from the backups;
 ``--continue`` redoes the replay from the journal's plan (replays are deterministic).
+
+The rebase writes deps.toml and patches/<dep>/ only at its very end, and the journal records
+the digests of what it found there and what it wrote. ``--abort`` puts a file back only when it
+is unchanged since the backup or holds exactly what the rebase wrote: an edit the user made
+while the rebase was stopped (another dependency's pin, a comment) is kept, with a warning.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import io
 import json
 import os
@@ -20,12 +26,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from assembler.errors import InputError
 from assembler.fsutil import atomic_write, replace_dir
 from assembler.workspace import Workspace
 
 JOURNAL = "journal.json"
 BACKUP = "backup.tar"
 MTIMES = ".mtimes.json"
+ABSENT = "absent"  # digest of a file or directory that does not exist
 
 
 @dataclass
@@ -70,6 +78,9 @@ class Journal:
     stopped: dict[str, object] | None = None
     result_head: str | None = None
     export: dict[str, list[str]] | None = None
+    # "deps.toml" / "patches" -> [digest before the rebase wrote it, digest of what it wrote
+    # (None while writing)]; see Backup.restorable
+    wrote: dict[str, list[str | None]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Journal:
@@ -92,7 +103,22 @@ def load(workspace: Workspace, name: str) -> Journal | None:
     path = journal_dir(workspace, name) / JOURNAL
     if not path.is_file():
         return None
-    return Journal.from_json(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return Journal.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise _unreadable(path, name, exc) from None
+
+
+def _unreadable(path: Path, name: str, exc: Exception) -> InputError:
+    """A journal (or backup) that this version cannot read: damaged, or from another version."""
+    directory = path.parent
+    return InputError(
+        f"{path}: cannot read the journal of the rebase of {name} ({type(exc).__name__}: {exc}); "
+        "it is damaged or was written by another version of assemble",
+        hint=f"finish or abort it with the assemble that started it; or by hand: the tar archive {directory / BACKUP} "
+             f"holds deps.toml and patches/{name}/ as they were, `git -C forks/{name} reflog` shows the branch before; "
+             f"then delete {directory}",
+    )
 
 
 def pending(workspace: Workspace) -> list[str]:
@@ -103,6 +129,37 @@ def pending(workspace: Workspace) -> list[str]:
 
 def save(workspace: Workspace, journal: Journal) -> None:
     atomic_write(journal_dir(workspace, journal.dep) / JOURNAL, json.dumps(asdict(journal), indent=1) + "\n")
+
+
+def digest(files: dict[str, bytes] | None) -> str:
+    """sha256 over file names and contents; ABSENT for None (no such file or directory)."""
+    if files is None:
+        return ABSENT
+    total = hashlib.sha256()
+    for name in sorted(files):
+        total.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return total.hexdigest()
+
+
+def digest_path(path: Path) -> str:
+    """digest() of a file (as {"": bytes}) or of a directory's files (relative names)."""
+    if path.is_file():
+        return digest({"": path.read_bytes()})
+    if path.is_dir():
+        return digest({str(p.relative_to(path)): p.read_bytes() for p in path.rglob("*") if p.is_file()})
+    return ABSENT
+
+
+def writing(workspace: Workspace, journal: Journal, name: str, path: Path) -> None:
+    """Record, before the rebase writes ``path``, what it holds now (kept from a first attempt
+    when a crashed one is resumed: that attempt's output is not the user's)."""
+    journal.wrote.setdefault(name, [digest_path(path), None])[1] = None
+    save(workspace, journal)
+
+
+def written(journal: Journal, name: str, path: Path) -> None:
+    """Record what the rebase wrote to ``path`` (the caller saves the journal)."""
+    journal.wrote[name][1] = digest_path(path)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -149,10 +206,29 @@ class Backup:
 
     def __init__(self, workspace: Workspace, name: str) -> None:
         self.dir = journal_dir(workspace, name)
-        with tarfile.open(self.dir / BACKUP) as tar:
-            self.files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
-            self.dirs = [m.name for m in tar.getmembers() if m.isdir()]
-        self.mtimes: dict[str, int] = json.loads(self.files.pop(MTIMES))
+        try:
+            with tarfile.open(self.dir / BACKUP) as tar:
+                self.files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+                self.dirs = [m.name for m in tar.getmembers() if m.isdir()]
+            self.mtimes: dict[str, int] = json.loads(self.files.pop(MTIMES))
+        except (OSError, tarfile.TarError, ValueError, KeyError) as exc:
+            raise _unreadable(self.dir / BACKUP, name, exc) from None
+
+    def digest(self, name: str) -> str:
+        """digest_path() of "deps.toml" or "patches" as they were when the rebase began."""
+        if name == "patches":
+            return digest(self.patches_bytes() if "patches" in self.dirs else None)
+        return digest({"": self.files[name]} if name in self.files else None)
+
+    def restorable(self, journal: Journal, name: str, path: Path) -> bool:
+        """Whether ``path`` may be put back: it is unchanged since the backup, or it holds what
+        the rebase wrote over the backed-up bytes (or was writing when it was killed)."""
+        original = self.digest(name)
+        current = digest_path(path)
+        if current == original:
+            return True
+        before, after = journal.wrote.get(name, (None, None))
+        return before == original and after in (None, current)
 
     def restore_file(self, name: str, path: Path) -> None:
         """Put back one file (or remove it if it was not there), content and mtime."""
@@ -166,6 +242,9 @@ class Backup:
     def patches(self) -> dict[str, tuple[bytes, int]]:
         return {name[len("patches/"):]: (data, self.mtimes[name]) for name, data in self.files.items()
                 if name.startswith("patches/")}
+
+    def patches_bytes(self) -> dict[str, bytes]:
+        return {name: data for name, (data, _) in self.patches().items()}
 
     def restore_patches(self, patches_dir: Path) -> None:
         """patches/<dep>/ exactly as it was (contents and mtimes), swapped in in one step."""

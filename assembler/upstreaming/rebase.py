@@ -10,11 +10,13 @@ three-way merges (renames included) and the same speed as plain git. Around it:
   deterministic (fixed committer, committer date = author date), so ``--continue`` after a
   crash simply replays the plan again; a conflict resolution is first turned into a commit
   and put in the plan in place of the patch it resolves, so it survives a crash too;
-- on success the series is exported with low churn and deps.toml updated through tomlkit.
+- on success the series is exported with low churn and deps.toml updated through tomlkit;
+  ``--abort`` puts back only what the rebase itself changed (see journal.py).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import shutil
@@ -24,9 +26,12 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import git
+
 from assembler.errors import ConflictError, InputError, WouldLoseWorkError
 from assembler.git import mirrors
-from assembler.git.runner import COMMITTER_ENV, QUIET_ENV
+from assembler.git.checkout import _refuse_to_lose_work, checkout
+from assembler.git.runner import COMMITTER_ENV, QUIET_ENV, conflicted_files, in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutState
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
@@ -35,7 +40,7 @@ from assembler.upstreaming.horizon import ChainProbe, Commit, Horizon, first_par
 from assembler.upstreaming.journal import Dropped, Journal, Pick
 from assembler.upstreaming.patchset import Patch, by_sha, checkout_in_sync, from_commits, from_series, series_as_commits
 from assembler.upstreaming.replay import APPLIES, CONFLICT, EMPTY, reverse_applies
-from assembler.upstreaming.scratch import GitView, Scratch
+from assembler.upstreaming.scratch import GitFailed, GitView, Scratch
 from assembler.upstreaming.status import (
     classify,
     describe,
@@ -80,6 +85,7 @@ class RebaseReport:
     manifest: dict[str, str | None] = field(default_factory=dict)
     checkout: Path | None = None
     next: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -89,7 +95,7 @@ class RebaseReport:
             "conflicts": [{"file": c.name, "subject": c.subject, "files": c.files} for c in self.conflicts],
             "horizon": self.horizon.to_json() if self.horizon else None,
             "patches": self.export, "manifest": self.manifest,
-            "checkout": str(self.checkout) if self.checkout else None, "next": self.next,
+            "checkout": str(self.checkout) if self.checkout else None, "next": self.next, "warnings": self.warnings,
         }
 
 
@@ -109,8 +115,7 @@ class _Fork:
             check=False, pass_fds=(self.fd,) if self.fd is not None else (),
         )
         if check and result.returncode != 0:
-            raise ConflictError(f"{self.path}: git {args[0]} failed: {_last_lines(result.stderr)}",
-                                hint="`assemble rebase --abort` restores the state before the rebase")
+            raise GitFailed(str(self.path), args, result, hint="`assemble rebase --abort` restores the state before the rebase")
         return result
 
     def out(self, *args: str) -> str:
@@ -130,20 +135,22 @@ class _Fork:
         result = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
         return result.stdout.strip() or None
 
-    def sequencer_active(self) -> bool:
-        return (self.git_dir / "rebase-merge").exists() or (self.git_dir / "rebase-apply").exists()
+    @functools.cached_property
+    def repo(self) -> git.Repo:
+        return repo_at(self.path)
+
+    def stopped(self) -> bool:
+        """git is in the middle of a rebase (or another operation) here."""
+        return in_progress_operation(self.repo) is not None
 
     def clean_stop(self) -> bool:
         """The sequencer stopped on its own at a patch (as opposed to being killed mid-step)."""
         return (self.git_dir / "rebase-merge" / "stopped-sha").exists() and self.rev("REBASE_HEAD") is not None
 
-    def unmerged(self) -> list[str]:
-        return [f for f in self.out("diff", "--name-only", "--diff-filter=U").splitlines() if f]
-
     def reset_to(self, branch: str | None, head: str) -> None:
         """Drop any sequencer state and stale locks a killed git left, then put the branch,
         HEAD, index and tracked files back at ``head`` (untracked files are left alone)."""
-        if self.sequencer_active():
+        if self.stopped():
             self.run("rebase", "--quit", check=False)
             for name in ("rebase-merge", "rebase-apply"):
                 shutil.rmtree(self.git_dir / name, ignore_errors=True)
@@ -153,11 +160,6 @@ class _Fork:
             self.run("checkout", "--quiet", "--force", "-B", branch, head)
         else:
             self.run("checkout", "--quiet", "--force", "--detach", head)
-
-
-def _last_lines(text: str, count: int = 3) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip() and not line.startswith("hint:")]
-    return " / ".join(lines[-count:]) or "no message"
 
 
 # -- planning ------------------------------------------------------------------------------
@@ -201,25 +203,11 @@ def _manifest_values(dep: Dependency, url: str, onto: str, switched: bool) -> di
 
 def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
     """forks/<dep> at the pinned commit with the series, clean and fully exported."""
-    from assembler.git.checkout import checkout
-
-    head = checkout(workspace, dep).head
+    checkout(workspace, dep)
     path = workspace.fork_path(dep)
     state = CheckoutState.load(path)
     assert state is not None
-    fork = _Fork(path, None)
-    if fork.sequencer_active():
-        raise ConflictError(f"{path} is in the middle of a git rebase or am",
-                            hint=f"finish or abort it (git -C {path} rebase --abort) first")
-    dirty = [line[3:] for line in fork.out("status", "--porcelain", "--untracked-files=normal").splitlines() if line]
-    if dirty:
-        raise WouldLoseWorkError(
-            f"{path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
-            hint=f"commit them and run `assemble export {dep.name}`, or stash them, then rebase",
-        )
-    if head != state.head:
-        raise WouldLoseWorkError(f"{path} has commits that are not in patches/{dep.name}",
-                                 hint=f"run `assemble export {dep.name}` first")
+    _refuse_to_lose_work(repo_at(path), dep, path, state)
     return state
 
 
@@ -390,13 +378,13 @@ def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> bool:
         "--committer-date-is-author-date", "--no-autosquash", "--onto", journal.onto, journal.replay_base,
         check=False, env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo))}", "GIT_EDITOR": "true"},
     )
-    if result.returncode == 0 and not fork.sequencer_active():
+    if result.returncode == 0 and not fork.stopped():
         # Not saved: a crash from here until "exported" replays again, with the same result.
         journal.result_head, journal.phase = fork.head(), "replayed"
         return True
     if not fork.clean_stop():
-        raise ConflictError(f"{fork.path}: git rebase failed: {_last_lines(result.stderr)}",
-                            hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
+        raise GitFailed(str(fork.path), ["rebase"], result,
+                        hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
     _record_stop(workspace, journal, fork)
     return False
 
@@ -407,7 +395,7 @@ def _record_stop(workspace: Workspace, journal: Journal, fork: _Fork) -> None:
     current = fork.rev("REBASE_HEAD") or ""
     index = next((i for i, p in enumerate(journal.picks) if p.commit == current), None)
     if index is None:
-        raise ConflictError(f"{fork.path}: the rebase stopped at {current[:12]}, which is not in the plan",
+        raise InputError(f"{fork.path}: the rebase stopped at {current[:12]}, which is not in the plan",
                             hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
     remaining = journal.picks[index:]
     with Scratch([fork.path]) as scratch:
@@ -419,7 +407,8 @@ def _record_stop(workspace: Workspace, journal: Journal, fork: _Fork) -> None:
         journal.picks = journal.picks[:index] + [p for i, p in enumerate(remaining) if i not in present]
     else:
         journal.phase = "stopped"
-        journal.stopped = {"index": index, "commit": current, "head": fork.out("rev-parse", "HEAD"), "files": fork.unmerged()}
+        journal.stopped = {"index": index, "commit": current, "head": fork.out("rev-parse", "HEAD"),
+                           "files": conflicted_files(fork.repo)}
     jr.save(workspace, journal)
 
 
@@ -461,6 +450,7 @@ def _base_report(journal: Journal, status: str, checkout: Path) -> RebaseReport:
 def _finish(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport:
     from assembler.series.export import export
 
+    patches_dir = workspace.manifest.deps[journal.dep].patches_dir
     if journal.phase == "replayed":
         assert journal.result_head is not None
         replayed = from_commits(GitView(fork.git_dir), journal.result_head, [journal.onto])
@@ -477,12 +467,15 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport
         state.base, state.source, state.applied = journal.onto, journal.url, {}
         state.head, state.status = journal.result_head, "ready"
         state.save(fork.path)
-        workspace.reload()
+        jr.writing(workspace, journal, "patches", patches_dir)
         result = export(workspace, workspace.manifest.deps[journal.dep])
         journal.export = {"written": result.written, "unchanged": result.unchanged, "removed": result.removed}
         journal.phase = "exported"
-        jr.save(workspace, journal)
+        jr.written(journal, "patches", patches_dir)
+    jr.writing(workspace, journal, "deps.toml", workspace.manifest_path)
     update_dependency(workspace.manifest_path, journal.dep, journal.manifest)
+    jr.written(journal, "deps.toml", workspace.manifest_path)
+    jr.save(workspace, journal)
     workspace.reload()
     jr.finish(workspace, journal.dep)
     report = _base_report(journal, "done", fork.path)
@@ -542,16 +535,19 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     assert journal.stopped is not None
     stop_head = str(journal.stopped["head"])
     index = int(journal.stopped["index"])  # type: ignore[call-overload]
-    if not fork.sequencer_active():
+    if not fork.stopped():
         head = fork.out("rev-parse", "HEAD")
-        dirty = fork.out("status", "--porcelain", "--untracked-files=no")
-        if fork.run("merge-base", "--is-ancestor", journal.onto, head, check=False).returncode == 0 and not dirty:
-            journal.result_head, journal.phase = head, "replayed"
-            jr.save(workspace, journal)
-            return True
-        raise InputError(f"the rebase of {journal.dep} was abandoned outside assemble (HEAD is {head[:12]})",
-                         hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
-    unmerged = fork.unmerged()
+        if fork.run("merge-base", "--is-ancestor", journal.onto, head, check=False).returncode != 0:
+            raise InputError(f"the rebase of {journal.dep} was abandoned outside assemble (HEAD is {head[:12]})",
+                             hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
+        dirty = is_dirty(fork.repo)
+        if dirty:
+            raise WouldLoseWorkError(f"{fork.path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
+                                     hint=f"commit them (they become patches) or remove them, then `assemble rebase --continue {journal.dep}`")
+        journal.result_head, journal.phase = head, "replayed"
+        jr.save(workspace, journal)
+        return True
+    unmerged = conflicted_files(fork.repo)
     if unmerged:
         raise ConflictError(f"{journal.dep}: still unresolved: {', '.join(unmerged)}",
                             hint=f"edit them, `git -C {fork.path} add` them, then `assemble rebase --continue {journal.dep}`")
@@ -593,8 +589,10 @@ def _commit_like(fork: _Fork, tree: str, parent: str, original: str) -> str:
 
 
 def abort(workspace: Workspace, name: str | None = None) -> RebaseReport:
-    """``--abort``: branch, HEAD, tracked files, deps.toml and patches/ as before, byte for byte."""
+    """``--abort``: branch, HEAD and tracked files as before; deps.toml and patches/<dep>/ byte
+    for byte unless they were edited during the rebase (then kept, with a warning)."""
     journal = _journal_for(workspace, name)
+    warnings = []
     with jr.running(workspace, journal.dep) as fd:
         path = workspace.forks_dir / journal.dep
         backup = jr.Backup(workspace, journal.dep)
@@ -603,10 +601,19 @@ def abort(workspace: Workspace, name: str | None = None) -> RebaseReport:
             for label, rel in CHECKOUT_FILES.items():
                 backup.restore_file(f"checkout/{label}", path / rel)
         dep = workspace.manifest.deps.get(journal.dep)
-        backup.restore_patches(dep.patches_dir if dep else workspace.root / "patches" / journal.dep)
-        backup.restore_file("deps.toml", workspace.manifest_path)
+        patches_dir = dep.patches_dir if dep else workspace.root / "patches" / journal.dep
+        if backup.restorable(journal, "patches", patches_dir):
+            backup.restore_patches(patches_dir)
+        else:
+            warnings.append(f"{patches_dir} was changed during the rebase; left as it is (review it with `assemble patches {journal.dep}`)")
+        if backup.restorable(journal, "deps.toml", workspace.manifest_path):
+            backup.restore_file("deps.toml", workspace.manifest_path)
+        else:
+            warnings.append(f"{workspace.manifest_path} was changed during the rebase; left as it is "
+                            f"(check that [deps.{journal.dep}] still says commit = \"{journal.old_base}\")")
         jr.finish(workspace, journal.dep)
     workspace.reload()
     report = _base_report(journal, "aborted", path)
     report.new_base = journal.old_base
+    report.warnings = warnings
     return report

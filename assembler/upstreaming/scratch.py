@@ -13,6 +13,10 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+import git
+
+from assembler.errors import InputError
+from assembler.git.checkout import _last_line
 from assembler.git.runner import COMMITTER_ENV, QUIET_ENV
 
 # Trial commits are throwaway; a fixed identity keeps commit-tree working without user config.
@@ -31,10 +35,26 @@ def object_dir(repo_path: Path) -> Path:
     return (dot_git if dot_git.is_dir() else repo_path) / "objects"
 
 
-class GitFailed(Exception):
-    def __init__(self, args: Sequence[str], result: subprocess.CompletedProcess[bytes]) -> None:
-        super().__init__(f"git {' '.join(args)}: {result.stderr.decode(errors='replace').strip()}")
+class GitFailed(InputError):
+    """A git command refused its input (an unknown revision, a damaged repository, a lock held
+    by another git): exit code 2, with git's own first line. Conflicts are reported as such
+    by the callers that expect them."""
+
+    def __init__(self, where: str, args: Sequence[str], result: subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str],
+                 hint: str | None = None) -> None:
+        error = git.GitCommandError(["git", *args], result.returncode, result.stderr)
+        reason = _last_line(error) if result.stderr.strip() else f"exit status {result.returncode}"
+        super().__init__(f"{where}: git {_subcommand(args)} failed: {reason}",
+                         hint=hint or "check that the repository is readable and not damaged (git fsck), and that no other git holds its lock")
         self.result = result
+
+
+def _subcommand(args: Sequence[str]) -> str:
+    """The git command in ``args``, past ``-c key=value`` and other options."""
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        rest = rest[2:] if rest[0] == "-c" else rest[1:]
+    return rest[0] if rest else ""
 
 
 class GitView:
@@ -43,6 +63,7 @@ class GitView:
 
     def __init__(self, git_dir: Path, borrow: Sequence[Path] = ()) -> None:
         self.path = git_dir
+        self.where = str(git_dir)  # for messages
         self.env = {**os.environ, **QUIET_ENV, **COMMITTER_ENV, **_IDENTITY, "GIT_DIR": str(git_dir), "LC_ALL": "C"}
         for variable in ("GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES"):
             self.env.pop(variable, None)
@@ -55,7 +76,7 @@ class GitView:
         env = self.env if index is None else {**self.env, "GIT_INDEX_FILE": str(index)}
         result = subprocess.run(["git", *args], input=input, env=env, capture_output=True, check=False)
         if check and result.returncode != 0:
-            raise GitFailed(args, result)
+            raise GitFailed(self.where, args, result)
         return result
 
     def out(self, *args: str, input: bytes | None = None, index: Path | None = None) -> str:
@@ -66,15 +87,19 @@ class GitView:
 
     def pipe(self, producer: Sequence[str], consumer: Sequence[str]) -> str:
         """``git <producer> | git <consumer>`` through an OS pipe (no buffering in Python)."""
-        first = subprocess.Popen(["git", *producer], env=self.env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        try:
-            second = subprocess.run(["git", *consumer], env=self.env, stdin=first.stdout, capture_output=True, check=False)
-        finally:
-            assert first.stdout is not None
-            first.stdout.close()
-            first.wait()
-        if first.returncode != 0 or second.returncode != 0:
-            raise GitFailed([*producer, "|", *consumer], second)
+        with tempfile.TemporaryFile() as errors:
+            first = subprocess.Popen(["git", *producer], env=self.env, stdout=subprocess.PIPE, stderr=errors)
+            try:
+                second = subprocess.run(["git", *consumer], env=self.env, stdin=first.stdout, capture_output=True, check=False)
+            finally:
+                assert first.stdout is not None
+                first.stdout.close()
+                first.wait()
+            if first.returncode != 0:
+                errors.seek(0)
+                raise GitFailed(self.where, producer, subprocess.CompletedProcess(producer, first.returncode, b"", errors.read()))
+        if second.returncode != 0:
+            raise GitFailed(self.where, consumer, second)
         return second.stdout.decode(errors="replace")
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
@@ -102,6 +127,7 @@ class Scratch(GitView):
         stores = dict.fromkeys(str(object_dir(r).resolve()) for r in self.repos)
         (path / "objects" / "info" / "alternates").write_text("".join(f"{s}\n" for s in stores))
         super().__init__(path)
+        self.where = f"trial repository over {', '.join(str(r) for r in self.repos)}"
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -122,7 +148,7 @@ class Scratch(GitView):
         ours = self.out("commit-tree", tree, "-p", parent, "-m", "trial")
         result = self.run("merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", ours, commit, check=False)
         if result.returncode > 1:
-            raise GitFailed(["merge-tree", ours, commit], result)
+            raise GitFailed(self.where, ["merge-tree", ours, commit], result)
         fields = [f.decode(errors="replace") for f in result.stdout.split(b"\0") if f]
         if result.returncode == 0:
             return fields[0], []
