@@ -32,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         emit_json({"workspace": str(workspace.root), "offline": args.offline, "deps": [r.to_json() for r in results]})
     elif args.format == "markdown":
+        from assembler.upstreaming.table import markdown
+
         print(markdown(results), end="")
     else:
         for result in results:
@@ -39,29 +41,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary_line(status: DepStatus) -> str:
-    from assembler.report.output import short
-
-    base = status.base
-    where = f"{base.on} {short(base.commit)} ({base.date[:10]})"
-    own = f", {base.own} own commits" if base.own else ""
-    counts = ", ".join(f"{n} {s}" for s, n in status.counts().items() if n) or "no patches"
-    return f"base {where}{own}, {base.behind} commits behind {status.track}; {counts}"
-
-
 def print_table(status: DepStatus, offline: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from assembler.report.output import console, short
+    from assembler.report.output import console
     from assembler.upstreaming.status import STATUSES
+    from assembler.upstreaming.table import migration_line, summary_line
 
     mirror = f" (offline: mirror {status.fetched})" if offline else ""
     console.print(f"[bold]{escape(status.name)}[/]: {escape(summary_line(status))}{escape(mirror)}")
-    console.print(f"  migrated on fork: {status.migrated_on_fork}; migrated upstream: {status.migrated_upstream}"
-                  + (f"; series does not apply on its base from {status.broken_on_base}" if status.broken_on_base else "")
-                  + (f"; conflicts on {short(status.tip)}: {', '.join(status.conflicts_on_tip)}" if status.conflicts_on_tip else ""),
-                  markup=False)
+    console.print(f"  {migration_line(status)}", markup=False)
     if not status.verdicts:
         return
     table = Table(show_edge=False, pad_edge=False)
@@ -71,32 +61,3 @@ def print_table(status: DepStatus, offline: bool) -> None:
     for v in status.verdicts:
         table.add_row(escape(v.name), escape(v.subject), f"[{colours[v.status]}]{v.status}[/]", escape(v.evidence()))
     console.print(table)
-
-
-def _cell_upstream(status: DepStatus) -> str:
-    counts = status.counts()
-    relevant = len(status.verdicts) - counts["not-needed"]
-    links = [f"[{v.name}]({v.url})" for v in status.verdicts if v.status == "forwarded" and v.url]
-    if status.migrated_upstream in ("n.a.", "no") and not links:
-        return status.migrated_upstream
-    detail = f"{counts['upstream']} of {relevant} upstream"
-    if counts["forwarded"]:
-        detail += f", {counts['forwarded']} forwarded" + (f": {', '.join(links)}" if links else "")
-    return f"{status.migrated_upstream} ({detail})"
-
-
-def _cell_fork(status: DepStatus) -> str:
-    from assembler.report.output import short
-
-    if status.migrated_on_fork == "n.a.":
-        return "n.a."
-    return f"{status.migrated_on_fork} ({len(status.verdicts)} patches on {short(status.base.commit)})"
-
-
-def markdown(results: list[DepStatus]) -> str:
-    """The release-post table: dependency | migrated on fork | migrated upstream."""
-    lines = ["| dependency | migrated on fork | migrated upstream |", "| --- | --- | --- |"]
-    for status in results:
-        cells = (status.name, _cell_fork(status), _cell_upstream(status))
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(lines) + "\n"
