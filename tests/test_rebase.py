@@ -17,7 +17,7 @@ from pathlib import Path
 import filelock
 import pytest
 
-from tests.conftest import KERNEL_V1, ROOT, GitWorkspace
+from tests.conftest import KERNEL_V1, ROOT, GitWorkspace, run_assemble
 from tests.gitrepo import Repo, git
 from tests.rebase_scenarios import (
     EXAMPLE,
@@ -61,6 +61,32 @@ def test_verbatim_patch_is_dropped_and_the_rest_reapplied(git_workspace: GitWork
     # a second run has nothing to do
     code, again = rebase_json(ws, "kern")
     assert code == 0 and again["status"] == "up-to-date"
+
+
+def test_user_git_config_and_hooks_stay_out(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """A global git config that signs commits, strips diff prefixes, autostashes and points
+    at hooks that fail: the replay, the export and the status layers ignore all of it."""
+    ws = git_workspace
+    first, second = patch_files(ws)
+    second_bytes = second.read_bytes()
+    landed = land_verbatim(ws, first)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    for name in ("pre-rebase", "pre-commit", "commit-msg", "post-rewrite", "pre-applypatch", "post-checkout"):
+        (hooks / name).write_text("#!/bin/sh\necho hook ran >&2\nexit 1\n")
+        (hooks / name).chmod(0o755)
+    config = tmp_path / "gitconfig"
+    config.write_text(f"[core]\n\thooksPath = {hooks}\n[commit]\n\tgpgSign = true\n[diff]\n\tnoprefix = true\n"
+                      "[rebase]\n\tautoStash = true\n\tmissingCommitsCheck = error\n[format]\n\tsignOff = true\n")
+    env = {"ASSEMBLE_CACHE": str(ws.cache), "GIT_CONFIG_GLOBAL": str(config)}
+    status = run_assemble("-C", str(ws.root), "patches", "--format", "json", env=env)
+    assert status.returncode == 0, status.stderr
+    assert [p["status"] for p in json.loads(status.stdout)["deps"][0]["patches"]] == ["upstream", "local"]
+    result = run_assemble("-C", str(ws.root), "rebase", "kern", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["applied"] == [second.name] and [d["commit"] for d in report["dropped"]] == [landed]
+    assert second.read_bytes() == second_bytes and "hook ran" not in result.stderr
 
 
 def test_squash_merged_pair_is_dropped(git_workspace: GitWorkspace) -> None:

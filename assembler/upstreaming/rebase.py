@@ -31,7 +31,7 @@ import git
 from assembler.errors import ConflictError, InputError, WouldLoseWorkError
 from assembler.git import mirrors
 from assembler.git.checkout import _refuse_to_lose_work, checkout
-from assembler.git.runner import COMMITTER_ENV, QUIET_ENV, conflicted_files, in_progress_operation, is_dirty, repo_at
+from assembler.git.runner import COMMITTER_ENV, GIT_ENV, conflicted_files, in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutState
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
@@ -52,11 +52,12 @@ from assembler.upstreaming.status import (
 )
 from assembler.workspace import Workspace
 
-# The replay must not depend on the user's git configuration or hooks.
+# The replay must not depend on the user's git configuration or hooks: GIT_ENV leaves out the
+# global and system files and hooks; these override what the checkout's own config could set.
 SEQUENCER_CONFIG = (
-    "-c", "core.hooksPath=/dev/null", "-c", "rebase.missingCommitsCheck=ignore", "-c", "rebase.autoStash=false",
-    "-c", "rebase.updateRefs=false", "-c", "rebase.autoSquash=false", "-c", "commit.gpgSign=false",
-    "-c", "rerere.enabled=false", "-c", "rebase.abbreviateCommands=false", "-c", "core.editor=true",
+    "-c", "rebase.missingCommitsCheck=ignore", "-c", "rebase.autoStash=false", "-c", "rebase.updateRefs=false",
+    "-c", "rebase.autoSquash=false", "-c", "commit.gpgSign=false", "-c", "rerere.enabled=false",
+    "-c", "rebase.abbreviateCommands=false",
 )
 CHECKOUT_FILES = {"state": Path(".git/assemble-state.json"), "alternates": Path(".git/objects/info/alternates")}
 
@@ -106,7 +107,7 @@ class _Fork:
         self.path = path
         self.git_dir = path / ".git"
         self.fd = fd
-        self.env = {**os.environ, **QUIET_ENV, **COMMITTER_ENV, "LC_ALL": "C"}
+        self.env = {**os.environ, **GIT_ENV, **COMMITTER_ENV, "LC_ALL": "C"}
         self.env.pop("GIT_INDEX_FILE", None)
 
     def run(self, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -376,7 +377,7 @@ def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> bool:
     result = fork.run(
         *SEQUENCER_CONFIG, "rebase", "--interactive", "--empty=drop", "--reapply-cherry-picks",
         "--committer-date-is-author-date", "--no-autosquash", "--onto", journal.onto, journal.replay_base,
-        check=False, env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo))}", "GIT_EDITOR": "true"},
+        check=False, env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo))}"},
     )
     if result.returncode == 0 and not fork.stopped():
         # Not saved: a crash from here until "exported" replays again, with the same result.

@@ -17,14 +17,15 @@ import git
 
 from assembler.errors import InputError
 from assembler.git.checkout import _last_line
-from assembler.git.runner import COMMITTER_ENV, QUIET_ENV
+from assembler.git.runner import COMMITTER_ENV, GIT_ENV
 
 # Trial commits are throwaway; a fixed identity keeps commit-tree working without user config.
 _IDENTITY = {
     "GIT_AUTHOR_NAME": "assemble", "GIT_AUTHOR_EMAIL": "assemble@localhost",
     "GIT_AUTHOR_DATE": "1000000000 +0000", "GIT_COMMITTER_DATE": "1000000000 +0000",
 }
-# Output formats that user configuration could otherwise change under our parser.
+# Output formats that configuration could otherwise change under our parser (GIT_ENV leaves out
+# the global and system files; these override a checkout's own config).
 DIFF_CONFIG = ("-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "log.showSignature=false",
                "-c", "core.quotePath=false", "-c", "diff.relative=false")
 
@@ -64,7 +65,7 @@ class GitView:
     def __init__(self, git_dir: Path, borrow: Sequence[Path] = ()) -> None:
         self.path = git_dir
         self.where = str(git_dir)  # for messages
-        self.env = {**os.environ, **QUIET_ENV, **COMMITTER_ENV, **_IDENTITY, "GIT_DIR": str(git_dir), "LC_ALL": "C"}
+        self.env = {**os.environ, **GIT_ENV, **COMMITTER_ENV, **_IDENTITY, "GIT_DIR": str(git_dir), "LC_ALL": "C"}
         for variable in ("GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES"):
             self.env.pop(variable, None)
         if borrow:
