@@ -39,9 +39,10 @@ sys.path.insert(0, str(ROOT))
 
 from assembler.cache import cache_root  # noqa: E402
 from assembler.manifest import load_manifest  # noqa: E402
-from assembler.wheel import DEFAULT_EXCLUDES, merge_wheel  # noqa: E402
 from assembler.wheel.artifact import FILES_DIR, PACK_NAME, PACK_RECORD, archive_payload  # noqa: E402
+from assembler.wheel.merge import merge_wheel  # noqa: E402
 from assembler.wheel.metadata import record_text  # noqa: E402
+from assembler.wheel.platform import DEFAULT_EXCLUDES  # noqa: E402
 from assembler.wheel.writer import CHUNK, WINDOW, ZIP_EPOCH, ReproducibleZip, _deflate_chunk  # noqa: E402
 
 VLLM = "0.33.0"

@@ -76,3 +76,15 @@ def test_cut_wheel(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
     wheel = tmp_path / "good-1.0-cp39-abi3-linux_x86_64.whl"
     wheel.write_bytes(audit_build[1].good.read_bytes()[:-5000])  # the central directory is gone
     assert_exit_2(wheel, wheel.name, "not a readable wheel")
+
+
+@pytest.mark.parametrize("refresh", [False, True])
+def test_missing_torch_table(tmp_path: Path, refresh: bool) -> None:
+    table = tmp_path / "table.json"
+    so = tmp_path / "notes.txt"
+    so.write_text("hello\n")
+    args = ["--refresh-torch-table"] if refresh else [str(so)]
+    done = run_assemble("audit", *args, "--torch-table", str(table))
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"error: {table}") or done.stderr.startswith(f"error: cannot read the torch shim table {table}")

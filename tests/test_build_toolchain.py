@@ -4,6 +4,7 @@ resource pool. Real nvcc, pip, g++ and torch headers; nothing is mocked."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import threading
 import time
@@ -11,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from assembler.build import builder
 from assembler.build.cache import KeyParts
 from assembler.build.diagnose import torch_include_roots, unstable_includes
 from assembler.build.scheduler import ResourcePool
-from assembler.errors import ToolchainError
+from assembler.errors import InputError, NetworkError, ToolchainError
 from assembler.toolchain import venv
 from assembler.toolchain.cuda import select_cuda
 from assembler.toolchain.torchenv import describe_build_env
+from assembler.verify.envs import ensure_torch_env
 from tests.build_support import BUILD_TORCH, HERMETIC_CUDA, build_env_path_fixture, toolchains_fixture  # noqa: F401
 
 pytestmark = pytest.mark.slow
@@ -79,6 +82,38 @@ def test_venv_is_created_once_and_reused(tmp_path: Path, monkeypatch: pytest.Mon
     again = time.monotonic()
     assert venv.ensure_venv(["tomli==2.0.1"], label="probe") == first
     assert time.monotonic() - again < 0.5 < again - started
+
+
+@pytest.fixture
+def offline_pip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """pip pointed at an index nobody listens on, with no local wheels or config to fall back on,
+    and a fresh cache: what a machine without network sees."""
+    for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL", "PIP_CONSTRAINT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")  # discard port: connection refused
+    monkeypatch.setenv("PIP_RETRIES", "1")  # pip names the connection error only when it retries
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    return tmp_path / "cache"
+
+
+def test_an_unreachable_index_is_a_network_error(offline_pip: Path) -> None:
+    """Exit 3, not "no such version" (7 or 2): for the build venv, the hermetic CUDA and verify."""
+    with pytest.raises(NetworkError) as venv_error:
+        venv.ensure_venv(["tomli==2.0.1"], label="offline")
+    assert venv_error.value.exit_code == 3
+    assert "offline environment" in venv_error.value.message and "could not be reached" in venv_error.value.message
+    with pytest.raises(NetworkError, match=r"no CUDA 12\.1 toolkit.*could not be reached"):
+        select_cuda("12.1")  # no local 12.1 here: the PyPI wheels are the only way
+    with pytest.raises(NetworkError, match="could not be reached"):
+        ensure_torch_env("2.13.0")  # verify says exit 2 for a torch that does not exist, not for this
+    assert not [p for p in (offline_pip / "venvs").iterdir() if p.is_dir()]
+
+
+def test_source_identity_of_a_broken_checkout_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match=r"`git rev-parse HEAD` failed"):
+        builder.source_identity(tmp_path)
 
 
 def test_build_env_refuses_another_torch(build_env_path: Path) -> None:
@@ -150,3 +185,5 @@ def test_resource_pool_keeps_builds_within_jobs_and_memory() -> None:
     # a single job larger than the whole budget still runs, alone
     lone = ResourcePool(jobs=2, memory=1 * gib)
     assert lone.acquire(wanted=2, per_job=4 * gib) == 1
+    with pytest.raises(ValueError, match="could never start"):  # instead of waiting forever
+        ResourcePool(jobs=0, memory=gib)

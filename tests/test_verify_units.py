@@ -1,5 +1,5 @@
-"""Pure logic of `assemble verify`: which dependency owns a wheel file, and how checks decide a
-cell (a cell is PASS only when every check ran and passed)."""
+"""Pure logic of `assemble verify`: which dependency owns a wheel file (by the merge's own install
+rules), and how checks decide a cell (a cell is PASS only when every check ran and passed)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from assembler.errors import ManifestError
 from assembler.manifest import load_manifest
 from assembler.manifest.model import Dependency
 from assembler.verify.contents import ExtensionFile, attribute, owns
 from assembler.verify.report import Cell, Check, Status
+from assembler.verify.runner import workspace_manifest
+from assembler.wheel.merge import install_rules
+from tests.conftest import run_assemble
 
 MANIFEST = """[bundle]
 name = "b"
@@ -50,23 +54,44 @@ def deps(tmp_path: Path) -> dict[str, Dependency]:
     ("vllm/third_party/deep_gemm/_C_extension.abi3.so", "deepgemm"),
     ("vllm/third_party/deep_gemm/include/deep_gemm/x.so", "deepgemm"),  # deep_gemm/** spans directories
     ("vllm/third_party/deep_gemm/sub/_C_extension.abi3.so", "deepgemm"),  # through deep_gemm/**
-    ("vllm/third_party/other/_C_extension.abi3.so", None),
     ("flat/libflat.so", "flat"),
-    ("flat/sub/libflat.so", None),  # * stays inside one path component
-    ("vllm/_C_extension.abi3.so", None),
-    ("vecadd/_vecadd_C.abi3.so", "vecadd"),  # no install rules: its package and extension names
-    ("_vecadd_C.abi3.so", "vecadd"),
-    ("other/_other.abi3.so", None),
+    # vecadd has no install table: the merge ships its whole payload at the root, so it may
+    # have put anything there that no explicit rule claims
+    ("vllm/third_party/other/_C_extension.abi3.so", "vecadd"),
+    ("flat/sub/libflat.so", "vecadd"),  # * stays inside one path component
+    ("vecadd/_vecadd_C.abi3.so", "vecadd"),
 ])
-def test_install_rules_decide_the_owner(deps: dict[str, Dependency], path: str, owner: str | None) -> None:
-    owners = [name for name, dep in deps.items() if owns(dep, path)]
-    assert owners == ([owner] if owner else [])
+def test_install_rules_decide_the_owner(deps: dict[str, Dependency], path: str, owner: str) -> None:
+    owned, orphans = attribute(list(deps.values()), [ExtensionFile(path, None, ())])
+    assert [name for name, files in owned.items() if files] == [owner] and orphans == []
+
+
+@pytest.mark.parametrize(("path", "owners"), [
+    ("vllm/third_party/deep_gemm/_C_extension.abi3.so", ["deepgemm"]),
+    ("vllm/third_party/other/_C_extension.abi3.so", []),
+    ("flat/libflat.so", ["flat"]),
+    ("flat/sub/libflat.so", []),
+    ("vllm/_C_extension.abi3.so", []),
+])
+def test_only_matching_rules_own_a_path(deps: dict[str, Dependency], path: str, owners: list[str]) -> None:
+    assert [name for name, dep in deps.items() if dep.install and owns(dep, path)] == owners
+
+
+@pytest.mark.parametrize("dest", ["pkg/", "/pkg", "./pkg", "pkg/./", "", ".", "/"])
+def test_owns_is_the_inverse_of_the_merge_placement(dest: str) -> None:
+    """verify judges a file by the same rules the merge placed it with, whatever the spelling of dest."""
+    [rule] = install_rules({"lib/**/*.so": dest})
+    for relpath in ("lib/a.so", "lib/x/y/b.so"):
+        target = rule.target(relpath)
+        assert target is not None and rule.source(target) == relpath
+    assert rule.target("lib/a.txt") is None and rule.source("elsewhere/lib/a.so") is None
 
 
 def test_unclaimed_extensions_are_rows_of_their_own(deps: dict[str, Dependency]) -> None:
-    files = [ExtensionFile("vecadd/_vecadd_C.abi3.so", "vecadd._vecadd_C", ()), ExtensionFile("x/libx.so", None, ())]
-    owned, orphans = attribute(list(deps.values()), files)
-    assert [f.path for f in owned["vecadd"]] == ["vecadd/_vecadd_C.abi3.so"]
+    explicit = [dep for dep in deps.values() if dep.install]
+    files = [ExtensionFile("flat/libflat.so", None, ()), ExtensionFile("x/libx.so", None, ())]
+    owned, orphans = attribute(explicit, files)
+    assert [f.path for f in owned["flat"]] == ["flat/libflat.so"]
     assert owned["deepgemm"] == []
     assert [f.path for f in orphans] == ["x/libx.so"]
 
@@ -88,3 +113,19 @@ def test_the_merge_record_overrides_the_install_rules(deps: dict[str, Dependency
     owned, orphans = attribute(list(deps.values()), files, {"flat": {"x/libx.so"}, "vecadd": set()})
     assert [f.path for f in owned["flat"]] == ["x/libx.so"]
     assert [f.path for f in orphans] == ["vecadd/_vecadd_C.abi3.so"]
+
+
+def test_a_broken_deps_toml_is_an_error_never_taken_for_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    assert workspace_manifest(None) is None  # no deps.toml here or above: load checks only
+    (tmp_path / "ws" / "sub").mkdir(parents=True)
+    (tmp_path / "ws" / "deps.toml").write_text("[bundle]\nname = \n")
+    result = run_assemble("verify", "x.whl", "--torch", "2.13.0", cwd=tmp_path / "ws" / "sub")
+    assert result.returncode == 2, result.stderr
+    assert "deps.toml" in result.stderr and "Traceback" not in result.stderr
+    assert "no deps.toml found" not in result.stderr
+    monkeypatch.chdir(tmp_path / "ws" / "sub")
+    with pytest.raises(ManifestError):
+        workspace_manifest(None)

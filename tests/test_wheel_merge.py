@@ -18,8 +18,10 @@ import pytest
 
 from assembler.errors import InputError
 from assembler.manifest import load_manifest
-from assembler.wheel import DEFAULT_EXCLUDES, merge_wheel, pack_files
-from assembler.wheel.merge import glob_regex
+from assembler.wheel.artifact import pack_files
+from assembler.wheel.merge import glob_regex, merge_wheel
+from assembler.wheel.platform import DEFAULT_EXCLUDES
+from assembler.workspace import open_workspace
 from tests.conftest import run_assemble
 
 VECADD_C = r"""
@@ -304,6 +306,37 @@ def test_stale_or_missing_artifacts_are_refused(workspace: Path) -> None:
     shutil.rmtree(workspace / "artifacts" / "ops")
     with pytest.raises(InputError, match="no artifact for ops"):
         _merge(workspace)
+
+
+def test_local_work_is_recorded_in_the_wheel_and_warned_about(workspace: Path) -> None:
+    """An artifact compiled from uncommitted edits or unexported commits says so in assembler.json
+    (head, dirty) and in a warning, instead of passing for commit + patches."""
+    clean = _merge(workspace, "clean")
+    assert not any("local work" in w for w in clean.warnings)
+    record_path = workspace / "artifacts" / "ops" / "artifact.json"
+    record = json.loads(record_path.read_text())
+    record_path.write_text(json.dumps({**record, "head": "d" * 40, "dirty": True, "series_head": "e" * 40}))
+    local = _merge(workspace, "local")
+    [warning] = [w for w in local.warnings if "local work" in w]
+    assert warning.startswith("ops: built from local work in forks/ops (uncommitted edits, HEAD dddddddddddd, not eeeeeeeeeeee")
+    assert "assemble export ops" in warning
+    with zipfile.ZipFile(local.wheel) as wheel:
+        recorded = json.loads(wheel.read("merge_demo-1.2.0+cu132.dist-info/assembler.json"))
+    assert recorded["deps"]["ops"]["head"] == "d" * 40 and recorded["deps"]["ops"]["dirty"] is True
+    assert recorded["deps"]["vecadd"]["head"] is None and recorded["deps"]["vecadd"]["dirty"] is False
+    cli = run_assemble("merge", "artifacts", "--out", "cli", cwd=workspace, env={"ASSEMBLE_CACHE": str(workspace / "cache")})
+    assert cli.returncode == 0, cli.stderr
+    assert "warning: ops: built from local work" in " ".join(cli.stderr.split())
+
+
+def test_merge_waits_for_the_workspace_lock(workspace: Path) -> None:
+    held = open_workspace(workspace)
+    with held.lock():
+        cli = run_assemble("merge", "artifacts", cwd=workspace,
+                           env={"ASSEMBLE_CACHE": str(workspace / "cache"), "ASSEMBLE_LOCK_TIMEOUT": "0.5"})
+    assert cli.returncode == 8, cli.stderr
+    assert "another assemble process" in cli.stderr
+    assert not (workspace / "dist").exists()
 
 
 def test_cli_json(workspace: Path) -> None:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from assembler.audit.member import ByteSource
 from assembler.errors import InputError
 
+ELF_MAGIC = b"\x7fELF"  # the first four bytes of every ELF file
 PT_LOAD, PT_DYNAMIC = 1, 2
 SHT_DYNAMIC, SHT_DYNSYM = 6, 11
 DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_SONAME = 0, 1, 4, 5, 6, 10, 11, 14
@@ -88,7 +89,7 @@ def read_dynamic(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None = N
 
 def _layout(src: ByteSource) -> _Layout:
     ident = src.read(0, min(16, src.size))
-    if ident[:4] != b"\x7fELF":
+    if ident[:4] != ELF_MAGIC:
         raise InputError(f"{src.name}: not an ELF file (a shared object was expected)")
     if ident[4] not in (1, 2) or ident[5] not in (1, 2):
         raise InputError(f"{src.name}: unknown ELF class {ident[4]} / byte order {ident[5]}")

@@ -6,7 +6,6 @@ GIL) dominates, and the biggest members go first so the longest one does not fin
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +17,7 @@ from assembler.audit.model import AuditReport, ElfReport
 from assembler.audit.torchdata import DEFAULT_TABLE, TorchTable, load_table
 from assembler.audit.wheelsource import FileJob, Job, PyVersion, open_job, open_target
 from assembler.errors import InputError
+from assembler.system import available_cpus
 
 _PARALLEL_FROM = 16 << 20  # compressed bytes of deflated members worth a thread pool
 
@@ -56,13 +56,6 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable) -> ElfRep
     )
 
 
-def _cores() -> int:
-    """CPUs this process may run on (the affinity mask, where the platform has one)."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def _cost(job: Job) -> int:
     return 0 if isinstance(job, FileJob) or job.compress_type == 0 else job.compress_size
 
@@ -74,7 +67,7 @@ def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers
     work = [(t, job) for t in targets for job in t.jobs]
     floors = {t.path: t.abi3_floor for t in targets}
     if workers is None:
-        workers = _cores() if sum(_cost(j) for _, j in work) >= _PARALLEL_FROM else 1
+        workers = available_cpus() if sum(_cost(j) for _, j in work) >= _PARALLEL_FROM else 1
     order = sorted(range(len(work)), key=lambda i: -_cost(work[i][1]))
     results: dict[int, ElfReport] = {}
     if workers > 1 and len(work) > 1:

@@ -117,6 +117,12 @@ def refresh_table(source: str, path: Path = DEFAULT_TABLE) -> RefreshSummary:
     ``source`` is a Python interpreter with torch installed (torch is not imported) or a torch
     wheel, read in place.
     """
+    if not path.is_file():
+        raise InputError(
+            f"{path}: no such torch shim table to refresh",
+            hint=f"copy the shipped table ({DEFAULT_TABLE}) there first, or leave out --torch-table",
+        )
+    load_table(path)  # InputError naming the file when it is not a table, before the headers are read
     if source.endswith(".whl"):
         torch_version, headers = _headers_in_wheel(Path(source))
     else:

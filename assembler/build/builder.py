@@ -18,22 +18,17 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from assembler.build import recipe
-from assembler.build.cache import (
-    ARTIFACT_JSON,
-    FILES_DIR,
-    ArtifactStore,
-    KeyParts,
-    digest_texts,
-    materialize,
-    read_artifact,
-)
+from assembler.build.cache import ArtifactStore, KeyParts, digest_texts, materialize
 from assembler.build.diagnose import UnstableInclude, log_tail, torch_include_roots, unstable_includes
 from assembler.errors import InputError, ToolchainError
+from assembler.git.state import CheckoutState
 from assembler.manifest import Bundle, Dependency
 from assembler.toolchain.cuda import CudaToolkit
 from assembler.toolchain.torchenv import BuildEnv
+from assembler.wheel.artifact import ARTIFACT_JSON, FILES_DIR, Artifact, stored_artifact
 
 # Environment variables that would silently change what CMake or scikit-build-core do.
 SCRUBBED_ENV = (
@@ -89,6 +84,7 @@ class BuildRequest:
     checkout: Path
     head: str
     dirty: bool
+    series_head: str | None  # what applying the series produced; HEAD differs when commits were added
     parts: KeyParts
     project: recipe.Project
     archs: tuple[str, ...]
@@ -111,7 +107,7 @@ class Outcome:
     log: Path | None = None
     error: str | None = None  # what failed when the log tail would not say it
     unstable: list[UnstableInclude] = field(default_factory=list)
-    record: dict = field(default_factory=dict)
+    record: Artifact | None = None  # the artifact.json of a cached or built artifact
 
 
 def source_identity(checkout: Path) -> tuple[str, str | None]:
@@ -127,7 +123,16 @@ def source_identity(checkout: Path) -> tuple[str, str | None]:
 
 def _git(checkout: Path, *args: str) -> str:
     """Plain git (no gitpython import): this runs on every no-op build."""
-    return subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True, check=True).stdout
+    try:
+        return subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True, check=True).stdout
+    except subprocess.CalledProcessError as error:
+        last = next((line.strip() for line in reversed(error.stderr.splitlines()) if line.strip()), f"exit status {error.returncode}")
+        raise InputError(
+            f"{checkout}: `git {' '.join(args)}` failed: {last}",
+            hint="check that the checkout is a sound git repository, or move it away and run `assemble checkout`",
+        ) from None
+    except OSError as error:
+        raise ToolchainError(f"cannot run git: {error.strerror or error}", hint="install git") from None
 
 
 def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: str) -> BuildRequest:
@@ -138,7 +143,7 @@ def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: s
     archs = (dep.build.cuda_archs if dep.build.cuda_archs is not None else ctx.bundle.cuda_archs) if uses_cuda else ()
     if not archs and any(ext.language == "cuda" for ext in dep.build.extensions):  # own CMake may set them itself
         raise InputError(
-            f"dep {dep.name} compiles CUDA but no architecture is set",
+            f"deps.toml: [deps.{dep.name}.build] compiles CUDA but cuda-archs is set neither there nor in [bundle]",
             hint=f'add cuda-archs = ["9.0"] to [bundle] or [deps.{dep.name}.build]',
         )
     helper = (recipe.CMAKE_HELPER_DIR / "AssemblerStableExtension.cmake").read_text()
@@ -154,20 +159,21 @@ def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: s
         flags=("Release", *dep.build.cmake_args),
         python_abi=ctx.bundle.python_abi,
     )
-    return BuildRequest(dep, checkout, head, dirty is not None, parts, project, tuple(archs))
+    state = CheckoutState.load(checkout)
+    return BuildRequest(dep, checkout, head, dirty is not None, state.head if state else None, parts, project, tuple(archs))
 
 
 def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
     """The artifact for the request's key when it is already in place or in the store."""
     target = ctx.artifacts / request.dep.name
-    current = read_artifact(target)
-    if current is not None and current.get("key") == request.key:
+    current = stored_artifact(target)
+    if current is not None and current.key == request.key:
         return Outcome(request.dep.name, "cached", artifact=target, record=current)
     stored = ctx.store.lookup(request.dep.name, request.key)
     if stored is None:
         return None
     materialize(stored, target)
-    return Outcome(request.dep.name, "cached", artifact=target, record=read_artifact(target) or {})
+    return Outcome(request.dep.name, "cached", artifact=target, record=stored_artifact(target))
 
 
 def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable[[str], None] = lambda _: None) -> Outcome:
@@ -189,7 +195,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     started = time.monotonic()
     returncode = _run_logged(
         [str(ctx.toolchain.env.python), "-c", DRIVER, str(wheel_dir), json.dumps(_settings(ctx, request, cmake_dir))],
-        cwd=project_dir, env=_environment(ctx, request, jobs), log_path=log_path, on_line=on_line,
+        cwd=project_dir, env=_environment(ctx, jobs), log_path=log_path, on_line=on_line,
     )
     seconds = time.monotonic() - started
     log = log_path.read_text(errors="replace")
@@ -201,6 +207,10 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
         return Outcome(dep.name, "failed", seconds, log=log_path,
                        error=f"{dep.name}: CMake compiled with nvcc {used}, not the selected {ctx.toolchain.cuda.release}")
     wheels = sorted(wheel_dir.glob("*.whl"))
+    if len(wheels) != 1:
+        found = ", ".join(w.name for w in wheels) or "none"
+        return Outcome(dep.name, "failed", seconds, log=log_path,
+                       error=f"{dep.name}: scikit-build-core exited 0 but left {found} instead of one wheel in {wheel_dir}")
     staging = ctx.store.root / dep.name / f".tmp-{request.key}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     _unpack(wheels[0], staging / FILES_DIR)
@@ -217,10 +227,11 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     (staging / ARTIFACT_JSON).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     stored = ctx.store.publish(staging, dep.name, request.key)
     materialize(stored, ctx.artifacts / dep.name)
-    return Outcome(dep.name, "built", seconds, artifact=ctx.artifacts / dep.name, log=log_path, record=record)
+    return Outcome(dep.name, "built", seconds, artifact=ctx.artifacts / dep.name, log=log_path,
+                   record=stored_artifact(ctx.artifacts / dep.name))
 
 
-def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) -> dict:
+def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) -> dict[str, Any]:
     """artifact.json: what the merge step and the wheel's metadata need to say where it came from."""
     tc, dep = ctx.toolchain, request.dep
     return {
@@ -228,6 +239,7 @@ def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) ->
         "commit": dep.commit,
         "head": request.head,
         "dirty": request.dirty,
+        "series_head": request.series_head,
         "source": dep.source,
         "patches": list(dep.series),
         "series_digest": request.parts.series,
@@ -271,7 +283,7 @@ def _settings(ctx: BuildContext, request: BuildRequest, cmake_dir: Path) -> dict
     return settings
 
 
-def _environment(ctx: BuildContext, request: BuildRequest, jobs: int) -> dict[str, str]:
+def _environment(ctx: BuildContext, jobs: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV and not k.startswith("SKBUILD_")}
     env = ctx.toolchain.cuda.environment(env)
     env["PATH"] = os.pathsep.join([str(ctx.toolchain.env.python.parent), env["PATH"]])

@@ -16,9 +16,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from assembler.cache import cache_root
+from assembler.fsutil import replace_dir
+from assembler.wheel.artifact import stored_artifact
 
-ARTIFACT_JSON = "artifact.json"
-FILES_DIR = "files"
 KEY_SCHEMA = 2  # bump when the meaning of a key part or the artifact layout changes
 
 
@@ -48,14 +48,6 @@ def digest_texts(*texts: str | bytes) -> str:
     return digest.hexdigest()
 
 
-def read_artifact(directory: Path) -> dict | None:
-    """artifact.json of ``directory``, or None when absent or unreadable (then: rebuild)."""
-    try:
-        return json.loads((directory / ARTIFACT_JSON).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 class ArtifactStore:
     """``<cache>/artifacts/<dep>/<key>/{artifact.json, files/}``."""
 
@@ -67,8 +59,8 @@ class ArtifactStore:
 
     def lookup(self, dep: str, key: str) -> Path | None:
         path = self.path(dep, key)
-        record = read_artifact(path)
-        return path if record is not None and record.get("key") == key else None
+        artifact = stored_artifact(path)
+        return path if artifact is not None and artifact.key == key else None
 
     def publish(self, staging: Path, dep: str, key: str) -> Path:
         """Move the finished ``staging`` directory in as the artifact for ``key``."""
@@ -85,20 +77,16 @@ class ArtifactStore:
 
 def materialize(stored: Path, target: Path) -> None:
     """Make ``target`` a copy of the stored artifact (hard links where the filesystem allows),
-    replacing what was there in one rename."""
+    put in place of what was there in one step."""
     staging = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         shutil.copytree(stored, staging, copy_function=_link_or_copy)
+        replace_dir(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    if target.exists():
-        os.rename(target, old)
-    os.rename(staging, target)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _link_or_copy(source: str, destination: str) -> None:

@@ -1,7 +1,8 @@
-"""`assemble build`: checkout -> toolchain -> per-dependency builds (cached) -> merge -> audit gate.
+"""`assemble build`: checkout -> toolchain -> per-dependency builds (cached) -> merge -> audit
+gate -> (--verify) verify.
 
-The CLI module only parses arguments and prints; everything a test or CI script needs is here
-and returns a BuildReport.
+The CLI module only parses arguments and prints; everything a test or CI script needs is here:
+``run_build`` returns a BuildReport whose ``error`` is what the command exits with.
 """
 
 from __future__ import annotations
@@ -10,21 +11,26 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
 from assembler.build import builder, scheduler
 from assembler.build.builder import BuildContext, Outcome, Toolchain
-from assembler.build.cache import ARTIFACT_JSON, ArtifactStore, digest_texts
-from assembler.errors import BuildError, CheckFailed, InputError, ToolchainError
+from assembler.build.cache import ArtifactStore, digest_texts
+from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
 from assembler.git.state import series_digest
 from assembler.git.sync import sync_checkouts
+from assembler.system import available_cpus
 from assembler.toolchain.cuda import select_cuda
 from assembler.toolchain.torchenv import ensure_build_env
 from assembler.workspace import Workspace
+
+if TYPE_CHECKING:
+    from assembler.verify import VerifyReport
 
 Note = Callable[[str], None]
 Event = Callable[[str, str, int | None, int | None], None]
@@ -40,6 +46,20 @@ class BuildOptions:
     output: Path | None = None  # where the merged wheel goes (default <workspace>/dist)
     allow_unstable: tuple[str, ...] = ()
     memory: int | None = None  # bytes; default 80 % of what is available
+    verify: bool = False  # run `assemble verify` on [bundle] verify-torch after the gate
+
+
+@dataclass
+class ExtensionVerdict:
+    path: str  # inside the wheel
+    verdict: str  # STABLE, UNSTABLE, ABI3-BROKEN, ... as the audit says
+    min_torch: str | None
+    offending: list[str] = field(default_factory=list)  # symbols that make it fail
+
+    @property
+    def ok(self) -> bool:
+        """STABLE, or no torch at all (a plain abi3 helper module)."""
+        return self.verdict in {"STABLE", "NO-TORCH"}
 
 
 @dataclass
@@ -47,6 +67,7 @@ class DepReport:
     dep: str
     commit: str
     head: str
+    key: str
     patches: int
     status: str  # cached, built, failed
     seconds: float
@@ -56,7 +77,7 @@ class DepReport:
     log: Path | None
     verdict: str | None = None  # from the audit of the merged wheel
     min_torch: str | None = None
-    extensions: list[dict] = field(default_factory=list)
+    extensions: list[ExtensionVerdict] = field(default_factory=list)
 
 
 @dataclass
@@ -73,9 +94,17 @@ class BuildReport:
     wheel: Path | None = None
     allowed_unstable: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    verified: VerifyReport | None = None  # with --verify, once the gate passed
+    error: AssembleError | None = None  # what the command exits with: BuildFailed, the gate, a verify FAIL
 
-    def as_dict(self) -> dict:
-        data = asdict(self)
+    def as_dict(self) -> dict[str, Any]:
+        """The --json summary: every field, the verify matrix under "verify" and the error as
+        {"message", "hint", "exit_code"} (null on success)."""
+        data = asdict(replace(self, verified=None, error=None))
+        data["verify"] = self.verified.to_json() if self.verified is not None else None
+        data["error"] = None if self.error is None else {
+            "message": self.error.message, "hint": self.error.hint, "exit_code": int(self.error.exit_code),
+        }
         return json.loads(json.dumps(data, default=str))
 
 
@@ -86,7 +115,8 @@ def default_artifacts(workspace: Workspace) -> Path:
 def resolve_toolchain(workspace: Workspace, options: BuildOptions, note: Note) -> Toolchain:
     torch = options.torch or workspace.manifest.bundle.torch
     if torch is None:
-        raise InputError("no torch version to build against", hint='set torch = "2.13.0" in [bundle] or pass --torch')
+        raise InputError("deps.toml: [bundle] torch is not set, so there is no torch to build against",
+                         hint='set torch = "2.13.0" in [bundle] of deps.toml, or pass --torch')
     cuda = select_cuda(options.cuda, progress=note)
     env = ensure_build_env(torch, progress=note)
     if env.torch_cuda is not None and env.torch_cuda.split(".")[0] != options.cuda.split(".")[0]:
@@ -95,6 +125,43 @@ def resolve_toolchain(workspace: Workspace, options: BuildOptions, note: Note) -
             hint=f"pick a torch built for CUDA {options.cuda.split('.')[0]}.x or another --cuda",
         )
     return Toolchain(cuda=cuda, env=env, cxx=builder.host_compiler_version(dict(os.environ)))
+
+
+def run_build(
+    workspace: Workspace, options: BuildOptions, note: Note = lambda _: None, on_event: Event = lambda *_: None,
+) -> BuildReport:
+    """All of `assemble build`, under the workspace lock: build the artifacts; unless --only,
+    merge and gate them; with --verify, verify the wheel. What fails after the arguments were
+    accepted (a dependency that did not build, the gate, a verify FAIL) does not raise: it is
+    the report's ``error``, which the caller raises once it has shown the report."""
+    if options.verify:
+        if options.only:
+            raise InputError("--verify needs the merged wheel, and --only builds artifacts without merging",
+                             hint="verify after `assemble merge` with `assemble verify WHEEL`")
+        if not workspace.manifest.bundle.verify_torch:
+            raise InputError("deps.toml: [bundle] verify-torch is not set, so --verify has no torch to verify on",
+                             hint='set verify-torch = ["2.13.0", "2.14.1"] in [bundle] of deps.toml')
+    with workspace.lock():
+        try:
+            report = build_artifacts(workspace, options, note, on_event)
+        except BuildFailed as failure:
+            failure.report.error = failure
+            return failure.report
+        if options.only:
+            return report
+        report.error = merge_and_gate(workspace, options, report, note)
+        if report.error is None and options.verify and report.wheel is not None:
+            from assembler.verify import Status, verify_wheel
+
+            report.verified = verify_wheel(workspace.manifest, report.wheel, progress=note)
+            if report.verified.failed:
+                failed = sorted({cell.dep for cell in report.verified.cells.values() if cell.status is Status.FAIL})
+                report.error = CheckFailed(
+                    f"verify: {report.verified.count(Status.FAIL)} FAIL ({', '.join(failed)}) on torch "
+                    f"{', '.join(info.requested for info in report.verified.torch)}",
+                    hint=f"the verify table names each failure; rerun with `assemble verify {report.wheel}`",
+                )
+    return report
 
 
 def build_artifacts(
@@ -131,7 +198,7 @@ def build_artifacts(
             else:
                 outcomes[request.dep.name] = reused
                 on_event(request.dep.name, "cached", None, None)
-        jobs = options.jobs or os.cpu_count() or 1
+        jobs = options.jobs or available_cpus()
         memory = options.memory or scheduler.default_memory_budget()
         for outcome in scheduler.run_builds(ctx, pending, jobs, memory, on_event):
             outcomes[outcome.dep] = outcome
@@ -141,10 +208,10 @@ def build_artifacts(
     )
     for request in requests:
         outcome = outcomes[request.dep.name]
+        built_in = outcome.record.build_seconds if outcome.record is not None else 0.0
         report.deps.append(DepReport(
-            dep=request.dep.name, commit=request.dep.commit, head=request.head, patches=len(request.dep.series),
-            status=outcome.status,
-            seconds=outcome.seconds if outcome.status != "cached" else float(outcome.record.get("build_seconds", 0.0)),
+            dep=request.dep.name, commit=request.dep.commit, head=request.head, key=request.key, patches=len(request.dep.series),
+            status=outcome.status, seconds=outcome.seconds if outcome.status != "cached" else built_in,
             archs=list(request.archs), torch_target=request.dep.torch_target, artifact=outcome.artifact, log=outcome.log,
         ))
     report.seconds = time.monotonic() - started
@@ -173,19 +240,6 @@ class BuildFailed(BuildError):
 MERGE_STATE = "last-merge.json"
 
 
-@dataclass
-class ExtensionVerdict:
-    path: str  # inside the wheel
-    verdict: str  # STABLE, UNSTABLE, ABI3-BROKEN, ... as the audit says
-    min_torch: str | None
-    offending: list[str] = field(default_factory=list)  # symbols that make it fail
-
-    @property
-    def ok(self) -> bool:
-        """STABLE, or no torch at all (a plain abi3 helper module)."""
-        return self.verdict in {"STABLE", "NO-TORCH"}
-
-
 def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildReport, note: Note = lambda _: None) -> CheckFailed | None:
     """Merge the artifacts into one wheel, audit it, and fill the report's verdicts. Returns the
     gate's error (the caller prints the summary first, then raises it) or None.
@@ -197,12 +251,11 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
     output = (options.output or workspace.root / "dist").resolve()
     key = _merge_key(workspace, report, options.cuda, output)
     state_path = workspace.state_dir / MERGE_STATE
-    state = _load_json(state_path)
-    if state is not None and state.get("key") == key and _same_file(Path(state["wheel"]), state.get("stat")):
-        report.wheel = Path(state["wheel"])
-        audits = {dep: [ExtensionVerdict(**item) for item in items] for dep, items in state["audit"].items()}
+    last = _last_merge(state_path, key)
+    if last is not None:
+        report.wheel, audits = last
     else:
-        from assembler.wheel import merge_wheel
+        from assembler.wheel.merge import merge_wheel
 
         result = merge_wheel(manifest, [dep.artifact for dep in report.deps if dep.artifact is not None], output, options.cuda)
         for warning in result.warnings:
@@ -229,7 +282,7 @@ def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Pat
         for path in (Path(__file__).resolve().parent.parent / package).glob("*.py")
     )
     payload = {
-        "artifacts": {dep.dep: (_load_json(dep.artifact / ARTIFACT_JSON) or {}).get("key") for dep in report.deps if dep.artifact},
+        "artifacts": {dep.dep: dep.key for dep in report.deps if dep.artifact},
         "bundle": asdict(manifest.bundle),
         "install": {name: dep.install for name, dep in manifest.deps.items()},
         "targets": {name: dep.torch_target for name, dep in manifest.deps.items()},
@@ -240,20 +293,25 @@ def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Pat
     return digest_texts(json.dumps(payload, sort_keys=True, default=str), *(name + "\0" for name, _ in code), *(data for _, data in code))
 
 
+def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[ExtensionVerdict]]] | None:
+    """The wheel and audit of the last merge when its key is ``key`` and the wheel is still there
+    untouched; None otherwise (then: merge again), including for a state file that does not parse."""
+    try:
+        state = json.loads(state_path.read_text())
+        if state["key"] != key or not _same_file(Path(state["wheel"]), state["stat"]):
+            return None
+        return Path(state["wheel"]), {dep: [ExtensionVerdict(**item) for item in items] for dep, items in state["audit"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def _stat(path: Path) -> list[int]:
     info = path.stat()
     return [info.st_size, info.st_mtime_ns, info.st_ino]
 
 
-def _same_file(path: Path, recorded: list[int] | None) -> bool:
-    return path.is_file() and recorded is not None and _stat(path) == list(recorded)
-
-
-def _load_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+def _same_file(path: Path, recorded: list[int]) -> bool:
+    return path.is_file() and _stat(path) == list(recorded)
 
 
 def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]]) -> dict[str, list[ExtensionVerdict]]:
@@ -284,7 +342,7 @@ def _gate(report: BuildReport, audits: dict[str, list[ExtensionVerdict]], allowe
     failures = []
     for dep in report.deps:
         extensions = audits.get(dep.dep, [])
-        dep.extensions = [asdict(item) for item in extensions]
+        dep.extensions = list(extensions)
         bad = [item for item in extensions if not item.ok]
         # the newer of what the symbols need (the audit) and what the headers targeted
         dep.min_torch = max([dep.torch_target, *(item.min_torch for item in extensions if item.min_torch)], key=Version)

@@ -39,6 +39,8 @@ class ResourcePool:
     """Job slots and bytes of memory, handed out to builds and returned when they finish."""
 
     def __init__(self, jobs: int, memory: int) -> None:
+        if jobs < 1:
+            raise ValueError(f"{jobs} job slots: a build could never start")
         self.free_jobs = jobs
         self.free_memory = memory
         self.running = 0

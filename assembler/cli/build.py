@@ -18,56 +18,67 @@ PHASE_STYLE = {
 }
 
 
+def non_negative_int(text: str) -> int:
+    """argparse type for counts where 0 means "choose for me" (a negative count would never run)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative (0 means one per CPU)")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not above 0")
+    return value
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("build", help="build every dependency (cached) and merge one audited abi3 wheel")
     parser.add_argument("--cuda", required=True, metavar="X.Y", help="CUDA toolkit version (local, else from PyPI)")
     parser.add_argument("--torch", metavar="VERSION", help="torch to build against (default: [bundle] torch)")
-    parser.add_argument("--jobs", "-j", type=int, default=0, metavar="N", help="compiler processes in all (default: CPUs)")
-    parser.add_argument("--memory-gb", type=float, default=None, metavar="GB",
+    parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
+                        help="compiler processes in all (default 0: one per CPU)")
+    parser.add_argument("--memory-gb", type=positive_float, default=None, metavar="GB",
                         help="memory the compilers may use together (default: 80%% of what is available)")
-    parser.add_argument("--only", action="append", default=[], metavar="DEP",
-                        help="build just this dependency's artifact, no merge (repeatable)")
+    # --verify needs the merged wheel, which --only does not make (verify after `assemble merge`)
+    only_or_verify = parser.add_mutually_exclusive_group()
+    only_or_verify.add_argument("--only", action="append", default=[], metavar="DEP",
+                                help="build just this dependency's artifact, no merge (repeatable)")
+    only_or_verify.add_argument("--verify", action="store_true",
+                                help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on any FAIL)")
     parser.add_argument("--artifacts", type=Path, metavar="DIR", help="artifact directory (default: .assemble/artifacts)")
     parser.add_argument("--output", "-o", type=Path, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
     parser.add_argument("--allow-unstable", action="append", default=[], metavar="DEP",
                         help="let DEP's extensions pass the audit gate though UNSTABLE (recorded in the summary)")
-    parser.add_argument("--verify", action="store_true",
-                        help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on any FAIL)")
-    parser.add_argument("--json", action="store_true", help="machine-readable summary on stdout")
+    parser.add_argument("--json", action="store_true", help="machine-readable summary on stdout, also when the build fails")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from assembler.build.pipeline import BuildFailed, BuildOptions, build_artifacts, merge_and_gate
-    from assembler.report.output import console, err_console
+    from assembler.build.pipeline import BuildFailed, BuildOptions, run_build
+    from assembler.report.output import err_console
     from assembler.workspace import open_workspace
 
     workspace = open_workspace(args.workspace)
     options = BuildOptions(
         cuda=args.cuda, torch=args.torch, jobs=args.jobs, only=tuple(args.only), artifacts=args.artifacts,
-        output=args.output, allow_unstable=tuple(args.allow_unstable),
+        output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify,
         memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None,
     )
-    with workspace.lock(err_console):
-        with _Progress(quiet=args.json) as progress:
-            try:
-                report = build_artifacts(workspace, options, note=progress.note, on_event=progress.event)
-            except BuildFailed as failure:
-                progress.stop()
-                _print_failures(failure, err_console)
-                raise
-        gate_error = None
-        if not options.only:
-            gate_error = merge_and_gate(workspace, options, report, note=progress.note)
-    _emit(report, args.json, gated=gate_error is not None)
-    if gate_error is not None:
-        raise gate_error
-    if args.verify and report.wheel is not None:
-        from assembler.verify import verify_wheel
-
-        verified = verify_wheel(workspace.manifest, report.wheel, workspace.manifest.bundle.verify_torch, progress=progress.note)
-        verified.render(err_console if args.json else console)
-        return 1 if verified.failed else 0
+    with workspace.lock(err_console), _Progress(quiet=args.json) as progress:
+        report = run_build(workspace, options, note=progress.note, on_event=progress.event)
+    if isinstance(report.error, BuildFailed):
+        _print_failures(report.error, err_console)
+    _emit(report, args.json)
+    if report.error is not None:
+        raise report.error
     return 0
 
 
@@ -104,9 +115,6 @@ class _Progress:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
-    def stop(self) -> None:
-        self.progress.stop()
-
     def note(self, message: str) -> None:
         if not self.quiet:
             self.console.print(message, markup=False, highlight=False)
@@ -126,7 +134,7 @@ class _Progress:
             self.progress.update(task, description=description)
 
 
-def _emit(report: BuildReport, as_json: bool, gated: bool) -> None:
+def _emit(report: BuildReport, as_json: bool) -> None:
     from assembler.report.output import console, emit_json
 
     if as_json:
@@ -138,7 +146,7 @@ def _emit(report: BuildReport, as_json: bool, gated: bool) -> None:
     for column in ("dep", "commit", "patches", "build", "archs", "min torch", "verdict"):
         table.add_column(column, no_wrap=column != "verdict")
     for dep in report.deps:
-        build = "cached" if dep.status == "cached" else f"built {dep.seconds:.1f}s"
+        build = {"cached": "cached", "built": f"built {dep.seconds:.1f}s"}.get(dep.status, f"[red]{dep.status}[/]")
         verdict = dep.verdict or "-"
         style = ("green" if verdict.startswith("STABLE") else "yellow" if "allowed" in verdict
                  else "dim" if verdict in {"-", "NO-TORCH", "no extensions"} else "red")
@@ -149,7 +157,9 @@ def _emit(report: BuildReport, as_json: bool, gated: bool) -> None:
         console.print(f"[yellow]allowed UNSTABLE:[/] {name} (--allow-unstable)")
     if report.wheel is not None:
         console.print(f"wheel: {report.wheel}", highlight=False, soft_wrap=True)
-    elif gated:
-        console.print("[red]no wheel:[/] the audit gate failed (see the error below)")
+    elif report.error is not None:
+        console.print("[red]no wheel[/] (see the error below)")
     elif report.artifacts is not None:
         console.print(f"artifacts: {report.artifacts} (merge with `assemble merge`)", highlight=False, soft_wrap=True)
+    if report.verified is not None:
+        report.verified.render(console)

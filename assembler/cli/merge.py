@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from assembler.cli.build import non_negative_int
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -22,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="another shared library provided at run time, left out of the manylinux check (repeatable; "
         "libtorch*, libc10*, libcudart*, libcuda.so*, libpython* always are)",
     )
-    parser.add_argument("--jobs", "-j", type=int, default=None, metavar="N", help="threads compressing loose files (default: up to 4)")
+    parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
+                        help="threads compressing loose files (default 0: one per CPU, up to 4)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=run)
 
@@ -31,15 +34,17 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from assembler.report.output import console, emit_json, err_console, short
-    from assembler.wheel import DEFAULT_EXCLUDES, merge_wheel
+    from assembler.wheel.merge import merge_wheel
+    from assembler.wheel.platform import DEFAULT_EXCLUDES
     from assembler.workspace import open_workspace
 
     workspace = open_workspace(args.workspace)
     out = (args.out or workspace.root / "dist").resolve()
-    result = merge_wheel(
-        workspace.manifest, args.dirs, out, args.cuda,
-        exclude=(*DEFAULT_EXCLUDES, *args.exclude), jobs=args.jobs,
-    )
+    with workspace.lock(err_console):  # dist/ is the build's too
+        result = merge_wheel(
+            workspace.manifest, args.dirs, out, args.cuda,
+            exclude=(*DEFAULT_EXCLUDES, *args.exclude), jobs=args.jobs,
+        )
     if args.json:
         emit_json(result.to_json())
         return 0

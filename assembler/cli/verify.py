@@ -21,20 +21,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from assembler.errors import ManifestError
     from assembler.report.output import console, emit_json, err_console
-    from assembler.verify import verify_wheel
-    from assembler.workspace import open_workspace
+    from assembler.verify import verify_wheel, workspace_manifest
 
-    try:
-        manifest = open_workspace(args.workspace).manifest
-    except ManifestError:
-        if args.workspace is not None:
-            raise
-        manifest = None  # outside a workspace: load checks only, one row per extension
+    manifest = workspace_manifest(args.workspace)
+    if manifest is None:
         err_console.print("note: no deps.toml found; checking that each extension loads (no ops or smoke calls)")
-    versions = args.torch or (list(manifest.bundle.verify_torch) if manifest else [])
-    report = verify_wheel(manifest, args.wheel, versions, progress=lambda msg: err_console.print(msg), timeout=args.timeout)
+    report = verify_wheel(manifest, args.wheel, args.torch, progress=lambda msg: err_console.print(msg), timeout=args.timeout)
     if args.json:
         emit_json(report.to_json())
     else:

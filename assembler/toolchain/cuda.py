@@ -17,7 +17,8 @@ from pathlib import Path
 import filelock
 
 from assembler.cache import cache_root
-from assembler.errors import ToolchainError
+from assembler.errors import NetworkError, ToolchainError
+from assembler.toolchain.venv import dist_versions, pip_error
 
 VERSION_RE = re.compile(r"^\d+\.\d+$")
 RELEASE_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
@@ -70,9 +71,9 @@ def _local_candidates(version: str) -> list[tuple[str, Path]]:
     return candidates
 
 
-def select_cuda(version: str, *, hermetic: bool = True, progress: Callable[[str], None] = lambda _: None) -> CudaToolkit:
-    """The toolkit for ``version`` (X.Y). Local toolkits are tried first; then, unless
-    ``hermetic`` is False, the PyPI wheels. Raises ToolchainError listing what was tried."""
+def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None) -> CudaToolkit:
+    """The toolkit for ``version`` (X.Y): a local one when its nvcc reports X.Y, else the PyPI
+    wheels. Raises ToolchainError listing what was tried (NetworkError when PyPI is out of reach)."""
     if not VERSION_RE.match(version):
         raise ToolchainError(f"--cuda {version!r} is not a MAJOR.MINOR CUDA version", hint="pass e.g. --cuda 13.2")
     tried: list[str] = []
@@ -88,12 +89,10 @@ def select_cuda(version: str, *, hermetic: bool = True, progress: Callable[[str]
         else:
             root = nvcc.resolve().parent.parent
             return CudaToolkit(version=version, release=found[1], root=root, origin=origin)
-    if not hermetic:
-        raise ToolchainError(f"no CUDA {version} toolkit found ({'; '.join(tried)})", hint=f"install CUDA {version} and set CUDA_HOME")
     try:
         return hermetic_cuda(version, progress)
-    except ToolchainError as error:
-        raise ToolchainError(
+    except (ToolchainError, NetworkError) as error:
+        raise type(error)(
             f"no CUDA {version} toolkit: {'; '.join(tried)}; and from PyPI: {error.message}",
             hint=f"install CUDA {version} and set CUDA_HOME, or let this machine reach PyPI",
         ) from None
@@ -133,9 +132,8 @@ def _install_hermetic(version: str, final: Path, progress: Callable[[str], None]
             capture_output=True, text=True, check=False,
         )
         if result.returncode != 0:
-            lines = [line for line in (result.stdout + result.stderr).splitlines() if "ERROR" in line]
-            raise ToolchainError(lines[0].removeprefix("ERROR: ") if lines else f"pip failed installing {' '.join(requirements)}")
-        packages = _wheel_versions(staging / "wheels")
+            raise pip_error(result.stdout + result.stderr, f"installing {' '.join(requirements)}")
+        packages = dist_versions(staging / "wheels")
         toolkit = staging / "cuda"
         for package_root in sorted((staging / "wheels" / "nvidia").iterdir()):
             for sub in TOOLKIT_DIRS:
@@ -149,14 +147,6 @@ def _install_hermetic(version: str, final: Path, progress: Callable[[str], None]
         staging.rename(final)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-
-
-def _wheel_versions(target: Path) -> dict[str, str]:
-    versions = {}
-    for info in target.glob("*.dist-info"):
-        name, _, release = info.name[: -len(".dist-info")].partition("-")
-        versions[name.replace("_", "-")] = release
-    return dict(sorted(versions.items()))
 
 
 def _merge_tree(source: Path, target: Path) -> None:

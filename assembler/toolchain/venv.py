@@ -21,12 +21,21 @@ from pathlib import Path
 import filelock
 
 from assembler.cache import cache_root
-from assembler.errors import ToolchainError
+from assembler.errors import AssembleError, NetworkError, ToolchainError
 
 MARKER = ".assemble-venv.json"
 _NO_MATCH = re.compile(
     r"Could not find a version that satisfies the requirement (?P<req>\S+)(?: \(from versions: (?P<versions>[^)]*)\))?"
 )
+# What pip (urllib3 underneath) prints when it cannot reach an index. pip then also reports "No
+# matching distribution", which alone means the version does not exist: these lines tell the two apart.
+_UNREACHABLE = re.compile(
+    r"Could not fetch URL|Failed to establish a new connection|NewConnectionError|ConnectTimeoutError"
+    r"|ReadTimeoutError|ProxyError|Temporary failure in name resolution|Name or service not known"
+    r"|Network is unreachable|Connection refused|SSLError|certificate verify failed"
+)
+_CONNECTION_DETAIL = re.compile(r"Failed to establish a new connection: ([^'\")]+)")
+_INDEXES = re.compile(r"^Looking in indexes: (.+)$", re.MULTILINE)
 
 
 def python_tag() -> str:
@@ -48,12 +57,43 @@ def site_packages(path: Path) -> Path:
 
 
 def installed_versions(path: Path) -> dict[str, str]:
-    """Distribution name -> version, read from dist-info directory names (no interpreter start)."""
+    """Distribution name -> version in the venv at ``path`` (no interpreter start)."""
+    return dist_versions(site_packages(path))
+
+
+def dist_versions(directory: Path) -> dict[str, str]:
+    """Distribution name -> version, read from the names of the dist-info directories that pip
+    installed into ``directory`` (site-packages, or a ``pip install --target`` directory)."""
     versions: dict[str, str] = {}
-    for info in site_packages(path).glob("*.dist-info"):
+    for info in directory.glob("*.dist-info"):
         name, _, version = info.name[: -len(".dist-info")].partition("-")
         versions[name.lower().replace("_", "-")] = version
-    return versions
+    return dict(sorted(versions.items()))
+
+
+def pip_error(output: str, doing: str, fallback: type[AssembleError] = ToolchainError, log: Path | None = None) -> AssembleError:
+    """The error for a failed ``pip install``, read from its output: NetworkError (exit 3) when an
+    index could not be reached, ToolchainError naming the requirement no release satisfies, else
+    ``fallback`` with pip's last line. ``doing`` says what was being installed."""
+    see = f"full pip output: {log}" if log is not None else None
+    unreachable = _UNREACHABLE.search(output)
+    if unreachable is not None:
+        detail = _CONNECTION_DETAIL.search(output)
+        why = detail.group(1).strip() if detail else unreachable.group(0)
+        indexes = _INDEXES.search(output)
+        where = f"; indexes: {indexes.group(1).strip()}" if indexes else ""
+        return NetworkError(
+            f"{doing}: a package index could not be reached ({why}{where})",
+            hint=see or "check the network, the proxy and pip's index settings (pip config list)",
+        )
+    match = _NO_MATCH.search(output)
+    if match:
+        versions = (match.group("versions") or "").strip()
+        hint = f"available: {versions}" if versions and versions != "none" else "check the version"
+        return ToolchainError(f"{doing}: no release of {match.group('req')}", hint=hint)
+    errors = [line.removeprefix("ERROR: ").strip() for line in output.splitlines() if line.startswith("ERROR:")]
+    last = errors[0] if errors else next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "pip failed")
+    return fallback(f"{doing}: {last}", hint=see)
 
 
 def ensure_venv(packages: Sequence[str], label: str, progress: Callable[[str], None] = lambda _: None) -> Path:
@@ -96,17 +136,9 @@ def _pip_install(path: Path, packages: Sequence[str], label: str) -> None:
     if result.returncode == 0:
         return
     output = result.stdout + result.stderr
-    (path.parent / f"{label}-pip-failure.log").write_text(output)
-    match = _NO_MATCH.search(output)
-    if match:
-        versions = (match.group("versions") or "").strip()
-        hint = f"available: {versions}" if versions and versions != "none" else "check the version and that PyPI is reachable"
-        raise ToolchainError(f"cannot install {match.group('req')} into the {label} environment: no matching release", hint=hint)
-    last = next((line for line in reversed(output.splitlines()) if line.strip()), "pip failed")
-    raise ToolchainError(
-        f"cannot create the {label} environment ({', '.join(packages)}): {last.strip()}",
-        hint=f"full pip output: {path.parent / f'{label}-pip-failure.log'}",
-    )
+    log = path.parent / f"{label}-pip-failure.log"
+    log.write_text(output)
+    raise pip_error(output, f"cannot create the {label} environment ({', '.join(packages)})", log=log)
 
 
 def _relocate(staging: Path, final: Path) -> None:

@@ -8,20 +8,17 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from elftools.common.exceptions import ELFError
-from elftools.elf.dynamic import DynamicSection
-from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import SymbolTableSection
-
+from assembler.audit.elf import ELF_MAGIC, read_dynamic
+from assembler.audit.member import FileSource
+from assembler.errors import InputError
 from assembler.manifest.model import Dependency
-from assembler.wheel.merge import glob_regex
+from assembler.wheel.merge import install_rules
 
 # Libraries present only in a CUDA build of torch, or only where a GPU driver is installed: an
 # extension that needs one cannot load on a CPU-only torch, which is a SKIP, not a failure.
 CUDA_LIB_RE = re.compile(
     r"^lib(cudart|cuda|c10_cuda|torch_cuda|cublas|cublasLt|cudnn|cufft|curand|cusolver|cusparse|nccl|nvrtc|nvJitLink)[.-]"
 )
-ELF_MAGIC = b"\x7fELF"
 
 
 @dataclass(frozen=True)
@@ -32,39 +29,32 @@ class ExtensionFile:
 
 
 def scan(site: Path) -> list[ExtensionFile]:
-    """Every ELF shared object under ``site``, in path order."""
+    """Every ELF shared object under ``site``, in path order (files that are not sound ELF are
+    not extensions: the loader would refuse them as well)."""
     found = []
     for path in sorted(site.rglob("*.so*")):
         if not path.is_file() or path.is_symlink():
             continue
-        with path.open("rb") as handle:
-            if handle.read(4) != ELF_MAGIC:
-                continue
-            handle.seek(0)
-            try:
-                elf = ELFFile(handle)
-                exported, needed = _dynamic(elf)
-            except ELFError:
-                continue
         rel = path.relative_to(site).as_posix()
+        try:
+            source = FileSource(str(path), rel)
+        except OSError:
+            continue
+        try:
+            if source.size < len(ELF_MAGIC) or source.read(0, len(ELF_MAGIC)) != ELF_MAGIC:
+                continue
+            info = read_dynamic(source, defined_prefixes=(b"PyInit_",))
+        except (InputError, OSError):
+            continue
+        finally:
+            source.close()
+        exported = {symbol.name for symbol in info.symbols if symbol.defined}
         found.append(ExtensionFile(
             path=rel,
             module=_module_name(rel, exported),
-            cuda_libs=tuple(sorted(lib for lib in needed if CUDA_LIB_RE.match(lib))),
+            cuda_libs=tuple(sorted(lib for lib in info.needed if CUDA_LIB_RE.match(lib))),
         ))
     return found
-
-
-def _dynamic(elf: ELFFile) -> tuple[set[str], list[str]]:
-    """Defined dynamic symbols and DT_NEEDED entries."""
-    exported: set[str] = set()
-    needed: list[str] = []
-    for section in elf.iter_sections():
-        if isinstance(section, DynamicSection):
-            needed.extend(tag.needed for tag in section.iter_tags() if tag.entry.d_tag == "DT_NEEDED")
-        elif isinstance(section, SymbolTableSection) and section.name == ".dynsym":
-            exported.update(s.name for s in section.iter_symbols() if s["st_shndx"] != "SHN_UNDEF")
-    return exported, needed
 
 
 def _module_name(rel: str, exported: set[str]) -> str | None:
@@ -77,21 +67,10 @@ def _module_name(rel: str, exported: set[str]) -> str | None:
 
 
 def owns(dep: Dependency, path: str) -> bool:
-    """Whether ``dep`` put ``path`` into the wheel, judged from the manifest alone: through one
-    of its ``[deps.X.install]`` rules (``pattern = "dest/"`` places the artifact files matching
-    pattern under dest), or, with no rules, as one of its extensions or under one of its Python
-    packages. For wheels without the merge's own record (assembler.json)."""
-    if dep.install:
-        return any(_rule_matches(pattern, dest, path) for pattern, dest in dep.install.items())
-    stem = path.rsplit("/", 1)[-1].split(".", 1)[0]
-    top = path.split("/", 1)[0]
-    return stem in {ext.name for ext in dep.build.extensions} or top in dep.build.python_packages
-
-
-def _rule_matches(pattern: str, dest: str, path: str) -> bool:
-    prefix = dest.strip("/")
-    prefix = "" if prefix in {"", "."} else prefix + "/"
-    return path.startswith(prefix) and glob_regex(pattern).fullmatch(path[len(prefix):]) is not None
+    """Whether ``dep``'s install rules, applied as the merge applies them, could have put ``path``
+    into the wheel (without an install table a dependency ships its whole payload at the root).
+    For wheels without the merge's own record (assembler.json)."""
+    return any(rule.source(path) is not None for rule in install_rules(dep.install))
 
 
 def recorded_files(site: Path) -> dict[str, set[str]] | None:
@@ -110,14 +89,16 @@ def attribute(
     deps: list[Dependency], files: list[ExtensionFile], recorded: dict[str, set[str]] | None = None,
 ) -> tuple[dict[str, list[ExtensionFile]], list[ExtensionFile]]:
     """Extensions per dependency and those nobody claims. The merge's record decides when there
-    is one; otherwise the manifest's install rules (first owner wins, in manifest order)."""
+    is one; otherwise the manifest's install rules: the first dependency in manifest order whose
+    own install table matches, else the first without one (it may have shipped anything)."""
     owned: dict[str, list[ExtensionFile]] = {dep.name: [] for dep in deps}
+    by_rules = sorted(deps, key=lambda dep: not dep.install)  # stable: manifest order within each group
     orphans = []
     for file in files:
         if recorded is not None:
             owner = next((dep for dep in deps if file.path in recorded.get(dep.name, ())), None)
         else:
-            owner = next((dep for dep in deps if owns(dep, file.path)), None)
+            owner = next((dep for dep in by_rules if owns(dep, file.path)), None)
         if owner is None:
             orphans.append(file)
         else:

@@ -11,25 +11,28 @@ dependency it was working on: that one is a FAIL naming the step, the rest are r
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import signal
 import subprocess
 import tempfile
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assembler.errors import InputError
+from assembler.audit.classify import demangle
+from assembler.errors import InputError, ManifestError
+from assembler.manifest import MANIFEST_NAME, find_workspace, load_manifest
 from assembler.manifest.model import Dependency, Manifest
+from assembler.system import available_cpus
+from assembler.toolchain.venv import pip_error
 from assembler.verify.contents import ExtensionFile, attribute, recorded_files, scan
 from assembler.verify.envs import TorchEnv, ensure_torch_env
 from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
+from assembler.workspace import open_workspace
 
 PROBE = Path(__file__).with_name("probe.py")
 DEFAULT_TIMEOUT = 600.0
@@ -46,21 +49,36 @@ class _ProbeState:
     env: dict[str, Any] | None = None
 
 
+def workspace_manifest(directory: Path | None) -> Manifest | None:
+    """The manifest naming the ops and smoke calls to check: the one of ``directory``
+    (``--workspace``, which must hold one), else the nearest deps.toml above the cwd, else None:
+    outside every workspace only loading is checked. A deps.toml that is there but does not load
+    is an error (exit 2), never taken for no deps.toml."""
+    if directory is not None:
+        return open_workspace(directory).manifest
+    try:
+        root = find_workspace(Path.cwd())
+    except ManifestError:
+        return None
+    return load_manifest(root / MANIFEST_NAME)
+
+
 def verify_wheel(
     manifest: Manifest | None,
     wheel: Path,
-    torch_versions: list[str] | tuple[str, ...],
+    torch_versions: Sequence[str] = (),
     progress: Callable[[str], None] = lambda _: None,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> VerifyReport:
-    """The PASS / FAIL / SKIPPED matrix for ``wheel`` on each of ``torch_versions``.
+    """The PASS / FAIL / SKIPPED matrix for ``wheel`` on each of ``torch_versions`` (default: the
+    manifest's [bundle] verify-torch).
 
     ``manifest`` supplies the dependencies, their ops and smoke calls; without one, each
     extension is its own row and only loading is checked. Raises InputError (exit 2) when the
     wheel is missing or does not install, or a torch version cannot be installed or imported.
     """
     started = time.monotonic()
-    versions = list(dict.fromkeys(torch_versions))
+    versions = list(dict.fromkeys(torch_versions or (manifest.bundle.verify_torch if manifest else ())))
     if not versions:
         raise InputError("no torch version to verify against", hint="pass --torch X.Y.Z, or set [bundle] verify-torch")
     if not wheel.is_file() or not zipfile.is_zipfile(wheel):
@@ -72,7 +90,7 @@ def verify_wheel(
         _install(envs[0], wheel, site)
         plan = _plan(manifest, scan(site), recorded_files(site))
         progress(f"verifying on torch {', '.join(versions)}")
-        with ThreadPoolExecutor(max_workers=min(len(envs), os.cpu_count() or 1)) as pool:
+        with ThreadPoolExecutor(max_workers=min(len(envs), available_cpus())) as pool:
             states = list(pool.map(lambda env: _probe(env, site, plan, Path(scratch), timeout), envs))
     infos = []
     cells: dict[tuple[str, str], Cell] = {}
@@ -101,9 +119,7 @@ def _install(env: TorchEnv, wheel: Path, site: Path) -> None:
     ]
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
-        output = (result.stderr + result.stdout).strip().splitlines()
-        last = next((line for line in reversed(output) if line.strip()), "pip failed")
-        raise InputError(f"{wheel.name} does not install on torch {env.installed}'s Python: {last.strip()}")
+        raise pip_error(result.stdout + result.stderr, f"{wheel.name} does not install on torch {env.installed}'s Python", fallback=InputError)
 
 
 def _plan(manifest: Manifest | None, files: list[ExtensionFile], recorded: dict[str, set[str]] | None) -> list[dict[str, Any]]:
@@ -208,9 +224,9 @@ def _readable(detail: str, site: Path) -> str:
     """Wheel-relative paths instead of scratch paths; C++ names next to mangled ones."""
     detail = detail.replace(f"{site}/", "")
     match = _UNDEFINED.search(detail)
-    if match and shutil.which("c++filt"):
+    if match:
         symbol = match.group(1)
-        demangled = subprocess.run(["c++filt", symbol], capture_output=True, text=True, check=False).stdout.strip()
-        if demangled and demangled != symbol:
+        demangled = demangle(symbol)
+        if demangled != symbol:
             detail = detail.replace(symbol, f"{demangled} [{symbol}]")
     return detail

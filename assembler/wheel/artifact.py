@@ -48,18 +48,24 @@ class PayloadFile:
 class Artifact:
     dep: str
     root: Path
-    commit: str
+    commit: str  # the upstream commit deps.toml pins
     source: str
     patches: tuple[str, ...]
     key: str
     toolchain: dict[str, Any]
     archs: tuple[str, ...]
+    head: str | None = None  # the checkout's HEAD the build compiled
+    dirty: bool = False  # uncommitted edits were compiled too
+    series_head: str | None = None  # the commit that applying the series produced
+    build_seconds: float = 0.0
 
     def provenance(self) -> dict[str, Any]:
         """What the wheel records about this artifact; only fields that are the same on every
-        rebuild of the same inputs (so not build_seconds)."""
+        rebuild of the same inputs (so not build_seconds). ``head`` and ``dirty`` say what was
+        really compiled, which is more than commit + patches when forks/ held local work."""
         return {
             "commit": self.commit, "source": self.source, "patches": list(self.patches),
+            "head": self.head, "dirty": self.dirty,
             "key": self.key, "toolchain": self.toolchain, "archs": list(self.archs),
         }
 
@@ -104,16 +110,17 @@ def load_artifacts(paths: Iterable[Path]) -> list[Artifact]:
 
 
 def read_artifact(root: Path) -> Artifact:
+    """``root``/artifact.json, checked field by field; InputError naming the file otherwise."""
     where = root / ARTIFACT_JSON
     try:
         data = json.loads(where.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(f"{where}: unreadable ({exc})", hint="rebuild that dependency") from None
 
-    def field(name: str, kind: type, default: Any = None) -> Any:
+    def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
         value = data.get(name, default) if isinstance(data, dict) else None
         if not isinstance(value, kind):
-            raise InputError(f"{where}: '{name}' must be a {kind.__name__}, got {value!r}", hint="rebuild that dependency with this assembler")
+            raise InputError(f"{where}: '{name}' must be {_kind_name(kind)}, got {value!r}", hint="rebuild that dependency with this assembler")
         return value
 
     patches, archs = field("patches", list, []), field("archs", list, [])
@@ -121,7 +128,23 @@ def read_artifact(root: Path) -> Artifact:
         dep=field("dep", str), root=root, commit=field("commit", str), source=field("source", str, ""),
         patches=tuple(str(p) for p in patches), key=field("key", str, ""),
         toolchain=dict(field("toolchain", dict)), archs=tuple(str(a) for a in archs),
+        head=field("head", (str, type(None))), dirty=field("dirty", bool, False),
+        series_head=field("series_head", (str, type(None))),
+        build_seconds=float(field("build_seconds", (int, float), 0.0)),
     )
+
+
+def stored_artifact(root: Path) -> Artifact | None:
+    """The artifact in ``root``, or None when there is none or it cannot be read (then: rebuild)."""
+    try:
+        return read_artifact(root)
+    except InputError:
+        return None
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join("null" if k is type(None) else f"a {k.__name__}" for k in kinds)
 
 
 def _safe_relpath(name: str, where: Path) -> str:

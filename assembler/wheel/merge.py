@@ -24,8 +24,10 @@ from typing import Any
 
 from packaging.version import Version
 
+from assembler.audit.elf import ELF_MAGIC
 from assembler.errors import InputError
 from assembler.manifest import Manifest
+from assembler.system import available_cpus
 from assembler.wheel.artifact import Artifact, PayloadFile, load_artifacts
 from assembler.wheel.metadata import (
     cuda_label,
@@ -37,7 +39,7 @@ from assembler.wheel.metadata import (
     wheel_text,
     wheel_version,
 )
-from assembler.wheel.platform import DEFAULT_EXCLUDES, ELF_MAGIC, PlatformVerdict, platform_verdict
+from assembler.wheel.platform import DEFAULT_EXCLUDES, PlatformVerdict, platform_verdict
 from assembler.wheel.writer import ReproducibleZip, Written, resolve_epoch
 
 DEFAULT_INSTALL = {"**": ""}
@@ -109,15 +111,43 @@ def glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out))
 
 
+@dataclass(frozen=True)
+class InstallRule:
+    """One ``[deps.X.install]`` entry: payload files matching the glob go below ``dest``."""
+
+    regex: re.Pattern[str]
+    dest: str  # normalised, "" for the wheel root
+
+    def target(self, relpath: str) -> str | None:
+        """The wheel path of payload file ``relpath``, or None when the glob does not match it."""
+        if not self.regex.fullmatch(relpath):
+            return None
+        return posixpath.join(self.dest, relpath) if self.dest else relpath
+
+    def source(self, path: str) -> str | None:
+        """The payload path this rule would have put at wheel ``path``, or None: the inverse of
+        ``target``, for telling which dependency shipped a file of a finished wheel."""
+        prefix = f"{self.dest}/" if self.dest else ""
+        relpath = path.removeprefix(prefix)
+        if not path.startswith(prefix) or not self.regex.fullmatch(relpath):
+            return None
+        return relpath
+
+
+def install_rules(install: Mapping[str, str] | None) -> tuple[InstallRule, ...]:
+    """A dependency's install rules; without an install table its whole payload goes to the root."""
+    return tuple(InstallRule(glob_regex(pattern), _dest(dest)) for pattern, dest in (install or DEFAULT_INSTALL).items())
+
+
 def place(artifacts: Sequence[Artifact], installs: Mapping[str, Mapping[str, str]], dist_info: str) -> tuple[list[Placement], dict[str, tuple[str, ...]]]:
     """Wheel placements sorted by path, and the payload files left out, per dependency."""
     placed: dict[str, Placement] = {}
     unshipped: dict[str, tuple[str, ...]] = {}
     for artifact in artifacts:
-        rules = [(glob_regex(p), _dest(d)) for p, d in (installs.get(artifact.dep) or DEFAULT_INSTALL).items()]
+        rules = install_rules(installs.get(artifact.dep))
         left = []
         for item in artifact.payload():
-            targets = {posixpath.join(dest, item.relpath) if dest else item.relpath for regex, dest in rules if regex.fullmatch(item.relpath)}
+            targets = {target for rule in rules if (target := rule.target(item.relpath)) is not None}
             if not targets:
                 left.append(item.relpath)
             for target in sorted(targets):
@@ -194,6 +224,13 @@ def resolve_cuda(requested: str | None, artifacts: Sequence[Artifact]) -> str:
 def _warnings(artifacts: Sequence[Artifact], unshipped: Mapping[str, Sequence[str]], verdict: PlatformVerdict) -> list[str]:
     notes = [f"{dep}: {len(paths)} file(s) match no install pattern and are not shipped: {', '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}"
              for dep, paths in unshipped.items()]
+    for a in artifacts:
+        local = ["uncommitted edits"] if a.dirty else []
+        if a.head and a.series_head and a.head != a.series_head:
+            local.append(f"HEAD {a.head[:12]}, not {a.series_head[:12]} that the series produces")
+        if local:
+            notes.append(f"{a.dep}: built from local work in forks/{a.dep} ({', '.join(local)}), not from commit + patches alone; "
+                         f"`assemble export {a.dep}` and rebuild before releasing")
     torches = {str(a.toolchain.get("torch")) for a in artifacts if a.toolchain.get("torch")}
     if len(torches) > 1:
         notes.append(f"artifacts were built against different torch versions: {', '.join(sorted(torches))}")
@@ -204,7 +241,7 @@ def _warnings(artifacts: Sequence[Artifact], unshipped: Mapping[str, Sequence[st
 
 
 def default_jobs() -> int:
-    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    return min(4, available_cpus())
 
 
 def merge_wheel(
@@ -214,7 +251,6 @@ def merge_wheel(
     cuda: str | None = None,
     *,
     exclude: Sequence[str] = DEFAULT_EXCLUDES,
-    source_date_epoch: int | None = None,
     jobs: int | None = None,
 ) -> MergeResult:
     """Merge the artifacts under ``artifact_paths`` into one wheel in ``out_dir``."""
@@ -227,7 +263,7 @@ def merge_wheel(
     stem = f"{dist_name(bundle.name)}-{version}"
     dist_info = f"{stem}.dist-info"
     placements, unshipped = place(artifacts, {name: dep.install for name, dep in manifest.deps.items()}, dist_info)
-    epoch = resolve_epoch(source_date_epoch)
+    epoch = resolve_epoch()
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".{stem}.{os.getpid()}.tmp"

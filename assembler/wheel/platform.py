@@ -30,7 +30,6 @@ from assembler.wheel.writer import ZIP_EPOCH, ReproducibleZip, Written
 # torch's own libraries, the CUDA runtime torch ships, the driver, and libpython: all present
 # whenever the extension is imported next to a (CUDA) torch; never grafted.
 DEFAULT_EXCLUDES = ("libtorch*", "libc10*", "libcudart*", "libcuda.so*", "libpython*")
-ELF_MAGIC = b"\x7fELF"
 _CACHE_SCHEMA = 2
 
 
