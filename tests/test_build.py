@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -53,10 +54,14 @@ def _statuses(report: dict) -> dict[str, str]:
 
 
 def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild(example_ws: Path, private_cache: Path, build_env_path: Path) -> None:
-    first = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--json", cache=private_cache)
+    first = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--verify", "--json", cache=private_cache)
     assert first.returncode == 0, first.stderr[-4000:]
     report = json.loads(first.stdout)
     assert _statuses(report) == {"vecadd": "built", "scalekit": "built"}
+    assert report["error"] is None
+    verified = report["verify"]  # --verify: the matrix is part of the JSON summary
+    assert verified["ok"] and [t["requested"] for t in verified["torch"]] == ["2.13.0", "2.14.1"]
+    assert {(r["dep"], r["torch"]): r["status"] for r in verified["results"]}[("vecadd", "2.13.0")] == "PASS"
     assert report["cuda"] == HERMETIC_CUDA and report["nvcc"].startswith(HERMETIC_CUDA + ".")
     assert report["cuda_origin"] == "PyPI" and report["torch"].startswith("2.13.0")
     wheel = Path(report["wheel"])
@@ -68,6 +73,10 @@ def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild
     record = json.loads((artifacts / "scalekit" / "artifact.json").read_text())
     assert record["toolchain"]["nvcc"] == report["nvcc"] and record["toolchain"]["cuda"] == HERMETIC_CUDA
     assert record["archs"] == ["9.0a"] and len(record["patches"]) == 3
+    assert record["dirty"] is False and record["head"] == record["series_head"]  # the series, nothing local
+    with zipfile.ZipFile(wheel) as archive:
+        recorded = json.loads(next(archive.read(n) for n in archive.namelist() if n.endswith(".dist-info/assembler.json")))
+    assert recorded["deps"]["scalekit"]["head"] == record["head"] and recorded["deps"]["scalekit"]["dirty"] is False
     assert (artifacts / "vecadd" / "files" / "vecadd" / "_vecadd_C.abi3.so").is_file()
     # the CPU extension is a working torch op (built against the Stable ABI, loaded by torch)
     probe = (
@@ -102,7 +111,9 @@ def test_only_the_changed_dependency_rebuilds(example_ws: Path, private_cache: P
     source = example_ws / "forks" / "vecadd" / "csrc" / "add_scaled.cpp"
     original = source.read_text()
     source.write_text(original + "\n// an uncommitted edit is part of the source\n")
-    assert _by_dep(build_artifacts(workspace, options)) == {"vecadd": "built"}
+    dirty = build_artifacts(workspace, options)
+    assert _by_dep(dirty) == {"vecadd": "built"}
+    assert json.loads((dirty.deps[0].artifact / "artifact.json").read_text())["dirty"] is True
     source.write_text(original)
     assert _by_dep(build_artifacts(workspace, options)) == {"vecadd": "cached"}  # the first key again: store hit
 
@@ -149,11 +160,24 @@ def test_unstable_header_is_reported_as_the_include_to_change(example_ws: Path, 
     for patch in patches.glob("*.patch"):
         patch.unlink()
     (patches / "series").write_text("")  # upstream vecadd as it is: written against ATen
-    result = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", cache=private_cache)
+    result = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json", cache=private_cache)
     assert result.returncode == 6, result.stderr
     assert "error: dep vecadd still includes <ATen/ATen.h> from csrc/add_scaled.cpp:1" in result.stderr
     assert "<torch/library.h> from csrc/add_scaled.cpp:2" in result.stderr
     assert "hint:" in result.stderr
+    report = json.loads(result.stdout)  # --json reports a failed build too
+    assert _statuses(report) == {"vecadd": "failed"} and report["wheel"] is None
+    assert report["error"]["exit_code"] == 6 and "<ATen/ATen.h>" in report["error"]["message"]
+
+
+@pytest.mark.parametrize(("args", "complaint"), [
+    (("--jobs", "-1"), "argument --jobs/-j: -1 is negative"),
+    (("--only", "vecadd", "--verify"), "argument --verify: not allowed with argument --only"),
+])
+def test_arguments_that_could_never_work_are_refused(example_ws: Path, args: tuple[str, ...], complaint: str) -> None:
+    result = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, *args, cache=example_ws / "no-cache")
+    assert result.returncode == 2 and complaint in result.stderr, result.stderr
+    assert not (example_ws / "forks").exists()  # refused before anything ran
 
 
 def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, private_cache: Path) -> None:
