@@ -108,3 +108,20 @@ def test_fork_pinned_without_series_lists_its_own_commits(git_workspace: GitWork
     rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
     assert [row["dependency"] for row in rows] == ["kern", "kernfork"]
     assert rows[1]["migrated on fork"] == f"done (3 patches on {fork_tip[:12]})"
+
+
+def test_two_landed_patches_are_paired_with_their_own_commits(git_workspace: GitWorkspace) -> None:
+    """Both patches land verbatim as separate upstream commits: each must be matched to its
+    own commit (patch-ids pair them), before and after a checkout exists."""
+    ws = git_workspace
+    first, second = patch_files(ws)
+    ws.upstream.git("am", "-q", str(first))
+    landed_first = ws.upstream.head()
+    ws.upstream.commit("Unrelated README change", {"README.md": "kern v2\n"})
+    ws.upstream.git("am", "-q", str(second))
+    landed_second = ws.upstream.head()
+    expected = [("patch-id", landed_first, "Use stable tensor type"), ("patch-id", landed_second, "Register with STABLE_TORCH_LIBRARY")]
+    for _ in ("series", "checkout"):
+        patches = status_json(ws)["deps"][0]["patches"]
+        assert [(p["evidence"]["how"], p["evidence"]["commit"], p["evidence"]["subject"]) for p in patches] == expected
+        assert ws.assemble("checkout").returncode == 0

@@ -32,7 +32,7 @@ from assembler.errors import ConflictError, InputError, WouldLoseWorkError
 from assembler.git import mirrors
 from assembler.git.checkout import _refuse_to_lose_work, checkout
 from assembler.git.runner import COMMITTER_ENV, GIT_ENV, conflicted_files, in_progress_operation, is_dirty, repo_at
-from assembler.git.state import CheckoutState
+from assembler.git.state import CheckoutState, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
 from assembler.upstreaming import journal as jr
@@ -43,7 +43,6 @@ from assembler.upstreaming.replay import APPLIES, CONFLICT, EMPTY, reverse_appli
 from assembler.upstreaming.scratch import GitFailed, GitView, Scratch
 from assembler.upstreaming.status import (
     classify,
-    describe,
     find_carriers,
     known_upstream,
     resolve,
@@ -204,10 +203,12 @@ def _manifest_values(dep: Dependency, url: str, onto: str, switched: bool) -> di
 
 def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
     """forks/<dep> at the pinned commit with the series, clean and fully exported."""
-    checkout(workspace, dep)
     path = workspace.fork_path(dep)
-    state = CheckoutState.load(path)
-    assert state is not None
+    state = CheckoutState.load(path) if path.exists() else None
+    if state is None or not is_up_to_date(state, dep, series_digest(dep)):
+        checkout(workspace, dep)
+        state = CheckoutState.load(path)
+        assert state is not None
     _refuse_to_lose_work(repo_at(path), dep, path, state)
     return state
 
@@ -227,13 +228,19 @@ def _dry_patches(workspace: Workspace, dep: Dependency, scratch: Scratch, fork_p
     return own + series
 
 
-def _fork_point(scratch: GitView, dep: Dependency, target: _Target) -> str:
-    """Where the pinned commit meets the target: commits after it are replayed."""
+def _fork_point(scratch: GitView, dep: Dependency, target: _Target) -> tuple[str, int]:
+    """Where the pinned commit meets the target (commits after it are replayed), and how many
+    upstream commits the move crosses: one walk when one contains the other (the usual case)."""
+    own, crossed = (int(n) for n in scratch.out("rev-list", "--left-right", "--count", f"{dep.commit}...{target.onto}").split())
+    if own == 0:
+        return dep.commit, crossed
+    if crossed == 0:
+        return target.onto, 0
     found = scratch.run("merge-base", dep.commit, target.onto, check=False)
     if found.returncode != 0:
         raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {target.url} {target.label}",
                          hint="check --upstream / --onto (a repository switch needs a fork of the same project)")
-    return found.stdout.decode().strip()
+    return found.stdout.decode().strip(), crossed
 
 
 def _behind_base(dep: Dependency, target: _Target, fork_point: str, explicit: bool) -> bool:
@@ -270,7 +277,7 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
     view = Scratch(repos) if trials else nullcontext(GitView(fork_path / ".git", [target.mirror.path]))
     with view as scratch:
         on_step("status")
-        fork_point = _fork_point(scratch, dep, target)
+        fork_point, crossed = _fork_point(scratch, dep, target)
         if _behind_base(dep, target, fork_point, explicit=onto_ref not in (None, "horizon", dep.track)):
             return RebaseReport(dep.name, "up-to-date", target.url, target.label, dep.commit, dep.commit, checkout=fork_path)
         if state is not None and state.head:
@@ -282,14 +289,14 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
             assert isinstance(scratch, Scratch)
             on_step("horizon")
             horizon = _horizon(scratch, patches, fork_point, target.onto, {
-                i: sha for i, (_, sha) in known_upstream(scratch, patches, fork_point, target.onto).items()})
+                i: commit.sha for i, (_, commit) in known_upstream(scratch, patches, fork_point, target.onto).items()})
             if horizon.position == 0:
                 return RebaseReport(dep.name, "up-to-date", target.url, f"horizon of {dep.track}", dep.commit, dep.commit,
                                     applied=[p.name for p in patches], horizon=horizon, checkout=fork_path)
             target.onto, target.label = horizon.commit.sha, f"horizon of {dep.track}"
-            fork_point = _fork_point(scratch, dep, target)
+            fork_point, crossed = _fork_point(scratch, dep, target)
         report = RebaseReport(dep.name, "dry-run" if dry_run else "done", target.url, target.label, dep.commit,
-                              target.onto, crossed=int(scratch.out("rev-list", "--count", target.onto, "--not", dep.commit)),
+                              target.onto, crossed=crossed,
                               manifest=_manifest_values(dep, target.url, target.onto, switched), checkout=fork_path,
                               horizon=horizon)
         if dry_run:
@@ -299,8 +306,7 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
         if target.onto == dep.commit and not known and not switched:
             report.status, report.applied = "up-to-date", [p.name for p in patches]
             return report
-        carriers = describe(scratch, [sha for _, sha in known.values()])
-        dropped = [Dropped(p.name, p.subject, known[i][0], p.commit or "", carriers[known[i][1]].sha, carriers[known[i][1]].subject)
+        dropped = [Dropped(p.name, p.subject, known[i][0], p.commit or "", known[i][1].sha, known[i][1].subject)
                    for i, p in enumerate(patches) if i in known]
     assert state is not None
     planned = [Pick(p.commit or "", p.name, p.subject, p.key) for p in patches]

@@ -2,8 +2,8 @@
 
 1. ``Applied-Upstream: commit:<sha>`` whose commit is an ancestor of the target;
 2. the same ``git patch-id --stable`` as an upstream commit since the fork point (git's
-   cherry-pick detection marks the candidates in one walk, one ``git log -p | git patch-id``
-   pipe pairs them up);
+   cherry-pick detection marks the candidates in one walk; one ``git log -p | git patch-id``
+   pipe pairs them up when both sides have several);
 3. a trial replay onto the target: the patch applies empty, or conflicts but reverse-applies
    (squash merges and rewritten-on-merge patches land here);
 4. otherwise its ``Forwarded`` header says forwarded (a PR URL), local (no) or not-needed.
@@ -160,40 +160,61 @@ def log_patch_ids(scratch: GitView, revisions: list[str], pathspec: list[str]) -
     return pairs
 
 
-def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: str) -> dict[int, tuple[str, str]]:
-    """Layers 1 and 2: patch index -> (how, upstream commit). When the patches are commits
-    (all of since..last, the last one the tip), git's own cherry-pick detection
-    (``--cherry-mark``, which hashes file headers first and full diffs only on a match) finds
-    the candidates on both sides of target...tip, and one pipe gives their ``--stable``
-    patch-ids."""
+def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: str) -> dict[int, tuple[str, Commit]]:
+    """Layers 1 and 2: patch index -> (how, the upstream commit that carries it)."""
     found: dict[int, tuple[str, str]] = {}
     for i, patch in enumerate(patches):
         sha = patch.header.applied_upstream
         if sha and scratch.is_ancestor(sha, target):
             found[i] = ("applied-upstream", sha)
     rest = [i for i in range(len(patches)) if i not in found]
-    if not rest:
-        return found
-    ours: dict[int, str] = {}
-    theirs: dict[str, str] = {}  # patch-id -> upstream commit; newest first, so the oldest wins
-    if all(p.commit for p in patches):
-        index = {p.commit: i for i, p in enumerate(patches)}
-        marks = scratch.out("log", "--cherry-mark", "--no-merges", "--format=%m%H", f"{target}...{patches[-1].commit}")
-        candidates = [line[1:] for line in marks.splitlines() if line.startswith("=")]
-        if candidates:
-            for sha, pid in log_patch_ids(scratch, ["--no-walk=unsorted", *candidates], []):
-                if sha in index:
-                    ours[index[sha]] = pid
-                else:
-                    theirs[pid] = sha
-    else:
+    known: dict[str, Commit] = {}
+    if rest:
+        for i, commit in _same_patch_id(scratch, patches, since, target).items():
+            if i in rest:
+                found[i] = ("patch-id", commit.sha)
+                known[commit.sha] = commit
+    known |= describe(scratch, [sha for _, sha in found.values() if sha not in known])
+    return {i: (how, known[sha]) for i, (how, sha) in found.items()}
+
+
+def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: str) -> dict[int, Commit]:
+    """Patch index -> the oldest upstream commit (since..target) with the same change. When the
+    patches are commits (all of since..last, the last one the tip), git's own cherry-pick
+    detection (``--cherry-mark``, which hashes file headers first and full diffs only on a
+    match) finds the candidates on both sides of target...tip; when one side has a single
+    candidate the pairs are known, else one pipe gives the candidates' ``--stable`` patch-ids."""
+    if not all(p.commit for p in patches):
         load_diffs(scratch, patches)
         ours = {i: pid for pid, i in patch_ids(scratch, patches).items()}
-        theirs = {pid: sha for sha, pid in log_patch_ids(scratch, [target, "--not", since], _pathspec(patches))}
-    for i in rest:
-        if ours.get(i) in theirs:
-            found[i] = ("patch-id", theirs[ours[i]])
-    return found
+        upstream = {pid: sha for sha, pid in log_patch_ids(scratch, [target, "--not", since], _pathspec(patches))}
+        matched = {i: upstream[pid] for i, pid in ours.items() if pid in upstream}
+        commits = describe(scratch, list(matched.values()))
+        return {i: commits[sha] for i, sha in matched.items()}
+    index = {p.commit: i for i, p in enumerate(patches)}
+    marks = scratch.out("log", "--cherry-mark", "--no-merges", "--format=%m%H %s", f"{target}...{patches[-1].commit}")
+    mine: list[str] = []
+    candidates: dict[str, Commit] = {}  # newest first
+    for line in marks.splitlines():
+        if line.startswith("="):
+            sha, _, subject = line[1:].partition(" ")
+            if sha in index:
+                mine.append(sha)
+            else:
+                candidates[sha] = Commit(sha, subject)
+    if not mine:
+        return {}
+    if len(mine) == 1 or len(candidates) == 1:
+        # every candidate on one side equals the single one on the other: the oldest is kept
+        return {index[sha]: list(candidates.values())[-1] for sha in mine}
+    ours = {}
+    theirs: dict[str, Commit] = {}  # patch-id -> upstream commit; newest first, so the oldest wins
+    for sha, pid in log_patch_ids(scratch, ["--no-walk=unsorted", *mine, *candidates], []):
+        if sha in index:
+            ours[index[sha]] = pid
+        else:
+            theirs[pid] = candidates[sha]
+    return {i: theirs[pid] for i, pid in ours.items() if pid in theirs}
 
 
 def by_header(patch: Patch) -> tuple[str, str | None, str]:
@@ -215,14 +236,13 @@ def classify(scratch: Scratch, patches: list[Patch], since: str, target: str) ->
     known = known_upstream(scratch, patches, since, target)
     replayed = trial(scratch, patches, target, dropped=set(known))
     present = [i for i, outcome in enumerate(replayed.outcomes) if outcome in (EMPTY, REVERSE)]
-    carriers = describe(scratch, [sha for _, sha in known.values()])
     applies = {i for i, outcome in enumerate(replayed.outcomes) if outcome == APPLIES}
     found_in = find_carriers(scratch, patches, since, target, present, applies)
     verdicts = []
     for i, patch in enumerate(patches):
         verdict = Verdict(patch.name, patch.subject, "", "", on_target=replayed.outcomes[i], conflicts=replayed.conflicts.get(i, []))
         if i in known:
-            verdict.status, verdict.how, verdict.commit = UPSTREAM, known[i][0], carriers[known[i][1]]
+            verdict.status, verdict.how, verdict.commit = UPSTREAM, *known[i]
         elif i in present:
             verdict.status = UPSTREAM
             verdict.how = "applies-empty" if replayed.outcomes[i] == EMPTY else "reverse-applies"
