@@ -200,7 +200,10 @@ def begin(workspace: Workspace, journal: Journal, patches_dir: Path, checkout_fi
             tar.addfile(info, io.BytesIO(data))
         handle.flush()
         os.fsync(handle.fileno())
-    atomic_write(staging / JOURNAL, _dumps(journal))
+    with (staging / JOURNAL).open("w", encoding="utf-8") as handle:  # staging is private: no atomic_write needed
+        handle.write(_dumps(journal))
+        handle.flush()
+        os.fsync(handle.fileno())
     _fsync_dir(staging)
     os.replace(staging, journal_dir(workspace, journal.dep))
     _fsync_dir(root)

@@ -22,6 +22,7 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -266,9 +267,12 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
         raise ConflictError(f"a rebase of {dep.name} is already in progress",
                             hint=f"`assemble rebase --continue {dep.name}` or `assemble rebase --abort {dep.name}`")
     on_step("fetch")
-    target = _target(workspace, dep, onto_ref, upstream)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # The fetch waits on git and the network; the checkout's checks need only the checkout.
+        fetching = pool.submit(_target, workspace, dep, onto_ref, upstream)
+        state = None if dry_run else _ready_checkout(workspace, dep)
+        target = fetching.result()
     switched = upstream is not None and upstream != dep.upstream_url
-    state = None if dry_run else _ready_checkout(workspace, dep)
     fork_path = workspace.fork_path(dep)
     repos = [target.mirror.path, target.source.path] + ([fork_path] if fork_path.is_dir() else [])
     # Trials (dry run, horizon) write, so they get a scratch repository; a plain rebase only

@@ -21,6 +21,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from git.refs import SymbolicReference
+
 from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
 from assembler.git.runner import QUIET_ENV, has_commit
@@ -78,7 +80,10 @@ class Verdict:
 # -- mirrors -----------------------------------------------------------------------------
 
 def resolve(mirror: mirrors.Mirror, ref: str) -> str | None:
-    """A branch of the mirrored repository, a tag, or a commit; None if the mirror lacks it."""
+    """A branch of the mirrored repository, a tag, or a commit; None if the mirror lacks it.
+    A branch is read from its ref file (no git process: this runs on every rebase)."""
+    with contextlib.suppress(ValueError):  # not a branch: ask git
+        return SymbolicReference.dereference_recursive(mirror.repo, f"refs/remotes/origin/{ref}")
     candidates = [f"refs/remotes/origin/{ref}^{{commit}}", f"refs/tags/{ref}^{{commit}}", f"{ref}^{{commit}}"]
     for candidate in candidates:
         result = subprocess.run(["git", "--git-dir", str(mirror.path), "rev-parse", "--verify", "--quiet", candidate],
