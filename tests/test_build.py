@@ -192,6 +192,7 @@ def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, p
     assert "_scalekit_C" not in error
     assert "--allow-unstable vecadd" in gated.stderr
     assert "UNSTABLE" in gated.stdout  # the summary table is still printed
+    assert "warning: vecadd: built from local work in forks/vecadd (uncommitted edits" in " ".join(gated.stderr.split())
     assert not list((example_ws / "dist").glob("*.whl"))  # no gated wheel left for a release job to upload
 
     allowed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd", "--json", cache=private_cache)
@@ -199,6 +200,10 @@ def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, p
     report = json.loads(allowed.stdout)
     assert _statuses(report) == {"vecadd": "cached", "scalekit": "cached"}
     assert report["allowed_unstable"] == ["vecadd"]
+    assert [w for w in report["warnings"] if "local work" in w] == [
+        "vecadd: built from local work in forks/vecadd (uncommitted edits), not from commit + patches alone; "
+        "commit, `assemble export vecadd` and rebuild before releasing"
+    ]
     verdicts = {dep["dep"]: dep["verdict"] for dep in report["deps"]}
     assert verdicts == {"vecadd": "UNSTABLE (allowed)", "scalekit": "STABLE"}
 

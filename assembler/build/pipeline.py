@@ -93,6 +93,7 @@ class BuildReport:
     deps: list[DepReport] = field(default_factory=list)
     wheel: Path | None = None
     allowed_unstable: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the merge's: unshipped files, local work in forks/, ...
     seconds: float = 0.0
     verified: VerifyReport | None = None  # with --verify, once the gate passed
     error: AssembleError | None = None  # what the command exits with: BuildFailed, the gate, a verify FAIL
@@ -253,18 +254,16 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
     state_path = workspace.state_dir / MERGE_STATE
     last = _last_merge(state_path, key)
     if last is not None:
-        report.wheel, audits = last
+        report.wheel, audits, report.warnings = last
     else:
         from assembler.wheel.merge import merge_wheel
 
         result = merge_wheel(manifest, [dep.artifact for dep in report.deps if dep.artifact is not None], output, options.cuda)
-        for warning in result.warnings:
-            note(f"warning: {warning}")
-        report.wheel = result.wheel
+        report.wheel, report.warnings = result.wheel, list(result.warnings)
         note(f"merged {result.wheel.name}; auditing")
         audits = _audit_wheel(result.wheel, result.files)
         atomic_write(state_path, json.dumps({
-            "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel),
+            "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel), "warnings": report.warnings,
             "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
         }, indent=2, sort_keys=True) + "\n")
     error = _gate(report, audits, options.allow_unstable)
@@ -293,14 +292,15 @@ def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Pat
     return digest_texts(json.dumps(payload, sort_keys=True, default=str), *(name + "\0" for name, _ in code), *(data for _, data in code))
 
 
-def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[ExtensionVerdict]]] | None:
-    """The wheel and audit of the last merge when its key is ``key`` and the wheel is still there
-    untouched; None otherwise (then: merge again), including for a state file that does not parse."""
+def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[ExtensionVerdict]], list[str]] | None:
+    """The wheel, audit and warnings of the last merge when its key is ``key`` and the wheel is
+    still there untouched; None otherwise (then: merge again), also for a state that does not parse."""
     try:
         state = json.loads(state_path.read_text())
         if state["key"] != key or not _same_file(Path(state["wheel"]), state["stat"]):
             return None
-        return Path(state["wheel"]), {dep: [ExtensionVerdict(**item) for item in items] for dep, items in state["audit"].items()}
+        audits = {dep: [ExtensionVerdict(**item) for item in items] for dep, items in state["audit"].items()}
+        return Path(state["wheel"]), audits, [str(warning) for warning in state["warnings"]]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

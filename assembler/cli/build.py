@@ -135,7 +135,9 @@ class _Progress:
 
 
 def _emit(report: BuildReport, as_json: bool) -> None:
-    from assembler.report.output import console, emit_json
+    from rich.markup import escape
+
+    from assembler.report.output import console, emit_json, err_console
 
     if as_json:
         emit_json(report.as_dict())
@@ -155,6 +157,8 @@ def _emit(report: BuildReport, as_json: bool) -> None:
     console.print(table)
     for name in report.allowed_unstable:
         console.print(f"[yellow]allowed UNSTABLE:[/] {name} (--allow-unstable)")
+    for warning in report.warnings:
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if report.wheel is not None:
         console.print(f"wheel: {report.wheel}", highlight=False, soft_wrap=True)
     elif report.error is not None:

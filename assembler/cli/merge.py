@@ -31,6 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.markup import escape
     from rich.table import Table
 
     from assembler.report.output import console, emit_json, err_console, short
@@ -58,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         )
     console.print(table)
     for warning in result.warnings:
-        err_console.print(f"[yellow]warning:[/] {warning}", markup=True, emoji=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/] {escape(warning)}", markup=True, emoji=False, soft_wrap=True)
     size = f"{result.size / 1e6:.1f} MB" if result.size >= 100_000 else f"{result.size / 1e3:.0f} kB"
     cached = ", platform verdict cached" if result.platform.cached else ""
     console.print(f"merged in {result.seconds:.2f} s ({size}{cached})", soft_wrap=True)

@@ -230,7 +230,7 @@ def _warnings(artifacts: Sequence[Artifact], unshipped: Mapping[str, Sequence[st
             local.append(f"HEAD {a.head[:12]}, not {a.series_head[:12]} that the series produces")
         if local:
             notes.append(f"{a.dep}: built from local work in forks/{a.dep} ({', '.join(local)}), not from commit + patches alone; "
-                         f"`assemble export {a.dep}` and rebuild before releasing")
+                         f"commit, `assemble export {a.dep}` and rebuild before releasing")
     torches = {str(a.toolchain.get("torch")) for a in artifacts if a.toolchain.get("torch")}
     if len(torches) > 1:
         notes.append(f"artifacts were built against different torch versions: {', '.join(sorted(torches))}")
