@@ -244,6 +244,22 @@ def test_conflict_then_continue(git_workspace: GitWorkspace) -> None:
     assert git(ws.fork, "rev-parse", "HEAD^{tree}") == head_tree
 
 
+def test_continue_after_the_user_finished_with_git(git_workspace: GitWorkspace) -> None:
+    """The user resolves and runs `git rebase --continue` themselves: --continue takes the
+    result as is and exports it."""
+    ws = git_workspace
+    new_tip = _rewrite_upstream(ws)
+    assert ws.assemble("rebase", "kern").returncode == 5
+    (ws.fork / "csrc" / "kern.cpp").write_text(
+        KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor").replace("Tensor& x", "Tensor& input").replace("x + 1", "input.add(1)"))
+    git(ws.fork, "add", "csrc/kern.cpp")
+    subprocess.run(["git", "-c", "core.editor=true", "rebase", "--continue"], cwd=ws.fork, check=True, capture_output=True)
+    code, report = rebase_json(ws, "--continue", "kern")
+    assert code == 0, report
+    assert report["applied"] == [p.name for p in patch_files(ws)] and report["patches"]["written"] == report["applied"]
+    assert git(ws.fork, "rev-parse", "HEAD~2") == new_tip and f'commit = "{new_tip}"' in ws.manifest.read_text()
+
+
 def test_rename_upstream_is_followed(git_workspace: GitWorkspace) -> None:
     ws = git_workspace
     ws.upstream.git("mv", "csrc/kern.cpp", "csrc/kernel.cpp")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -161,6 +162,11 @@ class _Fork:
             self.run("checkout", "--quiet", "--force", "-B", branch, head)
         else:
             self.run("checkout", "--quiet", "--force", "--detach", head)
+
+
+# "dropping <sha> <subject> -- patch contents already upstream": git's note for --empty=drop
+# (after a newline, or after the "\r" of a progress line)
+_DROPPING = re.compile(r"(?:^|\r)dropping ([0-9a-f]{40}) .* -- patch contents already upstream$", re.MULTILINE)
 
 
 # -- planning ------------------------------------------------------------------------------
@@ -367,21 +373,24 @@ def _dry_run(scratch: Scratch, report: RebaseReport, patches: list[Patch], fork_
 def _drive(workspace: Workspace, journal: Journal, fork: _Fork, fresh: bool,
            on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
     """Replay until done or a real conflict, then finish (export, deps.toml)."""
+    dropped_empty = None
     while journal.phase == "replaying":
         if not fresh:
             fork.reset_to(journal.branch, journal.old_head)
         fresh = False
-        if _replay_once(workspace, journal, fork):
+        dropped_empty = _replay_once(workspace, journal, fork)
+        if dropped_empty is not None:
             break
         if journal.phase == "stopped":
             return _stopped_report(workspace, journal, fork)
     on_step("export")
-    return _finish(workspace, journal, fork)
+    return _finish(workspace, journal, fork, dropped_empty)
 
 
-def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> bool:
-    """One ``git rebase -i`` of the plan. True when it completed; otherwise the journal says
-    "stopped", or "replaying" again when picks found upstream were dropped."""
+def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> set[str] | None:
+    """One ``git rebase -i`` of the plan. When it completed, the picks git says it dropped as
+    empty; otherwise None, and the journal says "stopped", or "replaying" again when picks
+    found upstream were dropped."""
     todo = jr.journal_dir(workspace, journal.dep) / "todo"
     todo.write_text("".join(f"pick {p.commit} {p.subject}\n" for p in journal.picks) or "noop\n")
     result = fork.run(
@@ -392,12 +401,12 @@ def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> bool:
     if result.returncode == 0 and not fork.stopped():
         # Not saved: a crash from here until "exported" replays again, with the same result.
         journal.result_head, journal.phase = fork.head(), "replayed"
-        return True
+        return set(_DROPPING.findall(result.stderr))
     if not fork.clean_stop():
         raise GitFailed(str(fork.path), ["rebase"], result,
                         hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
     _record_stop(workspace, journal, fork)
-    return False
+    return None
 
 
 def _record_stop(workspace: Workspace, journal: Journal, fork: _Fork) -> None:
@@ -458,21 +467,14 @@ def _base_report(journal: Journal, status: str, checkout: Path) -> RebaseReport:
 
 # -- finishing -----------------------------------------------------------------------------
 
-def _finish(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport:
+def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: set[str] | None = None) -> RebaseReport:
+    """Export the replayed branch, then update deps.toml. ``dropped_empty``: the picks the
+    replay reported dropping as empty (trusted when the exported commits add up)."""
     from assembler.series.export import export
 
     patches_dir = workspace.manifest.deps[journal.dep].patches_dir
     if journal.phase == "replayed":
         assert journal.result_head is not None
-        replayed = from_commits(GitView(fork.git_dir), journal.result_head, [journal.onto])
-        unmatched = [commit.key for commit in replayed]
-        empty = []
-        for pick in journal.picks:
-            if pick.key in unmatched:
-                unmatched.remove(pick.key)
-            else:
-                empty.append(pick)
-        _drop_empty(fork, journal, empty)
         state = CheckoutState.load(fork.path)
         assert state is not None
         state.base, state.source, state.applied = journal.onto, journal.url, {}
@@ -480,6 +482,12 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport
         state.save(fork.path)
         jr.writing(workspace, journal, "patches", patches_dir)
         result = export(workspace, workspace.manifest.deps[journal.dep])
+        made = len(result.written) + len(result.unchanged)
+        if dropped_empty is not None and made == len(journal.picks) - len(dropped_empty):
+            empty = [pick for pick in journal.picks if pick.commit in dropped_empty]
+        else:
+            empty = _missing_picks(fork, journal)
+        _drop_empty(fork, journal, empty)
         journal.export = {"written": result.written, "unchanged": result.unchanged, "removed": result.removed}
         journal.phase = "exported"
         jr.written(journal, "patches", patches_dir)
@@ -494,6 +502,20 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport
     report.applied = [p.name for p in journal.picks if p.commit not in dropped]
     report.export = journal.export
     return report
+
+
+def _missing_picks(fork: _Fork, journal: Journal) -> list[Pick]:
+    """The picks with no commit of theirs in the result (recognised by author, date and
+    message), in case git's own account of what it dropped is not there."""
+    assert journal.result_head is not None
+    unmatched = [commit.key for commit in from_commits(GitView(fork.git_dir), journal.result_head, [journal.onto])]
+    empty = []
+    for pick in journal.picks:
+        if pick.key in unmatched:
+            unmatched.remove(pick.key)
+        else:
+            empty.append(pick)
+    return empty
 
 
 def _drop_empty(fork: _Fork, journal: Journal, empty: list[Pick]) -> None:
