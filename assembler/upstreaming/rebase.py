@@ -111,9 +111,10 @@ class _Fork:
         self.env = {**os.environ, **GIT_ENV, **COMMITTER_ENV, "LC_ALL": "C"}
         self.env.pop("GIT_INDEX_FILE", None)
 
-    def run(self, *args: str, check: bool = True, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, check: bool = True, env: dict[str, str] | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            ["git", *args], cwd=self.path, env={**self.env, **(env or {})}, capture_output=True, text=True,
+            ["git", *args], cwd=self.path, env={**self.env, **(env or {})}, input=input, capture_output=True, text=True,
             check=False, pass_fds=(self.fd,) if self.fd is not None else (),
         )
         if check and result.returncode != 0:
@@ -616,9 +617,7 @@ def _commit_like(fork: _Fork, tree: str, parent: str, original: str) -> str:
     name, _, email = ident.partition(" <")
     date = f"{stamp} {when}"
     env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
-    result = subprocess.run(["git", "commit-tree", tree, "-p", parent], cwd=fork.path, input=message, text=True,
-                            env={**fork.env, **env}, capture_output=True, check=True)
-    return result.stdout.strip()
+    return fork.run("commit-tree", tree, "-p", parent, env=env, input=message).stdout.strip()
 
 
 def abort(workspace: Workspace, name: str | None = None) -> RebaseReport:
