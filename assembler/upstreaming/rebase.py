@@ -417,7 +417,7 @@ def _record_stop(workspace: Workspace, journal: Journal, fork: _Fork) -> None:
     index = next((i for i, p in enumerate(journal.picks) if p.commit == current), None)
     if index is None:
         raise InputError(f"{fork.path}: the rebase stopped at {current[:12]}, which is not in the plan",
-                            hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
+                         hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
     remaining = journal.picks[index:]
     with Scratch([fork.path]) as scratch:
         present = reverse_applies(scratch, by_sha(scratch, [p.commit for p in remaining]), journal.onto)
@@ -473,7 +473,11 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
     replay reported dropping as empty (trusted when the exported commits add up)."""
     from assembler.series.export import export
 
-    patches_dir = workspace.manifest.deps[journal.dep].patches_dir
+    dep = workspace.manifest.deps.get(journal.dep)
+    if dep is None:
+        raise InputError(f"deps.toml no longer has [deps.{journal.dep}], which is being rebased",
+                         hint=f"put it back, or `assemble rebase --abort {journal.dep}`")
+    patches_dir = dep.patches_dir
     if journal.phase == "replayed":
         assert journal.result_head is not None
         state = CheckoutState.load(fork.path)
@@ -482,7 +486,7 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
         state.head, state.status = journal.result_head, "ready"
         state.save(fork.path)
         jr.writing(workspace, journal, "patches", patches_dir)
-        result = export(workspace, workspace.manifest.deps[journal.dep])
+        result = export(workspace, dep)
         made = len(result.written) + len(result.unchanged)
         if dropped_empty is not None and made == len(journal.picks) - len(dropped_empty):
             empty = [pick for pick in journal.picks if pick.commit in dropped_empty]
