@@ -199,4 +199,4 @@ def _files_in_patch(patch: Path) -> list[str]:
 def _last_line(exc: git.GitCommandError) -> str:
     text = (exc.stderr or exc.stdout or "").strip().replace("stderr: ", "").strip("'\n ")
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
-    return lines[0] if lines else f"git am exited with {exc.status}"
+    return lines[0] if lines else f"git exited with {exc.status}"
