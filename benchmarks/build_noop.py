@@ -11,7 +11,6 @@ dependencies, merges and audits. The no-op build must rebuild nothing: target un
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -20,26 +19,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "stable-abi"
 sys.path.insert(0, str(ROOT))
 
 from assembler.cache import cache_root  # noqa: E402
 from assembler.manifest import load_manifest  # noqa: E402
 from assembler.toolchain.cuda import select_cuda  # noqa: E402
 from assembler.toolchain.torchenv import ensure_build_env  # noqa: E402
-
-
-def load_make_upstreams() -> Callable[..., dict[str, str]]:
-    spec = importlib.util.spec_from_file_location("make_upstreams", EXAMPLE / "make_upstreams.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.make_upstreams
+from tests.example import EXAMPLE, make_upstreams  # noqa: E402
 
 
 def timed_build(workspace: Path, cache: Path, cuda: str) -> tuple[float, dict]:
@@ -74,7 +63,7 @@ def main() -> None:
         for index in range(args.rounds):
             workspace = tmp / f"ws{index}"
             shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
-            load_make_upstreams()(workspace / "upstreams")
+            make_upstreams(workspace / "upstreams")
             cache = tmp / f"cache{index}"  # fresh artifact store and mirrors, shared toolchains
             cache.mkdir()
             for name in ("venvs", "toolchains"):

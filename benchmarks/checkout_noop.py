@@ -12,7 +12,6 @@ library call in-process (what the command itself does).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import shutil
 import statistics
@@ -20,20 +19,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLE = ROOT / "examples" / "stable-abi"
+sys.path.insert(0, str(ROOT))
 
-
-def load_make_upstreams() -> Callable[..., dict[str, str]]:
-    spec = importlib.util.spec_from_file_location("make_upstreams", EXAMPLE / "make_upstreams.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.make_upstreams
+from tests.example import EXAMPLE, make_upstreams  # noqa: E402
 
 
 def timed_checkout(workspace: Path, cache: Path) -> float:
@@ -60,7 +51,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     rounds = parser.parse_args().rounds
     timings: dict[str, list[float]] = {"cli first": [], "cli no-op": [], "library first": [], "library no-op": []}
-    make_upstreams = load_make_upstreams()
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         for round_index in range(rounds):

@@ -69,17 +69,5 @@ def wide_workspace(tmp_path: Path, count: int = 24) -> GitWorkspace:
 
 
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "stable-abi"
 
 
-def make_upstreams(dest: Path, advance: bool = False) -> dict[str, str]:
-    """examples/stable-abi/make_upstreams.py's function (a script, not a package module)."""
-    import importlib.util
-    import sys
-
-    spec = importlib.util.spec_from_file_location("make_upstreams", EXAMPLE / "make_upstreams.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module.make_upstreams(dest, advance=advance)

@@ -6,35 +6,23 @@ No compiles here; the build tests compile the example."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from assembler.manifest import load_manifest
 from assembler.manifest.model import Dependency, Manifest
 from assembler.series.headers import parse_patch_header
+from tests.example import EXAMPLE, make_upstreams
 from tests.gitrepo import git
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "stable-abi"
 EXPORT_FLAGS = ("--no-signature", "--zero-commit", "--no-numbered", "--full-index")
 STABLE_INCLUDE = re.compile(r"^(torch/csrc/stable/|torch/headeronly/|torch/csrc/inductor/aoti_torch/c/)")
 
 
-def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_upstreams", EXAMPLE / "make_upstreams.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-make_upstreams = _load_script().make_upstreams
 
 
 @pytest.fixture(scope="module")

@@ -18,12 +18,11 @@ import filelock
 import pytest
 
 from tests.conftest import KERNEL_V1, ROOT, GitWorkspace, run_assemble
+from tests.example import EXAMPLE, make_upstreams
 from tests.gitrepo import Repo, git
 from tests.rebase_scenarios import (
-    EXAMPLE,
     STABLE_ALL,
     land_verbatim,
-    make_upstreams,
     patch_files,
     snapshot,
     wide_workspace,
