@@ -34,7 +34,7 @@ from tests.build_support import (  # noqa: F401  (fixtures)
     private_cache_fixture,
     toolchains_fixture,
 )
-from tests.gitrepo import Repo
+from tests.gitrepo import Repo, git
 
 pytestmark = pytest.mark.slow
 
@@ -206,6 +206,20 @@ def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, p
     ]
     verdicts = {dep["dep"]: dep["verdict"] for dep in report["deps"]}
     assert verdicts == {"vecadd": "UNSTABLE (allowed)", "scalekit": "STABLE"}
+    # built from local edits: the audit says nothing about the pin + series, so `patches`
+    # does not use it; once the edit is committed and exported, it does
+    def migrated() -> dict[str, tuple[str, object]]:
+        result = assemble("-C", str(example_ws), "patches", "--format", "json", cache=private_cache)
+        assert result.returncode == 0, result.stderr[-4000:]
+        payload = json.loads(result.stdout)
+        return {d["name"]: (d["migrated_on_fork"], d["build_verdicts"]) for d in payload["deps"]}
+
+    assert migrated()["vecadd"] == ("done", None)
+    git(example_ws / "forks" / "vecadd", "commit", "-qam", "Call an unstable helper")
+    assert assemble("-C", str(example_ws), "export", "vecadd", cache=private_cache).returncode == 0
+    rebuilt = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd", cache=private_cache)
+    assert rebuilt.returncode == 0, rebuilt.stderr[-4000:]
+    assert migrated() == {"vecadd": ("in progress", ["UNSTABLE"]), "scalekit": ("done", ["STABLE"])}
 
 
 def test_failed_build_shows_the_log_tail(example_ws: Path, private_cache: Path) -> None:

@@ -22,8 +22,9 @@ from assembler.build.builder import BuildContext, Outcome, Toolchain
 from assembler.build.cache import ArtifactStore, digest_texts
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
-from assembler.git.state import series_digest
+from assembler.git.state import CheckoutState, is_up_to_date, series_digest
 from assembler.git.sync import sync_checkouts
+from assembler.manifest import Dependency
 from assembler.system import available_cpus
 from assembler.toolchain.cuda import select_cuda
 from assembler.toolchain.torchenv import ensure_build_env
@@ -239,6 +240,26 @@ class BuildFailed(BuildError):
 
 
 MERGE_STATE = "last-merge.json"
+
+
+def last_build_verdicts(workspace: Workspace, dep: Dependency) -> tuple[str, ...] | None:
+    """The audit verdicts of ``dep``'s extensions in the last merged wheel, when that build
+    compiled exactly the pinned commit plus the current series (no local work); else None, for
+    "not built" and "built from something else" alike. `assemble patches` reports them."""
+    from assembler.wheel.artifact import stored_artifact
+
+    path = workspace.fork_path(dep)
+    checkout = CheckoutState.load(path) if path.exists() else None
+    artifact = stored_artifact(default_artifacts(workspace) / dep.name)
+    if checkout is None or artifact is None or not is_up_to_date(checkout, dep, series_digest(dep)):
+        return None
+    if artifact.dirty or not artifact.head == artifact.series_head == checkout.head:
+        return None
+    try:
+        audit = json.loads((workspace.state_dir / MERGE_STATE).read_text())["audit"]
+        return tuple(str(item["verdict"]) for item in audit[dep.name])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildReport, note: Note = lambda _: None) -> CheckFailed | None:

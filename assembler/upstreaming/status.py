@@ -306,6 +306,7 @@ class DepStatus:
     patches_from: str  # "series", "fork commits" or "none"
     verdicts: list[Verdict]
     broken_on_base: str | None  # first series patch that does not apply on the pinned base
+    build_verdicts: tuple[str, ...] | None = None  # the last build's audit of this pin + series
 
     def counts(self) -> dict[str, int]:
         return {status: sum(v.status == status for v in self.verdicts) for status in STATUSES}
@@ -316,12 +317,13 @@ class DepStatus:
 
     @property
     def migrated_on_fork(self) -> str:
-        """done: the carried changes apply on the pinned base; in progress: they do not yet;
-        n.a.: nothing is carried. (The build audit's STABLE verdict refines "done" where the
-        audit reports one.)"""
+        """done: the carried changes apply on the pinned base and, when this pin and series
+        were built, every extension audited STABLE (or NO-TORCH); in progress: otherwise;
+        n.a.: nothing is carried."""
         if not self.verdicts:
             return "n.a."
-        return "in progress" if self.broken_on_base else "done"
+        unstable = any(v not in ("STABLE", "NO-TORCH") for v in self.build_verdicts or ())
+        return "in progress" if self.broken_on_base or unstable else "done"
 
     @property
     def migrated_upstream(self) -> str:
@@ -342,6 +344,7 @@ class DepStatus:
             "base": self.base.to_json(), "patches_from": self.patches_from, "counts": self.counts(),
             "migrated_on_fork": self.migrated_on_fork, "migrated_upstream": self.migrated_upstream,
             "broken_on_base": self.broken_on_base, "conflicts_on_tip": self.conflicts_on_tip,
+            "build_verdicts": list(self.build_verdicts) if self.build_verdicts is not None else None,
             "patches": [v.to_json() for v in self.verdicts],
         }
 
@@ -386,5 +389,7 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         # would; only the series is reported.
         own_commits = from_commits(scratch, dep.commit, [fork_point]) if origin == "series" and own else []
         verdicts = classify(scratch, own_commits + patches, fork_point, tip)[len(own_commits):] if patches else []
+    from assembler.build.pipeline import last_build_verdicts
+
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
-                     base, origin, verdicts, broken)
+                     base, origin, verdicts, broken, last_build_verdicts(workspace, dep))
