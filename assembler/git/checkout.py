@@ -16,7 +16,7 @@ import git
 from assembler.errors import ConflictError, ManifestError, WouldLoseWorkError
 from assembler.fsutil import ignored_dir
 from assembler.git import mirrors
-from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
+from assembler.git.runner import conflicted_files, git_error_line, in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutResult, CheckoutState, branch_name, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
@@ -65,7 +65,7 @@ def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], Non
         if is_up_to_date(state, dep, digest):
             # Nothing to change: local edits and commits stay where they are (build uses them).
             return CheckoutResult.unchanged(dep, path, state)
-        _refuse_to_lose_work(repo_at(path), dep, path, state)
+        refuse_to_lose_work(repo_at(path), dep, path, state)
     on_step("mirror")
     mirror, fetched = mirrors.ensure_commit(workspace.manifest, dep.source, dep.commit)
     action = "updated" if path.exists() else "created"
@@ -89,7 +89,7 @@ def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], Non
     return CheckoutResult(dep.name, path, action, state.head, len(state.applied), fetched=fetched)
 
 
-def _refuse_to_lose_work(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutState) -> None:
+def refuse_to_lose_work(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutState) -> None:
     operation = in_progress_operation(repo)
     if operation is not None:
         files = conflicted_files(repo)
@@ -181,7 +181,7 @@ def apply_series(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutSta
         raise ConflictError(
             f"{dep.name}: patch {name} does not apply"
             + (f"; conflicts in {', '.join(files)}" if files else "")
-            + f" ({_last_line(exc)})",
+            + f" ({git_error_line(exc.stderr or exc.stdout, exc.status)})",
             hint=(
                 f"resolve in {path} (edit, `git add <files>`, `git am --continue`, which applies the rest of the "
                 f"series), then `assemble export {dep.name}`; or `git -C {path} am --abort`, fix the patch and re-run "
@@ -194,9 +194,3 @@ def apply_series(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutSta
 
 def _files_in_patch(patch: Path) -> list[str]:
     return [line.split(" b/", 1)[1] for line in patch.read_text(errors="replace").splitlines() if line.startswith("diff --git ")]
-
-
-def _last_line(exc: git.GitCommandError) -> str:
-    text = (exc.stderr or exc.stdout or "").strip().replace("stderr: ", "").strip("'\n ")
-    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
-    return lines[0] if lines else f"git exited with {exc.status}"

@@ -71,3 +71,11 @@ def in_progress_operation(repo: git.Repo) -> str | None:
 def conflicted_files(repo: git.Repo) -> list[str]:
     output = repo.git.diff("--name-only", "--diff-filter=U")
     return [line for line in output.splitlines() if line]
+
+
+def git_error_line(output: str | bytes | None, status: int | str | None) -> str:
+    """git's first meaningful error line (hints dropped), for one-line error messages."""
+    text = output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+    text = text.strip().replace("stderr: ", "").strip("'\n ")
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
+    return lines[0] if lines else f"git exited with {status}"

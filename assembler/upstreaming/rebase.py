@@ -32,7 +32,7 @@ import git
 
 from assembler.errors import ConflictError, InputError, WouldLoseWorkError
 from assembler.git import mirrors
-from assembler.git.checkout import _refuse_to_lose_work, checkout
+from assembler.git.checkout import checkout, refuse_to_lose_work
 from assembler.git.runner import COMMITTER_ENV, GIT_ENV, conflicted_files, in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutState, is_up_to_date, series_digest
 from assembler.manifest import Dependency
@@ -217,7 +217,7 @@ def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
         checkout(workspace, dep)
         state = CheckoutState.load(path)
         assert state is not None
-    _refuse_to_lose_work(repo_at(path), dep, path, state)
+    refuse_to_lose_work(repo_at(path), dep, path, state)
     return state
 
 

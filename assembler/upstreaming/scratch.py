@@ -13,11 +13,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-import git
-
 from assembler.errors import InputError
-from assembler.git.checkout import _last_line
-from assembler.git.runner import COMMITTER_ENV, GIT_ENV
+from assembler.git.runner import COMMITTER_ENV, GIT_ENV, git_error_line
 
 # Trial commits are throwaway; a fixed identity keeps commit-tree working without user config.
 _IDENTITY = {
@@ -43,8 +40,7 @@ class GitFailed(InputError):
 
     def __init__(self, where: str, args: Sequence[str], result: subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str],
                  hint: str | None = None) -> None:
-        error = git.GitCommandError(["git", *args], result.returncode, result.stderr)
-        reason = _last_line(error) if result.stderr.strip() else f"exit status {result.returncode}"
+        reason = git_error_line(result.stderr, result.returncode) if result.stderr.strip() else f"exit status {result.returncode}"
         super().__init__(f"{where}: git {_subcommand(args)} failed: {reason}",
                          hint=hint or "check that the repository is readable and not damaged (git fsck), and that no other git holds its lock")
         self.result = result
