@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from assembler.build import builder
-from assembler.build.pipeline import (
+from assembler.builder import builder
+from assembler.builder.pipeline import (
     BuildFailed,
     BuildOptions,
     BuildReport,

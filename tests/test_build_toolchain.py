@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from assembler.build import builder
-from assembler.build.cache import KeyParts
-from assembler.build.diagnose import torch_include_roots, unstable_includes
-from assembler.build.scheduler import ResourcePool
+from assembler.builder import builder
+from assembler.builder.cache import KeyParts
+from assembler.builder.diagnose import torch_include_roots, unstable_includes
+from assembler.builder.scheduler import ResourcePool
 from assembler.errors import InputError, NetworkError, ToolchainError
 from assembler.toolchain import venv
 from assembler.toolchain.cuda import select_cuda

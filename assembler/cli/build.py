@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from assembler.build.pipeline import BuildFailed, BuildReport
+    from assembler.builder.pipeline import BuildFailed, BuildReport
 
 PHASE_STYLE = {
     "checking": "dim", "queued": "dim", "configuring": "cyan", "compiling": "cyan", "installing": "cyan",
@@ -62,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from assembler.build.pipeline import BuildFailed, BuildOptions, run_build
+    from assembler.builder.pipeline import BuildFailed, BuildOptions, run_build
     from assembler.report.output import err_console
     from assembler.workspace import open_workspace
 
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_failures(failure: BuildFailed, console: Console) -> None:
-    from assembler.build.builder import format_failure
+    from assembler.builder.builder import format_failure
 
     for outcome in failure.failed:
         if outcome.unstable:

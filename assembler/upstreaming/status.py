@@ -389,7 +389,7 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         # would; only the series is reported.
         own_commits = from_commits(scratch, dep.commit, [fork_point]) if origin == "series" and own else []
         verdicts = classify(scratch, own_commits + patches, fork_point, tip)[len(own_commits):] if patches else []
-    from assembler.build.pipeline import last_build_verdicts
+    from assembler.builder.pipeline import last_build_verdicts
 
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
                      base, origin, verdicts, broken, last_build_verdicts(workspace, dep))

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from assembler.build import builder
-from assembler.build.builder import BuildContext, BuildRequest, Outcome
+from assembler.builder import builder
+from assembler.builder.builder import BuildContext, BuildRequest, Outcome
 
 GIB = 1 << 30
 # Memory budgeted per compiler process. The example's sources peak at 0.16 GiB (g++) and 0.43 GiB

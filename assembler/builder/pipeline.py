@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
-from assembler.build import builder, scheduler
-from assembler.build.builder import BuildContext, Outcome, Toolchain
-from assembler.build.cache import ArtifactStore, digest_texts
+from assembler.builder import builder, scheduler
+from assembler.builder.builder import BuildContext, Outcome, Toolchain
+from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
 from assembler.git.state import CheckoutState, is_up_to_date, series_digest

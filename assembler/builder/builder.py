@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from assembler.build import recipe
-from assembler.build.cache import ArtifactStore, KeyParts, digest_texts, materialize
-from assembler.build.diagnose import UnstableInclude, log_tail, torch_include_roots, unstable_includes
+from assembler.builder import recipe
+from assembler.builder.cache import ArtifactStore, KeyParts, digest_texts, materialize
+from assembler.builder.diagnose import UnstableInclude, log_tail, torch_include_roots, unstable_includes
 from assembler.errors import InputError, ToolchainError
 from assembler.git.state import CheckoutState
 from assembler.manifest import Bundle, Dependency
