@@ -13,12 +13,14 @@ from packaging.version import InvalidVersion, Version
 
 from assembler.errors import ManifestError
 from assembler.manifest.model import (
+    BACKENDS,
     BuildRecipe,
     Bundle,
     Dependency,
     Extension,
     Manifest,
     VerifySpec,
+    reserved_env,
 )
 from assembler.series.seriesfile import read_series
 
@@ -33,11 +35,16 @@ DEP_KEYS = {
     "upstream", "source", "commit", "track", "submodules", "torch-target", "patches",
     "build", "install", "verify",
 }
-BUILD_KEYS = {"extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs"}
+BUILD_KEYS = {
+    "extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs",
+    "backend", "project-dir", "sources", "include-dirs", "defines", "build-env",
+}
 EXTENSION_KEYS = {"name", "sources", "language", "include-dirs", "defines", "libraries"}
 VERIFY_KEYS = {"ops", "smoke", "requires-cuda"}
 TOP_KEYS = {"bundle", "mirrors", "deps"}
 LANGUAGES = {"cxx", "cuda"}
+ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+DEFINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$")
 
 
 class _Locator:
@@ -63,6 +70,49 @@ class _Locator:
             if match.group(1).replace(" ", "") in {h.replace(" ", "") for h in headers}:
                 start = number
         return (start, len(self.lines)) if start is not None else None
+
+    def where_value(self, keys: tuple[str, ...], value: str, index: int | None = None) -> str:
+        """Position of the string ``value`` in the array at ``keys`` (the line a missing path is
+        named on); ``index`` picks the n-th ``[[table]]`` of an array of tables (keys[:-1])."""
+        start = self.where(keys) if index is None else self.where_in_array(keys[:-1], index, keys[-1])
+        _, line_text, _ = start.rsplit(":", 2)
+        first = int(line_text) - 1
+        quoted = re.compile(rf"""(["']){re.escape(value)}\1""")
+        for number in range(first, min(first + 200, len(self.lines))):
+            if number > first and re.match(r"^\s*(\[|[A-Za-z0-9_\-\"]+\s*=)", self.lines[number]):
+                break  # the next key or table: the array ended
+            match = quoted.search(self.lines[number])
+            if match:
+                return f"{self.path}:{number + 1}:{match.start() + 1}"
+        return start
+
+    def where_in_array(self, table: tuple[str, ...], index: int, key: str) -> str:
+        """Position of ``key`` in the ``index``-th ``[[table]]`` block (0-based)."""
+        header = re.compile(rf"^\s*\[\[\s*{re.escape('.'.join(table))}\s*\]\]")
+        blocks = [number for number, line in enumerate(self.lines) if header.match(line)]
+        if index >= len(blocks):
+            return self.where((*table, key))
+        begin = blocks[index]
+        pattern = re.compile(rf'^\s*("?{re.escape(key)}"?)\s*=')
+        for number in range(begin + 1, len(self.lines)):
+            if re.match(r"^\s*\[", self.lines[number]):
+                break
+            match = pattern.match(self.lines[number])
+            if match:
+                return f"{self.path}:{number + 1}:{match.start(1) + 1}"
+        return f"{self.path}:{begin + 1}:1"
+
+    def where_entry(self, keys: tuple[str, ...], name: str) -> str:
+        """Position of ``name = ...`` inside the table at ``keys``, written inline or not."""
+        start = self.where(keys)
+        _, line_text, _ = start.rsplit(":", 2)
+        first = int(line_text) - 1
+        pattern = re.compile(rf'(^|[\s{{,])("?{re.escape(name)}"?)\s*=')
+        for number in range(first, min(first + 200, len(self.lines))):
+            match = pattern.search(self.lines[number], self.lines[number].find("{") + 1 if number == first else 0)
+            if match:
+                return f"{self.path}:{number + 1}:{match.start(2) + 1}"
+        return start
 
     def where(self, keys: tuple[str, ...]) -> str:
         """Best position for ``keys``: the key's own line, else its table header, else the file."""
@@ -305,14 +355,80 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
     cuda_archs = v.strings(table, (*keys, "cuda-archs")) if archs is not None else None
     for arch in cuda_archs or ():
         v.check(bool(ARCH_RE.match(arch)), (*keys, "cuda-archs"), f"{arch!r} is not a CUDA architecture", 'write e.g. cuda-archs = ["9.0a"]')
+    cmake_dir = v.string(table, (*keys, "cmake-dir"))
+    backend = v.string(table, (*keys, "backend"), "cmake" if cmake_dir is not None else "helper")
+    assert backend is not None
+    v.check(backend in BACKENDS, (*keys, "backend"), f"{backend!r} is not a build backend", f"write backend = one of {', '.join(map(repr, BACKENDS))}")
+    _backend_keys(v, table, keys, backend)
+    project_dir = v.string(table, (*keys, "project-dir"), ".")
+    assert project_dir is not None
+    for key in ("cmake-dir", "project-dir"):
+        if key in table:
+            _relative_path(v, (*keys, key), str(table[key]))
+    sources = v.strings(table, (*keys, "sources"))
+    include_dirs = v.strings(table, (*keys, "include-dirs"))
+    for key, paths in (("sources", sources), ("include-dirs", include_dirs), ("python-packages", v.strings(table, (*keys, "python-packages"))), ("data", v.strings(table, (*keys, "data")))):
+        for item in paths:
+            _relative_path(v, (*keys, key), item)
+    defines = v.strings(table, (*keys, "defines"))
+    for define in defines:
+        v.check(bool(DEFINE_RE.match(define)), (*keys, "defines"), f"{define!r} is not a NAME or NAME=VALUE define", 'write e.g. defines = ["MY_FLAG=1"]')
     return BuildRecipe(
         extensions=tuple(extensions),
         python_packages=v.strings(table, (*keys, "python-packages")),
         data=v.strings(table, (*keys, "data")),
-        cmake_dir=v.string(table, (*keys, "cmake-dir")),
+        cmake_dir=cmake_dir,
         cmake_args=v.strings(table, (*keys, "cmake-args")),
         cuda_archs=cuda_archs,
+        backend=backend,
+        project_dir=project_dir,
+        sources=sources,
+        include_dirs=include_dirs,
+        defines=defines,
+        build_env=_build_env(v, table.get("build-env", {}), (*keys, "build-env")),
     )
+
+
+# Which recipe keys each backend reads; any other is a mistake worth an error, not a silent no-op.
+BACKEND_KEYS = {
+    "helper": {"extensions", "python-packages", "data", "cmake-args", "cuda-archs", "backend"},
+    "cmake": {"cmake-dir", "cmake-args", "python-packages", "data", "cuda-archs", "backend", "sources", "include-dirs", "defines", "build-env"},
+    "setuptools": {"project-dir", "cuda-archs", "backend", "sources", "include-dirs", "defines", "build-env"},
+}
+
+
+def _backend_keys(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], backend: str) -> None:
+    for key in table:
+        if key not in BACKEND_KEYS[backend]:
+            users = [name for name, allowed in BACKEND_KEYS.items() if key in allowed]
+            raise v.fail((*keys, key), f"not used by the {backend!r} backend (only by {', '.join(users)})",
+                         f"remove {key}, or set backend = {users[0]!r}")
+    if backend == "cmake" and "cmake-dir" not in table:
+        raise v.fail((*keys, "backend"), "the cmake backend builds the dependency's own CMakeLists.txt, but cmake-dir is not set",
+                     'add cmake-dir = "." (the directory holding CMakeLists.txt, relative to the checkout)')
+
+
+def _relative_path(v: _Validator, keys: tuple[str, ...], value: str) -> None:
+    """A recipe path is data inside the checkout: never absolute, never climbing out of it."""
+    v.check(bool(value) and not value.startswith("/") and ".." not in Path(value).parts, keys,
+            f"{value!r} leaves the checkout", "use a path relative to the checkout, without '..'")
+
+
+def _build_env(v: _Validator, raw: Any, keys: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    v.check(isinstance(raw, dict), keys, "expected a table of NAME = value", f'write {keys[-1]} = {{ MY_FLAG = "1" }}')
+    for name, value in raw.items():
+        problem = (
+            (f"{name!r} is not an environment variable name of the form [A-Z][A-Z0-9_]*",
+             "use upper-case letters, digits and '_', starting with a letter") if not ENV_NAME_RE.match(name)
+            else (f"{name} is set by assemble itself (toolchain, flags, parallelism)",
+                  "remove it; use defines for -D flags, cuda-archs for architectures, --jobs for parallelism") if reserved_env(name)
+            else (f"expected a string value, got {value!r}", f'write {name} = "{value}"') if not isinstance(value, str)
+            else None
+        )
+        if problem is not None:
+            where = v.locator.where_entry(keys, name)
+            raise ManifestError(f"{where}: {'.'.join((*keys, name))}: {problem[0]}", hint=problem[1])
+    return tuple(sorted((str(name), str(value)) for name, value in raw.items()))
 
 
 def _install(v: _Validator, raw: Any, keys: tuple[str, ...]) -> dict[str, str]:

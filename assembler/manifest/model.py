@@ -18,10 +18,34 @@ class Extension:
     libraries: tuple[str, ...] = ()
 
 
+BACKENDS = ("helper", "cmake", "setuptools")
+# Environment variables the build sets itself (toolchain, flags, parallelism, interpreter):
+# a recipe's build-env may not name them, exactly or by prefix.
+RESERVED_ENV = frozenset({
+    "PATH", "HOME", "CC", "CXX", "CUDACXX", "CFLAGS", "CXXFLAGS", "CPPFLAGS", "LDFLAGS", "CUDAFLAGS",
+    "CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "CUDAARCHS", "TORCH_CUDA_ARCH_LIST", "MAX_JOBS",
+    "TORCH_TARGET_VERSION", "VIRTUAL_ENV", "TMPDIR", "SOURCE_DATE_EPOCH",
+    "CMAKE_ARGS", "CMAKE_GENERATOR", "CMAKE_TOOLCHAIN_FILE", "CMAKE_PREFIX_PATH", "CMAKE_BUILD_PARALLEL_LEVEL",
+    "TORCH_EXTENSIONS_DIR", "TORCH_DONT_CHECK_COMPILER_ABI",
+})
+RESERVED_ENV_PREFIXES = ("LD_", "PYTHON", "NVCC_", "PIP_", "SKBUILD_", "SETUPTOOLS_", "DISTUTILS_", "ASSEMBLE")
+
+
+def reserved_env(name: str) -> bool:
+    """Whether ``name`` is one of the variables the build itself controls."""
+    return name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES)
+
+
 @dataclass(frozen=True)
 class BuildRecipe:
-    """How a dependency becomes an artifact: either our CMake helper driven by ``extensions``,
-    or the dependency's own CMakeLists.txt (``cmake-dir``) when it already uses the helper."""
+    """How a dependency becomes an artifact, by one of three backends: ``helper`` (our CMake
+    helper driven by ``extensions``), ``cmake`` (the dependency's own CMakeLists.txt in
+    ``cmake-dir``, which includes the helper) or ``setuptools`` (the dependency's own setup.py
+    or pyproject.toml in ``project-dir``, built without isolation in the torch build env).
+
+    ``sources``, ``include-dirs`` and ``defines`` describe a cmake/setuptools build's
+    translation units for `check` and `build --plan` (the defines are also injected into the
+    build); ``build-env`` is extra environment for the dependency's own build."""
 
     extensions: tuple[Extension, ...] = ()
     python_packages: tuple[str, ...] = ()
@@ -29,6 +53,12 @@ class BuildRecipe:
     cmake_dir: str | None = None
     cmake_args: tuple[str, ...] = ()
     cuda_archs: tuple[str, ...] | None = None
+    backend: str = "helper"
+    project_dir: str = "."
+    sources: tuple[str, ...] = ()
+    include_dirs: tuple[str, ...] = ()
+    defines: tuple[str, ...] = ()
+    build_env: tuple[tuple[str, str], ...] = ()  # (name, value), sorted by name
 
 
 @dataclass(frozen=True)
