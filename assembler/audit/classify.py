@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 
+from assembler.audit.gate import Verdict
 from assembler.audit.torchdata import TorchTable, Version, format_version
 
-STABLE, UNSTABLE, NO_TORCH = "STABLE", "UNSTABLE", "NO-TORCH"
 SHIM_PREFIXES = ("aoti_torch_", "torch_")
 _UNSTABLE_NS = re.compile(r"\b(?:at|c10|torch)::")
 # Itanium mangling spells namespace ``at`` as the source-name ``2at`` (and so on); a name
@@ -27,7 +27,7 @@ _MANGLED_NS = ("2at", "3c10", "5torch")
 
 @dataclass(frozen=True)
 class TorchFindings:
-    verdict: str
+    verdict: Verdict  # STABLE | UNSTABLE | NO-TORCH
     stable_shim: int
     unstable_symbols: tuple[str, ...]  # demangled
     min_torch: str | None
@@ -80,7 +80,7 @@ def classify_torch(undefined: Iterable[str], table: TorchTable) -> TorchFindings
     if shim and best is None:
         best = table.baseline_version  # only unknown shim symbols: at least the first stable-ABI release
     defining = sorted({n for n in shim if best is not None and table.versions.get(n) == best})
-    verdict = UNSTABLE if unstable else STABLE if shim else NO_TORCH
+    verdict = Verdict.UNSTABLE if unstable else Verdict.STABLE if shim else Verdict.NO_TORCH
     return TorchFindings(
         verdict=verdict,
         stable_shim=len(shim),

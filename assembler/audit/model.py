@@ -43,16 +43,18 @@ within both; NO-PYTHON when no object references the CPython API.  Fields are on
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from assembler.audit.gate import Verdict, worst_torch
 
 SCHEMA = 1
-NON_ABI3, ABI3_MISMATCH, ABI3, NO_PYTHON = "NON-ABI3", "ABI3-MISMATCH", "ABI3", "NO-PYTHON"
 
 
 @dataclass(frozen=True)
 class ElfReport:
     path: str
     kind: str
-    torch_abi: str
+    torch_abi: Verdict
     stable_shim: int
     unstable: int
     unstable_symbols: tuple[str, ...]
@@ -66,11 +68,11 @@ class ElfReport:
     newer_than_tag: dict[str, str]
     needed: tuple[str, ...]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "path": self.path,
             "kind": self.kind,
-            "torch_abi": self.torch_abi,
+            "torch_abi": str(self.torch_abi),
             "stable_shim": self.stable_shim,
             "unstable": self.unstable,
             "unstable_symbols": list(self.unstable_symbols),
@@ -100,9 +102,8 @@ class AuditReport:
     sources: dict[str, str]
 
     @property
-    def torch_abi(self) -> str:
-        verdicts = {e.torch_abi for e in self.extensions}
-        return "UNSTABLE" if "UNSTABLE" in verdicts else "STABLE" if "STABLE" in verdicts else "NO-TORCH"
+    def torch_abi(self) -> Verdict:
+        return worst_torch(e.torch_abi for e in self.extensions)
 
     @property
     def min_torch(self) -> str | None:
@@ -113,23 +114,23 @@ class AuditReport:
         return max((e.min_python for e in self.extensions if e.min_python), key=_version_key, default=None)
 
     @property
-    def cpython_abi(self) -> str:
+    def cpython_abi(self) -> Verdict:
         if any(e.abi3_violations for e in self.extensions):
-            return NON_ABI3
+            return Verdict.NON_ABI3
         if any(e.newer_than_tag for e in self.extensions):
-            return ABI3_MISMATCH
-        return ABI3 if self.min_python else NO_PYTHON
+            return Verdict.ABI3_MISMATCH
+        return Verdict.ABI3 if self.min_python else Verdict.NO_PYTHON
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "path": self.path,
             "kind": self.kind,
             "tags": list(self.tags),
             "abi3_floor": self.abi3_floor,
-            "torch_abi": self.torch_abi,
+            "torch_abi": str(self.torch_abi),
             "min_torch": self.min_torch,
-            "cpython_abi": self.cpython_abi,
+            "cpython_abi": str(self.cpython_abi),
             "min_python": self.min_python,
             "sources": dict(self.sources),
             "extensions": [e.to_json() for e in self.extensions],

@@ -12,10 +12,27 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from assembler.audit.model import ABI3, ABI3_MISMATCH, NO_PYTHON, AuditReport, ElfReport
+from assembler.audit.gate import Verdict, is_allowed
+from assembler.audit.model import AuditReport, ElfReport
 
-_TORCH_STYLE = {"STABLE": "green", "UNSTABLE": "bold red", "NO-TORCH": "dim"}
-_CPYTHON_STYLE = {ABI3: "green", ABI3_MISMATCH: "yellow", NO_PYTHON: "dim"}
+VERDICT_STYLE: dict[Verdict, str] = {
+    Verdict.STABLE: "green", Verdict.UNSTABLE: "bold red", Verdict.NO_TORCH: "dim",
+    Verdict.ABI3: "green", Verdict.NON_ABI3: "bold red", Verdict.ABI3_MISMATCH: "yellow", Verdict.NO_PYTHON: "dim",
+    Verdict.CLEAN: "green", Verdict.NOT_LIMITED: "bold red", Verdict.INCOMPLETE: "yellow",
+    Verdict.NO_EXTENSIONS: "dim",
+}
+
+
+def verdict_style(verdict: str) -> str:
+    """rich style of a verdict as printed: one verdict, several joined by ``+`` (styled by the
+    first), one let through by --allow-unstable (yellow), or "-" for none."""
+    if is_allowed(verdict):
+        return "yellow"
+    first = verdict.split("+")[0]
+    try:
+        return VERDICT_STYLE[Verdict(first)]
+    except ValueError:
+        return "dim" if verdict == "-" else "red"
 
 
 def _abi3_cell(e: ElfReport) -> str:
@@ -45,10 +62,10 @@ def _details(e: ElfReport) -> list[str]:
 
 
 def render(report: AuditReport, console: Console, verbose: bool = False) -> None:
-    torch = f"[{_TORCH_STYLE[report.torch_abi]}]{report.torch_abi}[/]"
+    torch = f"[{VERDICT_STYLE[report.torch_abi]}]{report.torch_abi}[/]"
     if report.min_torch:
         torch += f" (min torch {report.min_torch})"
-    cpython = f"[{_CPYTHON_STYLE.get(report.cpython_abi, 'bold red')}]{report.cpython_abi}[/]"
+    cpython = f"[{VERDICT_STYLE[report.cpython_abi]}]{report.cpython_abi}[/]"
     tag = f"abi3 tag {report.abi3_floor}" if report.abi3_floor else "no abi3 tag"
     py = f", needs {report.min_python}" if report.min_python else ""
     table = Table(
@@ -68,7 +85,7 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
         table.add_row(
             escape(e.path),
             "ext" if e.kind == "extension" else "lib",
-            f"[{_TORCH_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
+            f"[{VERDICT_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
             str(e.stable_shim),
             f"[red]{e.unstable}[/]" if e.unstable else "0",
             min_torch,

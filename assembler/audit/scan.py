@@ -13,6 +13,7 @@ from pathlib import Path
 from assembler.audit.classify import classify_torch
 from assembler.audit.cpython import classify_cpython, describe_source, format_py, is_entry_point, limited_api
 from assembler.audit.elf import read_dynamic
+from assembler.audit.gate import CheckKind, findings
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.audit.torchdata import DEFAULT_TABLE, TorchTable, load_table
 from assembler.audit.wheelsource import FileJob, Job, PyVersion, open_job, open_target
@@ -21,7 +22,7 @@ from assembler.system import available_cpus
 
 _PARALLEL_FROM = 16 << 20  # compressed bytes of deflated members worth a thread pool
 
-CHECKS = ("torch", "abi3", "all")
+CHECKS = tuple(kind.value for kind in CheckKind)
 
 
 def audit_object(job: Job, floor: PyVersion | None, table: TorchTable) -> ElfReport:
@@ -101,36 +102,10 @@ def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers
     return reports
 
 
-def _listing(names: Iterable[str], limit: int = 3) -> str:
-    names = list(names)
-    more = f", +{len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
-
-
 def check(report: AuditReport, what: str) -> list[str]:
     """Gate findings for ``what`` (torch | abi3 | all), one line each; empty means it passes."""
-    if what not in CHECKS:
-        raise InputError(f"unknown audit check {what!r}", hint=f"use one of: {', '.join(CHECKS)}")
-    findings = []
-    if what in ("torch", "all"):
-        for e in report.extensions:
-            if e.torch_abi == "UNSTABLE":
-                findings.append(
-                    f"{report.path}: {e.path} uses the unstable LibTorch C++ ABI "
-                    f"({e.unstable} symbols: {_listing(e.unstable_symbols)})"
-                )
-    if what in ("abi3", "all"):
-        if report.kind == "wheel" and report.abi3_floor is None:
-            findings.append(f"{report.path}: the wheel is not tagged abi3 ({_listing(report.tags)})")
-        for e in report.extensions:
-            if e.abi3_violations:
-                findings.append(
-                    f"{report.path}: {e.path} uses CPython API outside the limited API: {_listing(e.abi3_violations)}"
-                )
-            if e.newer_than_tag:
-                newest = {n: v for n, v in e.newer_than_tag.items() if v == e.min_python}
-                findings.append(
-                    f"{report.path}: {e.path} needs Python {e.min_python} ({_listing(newest)}) "
-                    f"but the wheel is tagged abi3 for Python {report.abi3_floor}"
-                )
-    return findings
+    try:
+        kind = CheckKind(what)
+    except ValueError:
+        raise InputError(f"unknown audit check {what!r}", hint=f"use one of: {', '.join(CHECKS)}") from None
+    return [finding.line for finding in findings(report, kind)]

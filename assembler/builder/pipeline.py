@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
+from assembler.audit.gate import CheckKind, findings, object_verdict, passes, summarize
 from assembler.builder import builder, scheduler
 from assembler.builder.builder import BuildContext, Outcome, Toolchain
 from assembler.builder.cache import ArtifactStore, digest_texts
+from assembler.builder.evidence import default_artifacts, merge_state_path
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
-from assembler.git.state import CheckoutState, is_up_to_date, series_digest
+from assembler.git.state import series_digest
 from assembler.git.sync import sync_checkouts
-from assembler.manifest import Dependency
 from assembler.system import available_cpus
 from assembler.toolchain.cuda import select_cuda
 from assembler.toolchain.torchenv import ensure_build_env
@@ -53,14 +54,14 @@ class BuildOptions:
 @dataclass
 class ExtensionVerdict:
     path: str  # inside the wheel
-    verdict: str  # STABLE, UNSTABLE, ABI3-BROKEN, ... as the audit says
+    verdict: str  # a gate verdict (assembler.audit.gate), or several joined: UNSTABLE+NON-ABI3
     min_torch: str | None
     offending: list[str] = field(default_factory=list)  # symbols that make it fail
 
     @property
     def ok(self) -> bool:
         """STABLE, or no torch at all (a plain abi3 helper module)."""
-        return self.verdict in {"STABLE", "NO-TORCH"}
+        return passes(self.verdict)
 
 
 @dataclass
@@ -108,10 +109,6 @@ class BuildReport:
             "message": self.error.message, "hint": self.error.hint, "exit_code": int(self.error.exit_code),
         }
         return json.loads(json.dumps(data, default=str))
-
-
-def default_artifacts(workspace: Workspace) -> Path:
-    return workspace.state_dir / "artifacts"
 
 
 def resolve_toolchain(workspace: Workspace, options: BuildOptions, note: Note) -> Toolchain:
@@ -239,29 +236,6 @@ class BuildFailed(BuildError):
         self.failed = failed
 
 
-MERGE_STATE = "last-merge.json"
-
-
-def last_build_verdicts(workspace: Workspace, dep: Dependency) -> tuple[str, ...] | None:
-    """The audit verdicts of ``dep``'s extensions in the last merged wheel, when that build
-    compiled exactly the pinned commit plus the current series (no local work); else None, for
-    "not built" and "built from something else" alike. `assemble patches` reports them."""
-    from assembler.wheel.artifact import stored_artifact
-
-    path = workspace.fork_path(dep)
-    checkout = CheckoutState.load(path) if path.exists() else None
-    artifact = stored_artifact(default_artifacts(workspace) / dep.name)
-    if checkout is None or artifact is None or not is_up_to_date(checkout, dep, series_digest(dep)):
-        return None
-    if artifact.dirty or not artifact.head == artifact.series_head == checkout.head:
-        return None
-    try:
-        audit = json.loads((workspace.state_dir / MERGE_STATE).read_text())["audit"]
-        return tuple(str(item["verdict"]) for item in audit[dep.name])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildReport, note: Note = lambda _: None) -> CheckFailed | None:
     """Merge the artifacts into one wheel, audit it, and fill the report's verdicts. Returns the
     gate's error (the caller prints the summary first, then raises it) or None.
@@ -272,7 +246,7 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
     manifest = workspace.manifest
     output = (options.output or workspace.root / "dist").resolve()
     key = _merge_key(workspace, report, options.cuda, output)
-    state_path = workspace.state_dir / MERGE_STATE
+    state_path = merge_state_path(workspace)
     last = _last_merge(state_path, key)
     if last is not None:
         report.wheel, audits, report.warnings = last
@@ -341,19 +315,13 @@ def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]]) -> dict[str, li
     from assembler.audit import audit_paths
 
     [report] = audit_paths([wheel])
+    found = [finding for finding in findings(report, CheckKind.ALL) if finding.member is not None]
     owner = {path: dep for dep, paths in files.items() for path in paths}
     verdicts: dict[str, list[ExtensionVerdict]] = {dep: [] for dep in files}
     for elf in report.extensions:
-        problems = []
-        if elf.torch_abi == "UNSTABLE":
-            problems.append(("UNSTABLE", list(elf.unstable_symbols)))
-        if elf.abi3_violations:
-            problems.append(("NON-ABI3", list(elf.abi3_violations)))
-        if elf.newer_than_tag:
-            problems.append(("ABI3-MISMATCH", [f"{name} (Python {version})" for name, version in elf.newer_than_tag.items()]))
-        verdict = "+".join(name for name, _ in problems) or elf.torch_abi  # STABLE or NO-TORCH
-        offending = [symbol for _, symbols in problems for symbol in symbols]
-        verdicts.setdefault(owner.get(elf.path, "(unknown)"), []).append(ExtensionVerdict(elf.path, verdict, elf.min_torch, offending))
+        offending = [symbol for finding in found if finding.member == elf.path for symbol in finding.offending]
+        verdicts.setdefault(owner.get(elf.path, "(unknown)"), []).append(
+            ExtensionVerdict(elf.path, object_verdict(elf, found), elf.min_torch, offending))
     return verdicts
 
 
@@ -367,15 +335,10 @@ def _gate(report: BuildReport, audits: dict[str, list[ExtensionVerdict]], allowe
         bad = [item for item in extensions if not item.ok]
         # the newer of what the symbols need (the audit) and what the headers targeted
         dep.min_torch = max([dep.torch_target, *(item.min_torch for item in extensions if item.min_torch)], key=Version)
-        if not extensions:
-            dep.verdict = "no extensions"
-        elif not bad:
-            dep.verdict = "STABLE" if any(item.verdict == "STABLE" for item in extensions) else "NO-TORCH"
-        elif dep.dep in allowed:
-            dep.verdict = f"{bad[0].verdict} (allowed)"
+        dep.verdict = summarize([item.verdict for item in extensions], allow=dep.dep in allowed)
+        if bad and dep.dep in allowed:
             report.allowed_unstable.append(dep.dep)
-        else:
-            dep.verdict = bad[0].verdict
+        elif bad:
             failures.extend(
                 f"{item.path} is {item.verdict}" + (f": {', '.join(item.offending[:8])}" if item.offending else "")
                 + (f" (+{len(item.offending) - 8} more)" if len(item.offending) > 8 else "")

@@ -6,6 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from assembler.audit.gate import CheckKind, Verdict
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -13,14 +15,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="prove wheels, directories or shared objects use only the torch stable ABI and the CPython limited API",
         description=(
             "Read every ELF shared object (wheels in place, without extracting) and report its torch ABI "
-            "(STABLE / UNSTABLE / NO-TORCH, minimum torch), CPython limited-API use against the abi3 tag, "
+            f"({Verdict.STABLE} / {Verdict.UNSTABLE} / {Verdict.NO_TORCH}, minimum torch), CPython limited-API use against the abi3 tag, "
             "and DT_NEEDED. Exit 0 ok, 1 a --check failed, 2 unreadable input."
         ),
     )
     parser.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="wheel, directory or shared object")
     parser.add_argument("--json", action="store_true", help="machine-readable output (schema in the README)")
     parser.add_argument(
-        "--check", choices=["torch", "abi3", "all"], default=None,
+        "--check", choices=[kind.value for kind in CheckKind], default=None,
         help="exit 1 when an object uses unstable LibTorch symbols (torch), leaves the limited API or needs a "
         "newer Python than the abi3 tag (abi3), or either (all)",
     )
@@ -52,7 +54,8 @@ def run(args: argparse.Namespace) -> int:
 
     import threading
 
-    from assembler.audit import audit_paths, check
+    from assembler.audit import audit_paths
+    from assembler.audit.gate import findings
 
     # Output modules (rich) load while the audit inflates members: start-up is most of the budget.
     loader = threading.Thread(target=_import_output, args=(args.json,), daemon=True)
@@ -70,11 +73,11 @@ def run(args: argparse.Namespace) -> int:
         for report in reports:
             render(report, console, verbose=args.verbose)
     if args.check:
-        findings = [line for r in reports for line in check(r, args.check)]
-        for line in findings:
-            err_console.print(f"[red]FAIL[/] {line}", markup=True, highlight=False, soft_wrap=True)
-        if findings:
-            raise CheckFailed(f"--check {args.check}: {len(findings)} finding(s)")
+        failed = [finding for r in reports for finding in findings(r, args.check)]
+        for finding in failed:
+            err_console.print(f"[red]FAIL[/] {finding.line}", markup=True, highlight=False, soft_wrap=True)
+        if failed:
+            raise CheckFailed(f"--check {args.check}: {len(failed)} finding(s)")
     return 0
 
 

@@ -144,14 +144,15 @@ def _emit(report: BuildReport, as_json: bool) -> None:
         return
     from rich.table import Table
 
+    from assembler.audit.report import verdict_style
+
     table = Table(title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}", title_justify="left")
     for column in ("dep", "commit", "patches", "build", "archs", "min torch", "verdict"):
         table.add_column(column, no_wrap=column != "verdict")
     for dep in report.deps:
         build = {"cached": "cached", "built": f"built {dep.seconds:.1f}s"}.get(dep.status, f"[red]{dep.status}[/]")
         verdict = dep.verdict or "-"
-        style = ("green" if verdict.startswith("STABLE") else "yellow" if "allowed" in verdict
-                 else "dim" if verdict in {"-", "NO-TORCH", "no extensions"} else "red")
+        style = verdict_style(verdict)
         table.add_row(dep.dep, dep.commit[:10], str(dep.patches), build, " ".join(dep.archs) or "-",
                       dep.min_torch or dep.torch_target, f"[{style}]{verdict}[/]")
     console.print(table)

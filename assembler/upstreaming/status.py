@@ -23,6 +23,8 @@ from pathlib import Path
 
 from git.refs import SymbolicReference
 
+from assembler.audit.gate import passes
+from assembler.builder.evidence import last_build_verdicts
 from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
 from assembler.git.runner import QUIET_ENV, has_commit
@@ -322,7 +324,7 @@ class DepStatus:
         n.a.: nothing is carried."""
         if not self.verdicts:
             return "n.a."
-        unstable = any(v not in ("STABLE", "NO-TORCH") for v in self.build_verdicts or ())
+        unstable = not all(passes(v) for v in self.build_verdicts or ())
         return "in progress" if self.broken_on_base or unstable else "done"
 
     @property
@@ -389,7 +391,5 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         # would; only the series is reported.
         own_commits = from_commits(scratch, dep.commit, [fork_point]) if origin == "series" and own else []
         verdicts = classify(scratch, own_commits + patches, fork_point, tip)[len(own_commits):] if patches else []
-    from assembler.builder.pipeline import last_build_verdicts
-
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
                      base, origin, verdicts, broken, last_build_verdicts(workspace, dep))

@@ -1,0 +1,137 @@
+"""Every audit verdict, and the one gate that turns an audit into findings.
+
+`assemble audit --check`, the build's audit gate, `assemble patches`' build evidence, the build
+report and `assemble check` all read verdicts from here; adding a verdict means adding it here,
+giving it a style in :mod:`assembler.audit.report`, and testing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from assembler.audit.model import AuditReport, ElfReport
+
+
+class Verdict(StrEnum):
+    """What a check found. The values are what every output (text and JSON) prints."""
+
+    # torch ABI of one shared object (or of a whole PATH: the worst of its objects)
+    STABLE = "STABLE"  # only stable C-shim symbols
+    UNSTABLE = "UNSTABLE"  # at least one LibTorch C++ symbol
+    NO_TORCH = "NO-TORCH"  # no torch symbol at all
+    # CPython ABI
+    ABI3 = "ABI3"  # limited API only, within the abi3 tag
+    NON_ABI3 = "NON-ABI3"  # CPython API outside the limited API (or a wheel without an abi3 tag)
+    ABI3_MISMATCH = "ABI3-MISMATCH"  # limited API, but newer than the abi3 tag
+    NO_PYTHON = "NO-PYTHON"  # no CPython symbol at all
+    # source level (`assemble check`, one translation unit)
+    CLEAN = "CLEAN"  # compiles against the stable headers and the limited API alone
+    NOT_LIMITED = "NOT-LIMITED"  # needs CPython API outside the limited API
+    INCOMPLETE = "INCOMPLETE"  # could not be checked completely (no compile command, a failure)
+    # a dependency of a build whose artifact holds no shared object
+    NO_EXTENSIONS = "no extensions"
+
+
+class CheckKind(StrEnum):
+    """What `--check` gates on."""
+
+    TORCH = "torch"  # unstable LibTorch C++ symbols
+    ABI3 = "abi3"  # outside the limited API, newer than the abi3 tag, or no abi3 tag
+    ALL = "all"  # both
+
+
+PASSING = frozenset({Verdict.STABLE, Verdict.NO_TORCH, Verdict.CLEAN, Verdict.NO_EXTENSIONS})
+ALLOWED_SUFFIX = " (allowed)"  # a failing verdict let through by --allow-unstable
+_JOIN = "+"  # one object failing several checks: UNSTABLE+NON-ABI3
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason a PATH fails the gate."""
+
+    verdict: Verdict
+    target: str  # the audited PATH
+    member: str | None  # the shared object inside it; None when the PATH as a whole fails (its tags)
+    offending: tuple[str, ...]  # the symbols (or tags) that make it fail, all of them
+    line: str  # one line for people, as `assemble audit --check` prints it
+
+
+def _listing(names: Iterable[str], limit: int = 3) -> str:
+    names = list(names)
+    more = f", +{len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
+    """The gate: every finding of ``kind`` in ``report``; empty means it passes."""
+    kind = CheckKind(kind)
+    found: list[Finding] = []
+    if kind in (CheckKind.TORCH, CheckKind.ALL):
+        for e in report.extensions:
+            if e.torch_abi == Verdict.UNSTABLE:
+                found.append(Finding(
+                    Verdict.UNSTABLE, report.path, e.path, e.unstable_symbols,
+                    f"{report.path}: {e.path} uses the unstable LibTorch C++ ABI "
+                    f"({e.unstable} symbols: {_listing(e.unstable_symbols)})",
+                ))
+    if kind in (CheckKind.ABI3, CheckKind.ALL):
+        if report.kind == "wheel" and report.abi3_floor is None:
+            found.append(Finding(Verdict.NON_ABI3, report.path, None, report.tags,
+                                 f"{report.path}: the wheel is not tagged abi3 ({_listing(report.tags)})"))
+        for e in report.extensions:
+            if e.abi3_violations:
+                found.append(Finding(
+                    Verdict.NON_ABI3, report.path, e.path, e.abi3_violations,
+                    f"{report.path}: {e.path} uses CPython API outside the limited API: {_listing(e.abi3_violations)}",
+                ))
+            if e.newer_than_tag:
+                newest = {n: v for n, v in e.newer_than_tag.items() if v == e.min_python}
+                found.append(Finding(
+                    Verdict.ABI3_MISMATCH, report.path, e.path,
+                    tuple(f"{name} (Python {version})" for name, version in e.newer_than_tag.items()),
+                    f"{report.path}: {e.path} needs Python {e.min_python} ({_listing(newest)}) "
+                    f"but the wheel is tagged abi3 for Python {report.abi3_floor}",
+                ))
+    return found
+
+
+def object_verdict(elf: ElfReport, found: Sequence[Finding]) -> str:
+    """One object's verdict: its failing checks joined (``UNSTABLE+NON-ABI3``), else its torch verdict."""
+    mine = [f.verdict.value for f in found if f.member == elf.path]
+    return _JOIN.join(mine) or str(elf.torch_abi)
+
+
+def passes(verdict: str) -> bool:
+    """Whether an object (or dependency) with this verdict passes the gate."""
+    return verdict in PASSING
+
+
+def allowed(verdict: str) -> str:
+    """A failing verdict as recorded when --allow-unstable lets it through."""
+    return verdict + ALLOWED_SUFFIX
+
+
+def is_allowed(verdict: str) -> bool:
+    return verdict.endswith(ALLOWED_SUFFIX)
+
+
+def summarize(verdicts: Sequence[str], allow: bool = False) -> str:
+    """A dependency's verdict from its objects' verdicts: the first failing one (``(allowed)``
+    when let through), else STABLE when any object uses torch, else NO-TORCH; "no extensions"
+    when it ships no shared object."""
+    if not verdicts:
+        return Verdict.NO_EXTENSIONS.value
+    bad = [v for v in verdicts if not passes(v)]
+    if not bad:
+        return Verdict.STABLE.value if Verdict.STABLE in verdicts else Verdict.NO_TORCH.value
+    return allowed(bad[0]) if allow else bad[0]
+
+
+def worst_torch(verdicts: Iterable[str]) -> Verdict:
+    """A PATH's torch verdict from its objects': UNSTABLE if any is, else STABLE if any is, else NO-TORCH."""
+    seen = set(verdicts)
+    return Verdict.UNSTABLE if Verdict.UNSTABLE in seen else Verdict.STABLE if Verdict.STABLE in seen else Verdict.NO_TORCH
