@@ -450,6 +450,17 @@ def _verify(v: _Validator, raw: Any, keys: tuple[str, ...]) -> VerifySpec:
     )
 
 
+def value_position(path: Path, keys: tuple[str, ...], value: str | None = None, index: int | None = None) -> str:
+    """``file:line:col`` of the string ``value`` in the array at ``keys`` of the manifest at
+    ``path`` (of the key itself when ``value`` is None; ``index``: the n-th ``[[table]]``), for
+    problems found after loading, such as a recipe path missing from the checkout."""
+    try:
+        locator = _Locator(path, path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return str(path)
+    return locator.where(keys) if value is None else locator.where_value(keys, value, index)
+
+
 def unknown_dep_error(manifest: Manifest, name: str) -> ManifestError:
     close = difflib.get_close_matches(name, list(manifest.deps), n=1)
     fix = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(manifest.deps) or '(none)'}"

@@ -1,0 +1,234 @@
+"""The translation units a dependency's build compiles, resolved against its checkout without
+compiling: what `assemble check` preprocesses and `assemble build --plan` lists.
+
+Where they come from, by backend:
+- ``helper``: each ``[[deps.X.build.extensions]]`` (its sources, include-dirs and defines; a
+  CUDA extension defines ``USE_CUDA`` for all of its sources, as the CMake helper does);
+- ``cmake`` and ``setuptools``: the recipe's ``sources`` (globs allowed), ``include-dirs`` and
+  ``defines`` when ``sources`` is given; else the compile commands the last build of the
+  dependency recorded in ``.assemble/compdb/<dep>.json``; else an error naming the recipe.
+
+The defines here are the unit's own; the ones every unit of a dependency gets
+(``TORCH_TARGET_VERSION``, ``Py_LIMITED_API``) are added by whoever compiles or checks it.
+A recipe path that is missing from the checkout is an error naming its line in deps.toml.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from assembler.errors import InputError
+from assembler.manifest import Dependency
+from assembler.manifest.load import value_position
+from assembler.workspace import Workspace
+
+CXX, CUDA = "cxx", "cuda"
+CUDA_SUFFIXES = frozenset({".cu"})  # what nvcc compiles; everything else goes to the C++ compiler
+COMPDB_DIR = "compdb"
+# Defines that are the dependency's, not the unit's: set from the manifest by build and check.
+GLOBAL_DEFINES = frozenset({"TORCH_TARGET_VERSION", "Py_LIMITED_API"})
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True)
+class TranslationUnit:
+    """One source file as the build compiles it."""
+
+    path: Path  # absolute, inside the checkout
+    source: str  # relative to the checkout, POSIX spelling: "csrc/scale.cu"
+    language: str  # "cxx" (the host C++ compiler) or "cuda" (nvcc)
+    include_dirs: tuple[Path, ...] = ()  # the unit's own -I directories (absolute), in order
+    defines: tuple[str, ...] = ()  # NAME or NAME=VALUE, besides TORCH_TARGET_VERSION / Py_LIMITED_API
+    extension: str | None = None  # helper backend: the extension module it is part of
+    origin: str = "recipe"  # "recipe" or "compile-commands" (the last build's)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "language": self.language, "include_dirs": [str(d) for d in self.include_dirs],
+            "defines": list(self.defines), "extension": self.extension, "origin": self.origin,
+        }
+
+
+def compile_commands_path(workspace: Workspace, dep: str) -> Path:
+    """``<workspace>/.assemble/compdb/<dep>.json``: the compile commands (a JSON compilation
+    database: a list of {directory, file, arguments}) of the dependency's last cmake or
+    setuptools build."""
+    return workspace.state_dir / COMPDB_DIR / f"{dep}.json"
+
+
+def language_of(path: str | Path) -> str:
+    return CUDA if Path(path).suffix in CUDA_SUFFIXES else CXX
+
+
+def translation_units(workspace: Workspace, dep: Dependency, checkout: Path | None = None) -> list[TranslationUnit]:
+    """Every translation unit ``dep``'s recipe builds from ``checkout`` (default forks/<dep>),
+    in recipe order, each once. Raises InputError naming the deps.toml line of a source or
+    include dir that is missing from the checkout, or the recipe when its units are unknown."""
+    root = (checkout or workspace.fork_path(dep)).resolve()
+    if not root.is_dir():
+        raise InputError(
+            f"{dep.name}: no checkout at {root}",
+            hint=f"run `assemble checkout {dep.name}` first",
+        )
+    recipe = dep.build
+    if recipe.backend == "helper":
+        return _helper_units(workspace, dep, root)
+    if recipe.sources:
+        return _recipe_units(workspace, dep, root)
+    compdb = compile_commands_path(workspace, dep.name)
+    if compdb.is_file():
+        return _compdb_units(compdb, dep, root)
+    keys = ("deps", dep.name, "build")
+    raise InputError(
+        f"{value_position(workspace.manifest_path, keys)}: {'.'.join(keys)}: the {recipe.backend} backend's "
+        "translation units are unknown: the recipe names no sources and no build has recorded its compile commands "
+        f"({compdb.relative_to(workspace.root)})",
+        hint=f'add sources = ["csrc/*.cu", ...] (with include-dirs and defines) to [deps.{dep.name}.build], '
+             f"or build it once (`assemble build --only {dep.name}`) so its compile commands are recorded",
+    )
+
+
+def _helper_units(workspace: Workspace, dep: Dependency, root: Path) -> list[TranslationUnit]:
+    units: list[TranslationUnit] = []
+    seen: set[Path] = set()
+    keys = ("deps", dep.name, "build", "extensions")
+    for index, ext in enumerate(dep.build.extensions):
+        includes = tuple(_include_dir(workspace, root, (*keys, "include-dirs"), item, index) for item in ext.include_dirs)
+        defines = (*ext.defines, "USE_CUDA") if ext.language == CUDA else ext.defines
+        for pattern in ext.sources:
+            for path in _sources(workspace, root, (*keys, "sources"), pattern, index):
+                if path not in seen:
+                    seen.add(path)
+                    units.append(TranslationUnit(
+                        path, path.relative_to(root).as_posix(), language_of(path), includes, tuple(defines), ext.name,
+                    ))
+    return units
+
+
+def _recipe_units(workspace: Workspace, dep: Dependency, root: Path) -> list[TranslationUnit]:
+    keys = ("deps", dep.name, "build")
+    recipe = dep.build
+    includes = tuple(_include_dir(workspace, root, (*keys, "include-dirs"), item) for item in recipe.include_dirs)
+    units: list[TranslationUnit] = []
+    seen: set[Path] = set()
+    for pattern in recipe.sources:
+        for path in _sources(workspace, root, (*keys, "sources"), pattern):
+            if path in seen:
+                continue
+            seen.add(path)
+            language = language_of(path)
+            defines = (*recipe.defines, "USE_CUDA") if language == CUDA else recipe.defines
+            units.append(TranslationUnit(path, path.relative_to(root).as_posix(), language, includes, tuple(defines)))
+    return units
+
+
+def _sources(workspace: Workspace, root: Path, keys: tuple[str, ...], pattern: str, index: int | None = None) -> list[Path]:
+    """The files ``pattern`` names in the checkout (a glob when it holds * ? or [)."""
+    if _GLOB_CHARS.isdisjoint(pattern):
+        found = [root / pattern] if (root / pattern).is_file() else []
+    else:
+        found = sorted(root / match for match in glob.glob(pattern, root_dir=root, recursive=True) if (root / match).is_file())
+    resolved = []
+    for path in found:
+        real = path.resolve()
+        if not real.is_relative_to(root):
+            raise _missing(workspace, root, keys, pattern, index, f"{pattern} leads out of the checkout ({real})")
+        resolved.append(root / path.relative_to(root))
+    if not resolved:
+        what = "matches no file" if not _GLOB_CHARS.isdisjoint(pattern) else "does not exist"
+        raise _missing(workspace, root, keys, pattern, index, f"{pattern} {what} in {root}")
+    return resolved
+
+
+def _include_dir(workspace: Workspace, root: Path, keys: tuple[str, ...], item: str, index: int | None = None) -> Path:
+    path = root / item
+    if not path.is_dir():
+        raise _missing(workspace, root, keys, item, index, f"include dir {item} is not a directory in {root}")
+    if not path.resolve().is_relative_to(root):
+        raise _missing(workspace, root, keys, item, index, f"include dir {item} leads out of the checkout")
+    return path
+
+
+def _missing(workspace: Workspace, root: Path, keys: tuple[str, ...], value: str, index: int | None, problem: str) -> InputError:
+    where = value_position(workspace.manifest_path, keys, value, index)
+    return InputError(
+        f"{where}: {'.'.join(keys)}: {problem}",
+        hint="fix the path in deps.toml (relative to the checkout); if it lives in a submodule, list that "
+             "submodule in the dependency's submodules",
+    )
+
+
+def _compdb_units(compdb: Path, dep: Dependency, root: Path) -> list[TranslationUnit]:
+    """Units from the last build's compile commands: its -I/-isystem directories and -D defines
+    (less the dependency-wide ones, which the current manifest sets)."""
+    try:
+        entries = json.loads(compdb.read_text())
+        if not isinstance(entries, list):
+            raise ValueError("not a list")
+    except (OSError, ValueError) as error:
+        raise InputError(f"{compdb}: unreadable compile commands ({error})",
+                         hint=f"delete it and build {dep.name} again, or add sources to its recipe") from None
+    units: list[TranslationUnit] = []
+    seen: set[Path] = set()
+    for entry in entries:
+        if not isinstance(entry, dict) or "file" not in entry:
+            continue
+        directory = Path(str(entry.get("directory", root)))
+        path = (directory / str(entry["file"])).resolve()
+        if not path.is_relative_to(root) or path in seen or not path.is_file():
+            continue  # generated files (the PyInit stub, soname stand-ins) are not the dependency's
+        seen.add(path)
+        arguments = entry.get("arguments")
+        args = [str(a) for a in arguments] if isinstance(arguments, list) else shlex.split(str(entry.get("command", "")))
+        includes, defines = _flags(args, directory)
+        units.append(TranslationUnit(
+            path, path.relative_to(root).as_posix(), language_of(path), includes, defines, origin="compile-commands",
+        ))
+    if not units:
+        raise InputError(f"{compdb}: no compile command of {dep.name} compiles a file of its checkout",
+                         hint=f"add sources to [deps.{dep.name}.build] in deps.toml")
+    return units
+
+
+_INCLUDE_FLAGS = ("-I", "-isystem", "-iquote", "--include-path", "-idirafter")
+_DEFINE_FLAGS = ("-D", "--define-macro")
+
+
+def _flags(args: list[str], directory: Path) -> tuple[tuple[Path, ...], tuple[str, ...]]:
+    """-I/-isystem/-iquote directories and -D defines of one compile command, in order; nvcc's
+    long spellings and -Xcompiler pass-throughs are understood."""
+    includes: list[Path] = []
+    defines: list[str] = []
+    expanded: list[str] = []
+    tokens = iter(args)
+    for token in tokens:
+        if token in ("-Xcompiler", "--compiler-options"):
+            expanded.extend(next(tokens, "").split(","))
+        elif token.startswith(("-Xcompiler=", "--compiler-options=")):
+            expanded.extend(token.split("=", 1)[1].split(","))
+        else:
+            expanded.append(token)
+    tokens = iter(expanded)
+    for token in tokens:
+        for flag, bucket in [*((f, "I") for f in _INCLUDE_FLAGS), *((f, "D") for f in _DEFINE_FLAGS)]:
+            if token == flag:
+                value = next(tokens, "")
+            elif token.startswith(flag + "=") and flag.startswith("--"):
+                value = token.split("=", 1)[1]
+            elif token.startswith(flag) and not flag.startswith("--") and len(token) > len(flag) and flag in ("-I", "-D"):
+                value = token[len(flag):]
+            else:
+                continue
+            if bucket == "I" and value:
+                path = Path(value) if Path(value).is_absolute() else directory / value
+                if path not in includes:
+                    includes.append(path)
+            elif bucket == "D" and value and value.split("=", 1)[0] not in GLOBAL_DEFINES and value not in defines:
+                defines.append(value)
+            break
+    return tuple(includes), tuple(defines)
