@@ -29,7 +29,7 @@ def test_root_manifest_lists_seven_dependencies_offline() -> None:
     assert list(rows) == ["deepgemm", "flash-attn-2", "flash-attn-3", "flashmla", "deepselect", "flashkda", "qutlass"]
     assert rows["flash-attn-2"]["source"] == rows["flash-attn-3"]["source"]
     assert rows["deepselect"]["kind"] == "fork-only"
-    assert rows["qutlass"]["commit"] == "830d2c4537c7396e14a02a46fbddd18b5d107c65"
+    assert rows["qutlass"]["commit"] == "e74319e3405ce6d71965732880f5dc1f52371f64"  # the migrated upstream merge
 
 
 BAD_INPUTS = [
