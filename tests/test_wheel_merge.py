@@ -155,7 +155,8 @@ def test_wheel_name_contents_record_and_metadata(workspace: Path) -> None:
             "merge_demo/ops/__init__.py", "merge_demo/ops/_ops_C.abi3.so", "merge_demo/ops/kernels/table.bin",
             "merge_demo/vecadd/__init__.py", "merge_demo/vecadd/_vecadd_C.abi3.so",
         ]
-        assert names == [*payload, f"{dist}/METADATA", f"{dist}/WHEEL", f"{dist}/assembler.json", f"{dist}/RECORD"]
+        assert names == [*payload, f"{dist}/METADATA", f"{dist}/WHEEL", f"{dist}/assembler.json",
+                         f"{dist}/sboms/merge_demo.cdx.json", f"{dist}/RECORD"]
         for info in wheel.infolist():
             assert info.date_time == (1980, 1, 1, 0, 0, 0)
             assert info.compress_type == zipfile.ZIP_DEFLATED

@@ -18,7 +18,6 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from packaging.version import Version
 from assembler.audit.elf import ELF_MAGIC
 from assembler.errors import InputError
 from assembler.manifest import Manifest
+from assembler.manifest.globs import glob_regex
 from assembler.system import available_cpus
 from assembler.wheel.artifact import Artifact, PayloadFile, load_artifacts
 from assembler.wheel.metadata import (
@@ -40,6 +40,7 @@ from assembler.wheel.metadata import (
     wheel_version,
 )
 from assembler.wheel.platform import DEFAULT_EXCLUDES, PlatformVerdict, platform_verdict
+from assembler.wheel.sbom import DepEntry, file_hashes, read_patches, sbom_json, sbom_path
 from assembler.wheel.writer import ReproducibleZip, Written, resolve_epoch
 
 DEFAULT_INSTALL = {"**": ""}
@@ -79,36 +80,6 @@ class MergeResult:
             "unshipped": {k: list(v) for k, v in self.unshipped.items()},
             "warnings": list(self.warnings),
         }
-
-
-@lru_cache(maxsize=256)
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """Translate an install glob over '/'-separated paths into a full-match regex."""
-    parts = pattern.strip("/").split("/")
-    out = []
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        if part == "**":
-            out.append(".*" if last else "(?:[^/]+/)*")
-            continue
-        component, i = [], 0
-        while i < len(part):
-            char = part[i]
-            closing = part.find("]", i + 2) if char == "[" else -1
-            if char == "*":
-                component.append("[^/]*")
-            elif char == "?":
-                component.append("[^/]")
-            elif closing != -1:
-                body = part[i + 1:closing]
-                body = ("^" + body[1:] if body.startswith("!") else body).replace("\\", "\\\\")
-                component.append(f"[{body}]")
-                i = closing
-            else:
-                component.append(re.escape(char))
-            i += 1
-        out.append("".join(component) + ("" if last else "/"))
-    return re.compile("".join(out))
 
 
 @dataclass(frozen=True)
@@ -280,6 +251,9 @@ def merge_wheel(
             archive.write_bytes(f"{dist_info}/METADATA", metadata_text(bundle, version, cuda, min_torch, provenance).encode())
             archive.write_bytes(f"{dist_info}/WHEEL", wheel_text(python_tag(bundle), verdict.platforms).encode())
             archive.write_bytes(f"{dist_info}/assembler.json", provenance_json(bundle, version, cuda, verdict.platforms, exclude, provenance, files).encode())
+            digests = {w.name: w.sha256 for w in payload}
+            sbom = _sbom(manifest, artifacts, version, cuda, epoch, {dep: file_hashes([(p, digests[p]) for p in paths]) for dep, paths in files.items()})
+            archive.write_bytes(sbom_path(dist_info, dist_name(bundle.name)), sbom.encode())
             record = f"{dist_info}/RECORD"
             archive.write_bytes(record, record_text(archive.written, record).encode())
         wheel = out_dir / f"{stem}-{python_tag(bundle)}-abi3-{verdict.tag}.whl"
@@ -291,6 +265,22 @@ def merge_wheel(
         files={dep: tuple(paths) for dep, paths in files.items()}, unshipped=unshipped,
         warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started,
     )
+
+
+def _sbom(manifest: Manifest, artifacts: Sequence[Artifact], version: str, cuda: str, epoch: int,
+          hashes: Mapping[str, tuple[tuple[str, str], ...]]) -> str:
+    """The wheel's CycloneDX document (see assembler.wheel.sbom)."""
+    entries = []
+    for a in artifacts:
+        dep = manifest.deps[a.dep]
+        entries.append(DepEntry(
+            name=a.dep, source=a.source or dep.source, upstream=dep.upstream, track=dep.track, commit=a.commit,
+            head=a.head, dirty=a.dirty, archs=a.archs, toolchain=a.toolchain,
+            patches=read_patches(dep.patches_dir, a.patches), files=hashes.get(a.dep, ()),
+        ))
+    bundle = manifest.bundle
+    return sbom_json(name=bundle.name, version=version, wheel_purl_name=dist_name(bundle.name).replace("_", "-"),
+                     epoch=epoch, deps=entries, cuda=cuda)
 
 
 def _add(archive: ReproducibleZip, placement: Placement) -> Written:

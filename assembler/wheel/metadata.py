@@ -21,9 +21,14 @@ from assembler.manifest import Bundle
 
 
 class RecordRow(Protocol):
-    name: str
-    sha256: str
-    size: int
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def sha256(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
 
 
 def dist_name(name: str) -> str:

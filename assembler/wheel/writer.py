@@ -110,7 +110,7 @@ def _data_offset(handle: BinaryIO, member: RawMember) -> int:
     fields = _LOCAL_HEADER.unpack(handle.read(_LOCAL_HEADER.size))
     if fields[0] != b"PK\x03\x04":
         raise InputError(f"{member.archive}: corrupt zip (no local header at offset {member.header_offset})", hint="rebuild or re-download that artifact")
-    return member.header_offset + _LOCAL_HEADER.size + fields[10] + fields[11]
+    return member.header_offset + _LOCAL_HEADER.size + int(fields[10]) + int(fields[11])
 
 
 class ReproducibleZip:
