@@ -204,7 +204,8 @@ def test_git_failures_are_input_errors_and_a_bad_journal_is_named(git_workspace:
 
 def test_scratch_git_failures_are_assemble_errors(git_workspace: GitWorkspace) -> None:
     from assembler.errors import ExitCode
-    from assembler.upstreaming.scratch import GitFailed, Scratch
+    from assembler.git.process import GitFailed
+    from assembler.git.scratch import Scratch
 
     with Scratch([ws_path := git_workspace.upstream.path]) as scratch:
         with pytest.raises(GitFailed) as failed:

@@ -122,17 +122,18 @@ def source_identity(checkout: Path) -> tuple[str, str | None]:
 
 
 def _git(checkout: Path, *args: str) -> str:
-    """Plain git (no gitpython import): this runs on every no-op build."""
+    """git in the checkout through the one git layer (plain subprocess, no gitpython import:
+    this runs on every no-op build)."""
+    from assembler.git.process import GitFailed, WorkTree
+
     try:
-        return subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True, check=True).stdout
-    except subprocess.CalledProcessError as error:
-        last = next((line.strip() for line in reversed(error.stderr.splitlines()) if line.strip()), f"exit status {error.returncode}")
+        return WorkTree(checkout).run(*args).stdout
+    except GitFailed as failed:
+        reason = failed.message.partition(" failed: ")[2]
         raise InputError(
-            f"{checkout}: `git {' '.join(args)}` failed: {last}",
+            f"{checkout}: `git {' '.join(args)}` failed: {reason}",
             hint="check that the checkout is a sound git repository, or move it away and run `assemble checkout`",
         ) from None
-    except OSError as error:
-        raise ToolchainError(f"cannot run git: {error.strerror or error}", hint="install git") from None
 
 
 def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: str) -> BuildRequest:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from assembler.git.process import END_OF_OPTIONS
+from assembler.git.scratch import Scratch
 from assembler.upstreaming.patchset import Patch
 from assembler.upstreaming.replay import CONFLICT, Trial, trial
-from assembler.upstreaming.scratch import Scratch
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Horizon:
 
 def first_parent_chain(scratch: Scratch, since: str, tip: str) -> list[Commit]:
     """``tip``'s first-parent history after ``since``, oldest first."""
-    output = scratch.out("log", "--first-parent", "--reverse", "--format=%H%x00%s", tip, "--not", since)
+    output = scratch.out("log", "--first-parent", "--reverse", "--format=%H%x00%s", END_OF_OPTIONS, tip, f"^{since}")
     return [Commit(*line.split("\0", 1)) for line in output.splitlines() if line]
 
 

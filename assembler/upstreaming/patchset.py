@@ -9,11 +9,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView
 from assembler.git.runner import in_progress_operation, is_dirty, repo_at
+from assembler.git.scratch import Scratch
 from assembler.git.state import CheckoutState, series_digest
 from assembler.manifest import Dependency
 from assembler.series.headers import DEP3_FIELDS, PatchHeader, parse_patch_header
-from assembler.upstreaming.scratch import DIFF_CONFIG, GitView, Scratch
 from assembler.workspace import Workspace
 
 _TRAILER_RE = re.compile(rf"^(?P<key>{'|'.join(DEP3_FIELDS)}):\s*(?P<value>.*)$")
@@ -88,18 +89,20 @@ def from_series(dep: Dependency) -> list[Patch]:
 
 def from_commits(scratch: GitView, head: str, exclude: list[str], names: dict[str, str] | None = None) -> list[Patch]:
     """Non-merge commits reachable from ``head`` and not from ``exclude``, oldest first."""
-    return load_commits(scratch, ("--reverse", "--topo-order", "--no-merges", head, "--not", *exclude), names)
+    return load_commits(scratch, ("--reverse", "--topo-order", "--no-merges"), (head, *(f"^{sha}" for sha in exclude)), names)
 
 
 def by_sha(scratch: GitView, shas: Sequence[str], names: dict[str, str] | None = None) -> list[Patch]:
     """The given commits, in the given order."""
-    return load_commits(scratch, ("--no-walk=unsorted", *shas), names) if shas else []
+    return load_commits(scratch, ("--no-walk=unsorted",), shas, names) if shas else []
 
 
-def load_commits(scratch: GitView, walk: Sequence[str], names: dict[str, str] | None = None) -> list[Patch]:
+def load_commits(scratch: GitView, options: Sequence[str], revs: Sequence[str],
+                 names: dict[str, str] | None = None) -> list[Patch]:
     """Commits as patches, from one ``git log`` (diffs are loaded later, when needed); a
     commit named in ``names`` (commit -> patch file) keeps that name, others get a short SHA."""
-    output = scratch.run("log", "-z", "--name-only", "--no-renames", f"--format={META_FORMAT}", *walk).stdout
+    output = scratch.run("log", "-z", "--name-only", "--no-renames", f"--format={META_FORMAT}", *options, END_OF_OPTIONS,
+                         *revs).stdout
     patches = []
     for record in output.decode(errors="replace").split(_MARK)[1:]:
         sha, parents, author, date, subject, body, *rest = record.split("\0")
@@ -117,7 +120,8 @@ def load_diffs(scratch: GitView, patches: Sequence[Patch]) -> None:
     missing = [p for p in patches if p.diff is None and p.commit]
     if not missing:
         return
-    text = scratch.run(*DIFF_CONFIG, *DIFF_ARGS, "--format=commit %H", "--no-walk=unsorted", *(p.commit or "" for p in missing)).stdout
+    text = scratch.run(*DIFF_CONFIG, *DIFF_ARGS, "--format=commit %H", "--no-walk=unsorted", END_OF_OPTIONS,
+                       *(p.commit or "" for p in missing)).stdout
     bounds: list[int] = []
     for patch in missing:
         marker = f"commit {patch.commit}\n".encode()

@@ -17,11 +17,9 @@ three-way merges (renames included) and the same speed as plain git. Around it:
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shlex
 import shutil
-import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -33,7 +31,9 @@ import git
 from assembler.errors import ConflictError, InputError, WouldLoseWorkError
 from assembler.git import mirrors
 from assembler.git.checkout import checkout, refuse_to_lose_work
-from assembler.git.runner import COMMITTER_ENV, GIT_ENV, conflicted_files, in_progress_operation, is_dirty, repo_at
+from assembler.git.process import END_OF_OPTIONS, GitFailed, GitView, WorkTree
+from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
+from assembler.git.scratch import Scratch
 from assembler.git.state import CheckoutState, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
@@ -42,7 +42,6 @@ from assembler.upstreaming.horizon import ChainProbe, Commit, Horizon, first_par
 from assembler.upstreaming.journal import Dropped, Journal, Pick
 from assembler.upstreaming.patchset import Patch, by_sha, checkout_in_sync, from_commits, from_series, series_as_commits
 from assembler.upstreaming.replay import APPLIES, CONFLICT, EMPTY, reverse_applies
-from assembler.upstreaming.scratch import GitFailed, GitView, Scratch
 from assembler.upstreaming.status import (
     classify,
     find_carriers,
@@ -101,42 +100,11 @@ class RebaseReport:
         }
 
 
-class _Fork:
+class _Fork(WorkTree):
     """git in forks/<dep>, children holding the journal's running lock (see journal.running)."""
 
     def __init__(self, path: Path, fd: int | None) -> None:
-        self.path = path
-        self.git_dir = path / ".git"
-        self.fd = fd
-        self.env = {**os.environ, **GIT_ENV, **COMMITTER_ENV, "LC_ALL": "C"}
-        self.env.pop("GIT_INDEX_FILE", None)
-
-    def run(self, *args: str, check: bool = True, env: dict[str, str] | None = None,
-            input: str | None = None) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            ["git", *args], cwd=self.path, env={**self.env, **(env or {})}, input=input, capture_output=True, text=True,
-            check=False, pass_fds=(self.fd,) if self.fd is not None else (),
-        )
-        if check and result.returncode != 0:
-            raise GitFailed(str(self.path), args, result, hint="`assemble rebase --abort` restores the state before the rebase")
-        return result
-
-    def out(self, *args: str) -> str:
-        return self.run(*args).stdout.strip()
-
-    def head(self) -> str:
-        """HEAD's commit, read from the ref files (git only for a packed ref)."""
-        head = (self.git_dir / "HEAD").read_text().strip()
-        if head.startswith("ref: "):
-            ref = self.git_dir / head[len("ref: "):]
-            if ref.is_file():
-                return ref.read_text().strip()
-            return self.out("rev-parse", "HEAD")
-        return head
-
-    def rev(self, rev: str) -> str | None:
-        result = self.run("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
-        return result.stdout.strip() or None
+        super().__init__(path, fd, hint="`assemble rebase --abort` restores the state before the rebase")
 
     @functools.cached_property
     def repo(self) -> git.Repo:
@@ -160,9 +128,9 @@ class _Fork:
         for lock in [*self.git_dir.glob("*.lock"), *self.git_dir.glob("refs/**/*.lock")]:
             lock.unlink(missing_ok=True)
         if branch:
-            self.run("checkout", "--quiet", "--force", "-B", branch, head)
+            self.run("checkout", "--quiet", "--force", "-B", branch, head, "--")
         else:
-            self.run("checkout", "--quiet", "--force", "--detach", head)
+            self.run("checkout", "--quiet", "--force", "--detach", head, "--")
 
 
 # "dropping <sha> <subject> -- patch contents already upstream": git's note for --empty=drop
@@ -239,12 +207,12 @@ def _dry_patches(workspace: Workspace, dep: Dependency, scratch: Scratch, fork_p
 def _fork_point(scratch: GitView, dep: Dependency, target: _Target) -> tuple[str, int]:
     """Where the pinned commit meets the target (commits after it are replayed), and how many
     upstream commits the move crosses: one walk when one contains the other (the usual case)."""
-    own, crossed = (int(n) for n in scratch.out("rev-list", "--left-right", "--count", f"{dep.commit}...{target.onto}").split())
+    own, crossed = (int(n) for n in scratch.out("rev-list", "--left-right", "--count", END_OF_OPTIONS, f"{dep.commit}...{target.onto}").split())
     if own == 0:
         return dep.commit, crossed
     if crossed == 0:
         return target.onto, 0
-    found = scratch.run("merge-base", dep.commit, target.onto, check=False)
+    found = scratch.run("merge-base", END_OF_OPTIONS, dep.commit, target.onto, check=False)
     if found.returncode != 0:
         raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {target.url} {target.label}",
                          hint="check --upstream / --onto (a repository switch needs a fork of the same project)")
@@ -263,7 +231,7 @@ def _behind_base(dep: Dependency, target: _Target, fork_point: str, explicit: bo
 
 
 def _horizon(scratch: Scratch, patches: list[Patch], since: str, target: str, landed: dict[int, str]) -> Horizon:
-    probe = ChainProbe(scratch, patches, Commit(since, scratch.out("log", "-1", "--format=%s", since)),
+    probe = ChainProbe(scratch, patches, Commit(since, scratch.out("log", "-1", "--format=%s", END_OF_OPTIONS, since)),
                        first_parent_chain(scratch, since, target), landed)
     return probe.horizon(probe.at(len(probe.chain) - 1))
 
@@ -396,7 +364,7 @@ def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> set[str
     todo.write_text("".join(f"pick {p.commit} {p.subject}\n" for p in journal.picks) or "noop\n")
     result = fork.run(
         *SEQUENCER_CONFIG, "rebase", "--interactive", "--empty=drop", "--reapply-cherry-picks",
-        "--committer-date-is-author-date", "--no-autosquash", "--onto", journal.onto, journal.replay_base,
+        "--committer-date-is-author-date", "--no-autosquash", "--onto", journal.onto, END_OF_OPTIONS, journal.replay_base,
         check=False, env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo))}"},
     )
     if result.returncode == 0 and not fork.stopped():
@@ -575,7 +543,7 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     index = int(journal.stopped["index"])  # type: ignore[call-overload]
     if not fork.stopped():
         head = fork.out("rev-parse", "HEAD")
-        if fork.run("merge-base", "--is-ancestor", journal.onto, head, check=False).returncode != 0:
+        if fork.run("merge-base", "--is-ancestor", END_OF_OPTIONS, journal.onto, head, check=False).returncode != 0:
             raise InputError(f"the rebase of {journal.dep} was abandoned outside assemble (HEAD is {head[:12]})",
                              hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
         dirty = is_dirty(fork.repo)
@@ -614,7 +582,7 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
 def _commit_like(fork: _Fork, tree: str, parent: str, original: str) -> str:
     """A commit of ``tree`` with ``original``'s author, date and message: the resolution,
     made the way the replay makes commits, so a later replay reproduces it exactly."""
-    headers, _, message = fork.run("cat-file", "commit", original).stdout.partition("\n\n")
+    headers, _, message = fork.run("cat-file", "commit", END_OF_OPTIONS, original).stdout.partition("\n\n")
     author = next(line[len("author "):] for line in headers.splitlines() if line.startswith("author "))
     ident, _, when = author.rpartition(" ")
     ident, _, stamp = ident.rpartition(" ")

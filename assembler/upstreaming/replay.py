@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from assembler.git.scratch import Scratch
 from assembler.upstreaming.patchset import Patch, load_diffs
-from assembler.upstreaming.scratch import Scratch
 
 APPLIES = "applies"  # cherry-picks cleanly and changes the tree
 EMPTY = "empty"  # cherry-picks cleanly to no change: the change is already there

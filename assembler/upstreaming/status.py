@@ -15,9 +15,7 @@ our side / migrated upstream" columns of a release table.
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +25,9 @@ from assembler.audit.gate import passes
 from assembler.builder.evidence import last_build_verdicts
 from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
-from assembler.git.runner import QUIET_ENV, has_commit
+from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView
+from assembler.git.runner import has_commit
+from assembler.git.scratch import Scratch
 from assembler.manifest import Dependency, Manifest
 from assembler.upstreaming.horizon import ChainProbe, Commit, first_parent_chain
 from assembler.upstreaming.patchset import (
@@ -40,7 +40,6 @@ from assembler.upstreaming.patchset import (
     series_as_commits,
 )
 from assembler.upstreaming.replay import APPLIES, EMPTY, REVERSE, reverse_applies, trial
-from assembler.upstreaming.scratch import DIFF_CONFIG, GitView, Scratch
 from assembler.workspace import Workspace
 
 UPSTREAM, FORWARDED, LOCAL, NOT_NEEDED = "upstream", "forwarded", "local", "not-needed"
@@ -86,12 +85,11 @@ def resolve(mirror: mirrors.Mirror, ref: str) -> str | None:
     A branch is read from its ref file (no git process: this runs on every rebase)."""
     with contextlib.suppress(ValueError):  # not a branch: ask git
         return SymbolicReference.dereference_recursive(mirror.repo, f"refs/remotes/origin/{ref}")
-    candidates = [f"refs/remotes/origin/{ref}^{{commit}}", f"refs/tags/{ref}^{{commit}}", f"{ref}^{{commit}}"]
-    for candidate in candidates:
-        result = subprocess.run(["git", "--git-dir", str(mirror.path), "rev-parse", "--verify", "--quiet", candidate],
-                                capture_output=True, text=True, check=False, env={**os.environ, **QUIET_ENV})
-        if result.returncode == 0:
-            return result.stdout.strip()
+    view = GitView(mirror.path)
+    for candidate in (f"refs/remotes/origin/{ref}", f"refs/tags/{ref}", ref):
+        sha = view.rev(candidate)
+        if sha is not None:
+            return sha
     return None
 
 
@@ -130,7 +128,7 @@ def describe(scratch: GitView, shas: list[str]) -> dict[str, Commit]:
     unique = list(dict.fromkeys(shas))
     if not unique:
         return {}
-    output = scratch.out("log", "--no-walk=unsorted", "--format=%H%x00%s", *unique)
+    output = scratch.out("log", "--no-walk=unsorted", "--format=%H%x00%s", END_OF_OPTIONS, *unique)
     return {sha: Commit(*line.split("\0", 1)) for sha, line in zip(unique, output.splitlines(), strict=True)}
 
 
@@ -153,11 +151,11 @@ def _pathspec(patches: list[Patch]) -> list[str]:
     return ["--", *paths] if paths and len(paths) <= _MAX_PATHSPEC else []
 
 
-def log_patch_ids(scratch: GitView, revisions: list[str], pathspec: list[str]) -> list[tuple[str, str]]:
+def log_patch_ids(scratch: GitView, options: list[str], revisions: list[str], pathspec: list[str]) -> list[tuple[str, str]]:
     """(commit, patch-id) for the non-merge commits ``revisions`` name, newest first, from
     one ``git log -p | git patch-id --stable`` pipe."""
     output = scratch.pipe(
-        [*DIFF_CONFIG, *DIFF_ARGS, "--no-merges", "--format=commit %H", *revisions, *pathspec],
+        [*DIFF_CONFIG, *DIFF_ARGS, "--no-merges", "--format=commit %H", *options, END_OF_OPTIONS, *revisions, *pathspec],
         ["patch-id", "--stable"],
     )
     pairs = []
@@ -194,12 +192,12 @@ def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: s
     if not all(p.commit for p in patches):
         load_diffs(scratch, patches)
         ours = {i: pid for pid, i in patch_ids(scratch, patches).items()}
-        upstream = {pid: sha for sha, pid in log_patch_ids(scratch, [target, "--not", since], _pathspec(patches))}
+        upstream = {pid: sha for sha, pid in log_patch_ids(scratch, [], [target, f"^{since}"], _pathspec(patches))}
         matched = {i: upstream[pid] for i, pid in ours.items() if pid in upstream}
         commits = describe(scratch, list(matched.values()))
         return {i: commits[sha] for i, sha in matched.items()}
     index = {p.commit: i for i, p in enumerate(patches)}
-    marks = scratch.out("log", "--cherry-mark", "--no-merges", "--format=%m%H %s", f"{target}...{patches[-1].commit}")
+    marks = scratch.out("log", "--cherry-mark", "--no-merges", "--format=%m%H %s", END_OF_OPTIONS, f"{target}...{patches[-1].commit}")
     mine: list[str] = []
     candidates: dict[str, Commit] = {}  # newest first
     for line in marks.splitlines():
@@ -216,7 +214,7 @@ def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: s
         return {index[sha]: list(candidates.values())[-1] for sha in mine}
     ours = {}
     theirs: dict[str, Commit] = {}  # patch-id -> upstream commit; newest first, so the oldest wins
-    for sha, pid in log_patch_ids(scratch, ["--no-walk=unsorted", *mine, *candidates], []):
+    for sha, pid in log_patch_ids(scratch, ["--no-walk=unsorted"], [*mine, *candidates], []):
         if sha in index:
             ours[index[sha]] = pid
         else:
@@ -379,12 +377,12 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
     if workspace.fork_path(dep).is_dir():
         repos.append(workspace.fork_path(dep))
     with Scratch(repos) as scratch:
-        fork_point = scratch.out("merge-base", dep.commit, tip) if scratch.ok("merge-base", dep.commit, tip) else ""
+        fork_point = scratch.merge_base(dep.commit, tip) or ""
         if not fork_point:
             raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {dep.upstream_url} {dep.track}",
                              hint="check `upstream`, `source` and `track` in deps.toml")
-        own, behind = (int(n) for n in scratch.out("rev-list", "--left-right", "--count", f"{dep.commit}...{tip}").split())
-        date = scratch.out("log", "-1", "--format=%cI", dep.commit)
+        own, behind = (int(n) for n in scratch.out("rev-list", "--left-right", "--count", END_OF_OPTIONS, f"{dep.commit}...{tip}").split())
+        date = scratch.commit_date(dep.commit)
         base = Base(dep.commit, date, "upstream" if own == 0 else "fork", behind, own)
         patches, origin, broken = carried_patches(workspace, dep, scratch, fork_point)
         # A series on a fork's commit is replayed after the fork's own commits, as a rebase

@@ -1,0 +1,194 @@
+"""The one way assemble runs git as a process: isolated environment, one error type, and
+``--end-of-options`` (or ``--``) before every argument that comes from a manifest, a series or
+the command line, so a ref, URL or path is never read as an option.
+
+Three shapes, all on :data:`assembler.git.runner.GIT_ENV` (no global or system configuration,
+no hooks, no prompts) with a fixed committer:
+
+- :class:`GitView`: a repository by its git directory, optionally seeing other object stores;
+  for reading objects and refs (status detection, resolving a ref in a mirror).
+- :class:`WorkTree`: commands run inside a checkout (rebase, build provenance).
+- :class:`assembler.git.scratch.Scratch`: a throwaway bare repository for trials that write.
+
+GitPython (:func:`assembler.git.runner.repo_at`) stays where a repository object earns its
+place: the checkout and mirror code, which inspect refs, configs and the index in many small
+steps. Everything else goes through here, as plain subprocesses (no GitPython import cost).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from assembler.errors import InputError, ToolchainError
+from assembler.git.runner import COMMITTER_ENV, GIT_ENV, git_error_line
+
+END_OF_OPTIONS = "--end-of-options"  # git >= 2.24: what follows is a revision or a path, never an option
+# Trial commits are throwaway; a fixed identity keeps commit-tree working without user config.
+IDENTITY_ENV = {
+    "GIT_AUTHOR_NAME": "assemble", "GIT_AUTHOR_EMAIL": "assemble@localhost",
+    "GIT_AUTHOR_DATE": "1000000000 +0000", "GIT_COMMITTER_DATE": "1000000000 +0000",
+}
+# Output formats that configuration could otherwise change under our parser (GIT_ENV leaves out
+# the global and system files; these override a checkout's own config).
+DIFF_CONFIG = ("-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "log.showSignature=false",
+               "-c", "core.quotePath=false", "-c", "diff.relative=false")
+_INHERITED = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
+_SOUND_REPO = "check that the repository is readable and not damaged (git fsck), and that no other git holds its lock"
+
+Result = subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str]
+
+
+class GitFailed(InputError):
+    """A git command refused its input (an unknown revision, a damaged repository, a lock held
+    by another git): exit code 2, with git's own first line. Conflicts are reported as such
+    by the callers that expect them."""
+
+    def __init__(self, where: str, args: Sequence[str], result: Result, hint: str | None = None) -> None:
+        stderr = result.stderr or ""
+        reason = git_error_line(stderr, result.returncode) if stderr.strip() else f"exit status {result.returncode}"
+        super().__init__(f"{where}: git {_subcommand(args)} failed: {reason}", hint=hint or _SOUND_REPO)
+        self.result = result
+
+
+def _subcommand(args: Sequence[str]) -> str:
+    """The git command in ``args``, past ``-c key=value`` and other options."""
+    rest = list(args)
+    while rest and rest[0].startswith("-"):
+        rest = rest[2:] if rest[0] == "-c" else rest[1:]
+    return rest[0] if rest else ""
+
+
+def isolated_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment with git isolated: GIT_ENV, the fixed committer, C locale,
+    and none of the caller's GIT_DIR / GIT_INDEX_FILE / ... (a hook or an outer git must not
+    redirect ours)."""
+    env = {key: value for key, value in os.environ.items() if key not in _INHERITED}
+    env.update(GIT_ENV, **COMMITTER_ENV, LC_ALL="C")
+    env.update(extra or {})
+    return env
+
+
+def _spawn_failed(error: OSError) -> ToolchainError:
+    return ToolchainError(f"cannot run git: {error.strerror or error}", hint="install git")
+
+
+def object_dir(repo_path: Path) -> Path:
+    """The object store of a bare repository or of a checkout."""
+    dot_git = repo_path / ".git"
+    return (dot_git if dot_git.is_dir() else repo_path) / "objects"
+
+
+class GitView:
+    """git commands against one repository by its git directory, optionally seeing other
+    object stores (through GIT_ALTERNATE_OBJECT_DIRECTORIES, so nothing is written to make them
+    visible). Output is bytes; :meth:`out` decodes."""
+
+    def __init__(self, git_dir: Path, borrow: Sequence[Path] = ()) -> None:
+        self.path = git_dir
+        self.where = str(git_dir)  # for messages
+        self.env = isolated_env({**IDENTITY_ENV, "GIT_DIR": str(git_dir)})
+        if borrow:
+            stores = dict.fromkeys(str(object_dir(r).resolve()) for r in borrow)
+            self.env["GIT_ALTERNATE_OBJECT_DIRECTORIES"] = os.pathsep.join(stores)
+
+    def run(self, *args: str, input: bytes | None = None, index: Path | None = None,
+            check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        env = self.env if index is None else {**self.env, "GIT_INDEX_FILE": str(index)}
+        try:
+            result = subprocess.run(["git", *args], input=input, env=env, capture_output=True, check=False)
+        except OSError as error:
+            raise _spawn_failed(error) from None
+        if check and result.returncode != 0:
+            raise GitFailed(self.where, args, result)
+        return result
+
+    def out(self, *args: str, input: bytes | None = None, index: Path | None = None) -> str:
+        return self.run(*args, input=input, index=index).stdout.decode(errors="replace").strip()
+
+    def ok(self, *args: str, index: Path | None = None) -> bool:
+        return self.run(*args, index=index, check=False).returncode == 0
+
+    def pipe(self, producer: Sequence[str], consumer: Sequence[str]) -> str:
+        """``git <producer> | git <consumer>`` through an OS pipe (no buffering in Python)."""
+        with tempfile.TemporaryFile() as errors:
+            first = subprocess.Popen(["git", *producer], env=self.env, stdout=subprocess.PIPE, stderr=errors)
+            try:
+                second = subprocess.run(["git", *consumer], env=self.env, stdin=first.stdout, capture_output=True, check=False)
+            finally:
+                assert first.stdout is not None
+                first.stdout.close()
+                first.wait()
+            if first.returncode != 0:
+                errors.seek(0)
+                raise GitFailed(self.where, producer, subprocess.CompletedProcess(producer, first.returncode, b"", errors.read()))
+        if second.returncode != 0:
+            raise GitFailed(self.where, consumer, second)
+        return second.stdout.decode(errors="replace")
+
+    # -- reads whose arguments are data ------------------------------------------------
+
+    def rev(self, rev: str) -> str | None:
+        """The commit ``rev`` names, or None when there is none."""
+        result = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, f"{rev}^{{commit}}", check=False)
+        return result.stdout.decode().strip() or None if result.returncode == 0 else None
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        return self.ok("merge-base", "--is-ancestor", END_OF_OPTIONS, ancestor, descendant)
+
+    def merge_base(self, *revs: str) -> str | None:
+        result = self.run("merge-base", END_OF_OPTIONS, *revs, check=False)
+        return result.stdout.decode().strip() or None if result.returncode == 0 else None
+
+    def tree_of(self, rev: str) -> str:
+        return self.out("rev-parse", "--verify", END_OF_OPTIONS, f"{rev}^{{tree}}")
+
+    def commit_date(self, rev: str) -> str:
+        """Committer date, strict ISO 8601."""
+        return self.out("log", "-1", "--format=%cI", END_OF_OPTIONS, rev)
+
+
+class WorkTree:
+    """git commands inside a checkout (text output). ``fd``: a descriptor the children inherit
+    (the rebase's running lock); ``hint``: what to tell the user when a command fails."""
+
+    def __init__(self, path: Path, fd: int | None = None, hint: str | None = None) -> None:
+        self.path = path
+        self.git_dir = path / ".git"
+        self.fd = fd
+        self.hint = hint
+        self.env = isolated_env()
+
+    def run(self, *args: str, check: bool = True, env: Mapping[str, str] | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
+        try:
+            result = subprocess.run(
+                ["git", *args], cwd=self.path, env={**self.env, **(env or {})}, input=input, capture_output=True,
+                text=True, check=False, pass_fds=(self.fd,) if self.fd is not None else (),
+            )
+        except OSError as error:
+            raise _spawn_failed(error) from None
+        if check and result.returncode != 0:
+            raise GitFailed(str(self.path), args, result, hint=self.hint)
+        return result
+
+    def out(self, *args: str) -> str:
+        return self.run(*args).stdout.strip()
+
+    def rev(self, rev: str) -> str | None:
+        """The commit ``rev`` names, or None when there is none."""
+        result = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, f"{rev}^{{commit}}", check=False)
+        return result.stdout.strip() or None if result.returncode == 0 else None
+
+    def head(self) -> str:
+        """HEAD's commit, read from the ref files (git only for a packed ref)."""
+        head = (self.git_dir / "HEAD").read_text().strip()
+        if head.startswith("ref: "):
+            ref = self.git_dir / head[len("ref: "):]
+            if ref.is_file():
+                return ref.read_text().strip()
+            return self.out("rev-parse", "HEAD")
+        return head
