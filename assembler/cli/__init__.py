@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from assembler import __version__
-from assembler.cli import audit, build, checkout, deps, export, merge, patches, rebase, sbom, verify
+from assembler.cli import audit, build, check, checkout, deps, export, merge, patches, rebase, sbom, verify
 from assembler.errors import AssembleError
 
-COMMANDS = [deps, checkout, export, patches, rebase, build, verify, merge, audit, sbom]
+COMMANDS = [deps, checkout, export, patches, rebase, check, build, verify, merge, audit, sbom]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,370 @@
+"""`assemble check`: every translation unit of every selected dependency, preprocessed the way
+its build would compile it, judged CLEAN / UNSTABLE / NOT-LIMITED / INCOMPLETE, in parallel.
+
+Results are stored per dependency in ``.assemble/check/<dep>.json`` under a key made of the
+same parts as a build's artifact key (source commit and uncommitted edits, series, recipe,
+torch, torch-target, python-abi, compilers, archs), so an unchanged dependency is not scanned
+again and `assemble patches` can read the evidence (:mod:`assembler.check.evidence`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from assembler.audit.gate import Verdict
+from assembler.builder.cache import KeyParts, digest_texts
+from assembler.builder.diagnose import torch_include_roots
+from assembler.builder.units import CUDA, CXX, TranslationUnit, compile_commands_path, translation_units
+from assembler.check import compilers
+from assembler.check.compilers import Flags, NvccPasses, Pass
+from assembler.check.scan import Reader, UnitResult, classify, run_pass, undeclared
+from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
+from assembler.fsutil import atomic_write, ignored_dir
+from assembler.manifest import Dependency
+from assembler.system import available_cpus
+from assembler.toolchain.cuda import CudaToolkit
+from assembler.toolchain.torchenv import BuildEnv
+from assembler.workspace import Workspace
+
+CHECK_DIR = "check"
+RECORD_SCHEMA = 1
+CODE = (*sorted(Path(__file__).resolve().parent.glob("*.py")), Path(__file__).resolve().parents[1] / "builder" / "units.py")
+
+Note = Callable[[str], None]
+DepDone = Callable[["DepCheck"], None]
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    cuda: str | None = None  # X.Y; default: the newest toolkit already on the machine
+    torch: str | None = None  # default: [bundle] torch
+    jobs: int = 0  # 0: one per CPU
+    syntax: bool = True  # a -fsyntax-only pass on C++ units the preprocessor found clean
+
+
+@dataclass
+class DepCheck:
+    dep: str
+    units: list[UnitResult] = field(default_factory=list)
+    seconds: float = 0.0
+    cached: bool = False
+    key: str | None = None
+    obtained: str | None = None  # ISO 8601, UTC: when the scans ran
+    error: AssembleError | None = None  # what kept it from being checked
+
+    @property
+    def clean(self) -> int:
+        return sum(unit.verdict == Verdict.CLEAN for unit in self.units)
+
+    @property
+    def total(self) -> int:
+        return len(self.units)
+
+    @property
+    def verdict(self) -> str:
+        """The worst unit's verdict (UNSTABLE > NOT-LIMITED > INCOMPLETE > CLEAN); ERROR when
+        the dependency could not be checked, INCOMPLETE when it has no unit at all."""
+        if self.error is not None:
+            return "ERROR"
+        for verdict in (Verdict.UNSTABLE, Verdict.NOT_LIMITED, Verdict.INCOMPLETE):
+            if any(unit.verdict == verdict for unit in self.units):
+                return verdict.value
+        return Verdict.CLEAN.value if self.units else Verdict.INCOMPLETE.value
+
+    @property
+    def summary(self) -> str:
+        return f"{self.clean} of {self.total} translation units clean"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict, "clean": self.clean, "total": self.total, "summary": self.summary,
+            "cached": self.cached, "seconds": round(self.seconds, 3), "key": self.key, "obtained": self.obtained,
+            "units": [unit.to_json() for unit in self.units],
+            "error": None if self.error is None else {
+                "message": self.error.message, "hint": self.error.hint, "exit_code": int(self.error.exit_code),
+            },
+        }
+
+
+@dataclass
+class CheckReport:
+    deps: list[DepCheck] = field(default_factory=list)
+    torch: str | None = None
+    cxx: str | None = None
+    cuda: str | None = None  # X.Y of the toolkit whose nvcc passes ran, when any
+    nvcc: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def exit_code(self) -> int:
+        """The first operational error's code (2 for bad input, 7 toolchain, ...); else 1 when
+        any unit is not CLEAN (INCOMPLETE included: it proves nothing); else 0."""
+        for dep in self.deps:
+            if dep.error is not None:
+                return int(dep.error.exit_code)
+        if any(dep.verdict != Verdict.CLEAN for dep in self.deps):
+            return int(ExitCode.CHECK_FAILED)
+        return int(ExitCode.OK)
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": 1, "command": "check", "ok": self.ok, "exit_code": self.exit_code,
+            "torch": self.torch, "cxx": self.cxx, "cuda": self.cuda, "nvcc": self.nvcc,
+            "seconds": round(self.seconds, 3),
+            "deps": {dep.dep: dep.to_json() for dep in self.deps},
+        }
+
+
+def record_path(workspace: Workspace, dep: str) -> Path:
+    return workspace.state_dir / CHECK_DIR / f"{dep}.json"
+
+
+def recipe_digest(dep: Dependency) -> str:
+    """The recipe as check reads it (a change of sources, include dirs or defines is a new check)."""
+    return digest_texts(json.dumps(asdict(dep.build), sort_keys=True, default=str), dep.torch_target)
+
+
+@dataclass
+class _Plan:
+    """One dependency, ready to scan."""
+
+    dep: Dependency
+    check: DepCheck
+    checkout: Path
+    units: list[TranslationUnit]
+    flags: Flags
+    nvcc: NvccPasses | None
+    reader: Reader
+    record: dict[str, Any]
+    started: float
+
+
+class _Toolchain:
+    """The build's torch environment and compilers, the CUDA toolkit chosen on first need."""
+
+    def __init__(self, workspace: Workspace, options: CheckOptions, note: Note) -> None:
+        from assembler.builder.builder import host_compiler_version
+        from assembler.toolchain.torchenv import ensure_build_env
+
+        torch = options.torch or workspace.manifest.bundle.torch
+        if torch is None:
+            raise InputError("deps.toml: [bundle] torch is not set, so there are no torch headers to check against",
+                             hint='set torch = "2.13.0" in [bundle] of deps.toml, or pass --torch')
+        self.options = options
+        self.note = note
+        self.env: BuildEnv = ensure_build_env(torch, progress=note)
+        self.cxx = compilers.host_compiler()
+        self.cxx_version = host_compiler_version(dict(os.environ))
+        self.python_include = compilers.python_include_dir(self.env.python)
+        self._cuda: CudaToolkit | ToolchainError | None = None
+        self._passes: dict[tuple[str, ...], NvccPasses] = {}
+
+    @property
+    def torch_release(self) -> str:
+        """MAJOR.MINOR of the build's torch: the newest target its headers know."""
+        return ".".join(self.env.torch.split("+")[0].split(".")[:2])
+
+    def cuda(self) -> CudaToolkit:
+        if self._cuda is None:
+            from assembler.toolchain.cuda import select_cuda
+
+            version = self.options.cuda or compilers.default_cuda()
+            try:
+                if version is None:
+                    raise ToolchainError("no CUDA toolkit on this machine to preprocess .cu units with",
+                                         hint="pass --cuda X.Y (a local toolkit, else installed from PyPI), or set CUDA_HOME")
+                self._cuda = select_cuda(version, progress=self.note)
+            except ToolchainError as error:
+                self._cuda = error
+        if isinstance(self._cuda, ToolchainError):
+            raise self._cuda
+        return self._cuda
+
+    def nvcc_passes(self, archs: tuple[str, ...]) -> NvccPasses:
+        if archs not in self._passes:
+            self._passes[archs] = compilers.nvcc_passes(self.cuda(), archs)
+        return self._passes[archs]
+
+
+def run_check(
+    workspace: Workspace, names: list[str], options: CheckOptions,
+    note: Note = lambda _: None, on_dep: DepDone = lambda _: None,
+) -> CheckReport:
+    """Check the named dependencies (all when none), keep going past every failure, and report."""
+    from assembler.git.state import CheckoutState, series_digest
+    from assembler.git.sync import sync_checkouts
+
+    started = time.monotonic()
+    deps = workspace.manifest.select(names)
+    report = CheckReport()
+    with workspace.lock():
+        tools = _Toolchain(workspace, options, note)
+        report.torch, report.cxx = tools.env.torch, tools.cxx_version
+        plans: list[_Plan] = []
+        for dep in deps:
+            check = DepCheck(dep.name)
+            report.deps.append(check)
+            try:
+                checkout = sync_checkouts(workspace, [dep], lambda name, step: note(f"{name}: {step}"))[dep.name].path
+                plan = _plan(workspace, dep, check, checkout, tools, options, CheckoutState.load(checkout), series_digest(dep))
+            except AssembleError as error:
+                check.error = error
+                on_dep(check)
+                continue
+            if plan is None:  # the stored result of this key
+                on_dep(check)
+            else:
+                plans.append(plan)
+        _scan(plans, tools, options, workspace, on_dep)
+        cuda = tools._cuda
+        if isinstance(cuda, CudaToolkit) and any(p.nvcc for p in plans):
+            report.cuda, report.nvcc = cuda.version, cuda.release
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _plan(
+    workspace: Workspace, dep: Dependency, check: DepCheck, checkout: Path, tools: _Toolchain,
+    options: CheckOptions, state: Any, series: str,
+) -> _Plan | None:
+    from assembler.builder.builder import source_identity
+
+    units = translation_units(workspace, dep, checkout)
+    uses_cuda = any(unit.language == CUDA for unit in units) or any(ext.language == CUDA for ext in dep.build.extensions)
+    archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
+    nvcc = tools.nvcc_passes(archs) if any(unit.language == CUDA for unit in units) else None
+    system = list(torch_include_roots(tools.env.torch_dir))[::-1]  # torch/include first, then the C++ API's
+    if uses_cuda:
+        system.append(tools.cuda().root / "include")
+    flags = Flags(
+        defines=(f"TORCH_TARGET_VERSION={compilers.version_macro(dep.torch_target)}",
+                 f"Py_LIMITED_API={compilers.limited_api_macro(workspace.manifest.bundle.python_abi)}"),
+        system_includes=tuple(system), python_include=tools.python_include,
+    )
+    head, dirty = source_identity(checkout)
+    compdb = compile_commands_path(workspace, dep.name)
+    origin_bytes = compdb.read_bytes() if any(unit.origin == "compile-commands" for unit in units) else b""
+    code = [path.read_bytes() for path in CODE]
+    parts = KeyParts(
+        dep=dep.name,
+        source=head if dirty is None else f"{head}+{dirty}",
+        series=series,
+        recipe=digest_texts(recipe_digest(dep), origin_bytes, *code),
+        toolchain=(("c++", tools.cxx_version), *((("nvcc", nvcc.nvcc),) if nvcc else ()),
+                   ("python-include", str(tools.python_include))),
+        torch=tools.env.torch,
+        torch_target=dep.torch_target,
+        archs=archs if nvcc else (),
+        flags=("check", "syntax" if options.syntax else "preprocess-only"),
+        python_abi=workspace.manifest.bundle.python_abi,
+    )
+    key = parts.digest()
+    check.key = key
+    stored = _stored(record_path(workspace, dep.name), key)
+    if stored is not None:
+        check.units = [UnitResult.from_json(unit) for unit in stored["result"]["units"]]
+        check.obtained, check.cached = stored["obtained"], True
+        check.seconds = float(stored["result"]["seconds"])
+        return None
+    record = {
+        "schema": RECORD_SCHEMA, "key": key, "dep": dep.name, "commit": dep.commit, "head": head,
+        "dirty": dirty is not None, "series_head": getattr(state, "head", None), "series": series,
+        "recipe": recipe_digest(dep), "torch": tools.env.torch, "torch_target": dep.torch_target,
+    }
+    reader = Reader(checkout, torch_include_roots(tools.env.torch_dir), tools.python_include)
+    return _Plan(dep, check, checkout, units, flags, nvcc, reader, record, time.monotonic())
+
+
+def _stored(path: Path, key: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+        if data.get("schema") == RECORD_SCHEMA and data.get("key") == key and isinstance(data["result"]["units"], list):
+            return dict(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return None
+
+
+def _scan(plans: list[_Plan], tools: _Toolchain, options: CheckOptions, workspace: Workspace, on_dep: DepDone) -> None:
+    """All units of all plans on one pool of ``--jobs`` workers; a dependency is reported (and
+    its record written) as soon as its last unit is done."""
+    jobs = options.jobs or available_cpus()
+    remaining = {id(plan): len(plan.units) for plan in plans}
+    results: dict[int, dict[Path, UnitResult]] = {id(plan): {} for plan in plans}
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="check") as pool:
+        futures = {pool.submit(_check_unit, plan, unit, tools, options): (plan, unit) for plan in plans for unit in plan.units}
+        for plan in plans:
+            if not plan.units:
+                _finish(plan, [], workspace, on_dep)
+        for future in as_completed(futures):
+            plan, unit = futures[future]
+            results[id(plan)][unit.path] = future.result()
+            remaining[id(plan)] -= 1
+            if remaining[id(plan)] == 0:
+                _finish(plan, [results[id(plan)][u.path] for u in plan.units], workspace, on_dep)
+
+
+def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: DepDone) -> None:
+    check = plan.check
+    check.units = units
+    check.seconds = time.monotonic() - plan.started
+    check.obtained = datetime.now(UTC).isoformat(timespec="seconds")
+    record = {**plan.record, "obtained": check.obtained, "result": {"seconds": check.seconds, "units": [u.to_json() for u in units]}}
+    ignored_dir(workspace.state_dir)
+    atomic_write(record_path(workspace, plan.dep.name), json.dumps(record, indent=2, sort_keys=True) + "\n")
+    on_dep(check)
+
+
+def _check_unit(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, options: CheckOptions) -> UnitResult:
+    result = UnitResult(unit.source, unit.language, unit.extension, unit.origin)
+    if unit.language == CUDA:
+        assert plan.nvcc is not None
+        passes: list[Pass] = plan.nvcc.passes(plan.flags, unit)
+    else:
+        passes = [compilers.cxx_pass(tools.cxx, plan.flags, unit)]
+    classify(unit, [run_pass(scan, plan.checkout) for scan in passes], plan.reader, result)
+    clean = not (result.unstable or result.not_limited or result.missing or result.errors)
+    if options.syntax and unit.language == CXX and clean:
+        _syntax(plan, unit, tools, result)
+    result.decide()
+    return result
+
+
+def _syntax(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, result: UnitResult) -> None:
+    """Shim functions and stable wrappers newer than the torch-target vanish behind
+    TORCH_FEATURE_VERSION guards: the preprocessor is happy, the compiler is not. When the
+    same pass with the build torch's own version as target compiles, the names it missed are
+    what the torch-target hides (UNSTABLE); otherwise the unit simply does not compile (INCOMPLETE)."""
+    output = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit), plan.checkout)
+    result.passes.append("syntax")
+    result.seconds += output.seconds
+    if not output.errors:
+        return
+    target = plan.dep.torch_target
+    if tools.torch_release != target:
+        newest = (f"TORCH_TARGET_VERSION={compilers.version_macro(tools.torch_release)}", plan.flags.defines[1])
+        again = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit, newest), plan.checkout)
+        result.passes.append(f"syntax (target {tools.torch_release})")
+        result.seconds += again.seconds
+        if not again.errors:  # the target alone makes the difference
+            first = output.errors[0]
+            result.symbols.extend(undeclared(output, plan.reader, plan.checkout) or [{
+                "symbol": first.text, "since": None,
+                "at": f"{plan.reader.name(plan.reader.absolute(first.file, plan.checkout))}:{first.line}",
+            }])
+            return
+    first = output.errors[0]
+    result.errors.append(f"{plan.reader.name(plan.reader.absolute(first.file, plan.checkout))}:{first.line}: {first.text}"
+                         + (f" (+{len(output.errors) - 1} more errors)" if len(output.errors) > 1 else ""))

@@ -1,0 +1,328 @@
+"""Run one unit's scans and read what they say: the torch headers whose Stable-ABI guard fired
+(with the include chain from the unit), CPython outside the limited API, headers that could not
+be found, identifiers that only exist for a newer torch-target, and any other error.
+
+A scan is ``-E -M -MG -H``: ``-M -MG`` lists every header the unit reads, missing ones as
+written in the ``#include``; ``-H`` prints the include tree; the diagnostics carry gcc's
+"In file included from a:1, from b:2" chains.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assembler.audit.gate import Verdict
+from assembler.builder.units import TranslationUnit
+from assembler.check.compilers import Pass
+
+# What torch's headers #error with when TORCH_TARGET_VERSION (or TORCH_STABLE_ONLY) is defined.
+GUARD_WORDS = ("TORCH_TARGET_VERSION", "TORCH_STABLE_ONLY")
+_CHAIN_START = re.compile(r"^In file included from (?P<file>.+?):(?P<line>\d+)[,:]$")
+_CHAIN_MORE = re.compile(r"^\s+from (?P<file>.+?):(?P<line>\d+)[,:]$")
+_ERROR = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<text>.*)$")
+_TREE = re.compile(r"^(?P<dots>\.+) (?P<path>.+)$")
+_INCLUDE = re.compile(r"""^\s*#\s*include\s*[<"](?P<name>[^>"]+)[>"]""")
+# g++ (LC_ALL=C) on a name hidden behind a TORCH_FEATURE_VERSION guard.
+_UNDECLARED = re.compile(
+    r"'(?P<name>[A-Za-z_][\w:]*)' (?:was not declared in this scope|is not a member of '[^']+'|has not been declared"
+    r"|is not a template|does not name a type)"
+    r"|there are no arguments to '(?P<noargs>[A-Za-z_]\w*)'"
+    r"|'[^']+' has no member named '(?P<member>[A-Za-z_]\w*)'"
+)
+C_ENV = {"LC_ALL": "C", "LANG": "C"}  # ASCII quotes and English messages, which the parser reads
+TIMEOUT = 600.0
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    file: str
+    line: int
+    text: str
+    chain: tuple[tuple[str, int], ...]  # innermost first, as gcc prints it
+
+
+@dataclass
+class ScanOutput:
+    """What one pass printed, parsed."""
+
+    name: str
+    returncode: int
+    seconds: float
+    dependencies: list[str] = field(default_factory=list)  # -M, in first-read order; missing ones as written
+    tree: list[tuple[int, str]] = field(default_factory=list)  # -H: (depth, path)
+    errors: list[Diagnostic] = field(default_factory=list)
+
+
+def run_pass(scan: Pass, cwd: Path) -> ScanOutput:
+    started = time.monotonic()
+    try:
+        result = subprocess.run(list(scan.command), cwd=cwd, capture_output=True, text=True, errors="replace",
+                                env={**os.environ, **C_ENV}, timeout=TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        output = ScanOutput(scan.name, -1, time.monotonic() - started)
+        output.errors.append(Diagnostic(scan.command[-1], 0, f"the {scan.name} pass ran past {TIMEOUT:.0f} s", ()))
+        return output
+    except OSError as error:
+        output = ScanOutput(scan.name, -1, time.monotonic() - started)
+        output.errors.append(Diagnostic(scan.command[0], 0, f"cannot run {scan.command[0]}: {error.strerror or error}", ()))
+        return output
+    output = ScanOutput(scan.name, result.returncode, time.monotonic() - started)
+    output.dependencies = parse_make_rule(result.stdout)
+    output.tree, output.errors = parse_diagnostics(result.stderr)
+    if result.returncode != 0 and not output.errors:  # a failure that printed no "error:" line
+        last = next((line for line in reversed(result.stderr.splitlines()) if line.strip()), f"exit status {result.returncode}")
+        output.errors.append(Diagnostic(scan.command[0], 0, last.strip(), ()))
+    return output
+
+
+def parse_make_rule(text: str) -> list[str]:
+    """The prerequisites of the make rule ``-M`` prints (escaped spaces and ``$$`` undone)."""
+    joined = text.replace("\\\n", " ")
+    _, _, prerequisites = joined.partition(": ")
+    found: list[str] = []
+    for token in re.split(r"(?<!\\)\s+", prerequisites.strip()):
+        if token:
+            found.append(token.replace("\\ ", " ").replace("$$", "$").replace("\\#", "#"))
+    return found
+
+
+def parse_diagnostics(text: str) -> tuple[list[tuple[int, str]], list[Diagnostic]]:
+    tree: list[tuple[int, str]] = []
+    errors: list[Diagnostic] = []
+    chain: list[tuple[str, int]] = []
+    for raw in text.splitlines():
+        node = _TREE.match(raw)
+        if node:
+            tree.append((len(node["dots"]), node["path"]))
+            continue
+        start = _CHAIN_START.match(raw)
+        if start:
+            chain = [(start["file"], int(start["line"]))]
+            continue
+        more = _CHAIN_MORE.match(raw)
+        if more and chain:
+            chain.append((more["file"], int(more["line"])))
+            continue
+        error = _ERROR.match(raw)
+        if error:
+            errors.append(Diagnostic(error["file"], int(error["line"]), error["text"].strip(), tuple(chain)))
+        chain = []
+    return tree, errors
+
+
+@dataclass
+class UnitResult:
+    """The verdict on one translation unit and everything that led to it."""
+
+    source: str
+    language: str
+    extension: str | None
+    origin: str
+    verdict: Verdict = Verdict.CLEAN
+    passes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    unstable: list[dict[str, Any]] = field(default_factory=list)  # {"header", "chain", "pass"}
+    symbols: list[dict[str, Any]] = field(default_factory=list)  # {"symbol", "at", "since"}
+    not_limited: list[dict[str, Any]] = field(default_factory=list)  # {"header", "reason", "chain"}
+    missing: list[dict[str, Any]] = field(default_factory=list)  # {"header", "included_from"}
+    errors: list[str] = field(default_factory=list)  # any other error, "file:line: text"
+
+    def decide(self) -> None:
+        """UNSTABLE beats NOT-LIMITED beats INCOMPLETE: each is proven by what was found."""
+        if self.unstable or self.symbols:
+            self.verdict = Verdict.UNSTABLE
+        elif self.not_limited:
+            self.verdict = Verdict.NOT_LIMITED
+        elif self.missing or self.errors:
+            self.verdict = Verdict.INCOMPLETE
+        else:
+            self.verdict = Verdict.CLEAN
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.source, "language": self.language, "extension": self.extension, "origin": self.origin,
+            "verdict": self.verdict.value, "passes": self.passes, "seconds": round(self.seconds, 3),
+            "unstable": self.unstable, "symbols": self.symbols, "not_limited": self.not_limited,
+            "missing": self.missing, "errors": self.errors,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> UnitResult:
+        fields = {k: data[k] for k in ("source", "language", "extension", "origin", "passes", "seconds",
+                                       "unstable", "symbols", "not_limited", "missing", "errors")}
+        return cls(verdict=Verdict(data["verdict"]), **fields)
+
+    def lines(self) -> list[str]:
+        """The findings in words, one per line."""
+        out = [f"guard of <{item['header']}> fired: {' > '.join(item['chain'])}" for item in self.unstable]
+        out += [f"{item['symbol']} is declared only for a newer torch-target"
+                + (f" (shim symbol of torch {item['since']})" if item.get("since") else "") + f": {item['at']}"
+                for item in self.symbols]
+        out += [f"{item['reason']}: <{item['header']}> via {' > '.join(item['chain']) or self.source}" for item in self.not_limited]
+        out += [f"header not found: <{item['header']}>" + (f" from {', '.join(item['included_from'])}" if item["included_from"] else "")
+                for item in self.missing]
+        out += [f"error: {text}" for text in self.errors]
+        return out
+
+
+class Reader:
+    """Turns a pass's paths into what the report names: paths in the checkout relative to it,
+    torch's headers as they are included (ATen/ATen.h), anything else absolute."""
+
+    def __init__(self, checkout: Path, torch_roots: Sequence[Path], python_include: Path) -> None:
+        self.checkout = checkout.resolve()
+        self.torch_roots = [root.resolve() for root in torch_roots]
+        self.python_include = python_include.resolve()
+        self._texts: dict[Path, list[str]] = {}
+
+    def absolute(self, file: str, cwd: Path) -> Path:
+        path = Path(file)
+        return Path(os.path.normpath(path if path.is_absolute() else cwd / path))
+
+    def name(self, path: Path | str) -> str:
+        resolved = Path(os.path.normpath(path))
+        if resolved.is_relative_to(self.checkout):
+            return resolved.relative_to(self.checkout).as_posix()
+        torch = self.torch_header(resolved)
+        return torch if torch is not None else str(resolved)
+
+    def torch_header(self, path: Path) -> str | None:
+        for root in self.torch_roots:
+            if path.is_relative_to(root):
+                return path.relative_to(root).as_posix()
+        return None
+
+    def include_line(self, parent: Path, child: Path) -> int | None:
+        """The line of ``parent`` whose #include names ``child``."""
+        lines = self._texts.get(parent)
+        if lines is None:
+            try:
+                lines = parent.read_text(errors="replace").splitlines()
+            except OSError:
+                lines = []
+            self._texts[parent] = lines
+        child_text = child.as_posix()
+        for number, line in enumerate(lines, 1):
+            match = _INCLUDE.match(line)
+            if match and (child_text.endswith("/" + match["name"]) or child_text == match["name"]):
+                return number
+        return None
+
+
+def classify(unit: TranslationUnit, outputs: Sequence[ScanOutput], reader: Reader, result: UnitResult) -> None:
+    """Fill ``result`` from the preprocessor passes of ``unit``."""
+    cwd = reader.checkout  # where the passes run
+    seen_guards: set[tuple[str, tuple[str, ...]]] = set()
+    for output in outputs:
+        result.passes.append(output.name)
+        result.seconds += output.seconds
+        for error in output.errors:
+            erring = reader.absolute(error.file, cwd)
+            header = reader.torch_header(erring)
+            if error.text.startswith("#error") and header is not None and any(w in error.text for w in GUARD_WORDS):
+                chain = tuple(f"{reader.name(reader.absolute(f, cwd))}:{line}" for f, line in reversed(error.chain))
+                if (header, chain) not in seen_guards:
+                    seen_guards.add((header, chain))
+                    result.unstable.append({"header": header, "chain": list(chain), "pass": output.name})
+            else:
+                text = f"{reader.name(erring)}:{error.line}: {error.text}" if error.line else error.text
+                if text not in result.errors:
+                    result.errors.append(text)
+    for output in outputs:
+        _not_limited(unit, output, reader, result)
+        _missing(unit, output, reader, result)
+        if result.not_limited:
+            break
+
+
+def _not_limited(unit: TranslationUnit, output: ScanOutput, reader: Reader, result: UnitResult) -> None:
+    """pybind11 (which cannot be built with Py_LIMITED_API), or Python.h read without the limited
+    API: Python.h includes cpython/object.h only when Py_LIMITED_API is not defined."""
+    cpython_object = reader.python_include / "cpython" / "object.h"
+    for depth_path in output.tree:
+        path = Path(os.path.normpath(depth_path[1]))
+        if "pybind11" in path.parts:
+            reason = "includes pybind11, which cannot be built with Py_LIMITED_API"
+        elif path == cpython_object:
+            reason = "reads Python.h without Py_LIMITED_API"
+        else:
+            continue
+        header = _include_spelling(path, reader)
+        result.not_limited.append({"header": header, "reason": reason, "chain": _tree_chain(unit, output.tree, depth_path, reader)})
+        return
+
+
+def _include_spelling(path: Path, reader: Reader) -> str:
+    torch = reader.torch_header(path)
+    if torch is not None:
+        return torch
+    if path.is_relative_to(reader.python_include):
+        return path.relative_to(reader.python_include).as_posix()
+    parts = path.parts
+    if "pybind11" in parts:
+        return Path(*parts[parts.index("pybind11"):]).as_posix()
+    return reader.name(path)
+
+
+def _tree_chain(unit: TranslationUnit, tree: list[tuple[int, str]], target: tuple[int, str], reader: Reader) -> list[str]:
+    """file:line steps from the unit to ``target`` in the -H tree (its ancestors, outermost first)."""
+    ancestors: list[Path] = [unit.path]
+    stack: list[Path] = []
+    for depth, path in tree:
+        del stack[depth - 1:]
+        stack.append(Path(os.path.normpath(path)))
+        if (depth, path) == target:
+            ancestors += stack
+            break
+    steps = []
+    for parent, child in itertools.pairwise(ancestors):
+        line = reader.include_line(parent, child)
+        steps.append(f"{reader.name(parent)}:{line}" if line else reader.name(parent))
+    return steps
+
+
+def _missing(unit: TranslationUnit, output: ScanOutput, reader: Reader, result: UnitResult) -> None:
+    known = {item["header"] for item in result.missing}
+    present = [Path(p) for p in output.dependencies if Path(p).is_absolute() and Path(p).exists()]
+    own = [p for p in present if p.resolve().is_relative_to(reader.checkout)]
+    for written in output.dependencies:
+        path = Path(written)
+        if (path.is_absolute() and path.exists()) or written in known:
+            continue
+        known.add(written)
+        found_in = []
+        for candidate in own:
+            line = reader.include_line(candidate, path)
+            if line is not None:
+                found_in.append(f"{reader.name(candidate)}:{line}")
+                break
+        result.missing.append({"header": written, "included_from": found_in})
+
+
+def undeclared(output: ScanOutput, reader: Reader, cwd: Path) -> list[dict[str, Any]]:
+    """The names a syntax-only pass could not find, where the dependency's own code uses them."""
+    from assembler.audit.torchdata import format_version, load_table
+
+    table = load_table()
+    found: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for error in output.errors:
+        match = _UNDECLARED.search(error.text)
+        if not match:
+            continue
+        name = match["name"] or match["noargs"] or match["member"]
+        at = f"{reader.name(reader.absolute(error.file, cwd))}:{error.line}"
+        if (name, at) in seen:
+            continue
+        seen.add((name, at))
+        since = table.version_of(name.split("::")[-1])
+        found.append({"symbol": name, "at": at, "since": format_version(since) if since else None})
+    return found

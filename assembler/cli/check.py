@@ -1,0 +1,93 @@
+"""`assemble check [DEP...]`: prove the sources Stable-ABI clean without compiling: one
+preprocessor pass per translation unit with the build's defines and include paths."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from assembler.cli.build import non_negative_int
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from assembler.check.run import CheckReport, DepCheck
+
+VERDICT_STYLE = {"CLEAN": "green", "UNSTABLE": "bold red", "NOT-LIMITED": "bold red", "INCOMPLETE": "yellow", "ERROR": "bold red"}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("check", help="source-level Stable-ABI proof: preprocess every translation unit, no compiling")
+    parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to check (default: all)")
+    parser.add_argument("--cuda", metavar="X.Y", help="CUDA toolkit for .cu units (default: the newest already installed: local or cached from PyPI)")
+    parser.add_argument("--torch", metavar="VERSION", help="torch whose headers are read (default: [bundle] torch)")
+    parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
+                        help="translation units scanned at once (default 0: one per CPU)")
+    parser.add_argument("--preprocess-only", action="store_true",
+                        help="skip the -fsyntax-only pass on clean C++ units (it finds calls hidden by TORCH_FEATURE_VERSION)")
+    parser.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from assembler.check.run import CheckOptions, run_check
+    from assembler.report.output import emit_json, err_console
+    from assembler.workspace import open_workspace
+
+    workspace = open_workspace(args.workspace)
+    options = CheckOptions(cuda=args.cuda, torch=args.torch, jobs=args.jobs, syntax=not args.preprocess_only)
+
+    def note(message: str) -> None:
+        err_console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+    def done(check: DepCheck) -> None:  # one line per dependency as it finishes
+        how = "cached" if check.cached else f"{check.seconds:.1f} s"
+        if check.error is not None:
+            err_console.print(f"{check.dep}: [red]not checked[/]: {check.error.message}", soft_wrap=True)
+        else:
+            style = VERDICT_STYLE.get(check.verdict, "")
+            err_console.print(f"{check.dep}: [{style}]{check.verdict}[/], {check.summary} ({how})", soft_wrap=True, highlight=False)
+
+    with err_console.status("checking translation units", spinner="dots") if err_console.is_terminal and not args.json else _Quiet():
+        report = run_check(workspace, list(args.names), options, note=note, on_dep=done)
+    if args.json:
+        emit_json(report.to_json())
+    else:
+        from assembler.report.output import console
+
+        _print(report, console)
+    return report.exit_code
+
+
+class _Quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _print(report: CheckReport, console: Console) -> None:
+    from rich.markup import escape
+
+    cuda = f", nvcc {report.nvcc}" if report.nvcc else ""
+    console.print(f"assemble check: torch {report.torch} headers, {report.cxx}{cuda}", highlight=False, soft_wrap=True)
+    for check in report.deps:
+        if check.error is not None:
+            console.print(f"[bold red]{check.dep}: not checked[/]: {escape(check.error.message)}", soft_wrap=True)
+            if check.error.hint:
+                console.print(f"  hint: {escape(check.error.hint)}", soft_wrap=True, highlight=False)
+            continue
+        style = VERDICT_STYLE.get(check.verdict, "")
+        when = "cached, " if check.cached else ""
+        console.print(f"[bold]{check.dep}[/]: [{style}]{check.verdict}[/] {check.summary} "
+                      f"({when}{check.seconds:.1f} s, {check.obtained})", highlight=False, soft_wrap=True)
+        for unit in check.units:
+            unit_style = VERDICT_STYLE.get(unit.verdict.value, "")
+            console.print(f"  {escape(unit.source)}: [{unit_style}]{unit.verdict.value}[/] ({', '.join(unit.passes)})",
+                          highlight=False, soft_wrap=True)
+            for line in unit.lines():
+                console.print(f"    {escape(line)}", highlight=False, soft_wrap=True)
+    if not report.ok:
+        console.print(f"exit {report.exit_code}: " + ("a dependency could not be checked" if any(d.error for d in report.deps)
+                      else "not every translation unit is CLEAN"), highlight=False)
