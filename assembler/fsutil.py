@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
+import re
+import shutil
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +16,7 @@ def atomic_write(path: Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` through a fsynced temporary file in the same directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
@@ -51,31 +54,131 @@ def _renameat2() -> Callable[..., int] | None:
 
 
 def _rename_exchange(first: Path, second: Path) -> bool:
-    """Swap two paths atomically with Linux renameat2(RENAME_EXCHANGE); False where unsupported."""
+    """Swap two paths atomically with Linux renameat2(RENAME_EXCHANGE); False where the system
+    or the filesystem does not support it. Raises OSError(EXDEV) across filesystems."""
+    import ctypes
+
     renameat2 = _renameat2()
     if renameat2 is None:
         return False
     at_fdcwd, rename_exchange = -100, 2
-    result = renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange)
-    return result == 0
+    if renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error == errno.EXDEV:
+        raise OSError(error, os.strerror(error), str(first), None, str(second))
+    return False
 
 
 def replace_dir(staged: Path, target: Path) -> None:
     """Put the fully written directory ``staged`` in place of ``target`` in one step, so readers
-    see the old series or the new one; ``staged`` is consumed."""
-    import shutil
+    see the old series or the new one; ``staged`` is consumed.
 
-    if not target.exists():
+    A rename cannot cross filesystems (EXDEV: ``patches/`` on another mount than
+    ``.assemble/``, or an overlayfs lower layer), so ``staged`` is first copied, fsynced, next
+    to ``target`` when it lives elsewhere, and the swap happens there."""
+    remove_stale(target.parent)  # copies left by a swap that was killed
+    if os.stat(staged).st_dev != os.stat(target.parent).st_dev:
+        staged = _restage(staged, target)
+    try:
+        _swap(staged, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV or staged.parent == target.parent:
+            raise
+        _swap(_restage(staged, target), target)
+
+
+def _restage(staged: Path, target: Path) -> Path:
+    """A fsynced copy of ``staged`` next to ``target`` (same filesystem); ``staged`` is removed."""
+    local = temporary_path(target)
+    shutil.rmtree(local, ignore_errors=True)
+    shutil.copytree(staged, local, symlinks=True)
+    for directory, _, files in os.walk(local):
+        for name in files:
+            _fsync(Path(directory) / name)
+        _fsync(Path(directory))
+    shutil.rmtree(staged)
+    return local
+
+
+def _fsync(path: Path) -> None:
+    if path.is_symlink():
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _swap(staged: Path, target: Path) -> None:
+    if not target.exists() and not target.is_symlink():
         os.replace(staged, target)
         return
     if _rename_exchange(staged, target):
         shutil.rmtree(staged)
         return
+    # No RENAME_EXCHANGE: two renames. If the second fails, the first is undone, so the
+    # series is never left only under the backup name.
     backup = target.with_name(f".{target.name}.old")
     shutil.rmtree(backup, ignore_errors=True)
     os.replace(target, backup)
-    os.replace(staged, target)
+    try:
+        os.replace(staged, target)
+    except BaseException:
+        os.replace(backup, target)
+        raise
     shutil.rmtree(backup)
+
+
+# `.NAME.PID.tmp` or `.NAME.PID-RANDOM.tmp`: a temporary of process PID (see temporary_path).
+STALE_TMP_RE = re.compile(r"^\..*\.(?P<pid>\d+)(?:-[A-Za-z0-9_]+)?\.tmp$")
+
+
+def temporary_path(path: Path) -> Path:
+    """``.NAME.PID.tmp`` next to ``path``: on its filesystem (so renaming it into place is
+    atomic) and named after this process, so that a later run can tell a leftover of a killed
+    process (remove_stale) from the file of a live one."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (of any user)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OverflowError:
+        return False
+    return True
+
+
+def remove_stale(directory: Path, pattern: re.Pattern[str] = STALE_TMP_RE) -> list[Path]:
+    """Remove the entries of ``directory`` whose name matches ``pattern`` (a ``pid`` group)
+    and whose process is gone: what a run killed with SIGKILL left behind. Best effort: a
+    directory that cannot be read or written (a read-only workspace) is left alone."""
+    removed: list[Path] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = pattern.search(entry.name)
+        if match is None or int(match["pid"]) == os.getpid() or pid_alive(int(match["pid"])):
+            continue
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(Path(entry.path))
+    return removed
 
 
 def ignored_dir(path: Path) -> Path:

@@ -1,0 +1,94 @@
+"""Checks for values that reach git, ssh or the filesystem: repository URLs and plain file names.
+
+Whoever wrote deps.toml or a series (a pull request, say) must not be able to turn a value into
+an option of a process (a leading '-'), a second line of a config file (a newline), another
+transport (``ext::``) or a path outside the directory it belongs to. Each function returns why
+a value is refused, or None; callers turn that into an error with a position.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import urlsplit
+
+URL_SCHEMES = ("https", "http", "ssh", "git", "file")
+# scp-like syntax git accepts for ssh: [user@]host:path, with no '/' before the first ':'.
+_SCP_RE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>[^@/:]+):(?P<path>.*)$")
+MAX_VALUE_CHARS = 4096  # any longer URL, ref or file name is a mistake or an attack
+
+
+def control_character(value: str) -> str | None:
+    """The first ASCII control character (or DEL) in ``value``, shown escaped."""
+    for char in value:
+        if ord(char) < 0x20 or ord(char) == 0x7F:
+            return repr(char)
+    return None
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` is not a repository location assemble passes to git: allowed are
+    https/http/ssh/git/file URLs, scp-like ``user@host:path`` and local paths."""
+    if not url:
+        return "it is empty"
+    if len(url) > MAX_VALUE_CHARS:
+        return f"it is {len(url)} characters long (at most {MAX_VALUE_CHARS})"
+    if (char := control_character(url)) is not None:
+        return f"it contains the control character {char}"
+    if url.startswith("-"):
+        return "it starts with '-' (it would read as an option)"
+    if "::" in url.split("/", 1)[0]:
+        return "'transport::address' URLs run helper programs"
+    if "://" in url:
+        scheme = url.split("://", 1)[0].lower()
+        if scheme not in URL_SCHEMES:
+            return f"the scheme {scheme!r} is not one of {', '.join(URL_SCHEMES)}"
+        try:
+            netloc = urlsplit(url).netloc
+        except ValueError as exc:
+            return f"it is not a valid URL ({exc})"
+        if netloc.startswith("-") or "@-" in netloc:
+            return "its user or host starts with '-' (ssh would read it as an option)"
+        return None
+    scp = _SCP_RE.match(url)
+    if scp is not None:  # git reads "host:path" as ssh even without a user
+        if (scp.group("user") or "").startswith("-") or scp.group("host").startswith("-"):
+            return "its user or host starts with '-' (ssh would read it as an option)"
+        if not scp.group("host") or not scp.group("path"):
+            return "an scp-like URL needs host:path"
+    return None
+
+
+def file_name_problem(name: str) -> str | None:
+    """Why ``name`` is not a plain file name inside one directory (a series entry)."""
+    if not name:
+        return "it is empty"
+    if len(name) > 255:
+        return f"it is {len(name)} characters long (at most 255)"
+    if (char := control_character(name)) is not None:
+        return f"it contains the control character {char}"
+    if "/" in name or "\\" in name:
+        return "it contains a path separator (series entries are file names in the patches directory)"
+    if name in (".", ".."):
+        return f"{name!r} is a directory"
+    if name.startswith("-"):
+        return "it starts with '-' (it would read as an option)"
+    if name.startswith("."):
+        return "it starts with '.' (hidden files are assemble's own temporaries)"
+    return None
+
+
+def relative_path_problem(path: str) -> str | None:
+    """Why ``path`` is not a relative path that stays below its directory."""
+    if not path:
+        return "it is empty"
+    if len(path) > MAX_VALUE_CHARS:
+        return f"it is {len(path)} characters long (at most {MAX_VALUE_CHARS})"
+    if (char := control_character(path)) is not None:
+        return f"it contains the control character {char}"
+    if path.startswith("/"):
+        return "it is absolute"
+    if path.startswith("-"):
+        return "it starts with '-' (it would read as an option)"
+    if ".." in path.split("/"):
+        return "it climbs out with '..'"
+    return None
