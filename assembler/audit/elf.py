@@ -7,6 +7,10 @@ Everything comes from where the dynamic loader looks: the program headers (at th
 the file was decoded from the middle of a deflate stream (see :mod:`assembler.audit.deflate`),
 the section headers must agree with the program headers and ``.dynamic`` or that decode is
 discarded and the member inflated from the start.
+
+Every table read whole is capped (:mod:`assembler.audit.limits`): a header that declares a
+390 MB string table is refused, not honoured.  Any malformed input ends in InputError naming
+the object.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from assembler.audit.limits import MAX_STRING_TABLE, MAX_TABLE
 from assembler.audit.member import ByteSource
 from assembler.errors import InputError
 
@@ -79,18 +84,32 @@ def read_dynamic(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None = N
     their name starts with one of them: large objects export thousands of symbols an audit skips.
     """
     try:
+        try:
+            return _read(src, defined_prefixes)
+        except (_TailMismatch, InputError):
+            if not src.used_tail:
+                raise
+            src.forget_tail()  # whatever looked wrong may be the decoded tail's fault: read it the slow way
         return _read(src, defined_prefixes)
-    except (_TailMismatch, InputError):
-        if not src.used_tail:
-            raise
-        src.forget_tail()  # whatever looked wrong may be the decoded tail's fault: read it the slow way
-    return _read(src, defined_prefixes)
+    except (struct.error, IndexError, ValueError, OverflowError, KeyError) as error:
+        # A layout the checks above do not foresee: still one line naming the object (the fuzz
+        # suite fails on this message, so each one found gets its own check and wording).
+        raise InputError(f"{src.name}: corrupt ELF (unexpected layout: {type(error).__name__}: {error})") from None
+
+
+def _table(src: ByteSource, offset: int, length: int, what: str, limit: int = MAX_TABLE) -> bytes:
+    """``length`` bytes of a table read whole, refused over ``limit`` (or past the object's end)."""
+    if length > limit:
+        raise InputError(f"{src.name}: {what} of {length} bytes is over the {limit}-byte limit (corrupt or hostile ELF)")
+    return src.read(offset, length)
 
 
 def _layout(src: ByteSource) -> _Layout:
     ident = src.read(0, min(16, src.size))
     if ident[:4] != ELF_MAGIC:
         raise InputError(f"{src.name}: not an ELF file (a shared object was expected)")
+    if len(ident) < 16:
+        raise InputError(f"{src.name}: truncated ELF ({len(ident)} bytes, shorter than the 16-byte ELF identification)")
     if ident[4] not in (1, 2) or ident[5] not in (1, 2):
         raise InputError(f"{src.name}: unknown ELF class {ident[4]} / byte order {ident[5]}")
     header, phdr, shdr, dyn, sym, word = _ELF64 if ident[4] == 2 else _ELF32
@@ -104,7 +123,7 @@ def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> Dynami
     e_phentsize, e_phnum, e_shentsize, e_shnum = hdr[9], hdr[10], hdr[11], hdr[12]
     if e_phnum and e_phentsize < lay.size(lay.phdr):
         raise InputError(f"{src.name}: corrupt ELF program header size {e_phentsize}")
-    raw = src.read(e_phoff, e_phnum * e_phentsize)
+    raw = _table(src, e_phoff, e_phnum * e_phentsize, "program header table")
     loads: list[_Segment] = []
     dynamic: _Segment | None = None
     for i in range(e_phnum):
@@ -148,8 +167,8 @@ def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> Dynami
 
     if syment != lay.size(lay.sym):
         raise InputError(f"{src.name}: unexpected dynamic symbol size {syment} (corrupt ELF)")
-    strings = src.read(strtab, strsz)
-    table = src.read(symtab, count * syment)
+    strings = _table(src, strtab, strsz, "dynamic string table (DT_STRSZ)", MAX_STRING_TABLE)
+    table = _table(src, symtab, count * syment, "dynamic symbol table")
     symbols = []
     name_at, info_at, shndx_at = (0, 1, 3) if lay.word == 8 else (0, 3, 5)
     for st in struct.iter_unpack(lay.endian + lay.sym, table[syment:]):
@@ -166,7 +185,7 @@ def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> Dynami
 
 
 def _dynamic_entries(src: ByteSource, lay: _Layout, dynamic: _Segment) -> dict[int, list[int]]:
-    raw = src.read(dynamic.offset, dynamic.filesz)
+    raw = _table(src, dynamic.offset, dynamic.filesz, "PT_DYNAMIC segment")
     entries: dict[int, list[int]] = {}
     for tag, value in struct.iter_unpack(lay.endian + lay.dyn, raw[: len(raw) - len(raw) % lay.size(lay.dyn)]):
         if tag == DT_NULL:
@@ -196,7 +215,7 @@ def _section_headers(src: ByteSource, lay: _Layout, shoff: int, shnum: int, shen
         shnum = lay.unpack(lay.shdr, src.read(shoff, shentsize))[5]
     if not src.cheap(shoff, shnum * shentsize) or shoff + shnum * shentsize > src.size:
         return None
-    raw = src.read(shoff, shnum * shentsize)
+    raw = _table(src, shoff, shnum * shentsize, "section header table")
     return [lay.unpack(lay.shdr, raw, i * shentsize) for i in range(shnum)]
 
 
@@ -230,12 +249,12 @@ def _check_sections(
 def _hash_count(src: ByteSource, lay: _Layout, gnu_hash: int | None, sysv_hash: int | None) -> int | None:
     """Number of .dynsym entries from DT_GNU_HASH (last chain's end) or DT_HASH (nchain)."""
     if sysv_hash is not None:
-        return lay.unpack("I", src.read(sysv_hash + 4, 4))[0]
+        return int(lay.unpack("I", src.read(sysv_hash + 4, 4))[0])
     if gnu_hash is None:
         return None
     nbuckets, symoffset, bloom_size, _shift = lay.unpack("4I", src.read(gnu_hash, 16))
     buckets_at = gnu_hash + 16 + bloom_size * lay.word
-    buckets = lay.unpack(f"{nbuckets}I", src.read(buckets_at, 4 * nbuckets))
+    buckets = lay.unpack(f"{nbuckets}I", _table(src, buckets_at, 4 * nbuckets, "DT_GNU_HASH bucket table"))
     last = max(buckets, default=0)
     if last < symoffset:
         return symoffset
@@ -245,6 +264,8 @@ def _hash_count(src: ByteSource, lay: _Layout, gnu_hash: int | None, sysv_hash: 
         n = min(256, (src.size - (chain_at + 4 * (index - symoffset))) // 4)
         if n <= 0:
             raise InputError(f"{src.name}: unterminated DT_GNU_HASH chain (corrupt ELF)")
+        if 4 * (index - symoffset) > MAX_TABLE:
+            raise InputError(f"{src.name}: DT_GNU_HASH chain over the {MAX_TABLE}-byte limit (corrupt or hostile ELF)")
         chain = lay.unpack(f"{n}I", src.read(chain_at + 4 * (index - symoffset), 4 * n))
         for value in chain:
             if value & 1:

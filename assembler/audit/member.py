@@ -10,20 +10,22 @@ up to them.  Memory stays bounded by the retained head, the decoded tail and one
 from __future__ import annotations
 
 import os
+import stat
 import struct
 import zlib
 from dataclasses import dataclass
 from typing import Protocol
 
 from assembler.audit.deflate import Tail, read_tail
+from assembler.audit.limits import DEFLATE_MAX_RATIO, HEAD_MAX, PIECE, TAIL_MAX
 from assembler.errors import InputError
 
-_PIECE = 1 << 20  # inflate output piece
+_PIECE = PIECE  # inflate output piece
 _FEED = 1 << 18  # compressed bytes per read
 _HEAD_DEFAULT = _PIECE  # retained before the program headers tell how large the first segment is
-_HEAD_MAX = 64 << 20  # never retain more than this of a member's head
+_HEAD_MAX = HEAD_MAX  # never retain more than this of a member's head
 _TAIL_MIN_SAVING = 4 << 20  # inflating fewer bytes than this to reach a range is cheaper than a tail search
-_TAIL_MAX = 64 << 20  # a decoded tail is held in memory: beyond this, inflate forward instead
+_TAIL_MAX = TAIL_MAX  # a decoded tail is held in memory: beyond this, inflate forward instead
 
 
 class TruncatedError(InputError):
@@ -50,6 +52,33 @@ class ByteSource(Protocol):
     def forget_tail(self) -> None: ...
 
 
+def open_regular(path: str, name: str | None = None) -> int:
+    """A read-only descriptor for ``path``; InputError unless it is a regular file.
+
+    A FIFO, socket or device named ``x.so`` or ``x.whl`` would block or never end: it is
+    refused from ``stat`` before opening, and again from ``fstat`` after (opened non-blocking,
+    so a FIFO swapped in between cannot hang the audit either).
+    """
+    shown = name or path
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise InputError(f"{shown}: not a regular file (only files and directories are audited)")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise InputError(f"{shown}: no such file or directory") from None
+    except OSError as error:
+        raise InputError(f"{shown}: {error.strerror or error}") from None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError as error:
+        os.close(fd)
+        raise InputError(f"{shown}: {error.strerror or error}") from None
+    if not regular:
+        os.close(fd)
+        raise InputError(f"{shown}: not a regular file (only files and directories are audited)")
+    return fd
+
+
 class FileSource:
     """A shared object on disk: every range is one ``pread`` away."""
 
@@ -57,7 +86,7 @@ class FileSource:
 
     def __init__(self, path: str, name: str) -> None:
         self.name = name
-        self._fd = os.open(path, os.O_RDONLY)
+        self._fd = open_regular(path, name)
         self.size = os.fstat(self._fd).st_size
 
     def close(self) -> None:
@@ -65,7 +94,10 @@ class FileSource:
 
     def read(self, offset: int, length: int) -> bytes:
         _check_range(self, offset, length)
-        return os.pread(self._fd, length, offset)
+        data = os.pread(self._fd, length, offset)
+        if len(data) != length:
+            raise TruncatedError(f"{self.name}: the file shrank while it was read (needs bytes {offset}..{offset + length})")
+        return data
 
     def retain_head(self, length: int) -> None:
         """Nothing to retain: the file is always there."""
@@ -90,6 +122,7 @@ class MemberInfo:
     compress_type: int
     compress_size: int
     file_size: int
+    data_end: int | None = None  # where member data must end (the central directory); None: the wheel's size
 
 
 class StoredMember(FileSource):
@@ -97,12 +130,24 @@ class StoredMember(FileSource):
 
     def __init__(self, info: MemberInfo) -> None:
         super().__init__(info.wheel, f"{info.wheel}: {info.name}")
-        self._base = _data_offset(self._fd, info)
+        try:
+            if info.compress_size != info.file_size:
+                raise InputError(
+                    f"{self.name}: stored member declares {info.compress_size} bytes in the wheel but "
+                    f"{info.file_size} uncompressed (corrupt wheel)"
+                )
+            self._base = _data_offset(self._fd, info, self.size)
+        except BaseException:
+            self.close()
+            raise
         self.size = info.file_size
 
     def read(self, offset: int, length: int) -> bytes:
         _check_range(self, offset, length)
-        return os.pread(self._fd, length, self._base + offset)
+        data = os.pread(self._fd, length, self._base + offset)
+        if len(data) != length:
+            raise InputError(f"{self.name}: member data is cut short (the wheel shrank while it was read)")
+        return data
 
 
 class DeflatedMember:
@@ -112,8 +157,17 @@ class DeflatedMember:
         self.name = f"{info.wheel}: {info.name}"  # for messages
         self.size = info.file_size
         self._info = info
-        self._fd = os.open(info.wheel, os.O_RDONLY)
-        self._base = _data_offset(self._fd, info)
+        self._fd = open_regular(info.wheel)
+        try:
+            if info.file_size > info.compress_size * DEFLATE_MAX_RATIO + 1024:
+                raise InputError(
+                    f"{self.name}: declares {info.file_size} bytes from {info.compress_size} compressed, more than "
+                    f"deflate can produce (corrupt wheel)"
+                )
+            self._base = _data_offset(self._fd, info, os.fstat(self._fd).st_size)
+        except BaseException:
+            self.close()
+            raise
         self._retain = _HEAD_DEFAULT
         self._head = bytearray()  # member bytes [0, len(_head)), kept
         self._tail: Tail | None = None
@@ -139,6 +193,28 @@ class DeflatedMember:
     @property
     def used_tail(self) -> bool:
         return self._tail is not None
+
+    def check_end(self) -> None:
+        """After the last byte was read: the deflate stream must end exactly there (no hidden bomb)."""
+        decoder = self._decoder
+        if self._pos != self.size:
+            raise ValueError("check_end before the whole member was read")
+        while not decoder.eof:
+            if decoder.unconsumed_tail:
+                extra = decoder.decompress(decoder.unconsumed_tail, 1)
+            elif self._fed >= self._info.compress_size:
+                raise InputError(f"{self.name}: deflate data does not end where its zip header says (corrupt wheel)")
+            else:
+                n = min(_FEED, self._info.compress_size - self._fed)
+                try:
+                    extra = decoder.decompress(self._read_compressed(self._fed, n), 1)
+                except zlib.error as error:
+                    raise InputError(f"{self.name}: corrupt deflate data ({error})") from None
+                self._fed += n
+            if extra:
+                raise InputError(
+                    f"{self.name}: inflates to more than the {self.size} bytes its zip header says (corrupt wheel)"
+                )
 
     def retain_head(self, length: int) -> None:
         """Keep the first ``length`` bytes once inflated (the segment holding the symbol tables)."""
@@ -207,6 +283,10 @@ class DeflatedMember:
                 self._fed += n
             start = self._pos
             self._pos += len(piece)
+            if self._pos > self.size:
+                raise InputError(
+                    f"{self.name}: inflates to more than the {self.size} bytes its zip header says (corrupt wheel)"
+                )
             self._last = (start, piece)
             if start == len(self._head) and start < self._retain:
                 self._head += piece[: self._retain - start]
@@ -223,13 +303,38 @@ def _check_range(source: ByteSource, offset: int, length: int) -> None:
         )
 
 
-def _data_offset(fd: int, info: MemberInfo) -> int:
-    """Where the member's (compressed) data starts: after its local header, name and extra field."""
-    header = os.pread(fd, 30, info.header_offset)
+def _data_offset(fd: int, info: MemberInfo, wheel_size: int) -> int:
+    """Where the member's (compressed) data starts: after its local header, name and extra field.
+
+    The data must end before the central directory (or the end of the wheel): a member whose
+    declared size runs past it is corrupt, whatever its first bytes look like.
+    """
+    header = os.pread(fd, 30, info.header_offset) if 0 <= info.header_offset < wheel_size else b""
     if len(header) != 30 or header[:4] != b"PK\x03\x04":
         raise InputError(f"{info.wheel}: bad local header for {info.name} (corrupt wheel)")
     name_len, extra_len = struct.unpack("<HH", header[26:30])
-    return info.header_offset + 30 + name_len + extra_len
+    base = info.header_offset + 30 + name_len + extra_len
+    end = min(wheel_size, info.data_end) if info.data_end is not None else wheel_size
+    if base + info.compress_size > end:
+        raise InputError(
+            f"{info.wheel}: {info.name}: its {info.compress_size} bytes of data run past the end of the "
+            f"{'member area' if end < wheel_size else 'wheel'} (corrupt or truncated wheel)"
+        )
+    return base
+
+
+def read_small_member(info: MemberInfo, limit: int) -> bytes:
+    """The whole of a small member (the WHEEL file), refused over ``limit`` bytes declared or inflated."""
+    if info.file_size > limit:
+        raise InputError(f"{info.wheel}: {info.name} declares {info.file_size} bytes, over the {limit}-byte limit")
+    source = open_member(info)
+    try:
+        data = source.read(0, source.size)
+        if isinstance(source, DeflatedMember):
+            source.check_end()
+    finally:
+        source.close()
+    return data
 
 
 def open_member(info: MemberInfo) -> StoredMember | DeflatedMember:

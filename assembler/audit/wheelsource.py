@@ -3,16 +3,30 @@
 Nothing is extracted: a wheel's central directory gives each shared object's offset and sizes
 (:class:`MemberInfo`), which :mod:`assembler.audit.member` reads lazily.  The wheel's abi3 tag
 (``cp38-abi3`` -> Python 3.8) is the floor extensions are checked against.
+
+Only regular files are opened.  A directory is walked without following symbolic links to
+directories; a link named like a shared object is audited once, through its target, when that
+target lies inside the directory, and refused (exit 2) when it leads outside it or nowhere.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from assembler.audit.member import DeflatedMember, FileSource, MemberInfo, StoredMember, open_member
+from assembler.audit.limits import MAX_WHEEL_METADATA
+from assembler.audit.member import (
+    DeflatedMember,
+    FileSource,
+    MemberInfo,
+    StoredMember,
+    open_member,
+    open_regular,
+    read_small_member,
+)
 from assembler.audit.zipindex import read_index
 from assembler.errors import InputError
 
@@ -61,13 +75,13 @@ def is_shared_object_name(name: str) -> bool:
 def open_target(path: Path) -> Target:
     if path.is_dir():
         return _directory(path)
+    fd = open_regular(str(path))
     try:
-        with path.open("rb") as f:
-            magic = f.read(4)
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file or directory") from None
+        magic = os.pread(fd, 4, 0)
     except OSError as error:
-        raise InputError(f"{path}: {error.strerror}") from None
+        raise InputError(f"{path}: {error.strerror or error}") from None
+    finally:
+        os.close(fd)
     if path.suffix == ".whl" or magic == b"PK\x03\x04":
         return _wheel(path)
     return Target(str(path), "file", (), (FileJob(str(path), path.name),))
@@ -78,11 +92,7 @@ def _wheel(path: Path) -> Target:
     wheel_files = [e for e in entries if _WHEEL_FILE.match(e.name)]
     if not wheel_files:
         raise InputError(f"{path}: a zip archive but not a wheel (no *.dist-info/WHEEL)")
-    source = open_member(wheel_files[0])
-    try:
-        metadata = source.read(0, source.size).decode(errors="replace")
-    finally:
-        source.close()
+    metadata = read_small_member(wheel_files[0], MAX_WHEEL_METADATA).decode(errors="replace")
     jobs = tuple(sorted((e for e in entries if is_shared_object_name(e.name)), key=lambda e: e.name))
     return Target(str(path), "wheel", _wheel_tags(path.name, metadata), jobs)
 
@@ -100,26 +110,52 @@ def _directory(root: Path) -> Target:
     jobs: list[FileJob] = []
     seen: set[str] = set()
     tags: tuple[str, ...] = ()
-    for dirpath, dirnames, filenames in os.walk(root):
+    inside = os.path.realpath(root)
+    errors: list[OSError] = []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=errors.append):  # links to directories: not followed
         dirnames.sort()
         here = Path(dirpath)
         if here.name.endswith(".dist-info") and "WHEEL" in filenames and here.parent == root:
-            tags = _wheel_tags("", (here / "WHEEL").read_text(errors="replace"))
+            tags = _wheel_tags("", _read_small_file(here / "WHEEL", MAX_WHEEL_METADATA))
         for name in sorted(filenames):
             full = here / name
-            if not is_shared_object_name(name) or not full.is_file():
+            if not is_shared_object_name(name):
                 continue
             real = os.path.realpath(full)
+            if os.path.commonpath([inside, real]) != inside:
+                raise InputError(
+                    f"{full}: symbolic link to {real}, outside the directory audited",
+                    hint="audit the link's target by its own path",
+                )
+            try:
+                mode = os.stat(real).st_mode
+            except OSError as error:
+                raise InputError(f"{full}: {error.strerror or error}") from None
+            if not stat.S_ISREG(mode):
+                raise InputError(f"{full}: not a regular file (only files and directories are audited)")
             if real not in seen:
                 seen.add(real)
                 jobs.append(FileJob(str(full), full.relative_to(root).as_posix()))
+    if errors:
+        error = errors[0]
+        raise InputError(f"{error.filename or root}: {error.strerror or error}")
     return Target(str(root), "directory", tags, tuple(jobs))
+
+
+def _read_small_file(path: Path, limit: int) -> str:
+    """A metadata file of a directory tree, refused over ``limit`` bytes."""
+    fd = open_regular(str(path))
+    try:
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as error:
+        raise InputError(f"{path}: {error.strerror or error}") from None
+    if len(data) > limit:
+        raise InputError(f"{path}: over the {limit}-byte limit for a WHEEL file")
+    return data.decode(errors="replace")
 
 
 def open_job(job: Job) -> FileSource | StoredMember | DeflatedMember:
     if isinstance(job, FileJob):
-        try:
-            return FileSource(job.path, job.path)
-        except OSError as error:
-            raise InputError(f"{job.path}: {error.strerror}") from None
+        return FileSource(job.path, job.path)
     return open_member(job)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import re
 import struct
+from typing import BinaryIO
 
-from assembler.audit.member import MemberInfo
+from assembler.audit.member import MemberInfo, open_regular
 from assembler.errors import InputError
 
 _EOCD = struct.Struct("<4s4H2LH")  # signature, disk, cd disk, entries here, entries, cd size, cd offset, comment
@@ -22,6 +23,7 @@ _EOCD64 = struct.Struct("<4sQ2H2L4Q")
 _CENTRAL = struct.Struct("<4s4B4HL2L5H2L")
 _LENGTHS = struct.Struct("<3H")  # name, extra and comment lengths, 28 bytes into a central entry
 _MAX_COMMENT = 0xFFFF
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 
 
 class ZipError(InputError):
@@ -29,37 +31,53 @@ class ZipError(InputError):
 
 
 def read_index(path: str, wanted: re.Pattern[bytes]) -> list[MemberInfo]:
-    """Entries of the archive at ``path`` whose raw name matches ``wanted``, in central-directory order."""
-    with open(path, "rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        tail_len = min(size, _EOCD.size + _MAX_COMMENT)
-        f.seek(size - tail_len)
-        tail = f.read(tail_len)
-        at = tail.rfind(b"PK\x05\x06")
-        if at < 0 or at + _EOCD.size > len(tail):
-            raise ZipError(f"{path}: not a readable wheel (no zip end-of-central-directory record)")
-        _, _, _, _, count, cd_size, cd_offset, _ = _EOCD.unpack_from(tail, at)
-        eocd = size - tail_len + at
-        end = eocd
-        if at >= _LOCATOR64.size and tail[at - _LOCATOR64.size : at - _LOCATOR64.size + 4] == b"PK\x06\x07":
-            _, _, eocd64, _ = _LOCATOR64.unpack_from(tail, at - _LOCATOR64.size)
-            f.seek(eocd64)
-            raw = f.read(_EOCD64.size)
-            if len(raw) != _EOCD64.size or raw[:4] != b"PK\x06\x06":
-                raise ZipError(f"{path}: not a readable wheel (bad ZIP64 end record)")
-            _, _, _, _, _, _, _, count, cd_size, cd_offset = _EOCD64.unpack(raw)
-            end = eocd64
-        prepended = end - cd_size - cd_offset  # bytes in front of the archive (0 for a plain wheel)
-        if prepended < 0:
-            raise ZipError(f"{path}: not a readable wheel (central directory out of bounds)")
-        f.seek(cd_offset + prepended)
-        directory = f.read(cd_size)
+    """Entries of the archive at ``path`` whose raw name matches ``wanted``, in central-directory order.
+
+    Sizes and offsets are data: the end records must point inside the file, and every entry's
+    data must end before the central directory (checked when the member is opened).
+    """
+    try:
+        with os.fdopen(open_regular(path), "rb") as f:
+            return _read(f, path, wanted)
+    except OSError as error:
+        raise ZipError(f"{path}: cannot read the wheel ({error.strerror or error})") from None
+
+
+def _read(f: BinaryIO, path: str, wanted: re.Pattern[bytes]) -> list[MemberInfo]:
+    size = f.seek(0, os.SEEK_END)
+    tail_len = min(size, _EOCD.size + _MAX_COMMENT)
+    f.seek(size - tail_len)
+    tail = f.read(tail_len)
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or at + _EOCD.size > len(tail):
+        raise ZipError(f"{path}: not a readable wheel (no zip end-of-central-directory record)")
+    _, _, _, _, count, cd_size, cd_offset, _ = _EOCD.unpack_from(tail, at)
+    end = size - tail_len + at
+    if at >= _LOCATOR64.size and tail[at - _LOCATOR64.size : at - _LOCATOR64.size + 4] == b"PK\x06\x07":
+        _, _, eocd64, _ = _LOCATOR64.unpack_from(tail, at - _LOCATOR64.size)
+        if eocd64 > size - _EOCD64.size:
+            raise ZipError(f"{path}: not a readable wheel (ZIP64 end record outside the file)")
+        f.seek(eocd64)
+        raw = f.read(_EOCD64.size)
+        if len(raw) != _EOCD64.size or raw[:4] != b"PK\x06\x06":
+            raise ZipError(f"{path}: not a readable wheel (bad ZIP64 end record)")
+        _, _, _, _, _, _, _, count, cd_size, cd_offset = _EOCD64.unpack(raw)
+        end = eocd64
+    prepended = end - cd_size - cd_offset  # bytes in front of the archive (0 for a plain wheel)
+    if prepended < 0 or cd_size > end:
+        raise ZipError(f"{path}: not a readable wheel (central directory out of bounds)")
+    cd_start = end - cd_size
+    f.seek(cd_start)
+    directory = f.read(cd_size)
     if len(directory) != cd_size:
         raise ZipError(f"{path}: not a readable wheel (truncated central directory)")
-    return _entries(path, directory, count, prepended, wanted)
+    return _entries(path, directory, count, prepended, cd_start, wanted)
 
 
-def _entries(path: str, directory: bytes, count: int, prepended: int, wanted: re.Pattern[bytes]) -> list[MemberInfo]:
+def _entries(
+    path: str, directory: bytes, count: int, prepended: int, cd_start: int, wanted: re.Pattern[bytes]
+) -> list[MemberInfo]:
+    """Matching entries; member data must end before ``cd_start``, where the central directory begins."""
     found = []
     pos = 0
     lengths = _LENGTHS.unpack_from
@@ -68,27 +86,45 @@ def _entries(path: str, directory: bytes, count: int, prepended: int, wanted: re
             raise ZipError(f"{path}: not a readable wheel (corrupt central directory)")
         name_len, extra_len, comment_len = lengths(directory, pos + 28)
         start = pos + _CENTRAL.size
+        if start + name_len + extra_len + comment_len > len(directory):
+            raise ZipError(f"{path}: not a readable wheel (central directory entry runs past its end)")
         raw_name = directory[start : start + name_len]
         if wanted.search(raw_name):
             fields = _CENTRAL.unpack_from(directory, pos)
             flags, method, csize, usize, offset = fields[5], fields[6], fields[10], fields[11], fields[18]
+            shown = _shown(raw_name)
             if flags & 1:
-                raise ZipError(f"{path}: member {raw_name!r} is encrypted")
+                raise ZipError(f"{path}: member '{shown}' is encrypted")
+            if _CONTROL.search(raw_name):
+                raise ZipError(f"{path}: member name '{shown}' holds control characters (corrupt wheel)")
             extra = directory[start + name_len : start + name_len + extra_len]
-            usize, csize, offset = _zip64(extra, usize, csize, offset)
-            name = raw_name.decode("utf-8" if flags & 0x800 else "cp437")
-            found.append(MemberInfo(path, name, offset + prepended, method, csize, usize))
+            usize, csize, offset = _zip64(path, shown, extra, usize, csize, offset)
+            try:
+                name = raw_name.decode("utf-8" if flags & 0x800 else "cp437")
+            except UnicodeDecodeError:
+                raise ZipError(
+                    f"{path}: member name '{shown}' is flagged UTF-8 but is not valid UTF-8 (corrupt wheel)"
+                ) from None
+            found.append(MemberInfo(path, name, offset + prepended, method, csize, usize, cd_start))
         pos = start + name_len + extra_len + comment_len
     return found
 
 
-def _zip64(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
+def _shown(raw_name: bytes) -> str:
+    """A member name fit for a one-line message: undecodable bytes and control characters as ``\\xNN``."""
+    text = raw_name.decode("utf-8", "backslashreplace")
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: f"\\x{ord(m[0]):02x}", text)
+
+
+def _zip64(path: str, member: str, extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int, int]:
     """Sizes and offset from the ZIP64 extra field, for the values the fixed header marks 0xFFFFFFFF."""
     if 0xFFFFFFFF not in (usize, csize, offset):
         return usize, csize, offset
     pos = 0
     while pos + 4 <= len(extra):
         tag, length = struct.unpack_from("<HH", extra, pos)
+        if pos + 4 + length > len(extra):
+            raise ZipError(f"{path}: {member}: corrupt extra field {tag:#06x} (its {length} bytes run past the field's end)")
         if tag == 1:
             values = list(struct.unpack_from(f"<{length // 8}Q", extra, pos + 4))
             try:
@@ -100,4 +136,4 @@ def _zip64(extra: bytes, usize: int, csize: int, offset: int) -> tuple[int, int,
             return usize, csize, offset
 
         pos += 4 + length
-    raise ZipError("corrupt ZIP64 extra field: sizes or offset missing")
+    raise ZipError(f"{path}: {member}: corrupt ZIP64 extra field (sizes or offset missing)")

@@ -1,0 +1,43 @@
+"""Every bound the audit puts on what a wheel or an ELF file can make it allocate, in one place.
+
+A wheel is attacker-controlled data: a few hundred KB of deflate can declare gigabytes.  The
+audit never holds a whole member; what it does hold is capped here, so the memory one object
+costs is bounded whatever its headers say:
+
+    retained head (HEAD_MAX) + decoded tail (TAIL_MAX) + one inflate piece (PIECE)
+    + .dynstr (MAX_STRING_TABLE) + one other table (MAX_TABLE) + the decoded symbols
+
+Objects are audited in parallel (one per thread), so the bound holds per object in flight.
+Anything over a limit is refused as corrupt or hostile input (exit 2), never truncated.  The
+README's "Security and failure model" section states the same numbers.
+"""
+
+from __future__ import annotations
+
+MiB = 1 << 20
+
+MAX_WHEEL_METADATA = 1 * MiB
+"""The ``*.dist-info/WHEEL`` file (the only metadata the audit reads), declared or inflated."""
+
+MAX_STRING_TABLE = 32 * MiB
+"""The dynamic string table (``DT_STRSZ`` / the ``.dynstr`` section); libtorch_cpu's is ~15 MiB."""
+
+MAX_TABLE = 16 * MiB
+"""Any other ELF table read whole: program and section headers, ``.dynamic``, ``.dynsym``
+(16 MiB is ~700,000 symbols), hash buckets and chains."""
+
+HEAD_MAX = 64 * MiB
+"""The first segment of a deflated member (symbol tables), kept once inflated."""
+
+TAIL_MAX = 64 * MiB
+"""The end of a deflated member decoded from a block boundary near it (``.dynamic``, section headers)."""
+
+PIECE = 1 * MiB
+"""One inflate step's output: the most a single ``decompress`` call may produce."""
+
+DEFLATE_MAX_RATIO = 1032
+"""Deflate cannot expand more than 1032:1 (a 258-byte match in 2 bits): a member declaring more
+uncompressed bytes than that allows is corrupt."""
+
+MAX_TORCH_HEADER = 16 * MiB
+"""One shim header read from a torch wheel by ``--refresh-torch-table``."""
