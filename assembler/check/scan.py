@@ -162,7 +162,8 @@ class UnitResult:
 
     def lines(self) -> list[str]:
         """The findings in words, one per line."""
-        out = [f"guard of <{item['header']}> fired: {' > '.join(item['chain'])}" for item in self.unstable]
+        out = [f"<{item['header']}> is outside the Stable ABI (its TORCH_TARGET_VERSION guard fired), included from "
+               f"{' > '.join(item['chain']) or self.source}" for item in self.unstable]
         out += [f"{item['symbol']} is declared only for a newer torch-target"
                 + (f" (shim symbol of torch {item['since']})" if item.get("since") else "") + f": {item['at']}"
                 for item in self.symbols]
@@ -255,8 +256,14 @@ def _not_limited(unit: TranslationUnit, output: ScanOutput, reader: Reader, resu
             reason = "reads Python.h without Py_LIMITED_API"
         else:
             continue
-        header = _include_spelling(path, reader)
-        result.not_limited.append({"header": header, "reason": reason, "chain": _tree_chain(unit, output.tree, depth_path, reader)})
+        chain = _tree_chain(unit, output.tree, depth_path, reader)
+        if path == cpython_object:  # name the Python.h the dependency's code includes, not Python's internals
+            python_h = str(reader.python_include / "Python.h")
+            at = next((i for i, step in enumerate(chain) if step.rsplit(":", 1)[0] == python_h), len(chain))
+            header, chain = "Python.h", chain[:at]
+        else:
+            header = _include_spelling(path, reader)
+        result.not_limited.append({"header": header, "reason": reason, "chain": chain})
         return
 
 
