@@ -57,17 +57,18 @@ def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild
     first = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--verify", "--json", cache=private_cache)
     assert first.returncode == 0, first.stderr[-4000:]
     report = json.loads(first.stdout)
-    assert _statuses(report) == {"vecadd": "built", "scalekit": "built"}
+    assert _statuses(report) == {"vecadd": "built", "scalekit": "built", "rowsum": "built"}
     assert report["error"] is None
     verified = report["verify"]  # --verify: the matrix is part of the JSON summary
     assert verified["ok"] and [t["requested"] for t in verified["torch"]] == ["2.13.0", "2.14.1"]
     assert {(r["dep"], r["torch"]): r["status"] for r in verified["results"]}[("vecadd", "2.13.0")] == "PASS"
+    assert {(r["dep"], r["torch"]): r["status"] for r in verified["results"]}[("rowsum", "2.14.1")] == "PASS"  # setuptools backend
     assert report["cuda"] == HERMETIC_CUDA and report["nvcc"].startswith(HERMETIC_CUDA + ".")
     assert report["cuda_origin"] == "PyPI" and report["torch"].startswith("2.13.0")
     wheel = Path(report["wheel"])
     first_bytes = wheel.read_bytes()
     assert re.fullmatch(r"stable_abi_example-0\.1\.0\+cu132-cp39-abi3-.+\.whl", wheel.name), wheel.name
-    assert {dep["dep"]: dep["verdict"] for dep in report["deps"]} == {"vecadd": "STABLE", "scalekit": "STABLE"}
+    assert {dep["dep"]: dep["verdict"] for dep in report["deps"]} == {"vecadd": "STABLE", "scalekit": "STABLE", "rowsum": "STABLE"}
 
     artifacts = Path(report["artifacts"])
     record = json.loads((artifacts / "scalekit" / "artifact.json").read_text())
@@ -90,7 +91,7 @@ def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild
     elapsed = time.monotonic() - started
     assert second.returncode == 0, second.stderr[-4000:]
     again = json.loads(second.stdout)
-    assert _statuses(again) == {"vecadd": "cached", "scalekit": "cached"}
+    assert _statuses(again) == {"vecadd": "cached", "scalekit": "cached", "rowsum": "cached"}
     assert Path(again["wheel"]).read_bytes() == wheel.read_bytes()
     assert elapsed < 10, f"no-op build took {elapsed:.1f} s"  # ~0.3 s alone; generous under a loaded CI
 
@@ -100,7 +101,7 @@ def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild
     third = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--json", cache=private_cache)
     assert third.returncode == 0, third.stderr[-4000:]
     rebuilt = json.loads(third.stdout)
-    assert _statuses(rebuilt) == {"vecadd": "built", "scalekit": "built"}
+    assert _statuses(rebuilt) == {"vecadd": "built", "scalekit": "built", "rowsum": "built"}
     assert Path(rebuilt["wheel"]).read_bytes() == first_bytes
 
 
@@ -198,14 +199,14 @@ def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, p
     allowed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd", "--json", cache=private_cache)
     assert allowed.returncode == 0, allowed.stderr[-4000:]
     report = json.loads(allowed.stdout)
-    assert _statuses(report) == {"vecadd": "cached", "scalekit": "cached"}
+    assert _statuses(report) == {"vecadd": "cached", "scalekit": "cached", "rowsum": "cached"}
     assert report["allowed_unstable"] == ["vecadd"]
     assert [w for w in report["warnings"] if "local work" in w] == [
         "vecadd: built from local work in forks/vecadd (uncommitted edits), not from commit + patches alone; "
         "commit, `assemble export vecadd` and rebuild before releasing"
     ]
     verdicts = {dep["dep"]: dep["verdict"] for dep in report["deps"]}
-    assert verdicts == {"vecadd": "UNSTABLE (allowed)", "scalekit": "STABLE"}
+    assert verdicts == {"vecadd": "UNSTABLE (allowed)", "scalekit": "STABLE", "rowsum": "STABLE"}
     # built from local edits: the audit says nothing about the pin + series, so `patches`
     # does not use it; once the edit is committed and exported, it does
     def migrated() -> dict[str, tuple[str, object]]:
@@ -219,7 +220,7 @@ def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, p
     assert assemble("-C", str(example_ws), "export", "vecadd", cache=private_cache).returncode == 0
     rebuilt = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd", cache=private_cache)
     assert rebuilt.returncode == 0, rebuilt.stderr[-4000:]
-    assert migrated() == {"vecadd": ("in progress", ["UNSTABLE"]), "scalekit": ("done", ["STABLE"])}
+    assert migrated() == {"vecadd": ("in progress", ["UNSTABLE"]), "scalekit": ("done", ["STABLE"]), "rowsum": ("done", ["STABLE"])}
 
 
 def test_failed_build_shows_the_log_tail(example_ws: Path, private_cache: Path) -> None:

@@ -73,7 +73,7 @@ def test_make_upstreams_is_deterministic_and_matches_the_pins(
     monkeypatch.setenv("GIT_COMMITTER_DATE", "2001-01-01T00:00:00+00:00")
     monkeypatch.setenv("TZ", "America/New_York")
     assert make_upstreams(tmp_path / "again") == heads
-    assert set(heads) == {"vecadd", "scalekit", "scalekit-fork"}
+    assert set(heads) == {"vecadd", "scalekit", "scalekit-fork", "rowsum"}
     for dep in manifest.deps.values():
         assert dep.commit == heads[_repo_name(dep.source)], f"deps.toml pin of {dep.name} is stale"
 
@@ -96,16 +96,19 @@ def test_manifest_loads_with_series_builds_and_verify(manifest: Manifest) -> Non
     languages = set()
     for dep in manifest.deps.values():
         assert len(dep.series) >= 2
-        assert dep.build.python_packages == (dep.name,)
+        # the helper backend copies the package; setuptools takes it from the dependency's wheel
+        assert dep.build.python_packages == ((dep.name,) if dep.build.backend == "helper" else ())
         assert dep.install == {f"{dep.name}/**": "stable_abi_example/"}
         assert dep.verify.ops and dep.verify.smoke
         languages.update(ext.language for ext in dep.build.extensions)
     assert languages == {"cxx", "cuda"}
+    assert {name: dep.build.backend for name, dep in manifest.deps.items()} == {"vecadd": "helper", "scalekit": "helper", "rowsum": "setuptools"}
+    assert manifest.deps["rowsum"].build.sources == ("csrc/rowsum.cpp",)
     assert manifest.deps["scalekit"].verify.requires_cuda
     assert not manifest.deps["vecadd"].verify.requires_cuda
 
 
-@pytest.mark.parametrize("name", ["vecadd", "scalekit"])
+@pytest.mark.parametrize("name", ["vecadd", "scalekit", "rowsum"])
 def test_series_applies_and_round_trips(
     name: str, tmp_path: Path, upstreams: tuple[Path, dict[str, str]], manifest: Manifest
 ) -> None:
@@ -129,13 +132,12 @@ def test_series_applies_and_round_trips(
     # The migrated tree includes only stable headers from torch, and defines the ops that
     # [verify] lists, with STABLE_TORCH_LIBRARY.
     defined = []
-    for ext in dep.build.extensions:
-        for source in ext.sources:
-            text = (checkout / source).read_text()
-            for header in re.findall(r"#include\s*<(torch/[^>]+|ATen/[^>]+|c10/[^>]+)>", text):
-                assert STABLE_INCLUDE.match(header), f"{source} still includes <{header}>"
-            assert f"STABLE_TORCH_LIBRARY({name}, m)" in text
-            defined += [f"{name}::{schema}" for schema in re.findall(r'm\.def\("([^"]+)"\)', text)]
+    for source in [*(s for ext in dep.build.extensions for s in ext.sources), *dep.build.sources]:
+        text = (checkout / source).read_text()
+        for header in re.findall(r"#include\s*<(torch/[^>]+|ATen/[^>]+|c10/[^>]+)>", text):
+            assert STABLE_INCLUDE.match(header), f"{source} still includes <{header}>"
+        assert f"STABLE_TORCH_LIBRARY({name}, m)" in text
+        defined += [f"{name}::{schema}" for schema in re.findall(r'm\.def\("([^"]+)"\)', text)]
     assert sorted(defined) == sorted(dep.verify.ops)
 
 

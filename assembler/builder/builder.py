@@ -2,8 +2,10 @@
 
 An artifact is ``<artifacts>/<dep>/`` with ``artifact.json`` (provenance, toolchain, key) and
 ``files/`` (what the dependency contributes to the wheel, e.g. ``vecadd/_vecadd_C.abi3.so``).
-The build runs scikit-build-core inside the build environment, against the toolkit selected
-for ``--cuda``, with everything else that could leak a different toolchain removed.
+The dependency's backend (``builder.backends``: our CMake helper, its own CMake, its own
+setup.py) compiles inside the build environment, against the toolkit selected for ``--cuda``,
+with everything else that could leak a different toolchain removed; what is common to every
+backend (the key, the store, the record, the packing) is here.
 """
 
 from __future__ import annotations
@@ -14,15 +16,15 @@ import re
 import shutil
 import subprocess
 import time
-import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assembler.builder import recipe
+from assembler.builder import backends
 from assembler.builder.cache import ArtifactStore, KeyParts, digest_texts, materialize
 from assembler.builder.diagnose import UnstableInclude, log_tail, torch_include_roots, unstable_includes
+from assembler.builder.units import COMPDB_DIR
 from assembler.errors import InputError, ToolchainError
 from assembler.git.state import CheckoutState
 from assembler.manifest import Bundle, Dependency
@@ -30,17 +32,7 @@ from assembler.toolchain.cuda import CudaToolkit
 from assembler.toolchain.torchenv import BuildEnv
 from assembler.wheel.artifact import ARTIFACT_JSON, FILES_DIR, Artifact, stored_artifact
 
-# Environment variables that would silently change what CMake or scikit-build-core do.
-SCRUBBED_ENV = (
-    "CMAKE_ARGS", "CMAKE_GENERATOR", "CMAKE_TOOLCHAIN_FILE", "CMAKE_PREFIX_PATH", "PYTHONPATH", "PYTHONHOME",
-    "VIRTUAL_ENV", "Torch_DIR", "TORCH_CUDA_ARCH_LIST", "CUDAARCHS",
-)
 NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] ")
-DRIVER = (
-    "import json, sys\n"
-    "from scikit_build_core.build import build_wheel\n"
-    "print('assemble: wheel', build_wheel(sys.argv[1], json.loads(sys.argv[2])))\n"
-)
 
 
 @dataclass(frozen=True)
@@ -86,16 +78,16 @@ class BuildRequest:
     dirty: bool
     series_head: str | None  # what applying the series produced; HEAD differs when commits were added
     parts: KeyParts
-    project: recipe.Project
     archs: tuple[str, ...]
+    cuda: bool  # nvcc takes part (the backend says)
 
     @property
     def key(self) -> str:
         return self.parts.digest()
 
     @property
-    def cuda(self) -> bool:
-        return recipe.uses_cuda(self.dep)
+    def backend(self) -> str:
+        return self.dep.build.backend
 
 
 @dataclass
@@ -139,29 +131,38 @@ def _git(checkout: Path, *args: str) -> str:
 def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: str) -> BuildRequest:
     """Everything about ``dep``'s build that goes into its key, computed without building."""
     head, dirty = source_identity(checkout)
-    project = recipe.generate(dep, ctx.bundle.python_abi)
-    uses_cuda = recipe.uses_cuda(dep)
-    archs = (dep.build.cuda_archs if dep.build.cuda_archs is not None else ctx.bundle.cuda_archs) if uses_cuda else ()
-    if not archs and any(ext.language == "cuda" for ext in dep.build.extensions):  # own CMake may set them itself
-        raise InputError(
-            f"deps.toml: [deps.{dep.name}.build] compiles CUDA but cuda-archs is set neither there nor in [bundle]",
-            hint=f'add cuda-archs = ["9.0"] to [bundle] or [deps.{dep.name}.build]',
-        )
-    helper = (recipe.CMAKE_HELPER_DIR / "AssemblerStableExtension.cmake").read_text()
+    try:
+        prepared = backends.for_dep(dep).prepare(ctx, dep, checkout)
+    except backends.RecipePathMissing as missing:
+        raise missing.located(ctx.state_dir.parent / "deps.toml") from None
+    archs = dep_archs(dep, ctx.bundle.cuda_archs, prepared.uses_cuda)
     parts = KeyParts(
         dep=dep.name,
         source=head if dirty is None else f"{head}+{dirty}",
         series=series_digest,
-        recipe=digest_texts(project.pyproject, project.cmakelists, helper, json.dumps(dep.install, sort_keys=True)),
-        toolchain=ctx.toolchain.versions(uses_cuda),
+        recipe=prepared.recipe,
+        toolchain=ctx.toolchain.versions(prepared.uses_cuda) + prepared.tools,
         torch=ctx.toolchain.env.torch,
         torch_target=dep.torch_target,
-        archs=tuple(archs),
+        archs=archs,
         flags=("Release", *dep.build.cmake_args),
         python_abi=ctx.bundle.python_abi,
     )
     state = CheckoutState.load(checkout)
-    return BuildRequest(dep, checkout, head, dirty is not None, state.head if state else None, parts, project, tuple(archs))
+    return BuildRequest(dep, checkout, head, dirty is not None, state.head if state else None, parts, archs, prepared.uses_cuda)
+
+
+def dep_archs(dep: Dependency, bundle_archs: tuple[str, ...], uses_cuda: bool) -> tuple[str, ...]:
+    """The GPU architectures ``dep`` compiles for: its own cuda-archs, else the bundle's; none
+    when nvcc takes no part. A recipe that surely compiles CUDA must have some."""
+    archs = (dep.build.cuda_archs if dep.build.cuda_archs is not None else bundle_archs) if uses_cuda else ()
+    surely_cuda = any(ext.language == "cuda" for ext in dep.build.extensions) or any(s.endswith(".cu") for s in dep.build.sources)
+    if not archs and surely_cuda:  # own CMake may set them itself
+        raise InputError(
+            f"deps.toml: [deps.{dep.name}.build] compiles CUDA but cuda-archs is set neither there nor in [bundle]",
+            hint=f'add cuda-archs = ["9.0"] to [bundle] or [deps.{dep.name}.build]',
+        )
+    return tuple(archs)
 
 
 def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
@@ -178,48 +179,32 @@ def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
 
 
 def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable[[str], None] = lambda _: None) -> Outcome:
-    """Compile ``request`` with ``jobs`` parallel compiler processes; never raises for a
-    compiler failure (the Outcome says what failed, with the log)."""
+    """Compile ``request`` with ``jobs`` parallel compiler processes through its backend; never
+    raises for a compiler failure (the Outcome says what failed, with the log)."""
     dep = request.dep
-    tree = ctx.state_dir / "build" / dep.name
     log_path = ctx.state_dir / "logs" / f"{dep.name}.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    project_dir, wheel_dir = tree / "project", tree / "wheel"
-    cmake_dir = tree / f"cmake-{_configure_digest(request)}"
-    for stale in tree.glob("cmake-*"):  # a build tree per configuration; keep only the current one
-        if stale != cmake_dir:
-            shutil.rmtree(stale, ignore_errors=True)
-    shutil.rmtree(wheel_dir, ignore_errors=True)
-    project_dir.mkdir(parents=True, exist_ok=True)
-    request.project.write(project_dir)
-
-    started = time.monotonic()
-    returncode = _run_logged(
-        [str(ctx.toolchain.env.python), "-c", DRIVER, str(wheel_dir), json.dumps(_settings(ctx, request, cmake_dir))],
-        cwd=project_dir, env=_environment(ctx, jobs), log_path=log_path, on_line=on_line,
-    )
-    seconds = time.monotonic() - started
-    log = log_path.read_text(errors="replace")
-    if returncode != 0:
-        unstable = unstable_includes(log, request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir))
-        return Outcome(dep.name, "failed", seconds, log=log_path, unstable=unstable)
-    used = _cmake_cuda_version(cmake_dir)
-    if used is not None and used != ctx.toolchain.cuda.release:
-        return Outcome(dep.name, "failed", seconds, log=log_path,
-                       error=f"{dep.name}: CMake compiled with nvcc {used}, not the selected {ctx.toolchain.cuda.release}")
-    wheels = sorted(wheel_dir.glob("*.whl"))
-    if len(wheels) != 1:
-        found = ", ".join(w.name for w in wheels) or "none"
-        return Outcome(dep.name, "failed", seconds, log=log_path,
-                       error=f"{dep.name}: scikit-build-core exited 0 but left {found} instead of one wheel in {wheel_dir}")
     staging = ctx.store.root / dep.name / f".tmp-{request.key}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    _unpack(wheels[0], staging / FILES_DIR)
-    missing = _missing_modules(dep, staging / FILES_DIR)
-    if missing:
-        shutil.rmtree(staging)
-        return Outcome(dep.name, "failed", seconds, log=log_path,
-                       error=f"{dep.name}: the build produced no {', '.join(missing)} (an abi3 module named by the recipe)")
+    work = backends.Work(
+        tree=ctx.state_dir / "build" / dep.name,
+        files=staging / FILES_DIR,
+        compdb=ctx.state_dir / COMPDB_DIR / f"{dep.name}.json",
+        run=lambda command, cwd, env: _run_logged(command, cwd, env, log_path, on_line),
+    )
+    work.tree.mkdir(parents=True, exist_ok=True)
+    log_path.write_text("")
+    started = time.monotonic()
+    try:
+        backends.for_dep(dep).build(ctx, request, jobs, work)
+    except backends.BuildFailure as failure:
+        shutil.rmtree(staging, ignore_errors=True)
+        seconds = time.monotonic() - started
+        if failure.error is not None:
+            return Outcome(dep.name, "failed", seconds, log=log_path, error=failure.error)
+        unstable = unstable_includes(log_path.read_text(errors="replace"), request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir))
+        return Outcome(dep.name, "failed", seconds, log=log_path, unstable=unstable)
+    seconds = time.monotonic() - started
     # Deflated once here, so every merge copies the compressed members instead of recompressing.
     from assembler.wheel.artifact import PACK_NAME, pack_files  # the wheel package only when building
 
@@ -245,6 +230,7 @@ def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) ->
         "patches": list(dep.series),
         "series_digest": request.parts.series,
         "key": request.key,
+        "backend": request.backend,
         "toolchain": {
             "cuda": tc.cuda.version if request.cuda else None,
             "nvcc": tc.cuda.release if request.cuda else None,
@@ -262,38 +248,9 @@ def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) ->
     }
 
 
-def _configure_digest(request: BuildRequest) -> str:
-    """What forces a fresh CMake tree: everything in the key except the sources themselves."""
-    return replace(request.parts, source="", series="").digest()[:12]
-
-
-def _settings(ctx: BuildContext, request: BuildRequest, cmake_dir: Path) -> dict[str, str]:
-    tc = ctx.toolchain
-    settings = {
-        "build-dir": str(cmake_dir),
-        "cmake.define.ASSEMBLER_SOURCE_DIR": str(request.checkout),
-        "cmake.define.ASSEMBLER_CMAKE_DIR": str(recipe.CMAKE_HELPER_DIR),
-        "cmake.define.ASSEMBLER_PYTHON_ABI": ctx.bundle.python_abi,
-        "cmake.define.ASSEMBLER_TORCH_TARGET": request.dep.torch_target,
-        "cmake.define.ASSEMBLER_TORCH_DIR": str(tc.env.torch_dir),
-    }
-    if request.cuda:
-        settings["cmake.define.CMAKE_CUDA_COMPILER"] = str(tc.cuda.nvcc)
-    if request.archs:
-        settings["cmake.define.CMAKE_CUDA_ARCHITECTURES"] = recipe.cmake_archs(request.archs)
-    return settings
-
-
-def _environment(ctx: BuildContext, jobs: int) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SCRUBBED_ENV and not k.startswith("SKBUILD_")}
-    env = ctx.toolchain.cuda.environment(env)
-    env["PATH"] = os.pathsep.join([str(ctx.toolchain.env.python.parent), env["PATH"]])
-    env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
-    return env
-
-
 def _run_logged(command: list[str], cwd: Path, env: dict[str, str], log_path: Path, on_line: Callable[[str], None]) -> int:
-    with log_path.open("w") as log, subprocess.Popen(
+    """Run ``command`` with its output appended to the log and passed on line by line."""
+    with log_path.open("a") as log, subprocess.Popen(
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
     ) as process:
         assert process.stdout is not None
@@ -301,32 +258,6 @@ def _run_logged(command: list[str], cwd: Path, env: dict[str, str], log_path: Pa
             log.write(line)
             on_line(line.rstrip("\n"))
         return process.wait()
-
-
-def _unpack(wheel: Path, target: Path) -> None:
-    """The wheel's payload without its dist-info (the merged wheel writes its own)."""
-    with zipfile.ZipFile(wheel) as archive:
-        for member in archive.infolist():
-            if member.is_dir() or member.filename.split("/")[0].endswith(".dist-info"):
-                continue
-            path = Path(archive.extract(member, target))
-            mode = (member.external_attr >> 16) & 0o777
-            path.chmod(mode or 0o644)
-
-
-def _cmake_cuda_version(cmake_dir: Path) -> str | None:
-    """The nvcc version CMake actually configured (None when the project enabled no CUDA): the
-    last guard against a dependency's own CMake picking up another toolkit."""
-    for found in cmake_dir.glob("CMakeFiles/*/CMakeCUDACompiler.cmake"):
-        match = re.search(r'set\(CMAKE_CUDA_COMPILER_VERSION "([^"]+)"\)', found.read_text())
-        if match:
-            return match.group(1)
-    return None
-
-
-def _missing_modules(dep: Dependency, files: Path) -> list[str]:
-    destination = files / recipe.module_destination(dep)
-    return [f"{ext.name}.abi3.so" for ext in dep.build.extensions if not (destination / f"{ext.name}.abi3.so").is_file()]
 
 
 def ninja_progress(line: str) -> tuple[int, int] | None:

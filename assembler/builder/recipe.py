@@ -32,8 +32,12 @@ class Project:
 
 
 def uses_cuda(dep: Dependency) -> bool:
-    """Whether nvcc takes part: any CUDA extension, or the dependency's own CMake (unknown)."""
-    return dep.build.cmake_dir is not None or any(ext.language == "cuda" for ext in dep.build.extensions)
+    """Whether nvcc takes part: any CUDA extension, or the dependency's own CMake (unknown); for
+    its own setup.py, when the recipe sets cuda-archs or lists a .cu source."""
+    recipe = dep.build
+    if recipe.backend == "setuptools":
+        return recipe.cuda_archs is not None or any(source.endswith(".cu") for source in recipe.sources)
+    return recipe.cmake_dir is not None or any(ext.language == "cuda" for ext in recipe.extensions)
 
 
 def module_destination(dep: Dependency) -> str:
@@ -84,6 +88,8 @@ def generate(dep: Dependency, python_abi: str) -> Project:
     if languages != "CXX":
         body.append(f'add_compile_options("$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-ffile-prefix-map=${{ASSEMBLER_SOURCE_DIR}}={dep.name}>")')
     if recipe.cmake_dir is not None:
+        if recipe.defines:
+            body.append("add_compile_definitions(" + " ".join(_quote(d) for d in recipe.defines) + ")")
         body.append(f"add_subdirectory({_source_path(recipe.cmake_dir)} dependency)")
     else:
         body.append("include(AssemblerStableExtension)")

@@ -1,0 +1,189 @@
+"""``backend = "setuptools"``: the dependency's own setup.py / pyproject.toml, usually
+``torch.utils.cpp_extension``, as most torch kernel libraries ship (FlashMLA, FlashKDA, QuTLASS).
+
+The wheel is built by calling the project's PEP 517 backend (``setuptools.build_meta`` unless
+its pyproject.toml names another) inside the torch build environment, without build isolation
+and without pip: the torch it compiles against is the one the key names. Our settings come in
+through the environment, which ``torch.utils.cpp_extension`` reads:
+
+- ``CFLAGS``/``CXXFLAGS`` (g++) and ``NVCC_APPEND_FLAGS`` (nvcc): ``-DTORCH_TARGET_VERSION``,
+  ``-DPy_LIMITED_API`` and the recipe's ``defines``;
+- ``TORCH_CUDA_ARCH_LIST`` from the dependency's archs, ``MAX_JOBS`` from ``--jobs``,
+  ``CUDA_HOME`` (and nvcc first on PATH) from the selected toolkit;
+- the recipe's ``build-env``;
+- ``DIST_EXTRA_CONFIG``: setuptools' build and egg-info directories go to our build tree, so
+  the checkout stays clean (a dirty checkout would change the next build's key).
+
+The setup.py must itself ask for abi3 (``py_limited_api=True`` on each extension and
+``options={"bdist_wheel": {"py_limited_api": "cp39"}}``): a module without the ``.abi3.so``
+suffix fails the build, since the bundle is one cp39-abi3 wheel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from assembler.builder.backends import (
+    BuildFailure,
+    Prepared,
+    RecipePathMissing,
+    Work,
+    scrubbed_environment,
+    stable_defines,
+    write_compdb,
+)
+from assembler.builder.backends.skbuild import configure_digest, one_wheel, unpack
+from assembler.builder.cache import digest_texts
+from assembler.builder.recipe import uses_cuda
+from assembler.manifest import Dependency
+from assembler.toolchain.venv import installed_versions
+
+if TYPE_CHECKING:
+    from assembler.builder.builder import BuildContext, BuildRequest
+
+PROJECT_FILES = ("pyproject.toml", "setup.py")
+DRIVER = """\
+import importlib, os, sys
+project, wheel_dir = sys.argv[1], sys.argv[2]
+os.chdir(project)
+sys.path.insert(0, project)
+name, paths = "setuptools.build_meta:__legacy__", []
+if os.path.exists("pyproject.toml"):
+    import tomllib
+    with open("pyproject.toml", "rb") as f:
+        system = tomllib.load(f).get("build-system", {})
+    name, paths = system.get("build-backend", name), system.get("backend-path", [])
+for path in reversed(paths):
+    sys.path.insert(0, os.path.abspath(path))
+module, _, attribute = name.partition(":")
+backend = importlib.import_module(module)
+for part in filter(None, attribute.split(".")):
+    backend = getattr(backend, part)
+print("assemble: PEP 517 backend", name, flush=True)
+print("assemble: wheel", backend.build_wheel(wheel_dir, {}), flush=True)
+"""
+EXTRA_CONFIG = """\
+# Written by assemble: setuptools builds into assemble's tree, never into the checkout.
+[build]
+build_base = {build_base}
+[egg_info]
+egg_base = {egg_base}
+"""
+
+
+class SetuptoolsBackend:
+    name = "setuptools"
+
+    def prepare(self, ctx: BuildContext, dep: Dependency, checkout: Path) -> Prepared:
+        project = checkout / dep.build.project_dir
+        if not any((project / name).is_file() for name in PROJECT_FILES):
+            raise RecipePathMissing(dep.name, ("deps", dep.name, "build", "project-dir"), dep.build.project_dir, checkout,
+                                    reason=f"holds neither {' nor '.join(PROJECT_FILES)}")
+        versions = installed_versions(ctx.toolchain.env.path)
+        recipe = digest_texts(
+            f"backend={self.name}", dep.build.project_dir, json.dumps(dep.build.defines), json.dumps(dep.build.build_env),
+            json.dumps(dep.install, sort_keys=True), DRIVER, EXTRA_CONFIG, *stable_defines(dep, ctx.bundle.python_abi),
+        )
+        tools = (("setuptools", versions.get("setuptools", "(none)")),)
+        return Prepared(recipe=recipe, uses_cuda=uses_cuda(dep), tools=tools)
+
+    def build(self, ctx: BuildContext, request: BuildRequest, jobs: int, work: Work) -> None:
+        dep = request.dep
+        build_base = work.tree / f"setuptools-{configure_digest(request)}"
+        for stale in work.tree.glob("setuptools-*"):  # one tree per configuration, as for CMake
+            if stale != build_base:
+                shutil.rmtree(stale, ignore_errors=True)
+        wheel_dir, egg_base = work.tree / "wheel", build_base / "egg-info"
+        shutil.rmtree(wheel_dir, ignore_errors=True)
+        shutil.rmtree(egg_base, ignore_errors=True)  # stale SOURCES.txt would list deleted files
+        wheel_dir.mkdir(parents=True)
+        egg_base.mkdir(parents=True)
+        config = build_base / "assemble-setup.cfg"
+        config.write_text(EXTRA_CONFIG.format(build_base=build_base, egg_base=egg_base))
+        env = self.environment(ctx, request, jobs, config)
+        ninja = ctx.toolchain.env.python.parent / "ninja"
+        wrapper_dir, wrapper_env = ninja_wrapper(build_base, ninja)
+        env.update(wrapper_env, PATH=os.pathsep.join([str(wrapper_dir), env["PATH"]]))
+        project = request.checkout / dep.build.project_dir
+        command = [str(ctx.toolchain.env.python), "-c", DRIVER, str(project), str(wheel_dir)]
+        status = work.run(command, project, env)
+        export_compdb(build_base, ninja, work.compdb)
+        if status != 0:
+            raise BuildFailure()
+        wheel = one_wheel(wheel_dir, dep.name, "the setuptools build")
+        unpack(wheel, work.files)
+        modules = sorted(path.relative_to(work.files).as_posix() for path in work.files.rglob("*.so"))
+        not_abi3 = [module for module in modules if not module.endswith(".abi3.so")]
+        if not_abi3:
+            raise BuildFailure(
+                f"{dep.name}: {', '.join(not_abi3)} is not an abi3 module: pass py_limited_api=True to each extension "
+                f'and options={{"bdist_wheel": {{"py_limited_api": "cp{ctx.bundle.python_abi.replace(".", "")}"}}}} to setup() '
+                "(the bundle is one abi3 wheel)")
+
+    def environment(self, ctx: BuildContext, request: BuildRequest, jobs: int, config: Path) -> dict[str, str]:
+        """The build's environment: ours on top of the user's, minus what could change the build."""
+        tc, dep = ctx.toolchain, request.dep
+        env = tc.cuda.environment(scrubbed_environment(dict(os.environ)))
+        env["PATH"] = os.pathsep.join([str(tc.env.python.parent), env["PATH"]])
+        defines = " ".join(shlex.quote(f"-D{define}") for define in stable_defines(dep, ctx.bundle.python_abi))
+        prefix_map = shlex.quote(f"-ffile-prefix-map={request.checkout}={dep.name}")
+        env.update(dep.build.build_env)
+        env.update(
+            CFLAGS=f"{defines} {prefix_map}",
+            CXXFLAGS=f"{defines} {prefix_map}",
+            NVCC_APPEND_FLAGS=f"{defines} -Xcompiler={prefix_map}",
+            MAX_JOBS=str(jobs),
+            DIST_EXTRA_CONFIG=str(config),
+        )
+        if request.archs:
+            env["TORCH_CUDA_ARCH_LIST"] = ";".join(request.archs)
+        return env
+
+
+NINJA_WRAPPER = """\
+#!/bin/sh
+# Written by assemble: keep each build.ninja torch.utils.cpp_extension runs (one per extension,
+# each overwriting the last) for the compile commands, then run the real ninja.
+if [ -f build.ninja ] && [ "$1" != "--version" ]; then
+  n=$(ls "$ASSEMBLE_NINJA_SAVE" | wc -l)
+  cp build.ninja "$ASSEMBLE_NINJA_SAVE/$n.ninja" && pwd > "$ASSEMBLE_NINJA_SAVE/$n.dir"
+fi
+exec "$ASSEMBLE_REAL_NINJA" "$@"
+"""
+
+
+def ninja_wrapper(build_base: Path, ninja: Path) -> tuple[Path, dict[str, str]]:
+    """A ``ninja`` that saves each build.ninja it runs: (its directory, for the front of PATH; its
+    environment)."""
+    bin_dir, saved = build_base / "assemble-bin", build_base / "ninja-files"
+    shutil.rmtree(saved, ignore_errors=True)
+    saved.mkdir(parents=True)
+    bin_dir.mkdir(exist_ok=True)
+    wrapper = bin_dir / "ninja"
+    wrapper.write_text(NINJA_WRAPPER)
+    wrapper.chmod(0o755)
+    return bin_dir, {"ASSEMBLE_NINJA_SAVE": str(saved), "ASSEMBLE_REAL_NINJA": str(ninja)}
+
+
+def export_compdb(build_base: Path, ninja: Path, target: Path) -> None:
+    """The compile commands of every build.ninja the wrapper saved, as {directory, file, arguments}."""
+    entries: list[dict[str, object]] = []
+    saved = build_base / "ninja-files"
+    for build_file in sorted(saved.glob("*.ninja"), key=lambda path: int(path.stem)):
+        directory = build_file.with_suffix(".dir").read_text().strip()
+        try:
+            out = subprocess.run([str(ninja), "-f", str(build_file), "-t", "compdb"], cwd=directory,
+                                 capture_output=True, text=True, check=True).stdout
+        except (OSError, subprocess.CalledProcessError):
+            continue
+        for entry in json.loads(out):
+            if str(entry.get("file", "")).endswith((".c", ".cc", ".cpp", ".cxx", ".cu")):
+                entries.append({"directory": entry["directory"], "file": entry["file"], "arguments": shlex.split(entry["command"])})
+    if entries:
+        write_compdb(target, entries)

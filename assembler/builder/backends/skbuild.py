@@ -1,0 +1,147 @@
+"""What the helper and cmake backends share: a generated scikit-build-core project (see
+``builder.recipe``), built inside the build environment against the toolkit selected for
+``--cuda``, its wheel unpacked as the artifact's files, its compile commands kept."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import zipfile
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from assembler.builder import recipe
+from assembler.builder.backends import BuildFailure, Prepared, Work, scrubbed_environment, write_compdb
+from assembler.builder.cache import digest_texts
+from assembler.manifest import Dependency
+
+if TYPE_CHECKING:
+    from assembler.builder.builder import BuildContext, BuildRequest
+
+DRIVER = (
+    "import json, sys\n"
+    "from scikit_build_core.build import build_wheel\n"
+    "print('assemble: wheel', build_wheel(sys.argv[1], json.loads(sys.argv[2])))\n"
+)
+
+
+class ScikitBuildBackend:
+    """Base of ``helper`` and ``cmake``; they differ in the project ``recipe.generate`` writes."""
+
+    name = "helper"
+
+    def prepare(self, ctx: BuildContext, dep: Dependency, checkout: Path) -> Prepared:
+        project = recipe.generate(dep, ctx.bundle.python_abi)
+        helper = (recipe.CMAKE_HELPER_DIR / "AssemblerStableExtension.cmake").read_text()
+        texts = [project.pyproject, project.cmakelists, helper, json.dumps(dep.install, sort_keys=True)]
+        if self.name != "helper":  # the helper's keys stay what they were before backends existed
+            texts += [f"backend={self.name}", json.dumps(dep.build.build_env)]
+        return Prepared(recipe=digest_texts(*texts), uses_cuda=recipe.uses_cuda(dep))
+
+    def build(self, ctx: BuildContext, request: BuildRequest, jobs: int, work: Work) -> None:
+        project_dir, wheel_dir = work.tree / "project", work.tree / "wheel"
+        cmake_dir = work.tree / f"cmake-{configure_digest(request)}"
+        for stale in work.tree.glob("cmake-*"):  # a build tree per configuration; keep only the current one
+            if stale != cmake_dir:
+                shutil.rmtree(stale, ignore_errors=True)
+        shutil.rmtree(wheel_dir, ignore_errors=True)
+        project_dir.mkdir(parents=True, exist_ok=True)
+        recipe.generate(request.dep, ctx.bundle.python_abi).write(project_dir)
+        env = scrubbed_environment(dict(os.environ))
+        env = ctx.toolchain.cuda.environment(env)
+        env["PATH"] = os.pathsep.join([str(ctx.toolchain.env.python.parent), env["PATH"]])
+        env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
+        env.update(request.dep.build.build_env)
+        command = [str(ctx.toolchain.env.python), "-c", DRIVER, str(wheel_dir), json.dumps(self._settings(ctx, request, cmake_dir))]
+        if work.run(command, project_dir, env) != 0:
+            export_compdb(cmake_dir, work.compdb)  # what did compile is still worth checking
+            raise BuildFailure()
+        export_compdb(cmake_dir, work.compdb)
+        used = cmake_cuda_version(cmake_dir)
+        if used is not None and used != ctx.toolchain.cuda.release:
+            raise BuildFailure(f"{request.dep.name}: CMake compiled with nvcc {used}, not the selected {ctx.toolchain.cuda.release}")
+        unpack(one_wheel(wheel_dir, request.dep.name, "scikit-build-core"), work.files)
+        missing = self.missing_modules(request.dep, work.files)
+        if missing:
+            raise BuildFailure(f"{request.dep.name}: the build produced no {', '.join(missing)} (an abi3 module named by the recipe)")
+
+    def missing_modules(self, dep: Dependency, files: Path) -> list[str]:
+        return []
+
+    def _settings(self, ctx: BuildContext, request: BuildRequest, cmake_dir: Path) -> dict[str, str]:
+        tc = ctx.toolchain
+        settings = {
+            "build-dir": str(cmake_dir),
+            "cmake.define.ASSEMBLER_SOURCE_DIR": str(request.checkout),
+            "cmake.define.ASSEMBLER_CMAKE_DIR": str(recipe.CMAKE_HELPER_DIR),
+            "cmake.define.ASSEMBLER_PYTHON_ABI": ctx.bundle.python_abi,
+            "cmake.define.ASSEMBLER_TORCH_TARGET": request.dep.torch_target,
+            "cmake.define.ASSEMBLER_TORCH_DIR": str(tc.env.torch_dir),
+            "cmake.define.CMAKE_EXPORT_COMPILE_COMMANDS": "ON",
+        }
+        if request.cuda:
+            settings["cmake.define.CMAKE_CUDA_COMPILER"] = str(tc.cuda.nvcc)
+        if request.archs:
+            settings["cmake.define.CMAKE_CUDA_ARCHITECTURES"] = recipe.cmake_archs(request.archs)
+        return settings
+
+
+def configure_digest(request: BuildRequest) -> str:
+    """What forces a fresh build tree: everything in the key except the sources themselves."""
+    return replace(request.parts, source="", series="").digest()[:12]
+
+
+def export_compdb(cmake_dir: Path, target: Path) -> None:
+    """CMake's compile_commands.json ({directory, command, file}) as {directory, file, arguments}."""
+    source = cmake_dir / "compile_commands.json"
+    if not source.is_file():
+        return
+    entries = json.loads(source.read_text())
+    write_compdb(target, [
+        {"directory": e["directory"], "file": e["file"], "arguments": e.get("arguments") or shlex.split(e["command"])}
+        for e in entries
+    ])
+
+
+def one_wheel(wheel_dir: Path, dep: str, tool: str) -> Path:
+    wheels = sorted(wheel_dir.glob("*.whl"))
+    if len(wheels) != 1:
+        found = ", ".join(w.name for w in wheels) or "none"
+        raise BuildFailure(f"{dep}: {tool} exited 0 but left {found} instead of one wheel in {wheel_dir}")
+    return wheels[0]
+
+
+def unpack(wheel: Path, target: Path) -> None:
+    """The wheel's payload without its dist-info (the merged wheel writes its own); the files a
+    wheel keeps under <name>.data/purelib or platlib go to the root, as an installer puts them."""
+    with zipfile.ZipFile(wheel) as archive:
+        for member in archive.infolist():
+            parts = member.filename.split("/")
+            if member.is_dir() or parts[0].endswith(".dist-info"):
+                continue
+            if parts[0].endswith(".data"):
+                if len(parts) < 3 or parts[1] not in {"purelib", "platlib"}:
+                    continue  # scripts, headers, data: nothing a torch extension bundle ships
+                parts = parts[2:]
+            if any(part in {"", ".", ".."} for part in parts):
+                raise BuildFailure(f"{wheel.name}: member {member.filename!r} leaves the artifact")
+            path = target.joinpath(*parts)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(member) as source, path.open("wb") as out:
+                shutil.copyfileobj(source, out)
+            mode = (member.external_attr >> 16) & 0o777
+            path.chmod(mode or 0o644)
+
+
+def cmake_cuda_version(cmake_dir: Path) -> str | None:
+    """The nvcc version CMake actually configured (None when the project enabled no CUDA): the
+    last guard against a dependency's own CMake picking up another toolkit."""
+    for found in cmake_dir.glob("CMakeFiles/*/CMakeCUDACompiler.cmake"):
+        match = re.search(r'set\(CMAKE_CUDA_COMPILER_VERSION "([^"]+)"\)', found.read_text())
+        if match:
+            return match.group(1)
+    return None

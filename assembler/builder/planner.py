@@ -1,0 +1,137 @@
+"""`assemble build --plan`: what a build would compile, resolved against the checkouts, without
+compiling: per dependency its backend, its translation units (from ``builder.units``) and the
+GPU architectures each CUDA unit is compiled for, and the compiler processes that makes.
+
+A CUDA unit is one nvcc process that compiles every architecture (one ``-gencode`` each), as
+both CMake and ``torch.utils.cpp_extension`` run it; the helper backend adds one generated
+PyInit stub per extension. A recipe path missing from the checkout is an error naming its
+deps.toml line; the plan goes on with the other dependencies and fails at the end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assembler.builder import backends, recipe
+from assembler.builder.builder import dep_archs
+from assembler.errors import AssembleError, InputError
+from assembler.manifest import Dependency
+from assembler.workspace import Workspace
+
+PLAN_SCHEMA = 1
+
+
+@dataclass
+class DepPlan:
+    dep: str
+    backend: str
+    checkout: Path | None
+    torch_target: str
+    archs: list[str] = field(default_factory=list)
+    defines: list[str] = field(default_factory=list)  # what every unit gets: the torch and Python floors, the recipe's
+    units: list[dict[str, Any]] | None = None  # None: not known before the first build (no sources, no compile commands)
+    jobs: int = 0  # compiler processes
+    arch_compilations: int = 0  # units x archs: one per C++ unit, one per architecture of each CUDA unit
+    note: str | None = None
+    error: AssembleError | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend, "checkout": str(self.checkout) if self.checkout else None,
+            "torch_target": self.torch_target, "archs": self.archs, "defines": self.defines,
+            "units": self.units, "jobs": self.jobs, "arch_compilations": self.arch_compilations, "note": self.note,
+            "error": None if self.error is None else {
+                "message": self.error.message, "hint": self.error.hint, "exit_code": int(self.error.exit_code)},
+        }
+
+
+@dataclass
+class BuildPlan:
+    deps: list[DepPlan]
+
+    @property
+    def ok(self) -> bool:
+        return all(plan.error is None for plan in self.deps)
+
+    @property
+    def error(self) -> AssembleError | None:
+        """What the command exits with: the first dependency's error (all are in the plan)."""
+        failed = [plan for plan in self.deps if plan.error is not None]
+        if not failed:
+            return None
+        first = failed[0].error
+        assert first is not None
+        if len(failed) == 1:
+            return first
+        return InputError(f"build --plan: {len(failed)} dependencies cannot be planned ({', '.join(p.dep for p in failed)}); "
+                          f"first: {first.message}", hint=first.hint)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": PLAN_SCHEMA, "command": "build-plan", "ok": self.ok,
+                "deps": {plan.dep: plan.to_json() for plan in self.deps}}
+
+
+def plan_build(workspace: Workspace, only: tuple[str, ...] = (), note: Callable[[str], None] = lambda _: None) -> BuildPlan:
+    """Check out (as `build` does), then plan every selected dependency."""
+    from assembler.git.sync import sync_checkouts
+
+    deps = workspace.manifest.select(list(only))
+    with workspace.lock():
+        checkouts = sync_checkouts(workspace, deps, lambda dep, step: note(f"{dep}: {step}"))
+    return BuildPlan([plan_dep(workspace, dep, checkouts[dep.name].path) for dep in deps])
+
+
+def plan_dep(workspace: Workspace, dep: Dependency, checkout: Path) -> DepPlan:
+    """The plan of one dependency at ``checkout``; a problem is the plan's ``error``, not raised."""
+    from assembler.builder import units as unit_resolver
+
+    bundle = workspace.manifest.bundle
+    plan = DepPlan(dep.name, dep.build.backend, checkout, dep.torch_target,
+                   defines=list(backends.stable_defines(dep, bundle.python_abi)))
+    try:
+        plan.archs = list(dep_archs(dep, bundle.cuda_archs, recipe.uses_cuda(dep)))
+        compdb = unit_resolver.compile_commands_path(workspace, dep.name)
+        if dep.build.backend != "helper" and not dep.build.sources and not compdb.is_file():
+            plan.note = (f"the recipe names no sources and no build recorded compile commands yet: its {dep.build.backend} "
+                         "build decides (add sources = [...] to plan them)")
+            return plan
+        found = unit_resolver.translation_units(workspace, dep, checkout)
+    except AssembleError as error:
+        plan.error = error
+        return plan
+    plan.units = []
+    for unit in found:
+        archs = plan.archs if unit.language == "cuda" else []
+        item = unit.as_dict()
+        item["archs"] = archs
+        item["compiler"] = "nvcc" if unit.language == "cuda" else "c++"
+        plan.units.append(item)
+        plan.arch_compilations += max(1, len(archs))
+    stubs = len(dep.build.extensions) if dep.build.backend == "helper" else 0
+    plan.jobs = len(found) + stubs
+    return plan
+
+
+def render(plan: BuildPlan, print_line: Callable[[str], None]) -> None:
+    """The plan as text: a line per dependency, then one per unit."""
+    for item in plan.deps:
+        archs = " ".join(item.archs) or "-"
+        if item.error is not None:
+            print_line(f"{item.dep} ({item.backend}): ERROR {item.error.message}")
+            continue
+        if item.units is None:
+            print_line(f"{item.dep} ({item.backend}, archs {archs}): units unknown: {item.note}")
+            continue
+        print_line(f"{item.dep} ({item.backend}, torch-target {item.torch_target}, archs {archs}): "
+                   f"{_count(len(item.units), 'unit')}, {_count(item.arch_compilations, 'unit x arch compilation')}, "
+                   f"{_count(item.jobs, 'compile job')}")
+        for unit in item.units:
+            target = f" x {' '.join(unit['archs'])}" if unit["archs"] else ""
+            print_line(f"  {unit['compiler']:<5} {unit['source']}{target}")
+
+
+def _count(number: int, what: str) -> str:
+    return f"{number} {what}{'' if number == 1 else 's'}"
