@@ -119,13 +119,12 @@ def test_a_broken_deps_toml_is_an_error_never_taken_for_none(tmp_path: Path, mon
     outside = tmp_path / "outside"
     outside.mkdir()
     monkeypatch.chdir(outside)
-    assert workspace_manifest(None) is None  # no deps.toml here or above: load checks only
+    assert workspace_manifest(None, outside) is None  # no deps.toml here or above: load checks only
     (tmp_path / "ws" / "sub").mkdir(parents=True)
     (tmp_path / "ws" / "deps.toml").write_text("[bundle]\nname = \n")
     result = run_assemble("verify", "x.whl", "--torch", "2.13.0", cwd=tmp_path / "ws" / "sub")
     assert result.returncode == 2, result.stderr
     assert "deps.toml" in result.stderr and "Traceback" not in result.stderr
     assert "no deps.toml found" not in result.stderr
-    monkeypatch.chdir(tmp_path / "ws" / "sub")
     with pytest.raises(ManifestError):
-        workspace_manifest(None)
+        workspace_manifest(None, tmp_path / "ws" / "sub")

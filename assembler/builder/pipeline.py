@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,10 +29,11 @@ from assembler.git.sync import sync_checkouts
 from assembler.system import available_cpus
 from assembler.toolchain.cuda import select_cuda
 from assembler.toolchain.torchenv import ensure_build_env
-from assembler.workspace import Workspace
+from assembler.workspace import Workspace, locked
 
 if TYPE_CHECKING:
     from assembler.verify import VerifyReport
+    from assembler.wheel.merge import MergeResult
 
 Note = Callable[[str], None]
 Event = Callable[[str, str, int | None, int | None], None]
@@ -234,6 +235,17 @@ class BuildFailed(BuildError):
         super().__init__(message, hint=hint)
         self.report = report
         self.failed = failed
+
+
+@locked
+def merge_artifacts(workspace: Workspace, dirs: Sequence[Path], out: Path | None, cuda: str, exclude: Sequence[str],
+                    jobs: int = 0) -> MergeResult:
+    """`assemble merge`: artifacts (from CI runners) into one wheel in ``out`` (default
+    <workspace>/dist), under the workspace lock since dist/ is the build's too."""
+    from assembler.wheel.merge import merge_wheel
+
+    output = (out or workspace.root / "dist").resolve()
+    return merge_wheel(workspace.manifest, list(dirs), output, cuda, exclude=tuple(exclude), jobs=jobs)
 
 
 def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildReport, note: Note = lambda _: None) -> CheckFailed | None:

@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from assembler.cli.common import non_negative_int, positive_float
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -16,27 +18,6 @@ PHASE_STYLE = {
     "checking": "dim", "queued": "dim", "configuring": "cyan", "compiling": "cyan", "installing": "cyan",
     "cached": "green", "built": "green", "failed": "bold red",
 }
-
-
-def non_negative_int(text: str) -> int:
-    """argparse type for counts where 0 means "choose for me" (a negative count would never run)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative (0 means one per CPU)")
-    return value
-
-
-def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not above 0")
-    return value
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -63,16 +44,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from assembler.builder.pipeline import BuildFailed, BuildOptions, run_build
+    from assembler.cli.common import open_workspace
     from assembler.report.output import err_console
-    from assembler.workspace import open_workspace
 
-    workspace = open_workspace(args.workspace)
+    workspace = open_workspace(args)
     options = BuildOptions(
         cuda=args.cuda, torch=args.torch, jobs=args.jobs, only=tuple(args.only), artifacts=args.artifacts,
         output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify,
         memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None,
     )
-    with workspace.lock(err_console), _Progress(quiet=args.json) as progress:
+    with _Progress(quiet=args.json) as progress:
         report = run_build(workspace, options, note=progress.note, on_event=progress.event)
     if isinstance(report.error, BuildFailed):
         _print_failures(report.error, err_console)

@@ -18,16 +18,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from assembler.cli.common import open_workspace
     from assembler.git.sync import sync_checkouts
-    from assembler.workspace import open_workspace
 
     started = time.perf_counter()
-    workspace = open_workspace(args.workspace)
+    workspace = open_workspace(args)
     deps = workspace.manifest.select(args.names)
     spinners = _Spinners(quiet=args.json)
     try:
-        with workspace.lock():
-            results = list(sync_checkouts(workspace, deps, spinners).values())
+        results = list(sync_checkouts(workspace, deps, spinners).values())
     finally:
         spinners.close()
     elapsed = time.perf_counter() - started

@@ -15,11 +15,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from assembler.cli.common import open_workspace
     from assembler.git.checkout import inspect
     from assembler.report.output import console, emit_json, short
-    from assembler.workspace import open_workspace
 
-    workspace = open_workspace(args.workspace)
+    workspace = open_workspace(args)
     rows = []
     for dep in workspace.manifest.select(args.names):
         rows.append({

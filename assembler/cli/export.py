@@ -13,19 +13,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from assembler.git.sync import refuse_during_rebase
+    from assembler.cli.common import open_workspace
+    from assembler.git.export import export_deps
     from assembler.report.output import console, emit_json, err_console
-    from assembler.series.export import export
-    from assembler.workspace import open_workspace
 
-    workspace = open_workspace(args.workspace)
-    results = []
-    with workspace.lock(err_console):
-        deps = workspace.manifest.select(args.names)
-        refuse_during_rebase(workspace, deps)
-        for dep in deps:
-            results.append(export(workspace, dep))
-            workspace.reload()
+    results = export_deps(open_workspace(args), args.names)
     if args.json:
         emit_json([vars(r) for r in results])
         return 0

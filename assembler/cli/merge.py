@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from assembler.cli.build import non_negative_int
+from assembler.cli.common import non_negative_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,18 +34,13 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from assembler.builder.pipeline import merge_artifacts
+    from assembler.cli.common import open_workspace
     from assembler.report.output import console, emit_json, err_console, short
-    from assembler.wheel.merge import merge_wheel
     from assembler.wheel.platform import DEFAULT_EXCLUDES
-    from assembler.workspace import open_workspace
 
-    workspace = open_workspace(args.workspace)
-    out = (args.out or workspace.root / "dist").resolve()
-    with workspace.lock(err_console):  # dist/ is the build's too
-        result = merge_wheel(
-            workspace.manifest, args.dirs, out, args.cuda,
-            exclude=(*DEFAULT_EXCLUDES, *args.exclude), jobs=args.jobs,
-        )
+    workspace = open_workspace(args)
+    result = merge_artifacts(workspace, args.dirs, args.out, args.cuda, (*DEFAULT_EXCLUDES, *args.exclude), args.jobs)
     if args.json:
         emit_json(result.to_json())
         return 0

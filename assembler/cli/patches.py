@@ -20,11 +20,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from assembler.cli.common import open_workspace
     from assembler.report.output import emit_json, err_console
     from assembler.upstreaming.status import dependency_status
-    from assembler.workspace import open_workspace
 
-    workspace = open_workspace(args.workspace)
+    workspace = open_workspace(args)
     results = []
     for dep in workspace.manifest.select(args.names):
         with err_console.status(f"{dep.name}: checking patches against {dep.track}", spinner="dots") if args.format == "table" else nullcontext():

@@ -30,18 +30,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
 
+    from assembler.cli.common import open_workspace
     from assembler.errors import ConflictError, InputError
     from assembler.report.output import emit_json, err_console
     from assembler.upstreaming import rebase
-    from assembler.workspace import open_workspace
 
     if (args.resume or args.abort) and (args.onto or args.upstream or args.dry_run):
         raise InputError("--continue and --abort take no --onto, --upstream or --dry-run",
                          hint="they carry on (or undo) the rebase already started")
     if not (args.resume or args.abort) and not args.name:
         raise InputError("which dependency?", hint="assemble rebase DEP (see `assemble deps`)")
-    workspace = open_workspace(args.workspace)
-    with workspace.lock(err_console), err_console.status("rebase", spinner="dots") as spinner:
+    workspace = open_workspace(args)
+    with err_console.status("rebase", spinner="dots") as spinner:
         def step(name: str) -> None:
             spinner.update(f"rebase: {name}")
 

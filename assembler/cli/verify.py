@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from assembler.report.output import console, emit_json, err_console
     from assembler.verify import verify_wheel, workspace_manifest
 
-    manifest = workspace_manifest(args.workspace)
+    manifest = workspace_manifest(args.workspace, Path.cwd())
     if manifest is None:
         err_console.print("note: no deps.toml found; checking that each extension loads (no ops or smoke calls)")
     report = verify_wheel(manifest, args.wheel, args.torch, progress=lambda msg: err_console.print(msg), timeout=args.timeout)

@@ -25,12 +25,10 @@ from assembler.workspace import Workspace
 def inspect(workspace: Workspace, dep: Dependency) -> str:
     """One word for `assemble deps`: absent, ready, stale, dirty, unexported, stopped (in a git
     operation), aborted, rebasing, interrupted, foreign."""
-    from assembler.upstreaming.journal import pending
-
     path = workspace.fork_path(dep)
     if not path.exists():
         return "absent"
-    if dep.name in pending(workspace):
+    if workspace.rebase_pending(dep.name):
         return "rebasing"
     state = CheckoutState.load(path)
     if state is None:

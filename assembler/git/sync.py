@@ -11,15 +11,14 @@ from collections.abc import Callable
 from assembler.errors import ConflictError
 from assembler.git.state import CheckoutResult, CheckoutState, is_up_to_date, series_digest
 from assembler.manifest import Dependency
-from assembler.upstreaming.journal import pending
-from assembler.workspace import Workspace
+from assembler.workspace import Workspace, locked
 
 Step = Callable[[str, str], None]  # (dependency, step) for progress displays
 
 
 def refuse_during_rebase(workspace: Workspace, deps: list[Dependency]) -> None:
     """A half-done rebase must be finished or undone before anything reads or resets the fork."""
-    stopped = [dep.name for dep in deps if dep.name in pending(workspace)]
+    stopped = [dep.name for dep in deps if workspace.rebase_pending(dep.name)]
     if stopped:
         name = stopped[0]
         raise ConflictError(
@@ -28,7 +27,9 @@ def refuse_during_rebase(workspace: Workspace, deps: list[Dependency]) -> None:
         )
 
 
+@locked
 def sync_checkouts(workspace: Workspace, deps: list[Dependency], on_step: Step = lambda *_: None) -> dict[str, CheckoutResult]:
+    """Every checkout of ``deps`` up to date; refused during a rebase."""
     refuse_during_rebase(workspace, deps)
     results: dict[str, CheckoutResult] = {}
     for dep in deps:

@@ -461,12 +461,6 @@ def value_position(path: Path, keys: tuple[str, ...], value: str | None = None, 
     return locator.where(keys) if value is None else locator.where_value(keys, value, index)
 
 
-def unknown_dep_error(manifest: Manifest, name: str) -> ManifestError:
-    close = difflib.get_close_matches(name, list(manifest.deps), n=1)
-    fix = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(manifest.deps) or '(none)'}"
-    return ManifestError(f"{manifest.path}: no dependency named '{name}'", hint=fix)
-
-
 def find_workspace(start: Path) -> Path:
     """Nearest directory upward from ``start`` that holds deps.toml (like git finding .git)."""
     start = start.resolve()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from assembler.errors import ManifestError
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,6 @@ class Manifest:
     def select(self, names: list[str] | None) -> list[Dependency]:
         """The dependencies named on the command line (all when none), each once, in manifest
         order: the order of the file is the order of work and of every report."""
-        from assembler.manifest.load import unknown_dep_error
-
         for name in names or ():
             if name not in self.deps:
                 raise unknown_dep_error(self, name)
@@ -143,3 +144,10 @@ class Manifest:
         if "://" in target or target.startswith("/") or ":" in target.split("/")[0]:
             return target
         return str((self.root / target).resolve())
+
+
+def unknown_dep_error(manifest: Manifest, name: str) -> ManifestError:
+    """The error for a dependency name that deps.toml does not have, with the closest one."""
+    close = difflib.get_close_matches(name, list(manifest.deps), n=1)
+    fix = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(manifest.deps) or '(none)'}"
+    return ManifestError(f"{manifest.path}: no dependency named '{name}'", hint=fix)

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from assembler.errors import InputError
 from assembler.fsutil import atomic_write, replace_dir
-from assembler.workspace import Workspace
+from assembler.workspace import JOURNAL_NAME, Workspace
 
-JOURNAL = "journal.json"
+JOURNAL = JOURNAL_NAME
 BACKUP = "backup.tar"
 MTIMES = ".mtimes.json"
 ABSENT = "absent"  # digest of a file or directory that does not exist
@@ -92,7 +92,7 @@ class Journal:
 
 
 def rebase_dir(workspace: Workspace) -> Path:
-    return workspace.state_dir / "rebase"
+    return workspace.rebase_dir
 
 
 def journal_dir(workspace: Workspace, name: str) -> Path:
@@ -123,8 +123,7 @@ def _unreadable(path: Path, name: str, exc: Exception) -> InputError:
 
 def pending(workspace: Workspace) -> list[str]:
     """Dependencies with a rebase in progress."""
-    root = rebase_dir(workspace)
-    return sorted(p.parent.name for p in root.glob(f"*/{JOURNAL}")) if root.is_dir() else []
+    return workspace.rebases_pending()
 
 
 def _dumps(journal: Journal) -> str:

@@ -50,7 +50,7 @@ from assembler.upstreaming.status import (
     source_mirror,
     tracked_tip,
 )
-from assembler.workspace import Workspace
+from assembler.workspace import Workspace, locked
 
 # The replay must not depend on the user's git configuration or hooks: GIT_ENV leaves out the
 # global and system files and hooks; these override what the checkout's own config could set.
@@ -236,6 +236,7 @@ def _horizon(scratch: Scratch, patches: list[Patch], since: str, target: str, la
     return probe.horizon(probe.at(len(probe.chain) - 1))
 
 
+@locked
 def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, upstream: str | None = None,
           dry_run: bool = False, on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
     if jr.load(workspace, dep.name) is not None:
@@ -439,7 +440,7 @@ def _base_report(journal: Journal, status: str, checkout: Path) -> RebaseReport:
 def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: set[str] | None = None) -> RebaseReport:
     """Export the replayed branch, then update deps.toml. ``dropped_empty``: the picks the
     replay reported dropping as empty (trusted when the exported commits add up)."""
-    from assembler.series.export import export
+    from assembler.git.export import export
 
     dep = workspace.manifest.deps.get(journal.dep)
     if dep is None:
@@ -522,6 +523,7 @@ def _journal_for(workspace: Workspace, name: str | None) -> Journal:
     return journal
 
 
+@locked
 def resume(workspace: Workspace, name: str | None = None, on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
     """``--continue``: after a conflict was resolved, or after a crash at any point."""
     journal = _journal_for(workspace, name)
@@ -592,6 +594,7 @@ def _commit_like(fork: _Fork, tree: str, parent: str, original: str) -> str:
     return fork.run("commit-tree", tree, "-p", parent, env=env, input=message).stdout.strip()
 
 
+@locked
 def abort(workspace: Workspace, name: str | None = None) -> RebaseReport:
     """``--abort``: branch, HEAD and tracked files as before; deps.toml and patches/<dep>/ byte
     for byte unless they were edited during the rebase (then kept, with a warning)."""

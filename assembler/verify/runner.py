@@ -49,15 +49,16 @@ class _ProbeState:
     env: dict[str, Any] | None = None
 
 
-def workspace_manifest(directory: Path | None) -> Manifest | None:
+def workspace_manifest(directory: Path | None, search_from: Path) -> Manifest | None:
     """The manifest naming the ops and smoke calls to check: the one of ``directory``
-    (``--workspace``, which must hold one), else the nearest deps.toml above the cwd, else None:
-    outside every workspace only loading is checked. A deps.toml that is there but does not load
-    is an error (exit 2), never taken for no deps.toml."""
+    (``--workspace``, which must hold one), else the nearest deps.toml at or above
+    ``search_from`` (the CLI passes its working directory), else None: outside every workspace
+    only loading is checked. A deps.toml that is there but does not load is an error (exit 2),
+    never taken for no deps.toml."""
     if directory is not None:
         return open_workspace(directory).manifest
     try:
-        root = find_workspace(Path.cwd())
+        root = find_workspace(search_from)
     except ManifestError:
         return None
     return load_manifest(root / MANIFEST_NAME)

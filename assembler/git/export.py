@@ -19,10 +19,11 @@ from assembler.errors import ConflictError, InputError
 from assembler.fsutil import replace_dir
 from assembler.git.runner import in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutState, series_digest
+from assembler.git.sync import refuse_during_rebase
 from assembler.manifest import Dependency, load_manifest
 from assembler.series.headers import parse_patch_header
 from assembler.series.seriesfile import render_series
-from assembler.workspace import Workspace
+from assembler.workspace import Workspace, locked
 
 FORMAT_PATCH_ARGS = ("--no-signature", "--zero-commit", "--no-numbered", "--full-index")
 
@@ -46,6 +47,19 @@ def format_patches(repo: git.Repo, base: str, head: str, out: Path) -> list[Path
     return [Path(line) for line in names.splitlines() if line]
 
 
+@locked
+def export_deps(workspace: Workspace, names: list[str]) -> list[ExportResult]:
+    """`assemble export DEP...`: each named checkout's commits to its patches/ (and deps.toml)."""
+    deps = workspace.manifest.select(names)
+    refuse_during_rebase(workspace, deps)
+    results = []
+    for dep in deps:
+        results.append(export(workspace, dep))
+        workspace.reload()
+    return results
+
+
+@locked
 def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     path = workspace.fork_path(dep)
     state = CheckoutState.load(path) if path.exists() else None
