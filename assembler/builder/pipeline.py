@@ -97,6 +97,7 @@ class BuildReport:
     wheel: Path | None = None
     allowed_unstable: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # the merge's: unshipped files, local work in forks/, ...
+    size: dict[str, Any] | None = None  # the wheel per dependency and CUDA arch, with deps.toml's budgets (assembler.wheel.size)
     seconds: float = 0.0
     verified: VerifyReport | None = None  # with --verify, once the gate passed
     error: AssembleError | None = None  # what the command exits with: BuildFailed, the gate, a verify FAIL
@@ -274,6 +275,11 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
             "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
         }, indent=2, sort_keys=True) + "\n")
     error = _gate(report, audits, options.allow_unstable)
+    if report.wheel is not None:  # over a deps.toml size budget: exit 1 with the breakdown
+        from assembler.wheel.size import size_gate
+
+        report.size, size_error = size_gate(report.wheel, manifest)
+        error = error or size_error
     if error is not None and report.wheel is not None:
         report.wheel.unlink(missing_ok=True)  # a release job must not find a gated wheel in dist/
         report.wheel = None

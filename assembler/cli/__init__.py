@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from assembler import __version__
-from assembler.cli import audit, build, check, checkout, deps, export, merge, patches, rebase, sbom, verify
+from assembler.cli import audit, build, check, checkout, deps, export, merge, patches, rebase, sbom, size, verify
 from assembler.errors import AssembleError
 
-COMMANDS = [deps, checkout, export, patches, rebase, check, build, verify, merge, audit, sbom]
+COMMANDS = [deps, checkout, export, patches, rebase, check, build, verify, merge, audit, sbom, size]
 
 
 def build_parser() -> argparse.ArgumentParser:

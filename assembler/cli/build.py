@@ -141,6 +141,11 @@ def _emit(report: BuildReport, as_json: bool) -> None:
         console.print(f"[yellow]allowed UNSTABLE:[/] {name} (--allow-unstable)")
     for warning in report.warnings:
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    if report.size is not None:
+        from assembler.wheel.size import summary_lines
+
+        for line in summary_lines(report.size):
+            console.print(escape(line), highlight=False, soft_wrap=True)
     if report.wheel is not None:
         console.print(f"wheel: {report.wheel}", highlight=False, soft_wrap=True)
     elif report.error is not None:

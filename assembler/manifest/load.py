@@ -20,6 +20,7 @@ from assembler.manifest.model import (
     Extension,
     Manifest,
     VerifySpec,
+    parse_size,
     reserved_env,
 )
 from assembler.series.seriesfile import read_series
@@ -30,10 +31,10 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 TORCH_TARGET_RE = re.compile(r"^\d+\.\d+$")
 ARCH_RE = re.compile(r"^\d+\.\d+[af]?$")
 
-BUNDLE_KEYS = {"name", "version", "python-abi", "torch-target", "torch", "cuda-archs", "verify-torch"}
+BUNDLE_KEYS = {"name", "version", "python-abi", "torch-target", "torch", "cuda-archs", "verify-torch", "max-wheel-size"}
 DEP_KEYS = {
     "upstream", "source", "commit", "track", "submodules", "torch-target", "patches",
-    "build", "install", "verify",
+    "build", "install", "verify", "max-size",
 }
 BUILD_KEYS = {
     "extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs",
@@ -258,7 +259,19 @@ def _bundle(v: _Validator, raw: Any) -> Bundle:
     verify_torch = v.strings(table, (*key, "verify-torch"))
     for item in verify_torch:
         _version(v, (*key, "verify-torch"), item)
-    return Bundle(name, version, python_abi, torch_target, torch, archs, verify_torch)
+    return Bundle(name, version, python_abi, torch_target, torch, archs, verify_torch,
+                  max_wheel_size=_size(v, table, (*key, "max-wheel-size")))
+
+
+def _size(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> int | None:
+    """A size budget ("400MB", "321MiB", or bytes); `assemble build` fails when the wheel exceeds it."""
+    value = table.get(keys[-1])
+    if value is None:
+        return None
+    try:
+        return parse_size(value)
+    except ValueError as exc:
+        raise v.fail(keys, str(exc), f'write {keys[-1]} = "400MB" (kB, MB, GB, KiB, MiB, GiB or bytes)') from None
 
 
 def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:
@@ -297,7 +310,7 @@ def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) 
     return Dependency(
         name=name, upstream=upstream, source=source, commit=commit, track=track,
         submodules=submodules, torch_target=torch_target, patches_dir=patches_dir,
-        series=series, build=build, install=install, verify=verify,
+        series=series, build=build, install=install, verify=verify, max_size=_size(v, table, (*key, "max-size")),
     )
 
 
@@ -468,5 +481,3 @@ def find_workspace(start: Path) -> Path:
         if (candidate / MANIFEST_NAME).is_file():
             return candidate
     raise ManifestError(f"no {MANIFEST_NAME} in {start} or any parent directory", hint="run inside a workspace or pass --workspace DIR")
-
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +86,7 @@ class Dependency:
     build: BuildRecipe
     install: dict[str, str]
     verify: VerifySpec
+    max_size: int | None = None  # [deps.X] max-size: bytes it may add to the wheel (compressed)
 
     @property
     def is_fork(self) -> bool:
@@ -112,6 +114,7 @@ class Bundle:
     torch: str | None
     cuda_archs: tuple[str, ...]
     verify_torch: tuple[str, ...]
+    max_wheel_size: int | None = None  # [bundle] max-wheel-size, bytes
 
 
 @dataclass(frozen=True)
@@ -151,3 +154,18 @@ def unknown_dep_error(manifest: Manifest, name: str) -> ManifestError:
     close = difflib.get_close_matches(name, list(manifest.deps), n=1)
     fix = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(manifest.deps) or '(none)'}"
     return ManifestError(f"{manifest.path}: no dependency named '{name}'", hint=fix)
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30}
+
+
+def parse_size(text: str | int) -> int:
+    """A size budget: '400MB', '321 MiB', '1.5GB' or a number of bytes -> bytes; ValueError otherwise."""
+    if isinstance(text, bool) or (isinstance(text, int) and text < 0):
+        raise ValueError(f"{text!r} is not a size")
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmg]i?b|b)?\s*", text, re.IGNORECASE)
+    if not match:
+        raise ValueError(f"{text!r} is not a size (write e.g. 400MB, 321MiB or a number of bytes)")
+    return int(float(match[1]) * _SIZE_UNITS[(match[2] or "").lower()])
