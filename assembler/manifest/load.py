@@ -4,7 +4,9 @@ file:line:column, the key and the fix; nothing downstream re-checks the manifest
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from assembler.errors import ManifestError
+from assembler.manifest.globs import glob_problem
 from assembler.manifest.model import (
     BACKENDS,
     BuildRecipe,
@@ -23,9 +26,24 @@ from assembler.manifest.model import (
     parse_size,
     reserved_env,
 )
-from assembler.series.seriesfile import read_series
+from assembler.manifest.refname import branch_problem
+from assembler.manifest.values import (
+    MAX_VALUE_CHARS,
+    control_character,
+    file_name_problem,
+    relative_path_problem,
+    url_problem,
+)
+from assembler.series.seriesfile import parse_series
 
 MANIFEST_NAME = "deps.toml"
+# Set to 1 by whoever runs assemble (never by the manifest, which may come from a pull request)
+# to allow a `patches` directory outside the workspace (absolute, '..', or a symlink out).
+PATCHES_OUTSIDE_ENV = "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE"
+# Directories of the workspace that assemble itself writes: never a patches directory.
+RESERVED_DIRS = ("forks", ".assemble", ".git")
+UTF8_BOM = b"\xef\xbb\xbf"
+MAX_TEXT_BYTES = 16 << 20  # a manifest or series larger than this is not one
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 TORCH_TARGET_RE = re.compile(r"^\d+\.\d+$")
@@ -183,13 +201,36 @@ class _Validator:
             raise self.fail(keys, message, fix)
 
 
-def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
+def read_utf8(path: Path, what: str) -> str:
+    """The text of ``path``; a file that is not a regular UTF-8 text file (a directory, a BOM,
+    a byte that is not UTF-8) is a ManifestError naming the file and the line."""
     try:
-        text = path.read_text(encoding="utf-8")
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise ManifestError(f"{path}: is a directory, not {what}", hint=f"move the directory away; {path.name} must be a text file")
+        if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
+            raise ManifestError(f"{path}: is not a regular file", hint=f"replace it with {what} text file")
+        if path.stat().st_size > MAX_TEXT_BYTES:
+            raise ManifestError(f"{path}: larger than {MAX_TEXT_BYTES >> 20} MiB, not {what}", hint=f"check {path.name}")
+        data = path.read_bytes()
     except FileNotFoundError:
-        raise ManifestError(f"{path}: no such manifest", hint="create deps.toml or pass --workspace DIR") from None
+        raise ManifestError(f"{path}: no such file", hint=f"create {path.name} or fix the path") from None
+    except OSError as exc:
+        raise ManifestError(f"{path}: cannot read ({exc.strerror or exc})", hint="check the file's permissions") from None
+    if data.startswith(UTF8_BOM):
+        raise ManifestError(f"{path}:1:1: starts with a UTF-8 byte-order mark (BOM)", hint=f"save {path.name} as UTF-8 without BOM")
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ManifestError(f"{path}: not UTF-8 text ({exc.reason})", hint="save deps.toml as UTF-8") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ManifestError(f"{path}:{line}:{col}: not UTF-8 text ({exc.reason})", hint=f"save {path.name} as UTF-8") from None
+
+
+def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
+    if not path.exists() and not path.is_symlink():
+        raise ManifestError(f"{path}: no such manifest", hint="create deps.toml or pass --workspace DIR")
+    text = read_utf8(path, "a manifest")
     try:
         # Reading uses the stdlib parser (several times faster than tomlkit, which keeps
         # formatting we only need when editing: see manifest/edit.py).
@@ -278,17 +319,27 @@ def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:
     v.check(isinstance(raw, dict), ("mirrors",), "expected a table of URL prefix = replacement", 'write "https://github.com/" = "/srv/git-mirrors/"')
     for prefix, target in raw.items():
         v.check(isinstance(target, str) and bool(target), ("mirrors", prefix), f"replacement must be a non-empty string, got {target!r}", f'write "{prefix}" = "/path/to/mirrors/"')
+        for value in (prefix, target):
+            problem = url_problem(value)
+            if problem is not None:
+                where = v.locator.where_entry(("mirrors",), prefix)
+                raise ManifestError(f"{where}: mirrors: {_shown(value)} is not a repository URL prefix: {problem}",
+                                    hint='write e.g. "https://github.com/" = "/srv/git-mirrors/"')
     return {str(k): str(val) for k, val in raw.items()}
 
 
 def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) -> Dependency:
     key = ("deps", name)
-    v.check(bool(NAME_RE.match(name)), key, f"{name!r} is not a valid dependency name", "use lowercase letters, digits, '.', '-' and '_'")
+    v.check(bool(NAME_RE.match(name)) and len(name) <= 100, key, f"{name[:100]!r} is not a valid dependency name",
+            "use at most 100 lowercase letters, digits, '.', '-' and '_'")
     table = v.table(raw, key, DEP_KEYS)
     upstream = v.string(table, (*key, "upstream"))
     source = v.string(table, (*key, "source"), upstream)
     if source is None:
         raise v.fail(key, "neither source nor upstream is set", 'add upstream = "https://..." (and source = "..." for a fork)')
+    for url_key in ("upstream", "source"):
+        if url_key in table:
+            _url(v, (*key, url_key), str(table[url_key]))
     commit = v.string(table, (*key, "commit"), required=True)
     assert commit is not None
     v.check(
@@ -298,12 +349,17 @@ def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) 
     )
     track = v.string(table, (*key, "track"), "main")
     assert track is not None
+    problem = branch_problem(track) if len(track) <= MAX_VALUE_CHARS else f"it is longer than {MAX_VALUE_CHARS} characters"
+    if problem is not None:
+        raise v.fail((*key, "track"), f"{_shown(track)} is not a valid branch name: {problem}",
+                     'name the upstream branch to follow, e.g. track = "main" (git check-ref-format --branch rules)')
     submodules = v.strings(table, (*key, "submodules"))
+    for sub in submodules:
+        if (problem := relative_path_problem(sub)) is not None:
+            raise v.fail((*key, "submodules"), f"{_shown(sub)} is not a submodule path: {problem}", "use the path from .gitmodules, relative to the checkout")
     torch_target = _torch_target(v, table, (*key, "torch-target"), bundle.torch_target)
-    patches_rel = v.string(table, (*key, "patches"), f"patches/{name}")
-    assert patches_rel is not None
-    patches_dir = (root / patches_rel).resolve()
-    series = _series((*key, "patches"), patches_dir)
+    patches_dir = _patches_dir(v, root, (*key, "patches"), table.get("patches"), name)
+    series = _series(v, (*key, "patches"), patches_dir, explicit="patches" in table)
     build = _build(v, table.get("build", {}), (*key, "build"))
     install = _install(v, table.get("install", {}), (*key, "install"))
     verify = _verify(v, table.get("verify", {}), (*key, "verify"))
@@ -314,31 +370,88 @@ def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) 
     )
 
 
-def _series(keys: tuple[str, ...], patches_dir: Path) -> tuple[str, ...]:
+def _shown(value: str) -> str:
+    """A value as an error message shows it: escaped (no newline reaches the terminal), cut short."""
+    return repr(value if len(value) <= 80 else value[:80] + "...")
+
+
+def _url(v: _Validator, keys: tuple[str, ...], url: str) -> None:
+    problem = url_problem(url)
+    if problem is not None:
+        raise v.fail(keys, f"{_shown(url)} is not a repository URL: {problem}",
+                     "use an https://, http://, ssh://, git:// or file:// URL, user@host:path, or a local path")
+
+
+def _patches_dir(v: _Validator, root: Path, keys: tuple[str, ...], value: Any, name: str) -> Path:
+    """Where the series lives: below the workspace (not in forks/ or .assemble/), unless whoever
+    runs assemble sets ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE=1."""
+    if value is not None and (not isinstance(value, str) or not value):
+        raise v.fail(keys, f"expected a non-empty string, got {value!r}", f'write patches = "patches/{name}"')
+    rel = value if value is not None else f"patches/{name}"
+    if (char := control_character(rel)) is not None or len(rel) > MAX_VALUE_CHARS:
+        raise v.fail(keys, f"{_shown(rel)} is not a directory path ({f'it contains {char}' if char else 'too long'})", f'write patches = "patches/{name}"')
+    root = root.resolve()
+    try:
+        patches_dir = (root / rel).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise v.fail(keys, f"{_shown(rel)} cannot be resolved ({exc})", f'write patches = "patches/{name}"') from None
+    if os.environ.get(PATCHES_OUTSIDE_ENV) == "1":
+        return patches_dir
+    inside = patches_dir.is_relative_to(root) and patches_dir != root
+    first = patches_dir.relative_to(root).parts[0] if inside else ""
+    if not inside or first in RESERVED_DIRS:
+        where = "is the workspace itself" if patches_dir == root else f"is inside {first}/, which assemble writes" if inside else "leaves the workspace"
+        raise v.fail(keys, f"{_shown(rel)} {where} ({patches_dir})",
+                     f"keep the series below the workspace, e.g. patches = \"patches/{name}\" (or set {PATCHES_OUTSIDE_ENV}=1 to allow a directory outside it)")
+    return patches_dir
+
+
+def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path, *, explicit: bool) -> tuple[str, ...]:
     """The series must name exactly the *.patch files present: a missing file or an orphan
-    patch is the classic way a series silently loses a change."""
-    if not patches_dir.exists():
+    patch is the classic way a series silently loses a change. Entries are plain file names in
+    ``patches_dir``. A missing directory is an empty series only when ``patches`` is not set."""
+    dotted = ".".join(keys)
+    try:
+        mode = patches_dir.stat().st_mode
+    except FileNotFoundError:
+        backup = patches_dir.with_name(f".{patches_dir.name}.old")
+        if backup.is_dir():
+            raise ManifestError(f"{patches_dir}: {dotted}: missing, but {backup} holds the series of an interrupted export",
+                                hint=f"move it back: mv {backup} {patches_dir}") from None
+        if explicit:
+            raise v.fail(keys, f"{patches_dir} does not exist", "fix the path, or create the directory (an empty series needs no file)") from None
         return ()
+    except OSError as exc:
+        raise ManifestError(f"{patches_dir}: {dotted}: cannot read ({exc.strerror or exc})", hint="check the directory's permissions") from None
+    if not stat.S_ISDIR(mode):
+        raise ManifestError(f"{patches_dir}: {dotted}: not a directory (the series and its *.patch files live in a directory)",
+                            hint=f"move the file away and put the series in {patches_dir}/series")
     series_file = patches_dir / "series"
-    entries = read_series(series_file) if series_file.exists() else []
+    listed_file = series_file.exists() or series_file.is_symlink()
+    entries = parse_series(read_utf8(series_file, "a series")) if listed_file else []
     for number, entry in entries:
+        if (problem := file_name_problem(entry)) is not None:
+            raise ManifestError(f"{series_file}:{number}:1: {dotted}: series entry {_shown(entry)}: {problem}",
+                                hint=f"list plain file names of patches in {patches_dir}")
         if not (patches_dir / entry).is_file():
             raise ManifestError(
-                f"{series_file}:{number}:1: {'.'.join(keys)}: series names {entry}, which does not exist",
+                f"{series_file}:{number}:1: {dotted}: series names {entry}, which does not exist",
                 hint=f"restore {patches_dir / entry} or remove the line from the series",
             )
     listed = {entry for _, entry in entries}
     for orphan in sorted(p.name for p in patches_dir.glob("*.patch")):
         if orphan not in listed:
-            where = f"{series_file}:{len(entries) + 1}:1" if series_file.exists() else str(patches_dir / orphan)
+            where = f"{series_file}:{len(entries) + 1}:1" if listed_file else str(patches_dir / orphan)
             raise ManifestError(
-                f"{where}: {'.'.join(keys)}: {orphan} is not in the series",
+                f"{where}: {dotted}: {orphan} is not in the series",
                 hint=f"add '{orphan}' to {series_file} or delete the file",
             )
     names = [entry for _, entry in entries]
-    duplicates = {n for n in names if names.count(n) > 1}
-    if duplicates:
-        raise ManifestError(f"{series_file}:1:1: series lists {sorted(duplicates)[0]} twice", hint="keep one line per patch")
+    seen: set[str] = set()
+    for number, entry in entries:
+        if entry in seen:
+            raise ManifestError(f"{series_file}:{number}:1: series lists {entry} twice", hint="keep one line per patch")
+        seen.add(entry)
     return tuple(names)
 
 
@@ -447,6 +560,10 @@ def _build_env(v: _Validator, raw: Any, keys: tuple[str, ...]) -> tuple[tuple[st
 def _install(v: _Validator, raw: Any, keys: tuple[str, ...]) -> dict[str, str]:
     v.check(isinstance(raw, dict), keys, "expected a table of pattern = destination", f'write [{".".join(keys)}] with "_x_C*.so" = "pkg/"')
     for pattern, dest in raw.items():
+        if (problem := glob_problem(pattern)) is not None:
+            where = v.locator.where_entry(keys, pattern)
+            raise ManifestError(f"{where}: {'.'.join(keys)}: {_shown(pattern)}: {problem}",
+                                hint='write a glob such as "pkg/*.so" ([a-z] ranges go low to high; "**" spans directories)')
         v.check(isinstance(dest, str), (*keys, pattern), f"destination must be a string, got {dest!r}", f'write "{pattern}" = "pkg/"')
         v.check(not str(dest).startswith("/") and ".." not in Path(str(dest)).parts, (*keys, pattern), f"destination {dest!r} leaves the wheel", "use a relative path inside the wheel")
     return {str(k): str(val) for k, val in raw.items()}
@@ -481,3 +598,5 @@ def find_workspace(start: Path) -> Path:
         if (candidate / MANIFEST_NAME).is_file():
             return candidate
     raise ManifestError(f"no {MANIFEST_NAME} in {start} or any parent directory", hint="run inside a workspace or pass --workspace DIR")
+
+

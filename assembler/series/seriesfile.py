@@ -7,8 +7,13 @@ from pathlib import Path
 
 def read_series(path: Path) -> list[tuple[int, str]]:
     """(line number, file name) for every entry; options after the name (quilt's -p1) are ignored."""
+    return parse_series(path.read_text(encoding="utf-8"))
+
+
+def parse_series(text: str) -> list[tuple[int, str]]:
+    """(line number, file name) for every entry of a series' text."""
     entries = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.split("\n"), start=1):
         stripped = line.split("#", 1)[0].strip()
         if stripped:
             entries.append((number, stripped.split()[0]))

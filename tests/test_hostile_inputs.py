@@ -1,0 +1,226 @@
+"""Issue 10: hostile or broken manifests, series and environments. Each case of the issue's
+"Why" (the wheel/ELF ones live in the audit tests) runs the real CLI on a real git workspace
+and checks: the documented exit code, one error line naming the file (and line) and no
+traceback, nothing written outside the workspace, and no process started from a value."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import GitWorkspace
+from tests.gitrepo import git
+
+
+def _edit(ws: GitWorkspace, old: str, new: str) -> None:
+    text = ws.manifest.read_text()
+    assert old in text
+    ws.manifest.write_text(text.replace(old, new))
+
+
+def _refused(result: subprocess.CompletedProcess[str], *needles: str, code: int = 2) -> None:
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in result.stderr, (needle, result.stderr)
+
+
+def _files(root: Path) -> set[Path]:
+    return {p for p in root.rglob("*")} if root.exists() else set()
+
+
+# -- command execution from deps.toml ------------------------------------------------------------
+
+def test_option_like_track_runs_nothing_in_patches(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    assert git_workspace.assemble("checkout").returncode == 0  # the mirror exists and has been fetched
+    _edit(git_workspace, 'track = "main"', f'track = "--upload-pack=touch {pwned};git-upload-pack"')
+    result = git_workspace.assemble("patches", "kern")
+    _refused(result, "deps.toml:13:1: deps.kern.track:", "is not a valid branch name", "starts with '-'")
+    assert not pwned.exists()
+
+
+def test_option_like_onto_runs_nothing_in_rebase_dry_run(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    pwned = tmp_path / "pwned"
+    assert git_workspace.assemble("checkout").returncode == 0
+    result = git_workspace.assemble("rebase", "kern", "--dry-run", "--onto", f"--upload-pack=touch {pwned};git-upload-pack")
+    _refused(result, "--onto", "starts with '-'")
+    assert not pwned.exists()
+
+
+def test_refspec_in_track_is_refused(git_workspace: GitWorkspace) -> None:
+    _edit(git_workspace, 'track = "main"', 'track = "main:refs/heads/evil"')
+    _refused(git_workspace.assemble("deps"), "deps.kern.track", "contains ':'")
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("https://git.invalid/kern\\nx", "control character"),
+    ("--upload-pack=touch pwned", "starts with '-'"),
+    ("ext::sh -c touch% pwned", "transport::address"),
+    ("ssh://-oProxyCommand=touch pwned/x", "starts with '-'"),
+    ("-oProxyCommand=x@host:path", "starts with '-'"),
+    ("gopher://host/x", "scheme 'gopher'"),
+])
+def test_hostile_urls_are_refused_before_any_mirror_exists(git_workspace: GitWorkspace, url: str, reason: str) -> None:
+    _edit(git_workspace, 'upstream = "https://git.invalid/kern"', f'upstream = "{url}"')
+    result = git_workspace.assemble("checkout")
+    _refused(result, "deps.toml:11:1: deps.kern.upstream:", reason)
+    assert not (git_workspace.cache / "git").exists() or not any((git_workspace.cache / "git").iterdir())
+
+
+# -- writes outside the workspace ----------------------------------------------------------------
+
+def test_series_entry_climbing_out_is_refused(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    series = git_workspace.patches / "series"
+    first = series.read_text().splitlines()[1]
+    shutil.move(git_workspace.patches / first, tmp_path / "q.patch")  # exists, four levels up
+    series.write_text(series.read_text().replace(first, "../../../q.patch"))
+    before = _files(tmp_path) - _files(git_workspace.root)
+    result = git_workspace.assemble("checkout")
+    _refused(result, f"{series}:2:1:", "'../../../q.patch'", "path separator")
+    assert _files(tmp_path) - _files(git_workspace.root) - _files(git_workspace.cache) <= before
+
+
+def test_absolute_series_entry_is_refused(git_workspace: GitWorkspace) -> None:
+    series = git_workspace.patches / "series"
+    first = series.read_text().splitlines()[1]
+    series.write_text(series.read_text().replace(first, str(git_workspace.patches / first)))
+    _refused(git_workspace.assemble("deps"), f"{series}:2:1:", "path separator")
+
+
+@pytest.mark.parametrize("entry", ["-p1.patch", ".hidden.patch", "a\\b.patch"])
+def test_series_entries_are_plain_names(git_workspace: GitWorkspace, entry: str) -> None:
+    series = git_workspace.patches / "series"
+    series.write_text(series.read_text() + entry + "\n")
+    _refused(git_workspace.assemble("deps"), f"{series}:4:1:", "series entry")
+
+
+def test_patches_outside_the_workspace_needs_the_opt_in(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    shutil.copytree(git_workspace.patches, outside)
+    _edit(git_workspace, 'track = "main"', 'track = "main"\npatches = "../outside"')
+    _refused(git_workspace.assemble("deps"), "deps.toml:14:1: deps.kern.patches:", "leaves the workspace",
+             "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE=1")
+    allowed = subprocess.run([sys.executable, "-m", "assembler", "-C", str(git_workspace.root), "deps", "--json"],
+                             capture_output=True, text=True, env={**os.environ, "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE": "1"})
+    assert allowed.returncode == 0, allowed.stderr
+    assert '"patches": 2' in allowed.stdout
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    ("/etc", "leaves the workspace"), (".", "is the workspace itself"), ("forks/kern", "inside forks/"),
+])
+def test_patches_path_must_be_inside_and_not_assembles_own(git_workspace: GitWorkspace, value: str, reason: str) -> None:
+    _edit(git_workspace, 'track = "main"', f'track = "main"\npatches = "{value}"')
+    _refused(git_workspace.assemble("deps"), "deps.kern.patches", reason)
+
+
+# -- loss -------------------------------------------------------------------------------------------
+
+def test_typod_patches_directory_is_an_error(git_workspace: GitWorkspace) -> None:
+    _edit(git_workspace, 'track = "main"', 'track = "main"\npatches = "patches/kernn"')
+    _refused(git_workspace.assemble("deps"), "deps.toml:14:1: deps.kern.patches:", "does not exist")
+
+
+def test_missing_default_patches_directory_is_an_empty_series(git_workspace: GitWorkspace) -> None:
+    shutil.rmtree(git_workspace.patches)
+    result = git_workspace.assemble("deps", "--json")
+    assert result.returncode == 0, result.stderr
+    assert '"patches": 0' in result.stdout
+
+
+def test_patches_directory_that_is_a_file_is_an_error(git_workspace: GitWorkspace) -> None:
+    shutil.rmtree(git_workspace.patches)
+    git_workspace.patches.write_text("0001-x.patch\n")
+    _refused(git_workspace.assemble("deps"), str(git_workspace.patches), "not a directory")
+
+
+def test_export_with_patches_on_another_filesystem(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """patches/ is a tmpfs mount (in a private mount namespace), .assemble/ is not: the swap
+    crosses filesystems (EXDEV) and must still replace the series in one step."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("needs unshare -rm (user and mount namespaces) for a second filesystem")
+    assert git_workspace.assemble("checkout").returncode == 0
+    (git_workspace.fork / "NOTES.md").write_text("notes\n")
+    git(git_workspace.fork, "add", "NOTES.md")
+    git(git_workspace.fork, "commit", "-q", "-m", "Add notes")
+    saved, out = tmp_path / "saved", tmp_path / "out"
+    patches_root = git_workspace.root / "patches"
+    shutil.copytree(patches_root, saved)
+    script = ('mount -t tmpfs tmpfs "$1" && cp -a "$2/." "$1/" && shift 3 && "$@"; rc=$?; '
+              'cp -a "$P/." "$O/"; exit $rc')
+    env = {**os.environ, "ASSEMBLE_CACHE": str(git_workspace.cache), "P": str(patches_root), "O": str(out)}
+    out.mkdir()
+    result = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script, "sh", str(patches_root), str(saved), "-",
+         sys.executable, "-m", "assembler", "-C", str(git_workspace.root), "export", "kern"],
+        capture_output=True, text=True, env=env,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    series = (out / "kern" / "series").read_text().splitlines()
+    assert series[0] == "# migration to the Stable ABI" and len(series) == 4 and series[3].startswith("0003-")
+    assert sorted(p.name for p in out.iterdir()) == ["kern"]  # no .kern.old, no staging copy left
+
+
+# -- tracebacks turned into one-line errors --------------------------------------------------------
+
+def test_bad_install_glob_is_a_manifest_error(git_workspace: GitWorkspace) -> None:
+    with git_workspace.manifest.open("a") as handle:
+        handle.write('\n[deps.kern.install]\n"[z-a]*" = "pkg/"\n')
+    _refused(git_workspace.assemble("deps"), "deps.toml:16:1: deps.kern.install:", "'[z-a]*'", "not a valid glob")
+
+
+def test_series_that_is_a_directory(git_workspace: GitWorkspace) -> None:
+    series = git_workspace.patches / "series"
+    series.unlink()
+    series.mkdir()
+    (series / "x").write_text("")
+    for name in list(git_workspace.patches.glob("*.patch")):
+        name.unlink()
+    _refused(git_workspace.assemble("deps"), f"{series}: is a directory")
+
+
+def test_series_that_is_not_utf8(git_workspace: GitWorkspace) -> None:
+    series = git_workspace.patches / "series"
+    series.write_bytes(series.read_bytes() + b"caf\xe9.patch\n")
+    _refused(git_workspace.assemble("deps"), f"{series}:4:4: not UTF-8")
+
+
+@pytest.mark.parametrize("which", ["deps.toml", "series"])
+def test_byte_order_mark_is_named(git_workspace: GitWorkspace, which: str) -> None:
+    path = git_workspace.manifest if which == "deps.toml" else git_workspace.patches / "series"
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    _refused(git_workspace.assemble("deps"), f"{path}:1:1: starts with a UTF-8 byte-order mark (BOM)")
+
+
+def test_killed_merge_leftovers_are_removed_on_the_next_merge(tmp_path: Path) -> None:
+    """A `.stem.PID.tmp` of a process that is gone (here: a real process killed with SIGKILL)
+    is removed by remove_stale, which merge calls on dist/; one of a live process is kept."""
+    from assembler.fsutil import remove_stale
+
+    victim = subprocess.Popen(["sleep", "60"])
+    victim.kill()
+    victim.wait()
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        dead_tmp = tmp_path / f".bundle-1.0.0+cu132.{victim.pid}.tmp"
+        live_tmp = tmp_path / f".bundle-1.0.0+cu132.{live.pid}.tmp"
+        dead_dir = tmp_path / f".kern.{victim.pid}.tmp"
+        for path in (dead_tmp, live_tmp):
+            path.write_bytes(b"\0" * 4096)
+        dead_dir.mkdir()
+        (dead_dir / "series").write_text("")
+        keep = tmp_path / "bundle-1.0.0-cp39-abi3-linux_x86_64.whl"
+        keep.write_bytes(b"")
+        assert sorted(remove_stale(tmp_path)) == sorted([dead_tmp, dead_dir])
+        assert live_tmp.exists() and keep.exists()
+    finally:
+        live.kill()
+        live.wait()
