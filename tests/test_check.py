@@ -233,6 +233,22 @@ def test_units_of_a_setuptools_recipe_from_sources_globs(tmp_path: Path) -> None
         ("csrc/kernels/b.cu", "cuda", ("LIB_FAST=1", "USE_CUDA")),
     ]
     assert all(u.include_dirs == (checkout.resolve() / "csrc",) and u.origin == "recipe" for u in units)
+    assert all(u.std is None for u in units)  # setuptools: torch.utils.cpp_extension's default, read by check
+
+
+def test_helper_units_carry_the_standard_cmake_compiles_them_with(example_ws: Path) -> None:
+    manifest = example_ws / "deps.toml"
+    manifest.write_text(manifest.read_text().replace(
+        'python-packages = ["vecadd"]', 'cmake-args = ["-DCMAKE_CXX_STANDARD=20"]\npython-packages = ["vecadd"]'))
+    workspace = open_workspace(example_ws)
+    for dep in ("vecadd", "scalekit"):
+        (example_ws / "forks" / dep / "csrc").mkdir(parents=True)
+        for source in workspace.manifest.deps[dep].build.extensions[0].sources:
+            (example_ws / "forks" / dep / source).write_text("// source\n")
+    [vecadd] = translation_units(workspace, workspace.manifest.deps["vecadd"])
+    [scalekit] = translation_units(workspace, workspace.manifest.deps["scalekit"])
+    assert (vecadd.language, vecadd.std, vecadd.defines, vecadd.extension) == ("cxx", "gnu++20", (), "_vecadd_C")
+    assert (scalekit.language, scalekit.std, scalekit.defines) == ("cuda", "c++17", ("USE_CUDA",))  # CUDA_STANDARD 17
 
 
 @pytest.mark.parametrize(("recipe", "value", "problem"), [
@@ -260,7 +276,7 @@ def test_units_from_the_last_build_compile_commands(tmp_path: Path) -> None:
     compdb.parent.mkdir(parents=True)
     compdb.write_text(json.dumps([
         {"directory": str(checkout), "file": "csrc/api.cpp",
-         "arguments": ["c++", "-Icsrc", "-isystem", "/torch/include", "-DTORCH_TARGET_VERSION=0x020A000000000000",
+         "arguments": ["c++", "-std=c++20", "-Icsrc", "-isystem", "/torch/include", "-DTORCH_TARGET_VERSION=0x020A000000000000",
                        "-DTORCH_EXTENSION_NAME=_lib_C", "-c", "csrc/api.cpp", "-o", "api.o"]},
         {"directory": str(build), "file": str(checkout / "csrc/kernels/a.cu"),
          "command": f"nvcc -I{checkout}/csrc --define-macro USE_CUDA -Xcompiler -fPIC,-DHOSTONLY -c {checkout}/csrc/kernels/a.cu"},
@@ -269,7 +285,8 @@ def test_units_from_the_last_build_compile_commands(tmp_path: Path) -> None:
     units = translation_units(workspace, dep)
     assert units == [
         TranslationUnit(checkout.resolve() / "csrc/api.cpp", "csrc/api.cpp", "cxx",
-                        (checkout / "csrc", Path("/torch/include")), ("TORCH_EXTENSION_NAME=_lib_C",), origin="compile-commands"),
+                        (checkout / "csrc", Path("/torch/include")), ("TORCH_EXTENSION_NAME=_lib_C",), origin="compile-commands",
+                        std="c++20"),
         TranslationUnit(checkout.resolve() / "csrc/kernels/a.cu", "csrc/kernels/a.cu", "cuda",
                         (checkout / "csrc",), ("USE_CUDA", "HOSTONLY"), origin="compile-commands"),
     ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import glob
 import json
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,11 +47,12 @@ class TranslationUnit:
     defines: tuple[str, ...] = ()  # NAME or NAME=VALUE, besides TORCH_TARGET_VERSION / Py_LIMITED_API
     extension: str | None = None  # helper backend: the extension module it is part of
     origin: str = "recipe"  # "recipe" or "compile-commands" (the last build's)
+    std: str | None = None  # the -std= the build compiles it with (c++17, gnu++20); None: the backend's default
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source, "language": self.language, "include_dirs": [str(d) for d in self.include_dirs],
-            "defines": list(self.defines), "extension": self.extension, "origin": self.origin,
+            "defines": list(self.defines), "extension": self.extension, "origin": self.origin, "std": self.std,
         }
 
 
@@ -93,6 +95,20 @@ def translation_units(workspace: Workspace, dep: Dependency, checkout: Path | No
     )
 
 
+def cmake_standard(dep: Dependency, language: str) -> str:
+    """The -std= CMake compiles the CMake helper's ``language`` sources with: C++ takes
+    ``-DCMAKE_CXX_STANDARD=N`` from cmake-args (default 17, the helper's cxx_std_17) with CMake's
+    GNU extensions (gnu++N); CUDA is the helper's CUDA_STANDARD 17 (nvcc knows no gnu++)."""
+    if language == CUDA:
+        return "c++17"
+    standard = "17"
+    for arg in dep.build.cmake_args:
+        match = re.fullmatch(r"-DCMAKE_CXX_STANDARD(?::\w+)?=(\d+)", arg)
+        if match:
+            standard = match.group(1)
+    return f"gnu++{standard}"
+
+
 def _helper_units(workspace: Workspace, dep: Dependency, root: Path) -> list[TranslationUnit]:
     units: list[TranslationUnit] = []
     seen: set[Path] = set()
@@ -104,8 +120,10 @@ def _helper_units(workspace: Workspace, dep: Dependency, root: Path) -> list[Tra
             for path in _sources(workspace, root, (*keys, "sources"), pattern, index):
                 if path not in seen:
                     seen.add(path)
+                    language = language_of(path)
                     units.append(TranslationUnit(
-                        path, path.relative_to(root).as_posix(), language_of(path), includes, tuple(defines), ext.name,
+                        path, path.relative_to(root).as_posix(), language, includes, tuple(defines), ext.name,
+                        std=cmake_standard(dep, language),
                     ))
     return units
 
@@ -123,7 +141,8 @@ def _recipe_units(workspace: Workspace, dep: Dependency, root: Path) -> list[Tra
             seen.add(path)
             language = language_of(path)
             defines = (*recipe.defines, "USE_CUDA") if language == CUDA else recipe.defines
-            units.append(TranslationUnit(path, path.relative_to(root).as_posix(), language, includes, tuple(defines)))
+            std = cmake_standard(dep, language) if recipe.backend == "cmake" else None  # setuptools: torch's default
+            units.append(TranslationUnit(path, path.relative_to(root).as_posix(), language, includes, tuple(defines), std=std))
     return units
 
 
@@ -185,9 +204,9 @@ def _compdb_units(compdb: Path, dep: Dependency, root: Path) -> list[Translation
         seen.add(path)
         arguments = entry.get("arguments")
         args = [str(a) for a in arguments] if isinstance(arguments, list) else shlex.split(str(entry.get("command", "")))
-        includes, defines = _flags(args, directory)
+        includes, defines, std = _flags(args, directory)
         units.append(TranslationUnit(
-            path, path.relative_to(root).as_posix(), language_of(path), includes, defines, origin="compile-commands",
+            path, path.relative_to(root).as_posix(), language_of(path), includes, defines, origin="compile-commands", std=std,
         ))
     if not units:
         raise InputError(f"{compdb}: no compile command of {dep.name} compiles a file of its checkout",
@@ -199,11 +218,12 @@ _INCLUDE_FLAGS = ("-I", "-isystem", "-iquote", "--include-path", "-idirafter")
 _DEFINE_FLAGS = ("-D", "--define-macro")
 
 
-def _flags(args: list[str], directory: Path) -> tuple[tuple[Path, ...], tuple[str, ...]]:
-    """-I/-isystem/-iquote directories and -D defines of one compile command, in order; nvcc's
-    long spellings and -Xcompiler pass-throughs are understood."""
+def _flags(args: list[str], directory: Path) -> tuple[tuple[Path, ...], tuple[str, ...], str | None]:
+    """-I/-isystem/-iquote directories, -D defines and the -std= of one compile command, in
+    order; nvcc's long spellings and -Xcompiler pass-throughs are understood."""
     includes: list[Path] = []
     defines: list[str] = []
+    std: str | None = None
     expanded: list[str] = []
     tokens = iter(args)
     for token in tokens:
@@ -215,6 +235,12 @@ def _flags(args: list[str], directory: Path) -> tuple[tuple[Path, ...], tuple[st
             expanded.append(token)
     tokens = iter(expanded)
     for token in tokens:
+        if token.startswith(("-std=", "--std=")):
+            std = token.split("=", 1)[1]
+            continue
+        if token in ("-std", "--std"):
+            std = next(tokens, None)
+            continue
         for flag, bucket in [*((f, "I") for f in _INCLUDE_FLAGS), *((f, "D") for f in _DEFINE_FLAGS)]:
             if token == flag:
                 value = next(tokens, "")
@@ -231,4 +257,4 @@ def _flags(args: list[str], directory: Path) -> tuple[tuple[Path, ...], tuple[st
             elif bucket == "D" and value and value.split("=", 1)[0] not in GLOBAL_DEFINES and value not in defines:
                 defines.append(value)
             break
-    return tuple(includes), tuple(defines)
+    return tuple(includes), tuple(defines), std

@@ -24,22 +24,20 @@ from assembler.builder.units import CUDA, TranslationUnit
 from assembler.errors import ToolchainError
 from assembler.toolchain.cuda import CudaToolkit
 
-CXX_STANDARD = "-std=c++17"  # what the CMake helper (cxx_std_17, CUDA_STANDARD 17) compiles with
+DEFAULT_STD = "c++17"  # the CMake helper's floor (cxx_std_17, CUDA_STANDARD 17)
 _DRYRUN_LINE = re.compile(r"^#\$ (?P<command>.+)$")
 _ARCH_DEFINE = re.compile(r"^-D__CUDA_ARCH__=(\d+)$")
 
 
-def version_macro(version: str) -> str:
-    """torch's 64-bit version spelling of MAJOR.MINOR: 2.10 -> 0x020A000000000000 (what
-    TORCH_TARGET_VERSION takes; the CMake helper computes the same)."""
-    major, minor = (int(part) for part in version.split(".")[:2])
-    return f"0x{(major << 56) | (minor << 48):016X}"
-
-
-def limited_api_macro(python_abi: str) -> str:
-    """Py_LIMITED_API for a ``3.Y`` floor: 3.9 -> 0x03090000 (as CMake's USE_SABI sets it)."""
-    major, minor = (int(part) for part in python_abi.split(".")[:2])
-    return f"0x{major:02X}{minor:02X}0000"
+def torch_extension_std(torch_dir: Path) -> str:
+    """The -std= torch.utils.cpp_extension gives a setuptools build that names none (c++20 since
+    torch 2.10, c++17 before), read from the build torch's own cpp_extension.py."""
+    try:
+        text = (torch_dir / "utils" / "cpp_extension.py").read_text()
+    except OSError:
+        return DEFAULT_STD
+    match = re.search(r"common_cflags \+= \['-std=(c\+\+\d+)'", text)
+    return match.group(1) if match else DEFAULT_STD
 
 
 def host_compiler() -> str:
@@ -92,12 +90,12 @@ class Flags:
 SCAN = ("-E", "-M", "-MG", "-H")  # dependencies (missing ones kept) and the include tree, no output
 
 
-def cxx_pass(compiler: str, flags: Flags, unit: TranslationUnit) -> Pass:
-    return Pass("c++", (compiler, CXX_STANDARD, *flags.for_unit(unit), *SCAN, str(unit.path)))
+def cxx_pass(compiler: str, flags: Flags, unit: TranslationUnit, std: str) -> Pass:
+    return Pass("c++", (compiler, f"-std={std}", *flags.for_unit(unit), *SCAN, str(unit.path)))
 
 
-def syntax_pass(compiler: str, flags: Flags, unit: TranslationUnit, defines: tuple[str, ...] | None = None) -> Pass:
-    return Pass("syntax", (compiler, CXX_STANDARD, *flags.for_unit(unit, defines), "-fsyntax-only", str(unit.path)))
+def syntax_pass(compiler: str, flags: Flags, unit: TranslationUnit, std: str, defines: tuple[str, ...] | None = None) -> Pass:
+    return Pass("syntax", (compiler, f"-std={std}", *flags.for_unit(unit, defines), "-fsyntax-only", str(unit.path)))
 
 
 @dataclass(frozen=True)
@@ -108,11 +106,11 @@ class NvccPasses:
     nvcc: str  # the release, for the cache key
     templates: tuple[tuple[str, tuple[str, ...]], ...]  # (pass name, tokens with SOURCE_MARK)
 
-    def passes(self, flags: Flags, unit: TranslationUnit) -> list[Pass]:
+    def passes(self, flags: Flags, unit: TranslationUnit, std: str) -> list[Pass]:
         ours = flags.for_unit(unit)
         found = []
         for name, template in self.templates:
-            tokens = list(template)
+            tokens = [f"-std={std}" if t.startswith("-std=") else t for t in template]
             at = next((i for i, t in enumerate(tokens) if t.startswith(("-I", "-isystem"))), len(tokens) - 1)
             tokens[at:at] = ours  # before nvcc's own CUDA includes, as nvcc orders user -I
             found.append(Pass(name, tuple(str(unit.path) if t == SOURCE_MARK else t for t in tokens) + SCAN[1:]))
@@ -126,7 +124,7 @@ def nvcc_passes(toolkit: CudaToolkit, archs: tuple[str, ...]) -> NvccPasses:
     """Read what ``nvcc -M`` would run for ``archs`` (manifest spelling, 9.0a) from ``--dryrun``:
     the host-compiler preprocessing of the device code per architecture and of the host code."""
     gencode = [f"-gencode=arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}" for a in archs]
-    command = [str(toolkit.nvcc), "--dryrun", "-M", CXX_STANDARD, *gencode, "-x", "cu", SOURCE_MARK, "-o", os.devnull]
+    command = [str(toolkit.nvcc), "--dryrun", "-M", f"-std={DEFAULT_STD}", *gencode, "-x", "cu", SOURCE_MARK, "-o", os.devnull]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=120,
                                 env=toolkit.environment(dict(os.environ)), check=False)

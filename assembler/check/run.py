@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.audit.gate import Verdict
+from assembler.builder.backends import limited_api_version, torch_target_version
 from assembler.builder.cache import KeyParts, digest_texts
 from assembler.builder.diagnose import torch_include_roots
 from assembler.builder.units import CUDA, CXX, TranslationUnit, compile_commands_path, translation_units
@@ -149,6 +150,7 @@ class _Plan:
     reader: Reader
     record: dict[str, Any]
     started: float
+    default_std: str  # for units whose recipe does not say (setuptools: torch's cpp_extension default)
 
 
 class _Toolchain:
@@ -191,6 +193,18 @@ class _Toolchain:
         if isinstance(self._cuda, ToolchainError):
             raise self._cuda
         return self._cuda
+
+    def cuda_include(self, required: bool, wanted: bool) -> Path | None:
+        """CUDA's include dir for the C++ units of a dependency that compiles CUDA (``required``:
+        a missing toolkit is an error), or may (``wanted``: used when a toolkit is there)."""
+        if required:
+            return self.cuda().root / "include"
+        if wanted:
+            try:
+                return self.cuda().root / "include"
+            except ToolchainError:
+                return None
+        return None
 
     def nvcc_passes(self, archs: tuple[str, ...]) -> NvccPasses:
         if archs not in self._passes:
@@ -242,15 +256,18 @@ def _plan(
     from assembler.builder.builder import source_identity
 
     units = translation_units(workspace, dep, checkout)
-    uses_cuda = any(unit.language == CUDA for unit in units) or any(ext.language == CUDA for ext in dep.build.extensions)
     archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
     nvcc = tools.nvcc_passes(archs) if any(unit.language == CUDA for unit in units) else None
     system = list(torch_include_roots(tools.env.torch_dir))[::-1]  # torch/include first, then the C++ API's
-    if uses_cuda:
-        system.append(tools.cuda().root / "include")
+    cuda_include = tools.cuda_include(
+        required=nvcc is not None or any(ext.language == CUDA for ext in dep.build.extensions),
+        wanted=dep.build.backend != "helper",  # a dependency's own build may compile C++ against CUDA's headers
+    )
+    if cuda_include is not None:
+        system.append(cuda_include)
     flags = Flags(
-        defines=(f"TORCH_TARGET_VERSION={compilers.version_macro(dep.torch_target)}",
-                 f"Py_LIMITED_API={compilers.limited_api_macro(workspace.manifest.bundle.python_abi)}"),
+        defines=(f"TORCH_TARGET_VERSION={torch_target_version(dep.torch_target)}",
+                 f"Py_LIMITED_API={limited_api_version(workspace.manifest.bundle.python_abi)}"),
         system_includes=tuple(system), python_include=tools.python_include,
     )
     head, dirty = source_identity(checkout)
@@ -284,7 +301,8 @@ def _plan(
         "recipe": recipe_digest(dep), "torch": tools.env.torch, "torch_target": dep.torch_target,
     }
     reader = Reader(checkout, torch_include_roots(tools.env.torch_dir), tools.python_include)
-    return _Plan(dep, check, checkout, units, flags, nvcc, reader, record, time.monotonic())
+    default_std = compilers.torch_extension_std(tools.env.torch_dir) if dep.build.backend == "setuptools" else compilers.DEFAULT_STD
+    return _Plan(dep, check, checkout, units, flags, nvcc, reader, record, time.monotonic(), default_std)
 
 
 def _stored(path: Path, key: str) -> dict[str, Any] | None:
@@ -329,33 +347,34 @@ def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: 
 
 def _check_unit(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, options: CheckOptions) -> UnitResult:
     result = UnitResult(unit.source, unit.language, unit.extension, unit.origin)
+    std = unit.std or plan.default_std
     if unit.language == CUDA:
         assert plan.nvcc is not None
-        passes: list[Pass] = plan.nvcc.passes(plan.flags, unit)
+        passes: list[Pass] = plan.nvcc.passes(plan.flags, unit, std)
     else:
-        passes = [compilers.cxx_pass(tools.cxx, plan.flags, unit)]
+        passes = [compilers.cxx_pass(tools.cxx, plan.flags, unit, std)]
     classify(unit, [run_pass(scan, plan.checkout) for scan in passes], plan.reader, result)
     clean = not (result.unstable or result.not_limited or result.missing or result.errors)
     if options.syntax and unit.language == CXX and clean:
-        _syntax(plan, unit, tools, result)
+        _syntax(plan, unit, tools, result, std)
     result.decide()
     return result
 
 
-def _syntax(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, result: UnitResult) -> None:
+def _syntax(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, result: UnitResult, std: str) -> None:
     """Shim functions and stable wrappers newer than the torch-target vanish behind
     TORCH_FEATURE_VERSION guards: the preprocessor is happy, the compiler is not. When the
     same pass with the build torch's own version as target compiles, the names it missed are
     what the torch-target hides (UNSTABLE); otherwise the unit simply does not compile (INCOMPLETE)."""
-    output = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit), plan.checkout)
+    output = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit, std), plan.checkout)
     result.passes.append("syntax")
     result.seconds += output.seconds
     if not output.errors:
         return
     target = plan.dep.torch_target
     if tools.torch_release != target:
-        newest = (f"TORCH_TARGET_VERSION={compilers.version_macro(tools.torch_release)}", plan.flags.defines[1])
-        again = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit, newest), plan.checkout)
+        newest = (f"TORCH_TARGET_VERSION={torch_target_version(tools.torch_release)}", plan.flags.defines[1])
+        again = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit, std, newest), plan.checkout)
         result.passes.append(f"syntax (target {tools.torch_release})")
         result.seconds += again.seconds
         if not again.errors:  # the target alone makes the difference

@@ -180,7 +180,10 @@ class Reader:
 
     def __init__(self, checkout: Path, torch_roots: Sequence[Path], python_include: Path) -> None:
         self.checkout = checkout.resolve()
-        self.torch_roots = [root.resolve() for root in torch_roots]
+        # compilers print paths as they were given (through symlinks, e.g. a cache whose venvs/
+        # links elsewhere): each root is known both ways
+        self.torch_roots = list(dict.fromkeys(
+            form for root in torch_roots for form in (Path(os.path.normpath(root)), root.resolve())))
         self.python_include = python_include.resolve()
         self._texts: dict[Path, list[str]] = {}
 
@@ -189,16 +192,25 @@ class Reader:
         return Path(os.path.normpath(path if path.is_absolute() else cwd / path))
 
     def name(self, path: Path | str) -> str:
-        resolved = Path(os.path.normpath(path))
-        if resolved.is_relative_to(self.checkout):
-            return resolved.relative_to(self.checkout).as_posix()
-        torch = self.torch_header(resolved)
-        return torch if torch is not None else str(resolved)
+        normal = Path(os.path.normpath(path))
+        inside = self.in_checkout(normal)
+        if inside is not None:
+            return inside.relative_to(self.checkout).as_posix()
+        torch = self.torch_header(normal)
+        return torch if torch is not None else str(normal)
+
+    def in_checkout(self, path: Path) -> Path | None:
+        """``path`` spelt under the checkout's real path, when it is in the checkout."""
+        if path.is_relative_to(self.checkout):
+            return path
+        real = path.resolve()
+        return real if real.is_relative_to(self.checkout) else None
 
     def torch_header(self, path: Path) -> str | None:
-        for root in self.torch_roots:
-            if path.is_relative_to(root):
-                return path.relative_to(root).as_posix()
+        for candidate in (path, path.resolve()):
+            for root in self.torch_roots:
+                if candidate.is_relative_to(root):
+                    return candidate.relative_to(root).as_posix()
         return None
 
     def include_line(self, parent: Path, child: Path) -> int | None:
@@ -299,7 +311,7 @@ def _tree_chain(unit: TranslationUnit, tree: list[tuple[int, str]], target: tupl
 def _missing(unit: TranslationUnit, output: ScanOutput, reader: Reader, result: UnitResult) -> None:
     known = {item["header"] for item in result.missing}
     present = [Path(p) for p in output.dependencies if Path(p).is_absolute() and Path(p).exists()]
-    own = [p for p in present if p.resolve().is_relative_to(reader.checkout)]
+    own = [p for p in present if reader.in_checkout(p) is not None]
     for written in output.dependencies:
         path = Path(written)
         if (path.is_absolute() and path.exists()) or written in known:

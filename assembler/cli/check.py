@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from assembler.cli.build import non_negative_int
+from assembler.cli.common import non_negative_int
 
 if TYPE_CHECKING:
     from rich.console import Console
