@@ -289,6 +289,10 @@ def test_a_dependency_with_its_own_cmake_uses_the_helper(tmp_path: Path, private
     files = Path(report["artifacts"]) / "own" / "files"
     probe = "import sys, torch; sys.path.insert(0, sys.argv[1]); import own; assert torch.ops.own.twice(torch.ones(2)).tolist() == [2.0, 2.0]"
     subprocess.run([build_env_path / "bin" / "python", "-c", probe, files], check=True)
+    # the cmake backend leaves CMake's compile commands for `check` and `build --plan`
+    compdb = json.loads((tmp_path / "ws" / ".assemble" / "compdb" / "own.json").read_text())
+    own = [entry for entry in compdb if Path(entry["file"]) == tmp_path / "ws" / "forks" / "own" / "csrc" / "own.cpp"]
+    assert own and "-DTORCH_TARGET_VERSION=0x020A000000000000" in own[0]["arguments"]
 
 
 def _by_dep(report: BuildReport) -> dict[str, str]:

@@ -58,7 +58,7 @@ class BuildPlan:
 
     @property
     def error(self) -> AssembleError | None:
-        """What the command exits with: the first dependency's error (all are in the plan)."""
+        """What the command exits with: the one dependency's error, or one naming every failure."""
         failed = [plan for plan in self.deps if plan.error is not None]
         if not failed:
             return None
@@ -66,8 +66,8 @@ class BuildPlan:
         assert first is not None
         if len(failed) == 1:
             return first
-        return InputError(f"build --plan: {len(failed)} dependencies cannot be planned ({', '.join(p.dep for p in failed)}); "
-                          f"first: {first.message}", hint=first.hint)
+        messages = "; ".join(plan.error.message for plan in failed if plan.error is not None)
+        return InputError(f"build --plan: {len(failed)} dependencies cannot be planned: {messages}", hint=first.hint)
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": PLAN_SCHEMA, "command": "build-plan", "ok": self.ok,

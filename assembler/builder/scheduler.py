@@ -69,9 +69,14 @@ class ResourcePool:
 
 
 def compile_units(request: BuildRequest) -> int:
-    """How many compiler processes the build can use at once (sources plus generated stubs)."""
-    extensions = request.dep.build.extensions
-    return max(1, sum(len(ext.sources) + 1 for ext in extensions)) if extensions else 4
+    """How many compiler processes the build can use at once: the helper's sources plus its
+    generated stubs, the sources a cmake/setuptools recipe lists (4 when it lists none, or globs)."""
+    recipe = request.dep.build
+    if recipe.extensions:
+        return max(1, sum(len(ext.sources) + 1 for ext in recipe.extensions))
+    if recipe.sources and not any(char in source for source in recipe.sources for char in "*?["):
+        return len(recipe.sources)
+    return 4
 
 
 def run_builds(
