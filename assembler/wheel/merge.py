@@ -247,7 +247,7 @@ def merge_wheel(
             files: dict[str, list[str]] = {}
             for p in placements:
                 files.setdefault(p.dep, []).append(p.path)
-            min_torch = str(max(Version(manifest.deps[a.dep].torch_target) for a in artifacts))
+            min_torch = torch_floor(manifest, artifacts, symbol_floor(tmp, [w for w in payload if w.head == ELF_MAGIC]))
             archive.write_bytes(f"{dist_info}/METADATA", metadata_text(bundle, version, cuda, min_torch, provenance).encode())
             archive.write_bytes(f"{dist_info}/WHEEL", wheel_text(python_tag(bundle), verdict.platforms).encode())
             archive.write_bytes(f"{dist_info}/assembler.json", provenance_json(bundle, version, cuda, verdict.platforms, exclude, provenance, files).encode())
@@ -265,6 +265,41 @@ def merge_wheel(
         files={dep: tuple(paths) for dep, paths in files.items()}, unshipped=unshipped,
         warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started,
     )
+
+
+@dataclass(frozen=True)
+class SymbolFloor:
+    """The newest torch any shipped object's shim symbols need (the audit's min_torch)."""
+
+    version: str
+    path: str  # the object that sets it
+    symbols: tuple[str, ...]
+
+
+def symbol_floor(archive: Path, elves: Sequence[Written]) -> SymbolFloor | None:
+    """Audit the ELF members just written to ``archive`` (read in place) for their torch floor."""
+    from assembler.audit.member import MemberInfo
+    from assembler.audit.scan import audit_object
+    from assembler.audit.torchdata import DEFAULT_TABLE, load_table
+
+    table = load_table(DEFAULT_TABLE)
+    best: SymbolFloor | None = None
+    for w in elves:
+        job = MemberInfo(str(archive), w.name, w.raw.header_offset, w.raw.compress_type, w.raw.compress_size, w.raw.file_size)
+        elf = audit_object(job, None, table)
+        if elf.min_torch and (best is None or Version(elf.min_torch) > Version(best.version)):
+            best = SymbolFloor(elf.min_torch, w.name, elf.min_torch_symbols)
+    return best
+
+
+def torch_floor(manifest: Manifest, artifacts: Sequence[Artifact], symbols: SymbolFloor | None) -> str:
+    """``Requires-Dist: torch>=`` of the merged wheel: the newer of the highest torch-target the
+    headers were built for and what the symbols need, so the wheel never installs next to a torch
+    whose shim lacks a symbol it imports."""
+    targeted = max(Version(manifest.deps[a.dep].torch_target) for a in artifacts)
+    if symbols is not None and Version(symbols.version) > targeted:
+        return symbols.version
+    return str(targeted)
 
 
 def _sbom(manifest: Manifest, artifacts: Sequence[Artifact], version: str, cuda: str, epoch: int,
