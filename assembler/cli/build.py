@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from assembler.builder.pipeline import BuildFailed, BuildReport
+    from assembler.workspace import Workspace
 
 PHASE_STYLE = {
     "checking": "dim", "queued": "dim", "configuring": "cyan", "compiling": "cyan", "installing": "cyan",
@@ -22,7 +23,9 @@ PHASE_STYLE = {
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("build", help="build every dependency (cached) and merge one audited abi3 wheel")
-    parser.add_argument("--cuda", required=True, metavar="X.Y", help="CUDA toolkit version (local, else from PyPI)")
+    parser.add_argument("--cuda", metavar="X.Y", help="CUDA toolkit version (local, else from PyPI); required unless --plan")
+    parser.add_argument("--plan", action="store_true",
+                        help="check out, then list each dependency's backend, translation units x archs and compile jobs; compile nothing")
     parser.add_argument("--torch", metavar="VERSION", help="torch to build against (default: [bundle] torch)")
     parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
                         help="compiler processes in all (default 0: one per CPU)")
@@ -48,6 +51,12 @@ def run(args: argparse.Namespace) -> int:
     from assembler.report.output import err_console
 
     workspace = open_workspace(args)
+    if args.plan:
+        return _plan(workspace, tuple(args.only), args.json)
+    if args.cuda is None:
+        from assembler.errors import InputError
+
+        raise InputError("build needs --cuda X.Y (the CUDA toolkit to compile with)", hint="pass e.g. --cuda 13.2, or --plan to compile nothing")
     options = BuildOptions(
         cuda=args.cuda, torch=args.torch, jobs=args.jobs, only=tuple(args.only), artifacts=args.artifacts,
         output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify,
@@ -60,6 +69,21 @@ def run(args: argparse.Namespace) -> int:
     _emit(report, args.json)
     if report.error is not None:
         raise report.error
+    return 0
+
+
+def _plan(workspace: Workspace, only: tuple[str, ...], as_json: bool) -> int:
+    """`build --plan`: the plan on stdout (JSON or text); exit 2 when a dependency cannot be planned."""
+    from assembler.builder.planner import plan_build, render
+    from assembler.report.output import console, emit_json, err_console
+
+    plan = plan_build(workspace, only, note=lambda line: None if as_json else err_console.print(line, markup=False, highlight=False))
+    if as_json:
+        emit_json(plan.to_json())
+    else:
+        render(plan, lambda line: console.print(line, markup=False, highlight=False, soft_wrap=True))
+    if plan.error is not None:
+        raise plan.error
     return 0
 
 
