@@ -4,6 +4,7 @@ resource pool. Real nvcc, pip, g++ and torch headers; nothing is mocked."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import subprocess
 import threading
@@ -69,18 +70,23 @@ def test_venv_names_the_requirement_that_cannot_be_installed(toolchains: Path) -
     assert leftovers == []  # complete or absent
 
 
-def test_venv_is_created_once_and_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("tool", ["uv", "pip"])
+def test_venv_is_created_once_and_reused(tool: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv, and pip as the fallback (ASSEMBLE_INSTALLER=pip), make the same complete venv."""
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path))
+    monkeypatch.setenv("ASSEMBLE_INSTALLER", tool)
     started = time.monotonic()
-    first = venv.ensure_venv(["tomli==2.0.1"], label="probe")
-    assert (first / venv.MARKER).is_file()
-    assert venv.installed_versions(first)["tomli"] == "2.0.1"
-    # scripts pip wrote in the staging directory point at the final one
-    pip_script = (first / "bin" / "pip").read_text()
-    assert str(first) in pip_script and ".tmp-" not in pip_script
-    assert subprocess.run([first / "bin" / "pip", "--version"], capture_output=True, check=False).returncode == 0
+    first = venv.ensure_venv(["cmake==4.4.5"], label="probe")
+    marker = json.loads((first / venv.MARKER).read_text())
+    assert marker["installer"].startswith(f"{tool} ") and marker["python"] == venv.python_tag()
+    assert venv.installed_versions(first)["cmake"] == "4.4.5"
+    # the console script the installer wrote in the staging directory points at the final one
+    script = (first / "bin" / "cmake").read_text()
+    assert str(first) in script and ".tmp-" not in script
+    ran = subprocess.run([first / "bin" / "cmake", "--version"], capture_output=True, text=True, check=False)
+    assert ran.stdout.startswith("cmake version 4.4.5"), ran.stderr
     again = time.monotonic()
-    assert venv.ensure_venv(["tomli==2.0.1"], label="probe") == first
+    assert venv.ensure_venv(["cmake==4.4.5"], label="probe") == first
     assert time.monotonic() - again < 0.5 < again - started
 
 

@@ -216,17 +216,18 @@ ENSURE = "import sys; from assembler.verify.envs import ensure_torch_env; print(
 
 
 def test_env_creation_killed_midway_is_not_reused_and_concurrent_runs_share_one(tmp_path: Path) -> None:
-    """Complete-or-absent and file-locked, on a fresh cache with the small CPU torch."""
-    env = {**os.environ, "ASSEMBLE_CACHE": str(tmp_path)}
+    """Complete-or-absent and file-locked, on a fresh cache with the small CPU torch. A fresh uv
+    cache too, so that uv spends seconds unpacking torch and is killed while it does."""
+    env = {**os.environ, "ASSEMBLE_CACHE": str(tmp_path), "UV_CACHE_DIR": str(tmp_path / "uv")}
     venvs = tmp_path / "venvs"
     victim = subprocess.Popen(
         [sys.executable, "-c", ENSURE, OLD], env=env, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 120
-    while not list(venvs.glob(".tmp-*/lib/python3*/site-packages/pip")) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)  # pip is now installing torch
+    while not list(venvs.glob(".tmp-*/pyvenv.cfg")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # uv is now fetching and unpacking torch
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait()
     assert not [p for p in venvs.iterdir() if p.is_dir() and not p.name.startswith(".tmp-")], "half-built venv in place"
@@ -239,6 +240,7 @@ def test_env_creation_killed_midway_is_not_reused_and_concurrent_runs_share_one(
     assert [run.returncode for run in runs] == [0, 0], outputs
     paths = {out.strip().splitlines()[-1] for out, _ in outputs}
     assert len(paths) == 1
-    assert sum(out.count("creating verify-torch2.13.0") for out, _ in outputs) == 1  # one pip install, one waiter
+    assert sum(out.count("creating verify-torch2.13.0") for out, _ in outputs) == 1  # one install, one waiter
     assert (Path(paths.pop()) / MARKER).is_file()
     shutil.rmtree(venvs)  # 900 MB; pytest would keep it among its last three temporary trees
+    shutil.rmtree(tmp_path / "uv", ignore_errors=True)

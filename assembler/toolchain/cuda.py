@@ -10,15 +10,17 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import filelock
 
-from assembler.cache import cache_root
+from assembler.cache import cache_root, touch
 from assembler.errors import NetworkError, ToolchainError
-from assembler.toolchain.venv import dist_versions, pip_error
+from assembler.toolchain.installer import install, installer
+from assembler.toolchain.venv import dist_versions
 
 VERSION_RE = re.compile(r"^\d+\.\d+$")
 RELEASE_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
@@ -92,9 +94,10 @@ def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None) 
     try:
         return hermetic_cuda(version, progress)
     except (ToolchainError, NetworkError) as error:
+        reach = "let this machine reach PyPI" if isinstance(error, NetworkError) else error.hint or "check the version"
         raise type(error)(
             f"no CUDA {version} toolkit: {'; '.join(tried)}; and from PyPI: {error.message}",
-            hint=f"install CUDA {version} and set CUDA_HOME, or let this machine reach PyPI",
+            hint=f"install CUDA {version} and set CUDA_HOME, or {reach}",
         ) from None
 
 
@@ -108,6 +111,7 @@ def hermetic_cuda(version: str, progress: Callable[[str], None] = lambda _: None
         with filelock.FileLock(str(final) + ".lock"):
             if not marker.is_file():
                 _install_hermetic(version, final, progress)
+    touch(marker)
     recorded = json.loads(marker.read_text())
     toolkit = CudaToolkit(
         version=version, release=recorded["release"], root=final / "cuda", origin="PyPI", packages=recorded["packages"],
@@ -124,15 +128,16 @@ def _install_hermetic(version: str, final: Path, progress: Callable[[str], None]
     staging = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     requirements = [f"{name}=={version}.*" for name in HERMETIC_PACKAGES]
-    progress(f"installing CUDA {version} from PyPI ({', '.join(HERMETIC_PACKAGES)})")
+    tool = installer()
+    started = time.monotonic()
+    progress(f"installing CUDA {version} from PyPI with {tool} ({', '.join(HERMETIC_PACKAGES)})")
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off",
-             "--no-deps", "--only-binary", ":all:", "--target", str(staging / "wheels"), *requirements],
-            capture_output=True, text=True, check=False,
+        staging.mkdir(parents=True)
+        # uv needs no pip in this interpreter (a `uv tool install` or pipx venv has none)
+        install(
+            tool, Path(sys.executable), requirements, target=staging / "wheels", options=["--no-deps", "--only-binary", ":all:"],
+            doing=f"installing {' '.join(requirements)}", progress=progress, started=started,
         )
-        if result.returncode != 0:
-            raise pip_error(result.stdout + result.stderr, f"installing {' '.join(requirements)}")
         packages = dist_versions(staging / "wheels")
         toolkit = staging / "cuda"
         for package_root in sorted((staging / "wheels" / "nvidia").iterdir()):
@@ -145,6 +150,7 @@ def _install_hermetic(version: str, final: Path, progress: Callable[[str], None]
             raise ToolchainError(f"the nvcc in {', '.join(requirements)} reports {found[0] if found else 'nothing'}")
         (staging / MARKER).write_text(json.dumps({"release": found[1], "packages": packages}, indent=2, sort_keys=True) + "\n")
         staging.rename(final)
+        progress(f"CUDA {version} ready in {time.monotonic() - started:.1f} s (nvcc {found[1]})")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -1,20 +1,34 @@
-"""The build environment: a cached venv with the torch asked for, scikit-build-core, PyPI cmake
-(>= 3.26 for Development.SABIModule) and ninja. Its versions are read back and checked, so a
-build never runs against a torch other than the one requested."""
+"""The build environment: a cached venv with the torch asked for and the build tools pinned by
+``assembler/data/build-constraints.txt`` (scikit-build-core, PyPI cmake >= 3.26 for
+Development.SABIModule, ninja, setuptools, wheel). Its versions are read back and checked, so a
+build never runs against a torch or tools other than the ones requested."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
 from assembler.errors import ToolchainError
-from assembler.toolchain.venv import ensure_venv, installed_versions, site_packages, venv_python
+from assembler.toolchain.venv import MARKER, ensure_venv, installed_versions, site_packages, venv_python
 
-BUILD_TOOLS = ("scikit-build-core>=0.10", "cmake>=3.26", "ninja>=1.11")
+BUILD_CONSTRAINTS = Path(__file__).resolve().parent.parent / "data" / "build-constraints.txt"
+BUILD_TOOLS = ("scikit-build-core", "cmake", "ninja", "setuptools", "wheel")
+
+
+def pinned_build_tools() -> dict[str, str]:
+    """Tool -> the exact version ``build-constraints.txt`` pins."""
+    pins: dict[str, str] = {}
+    for line in BUILD_CONSTRAINTS.read_text().splitlines():
+        requirement = line.split("#", 1)[0].strip()
+        if requirement:
+            name, _, version = requirement.partition("==")
+            pins[name.strip()] = version.strip()
+    return pins
 
 
 @dataclass(frozen=True)
@@ -27,6 +41,15 @@ class BuildEnv:
     cmake: str
     ninja: str
     scikit_build_core: str
+    setuptools: str = ""
+    wheel: str = ""
+    installer: str = ""  # what made the environment, e.g. "uv 0.13.9"
+    python_version: str = field(default="", compare=False)  # the interpreter's full version, e.g. "3.11.7"
+
+    def tool_versions(self) -> dict[str, str]:
+        """The build tools for the build report and artifact keys: tool -> exact version."""
+        return {"scikit-build-core": self.scikit_build_core, "cmake": self.cmake, "ninja": self.ninja,
+                "setuptools": self.setuptools, "wheel": self.wheel}
 
 
 def torch_requirement(version: str) -> str:
@@ -39,7 +62,10 @@ def torch_requirement(version: str) -> str:
 
 def ensure_build_env(torch: str, progress: Callable[[str], None] = lambda _: None) -> BuildEnv:
     """The build venv for ``torch`` (exact version), created on first use and cached."""
-    path = ensure_venv([torch_requirement(torch), *BUILD_TOOLS], label=f"build-torch{torch}", progress=progress)
+    path = ensure_venv(
+        [torch_requirement(torch), *BUILD_TOOLS], label=f"build-torch{torch}", progress=progress,
+        constraints=[BUILD_CONSTRAINTS],
+    )
     return describe_build_env(path, torch)
 
 
@@ -52,6 +78,14 @@ def describe_build_env(path: Path, torch: str) -> BuildEnv:
             hint=f"delete {path} and re-run",
         )
     torch_dir = site_packages(path) / "torch"
+    pins = pinned_build_tools()
+    drifted = [f"{tool} {versions.get(tool, '(none)')}" for tool, version in pins.items() if versions.get(tool) != version]
+    if drifted:
+        raise ToolchainError(
+            f"the build environment {path} holds {', '.join(drifted)}, not the versions of {BUILD_CONSTRAINTS.name}",
+            hint=f"delete {path} and re-run",
+        )
+    marker = json.loads((path / MARKER).read_text())
     return BuildEnv(
         path=path,
         python=venv_python(path),
@@ -61,6 +95,10 @@ def describe_build_env(path: Path, torch: str) -> BuildEnv:
         cmake=versions["cmake"],
         ninja=versions["ninja"],
         scikit_build_core=versions["scikit-build-core"],
+        setuptools=versions["setuptools"],
+        wheel=versions["wheel"],
+        installer=str(marker.get("installer", "pip")),
+        python_version=str(marker.get("python_version", "")),
     )
 
 

@@ -1,4 +1,5 @@
-"""Cached virtual environments, one per (Python, package pins), shared by every workspace.
+"""Cached virtual environments, one per (Python major.minor, package pins), shared by every
+workspace, made by uv from its cache (see ``installer``).
 
 A venv is complete or absent: it is built in a temporary directory, its marker written last,
 then renamed into place under a file lock, so a crash or a concurrent assemble never leaves a
@@ -10,42 +11,32 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
+import platform
 import shutil
-import subprocess
 import sys
-import venv
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import filelock
 
-from assembler.cache import cache_root
-from assembler.errors import AssembleError, NetworkError, ToolchainError
+from assembler.cache import cache_root, touch
+from assembler.toolchain.installer import create_venv, install, installer
 
 MARKER = ".assemble-venv.json"
-_NO_MATCH = re.compile(
-    r"Could not find a version that satisfies the requirement (?P<req>\S+)(?: \(from versions: (?P<versions>[^)]*)\))?"
-)
-# What pip (urllib3 underneath) prints when it cannot reach an index. pip then also reports "No
-# matching distribution", which alone means the version does not exist: these lines tell the two apart.
-_UNREACHABLE = re.compile(
-    r"Could not fetch URL|Failed to establish a new connection|NewConnectionError|ConnectTimeoutError"
-    r"|ReadTimeoutError|ProxyError|Temporary failure in name resolution|Name or service not known"
-    r"|Network is unreachable|Connection refused|SSLError|certificate verify failed"
-)
-_CONNECTION_DETAIL = re.compile(r"Failed to establish a new connection: ([^'\")]+)")
-_INDEXES = re.compile(r"^Looking in indexes: (.+)$", re.MULTILINE)
 
 
 def python_tag() -> str:
-    """The interpreter identity that goes into a venv's key: implementation and full version."""
-    return f"{sys.implementation.name}-{'.'.join(map(str, sys.version_info[:3]))}"
+    """The interpreter identity that goes into a venv's key: implementation and major.minor (a
+    point release keeps the ABI and the site-packages path, so it keeps the environments)."""
+    return f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}"
 
 
-def venv_key(packages: Sequence[str]) -> str:
-    payload = json.dumps({"python": python_tag(), "packages": sorted(packages)}, sort_keys=True)
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+def venv_key(packages: Sequence[str], constraints: Sequence[Path] = ()) -> str:
+    parts: dict[str, object] = {"python": python_tag(), "packages": sorted(packages)}
+    if constraints:
+        parts["constraints"] = [path.read_text() for path in constraints]
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def venv_python(path: Path) -> Path:
@@ -71,82 +62,74 @@ def dist_versions(directory: Path) -> dict[str, str]:
     return dict(sorted(versions.items()))
 
 
-def pip_error(output: str, doing: str, fallback: type[AssembleError] = ToolchainError, log: Path | None = None) -> AssembleError:
-    """The error for a failed ``pip install``, read from its output: NetworkError (exit 3) when an
-    index could not be reached, ToolchainError naming the requirement no release satisfies, else
-    ``fallback`` with pip's last line. ``doing`` says what was being installed."""
-    see = f"full pip output: {log}" if log is not None else None
-    unreachable = _UNREACHABLE.search(output)
-    if unreachable is not None:
-        detail = _CONNECTION_DETAIL.search(output)
-        why = detail.group(1).strip() if detail else unreachable.group(0)
-        indexes = _INDEXES.search(output)
-        where = f"; indexes: {indexes.group(1).strip()}" if indexes else ""
-        return NetworkError(
-            f"{doing}: a package index could not be reached ({why}{where})",
-            hint=see or "check the network, the proxy and pip's index settings (pip config list)",
-        )
-    match = _NO_MATCH.search(output)
-    if match:
-        versions = (match.group("versions") or "").strip()
-        hint = f"available: {versions}" if versions and versions != "none" else "check the version"
-        return ToolchainError(f"{doing}: no release of {match.group('req')}", hint=hint)
-    errors = [line.removeprefix("ERROR: ").strip() for line in output.splitlines() if line.startswith("ERROR:")]
-    last = errors[0] if errors else next((line.strip() for line in reversed(output.splitlines()) if line.strip()), "pip failed")
-    return fallback(f"{doing}: {last}", hint=see)
+def ensure_venv(
+    packages: Sequence[str],
+    label: str,
+    progress: Callable[[str], None] = lambda _: None,
+    constraints: Sequence[Path] = (),
+) -> Path:
+    """A venv with ``packages`` (requirement strings, resolved under ``constraints`` files) installed,
+    created on first use with uv (pip when uv cannot run) and reused while its interpreter exists.
 
-
-def ensure_venv(packages: Sequence[str], label: str, progress: Callable[[str], None] = lambda _: None) -> Path:
-    """A venv with exactly ``packages`` (pip requirement strings) installed, created on first use.
-
-    Raises ToolchainError naming the requirement pip could not satisfy.
+    Raises ToolchainError naming the requirement no release satisfies, NetworkError when an
+    index cannot be reached.
     """
     root = cache_root() / "venvs"
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"{label}-{venv_key(packages)}"
-    if (final / MARKER).is_file():
+    final = root / f"{label}-{venv_key(packages, constraints)}"
+    if _usable(final):
+        touch(final / MARKER)
         return final
     with filelock.FileLock(str(final) + ".lock"):
-        if (final / MARKER).is_file():
+        if _usable(final):
             return final
-        if final.exists():  # an older, unmarked tree: never trust it
+        if final.exists():  # an older, unmarked tree, or one whose interpreter is gone: never trust it
             shutil.rmtree(final)
         for leftover in root.glob(f".tmp-{final.name}-*"):  # from a creation that was killed
             shutil.rmtree(leftover, ignore_errors=True)
         staging = root / f".tmp-{final.name}-{os.getpid()}"
+        tool = installer()
+        started = time.monotonic()
         try:
-            progress(f"creating {label} environment ({', '.join(packages)})")
-            venv.EnvBuilder(with_pip=True, symlinks=True, clear=True).create(staging)
-            _pip_install(staging, packages, label)
+            progress(f"creating {label} environment with {tool} ({', '.join(packages)})")
+            create_venv(tool, staging, progress, started)
+            install(
+                tool, venv_python(staging), packages, constraints=constraints, progress=progress, started=started,
+                doing=f"cannot create the {label} environment ({', '.join(packages)})",
+                log=root / f"{label}-install-failure.log",
+            )
             _relocate(staging, final)
-            marker = {"packages": sorted(packages), "python": python_tag(), "installed": installed_versions(staging)}
+            installed = installed_versions(staging)
+            marker = {
+                "packages": sorted(packages), "python": python_tag(), "python_version": platform.python_version(),
+                "installer": str(tool), "installed": installed,
+                "constraints": {path.name: path.read_text() for path in constraints},
+            }
             (staging / MARKER).write_text(json.dumps(marker, indent=2, sort_keys=True) + "\n")
             os.replace(staging, final)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+    progress(f"{label} environment ready in {time.monotonic() - started:.1f} s ({len(installed)} packages)")
     return final
 
 
-def _pip_install(path: Path, packages: Sequence[str], label: str) -> None:
-    command = [
-        str(venv_python(path)), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
-        "--progress-bar", "off", *packages,
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode == 0:
-        return
-    output = result.stdout + result.stderr
-    log = path.parent / f"{label}-pip-failure.log"
-    log.write_text(output)
-    raise pip_error(output, f"cannot create the {label} environment ({', '.join(packages)})", log=log)
+def _usable(path: Path) -> bool:
+    """Marked complete, and its interpreter still runs from where the venv points (a removed
+    base Python, e.g. after a pyenv upgrade, leaves a dangling bin/python)."""
+    return (path / MARKER).is_file() and venv_python(path).exists()
 
 
 def _relocate(staging: Path, final: Path) -> None:
-    """Point the scripts pip wrote (their shebangs name the staging path) at the final path."""
+    """Point the scripts the installer wrote (their shebangs name the staging path) at the final
+    path. Each is rewritten into a new file: uv hard-links from its cache, and an in-place write
+    would change the cache's copy too."""
     old, new = str(staging).encode(), str(final).encode()
     for script in [*(staging / "bin").iterdir(), staging / "pyvenv.cfg"]:
         if script.is_symlink() or not script.is_file() or script.stat().st_size > 1 << 20:
             continue
         data = script.read_bytes()
         if old in data and b"\0" not in data:
-            script.write_bytes(data.replace(old, new))
+            fresh = script.with_name(f".{script.name}.relocated")
+            fresh.write_bytes(data.replace(old, new))
+            os.chmod(fresh, script.stat().st_mode)
+            os.replace(fresh, script)
