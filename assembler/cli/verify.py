@@ -1,4 +1,5 @@
-"""`assemble verify WHEEL --torch X [--torch Y]`: load and exercise the wheel on each torch version."""
+"""`assemble verify WHEEL --torch X [--torch Y] [--python PATH]`: load and exercise the wheel on each
+torch version (a cached environment each) and on the torch of each interpreter given."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 from pathlib import Path
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "verify", help="prove a wheel loads, registers its ops and runs its smoke calls on several torch versions",
     )
@@ -14,6 +15,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--torch", action="append", default=[], metavar="VERSION",
         help="torch version to verify on (repeatable; default: [bundle] verify-torch)",
+    )
+    parser.add_argument(
+        "--python", action="append", default=[], type=Path, metavar="PATH", dest="pythons",
+        help="an interpreter that already has torch: verify on its torch, creating and downloading nothing (repeatable)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one probe may run (default 600)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -24,10 +29,9 @@ def run(args: argparse.Namespace) -> int:
     from assembler.report.output import console, emit_json, err_console
     from assembler.verify import verify_wheel, workspace_manifest
 
-    manifest = workspace_manifest(args.workspace, Path.cwd())
-    if manifest is None:
-        err_console.print("note: no deps.toml found; checking that each extension loads (no ops or smoke calls)")
-    report = verify_wheel(manifest, args.wheel, args.torch, progress=lambda msg: err_console.print(msg), timeout=args.timeout)
+    manifest = workspace_manifest(args.workspace, Path.cwd())  # used only when the wheel is its bundle's (see verify.specs)
+    report = verify_wheel(manifest, args.wheel, args.torch, progress=lambda msg: err_console.print(msg), timeout=args.timeout,
+                          pythons=args.pythons)
     if args.json:
         emit_json(report.to_json())
     else:

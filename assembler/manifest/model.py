@@ -89,6 +89,16 @@ class Dependency:
     max_size: int | None = None  # [deps.X] max-size: bytes it may add to the wheel (compressed)
 
     @property
+    def builds_extensions(self) -> bool:
+        """Whether its recipe compiles or installs shared objects (a wheel without any is missing it)."""
+        return bool(self.build.extensions or self.build.cmake_dir or self.install)
+
+    def verify_record(self) -> dict[str, object]:
+        """Its [deps.X.verify] as the merged wheel's assembler.json carries it."""
+        return {"ops": list(self.verify.ops), "smoke": self.verify.smoke, "requires_cuda": self.verify.requires_cuda,
+                "builds_extensions": self.builds_extensions}
+
+    @property
     def is_fork(self) -> bool:
         return self.upstream is not None and self.upstream != self.source
 

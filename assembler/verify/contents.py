@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from assembler.audit.elf import ELF_MAGIC, read_dynamic
 from assembler.audit.member import FileSource
 from assembler.errors import InputError
-from assembler.manifest.model import Dependency
 from assembler.wheel.merge import install_rules
 
 # Libraries present only in a CUDA build of torch, or only where a GPU driver is installed: an
@@ -19,6 +20,16 @@ from assembler.wheel.merge import install_rules
 CUDA_LIB_RE = re.compile(
     r"^lib(cudart|cuda|c10_cuda|torch_cuda|cublas|cublasLt|cudnn|cufft|curand|cusolver|cusparse|nccl|nvrtc|nvJitLink)[.-]"
 )
+
+
+class Claimant(Protocol):
+    """What attribution needs of a dependency: a manifest Dependency or a verify spec."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def install(self) -> Mapping[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -66,7 +77,7 @@ def _module_name(rel: str, exported: set[str]) -> str | None:
     return ".".join([*parts[:-1], stem])
 
 
-def owns(dep: Dependency, path: str) -> bool:
+def owns(dep: Claimant, path: str) -> bool:
     """Whether ``dep``'s install rules, applied as the merge applies them, could have put ``path``
     into the wheel (without an install table a dependency ships its whole payload at the root).
     For wheels without the merge's own record (assembler.json)."""
@@ -86,7 +97,7 @@ def recorded_files(site: Path) -> dict[str, set[str]] | None:
 
 
 def attribute(
-    deps: list[Dependency], files: list[ExtensionFile], recorded: dict[str, set[str]] | None = None,
+    deps: Sequence[Claimant], files: list[ExtensionFile], recorded: dict[str, set[str]] | None = None,
 ) -> tuple[dict[str, list[ExtensionFile]], list[ExtensionFile]]:
     """Extensions per dependency and those nobody claims. The merge's record decides when there
     is one; otherwise the manifest's install rules: the first dependency in manifest order whose

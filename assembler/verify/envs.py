@@ -8,6 +8,8 @@ which keeps the cached environment identical for every later run.
 
 from __future__ import annotations
 
+import json
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +21,47 @@ from assembler.toolchain.venv import ensure_venv, installed_versions, venv_pytho
 
 @dataclass(frozen=True)
 class TorchEnv:
-    requested: str  # the version asked for, e.g. "2.14.1"
+    requested: str  # the version asked for, e.g. "2.14.1"; with --python "2.11.0+cu130 (/usr/bin/python3)"
     installed: str  # what pip resolved it to, e.g. "2.14.1+cu130" or "2.13.0+cpu"
     path: Path
     python: Path
+    given: bool = False  # an interpreter the user named (--python): used as it is, never created
+
+
+# Run by the named interpreter: its torch version and prefix without importing torch (seconds).
+_QUERY = """
+import importlib.metadata, importlib.util, json, os, re, sys
+version = None
+try:
+    version = importlib.metadata.version("torch")
+except importlib.metadata.PackageNotFoundError:
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.origin:
+        path = os.path.join(os.path.dirname(spec.origin), "version.py")
+        if os.path.isfile(path):
+            found = re.search(r"^__version__ = ['\"]([^'\"]+)", open(path).read(), re.M)
+            version = found.group(1) if found else None
+print(json.dumps({"torch": version, "prefix": sys.prefix, "python": sys.version.split()[0]}))
+"""
+
+
+def interpreter_env(python: Path) -> TorchEnv:
+    """The torch already installed in the interpreter ``python`` (``verify --python``): nothing is
+    created or downloaded. InputError (exit 2) when it does not run or holds no torch."""
+    try:
+        result = subprocess.run([str(python), "-I", "-c", _QUERY], capture_output=True, text=True, timeout=120, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise InputError(f"--python {python}: cannot run it ({error})", hint="pass the path of a Python interpreter") from None
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InputError(f"--python {python}: not a working Python interpreter ({last})", hint="pass the path of a Python interpreter") from None
+    if not found.get("torch"):
+        raise InputError(f"--python {python}: no torch installed in it (Python {found['python']}, {found['prefix']})",
+                         hint="name an interpreter that has torch, or use --torch VERSION")
+    return TorchEnv(requested=f"{found['torch']} ({python})", installed=found["torch"], path=Path(found["prefix"]),
+                    python=python, given=True)
 
 
 def ensure_torch_env(version: str, progress: Callable[[str], None] = lambda _: None) -> TorchEnv:

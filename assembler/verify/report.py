@@ -88,11 +88,13 @@ class TorchInfo:
     cuda: str | None
     gpu: bool
     env: str
+    python: str | None = None  # the interpreter given with --python (its own torch), else None
 
     @property
     def label(self) -> str:
         build = f"CUDA {self.cuda}" + ("" if self.gpu else ", no GPU") if self.cuda else "CPU-only"
-        return f"torch {self.installed}\n({build})"
+        where = f" ({self.python})" if self.python else ""
+        return f"torch {self.installed}{where}\n({build})"
 
 
 @dataclass
@@ -102,6 +104,7 @@ class VerifyReport:
     deps: list[str]
     cells: dict[tuple[str, str], Cell]
     seconds: float = 0.0
+    specs: dict[str, Any] = field(default_factory=dict)  # which ops / smoke specs were used (verify.specs.Specs)
 
     def cell(self, dep: str, torch: str) -> Cell:
         return self.cells[(dep, torch)]
@@ -117,6 +120,7 @@ class VerifyReport:
         return {
             "wheel": self.wheel,
             "ok": not self.failed,
+            "specs": self.specs,
             "torch": [asdict(info) for info in self.torch],
             "results": [self.cells[(dep, info.requested)].to_json() for dep in self.deps for info in self.torch],
             "summary": {status.value: self.count(status) for status in Status},
@@ -136,5 +140,7 @@ class VerifyReport:
                 row.append(f"[bold {style}]{cell.status.value}[/] {escape(cell.reason)}")
             table.add_row(*row)
         console.print(table)
+        if self.specs:
+            console.print(f"specs: {escape(self.specs['detail'])}", soft_wrap=True)
         summary = ", ".join(f"{self.count(s)} {s.value}" for s in Status)
         console.print(f"{summary} in {self.seconds:.1f} s")

@@ -1,15 +1,19 @@
 """Verify a wheel on several torch versions without rebuilding it.
 
-For each torch version: the cached torch-only venv, one probe subprocess (``probe.py``) that
-imports torch, loads every extension of the wheel, checks the manifest's op schemas and runs its
-smoke calls. The wheel is installed once, with pip ``--no-deps``, into a scratch directory that
-every probe puts first on ``sys.path``, so the cached venvs stay pristine. Probes for different
+For each torch version: the cached torch-only venv (or, with ``--python``, an interpreter that
+already has torch: nothing created, nothing downloaded), one probe subprocess (``probe.py``) that
+imports torch, loads every extension of the wheel, checks the op schemas and runs the smoke calls
+(of the workspace when the wheel is its bundle's, else those the wheel carries: ``specs``). The
+wheel is installed with uv ``--no-deps --target`` (pip when uv cannot run) into a scratch
+directory per interpreter that its probe puts first on ``sys.path``, so the environments stay
+pristine. Probes for different
 versions run side by side. A probe that dies (a segfaulting extension) or hangs costs only the
 dependency it was working on: that one is a FAIL naming the step, the rest are re-run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -24,14 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from assembler.audit.classify import demangle
+from assembler.cache import in_use
 from assembler.errors import InputError, ManifestError
 from assembler.manifest import MANIFEST_NAME, find_workspace, load_manifest
-from assembler.manifest.model import Dependency, Manifest
+from assembler.manifest.model import Manifest
 from assembler.system import available_cpus
-from assembler.toolchain.venv import pip_error
-from assembler.verify.contents import ExtensionFile, attribute, recorded_files, scan
-from assembler.verify.envs import TorchEnv, ensure_torch_env
+from assembler.toolchain.installer import install, installer
+from assembler.verify.contents import ExtensionFile, attribute, scan
+from assembler.verify.envs import TorchEnv, ensure_torch_env, interpreter_env
 from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
+from assembler.verify.specs import DepSpec, Specs, resolve_specs
 from assembler.workspace import open_workspace
 
 PROBE = Path(__file__).with_name("probe.py")
@@ -70,36 +76,48 @@ def verify_wheel(
     torch_versions: Sequence[str] = (),
     progress: Callable[[str], None] = lambda _: None,
     timeout: float = DEFAULT_TIMEOUT,
+    pythons: Sequence[Path] = (),
 ) -> VerifyReport:
     """The PASS / FAIL / SKIPPED matrix for ``wheel`` on each of ``torch_versions`` (default: the
-    manifest's [bundle] verify-torch).
+    [bundle] verify-torch of the specs used) and on the torch of each interpreter in ``pythons``.
 
-    ``manifest`` supplies the dependencies, their ops and smoke calls; without one, each
+    ``manifest`` (the workspace's) supplies the ops and smoke calls when the wheel is its
+    bundle's; otherwise the wheel's own record does (see ``specs``); without either, each
     extension is its own row and only loading is checked. Raises InputError (exit 2) when the
-    wheel is missing or does not install, or a torch version cannot be installed or imported.
+    wheel is missing or does not install, belongs to another bundle and carries no specs, or a
+    torch version cannot be installed or imported.
     """
     started = time.monotonic()
-    versions = list(dict.fromkeys(torch_versions or (manifest.bundle.verify_torch if manifest else ())))
-    if not versions:
-        raise InputError("no torch version to verify against", hint="pass --torch X.Y.Z, or set [bundle] verify-torch")
     if not wheel.is_file() or not zipfile.is_zipfile(wheel):
         raise InputError(f"{wheel}: no such wheel", hint="pass the path of a .whl file (assemble build prints it)")
-    envs = [ensure_torch_env(version, progress) for version in versions]
-    with tempfile.TemporaryDirectory(prefix="assemble-verify-") as scratch:
-        site = Path(scratch) / "site"
-        progress(f"installing {wheel.name} (--no-deps)")
-        _install(envs[0], wheel, site)
-        plan = _plan(manifest, scan(site), recorded_files(site))
-        progress(f"verifying on torch {', '.join(versions)}")
+    specs = resolve_specs(manifest, wheel)
+    progress(f"verify specs: {specs.detail}")
+    versions = list(dict.fromkeys(torch_versions or (() if pythons else specs.verify_torch)))
+    if not versions and not pythons:
+        raise InputError("no torch version to verify against",
+                         hint="pass --torch X.Y.Z or --python PATH, or set [bundle] verify-torch")
+    given = [interpreter_env(python) for python in dict.fromkeys(pythons)]
+    envs = [ensure_torch_env(version, progress) for version in versions] + given
+    with tempfile.TemporaryDirectory(prefix="assemble-verify-") as scratch, contextlib.ExitStack() as held:
+        for env in envs:
+            if not env.given:
+                held.enter_context(in_use(env.path))  # no `assemble cache prune` under a running probe
+        sites = []
+        for index, env in enumerate(envs):
+            sites.append(Path(scratch) / f"site-{index}")
+            progress(f"installing {wheel.name} for {env.python} (--no-deps --target)")
+            _install(env, wheel, sites[-1])
+        plan = _plan(specs, scan(sites[0]))
+        progress(f"verifying on torch {', '.join(env.requested for env in envs)}")
         with ThreadPoolExecutor(max_workers=min(len(envs), available_cpus())) as pool:
-            states = list(pool.map(lambda env: _probe(env, site, plan, Path(scratch), timeout), envs))
+            states = list(pool.map(lambda pair: _probe(pair[0], pair[1], plan, Path(scratch), timeout), zip(envs, sites, strict=True)))
     infos = []
     cells: dict[tuple[str, str], Cell] = {}
     for env, state in zip(envs, states, strict=True):
         assert state.env is not None
         infos.append(TorchInfo(
             requested=env.requested, installed=state.env["torch"], cuda=state.env["cuda"],
-            gpu=state.env["gpu"], env=str(env.path),
+            gpu=state.env["gpu"], env=str(env.path), python=str(env.python) if env.given else None,
         ))
         for dep in plan:
             checks = state.checks.get(dep["name"], [])
@@ -108,36 +126,36 @@ def verify_wheel(
             cells[(dep["name"], env.requested)] = Cell(dep["name"], env.requested, checks)
     return VerifyReport(
         wheel=str(wheel), torch=infos, deps=[dep["name"] for dep in plan], cells=cells,
-        seconds=time.monotonic() - started,
+        seconds=time.monotonic() - started, specs=specs.to_json(),
     )
 
 
 def _install(env: TorchEnv, wheel: Path, site: Path) -> None:
-    """pip's own wheel install (tag check, .data directories, .pth files), into ``site`` only."""
-    command = [
-        str(env.python), "-m", "pip", "install", "--no-deps", "--no-index", "--no-compile",
-        "--disable-pip-version-check", "--no-input", "--quiet", "--target", str(site), str(wheel),
-    ]
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise pip_error(result.stdout + result.stderr, f"{wheel.name} does not install on torch {env.installed}'s Python", fallback=InputError)
+    """The installer's own wheel install (tag check, .data directories, .pth files) into ``site``
+    only, offline and without the user's index settings: the wheel is a local file."""
+    tool = installer()
+    install(
+        tool, env.python, [str(wheel)], target=site,
+        options=["--no-deps", "--no-index", "--no-compile", *(["--no-cache"] if tool.uv else ["--quiet"])],
+        user_config=False, doing=f"{wheel.name} does not install on torch {env.installed}'s Python ({env.python})",
+        fallback=InputError, progress=lambda _: None, started=time.monotonic(),
+    )
 
 
-def _plan(manifest: Manifest | None, files: list[ExtensionFile], recorded: dict[str, set[str]] | None) -> list[dict[str, Any]]:
-    """What each probe does, per row of the matrix: the manifest's dependencies in order, then
-    one row per extension that no dependency claims."""
-    deps = list(manifest.deps.values()) if manifest else []
-    owned, orphans = attribute(deps, files, recorded)
+def _plan(specs: Specs, files: list[ExtensionFile]) -> list[dict[str, Any]]:
+    """What each probe does, per row of the matrix: the dependencies in order, then one row per
+    extension that no dependency claims."""
+    owned, orphans = attribute(specs.deps, files, specs.recorded)
 
     def extensions(items: list[ExtensionFile]) -> list[dict[str, Any]]:
         return [{"path": f.path, "module": f.module, "cuda_libs": list(f.cuda_libs)} for f in items]
 
     rows = [
         {
-            "name": dep.name, "extensions": extensions(owned[dep.name]), "ops": list(dep.verify.ops),
-            "smoke": dep.verify.smoke, "requires_cuda": dep.verify.requires_cuda, "absent": _absent(dep, owned[dep.name], recorded),
+            "name": dep.name, "extensions": extensions(owned[dep.name]), "ops": list(dep.ops),
+            "smoke": dep.smoke, "requires_cuda": dep.requires_cuda, "absent": _absent(dep, owned[dep.name], specs.recorded),
         }
-        for dep in deps
+        for dep in specs.deps
     ]
     rows += [
         {"name": file.path, "extensions": extensions([file]), "ops": [], "smoke": None, "requires_cuda": False, "absent": None}
@@ -146,10 +164,10 @@ def _plan(manifest: Manifest | None, files: list[ExtensionFile], recorded: dict[
     return rows
 
 
-def _absent(dep: Dependency, owned: list[ExtensionFile], recorded: dict[str, set[str]] | None) -> str | None:
+def _absent(dep: DepSpec, owned: list[ExtensionFile], recorded: dict[str, set[str]] | None) -> str | None:
     """Why a dependency that builds extensions counts as missing from the wheel (a merge that
     dropped it must not pass as "nothing to check"), or None."""
-    if owned or not (dep.build.extensions or dep.build.cmake_dir or dep.install):
+    if owned or not dep.builds_extensions:
         return None
     if recorded is not None:
         return f"no extension of {dep.name} in the wheel (its assembler.json lists {len(recorded.get(dep.name, ()))} files, no shared object)"
@@ -185,7 +203,8 @@ def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], scratch: Path,
             return state
         dep, doing = step
         if dep is None:
-            raise InputError(f"torch {env.requested} ({env.path}) failed while {doing}: {died}", hint=f"delete {env.path} and re-run")
+            hint = f"check that torch imports in {env.python}" if env.given else f"delete {env.path} and re-run"
+            raise InputError(f"torch {env.requested} ({env.path}) failed while {doing}: {died}", hint=hint)
         state.checks.setdefault(dep, []).append(Check("process", doing, Status.FAIL, f"the probe {died} while {doing}"))
         state.done.add(dep)
         state.crashed.add(dep)

@@ -250,7 +250,9 @@ def merge_wheel(
             min_torch = torch_floor(manifest, artifacts, symbol_floor(tmp, [w for w in payload if w.head == ELF_MAGIC]))
             archive.write_bytes(f"{dist_info}/METADATA", metadata_text(bundle, version, cuda, min_torch, provenance).encode())
             archive.write_bytes(f"{dist_info}/WHEEL", wheel_text(python_tag(bundle), verdict.platforms).encode())
-            archive.write_bytes(f"{dist_info}/assembler.json", provenance_json(bundle, version, cuda, verdict.platforms, exclude, provenance, files).encode())
+            archive.write_bytes(f"{dist_info}/assembler.json", provenance_json(
+                bundle, version, cuda, verdict.platforms, exclude, provenance, files,
+                verify={a.dep: manifest.deps[a.dep].verify_record() for a in artifacts}).encode())
             digests = {w.name: w.sha256 for w in payload}
             sbom = _sbom(manifest, artifacts, version, cuda, epoch, {dep: file_hashes([(p, digests[p]) for p in paths]) for dep, paths in files.items()})
             archive.write_bytes(sbom_path(dist_info, dist_name(bundle.name)), sbom.encode())

@@ -88,14 +88,20 @@ def metadata_text(bundle: Bundle, version: str, cuda: str, min_torch: str, prove
 
 
 def provenance_json(bundle: Bundle, version: str, cuda: str, platforms: Sequence[str], excluded: Sequence[str],
-                    provenance: Mapping[str, Mapping[str, Any]], files: Mapping[str, Sequence[str]]) -> str:
-    """``<dist-info>/assembler.json``: per dependency the commit, patches, toolchain and files."""
+                    provenance: Mapping[str, Mapping[str, Any]], files: Mapping[str, Sequence[str]],
+                    verify: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+    """``<dist-info>/assembler.json``: per dependency the commit, patches, toolchain and files, and
+    the verify specs (ops, smoke call), so `assemble verify` can check the wheel outside its workspace."""
     data = {
         "assembler": __version__,
-        "bundle": {"name": bundle.name, "version": version, "python_abi": bundle.python_abi, "cuda": cuda},
+        "bundle": {"name": bundle.name, "version": version, "python_abi": bundle.python_abi, "cuda": cuda,
+                   "verify_torch": list(bundle.verify_torch)},
         "platform": list(platforms),
         "excluded_libraries": sorted(excluded),
-        "deps": {dep: {**record, "files": list(files.get(dep, ()))} for dep, record in provenance.items()},
+        "deps": {
+            dep: {**record, "files": list(files.get(dep, ())), **({"verify": dict(verify[dep])} if verify and dep in verify else {})}
+            for dep, record in provenance.items()
+        },
     }
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 

@@ -1,0 +1,121 @@
+"""Which ops and smoke calls a verify run checks, and where they come from.
+
+A merged wheel says whose it is: ``<dist-info>/assembler.json`` names its bundle and its
+dependencies, and (since verify specs are embedded at merge) each dependency's ops and smoke
+call. The workspace's deps.toml is used only when its [bundle] is the wheel's; otherwise the
+wheel's own specs, or a clear error for a wheel of another bundle that carries none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from assembler.errors import InputError
+from assembler.manifest.model import Manifest
+
+RECORD_NAME = "assembler.json"
+
+
+@dataclass(frozen=True)
+class DepSpec:
+    """One row of the matrix: what to check for a dependency."""
+
+    name: str
+    ops: tuple[str, ...] = ()
+    smoke: str | None = None
+    requires_cuda: bool = False
+    builds_extensions: bool = False  # a wheel without any of its shared objects is missing it
+    install: Mapping[str, str] = field(default_factory=dict)  # attribution rules for wheels without a record
+
+
+@dataclass(frozen=True)
+class Specs:
+    deps: list[DepSpec]
+    source: str  # "workspace", "wheel" or "none"
+    detail: str  # one sentence saying which specs were used and why
+    bundle: str | None  # the wheel's bundle, when it says
+    recorded: dict[str, set[str]] | None  # wheel paths per dependency, from the wheel's record
+    verify_torch: tuple[str, ...] = ()  # default torch versions
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.source, "detail": self.detail, "bundle": self.bundle}
+
+
+def wheel_record(wheel: Path) -> dict[str, Any] | None:
+    """The wheel's ``<name>.dist-info/assembler.json`` (written by `assemble merge`), or None."""
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            names = [n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/" + re.escape(RECORD_NAME), n)]
+            if not names:
+                return None
+            data = json.loads(archive.read(names[0]))
+    except (OSError, zipfile.BadZipFile, ValueError) as error:
+        raise InputError(f"{wheel}: its {RECORD_NAME} cannot be read ({error})", hint="rebuild the wheel with assemble merge") from None
+    if not isinstance(data, dict) or not isinstance(data.get("deps"), dict) or not isinstance(data.get("bundle"), dict):
+        raise InputError(f"{wheel}: its {RECORD_NAME} has no bundle or deps table", hint="rebuild the wheel with assemble merge")
+    return data
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _from_manifest(manifest: Manifest) -> list[DepSpec]:
+    return [
+        DepSpec(name=dep.name, ops=tuple(dep.verify.ops), smoke=dep.verify.smoke, requires_cuda=dep.verify.requires_cuda,
+                builds_extensions=dep.builds_extensions, install=dict(dep.install))
+        for dep in manifest.deps.values()
+    ]
+
+
+def _from_record(wheel: Path, deps: Mapping[str, Any]) -> list[DepSpec]:
+    specs = []
+    for name, entry in deps.items():
+        verify = entry.get("verify") if isinstance(entry, dict) else None
+        if verify is None:
+            specs.append(DepSpec(name=str(name)))
+            continue
+        ops, smoke = verify.get("ops", []), verify.get("smoke")
+        if not (isinstance(ops, list) and all(isinstance(op, str) for op in ops) and (smoke is None or isinstance(smoke, str))):
+            raise InputError(f"{wheel}: {RECORD_NAME} deps.{name}.verify is malformed", hint="rebuild the wheel with assemble merge")
+        specs.append(DepSpec(name=str(name), ops=tuple(ops), smoke=smoke, requires_cuda=bool(verify.get("requires_cuda")),
+                             builds_extensions=bool(verify.get("builds_extensions"))))
+    return specs
+
+
+def resolve_specs(manifest: Manifest | None, wheel: Path) -> Specs:
+    """The specs to verify ``wheel`` with (see the module docstring)."""
+    record = wheel_record(wheel)
+    if record is None:
+        if manifest is None:
+            return Specs([], "none", "no deps.toml found and no assembler.json in the wheel: checking that each extension loads", None, None)
+        return Specs(_from_manifest(manifest), "workspace",
+                     f"{manifest.path} (bundle {manifest.bundle.name}; the wheel has no assembler.json)", None, None,
+                     manifest.bundle.verify_torch)
+    deps = record["deps"]
+    recorded = {str(name): set(entry.get("files", ())) for name, entry in deps.items() if isinstance(entry, dict)}
+    bundle = str(record["bundle"].get("name", ""))
+    wheel_torch = tuple(str(v) for v in record["bundle"].get("verify_torch", ()))
+    if manifest is not None and _canonical(manifest.bundle.name) == _canonical(bundle):
+        return Specs(_from_manifest(manifest), "workspace", f"{manifest.path} (bundle {bundle}, the wheel's)", bundle, recorded,
+                     manifest.bundle.verify_torch)
+    embedded = any(isinstance(entry, dict) and "verify" in entry for entry in deps.values())
+    elsewhere = f"; the workspace {manifest.path} is bundle {manifest.bundle.name}" if manifest is not None else ""
+    if embedded:
+        return Specs(_from_record(wheel, deps), "wheel", f"the wheel's own {RECORD_NAME} (bundle {bundle}){elsewhere}",
+                     bundle, recorded, wheel_torch)
+    if manifest is not None:
+        raise InputError(
+            f"{wheel.name} belongs to bundle {bundle}, not to this workspace's bundle {manifest.bundle.name} ({manifest.path}), "
+            f"and carries no verify specs of its own",
+            hint=f"run verify in {bundle}'s workspace (-C DIR), or outside any workspace to check that each extension loads",
+        )
+    return Specs(_from_record(wheel, deps), "wheel",
+                 f"the wheel's own {RECORD_NAME} (bundle {bundle}; it carries no verify specs: each extension must load)",
+                 bundle, recorded, wheel_torch)
