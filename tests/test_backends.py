@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from assembler.manifest import load_manifest
 from assembler.workspace import open_workspace
 from tests.build_support import (  # noqa: F401  (fixtures)
     HERMETIC_CUDA,
+    SHARED,
     assemble,
     build_env_path_fixture,
     example_ws_fixture,
@@ -102,7 +104,7 @@ def _so_verdicts(path: Path) -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 def test_setuptools_backend_builds_the_example_library_into_a_stable_abi3_artifact(
-    example_ws: Path, private_cache: Path, build_env_path: Path,
+    example_ws: Path, private_cache: Path, build_env_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     workspace = open_workspace(example_ws)
     options = BuildOptions(cuda=HERMETIC_CUDA, only=("rowsum",), jobs=2)
@@ -132,6 +134,17 @@ def test_setuptools_backend_builds_the_example_library_into_a_stable_abi3_artifa
     assert {"-DTORCH_TARGET_VERSION=0x020A000000000000", "-DPy_LIMITED_API=0x03090000"} <= set(entry["arguments"])
     assert git(checkout, "status", "--porcelain", "--untracked-files=all") == ""
     assert [d.status for d in build_artifacts(workspace, options).deps] == ["cached"]
+
+    # built again elsewhere (another workspace path, an empty artifact store): the same bytes
+    elsewhere, cache = tmp_path / "elsewhere", tmp_path / "cache2"
+    shutil.copytree(example_ws, elsewhere, ignore=shutil.ignore_patterns("forks", ".assemble", "dist"))
+    cache.mkdir()
+    for name in SHARED:
+        (cache / name).symlink_to(private_cache / name, target_is_directory=True)
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(cache))
+    [again] = build_artifacts(open_workspace(elsewhere), options).deps
+    assert again.status == "built" and again.key == dep.key
+    assert (again.artifact / "files" / "rowsum" / "_C.abi3.so").read_bytes() == (files / "rowsum" / "_C.abi3.so").read_bytes()
 
 
 def test_a_setup_py_that_does_not_ask_for_abi3_is_refused(example_ws: Path, private_cache: Path) -> None:

@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from assembler.builder.builder import BuildContext, BuildRequest
 
 PROJECT_FILES = ("pyproject.toml", "setup.py")
+# Bump when what the backend injects or does to the built files changes: it is part of the key.
+BACKEND_VERSION = "2: defines + file-prefix maps (checkout, torch) in CFLAGS/CXXFLAGS/NVCC_APPEND_FLAGS; strip"
 DRIVER = """\
 import importlib, os, sys
 project, wheel_dir = sys.argv[1], sys.argv[2]
@@ -88,7 +90,7 @@ class SetuptoolsBackend:
         versions = installed_versions(ctx.toolchain.env.path)
         recipe = digest_texts(
             f"backend={self.name}", dep.build.project_dir, json.dumps(dep.build.defines), json.dumps(dep.build.build_env),
-            json.dumps(dep.install, sort_keys=True), DRIVER, EXTRA_CONFIG, *stable_defines(dep, ctx.bundle.python_abi),
+            json.dumps(dep.install, sort_keys=True), DRIVER, EXTRA_CONFIG, BACKEND_VERSION, *stable_defines(dep, ctx.bundle.python_abi),
         )
         tools = (("setuptools", versions.get("setuptools", "(none)")),)
         return Prepared(recipe=recipe, uses_cuda=uses_cuda(dep), tools=tools)
@@ -119,6 +121,7 @@ class SetuptoolsBackend:
         wheel = one_wheel(wheel_dir, dep.name, "the setuptools build")
         unpack(wheel, work.files)
         modules = sorted(path.relative_to(work.files).as_posix() for path in work.files.rglob("*.so"))
+        strip(work.files, modules)
         not_abi3 = [module for module in modules if not module.endswith(".abi3.so")]
         if not_abi3:
             raise BuildFailure(
@@ -132,18 +135,32 @@ class SetuptoolsBackend:
         env = tc.cuda.environment(scrubbed_environment(dict(os.environ)))
         env["PATH"] = os.pathsep.join([str(tc.env.python.parent), env["PATH"]])
         defines = " ".join(shlex.quote(f"-D{define}") for define in stable_defines(dep, ctx.bundle.python_abi))
-        prefix_map = shlex.quote(f"-ffile-prefix-map={request.checkout}={dep.name}")
+        # Paths in the binaries (__FILE__ of checks, debug info) relative to the checkout and
+        # torch, not to where they happen to live: the bytes do not depend on the cache's place.
+        prefix_maps = [f"-ffile-prefix-map={request.checkout}={dep.name}", f"-ffile-prefix-map={tc.env.torch_dir}=torch"]
+        host = " ".join(shlex.quote(flag) for flag in prefix_maps)
+        device = " ".join(shlex.quote(f"-Xcompiler={flag}") for flag in prefix_maps)
         env.update(dep.build.build_env)
         env.update(
-            CFLAGS=f"{defines} {prefix_map}",
-            CXXFLAGS=f"{defines} {prefix_map}",
-            NVCC_APPEND_FLAGS=f"{defines} -Xcompiler={prefix_map}",
+            CFLAGS=f"{defines} {host}",
+            CXXFLAGS=f"{defines} {host}",
+            NVCC_APPEND_FLAGS=f"{defines} {device}",
             MAX_JOBS=str(jobs),
             DIST_EXTRA_CONFIG=str(config),
         )
         if request.archs:
             env["TORCH_CUDA_ARCH_LIST"] = ";".join(request.archs)
         return env
+
+
+def strip(files: Path, modules: list[str]) -> None:
+    """Strip the extension modules as the CMake backends' install/strip does (setuptools does
+    not): symbol tables and debug info off, the dynamic symbols the loader needs kept."""
+    tool = shutil.which("strip")
+    if tool is None:
+        return
+    for module in modules:
+        subprocess.run([tool, str(files / module)], check=True, capture_output=True)
 
 
 NINJA_WRAPPER = """\
