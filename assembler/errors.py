@@ -21,6 +21,8 @@ class ExitCode(IntEnum):
     BUILD_FAILED = 6  # compiler / CMake / scikit-build-core failure
     TOOLCHAIN = 7  # the CUDA toolkit or torch version asked for is unavailable
     LOCKED = 8  # another assemble process holds the workspace lock
+    ENVIRONMENT = 9  # the machine said no: disk full, read-only file system, permission denied
+    INTERNAL = 70  # a bug in assemble (an unexpected exception); --debug shows the traceback
 
 
 class AssembleError(Exception):
@@ -66,3 +68,42 @@ class CheckFailed(AssembleError):
 
 class LockedError(AssembleError):
     exit_code = ExitCode.LOCKED
+
+
+class EnvironmentFailure(AssembleError):
+    """The system refused an operation on a sound input: no space left, a read-only file
+    system, a missing permission. Fix the machine, not the workspace."""
+
+    exit_code = ExitCode.ENVIRONMENT
+
+
+# errno -> the hint for an OSError that is the machine's doing, not the input's.
+_ENVIRONMENT_HINTS = {
+    "ENOSPC": "free space on that file system (or point ASSEMBLE_CACHE or the workspace elsewhere), then run the command again",
+    "EDQUOT": "free space within your disk quota, then run the command again",
+    "EROFS": "the file system is read-only: deps, patches --offline, check, audit and rebase --dry-run work there; "
+             "run commands that write on a writable copy",
+    "EACCES": "check the permissions of that path (or run as its owner)",
+    "EPERM": "check the permissions of that path (or run as its owner)",
+    "EMFILE": "raise the open-file limit (ulimit -n)",
+    "ENOMEM": "free memory, or lower --jobs",
+}
+
+
+def from_os_error(error: OSError) -> AssembleError:
+    """The one-line error for an OSError that reached the CLI: the path(s), the system's reason
+    and a hint; exit ENVIRONMENT when the machine refused, BAD_INPUT when the path is wrong
+    (missing, a directory where a file belongs, a name too long)."""
+    import errno
+
+    name = errno.errorcode.get(error.errno or 0, "")
+    paths = " -> ".join(str(p) for p in (error.filename, error.filename2) if p is not None)
+    reason = error.strerror or str(error) or type(error).__name__
+    message = f"{paths}: {reason}" if paths else reason
+    hint = _ENVIRONMENT_HINTS.get(name)
+    if hint is not None:
+        return EnvironmentFailure(message, hint=hint)
+    if isinstance(error, TimeoutError | ConnectionError):
+        return NetworkError(message, hint="check the network, or point [mirrors] at a local copy")
+    return InputError(message, hint="check that path: it exists and is the kind of file assemble expects there"
+                      if paths else "re-run with --debug to see where it happened")

@@ -8,9 +8,11 @@ given when the workspace is opened."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import functools
 import os
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -18,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from assembler.errors import LockedError, ManifestError
+from assembler.errors import InputError, LockedError, ManifestError
 from assembler.fsutil import ignored_dir
 from assembler.manifest import MANIFEST_NAME, Dependency, Manifest, find_workspace, load_manifest
 
@@ -88,7 +90,14 @@ class Workspace:
             finally:
                 self._lock_depth -= 1
             return
-        fd = os.open(ignored_dir(self.state_dir) / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open_lock()
+        if fd is None:  # a read-only workspace: nobody can write to it, so there is nothing to serialise
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
+            return
         try:
             self._acquire(fd)
             self._lock_depth = 1
@@ -99,8 +108,23 @@ class Workspace:
         finally:
             os.close(fd)  # closing the descriptor releases the lock
 
+    def _open_lock(self) -> int | None:
+        """The lock file's descriptor, created if needed. Where it cannot be created (a
+        read-only file system, a workspace of another user) an existing one is opened for
+        reading (flock needs no write access); None when there is none and none can be made."""
+        path = self.state_dir / "lock"
+        try:
+            return os.open(ignored_dir(self.state_dir) / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+        try:
+            return os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+
     def _acquire(self, fd: int) -> None:
-        timeout = float(os.environ.get("ASSEMBLE_LOCK_TIMEOUT", "600"))
+        timeout = lock_timeout()
         deadline = time.monotonic() + timeout
         waiting = False
         while True:
@@ -117,6 +141,22 @@ class Workspace:
                     self.on_lock_wait(self.root)
                 waiting = True
                 time.sleep(0.05)
+
+
+LOCK_TIMEOUT_ENV = "ASSEMBLE_LOCK_TIMEOUT"
+_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(s|m|min|h)?")
+_UNIT_SECONDS = {None: 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def lock_timeout() -> float:
+    """ASSEMBLE_LOCK_TIMEOUT in seconds (default 600): a number of seconds, or with a unit
+    (90s, 10m, 1h)."""
+    text = os.environ.get(LOCK_TIMEOUT_ENV, "600").strip()
+    match = _DURATION_RE.fullmatch(text)
+    if match is None:
+        raise InputError(f"{LOCK_TIMEOUT_ENV}={text!r} is not a duration",
+                         hint=f"set {LOCK_TIMEOUT_ENV} to seconds (600) or a number with a unit: 90s, 10m, 1h")
+    return float(match[1]) * _UNIT_SECONDS[match[2]]
 
 
 def locked(function: Callable[Concatenate[Workspace, _P], _R]) -> Callable[Concatenate[Workspace, _P], _R]:

@@ -15,16 +15,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "rebase", help="replay a dependency's series onto its tracked upstream branch (drops what landed upstream)",
     )
     parser.add_argument("name", nargs="?", metavar="DEP")
-    parser.add_argument("--onto", metavar="REF|horizon",
+    parser.add_argument("--onto", metavar="REF|horizon", type=_ref,
                         help="branch, tag or commit to rebase onto (default: the tracked branch); "
                              "'horizon' = the newest commit the whole series applies to")
-    parser.add_argument("--upstream", metavar="URL", help="follow another repository from now on (updates upstream/source)")
+    parser.add_argument("--upstream", metavar="URL", type=_url, help="follow another repository from now on (updates upstream/source)")
     parser.add_argument("--dry-run", action="store_true", help="report what would happen; change nothing")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--continue", dest="resume", action="store_true", help="go on after resolving a conflict (or after a crash)")
     mode.add_argument("--abort", action="store_true", help="restore the checkout, deps.toml and patches/ as they were")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.set_defaults(handler=run)
+
+
+def _ref(text: str) -> str:
+    """--onto is handed to git: a branch, tag or commit name by git's rules, never an option."""
+    from assembler.manifest.refname import branch_problem
+
+    if (problem := branch_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a branch, tag or commit name: {problem}")
+    return text
+
+
+def _url(text: str) -> str:
+    from assembler.manifest.values import url_problem
+
+    if (problem := url_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(f"{text[:80]!r} is not a repository URL: {problem}")
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

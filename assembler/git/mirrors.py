@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import configparser
 import contextlib
 import hashlib
+import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +17,13 @@ import filelock
 import git
 
 from assembler.cache import cache_root
-from assembler.errors import NetworkError
+from assembler.errors import InputError, NetworkError
+from assembler.fsutil import remove_stale, temporary_path
+from assembler.git.process import END_OF_OPTIONS
 from assembler.git.runner import QUIET_ENV, has_commit
 from assembler.manifest import Manifest
+from assembler.manifest.refname import branch_problem
+from assembler.manifest.values import url_problem
 
 # Upstream branches land under refs/remotes/origin/ so fetch --prune never touches our refs.
 FETCH_REFSPECS = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
@@ -47,30 +54,71 @@ def mirror_path(url: str) -> Path:
 
 
 def open_mirror(manifest: Manifest, url: str) -> Mirror:
-    """The mirror for ``url``, created empty if needed; its fetch URL follows [mirrors]."""
+    """The mirror for ``url``, created if needed; its fetch URL follows [mirrors].
+
+    A mirror is made complete or not at all (initialised and configured in a temporary
+    directory, then renamed into place), and one left half-made by an older assemble is made
+    again. A complete mirror with the right URL is opened without taking its lock, so a
+    read-only cache serves offline commands."""
+    for value in (url, manifest.resolve_url(url)):
+        if (problem := url_problem(value)) is not None:
+            raise InputError(f"{value!r} is not a repository URL: {problem}",
+                             hint="fix the URL in deps.toml ([deps.X] upstream/source, [mirrors]) or in the .gitmodules it came from")
     path = mirror_path(url)
     fetch_url = manifest.resolve_url(url)
+    if _origin_url(path) == fetch_url:
+        return Mirror(url=url, fetch_url=fetch_url, path=path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with filelock.FileLock(f"{path}.lock"):
-        if not (path / "HEAD").exists():
-            repo = git.Repo.init(path, bare=True)
-            with repo.config_writer() as config:
+        origin = _origin_url(path)
+        if origin is None:
+            _create(path, fetch_url)
+        elif origin != fetch_url:
+            with git.Repo(path).config_writer() as config:
                 config.set_value('remote "origin"', "url", fetch_url)
-                config.set_value('remote "origin"', "fetch", FETCH_REFSPECS[0])
-                config.set_value("gc", "auto", "0")
-        else:
-            repo = git.Repo(path)
-            if repo.remotes.origin.url != fetch_url:
-                with repo.config_writer() as config:
-                    config.set_value('remote "origin"', "url", fetch_url)
     return Mirror(url=url, fetch_url=fetch_url, path=path)
 
 
+def _origin_url(path: Path) -> str | None:
+    """The fetch URL of the mirror at ``path``; None when there is none or it is half-made."""
+    if not (path / "HEAD").is_file() or not (path / "objects").is_dir():
+        return None
+    try:
+        with git.Repo(path).config_reader() as config:
+            return str(config.get_value('remote "origin"', "url"))
+    except (OSError, ValueError, configparser.Error, git.GitError):  # unreadable: not a usable mirror
+        return None
+
+
+def _create(path: Path, fetch_url: str) -> None:
+    """A configured bare repository at ``path``, made aside and renamed into place (a killed
+    creation leaves a `.NAME.PID.tmp` that the next one removes)."""
+    remove_stale(path.parent)
+    staging = temporary_path(path)
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        repo = git.Repo.init(staging, bare=True)
+        with repo.config_writer() as config:
+            config.set_value('remote "origin"', "url", fetch_url)
+            config.set_value('remote "origin"', "fetch", FETCH_REFSPECS[0])
+            config.set_value("gc", "auto", "0")
+        if path.exists():  # half-made by an older assemble: replace it
+            shutil.rmtree(path)
+        os.replace(staging, path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
 def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
-    """Fetch branches and tags (or explicit ``refs``); network failure names the URL and the fix."""
+    """Fetch branches and tags (or explicit ``refs``: branch, tag or commit names, checked
+    with git's rules and passed after --end-of-options); network failure names the URL and
+    the fix."""
+    for ref in refs or ():
+        if (problem := branch_problem(ref)) is not None:
+            raise InputError(f"{ref!r} is not a branch, tag or commit name: {problem}", hint="check `track` in deps.toml (or the REF given)")
     with filelock.FileLock(f"{mirror.path}.lock"):
         try:
-            mirror.repo.git.fetch("--prune", "--quiet", "origin", *(refs or FETCH_REFSPECS))
+            mirror.repo.git.fetch("--prune", "--quiet", END_OF_OPTIONS, "origin", *(refs or FETCH_REFSPECS))
         except git.GitCommandError as exc:
             raise network_error(mirror, exc) from None
 
