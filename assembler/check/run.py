@@ -194,17 +194,24 @@ class _Toolchain:
             raise self._cuda
         return self._cuda
 
-    def cuda_include(self, required: bool, wanted: bool) -> Path | None:
-        """CUDA's include dir for the C++ units of a dependency that compiles CUDA (``required``:
-        a missing toolkit is an error), or may (``wanted``: used when a toolkit is there)."""
-        if required:
-            return self.cuda().root / "include"
-        if wanted:
-            try:
-                return self.cuda().root / "include"
-            except ToolchainError:
-                return None
-        return None
+    def cuda_includes(self, required: bool, wanted: bool) -> list[Path]:
+        """CUDA's include dirs (and CCCL's, where CUDA 13 keeps libcu++, CUB and Thrust) for the
+        C++ units of a dependency that compiles CUDA (``required``: a missing toolkit is an
+        error), or may (``wanted``: used when a toolkit is there); the .cu units get nvcc's own."""
+        if not (required or wanted):
+            return []
+        try:
+            include = self.cuda().root / "include"
+        except ToolchainError:
+            if required:
+                raise
+            return []
+        return [include, *([include / "cccl"] if (include / "cccl").is_dir() else [])]
+
+    @property
+    def selected_cuda(self) -> CudaToolkit | None:
+        """The toolkit chosen for this run, when one was needed and found."""
+        return self._cuda if isinstance(self._cuda, CudaToolkit) else None
 
     def nvcc_passes(self, archs: tuple[str, ...]) -> NvccPasses:
         if archs not in self._passes:
@@ -242,8 +249,8 @@ def run_check(
             else:
                 plans.append(plan)
         _scan(plans, tools, options, workspace, on_dep)
-        cuda = tools._cuda
-        if isinstance(cuda, CudaToolkit) and any(p.nvcc for p in plans):
+        cuda = tools.selected_cuda
+        if cuda is not None:
             report.cuda, report.nvcc = cuda.version, cuda.release
     report.seconds = time.monotonic() - started
     return report
@@ -257,14 +264,13 @@ def _plan(
 
     units = translation_units(workspace, dep, checkout)
     archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
-    nvcc = tools.nvcc_passes(archs) if any(unit.language == CUDA for unit in units) else None
+    has_cu = any(unit.language == CUDA for unit in units)
+    toolkit = tools.cuda() if has_cu else None
     system = list(torch_include_roots(tools.env.torch_dir))[::-1]  # torch/include first, then the C++ API's
-    cuda_include = tools.cuda_include(
-        required=nvcc is not None or any(ext.language == CUDA for ext in dep.build.extensions),
+    system += tools.cuda_includes(
+        required=has_cu or any(ext.language == CUDA for ext in dep.build.extensions),
         wanted=dep.build.backend != "helper",  # a dependency's own build may compile C++ against CUDA's headers
     )
-    if cuda_include is not None:
-        system.append(cuda_include)
     flags = Flags(
         defines=(f"TORCH_TARGET_VERSION={torch_target_version(dep.torch_target)}",
                  f"Py_LIMITED_API={limited_api_version(workspace.manifest.bundle.python_abi)}"),
@@ -279,11 +285,11 @@ def _plan(
         source=head if dirty is None else f"{head}+{dirty}",
         series=series,
         recipe=digest_texts(recipe_digest(dep), origin_bytes, *code),
-        toolchain=(("c++", tools.cxx_version), *((("nvcc", nvcc.nvcc),) if nvcc else ()),
+        toolchain=(("c++", tools.cxx_version), *((("nvcc", toolkit.release),) if toolkit else ()),
                    ("python-include", str(tools.python_include))),
         torch=tools.env.torch,
         torch_target=dep.torch_target,
-        archs=archs if nvcc else (),
+        archs=archs if toolkit else (),
         flags=("check", "syntax" if options.syntax else "preprocess-only"),
         python_abi=workspace.manifest.bundle.python_abi,
     )
@@ -302,6 +308,7 @@ def _plan(
     }
     reader = Reader(checkout, torch_include_roots(tools.env.torch_dir), tools.python_include)
     default_std = compilers.torch_extension_std(tools.env.torch_dir) if dep.build.backend == "setuptools" else compilers.DEFAULT_STD
+    nvcc = tools.nvcc_passes(archs) if has_cu else None  # after the cache: `nvcc --dryrun` only when scanning
     return _Plan(dep, check, checkout, units, flags, nvcc, reader, record, time.monotonic(), default_std)
 
 
