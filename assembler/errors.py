@@ -107,3 +107,13 @@ def from_os_error(error: OSError) -> AssembleError:
         return NetworkError(message, hint="check the network, or point [mirrors] at a local copy")
     return InputError(message, hint="check that path: it exists and is the kind of file assemble expects there"
                       if paths else "re-run with --debug to see where it happened")
+
+
+class NewerStateError(InputError):
+    """A state file (a rebase journal, a checkout's assemble-state.json) written by a newer
+    assembler, in a format this one does not know: refuse it rather than misread it."""
+
+    def __init__(self, path: object, what: str) -> None:
+        super().__init__(f"{path}: {what} was written by a newer assembler; upgrade",
+                         hint="upgrade assemble (pip install -U assembler) to the version that wrote it, then run the command again")
+        self.path = path

@@ -24,6 +24,7 @@ from typing import Any
 from assembler.builder import backends
 from assembler.builder.cache import ArtifactStore, KeyParts, digest_texts, materialize
 from assembler.builder.diagnose import UnstableInclude, log_tail, torch_include_roots, unstable_includes
+from assembler.builder.outcome import BuildOutcome
 from assembler.builder.units import COMPDB_DIR
 from assembler.errors import InputError, ToolchainError
 from assembler.git.state import CheckoutState
@@ -93,7 +94,7 @@ class BuildRequest:
 @dataclass
 class Outcome:
     dep: str
-    status: str  # "cached", "built", "failed"
+    status: BuildOutcome
     seconds: float = 0.0
     artifact: Path | None = None
     log: Path | None = None
@@ -170,12 +171,12 @@ def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
     target = ctx.artifacts / request.dep.name
     current = stored_artifact(target)
     if current is not None and current.key == request.key:
-        return Outcome(request.dep.name, "cached", artifact=target, record=current)
+        return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=current)
     stored = ctx.store.lookup(request.dep.name, request.key)
     if stored is None:
         return None
     materialize(stored, target)
-    return Outcome(request.dep.name, "cached", artifact=target, record=stored_artifact(target))
+    return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=stored_artifact(target))
 
 
 def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable[[str], None] = lambda _: None) -> Outcome:
@@ -201,9 +202,9 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
         shutil.rmtree(staging, ignore_errors=True)
         seconds = time.monotonic() - started
         if failure.error is not None:
-            return Outcome(dep.name, "failed", seconds, log=log_path, error=failure.error)
+            return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, error=failure.error)
         unstable = unstable_includes(log_path.read_text(errors="replace"), request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir))
-        return Outcome(dep.name, "failed", seconds, log=log_path, unstable=unstable)
+        return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, unstable=unstable)
     seconds = time.monotonic() - started
     # Deflated once here, so every merge copies the compressed members instead of recompressing.
     from assembler.wheel.artifact import PACK_NAME, pack_files  # the wheel package only when building
@@ -213,7 +214,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     (staging / ARTIFACT_JSON).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     stored = ctx.store.publish(staging, dep.name, request.key)
     materialize(stored, ctx.artifacts / dep.name)
-    return Outcome(dep.name, "built", seconds, artifact=ctx.artifacts / dep.name, log=log_path,
+    return Outcome(dep.name, BuildOutcome.BUILT, seconds, artifact=ctx.artifacts / dep.name, log=log_path,
                    record=stored_artifact(ctx.artifacts / dep.name))
 
 

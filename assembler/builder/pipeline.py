@@ -22,6 +22,7 @@ from assembler.builder import builder, scheduler
 from assembler.builder.builder import BuildContext, Outcome, Toolchain
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
+from assembler.builder.outcome import BuildOutcome
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
 from assembler.git.state import series_digest
@@ -72,7 +73,7 @@ class DepReport:
     head: str
     key: str
     patches: int
-    status: str  # cached, built, failed
+    status: BuildOutcome
     seconds: float
     archs: list[str]
     torch_target: str
@@ -198,7 +199,7 @@ def build_artifacts(
                 pending.append(request)
             else:
                 outcomes[request.dep.name] = reused
-                on_event(request.dep.name, "cached", None, None)
+                on_event(request.dep.name, BuildOutcome.CACHED, None, None)
         jobs = options.jobs or available_cpus()
         memory = options.memory or scheduler.default_memory_budget()
         for outcome in scheduler.run_builds(ctx, pending, jobs, memory, on_event):
@@ -212,11 +213,11 @@ def build_artifacts(
         built_in = outcome.record.build_seconds if outcome.record is not None else 0.0
         report.deps.append(DepReport(
             dep=request.dep.name, commit=request.dep.commit, head=request.head, key=request.key, patches=len(request.dep.series),
-            status=outcome.status, seconds=outcome.seconds if outcome.status != "cached" else built_in,
+            status=outcome.status, seconds=outcome.seconds if outcome.status != BuildOutcome.CACHED else built_in,
             archs=list(request.archs), torch_target=request.dep.torch_target, artifact=outcome.artifact, log=outcome.log,
         ))
     report.seconds = time.monotonic() - started
-    failed = [outcomes[r.dep.name] for r in requests if outcomes[r.dep.name].status == "failed"]
+    failed = [outcomes[r.dep.name] for r in requests if outcomes[r.dep.name].status == BuildOutcome.FAILED]
     if failed:
         raise BuildFailed(report, failed)
     return report

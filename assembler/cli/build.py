@@ -125,12 +125,14 @@ class _Progress:
             self.console.print(message, markup=False, highlight=False)
 
     def event(self, dep: str, phase: str, done: int | None, total: int | None) -> None:
+        from assembler.builder.outcome import BuildOutcome
+
         if dep not in self.tasks:
             self.tasks[dep] = self.progress.add_task(dep, total=None)
         task = self.tasks[dep]
         style = PHASE_STYLE.get(phase, "")
         description = f"{dep:<16} [{style}]{phase}[/]"
-        if phase in {"cached", "built", "failed"}:
+        if phase in tuple(BuildOutcome):
             self.progress.update(task, description=description, total=1, completed=1)
             self.progress.stop_task(task)
         elif done is not None:
@@ -150,12 +152,13 @@ def _emit(report: BuildReport, as_json: bool) -> None:
     from rich.table import Table
 
     from assembler.audit.report import verdict_style
+    from assembler.builder.outcome import BuildOutcome
 
     table = Table(title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}", title_justify="left")
     for column in ("dep", "commit", "patches", "build", "archs", "min torch", "verdict"):
         table.add_column(column, no_wrap=column != "verdict")
     for dep in report.deps:
-        build = {"cached": "cached", "built": f"built {dep.seconds:.1f}s"}.get(dep.status, f"[red]{dep.status}[/]")
+        build = {BuildOutcome.CACHED: "cached", BuildOutcome.BUILT: f"built {dep.seconds:.1f}s"}.get(dep.status, f"[red]{dep.status}[/]")
         verdict = dep.verdict or "-"
         style = verdict_style(verdict)
         table.add_row(dep.dep, dep.commit[:10], str(dep.patches), build, " ".join(dep.archs) or "-",

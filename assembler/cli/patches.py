@@ -46,7 +46,7 @@ def print_table(status: DepStatus, offline: bool) -> None:
     from rich.table import Table
 
     from assembler.report.output import console
-    from assembler.upstreaming.status import STATUSES
+    from assembler.series.headers import PatchStatus
     from assembler.upstreaming.table import migration_line, summary_line
 
     mirror = f" (offline: mirror {status.fetched})" if offline else ""
@@ -57,7 +57,9 @@ def print_table(status: DepStatus, offline: bool) -> None:
     table = Table(show_edge=False, pad_edge=False)
     for column in ("patch", "subject", "status", "evidence"):
         table.add_column(column, overflow="fold")
-    colours = dict(zip(STATUSES, ("green", "yellow", "red", "blue"), strict=True))
+    colours = {PatchStatus.UPSTREAM: "green", PatchStatus.FORWARDED: "yellow", PatchStatus.LOCAL: "red",
+               PatchStatus.NOT_NEEDED: "blue"}
     for v in status.verdicts:
-        table.add_row(escape(v.name), escape(v.subject), f"[{colours[v.status]}]{v.status}[/]", escape(v.evidence()))
+        colour = colours[v.status] if v.status is not None else "red"
+        table.add_row(escape(v.name), escape(v.subject), f"[{colour}]{v.status}[/]", escape(v.evidence()))
     console.print(table)

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> int:
     from assembler.errors import ConflictError, InputError
     from assembler.report.output import emit_json, err_console
     from assembler.upstreaming import rebase
+    from assembler.upstreaming.rebase import RebaseStatus
 
     if (args.resume or args.abort) and (args.onto or args.upstream or args.dry_run):
         raise InputError("--continue and --abort take no --onto, --upstream or --dry-run",
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         print_report(report)
     for warning in report.warnings:
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
-    if report.status == "stopped":
+    if report.status == RebaseStatus.STOPPED:
         conflict = report.conflicts[0]
         raise ConflictError(
             f"{report.dep}: patch {conflict.name} conflicts with {report.onto_label} in {', '.join(conflict.files) or 'the tree'}",
@@ -89,16 +90,17 @@ def print_report(report: RebaseReport) -> None:
     from rich.markup import escape
 
     from assembler.report.output import console, short
+    from assembler.upstreaming.rebase import RebaseStatus
 
     def say(text: str) -> None:
         console.print(escape(text))
 
-    verb = {"done": "rebased", "dry-run": "would rebase", "stopped": "stopped rebasing", "up-to-date": "up to date with",
-            "aborted": "aborted the rebase onto"}[report.status]
+    verb = {RebaseStatus.DONE: "rebased", RebaseStatus.DRY_RUN: "would rebase", RebaseStatus.STOPPED: "stopped rebasing",
+            RebaseStatus.UP_TO_DATE: "up to date with", RebaseStatus.ABORTED: "aborted the rebase onto"}[report.status]
     say(f"{report.dep}: {verb} {report.onto_label} {short(report.new_base)}"
         + (f" (base {short(report.old_base)} -> {short(report.new_base)}, {report.crossed} upstream commits crossed)"
-           if report.status != "aborted" and report.new_base != report.old_base else ""))
-    if report.status == "aborted":
+           if report.status != RebaseStatus.ABORTED and report.new_base != report.old_base else ""))
+    if report.status == RebaseStatus.ABORTED:
         kept = " (except what was edited during the rebase: see the warnings)" if report.warnings else ""
         say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before{kept}")
         return
@@ -119,9 +121,9 @@ def print_report(report: RebaseReport) -> None:
     if report.export is not None:
         say(f"  patches/{report.dep}: {len(report.export['written'])} written, {len(report.export['unchanged'])} unchanged, "
             f"{len(report.export['removed'])} removed")
-    if report.status in ("done", "dry-run") and report.manifest:
+    if report.status in (RebaseStatus.DONE, RebaseStatus.DRY_RUN) and report.manifest:
         changes = ", ".join(f"{k} = {short(v) if k == 'commit' else v}" if v else f"{k} removed" for k, v in report.manifest.items())
-        say(f"  deps.toml: {changes}" + (" (not written: dry run)" if report.status == "dry-run" else ""))
+        say(f"  deps.toml: {changes}" + (" (not written: dry run)" if report.status == RebaseStatus.DRY_RUN else ""))
     if report.next:
         say("  next:")
         for line in report.next:

@@ -17,36 +17,43 @@ from assembler.errors import ConflictError, ManifestError, WouldLoseWorkError
 from assembler.fsutil import ignored_dir
 from assembler.git import mirrors
 from assembler.git.runner import conflicted_files, git_error_line, in_progress_operation, is_dirty, repo_at
-from assembler.git.state import CheckoutResult, CheckoutState, branch_name, is_up_to_date, series_digest
+from assembler.git.state import (
+    CheckoutCondition,
+    CheckoutResult,
+    CheckoutState,
+    CheckoutStatus,
+    branch_name,
+    is_up_to_date,
+    series_digest,
+)
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
 
 
-def inspect(workspace: Workspace, dep: Dependency) -> str:
-    """One word for `assemble deps`: absent, ready, stale, dirty, unexported, stopped (in a git
-    operation), aborted, rebasing, interrupted, foreign."""
+def inspect(workspace: Workspace, dep: Dependency) -> CheckoutCondition:
+    """One word for `assemble deps` (see CheckoutCondition)."""
     path = workspace.fork_path(dep)
     if not path.exists():
-        return "absent"
+        return CheckoutCondition.ABSENT
     if workspace.rebase_pending(dep.name):
-        return "rebasing"
+        return CheckoutCondition.REBASING
     state = CheckoutState.load(path)
     if state is None:
-        return "foreign"
+        return CheckoutCondition.FOREIGN
     repo = repo_at(path)
     if in_progress_operation(repo):
-        return "stopped"
-    if state.status == "stopped":
-        return "aborted" if repo.head.commit.hexsha == state.base else "unexported"
-    if state.status != "ready":
-        return "interrupted"
+        return CheckoutCondition.STOPPED
+    if state.status == CheckoutStatus.STOPPED:
+        return CheckoutCondition.ABORTED if repo.head.commit.hexsha == state.base else CheckoutCondition.UNEXPORTED
+    if state.status != CheckoutStatus.READY:
+        return CheckoutCondition.INTERRUPTED
     if repo.head.commit.hexsha != state.head:
-        return "unexported"
+        return CheckoutCondition.UNEXPORTED
     if is_dirty(repo):
-        return "dirty"
+        return CheckoutCondition.DIRTY
     if state.base != dep.commit or state.series_digest != series_digest(dep):
-        return "stale"
-    return "ready"
+        return CheckoutCondition.STALE
+    return CheckoutCondition.READY
 
 
 def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], None] = lambda _: None) -> CheckoutResult:
@@ -82,7 +89,7 @@ def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], Non
     on_step("series")
     state.applied = apply_series(repo, dep, path, state)
     state.head = repo.head.commit.hexsha
-    state.status = "ready"
+    state.status = CheckoutStatus.READY
     state.save(path)
     return CheckoutResult(dep.name, path, action, state.head, len(state.applied), fetched=fetched)
 
@@ -99,10 +106,10 @@ def refuse_to_lose_work(repo: git.Repo, dep: Dependency, path: Path, state: Chec
                 f"`assemble export {dep.name}`, or give up with `git -C {path} {operation} --abort`"
             ),
         )
-    if state.status == "applying":
+    if state.status == CheckoutStatus.APPLYING:
         return  # an interrupted checkout of ours: nothing of the user's is in it yet
     head = repo.head.commit.hexsha
-    if state.status == "stopped":
+    if state.status == CheckoutStatus.STOPPED:
         if head == state.base and not is_dirty(repo):
             return  # the user aborted the stopped `git am`: nothing was kept
         raise WouldLoseWorkError(
@@ -173,7 +180,7 @@ def apply_series(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutSta
     except git.GitCommandError as exc:
         done = int(repo.git.rev_list("--count", f"{state.base}..HEAD"))
         name = dep.series[min(done, len(dep.series) - 1)]
-        state.status = "stopped"
+        state.status = CheckoutStatus.STOPPED
         state.save(path)
         files = conflicted_files(repo) or _files_in_patch(dep.patches_dir / name)
         raise ConflictError(

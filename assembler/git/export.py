@@ -18,7 +18,7 @@ import git
 from assembler.errors import ConflictError, InputError
 from assembler.fsutil import replace_dir
 from assembler.git.runner import in_progress_operation, is_dirty, repo_at
-from assembler.git.state import CheckoutState, series_digest
+from assembler.git.state import CheckoutState, CheckoutStatus, series_digest
 from assembler.git.sync import refuse_during_rebase
 from assembler.manifest import Dependency, load_manifest
 from assembler.series.headers import parse_patch_header
@@ -70,9 +70,9 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     if operation:
         raise ConflictError(f"{path} is stopped in a git {operation}", hint=f"finish it (git {operation} --continue) or abort it, then export")
     head = repo.head.commit.hexsha
-    if state.status == "applying":
+    if state.status == CheckoutStatus.APPLYING:
         raise InputError(f"the checkout of {dep.name} was interrupted", hint=f"re-run `assemble checkout {dep.name}` first")
-    if state.status == "stopped" and head == state.base and dep.series:
+    if state.status == CheckoutStatus.STOPPED and head == state.base and dep.series:
         raise InputError(
             f"{path}: the series was aborted (HEAD is the pinned commit); exporting would delete every patch",
             hint=f"fix the patch that failed and re-run `assemble checkout {dep.name}`",
@@ -146,7 +146,7 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     state.applied = dict(zip(commits, names, strict=True))
     state.head = head
     state.series_digest = series_digest(refreshed)
-    state.status = "ready"
+    state.status = CheckoutStatus.READY
     state.save(path)
     return ExportResult(dep.name, written, unchanged, removed, is_dirty(repo))
 

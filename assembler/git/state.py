@@ -7,13 +7,38 @@ import hashlib
 import json
 import subprocess
 from dataclasses import asdict, dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
-from assembler.errors import InputError
+from assembler.errors import InputError, NewerStateError
 from assembler.fsutil import atomic_write
 from assembler.manifest import Dependency
 
 STATE_FILE = "assemble-state.json"
+STATE_VERSION = 1  # of the state file's format; a file without "version" is version 1
+
+
+class CheckoutStatus(StrEnum):
+    """What assemble last did to a checkout (its state file): applying -> ready, or stopped."""
+
+    APPLYING = "applying"  # the series is being applied (a crash leaves this)
+    READY = "ready"  # the pinned commit plus the whole series, as committed
+    STOPPED = "stopped"  # a patch conflicted: left in `git am` for the user
+
+
+class CheckoutCondition(StrEnum):
+    """One word per checkout for `assemble deps` (see git.checkout.inspect)."""
+
+    ABSENT = "absent"
+    READY = "ready"
+    STALE = "stale"  # deps.toml or the series changed since
+    DIRTY = "dirty"  # uncommitted edits
+    UNEXPORTED = "unexported"  # commits not in patches/ yet
+    STOPPED = "stopped"  # in a git operation (am, rebase, merge, cherry-pick)
+    ABORTED = "aborted"  # a conflicting `git am` was aborted
+    REBASING = "rebasing"  # an `assemble rebase` is pending
+    INTERRUPTED = "interrupted"  # assemble was stopped while applying
+    FOREIGN = "foreign"  # not made by assemble
 
 
 def branch_name(dep: Dependency) -> str:
@@ -38,7 +63,8 @@ class CheckoutState:
     series_digest: str
     head: str | None = None
     applied: dict[str, str] = field(default_factory=dict)
-    status: str = "applying"  # "applying" -> "ready", or "stopped" on a conflicting patch
+    status: CheckoutStatus = CheckoutStatus.APPLYING
+    version: int = STATE_VERSION
 
     @classmethod
     def load(cls, path: Path) -> CheckoutState | None:
@@ -46,8 +72,11 @@ class CheckoutState:
         if not state_path.exists():
             return None
         try:
-            return cls(**json.loads(state_path.read_text()))
-        except (ValueError, TypeError) as exc:
+            data = json.loads(state_path.read_text())
+            if isinstance(data.get("version"), int) and data["version"] > STATE_VERSION:
+                raise NewerStateError(state_path, f"the checkout state (format {data['version']}; this assembler reads {STATE_VERSION})")
+            return cls(**{**data, "status": CheckoutStatus(data.get("status", CheckoutStatus.APPLYING))})
+        except (ValueError, TypeError, AttributeError) as exc:
             raise InputError(
                 f"{state_path}: unreadable checkout state ({exc})",
                 hint=f"move {path} away and run `assemble checkout` again (export its commits first if you made any)",
@@ -62,7 +91,7 @@ def _state_path(checkout: Path) -> Path:
 
 
 def is_up_to_date(state: CheckoutState, dep: Dependency, digest: str) -> bool:
-    return state.status == "ready" and state.base == dep.commit and state.series_digest == digest
+    return state.status == CheckoutStatus.READY and state.base == dep.commit and state.series_digest == digest
 
 
 def read_head(checkout: Path) -> str:

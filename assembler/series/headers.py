@@ -9,10 +9,21 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from email.header import decode_header, make_header
+from enum import StrEnum
 from pathlib import Path
 
 DEP3_FIELDS = ("Forwarded", "Applied-Upstream", "Origin", "Bug", "Last-Update")
 _TRAILER_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.*)$")
+_URL_RE = re.compile(r"https?://\S+")
+
+
+class PatchStatus(StrEnum):
+    """Where a carried patch stands with upstream (`assemble patches`, the SBOM)."""
+
+    UPSTREAM = "upstream"  # upstream has the change
+    FORWARDED = "forwarded"  # sent (a PR URL in Forwarded)
+    LOCAL = "local"  # not sent (Forwarded: no, or no Forwarded header)
+    NOT_NEEDED = "not-needed"  # never meant for upstream
 
 
 @dataclass(frozen=True)
@@ -35,6 +46,21 @@ class PatchHeader:
             return None
         match = re.search(r"\b([0-9a-f]{7,40})\b", value)
         return match.group(1) if match else None
+
+
+def forwarded_status(header: PatchHeader) -> tuple[PatchStatus, str | None, str]:
+    """What the ``Forwarded`` field alone says: (status, PR URL, note). A URL = forwarded;
+    ``no`` or no field = local; ``not-needed``; anything else = forwarded, without a link."""
+    value = (header.forwarded or "").strip()
+    lowered = value.lower()
+    if not value:
+        return PatchStatus.LOCAL, None, "no Forwarded header"
+    if lowered == "no":
+        return PatchStatus.LOCAL, None, "Forwarded: no"
+    if lowered == "not-needed":
+        return PatchStatus.NOT_NEEDED, None, "Forwarded: not-needed"
+    url = _URL_RE.search(value)
+    return PatchStatus.FORWARDED, url.group(0) if url else None, "" if url else f"Forwarded: {value}"
 
 
 def parse_patch_header(path: Path) -> PatchHeader:

@@ -24,9 +24,11 @@ import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-from assembler.errors import InputError
+from assembler.errors import InputError, NewerStateError
 from assembler.fsutil import atomic_write, replace_dir
 from assembler.workspace import JOURNAL_NAME, Workspace
 
@@ -34,6 +36,16 @@ JOURNAL = JOURNAL_NAME
 BACKUP = "backup.tar"
 MTIMES = ".mtimes.json"
 ABSENT = "absent"  # digest of a file or directory that does not exist
+VERSION = 1  # of the journal's format; a journal without "version" is version 1
+
+
+class Phase(StrEnum):
+    """Where a rebase is: replaying -> (stopped -> replaying)* -> replayed -> exported."""
+
+    REPLAYING = "replaying"  # the plan is being replayed (or must be, after a crash)
+    STOPPED = "stopped"  # at a conflict, waiting for the user
+    REPLAYED = "replayed"  # the fork holds the result; patches/ and deps.toml not yet written
+    EXPORTED = "exported"  # patches/ and deps.toml written; only the clean-up is left
 
 
 @dataclass
@@ -48,7 +60,7 @@ class Pick:
 class Dropped:
     name: str
     subject: str
-    how: str  # applied-upstream | patch-id | applies-empty | reverse-applies | resolved-empty
+    how: str  # an upstreaming.status.Evidence: applied-upstream | patch-id | applies-empty | ...
     pick: str  # the commit that was not replayed
     commit: str | None = None  # upstream commit that carries it
     commit_subject: str | None = None
@@ -59,9 +71,19 @@ class Dropped:
 
 
 @dataclass
+class Stopped:
+    """Where a rebase stopped at a conflict."""
+
+    index: int  # of the pick that conflicted, in Journal.picks
+    commit: str  # that pick's commit
+    head: str  # the fork's HEAD when it stopped (the picks before it, replayed)
+    files: list[str]  # conflicted paths
+
+
+@dataclass
 class Journal:
     dep: str
-    phase: str  # replaying -> (stopped -> replaying)* -> replayed -> exported
+    phase: Phase
     branch: str | None  # the checkout's branch before (None: detached HEAD)
     old_head: str
     old_base: str
@@ -75,20 +97,26 @@ class Journal:
     planned: list[Pick]  # the picks as first planned (horizon and reports use these)
     picks: list[Pick]  # what the next replay picks (conflict resolutions replace entries)
     dropped: list[Dropped] = field(default_factory=list)
-    stopped: dict[str, object] | None = None
+    stopped: Stopped | None = None
     result_head: str | None = None
     export: dict[str, list[str]] | None = None
     # "deps.toml" / "patches" -> [digest before the rebase wrote it, digest of what it wrote
     # (None while writing)]; see Backup.restorable
     wrote: dict[str, list[str | None]] = field(default_factory=dict)
+    version: int = VERSION
 
     @classmethod
-    def from_json(cls, data: dict[str, object]) -> Journal:
+    def from_json(cls, data: dict[str, Any]) -> Journal:
+        """The journal from its JSON; KeyError, TypeError or ValueError when it does not fit
+        (the caller says which file); a newer format is the caller's to refuse first."""
         data = dict(data)
-        data["planned"] = [Pick(**p) for p in data["planned"]]  # type: ignore[union-attr]
-        data["picks"] = [Pick(**p) for p in data["picks"]]  # type: ignore[union-attr]
-        data["dropped"] = [Dropped(**d) for d in data["dropped"]]  # type: ignore[union-attr]
-        return cls(**data)  # type: ignore[arg-type]
+        data["phase"] = Phase(data["phase"])
+        data["planned"] = [Pick(**p) for p in data["planned"]]
+        data["picks"] = [Pick(**p) for p in data["picks"]]
+        data["dropped"] = [Dropped(**d) for d in data["dropped"]]
+        if data.get("stopped") is not None:
+            data["stopped"] = Stopped(**data["stopped"])
+        return cls(**data)
 
 
 def rebase_dir(workspace: Workspace) -> Path:
@@ -104,7 +132,14 @@ def load(workspace: Workspace, name: str) -> Journal | None:
     if not path.is_file():
         return None
     try:
-        return Journal.from_json(json.loads(path.read_text(encoding="utf-8")))
+        data = json.loads(path.read_text(encoding="utf-8"))
+        newer = isinstance(data, dict) and isinstance(data.get("version"), int) and data["version"] > VERSION
+    except ValueError as exc:
+        raise _unreadable(path, name, exc) from None
+    if newer:
+        raise NewerStateError(path, f"the journal of the rebase of {name} (format {data['version']}; this assembler reads {VERSION})")
+    try:
+        return Journal.from_json(data)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
         raise _unreadable(path, name, exc) from None
 

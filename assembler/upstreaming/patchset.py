@@ -12,7 +12,7 @@ from pathlib import Path
 from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView
 from assembler.git.runner import in_progress_operation, is_dirty, repo_at
 from assembler.git.scratch import Scratch
-from assembler.git.state import CheckoutState, series_digest
+from assembler.git.state import CheckoutState, CheckoutStatus, series_digest
 from assembler.manifest import Dependency
 from assembler.series.headers import DEP3_FIELDS, PatchHeader, parse_patch_header
 from assembler.workspace import Workspace
@@ -137,7 +137,7 @@ def checkout_in_sync(workspace: Workspace, dep: Dependency) -> CheckoutState | N
     commits (so those commits can stand for the patch files); None otherwise."""
     path = workspace.fork_path(dep)
     state = CheckoutState.load(path) if path.exists() else None
-    if state is None or state.status != "ready" or state.base != dep.commit or state.head is None:
+    if state is None or state.status != CheckoutStatus.READY or state.base != dep.commit or state.head is None:
         return None
     if state.series_digest != series_digest(dep) or sorted(state.applied.values()) != sorted(dep.series):
         return None

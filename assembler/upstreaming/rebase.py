@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import git
@@ -34,15 +35,18 @@ from assembler.git.checkout import checkout, refuse_to_lose_work
 from assembler.git.process import END_OF_OPTIONS, GitFailed, GitView, WorkTree
 from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
 from assembler.git.scratch import Scratch
-from assembler.git.state import CheckoutState, is_up_to_date, series_digest
+from assembler.git.state import CheckoutState, CheckoutStatus, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
+from assembler.series.headers import PatchStatus
 from assembler.upstreaming import journal as jr
 from assembler.upstreaming.horizon import ChainProbe, Commit, Horizon, first_parent_chain
-from assembler.upstreaming.journal import Dropped, Journal, Pick
+from assembler.upstreaming.journal import Dropped, Journal, Phase, Pick, Stopped
 from assembler.upstreaming.patchset import Patch, by_sha, checkout_in_sync, from_commits, from_series, series_as_commits
 from assembler.upstreaming.replay import APPLIES, CONFLICT, EMPTY, reverse_applies
 from assembler.upstreaming.status import (
+    LANDED,
+    Evidence,
     classify,
     find_carriers,
     known_upstream,
@@ -62,6 +66,16 @@ SEQUENCER_CONFIG = (
 CHECKOUT_FILES = {"state": Path(".git/assemble-state.json"), "alternates": Path(".git/objects/info/alternates")}
 
 
+class RebaseStatus(StrEnum):
+    """How `assemble rebase` ended."""
+
+    DONE = "done"
+    STOPPED = "stopped"  # at a conflict: resolve, then --continue (or --abort)
+    UP_TO_DATE = "up-to-date"
+    DRY_RUN = "dry-run"
+    ABORTED = "aborted"
+
+
 @dataclass
 class Conflict:
     name: str
@@ -72,7 +86,7 @@ class Conflict:
 @dataclass
 class RebaseReport:
     dep: str
-    status: str  # done | stopped | up-to-date | dry-run | aborted
+    status: RebaseStatus
     url: str
     onto_label: str
     old_base: str
@@ -259,7 +273,8 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
         on_step("status")
         fork_point, crossed = _fork_point(scratch, dep, target)
         if _behind_base(dep, target, fork_point, explicit=onto_ref not in (None, "horizon", dep.track)):
-            return RebaseReport(dep.name, "up-to-date", target.url, target.label, dep.commit, dep.commit, checkout=fork_path)
+            return RebaseReport(dep.name, RebaseStatus.UP_TO_DATE, target.url, target.label, dep.commit, dep.commit,
+                                checkout=fork_path)
         if state is not None and state.head:
             patches = from_commits(scratch, state.head, [fork_point], names=state.applied)
         else:
@@ -271,11 +286,11 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
             horizon = _horizon(scratch, patches, fork_point, target.onto, {
                 i: commit.sha for i, (_, commit) in known_upstream(scratch, patches, fork_point, target.onto).items()})
             if horizon.position == 0:
-                return RebaseReport(dep.name, "up-to-date", target.url, f"horizon of {dep.track}", dep.commit, dep.commit,
+                return RebaseReport(dep.name, RebaseStatus.UP_TO_DATE, target.url, f"horizon of {dep.track}", dep.commit, dep.commit,
                                     applied=[p.name for p in patches], horizon=horizon, checkout=fork_path)
             target.onto, target.label = horizon.commit.sha, f"horizon of {dep.track}"
             fork_point, crossed = _fork_point(scratch, dep, target)
-        report = RebaseReport(dep.name, "dry-run" if dry_run else "done", target.url, target.label, dep.commit,
+        report = RebaseReport(dep.name, RebaseStatus.DRY_RUN if dry_run else RebaseStatus.DONE, target.url, target.label, dep.commit,
                               target.onto, crossed=crossed,
                               manifest=_manifest_values(dep, target.url, target.onto, switched), checkout=fork_path,
                               horizon=horizon)
@@ -284,14 +299,14 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
             return _dry_run(scratch, report, patches, fork_point, target)
         known = known_upstream(scratch, patches, fork_point, target.onto)
         if target.onto == dep.commit and not known and not switched:
-            report.status, report.applied = "up-to-date", [p.name for p in patches]
+            report.status, report.applied = RebaseStatus.UP_TO_DATE, [p.name for p in patches]
             return report
         dropped = [Dropped(p.name, p.subject, known[i][0], p.commit or "", known[i][1].sha, known[i][1].subject)
                    for i, p in enumerate(patches) if i in known]
     assert state is not None
     planned = [Pick(p.commit or "", p.name, p.subject, p.key) for p in patches]
     journal = Journal(
-        dep=dep.name, phase="replaying", branch=_current_branch(fork_path),
+        dep=dep.name, phase=Phase.REPLAYING, branch=_current_branch(fork_path),
         old_head=state.head or "", old_base=dep.commit, replay_base=fork_point, onto=target.onto, onto_label=target.label,
         tip=target.tip, url=target.url, crossed=report.crossed, manifest=report.manifest, planned=planned,
         picks=[pick for i, pick in enumerate(planned) if i not in known], dropped=dropped,
@@ -324,7 +339,7 @@ def _borrow_objects(checkout: Path, mirror: mirrors.Mirror) -> None:
 def _dry_run(scratch: Scratch, report: RebaseReport, patches: list[Patch], fork_point: str, target: _Target) -> RebaseReport:
     verdicts = classify(scratch, patches, fork_point, target.onto)
     for patch, verdict in zip(patches, verdicts, strict=True):
-        if verdict.status == "upstream":
+        if verdict.status == PatchStatus.UPSTREAM:
             report.dropped.append(Dropped(patch.name, patch.subject, verdict.how, patch.commit or "",
                                           verdict.commit.sha if verdict.commit else None,
                                           verdict.commit.subject if verdict.commit else None))
@@ -333,7 +348,7 @@ def _dry_run(scratch: Scratch, report: RebaseReport, patches: list[Patch], fork_
         elif verdict.on_target in (APPLIES, EMPTY):
             report.applied.append(patch.name)
     if report.conflicts and report.horizon is None:
-        landed = {i: v.commit.sha for i, v in enumerate(verdicts) if v.how in ("applied-upstream", "patch-id") and v.commit}
+        landed = {i: v.commit.sha for i, v in enumerate(verdicts) if v.how in LANDED and v.commit}
         report.horizon = _horizon(scratch, patches, fork_point, target.onto, landed)
     return report
 
@@ -344,14 +359,14 @@ def _drive(workspace: Workspace, journal: Journal, fork: _Fork, fresh: bool,
            on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
     """Replay until done or a real conflict, then finish (export, deps.toml)."""
     dropped_empty = None
-    while journal.phase == "replaying":
+    while journal.phase == Phase.REPLAYING:
         if not fresh:
             fork.reset_to(journal.branch, journal.old_head)
         fresh = False
         dropped_empty = _replay_once(workspace, journal, fork)
         if dropped_empty is not None:
             break
-        if journal.phase == "stopped":
+        if journal.phase == Phase.STOPPED:
             return _stopped_report(workspace, journal, fork)
     on_step("export")
     return _finish(workspace, journal, fork, dropped_empty)
@@ -370,7 +385,7 @@ def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> set[str
     )
     if result.returncode == 0 and not fork.stopped():
         # Not saved: a crash from here until "exported" replays again, with the same result.
-        journal.result_head, journal.phase = fork.head(), "replayed"
+        journal.result_head, journal.phase = fork.head(), Phase.REPLAYED
         return set(_DROPPING.findall(result.stderr))
     if not fork.clean_stop():
         raise GitFailed(str(fork.path), ["rebase"], result,
@@ -393,21 +408,21 @@ def _record_stop(workspace: Workspace, journal: Journal, fork: _Fork) -> None:
     if 0 in present:
         for i in present:
             pick = remaining[i]
-            journal.dropped.append(Dropped(pick.name, pick.subject, "reverse-applies", pick.commit))
+            journal.dropped.append(Dropped(pick.name, pick.subject, Evidence.REVERSE_APPLIES, pick.commit))
         journal.picks = journal.picks[:index] + [p for i, p in enumerate(remaining) if i not in present]
     else:
-        journal.phase = "stopped"
-        journal.stopped = {"index": index, "commit": current, "head": fork.out("rev-parse", "HEAD"),
-                           "files": conflicted_files(fork.repo)}
+        journal.phase = Phase.STOPPED
+        journal.stopped = Stopped(index=index, commit=current, head=fork.out("rev-parse", "HEAD"),
+                                  files=conflicted_files(fork.repo))
     jr.save(workspace, journal)
 
 
 def _stopped_report(workspace: Workspace, journal: Journal, fork: _Fork) -> RebaseReport:
     assert journal.stopped is not None
-    pick = journal.picks[int(journal.stopped["index"])]  # type: ignore[call-overload]
-    files = [str(f) for f in journal.stopped["files"]]  # type: ignore[union-attr]
-    report = _base_report(journal, "stopped", fork.path)
-    report.applied = [p.name for p in journal.picks[: int(journal.stopped["index"])]]  # type: ignore[call-overload]
+    pick = journal.picks[journal.stopped.index]
+    files = list(journal.stopped.files)
+    report = _base_report(journal, RebaseStatus.STOPPED, fork.path)
+    report.applied = [p.name for p in journal.picks[: journal.stopped.index]]
     report.conflicts = [Conflict(pick.name, pick.subject, files)]
     report.horizon = _stop_horizon(journal, fork)
     add = " ".join(shlex.quote(f) for f in files) or "<files>"
@@ -425,12 +440,12 @@ def _stop_horizon(journal: Journal, fork: _Fork) -> Horizon | None:
     conflicting patch (trial replays of the original plan; the checkout is not touched)."""
     with Scratch([fork.path]) as scratch:
         patches = by_sha(scratch, [p.commit for p in journal.planned], names={p.commit: p.name for p in journal.planned})
-        landed = {i: d.commit for d in journal.dropped if d.commit and d.how in ("applied-upstream", "patch-id")
+        landed = {i: d.commit for d in journal.dropped if d.commit and d.how in LANDED
                   for i, p in enumerate(journal.planned) if p.commit == d.pick}
         return _horizon(scratch, patches, journal.replay_base, journal.onto, landed)
 
 
-def _base_report(journal: Journal, status: str, checkout: Path) -> RebaseReport:
+def _base_report(journal: Journal, status: RebaseStatus, checkout: Path) -> RebaseReport:
     return RebaseReport(journal.dep, status, journal.url, journal.onto_label, journal.old_base, journal.onto,
                         crossed=journal.crossed, dropped=list(journal.dropped), manifest=journal.manifest, checkout=checkout)
 
@@ -447,12 +462,12 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
         raise InputError(f"deps.toml no longer has [deps.{journal.dep}], which is being rebased",
                          hint=f"put it back, or `assemble rebase --abort {journal.dep}`")
     patches_dir = dep.patches_dir
-    if journal.phase == "replayed":
+    if journal.phase == Phase.REPLAYED:
         assert journal.result_head is not None
         state = CheckoutState.load(fork.path)
         assert state is not None
         state.base, state.source, state.applied = journal.onto, journal.url, {}
-        state.head, state.status = journal.result_head, "ready"
+        state.head, state.status = journal.result_head, CheckoutStatus.READY
         state.save(fork.path)
         jr.writing(workspace, journal, "patches", patches_dir)
         result = export(workspace, dep)
@@ -463,7 +478,7 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
             empty = _missing_picks(fork, journal)
         _drop_empty(fork, journal, empty)
         journal.export = {"written": result.written, "unchanged": result.unchanged, "removed": result.removed}
-        journal.phase = "exported"
+        journal.phase = Phase.EXPORTED
         jr.written(journal, "patches", patches_dir)
     jr.writing(workspace, journal, "deps.toml", workspace.manifest_path)
     update_dependency(workspace.manifest_path, journal.dep, journal.manifest)
@@ -471,7 +486,7 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
     jr.save(workspace, journal)
     workspace.reload()
     jr.finish(workspace, journal.dep)
-    report = _base_report(journal, "done", fork.path)
+    report = _base_report(journal, RebaseStatus.DONE, fork.path)
     dropped = {d.pick for d in journal.dropped}
     report.applied = [p.name for p in journal.picks if p.commit not in dropped]
     report.export = journal.export
@@ -495,8 +510,8 @@ def _missing_picks(fork: _Fork, journal: Journal) -> list[Pick]:
 def _drop_empty(fork: _Fork, journal: Journal, empty: list[Pick]) -> None:
     """Picks the replay dropped as empty are upstream too. For them and for those found to
     reverse-apply, find the upstream commit that carries each change (bisection)."""
-    journal.dropped += [Dropped(p.name, p.subject, "applies-empty", p.commit) for p in empty]
-    unknown = [d for d in journal.dropped if d.how in ("applies-empty", "reverse-applies") and d.commit is None]
+    journal.dropped += [Dropped(p.name, p.subject, Evidence.APPLIES_EMPTY, p.commit) for p in empty]
+    unknown = [d for d in journal.dropped if d.how in (Evidence.APPLIES_EMPTY, Evidence.REVERSE_APPLIES) and d.commit is None]
     if not unknown:
         return
     with Scratch([fork.path]) as scratch:
@@ -529,9 +544,9 @@ def resume(workspace: Workspace, name: str | None = None, on_step: Callable[[str
     journal = _journal_for(workspace, name)
     with jr.running(workspace, journal.dep) as fd:
         fork = _Fork(workspace.forks_dir / journal.dep, fd)
-        if journal.phase == "replaying" and fork.clean_stop():
+        if journal.phase == Phase.REPLAYING and fork.clean_stop():
             _record_stop(workspace, journal, fork)  # stopped before the journal could say so
-        if journal.phase == "stopped" and _take_resolution(workspace, journal, fork):
+        if journal.phase == Phase.STOPPED and _take_resolution(workspace, journal, fork):
             return _finish(workspace, journal, fork)
         on_step("replay")
         return _drive(workspace, journal, fork, fresh=False, on_step=on_step)
@@ -541,8 +556,8 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     """Turn what the user did at the stop into plan entries; True if they finished the rebase
     with git themselves (the result is then taken as is)."""
     assert journal.stopped is not None
-    stop_head = str(journal.stopped["head"])
-    index = int(journal.stopped["index"])  # type: ignore[call-overload]
+    stop_head = journal.stopped.head
+    index = journal.stopped.index
     if not fork.stopped():
         head = fork.out("rev-parse", "HEAD")
         if fork.run("merge-base", "--is-ancestor", END_OF_OPTIONS, journal.onto, head, check=False).returncode != 0:
@@ -552,7 +567,7 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
         if dirty:
             raise WouldLoseWorkError(f"{fork.path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
                                      hint=f"commit them (they become patches) or remove them, then `assemble rebase --continue {journal.dep}`")
-        journal.result_head, journal.phase = head, "replayed"
+        journal.result_head, journal.phase = head, Phase.REPLAYED
         jr.save(workspace, journal)
         return True
     unmerged = conflicted_files(fork.repo)
@@ -574,9 +589,9 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     if tree != fork.out("rev-parse", "HEAD^{tree}"):
         new.append(Pick(_commit_like(fork, tree, head, current), pick.name, pick.subject, pick.key))
     else:
-        journal.dropped.append(Dropped(pick.name, pick.subject, "resolved-empty", pick.commit))
+        journal.dropped.append(Dropped(pick.name, pick.subject, Evidence.RESOLVED_EMPTY, pick.commit))
     journal.picks = journal.picks[:index] + new + journal.picks[position + 1:]
-    journal.phase, journal.stopped = "replaying", None
+    journal.phase, journal.stopped = Phase.REPLAYING, None
     jr.save(workspace, journal)
     return False
 
@@ -620,7 +635,7 @@ def abort(workspace: Workspace, name: str | None = None) -> RebaseReport:
                             f"(check that [deps.{journal.dep}] still says commit = \"{journal.old_base}\")")
         jr.finish(workspace, journal.dep)
     workspace.reload()
-    report = _base_report(journal, "aborted", path)
+    report = _base_report(journal, RebaseStatus.ABORTED, path)
     report.new_base = journal.old_base
     report.warnings = warnings
     return report

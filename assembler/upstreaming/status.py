@@ -15,8 +15,8 @@ our side / migrated upstream" columns of a release table.
 from __future__ import annotations
 
 import contextlib
-import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from git.refs import SymbolicReference
@@ -29,6 +29,7 @@ from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView
 from assembler.git.runner import has_commit
 from assembler.git.scratch import Scratch
 from assembler.manifest import Dependency, Manifest
+from assembler.series.headers import PatchStatus, forwarded_status
 from assembler.upstreaming.horizon import ChainProbe, Commit, first_parent_chain
 from assembler.upstreaming.patchset import (
     DIFF_ARGS,
@@ -42,18 +43,38 @@ from assembler.upstreaming.patchset import (
 from assembler.upstreaming.replay import APPLIES, EMPTY, REVERSE, reverse_applies, trial
 from assembler.workspace import Workspace
 
-UPSTREAM, FORWARDED, LOCAL, NOT_NEEDED = "upstream", "forwarded", "local", "not-needed"
-STATUSES = (UPSTREAM, FORWARDED, LOCAL, NOT_NEEDED)
-_URL_RE = re.compile(r"https?://\S+")
 _MAX_PATHSPEC = 2000
 
 
+class Evidence(StrEnum):
+    """How a patch's status was established (the layers above, and a rebase's resolution)."""
+
+    APPLIED_UPSTREAM = "applied-upstream"  # its Applied-Upstream commit is in the target
+    PATCH_ID = "patch-id"  # an upstream commit has the same patch-id
+    APPLIES_EMPTY = "applies-empty"  # replayed onto the target it changes nothing
+    REVERSE_APPLIES = "reverse-applies"  # it conflicts, but the target already holds its result
+    HEADER = "header"  # nothing in git: what its Forwarded header says
+    RESOLVED_EMPTY = "resolved-empty"  # a rebase conflict resolved to no change
+
+
+LANDED = (Evidence.APPLIED_UPSTREAM, Evidence.PATCH_ID)  # evidence that names the upstream commit itself
+
+
+class Migration(StrEnum):
+    """The two release-table columns of `assemble patches`."""
+
+    DONE = "done"
+    IN_PROGRESS = "in progress"
+    NO = "no"
+    NOT_APPLICABLE = "n.a."
+
+
 @dataclass
-class Verdict:
+class PatchVerdict:
     name: str
     subject: str
-    status: str
-    how: str  # applied-upstream | patch-id | applies-empty | reverse-applies | header
+    status: PatchStatus | None  # None only while classify() fills it in
+    how: Evidence | None
     commit: Commit | None = None  # the upstream commit that carries the change
     url: str | None = None  # from Forwarded
     note: str = ""
@@ -165,19 +186,19 @@ def log_patch_ids(scratch: GitView, options: list[str], revisions: list[str], pa
     return pairs
 
 
-def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: str) -> dict[int, tuple[str, Commit]]:
+def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: str) -> dict[int, tuple[Evidence, Commit]]:
     """Layers 1 and 2: patch index -> (how, the upstream commit that carries it)."""
-    found: dict[int, tuple[str, str]] = {}
+    found: dict[int, tuple[Evidence, str]] = {}
     for i, patch in enumerate(patches):
         sha = patch.header.applied_upstream
         if sha and scratch.is_ancestor(sha, target):
-            found[i] = ("applied-upstream", sha)
+            found[i] = (Evidence.APPLIED_UPSTREAM, sha)
     rest = [i for i in range(len(patches)) if i not in found]
     known: dict[str, Commit] = {}
     if rest:
         for i, commit in _same_patch_id(scratch, patches, since, target).items():
             if i in rest:
-                found[i] = ("patch-id", commit.sha)
+                found[i] = (Evidence.PATCH_ID, commit.sha)
                 known[commit.sha] = commit
     known |= describe(scratch, [sha for _, sha in found.values() if sha not in known])
     return {i: (how, known[sha]) for i, (how, sha) in found.items()}
@@ -222,21 +243,12 @@ def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: s
     return {i: theirs[pid] for i, pid in ours.items() if pid in theirs}
 
 
-def by_header(patch: Patch) -> tuple[str, str | None, str]:
+def by_header(patch: Patch) -> tuple[PatchStatus, str | None, str]:
     """Layer 4, from ``Forwarded``: (status, PR URL, note)."""
-    value = (patch.header.forwarded or "").strip()
-    lowered = value.lower()
-    if not value:
-        return LOCAL, None, "no Forwarded header"
-    if lowered == "no":
-        return LOCAL, None, "Forwarded: no"
-    if lowered == "not-needed":
-        return NOT_NEEDED, None, "Forwarded: not-needed"
-    url = _URL_RE.search(value)
-    return FORWARDED, url.group(0) if url else None, "" if url else f"Forwarded: {value}"
+    return forwarded_status(patch.header)
 
 
-def classify(scratch: Scratch, patches: list[Patch], since: str, target: str) -> list[Verdict]:
+def classify(scratch: Scratch, patches: list[Patch], since: str, target: str) -> list[PatchVerdict]:
     """Every layer for every patch against ``target`` (fork point ``since``)."""
     known = known_upstream(scratch, patches, since, target)
     replayed = trial(scratch, patches, target, dropped=set(known))
@@ -245,18 +257,18 @@ def classify(scratch: Scratch, patches: list[Patch], since: str, target: str) ->
     found_in = find_carriers(scratch, patches, since, target, present, applies)
     verdicts = []
     for i, patch in enumerate(patches):
-        verdict = Verdict(patch.name, patch.subject, "", "", on_target=replayed.outcomes[i], conflicts=replayed.conflicts.get(i, []))
+        verdict = PatchVerdict(patch.name, patch.subject, None, None, on_target=replayed.outcomes[i], conflicts=replayed.conflicts.get(i, []))
         if i in known:
-            verdict.status, verdict.how, verdict.commit = UPSTREAM, *known[i]
+            verdict.status, verdict.how, verdict.commit = PatchStatus.UPSTREAM, *known[i]
         elif i in present:
-            verdict.status = UPSTREAM
-            verdict.how = "applies-empty" if replayed.outcomes[i] == EMPTY else "reverse-applies"
+            verdict.status = PatchStatus.UPSTREAM
+            verdict.how = Evidence.APPLIES_EMPTY if replayed.outcomes[i] == EMPTY else Evidence.REVERSE_APPLIES
             verdict.commit = found_in.get(i)
             if verdict.commit is None:
                 verdict.note = f"the change is already in {target[:12]}"
         else:
             verdict.status, verdict.url, verdict.note = by_header(patch)
-            verdict.how = "header"
+            verdict.how = Evidence.HEADER
         verdicts.append(verdict)
     return verdicts
 
@@ -304,44 +316,44 @@ class DepStatus:
     fetched: str  # how old the mirror is
     base: Base
     patches_from: str  # "series", "fork commits" or "none"
-    verdicts: list[Verdict]
+    verdicts: list[PatchVerdict]
     broken_on_base: str | None  # first series patch that does not apply on the pinned base
     build_verdicts: tuple[str, ...] | None = None  # the last build's audit of this pin + series
 
-    def counts(self) -> dict[str, int]:
-        return {status: sum(v.status == status for v in self.verdicts) for status in STATUSES}
+    def counts(self) -> dict[PatchStatus, int]:
+        return {status: sum(v.status == status for v in self.verdicts) for status in PatchStatus}
 
     @property
     def conflicts_on_tip(self) -> list[str]:
         return [v.name for v in self.verdicts if v.conflicts]
 
     @property
-    def migrated_on_fork(self) -> str:
+    def migrated_on_fork(self) -> Migration:
         """done: the carried changes apply on the pinned base and, when this pin and series
         were built, every extension audited STABLE (or NO-TORCH); in progress: otherwise;
         n.a.: nothing is carried."""
         if not self.verdicts:
-            return "n.a."
+            return Migration.NOT_APPLICABLE
         unstable = not all(passes(v) for v in self.build_verdicts or ())
-        return "in progress" if self.broken_on_base or unstable else "done"
+        return Migration.IN_PROGRESS if self.broken_on_base or unstable else Migration.DONE
 
     @property
-    def migrated_upstream(self) -> str:
+    def migrated_upstream(self) -> Migration:
         """done: every patch that should go upstream is there; in progress: some are upstream or
         forwarded; no: none sent; n.a.: nothing that should go upstream."""
-        relevant = [v.status for v in self.verdicts if v.status != NOT_NEEDED]
+        relevant = [v.status for v in self.verdicts if v.status != PatchStatus.NOT_NEEDED]
         if not relevant:
-            return "n.a."
-        if all(status == UPSTREAM for status in relevant):
-            return "done"
-        if any(status in (UPSTREAM, FORWARDED) for status in relevant):
-            return "in progress"
-        return "no"
+            return Migration.NOT_APPLICABLE
+        if all(status == PatchStatus.UPSTREAM for status in relevant):
+            return Migration.DONE
+        if any(status in (PatchStatus.UPSTREAM, PatchStatus.FORWARDED) for status in relevant):
+            return Migration.IN_PROGRESS
+        return Migration.NO
 
     def to_json(self) -> dict[str, object]:
         return {
             "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip, "mirror": self.fetched,
-            "base": self.base.to_json(), "patches_from": self.patches_from, "counts": self.counts(),
+            "base": self.base.to_json(), "patches_from": self.patches_from, "counts": {str(k): n for k, n in self.counts().items()},
             "migrated_on_fork": self.migrated_on_fork, "migrated_upstream": self.migrated_upstream,
             "broken_on_base": self.broken_on_base, "conflicts_on_tip": self.conflicts_on_tip,
             "build_verdicts": list(self.build_verdicts) if self.build_verdicts is not None else None,

@@ -5,7 +5,8 @@ than in the CLI so that other reports (and tests) get the same text."""
 from __future__ import annotations
 
 from assembler.report.output import short
-from assembler.upstreaming.status import FORWARDED, NOT_NEEDED, UPSTREAM, DepStatus
+from assembler.series.headers import PatchStatus
+from assembler.upstreaming.status import DepStatus, Migration
 
 
 def summary_line(status: DepStatus) -> str:
@@ -37,19 +38,19 @@ def markdown(results: list[DepStatus]) -> str:
 
 
 def _cell_fork(status: DepStatus) -> str:
-    if status.migrated_on_fork == "n.a.":
-        return "n.a."
+    if status.migrated_on_fork == Migration.NOT_APPLICABLE:
+        return Migration.NOT_APPLICABLE
     return f"{status.migrated_on_fork} ({len(status.verdicts)} patches on {short(status.base.commit)})"
 
 
 def _cell_upstream(status: DepStatus) -> str:
     """The verdict, then how many patches are upstream and links to those forwarded."""
     counts = status.counts()
-    relevant = len(status.verdicts) - counts[NOT_NEEDED]
-    links = [f"[{v.name}]({v.url})" for v in status.verdicts if v.status == FORWARDED and v.url]
-    if status.migrated_upstream in ("n.a.", "no") and not links:
+    relevant = len(status.verdicts) - counts[PatchStatus.NOT_NEEDED]
+    links = [f"[{v.name}]({v.url})" for v in status.verdicts if v.status == PatchStatus.FORWARDED and v.url]
+    if status.migrated_upstream in (Migration.NOT_APPLICABLE, Migration.NO) and not links:
         return status.migrated_upstream
-    detail = f"{counts[UPSTREAM]} of {relevant} upstream"
-    if counts[FORWARDED]:
-        detail += f", {counts[FORWARDED]} forwarded" + (f": {', '.join(links)}" if links else "")
+    detail = f"{counts[PatchStatus.UPSTREAM]} of {relevant} upstream"
+    if counts[PatchStatus.FORWARDED]:
+        detail += f", {counts[PatchStatus.FORWARDED]} forwarded" + (f": {', '.join(links)}" if links else "")
     return f"{status.migrated_upstream} ({detail})"
