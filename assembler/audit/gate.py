@@ -28,6 +28,8 @@ class Verdict(StrEnum):
     NON_ABI3 = "NON-ABI3"  # CPython API outside the limited API (or a wheel without an abi3 tag)
     ABI3_MISMATCH = "ABI3-MISMATCH"  # limited API, but newer than the abi3 tag
     NO_PYTHON = "NO-PYTHON"  # no CPython symbol at all
+    # declared metadata against the symbols
+    FLOOR_TOO_LOW = "FLOOR-TOO-LOW"  # Requires-Dist torch / Requires-Python below what the symbols need
     # source level (`assemble check`, one translation unit)
     CLEAN = "CLEAN"  # compiles against the stable headers and the limited API alone
     NOT_LIMITED = "NOT-LIMITED"  # needs CPython API outside the limited API
@@ -39,11 +41,12 @@ class Verdict(StrEnum):
 class CheckKind(StrEnum):
     """What `--check` gates on."""
 
-    TORCH = "torch"  # unstable LibTorch C++ symbols
-    ABI3 = "abi3"  # outside the limited API, newer than the abi3 tag, or no abi3 tag
+    TORCH = "torch"  # unstable LibTorch C++ symbols; Requires-Dist torch below the symbol floor
+    ABI3 = "abi3"  # outside the limited API, newer than the abi3 tag, no abi3 tag while using CPython; Requires-Python too low
     ALL = "all"  # both
 
 
+PYTHON_LIMITED, PYTHON_FULL, PYTHON_NONE = "limited", "full", "none"  # ElfReport.python_api: which API its CPython symbols target
 PASSING = frozenset({Verdict.STABLE, Verdict.NO_TORCH, Verdict.CLEAN, Verdict.NO_EXTENSIONS})
 ALLOWED_SUFFIX = " (allowed)"  # a failing verdict let through by --allow-unstable
 _JOIN = "+"  # one object failing several checks: UNSTABLE+NON-ABI3
@@ -78,8 +81,11 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
                     f"{report.path}: {e.path} uses the unstable LibTorch C++ ABI "
                     f"({e.unstable} symbols: {_listing(e.unstable_symbols)})",
                 ))
+        found += _torch_floor(report)
     if kind in (CheckKind.ABI3, CheckKind.ALL):
-        if report.kind == "wheel" and report.abi3_floor is None:
+        # objects that use no CPython symbol (NO-PYTHON) pass whatever the tag: a py3-none wheel
+        # of torch ops is more portable than abi3, not less
+        if report.kind == "wheel" and report.abi3_floor is None and any(e.uses_python for e in report.extensions):
             found.append(Finding(Verdict.NON_ABI3, report.path, None, report.tags,
                                  f"{report.path}: the wheel is not tagged abi3 ({_listing(report.tags)})"))
         for e in report.extensions:
@@ -96,7 +102,50 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
                     f"{report.path}: {e.path} needs Python {e.min_python} ({_listing(newest)}) "
                     f"but the wheel is tagged abi3 for Python {report.abi3_floor}",
                 ))
+        found += _python_floor(report)
     return found
+
+
+def _torch_floor(report: AuditReport) -> list[Finding]:
+    """FLOOR-TOO-LOW: the wheel requires a torch older than its newest shim symbol (it installs
+    next to a torch whose shim lacks the symbol, and fails to load)."""
+    from packaging.version import Version
+
+    needed = report.min_torch
+    if report.requires_torch is None or needed is None:
+        return []
+    declared = report.declared_torch
+    if declared is not None and Version(declared) >= Version(needed):
+        return []
+    setter = max((e for e in report.extensions if e.min_torch), key=lambda e: Version(e.min_torch or "0"))
+    return [Finding(Verdict.FLOOR_TOO_LOW, report.path, setter.path, setter.min_torch_symbols,
+                    f"{report.path}: declares Requires-Dist: {report.requires_torch} but {setter.path} needs torch {needed} "
+                    f"({_listing(setter.min_torch_symbols) or 'the stable-ABI baseline'})")]
+
+
+def _python_floor(report: AuditReport) -> list[Finding]:
+    """FLOOR-TOO-LOW: Requires-Python below what the abi3 tag and the limited-API symbols of the
+    abi3 objects need (the limited-API floor says nothing about objects built for the full API)."""
+    from packaging.version import Version
+
+    if report.requires_python is None:
+        return []
+    needs = [(v, why) for v, why in ((report.min_python, "its limited-API symbols"), (report.abi3_floor, "its abi3 tag")) if v]
+    if not needs:
+        return []
+    needed, why = max(needs, key=lambda item: Version(item[0]))
+    declared = report.declared_python
+    if declared is not None and Version(declared) >= Version(needed):
+        return []
+    symbols = tuple(sorted({s for e in report.extensions if e.min_python == needed for s in e.min_python_symbols})) if why.startswith("its limited") else ()
+    return [Finding(Verdict.FLOOR_TOO_LOW, report.path, None, symbols,
+                    f"{report.path}: declares Requires-Python: {report.requires_python} but {why} need Python {needed}"
+                    + (f" ({_listing(symbols)})" if symbols else ""))]
+
+
+def floor_findings(report: AuditReport) -> list[Finding]:
+    """The FLOOR-TOO-LOW findings of every check kind."""
+    return [f for f in findings(report, CheckKind.ALL) if f.verdict == Verdict.FLOOR_TOO_LOW]
 
 
 def object_verdict(elf: ElfReport, found: Sequence[Finding]) -> str:

@@ -11,7 +11,10 @@ One object per PATH (a JSON array when several PATHs are given)::
       "torch_abi": "STABLE",           # UNSTABLE if any object is, else STABLE if any is, else NO-TORCH
       "min_torch": "2.13.0",           # highest over the objects; null without shim symbols
       "cpython_abi": "ABI3-MISMATCH",  # NON-ABI3 | ABI3-MISMATCH | ABI3 | NO-PYTHON (see below)
-      "min_python": "3.11",            # highest over the objects; null without limited-API symbols
+      "min_python": "3.11",            # highest over the abi3 objects; null without limited-API symbols
+      "requires_torch": "torch>=2.11", # the wheel's Requires-Dist on torch (METADATA); null if none
+      "requires_python": ">=3.8",      # its Requires-Python; null if none
+      "floor_too_low": ["..."],        # FLOOR-TOO-LOW: a declared floor below what the symbols need
       "sources": {"torch": "...", "cpython": "..."},   # where the version tables came from
       "extensions": [                  # every ELF shared object, Python extension or not
         {
@@ -27,10 +30,12 @@ One object per PATH (a JSON array when several PATHs are given)::
           "unknown_shim_symbols": [],  # shim symbols the table does not know: min_torch is a lower bound
           "abi3_compliant": true,      # no non-limited CPython symbol (module entry points excepted)
           "abi3_violations": [],       # non-limited Py*/_Py* symbols
-          "min_python": "3.8",         # Python that added the newest limited-API symbol used; null if none
+          "min_python": "3.8",         # Python that added the newest limited-API symbol used; null if none,
+                                       # and null for an object built for the full API (python_api "full")
           "min_python_symbols": ["..."],
           "newer_than_tag": {},        # limited-API symbols added after abi3_floor: {symbol: version}
-          "needed": ["libtorch.so", "libc10.so", "..."]   # DT_NEEDED, in order
+          "needed": ["libtorch.so", "libc10.so", "..."],  # DT_NEEDED, in order
+          "python_api": "limited"      # limited (abi3 object) | full (built for one CPython) | none (NO-PYTHON)
         }
       ]
     }
@@ -38,6 +43,13 @@ One object per PATH (a JSON array when several PATHs are given)::
 ``cpython_abi``: NON-ABI3 when an object uses non-limited CPython symbols; ABI3-MISMATCH when
 it stays in the limited API but needs a newer Python than the abi3 tag; ABI3 when it stays
 within both; NO-PYTHON when no object references the CPython API.  Fields are only ever added.
+
+An object is an abi3 object when its name says ``.abi3.`` or it sits in an abi3-tagged wheel
+without a ``.cpython-3XX`` name; only for those is ``min_python`` (the limited-API floor)
+reported: a full-API object may use a symbol that joined the limited API late (PyObject_Vectorcall,
+3.12) while the full API had it long before. ``floor_too_low`` compares the wheel's
+``Requires-Dist: torch`` lower bound with ``min_torch``, and ``Requires-Python`` with the abi3 tag
+and ``min_python``.
 """
 
 from __future__ import annotations
@@ -45,7 +57,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from assembler.audit.gate import Verdict, worst_torch
+from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, Verdict, floor_findings, worst_torch
 
 SCHEMA = 1
 
@@ -67,6 +79,15 @@ class ElfReport:
     min_python_symbols: tuple[str, ...]
     newer_than_tag: dict[str, str]
     needed: tuple[str, ...]
+    # limited: an abi3 object (its name says .abi3., or it sits in an abi3-tagged wheel), whose
+    # min_python is the limited-API floor; full: built for one CPython's full API, no limited-API
+    # floor is reported (min_python null); none: uses no CPython symbol (NO-PYTHON)
+    python_api: str = PYTHON_LIMITED
+
+    @property
+    def uses_python(self) -> bool:
+        """Whether it references the CPython API at all (module entry points aside)."""
+        return self.python_api == PYTHON_FULL or bool(self.min_python or self.abi3_violations)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -85,6 +106,7 @@ class ElfReport:
             "min_python_symbols": list(self.min_python_symbols),
             "newer_than_tag": dict(self.newer_than_tag),
             "needed": list(self.needed),
+            "python_api": self.python_api,
         }
 
 
@@ -100,6 +122,17 @@ class AuditReport:
     abi3_floor: str | None
     extensions: tuple[ElfReport, ...]
     sources: dict[str, str]
+    requires_torch: str | None = None  # the wheel's Requires-Dist on torch ("torch>=2.11"), without extras
+    requires_python: str | None = None  # its Requires-Python (">=3.9")
+
+    @property
+    def declared_torch(self) -> str | None:
+        """The lowest torch ``requires_torch`` admits (None: no lower bound)."""
+        return lower_bound(self.requires_torch.removeprefix("torch")) if self.requires_torch else None
+
+    @property
+    def declared_python(self) -> str | None:
+        return lower_bound(self.requires_python) if self.requires_python else None
 
     @property
     def torch_abi(self) -> Verdict:
@@ -119,7 +152,7 @@ class AuditReport:
             return Verdict.NON_ABI3
         if any(e.newer_than_tag for e in self.extensions):
             return Verdict.ABI3_MISMATCH
-        return Verdict.ABI3 if self.min_python else Verdict.NO_PYTHON
+        return Verdict.ABI3 if any(e.uses_python for e in self.extensions) else Verdict.NO_PYTHON
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -134,4 +167,28 @@ class AuditReport:
             "min_python": self.min_python,
             "sources": dict(self.sources),
             "extensions": [e.to_json() for e in self.extensions],
+            "requires_torch": self.requires_torch,
+            "requires_python": self.requires_python,
+            "floor_too_low": [f.line for f in floor_findings(self)],
         }
+
+
+def lower_bound(specifiers: str) -> str | None:
+    """The lowest version a PEP 440 specifier set admits, as written (``>=2.11``, ``==2.11.*``,
+    ``~=2.11``, ``>2.10``); None when it has no lower bound or does not parse."""
+    from packaging.specifiers import InvalidSpecifier, SpecifierSet
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        specs = SpecifierSet(specifiers.strip().strip("()"))
+    except InvalidSpecifier:
+        return None
+    bounds = []
+    for spec in specs:
+        if spec.operator in (">=", ">", "==", "~=", "==="):
+            text = spec.version.removesuffix(".*")
+            try:
+                bounds.append((Version(text), text))
+            except InvalidVersion:
+                continue
+    return max(bounds)[1] if bounds else None

@@ -12,14 +12,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from assembler.audit.gate import Verdict, is_allowed
+from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, Verdict, floor_findings, is_allowed
 from assembler.audit.model import AuditReport, ElfReport
 
 VERDICT_STYLE: dict[Verdict, str] = {
     Verdict.STABLE: "green", Verdict.UNSTABLE: "bold red", Verdict.NO_TORCH: "dim",
     Verdict.ABI3: "green", Verdict.NON_ABI3: "bold red", Verdict.ABI3_MISMATCH: "yellow", Verdict.NO_PYTHON: "dim",
     Verdict.CLEAN: "green", Verdict.NOT_LIMITED: "bold red", Verdict.INCOMPLETE: "yellow",
-    Verdict.NO_EXTENSIONS: "dim",
+    Verdict.NO_EXTENSIONS: "dim", Verdict.FLOOR_TOO_LOW: "bold red",
 }
 
 
@@ -36,11 +36,13 @@ def verdict_style(verdict: str) -> str:
 
 
 def _abi3_cell(e: ElfReport) -> str:
+    if e.python_api == PYTHON_FULL:
+        return "[dim]full API[/]"  # built for one CPython: no limited-API floor to report
     if e.abi3_violations:
         return f"[bold red]no ({len(e.abi3_violations)})[/]"
     if e.newer_than_tag:
         return "[yellow]too new[/]"
-    return "[green]yes[/]" if e.min_python else "[dim]-[/]"
+    return "[green]yes[/]" if e.python_api == PYTHON_LIMITED and e.min_python else "[dim]-[/]"
 
 
 def _details(e: ElfReport) -> list[str]:
@@ -97,6 +99,8 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
         console.print("  no ELF shared objects found")
         return
     console.print(table)
+    for finding in floor_findings(report):
+        console.print(f"  [{VERDICT_STYLE[Verdict.FLOOR_TOO_LOW]}]{Verdict.FLOOR_TOO_LOW}[/]: {escape(finding.line)}", soft_wrap=True)
     details = [line for e in report.extensions for line in _details(e)] if verbose else []
     for line in details:
         console.print(line, soft_wrap=True)

@@ -6,14 +6,16 @@ GIL) dominates, and the biggest members go first so the longest one does not fin
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from assembler.audit.classify import classify_torch
 from assembler.audit.cpython import classify_cpython, describe_source, format_py, is_entry_point, limited_api
 from assembler.audit.elf import read_dynamic
-from assembler.audit.gate import CheckKind, findings
+from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, PYTHON_NONE, CheckKind, findings
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.audit.torchdata import DEFAULT_TABLE, TorchTable, load_table
 from assembler.audit.wheelsource import FileJob, Job, PyVersion, open_job, open_target
@@ -38,6 +40,9 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable) -> ElfRep
     extension = any(s.defined and not s.local and is_entry_point(s.name) for s in info.symbols)
     torch = classify_torch(undefined, table)
     python = classify_cpython(info.symbols, floor)
+    api = PYTHON_NONE if not (python.violations or python.min_python) else PYTHON_LIMITED if is_abi3_object(job.name, floor) else PYTHON_FULL
+    if api == PYTHON_FULL:  # the limited-API floor means nothing for a full-API build: report none
+        python = replace(python, min_python=None, min_python_symbols=(), newer_than_tag={})
     return ElfReport(
         path=job.name,
         kind="extension" if extension else "library",
@@ -54,7 +59,15 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable) -> ElfRep
         min_python_symbols=python.min_python_symbols,
         newer_than_tag=python.newer_than_tag,
         needed=info.needed,
+        python_api=api,
     )
+
+
+def is_abi3_object(name: str, floor: PyVersion | None) -> bool:
+    """Built for the limited API: ``.abi3.`` in its name, or inside an abi3-tagged wheel unless its
+    name carries one CPython's tag (``.cpython-311-x86_64-linux-gnu.so``)."""
+    base = name.rsplit("/", 1)[-1]
+    return ".abi3." in base or (floor is not None and re.search(r"\.cpython-\d", base) is None)
 
 
 def _cost(job: Job) -> int:
@@ -97,6 +110,8 @@ def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers
                 abi3_floor=format_py(floor) if floor else None,
                 extensions=tuple(results[i] for i, (t, _) in enumerate(work) if t is target),
                 sources=sources,
+                requires_torch=target.requires_torch,
+                requires_python=target.requires_python,
             )
         )
     return reports

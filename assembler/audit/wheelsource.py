@@ -33,7 +33,8 @@ from assembler.errors import InputError
 PyVersion = tuple[int, int]
 _SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
 _WHEEL_FILE = re.compile(r"^[^/]+\.dist-info/WHEEL$")
-_WANTED = re.compile(rb"\.so(\.\d+)*$|^[^/]+\.dist-info/WHEEL$")
+_WANTED = re.compile(rb"\.so(\.\d+)*$|^[^/]+\.dist-info/(?:WHEEL|METADATA)$")
+_METADATA_FILE = re.compile(r"^[^/]+\.dist-info/METADATA$")
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class Target:
     kind: str  # "wheel" | "directory" | "file"
     tags: tuple[str, ...]  # wheel tags, e.g. ("cp38-abi3-manylinux_2_28_x86_64",)
     jobs: tuple[Job, ...]
+    requires_torch: str | None = None  # METADATA's Requires-Dist on torch (without extras), e.g. "torch>=2.11"
+    requires_python: str | None = None  # METADATA's Requires-Python, e.g. ">=3.9"
 
     @property
     def abi3_floor(self) -> PyVersion | None:
@@ -94,7 +97,34 @@ def _wheel(path: Path) -> Target:
         raise InputError(f"{path}: a zip archive but not a wheel (no *.dist-info/WHEEL)")
     metadata = read_small_member(wheel_files[0], MAX_WHEEL_METADATA).decode(errors="replace")
     jobs = tuple(sorted((e for e in entries if is_shared_object_name(e.name)), key=lambda e: e.name))
-    return Target(str(path), "wheel", _wheel_tags(path.name, metadata), jobs)
+    core = [e for e in entries if _METADATA_FILE.match(e.name)]
+    try:
+        torch, python = declared_requirements(read_small_member(core[0], MAX_WHEEL_METADATA).decode(errors="replace")) if core else (None, None)
+    except InputError:  # an oversized METADATA: no declared floors to compare, the audit goes on
+        torch, python = None, None
+    return Target(str(path), "wheel", _wheel_tags(path.name, metadata), jobs, torch, python)
+
+
+def declared_requirements(metadata: str) -> tuple[str | None, str | None]:
+    """(Requires-Dist on torch, Requires-Python) from core metadata headers; a torch requirement
+    that only holds under an extra is not one the wheel always has."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    torch = python = None
+    for line in metadata.splitlines():
+        if not line.strip():
+            break  # the body (description) starts
+        key, _, value = line.partition(":")
+        if key.strip().lower() == "requires-python":
+            python = value.strip()
+        elif key.strip().lower() == "requires-dist":
+            try:
+                requirement = Requirement(value.strip())
+            except InvalidRequirement:
+                continue
+            if requirement.name.lower() == "torch" and "extra" not in str(requirement.marker or ""):
+                torch = f"torch{requirement.specifier}"
+    return torch, python
 
 
 def _wheel_tags(filename: str, metadata: str) -> tuple[str, ...]:
@@ -110,6 +140,7 @@ def _directory(root: Path) -> Target:
     jobs: list[FileJob] = []
     seen: set[str] = set()
     tags: tuple[str, ...] = ()
+    declared: tuple[str | None, str | None] = (None, None)
     inside = os.path.realpath(root)
     errors: list[OSError] = []
     for dirpath, dirnames, filenames in os.walk(root, onerror=errors.append):  # links to directories: not followed
@@ -117,6 +148,8 @@ def _directory(root: Path) -> Target:
         here = Path(dirpath)
         if here.name.endswith(".dist-info") and "WHEEL" in filenames and here.parent == root:
             tags = _wheel_tags("", _read_small_file(here / "WHEEL", MAX_WHEEL_METADATA))
+            if "METADATA" in filenames:
+                declared = declared_requirements(_read_small_file(here / "METADATA", MAX_WHEEL_METADATA))
         for name in sorted(filenames):
             full = here / name
             if not is_shared_object_name(name):
@@ -139,7 +172,7 @@ def _directory(root: Path) -> Target:
     if errors:
         error = errors[0]
         raise InputError(f"{error.filename or root}: {error.strerror or error}")
-    return Target(str(root), "directory", tags, tuple(jobs))
+    return Target(str(root), "directory", tags, tuple(jobs), *declared)
 
 
 def _read_small_file(path: Path, limit: int) -> str:
