@@ -31,7 +31,7 @@ from typing import Any
 
 from assembler import __version__
 from assembler.errors import InputError
-from assembler.series.headers import PatchHeader, parse_patch_header
+from assembler.series.headers import PatchHeader, PatchStatus, forwarded_status, parse_patch_header
 
 SPEC_VERSION = "1.6"
 SBOM_DIR = "sboms"
@@ -39,7 +39,6 @@ PROPERTY = "assembler:"  # prefix of every property this module writes (CycloneD
 STATUS_SOURCE = ("DEP-3 headers (Applied-Upstream, Forwarded) of the series files, read at merge time without "
                  "network access; `assemble patches` checks them against upstream")
 _SERIAL_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/assembler/sbom")
-_URL_RE = re.compile(r"https?://\S+")
 _GITHUB = re.compile(r"^(?:https?://|ssh://git@|git@)github\.com[/:](?P<owner>[^/]+)/(?P<repo>[^/]+?)(?:\.git)?/?$")
 
 
@@ -74,22 +73,14 @@ class DepEntry:
     files: tuple[tuple[str, str], ...]  # (wheel path, sha256 hex)
 
 
-def declared_status(header: PatchHeader) -> tuple[str, str]:
-    """(status, evidence) from a patch's DEP-3 fields alone: ``Applied-Upstream`` = upstream;
-    else ``Forwarded``: a URL = forwarded, ``no`` or absent = local, ``not-needed``. The same
-    reading as the header layer of ``assemble patches``, minus its git checks."""
+def declared_status(header: PatchHeader) -> tuple[PatchStatus, str]:
+    """(status, evidence) from a patch's DEP-3 fields alone: ``Applied-Upstream`` = upstream,
+    else what ``Forwarded`` says (the header layer of ``assemble patches``, minus its git checks)."""
     applied = header.fields.get("Applied-Upstream")
     if applied:
-        return "upstream", f"Applied-Upstream: {applied}"
-    value = (header.forwarded or "").strip()
-    if not value:
-        return "local", "no Forwarded header"
-    if value.lower() == "no":
-        return "local", "Forwarded: no"
-    if value.lower() == "not-needed":
-        return "not-needed", "Forwarded: not-needed"
-    url = _URL_RE.search(value)
-    return "forwarded", url.group(0) if url else f"Forwarded: {value}"
+        return PatchStatus.UPSTREAM, f"Applied-Upstream: {applied}"
+    status, url, note = forwarded_status(header)
+    return status, url or note
 
 
 def read_patches(patches_dir: Path, series: Sequence[str]) -> tuple[PatchEntry, ...]:
@@ -103,7 +94,7 @@ def read_patches(patches_dir: Path, series: Sequence[str]) -> tuple[PatchEntry, 
             raise InputError(f"{path}: unreadable patch ({exc.strerror or exc})", hint="restore the series file or fix the series") from None
         header = parse_patch_header(path)
         status, evidence = declared_status(header)
-        entries.append(PatchEntry(name, header.subject, hashlib.sha256(data).hexdigest(), status, evidence))
+        entries.append(PatchEntry(name, header.subject, hashlib.sha256(data).hexdigest(), str(status), evidence))
     return tuple(entries)
 
 
@@ -179,7 +170,7 @@ def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps
             props += [Property(name=tag + "file", value=patch.file), Property(name=tag + "subject", value=patch.subject),
                       Property(name=tag + "sha256", value=patch.sha256), Property(name=tag + "status", value=patch.status),
                       Property(name=tag + "evidence", value=patch.evidence)]
-            kind = PatchClassification.BACKPORT if patch.status == "upstream" else PatchClassification.UNOFFICIAL
+            kind = PatchClassification.BACKPORT if patch.status == PatchStatus.UPSTREAM else PatchClassification.UNOFFICIAL
             patches.append(Patch(type=kind, diff=Diff(url=XsUri(f"patches/{dep.name}/{patch.file}"))))
         ancestors = []
         if dep.upstream and dep.upstream != dep.source:
