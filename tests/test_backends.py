@@ -204,6 +204,104 @@ def test_setuptools_backend_injects_our_settings_and_records_compile_commands(
     assert [u["source"] for u in plan.units or []] == ["py/csrc/probe.cpp"]
 
 
+CUDA_SETUP = '''\
+from setuptools import setup
+from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+setup(
+    name="cprobe",
+    version="1.0",
+    packages=["cprobe"],
+    ext_modules=[CUDAExtension("cprobe._cprobe_C", ["csrc/ones.cu", "csrc/module.cpp"], py_limited_api=True)],
+    cmdclass={"build_ext": BuildExtension},
+    options={"bdist_wheel": {"py_limited_api": "cp39"}},
+)
+'''
+CUDA_SOURCE = """\
+#include <torch/csrc/stable/library.h>
+#include <torch/csrc/stable/ops.h>
+#include <torch/csrc/stable/tensor.h>
+// What only the injection provides: NVCC_APPEND_FLAGS reached nvcc, TORCH_CUDA_ARCH_LIST chose sm_90a.
+#ifndef TORCH_TARGET_VERSION
+#error "TORCH_TARGET_VERSION must reach nvcc"
+#endif
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ != 900
+#error "compiled for an architecture other than the recipe's 9.0a"
+#endif
+
+__global__ void fill_one(float* out, int64_t n) {
+  int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = 1.0f;
+}
+
+torch::stable::Tensor ones(const torch::stable::Tensor& x) {
+  torch::stable::Tensor out = torch::stable::empty_like(x);
+  const int64_t n = x.numel();
+  if (n > 0) fill_one<<<static_cast<unsigned>((n + 255) / 256), 256>>>(out.mutable_data_ptr<float>(), n);
+  return out;
+}
+
+STABLE_TORCH_LIBRARY(cprobe, m) { m.def("ones(Tensor x) -> Tensor"); }
+STABLE_TORCH_LIBRARY_IMPL(cprobe, CUDA, m) { m.impl("ones", TORCH_BOX(&ones)); }
+"""
+CUDA_MODULE = """\
+#include <Python.h>
+#ifndef TORCH_TARGET_VERSION
+#error "TORCH_TARGET_VERSION must reach g++"
+#endif
+extern "C" PyObject* PyInit__cprobe_C(void) {
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cprobe_C", nullptr, -1, nullptr, nullptr, nullptr, nullptr, nullptr};
+  return PyModule_Create(&module);
+}
+"""
+CUDA_MANIFEST = """\
+[bundle]
+name = "cprobe-bundle"
+version = "1.0.0"
+torch = "2.13.0"
+cuda-archs = ["9.0a"]
+
+[mirrors]
+"https://git.invalid/" = "remotes/"
+
+[deps.cprobe]
+upstream = "https://git.invalid/cprobe"
+commit = "{commit}"
+
+[deps.cprobe.build]
+backend = "setuptools"
+sources = ["csrc/*.cu", "csrc/*.cpp"]
+
+[deps.cprobe.install]
+"cprobe/**" = "cprobe_bundle/"
+"""
+
+
+def test_setuptools_backend_builds_a_cuda_extension_with_the_selected_nvcc(tmp_path: Path, private_cache: Path) -> None:
+    upstream = Repo(tmp_path / "ws" / "remotes" / "cprobe")
+    commit = upstream.commit("cuda probe", {
+        "setup.py": CUDA_SETUP, "csrc/ones.cu": CUDA_SOURCE, "csrc/module.cpp": CUDA_MODULE,
+        "cprobe/__init__.py": "import torch\nfrom . import _cprobe_C\n",
+    })
+    (tmp_path / "ws" / "deps.toml").write_text(CUDA_MANIFEST.format(commit=commit))
+    result = assemble("-C", str(tmp_path / "ws"), "build", "--cuda", HERMETIC_CUDA, "-j", "2", "--json", cache=private_cache)
+    assert result.returncode == 0, result.stderr[-4000:]
+    report = json.loads(result.stdout)
+    assert [(d["dep"], d["status"], d["verdict"], d["archs"]) for d in report["deps"]] == [("cprobe", "built", "STABLE", ["9.0a"])]
+    module = Path(report["artifacts"]) / "cprobe" / "files" / "cprobe" / "_cprobe_C.abi3.so"
+    needed = subprocess.run(["readelf", "-d", str(module)], capture_output=True, text=True, check=True).stdout
+    # CUDAExtension's -ltorch_cuda -lc10_cuda link although the build's torch is CPU-only (soname
+    # stand-ins; unused, so --as-needed drops them as it would the real ones); cudart is the toolkit's
+    assert "[libcudart.so.13]" in needed and "[libtorch_cpu.so]" in needed
+    record = json.loads((module.parents[2] / "artifact.json").read_text())
+    assert record["toolchain"]["nvcc"] == report["nvcc"]
+    compdb = json.loads((tmp_path / "ws" / ".assemble" / "compdb" / "cprobe.json").read_text())
+    commands = {Path(entry["file"]).name: entry["arguments"] for entry in compdb}
+    assert set(commands) == {"ones.cu", "module.cpp"}
+    assert Path(commands["ones.cu"][0]) == Path(report["cuda_root"]) / "bin" / "nvcc"
+    assert "-gencode=arch=compute_90a,code=sm_90a" in commands["ones.cu"]
+
+
 @pytest.mark.parametrize(("entry", "complaint"), [
     ('PATH = "/evil"', "PATH is set by assemble itself"),
     ('LD_PRELOAD = "x.so"', "LD_PRELOAD is set by assemble itself"),

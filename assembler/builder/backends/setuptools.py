@@ -12,7 +12,9 @@ through the environment, which ``torch.utils.cpp_extension`` reads:
   ``CUDA_HOME`` (and nvcc first on PATH) from the selected toolkit;
 - the recipe's ``build-env``;
 - ``DIST_EXTRA_CONFIG``: setuptools' build and egg-info directories go to our build tree, so
-  the checkout stays clean (a dirty checkout would change the next build's key).
+  the checkout stays clean (a dirty checkout would change the next build's key);
+- with a CPU-only torch and a CUDA recipe: cpp_extension's ``CUDA_HOME`` (which such a torch
+  leaves unset) and link stand-ins for ``libtorch_cuda``/``libc10_cuda`` (``cuda_stand_ins``).
 
 The setup.py must itself ask for abi3 (``py_limited_api=True`` on each extension and
 ``options={"bdist_wheel": {"py_limited_api": "cp39"}}``): a module without the ``.abi3.so``
@@ -48,8 +50,10 @@ if TYPE_CHECKING:
     from assembler.builder.builder import BuildContext, BuildRequest
 
 PROJECT_FILES = ("pyproject.toml", "setup.py")
+# What CUDAExtension links beyond libtorch_cpu; a CPU-only torch lacks them (see cuda_stand_ins).
+TORCH_CUDA_LIBRARIES = ("c10_cuda", "torch_cuda")
 # Bump when what the backend injects or does to the built files changes: it is part of the key.
-BACKEND_VERSION = "2: defines + file-prefix maps (checkout, torch) in CFLAGS/CXXFLAGS/NVCC_APPEND_FLAGS; strip"
+BACKEND_VERSION = "3: defines + file-prefix maps (checkout, torch) in CFLAGS/CXXFLAGS/NVCC_APPEND_FLAGS; strip; CUDA stand-ins"
 DRIVER = """\
 import importlib, os, sys
 project, wheel_dir = sys.argv[1], sys.argv[2]
@@ -63,6 +67,12 @@ if os.path.exists("pyproject.toml"):
     name, paths = system.get("build-backend", name), system.get("backend-path", [])
 for path in reversed(paths):
     sys.path.insert(0, os.path.abspath(path))
+if os.environ.get("ASSEMBLE_CUDA_HOME"):
+    # A CPU-only torch turns cpp_extension's CUDA support off (CUDA_HOME = None); the Stable ABI
+    # does not need torch's CUDA half to compile, so point it at the selected toolkit.
+    import torch.utils.cpp_extension as cpp_extension
+    if cpp_extension.CUDA_HOME is None:
+        cpp_extension.CUDA_HOME = os.environ["ASSEMBLE_CUDA_HOME"]
 module, _, attribute = name.partition(":")
 backend = importlib.import_module(module)
 for part in filter(None, attribute.split(".")):
@@ -109,6 +119,13 @@ class SetuptoolsBackend:
         config = build_base / "assemble-setup.cfg"
         config.write_text(EXTRA_CONFIG.format(build_base=build_base, egg_base=egg_base))
         env = self.environment(ctx, request, jobs, config)
+        try:
+            stand_ins = cuda_stand_ins(build_base, ctx.toolchain.env.torch_dir) if request.cuda else None
+        except (OSError, subprocess.CalledProcessError) as error:
+            raise BuildFailure(f"{dep.name}: cannot make the link stand-ins for torch's CUDA libraries: {error}") from None
+        if stand_ins is not None:
+            env["LDFLAGS"] = shlex.quote(f"-L{stand_ins}")
+            env["ASSEMBLE_CUDA_HOME"] = str(ctx.toolchain.cuda.root)
         ninja = ctx.toolchain.env.python.parent / "ninja"
         wrapper_dir, wrapper_env = ninja_wrapper(build_base, ninja)
         env.update(wrapper_env, PATH=os.pathsep.join([str(wrapper_dir), env["PATH"]]))
@@ -151,6 +168,26 @@ class SetuptoolsBackend:
         if request.archs:
             env["TORCH_CUDA_ARCH_LIST"] = ";".join(request.archs)
         return env
+
+
+def cuda_stand_ins(build_base: Path, torch_dir: Path) -> Path | None:
+    """A directory of link-time stand-ins for the torch CUDA libraries a CPU-only torch lacks
+    (None when torch has them all). Each is an empty shared library carrying the real soname,
+    so the module records DT_NEEDED libtorch_cuda.so exactly as against the real file and the
+    torch that loads it provides it: the Stable ABI does not depend on the build's torch
+    flavour. The CMake helper does the same (``_assembler_resolve_library``)."""
+    missing = [name for name in TORCH_CUDA_LIBRARIES if not (torch_dir / "lib" / f"lib{name}.so").is_file()]
+    if not missing:
+        return None
+    directory = build_base / "assemble-soname"
+    directory.mkdir(parents=True, exist_ok=True)
+    compiler = shutil.which(os.environ.get("CXX", "c++")) or "c++"
+    for name in missing:
+        library = directory / f"lib{name}.so"
+        if not library.is_file():
+            subprocess.run([compiler, "-shared", "-x", "c++", os.devnull, f"-Wl,-soname,lib{name}.so", "-o", str(library)],
+                           check=True, capture_output=True)
+    return directory
 
 
 def strip(files: Path, modules: list[str]) -> None:
