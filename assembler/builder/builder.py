@@ -243,6 +243,7 @@ def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) ->
             "cmake": tc.env.cmake,
             "ninja": tc.env.ninja,
             "scikit_build_core": tc.env.scikit_build_core,
+            **{name: version for name, version in request.parts.toolchain if name == "setuptools"},  # its own setup.py
         },
         "archs": list(request.archs),
         "build_seconds": round(seconds, 2),
