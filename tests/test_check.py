@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from assembler.audit.gate import Verdict
 from assembler.builder.units import TranslationUnit, compile_commands_path, translation_units
 from assembler.check.evidence import check_evidence
 from assembler.errors import InputError
@@ -192,7 +193,7 @@ def test_keeps_going_past_a_dependency_it_cannot_check(example_ws: Path, private
     assert result.returncode == 2
     assert report["deps"]["vecadd"]["verdict"] == "CLEAN"  # checked although scalekit could not be
     error = report["deps"]["scalekit"]["error"]
-    assert report["deps"]["scalekit"]["verdict"] == "ERROR" and error["exit_code"] == 2
+    assert report["deps"]["scalekit"]["verdict"] is None and error["exit_code"] == 2
     assert error["message"].startswith(f"{manifest}:{line}:") and "csrc/gone.cu does not exist" in error["message"]
     plain = assemble("-C", str(example_ws), "check", "--cuda", HERMETIC_CUDA, cache=private_cache)
     assert plain.returncode == 2 and "scalekit: not checked" in plain.stdout and "Traceback" not in plain.stderr
@@ -296,3 +297,15 @@ def test_check_without_checkout_of_a_bad_name_is_a_clean_error(example_ws: Path,
     result = assemble("-C", str(example_ws), "check", "vecad", cache=private_cache)
     assert result.returncode == 2 and "did you mean 'vecadd'" in result.stderr and "Traceback" not in result.stderr
     assert not (example_ws / "forks").exists() or not any((example_ws / "forks").iterdir())
+
+
+def test_a_dependency_compiling_nothing_passes_but_is_no_evidence() -> None:
+    from assembler.check.run import CheckReport, DepCheck
+    from assembler.check.scan import UnitResult
+
+    nothing = DepCheck("pure-python")
+    assert nothing.verdict == "no extensions" and nothing.summary == "0 of 0 translation units clean"
+    incomplete = DepCheck("lib", units=[UnitResult("a.cpp", "cxx", None, "recipe", verdict=Verdict.INCOMPLETE)])
+    assert CheckReport([nothing]).exit_code == 0
+    assert CheckReport([nothing, incomplete]).exit_code == 1  # INCOMPLETE is never clean
+

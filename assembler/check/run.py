@@ -9,6 +9,7 @@ again and `assemble patches` can read the evidence (:mod:`assembler.check.eviden
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -19,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from assembler.audit.gate import Verdict
+from assembler.audit.gate import Verdict, passes
 from assembler.builder.backends import limited_api_version, torch_target_version
 from assembler.builder.cache import KeyParts, digest_texts
 from assembler.builder.diagnose import torch_include_roots
@@ -70,15 +71,17 @@ class DepCheck:
         return len(self.units)
 
     @property
-    def verdict(self) -> str:
-        """The worst unit's verdict (UNSTABLE > NOT-LIMITED > INCOMPLETE > CLEAN); ERROR when
-        the dependency could not be checked, INCOMPLETE when it has no unit at all."""
+    def verdict(self) -> Verdict | None:
+        """The worst unit's verdict (UNSTABLE > NOT-LIMITED > INCOMPLETE > CLEAN); "no extensions"
+        when the recipe compiles nothing; None when the dependency could not be checked."""
         if self.error is not None:
-            return "ERROR"
+            return None
+        if not self.units:
+            return Verdict.NO_EXTENSIONS
         for verdict in (Verdict.UNSTABLE, Verdict.NOT_LIMITED, Verdict.INCOMPLETE):
             if any(unit.verdict == verdict for unit in self.units):
-                return verdict.value
-        return Verdict.CLEAN.value if self.units else Verdict.INCOMPLETE.value
+                return verdict
+        return Verdict.CLEAN
 
     @property
     def summary(self) -> str:
@@ -86,7 +89,7 @@ class DepCheck:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "verdict": self.verdict, "clean": self.clean, "total": self.total, "summary": self.summary,
+            "verdict": None if self.verdict is None else self.verdict.value, "clean": self.clean, "total": self.total, "summary": self.summary,
             "cached": self.cached, "seconds": round(self.seconds, 3), "key": self.key, "obtained": self.obtained,
             "units": [unit.to_json() for unit in self.units],
             "error": None if self.error is None else {
@@ -111,7 +114,7 @@ class CheckReport:
         for dep in self.deps:
             if dep.error is not None:
                 return int(dep.error.exit_code)
-        if any(dep.verdict != Verdict.CLEAN for dep in self.deps):
+        if any(dep.verdict is None or not passes(dep.verdict) for dep in self.deps):
             return int(ExitCode.CHECK_FAILED)
         return int(ExitCode.OK)
 
@@ -347,8 +350,12 @@ def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: 
     check.seconds = time.monotonic() - plan.started
     check.obtained = datetime.now(UTC).isoformat(timespec="seconds")
     record = {**plan.record, "obtained": check.obtained, "result": {"seconds": check.seconds, "units": [u.to_json() for u in units]}}
-    ignored_dir(workspace.state_dir)
-    atomic_write(record_path(workspace, plan.dep.name), json.dumps(record, indent=2, sort_keys=True) + "\n")
+    try:
+        ignored_dir(workspace.state_dir)
+        atomic_write(record_path(workspace, plan.dep.name), json.dumps(record, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:  # a read-only workspace: the result stands, it is just not kept
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
     on_dep(check)
 
 

@@ -13,8 +13,6 @@ if TYPE_CHECKING:
 
     from assembler.check.run import CheckReport, DepCheck
 
-VERDICT_STYLE = {"CLEAN": "green", "UNSTABLE": "bold red", "NOT-LIMITED": "bold red", "INCOMPLETE": "yellow", "ERROR": "bold red"}
-
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("check", help="source-level Stable-ABI proof: preprocess every translation unit, no compiling")
@@ -30,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from assembler.audit.report import verdict_style
     from assembler.check.run import CheckOptions, run_check
     from assembler.report.output import emit_json, err_console
     from assembler.workspace import open_workspace
@@ -45,8 +44,8 @@ def run(args: argparse.Namespace) -> int:
         if check.error is not None:
             err_console.print(f"{check.dep}: [red]not checked[/]: {check.error.message}", soft_wrap=True)
         else:
-            style = VERDICT_STYLE.get(check.verdict, "")
-            err_console.print(f"{check.dep}: [{style}]{check.verdict}[/], {check.summary} ({how})", soft_wrap=True, highlight=False)
+            verdict = str(check.verdict)
+            err_console.print(f"{check.dep}: [{verdict_style(verdict)}]{verdict}[/], {check.summary} ({how})", soft_wrap=True, highlight=False)
 
     with err_console.status("checking translation units", spinner="dots") if err_console.is_terminal and not args.json else _Quiet():
         report = run_check(workspace, list(args.names), options, note=note, on_dep=done)
@@ -70,6 +69,8 @@ class _Quiet:
 def _print(report: CheckReport, console: Console) -> None:
     from rich.markup import escape
 
+    from assembler.audit.report import verdict_style
+
     cuda = f", nvcc {report.nvcc}" if report.nvcc else ""
     console.print(f"assemble check: torch {report.torch} headers, {report.cxx}{cuda}", highlight=False, soft_wrap=True)
     for check in report.deps:
@@ -78,13 +79,12 @@ def _print(report: CheckReport, console: Console) -> None:
             if check.error.hint:
                 console.print(f"  hint: {escape(check.error.hint)}", soft_wrap=True, highlight=False)
             continue
-        style = VERDICT_STYLE.get(check.verdict, "")
+        verdict = str(check.verdict)
         when = "cached, " if check.cached else ""
-        console.print(f"[bold]{check.dep}[/]: [{style}]{check.verdict}[/] {check.summary} "
+        console.print(f"[bold]{check.dep}[/]: [{verdict_style(verdict)}]{verdict}[/] {check.summary} "
                       f"({when}{check.seconds:.1f} s, {check.obtained})", highlight=False, soft_wrap=True)
         for unit in check.units:
-            unit_style = VERDICT_STYLE.get(unit.verdict.value, "")
-            console.print(f"  {escape(unit.source)}: [{unit_style}]{unit.verdict.value}[/] ({', '.join(unit.passes)})",
+            console.print(f"  {escape(unit.source)}: [{verdict_style(unit.verdict)}]{unit.verdict.value}[/] ({', '.join(unit.passes)})",
                           highlight=False, soft_wrap=True)
             for line in unit.lines():
                 console.print(f"    {escape(line)}", highlight=False, soft_wrap=True)
