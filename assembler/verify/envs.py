@@ -30,7 +30,7 @@ class TorchEnv:
 
 # Run by the named interpreter: its torch version and prefix without importing torch (seconds).
 _QUERY = """
-import importlib.metadata, importlib.util, json, os, re, sys
+import importlib.metadata, importlib.util, json, os, sys
 version = None
 try:
     version = importlib.metadata.version("torch")
@@ -39,8 +39,9 @@ except importlib.metadata.PackageNotFoundError:
     if spec is not None and spec.origin:
         path = os.path.join(os.path.dirname(spec.origin), "version.py")
         if os.path.isfile(path):
-            found = re.search(r"^__version__ = ['\"]([^'\"]+)", open(path).read(), re.M)
-            version = found.group(1) if found else None
+            for line in open(path):
+                if line.startswith("__version__"):
+                    version = line.split("=", 1)[1].strip().strip(chr(34) + chr(39))
 print(json.dumps({"torch": version, "prefix": sys.prefix, "python": sys.version.split()[0]}))
 """
 

@@ -184,8 +184,8 @@ def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], scratch: Path,
         if not remaining and state.env is not None:
             return state
         attempt += 1
-        plan_file = scratch / f"plan-{env.requested}-{attempt}.json"
-        out_file = scratch / f"out-{env.requested}-{attempt}.jsonl"
+        plan_file = scratch / f"plan-{site.name}-{attempt}.json"  # site-<n>: one per interpreter
+        out_file = scratch / f"out-{site.name}-{attempt}.jsonl"
         # A restart re-loads what the earlier probes loaded, so a dependency's ops that another
         # dependency's extension registers are still there, as in one uninterrupted process.
         preload = [ext for row in plan if row["name"] in state.done - state.crashed for ext in row["extensions"]]
