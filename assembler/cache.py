@@ -10,10 +10,17 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+import shutil
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
+
+if TYPE_CHECKING:
+    from assembler.workspace import Workspace
 
 
 def cache_root() -> Path:
@@ -44,3 +51,180 @@ def in_use(entry: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+# What `assemble cache` reports and prunes: kind -> directory under the cache root.
+KINDS = {"mirrors": "git", "toolchains": "toolchains", "environments": "venvs", "artifacts": "artifacts"}
+_LEFTOVER_PREFIXES = (".tmp-", ".trash-")
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str  # a key of KINDS
+    name: str  # relative to the kind's directory, e.g. "verify-torch2.13.0-221c1bae93e44c5f", "vecadd/<key>"
+    path: Path
+    bytes: int  # apparent size; a file hard-linked from elsewhere in the cache is counted once
+    last_used: float  # Unix time: the marker a use touches, else the newest of the entry's top level
+    leftover: bool = False  # staging or trash of a creation or prune that was killed
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "path": str(self.path), "bytes": self.bytes,
+                "last_used": round(self.last_used, 3), "leftover": self.leftover}
+
+
+def _candidates(root: Path) -> Iterator[tuple[str, str, Path]]:
+    for kind, directory in KINDS.items():
+        base = root / directory
+        if not base.is_dir():
+            continue
+        if kind == "artifacts":  # artifacts/<dep>/<key>
+            for dep in sorted(base.iterdir()):
+                if dep.is_dir() and not dep.is_symlink():
+                    for key in sorted(dep.iterdir()):
+                        if key.is_dir() and not key.is_symlink():
+                            yield kind, f"{dep.name}/{key.name}", key
+            continue
+        for child in sorted(base.iterdir()):
+            if child.is_dir() and not child.is_symlink():
+                yield kind, child.name, child
+
+
+def _last_used(kind: str, path: Path) -> float:
+    markers = {"environments": [".assemble-venv.json"], "toolchains": [".assemble-toolkit.json"],
+               "mirrors": ["FETCH_HEAD", "HEAD"], "artifacts": ["artifact.json"]}[kind]
+    times = []
+    for name in [*markers, ""]:
+        with contextlib.suppress(OSError):
+            times.append((path / name).stat().st_mtime if name else path.stat().st_mtime)
+    return max(times, default=0.0)
+
+
+def _size(path: Path, seen: set[tuple[int, int]]) -> int:
+    total = 0
+    for directory, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                info = os.lstat(os.path.join(directory, name))
+                if info.st_nlink > 1:
+                    if (info.st_dev, info.st_ino) in seen:
+                        continue
+                    seen.add((info.st_dev, info.st_ino))
+                total += info.st_size
+    return total
+
+
+def cache_entries(root: Path | None = None) -> list[Entry]:
+    """Every entry of the cache, by kind, with its size and last use."""
+    root = root or cache_root()
+    seen: set[tuple[int, int]] = set()
+    return [
+        Entry(kind, name, path, _size(path, seen), _last_used(kind, path), leftover=path.name.startswith(_LEFTOVER_PREFIXES))
+        for kind, name, path in _candidates(root)
+    ]
+
+
+def _lock_of(entry: Entry) -> Path:
+    """The lock a creator or user of ``entry`` holds; a staging directory ``.tmp-<final>-<pid>``
+    is held through its final entry's lock."""
+    name = entry.path.name
+    if entry.leftover:
+        name = name.split("-", 1)[1].rsplit("-", 1)[0]  # .tmp-<final>-<pid> / .trash-<final>-<pid>
+    return entry.path.with_name(f"{name}.lock")
+
+
+@dataclass
+class PruneResult:
+    removed: list[Entry] = field(default_factory=list)
+    in_use: list[Entry] = field(default_factory=list)  # held by a running command: kept
+    kept: list[Entry] = field(default_factory=list)  # the workspace's (--keep)
+    recent: list[Entry] = field(default_factory=list)  # used within --older-than
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "removed": [e.to_json() for e in self.removed], "in_use": [e.to_json() for e in self.in_use],
+            "kept": [e.to_json() for e in self.kept], "recent": [e.to_json() for e in self.recent],
+            "freed_bytes": sum(e.bytes for e in self.removed),
+        }
+
+
+def prune(
+    older_than_days: float | None = None, keep: Iterable[Path] = (), dry_run: bool = False, root: Path | None = None,
+) -> PruneResult:
+    """Remove the entries not used for ``older_than_days`` (all, when None), except those under
+    ``keep`` and those a running command holds: an entry goes only when its lock can be taken
+    exclusively without waiting, and it is first renamed aside, so no command ever finds it half
+    removed under its own name."""
+    root = root or cache_root()
+    kept_paths = {path.resolve() for path in keep}
+    cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
+    result = PruneResult()
+    for entry in cache_entries(root):
+        if entry.path.resolve() in kept_paths and not entry.leftover:
+            result.kept.append(entry)
+            continue
+        if cutoff is not None and entry.last_used > cutoff and not entry.leftover:
+            result.recent.append(entry)
+            continue
+        lock = _lock_of(entry)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            result.in_use.append(entry)  # a read-only cache: not ours to prune
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                result.in_use.append(entry)
+                continue
+            if not entry.path.exists():  # removed meanwhile by another prune
+                continue
+            if not dry_run:
+                trash = entry.path.with_name(f".trash-{entry.path.name.removeprefix('.tmp-').removeprefix('.trash-')}-{os.getpid()}")
+                if entry.leftover:
+                    trash = entry.path
+                else:
+                    os.rename(entry.path, trash)
+                shutil.rmtree(trash, ignore_errors=True)
+            result.removed.append(entry)
+        finally:
+            os.close(fd)
+    return result
+
+
+def summary(entries: Iterable[Entry]) -> dict[str, dict[str, int]]:
+    """kind -> {"count", "bytes"}, every kind present."""
+    totals = {kind: {"count": 0, "bytes": 0} for kind in KINDS}
+    for entry in entries:
+        totals[entry.kind]["count"] += 1
+        totals[entry.kind]["bytes"] += entry.bytes
+    return totals
+
+
+def workspace_keys(workspace: Workspace, root: Path | None = None) -> list[Path]:
+    """The entries the workspace at hand uses (``prune --keep``): its dependencies' mirrors,
+    the artifacts its last build materialized, the CUDA toolkits those were built with, and
+    the environments of its [bundle] torch and verify-torch."""
+    from assembler.builder.evidence import default_artifacts
+    from assembler.git.mirrors import mirror_path
+    from assembler.wheel.artifact import stored_artifact
+
+    root = root or cache_root()
+    manifest = workspace.manifest
+    keep: list[Path] = []
+    cudas: set[str] = set()
+    for dep in manifest.deps.values():
+        keep += [mirror_path(url) for url in {dep.source, dep.upstream} if url]
+        artifact = stored_artifact(default_artifacts(workspace) / dep.name)
+        if artifact is not None:
+            keep.append(root / KINDS["artifacts"] / dep.name / artifact.key)
+            if artifact.toolchain.get("cuda"):
+                cudas.add(str(artifact.toolchain["cuda"]))
+    labels = {f"verify-torch{version}" for version in manifest.bundle.verify_torch}
+    if manifest.bundle.torch:
+        labels.add(f"build-torch{manifest.bundle.torch}")
+    for kind, prefixes in (("environments", labels), ("toolchains", {f"cuda-{cuda}" for cuda in cudas})):
+        base = root / KINDS[kind]
+        if base.is_dir():
+            keep += [path for path in base.iterdir() if path.name.rsplit("-", 1)[0] in prefixes]
+    return keep

@@ -15,7 +15,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from assembler.cache import cache_root
+from assembler.cache import cache_root, touch
 from assembler.fsutil import replace_dir
 from assembler.wheel.artifact import stored_artifact
 
@@ -60,7 +60,10 @@ class ArtifactStore:
     def lookup(self, dep: str, key: str) -> Path | None:
         path = self.path(dep, key)
         artifact = stored_artifact(path)
-        return path if artifact is not None and artifact.key == key else None
+        if artifact is None or artifact.key != key:
+            return None
+        touch(path / "artifact.json")  # last use, for `assemble cache prune --older-than`
+        return path
 
     def publish(self, staging: Path, dep: str, key: str) -> Path:
         """Move the finished ``staging`` directory in as the artifact for ``key``."""

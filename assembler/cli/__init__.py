@@ -12,29 +12,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 from assembler import __version__
-from assembler.cli import audit, build, check, checkout, deps, export, merge, patches, rebase, sbom, size, verify
-from assembler.errors import AssembleError, ExitCode, InputError, from_os_error
+from assembler.cli import audit, build, cache, check, checkout, deps, export, merge, patches, rebase, sbom, size, verify
+from assembler.errors import AssembleError
 
-COMMANDS = [deps, checkout, export, patches, rebase, check, build, verify, merge, audit, sbom, size]
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors on the one error path of main (one line, a hint, exit 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise InputError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
+COMMANDS = [deps, checkout, export, patches, rebase, check, build, verify, merge, audit, sbom, size, cache]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = argparse.ArgumentParser(
         prog="assemble",
         description="Carry kernel libraries as pinned forks plus patch series; build one Stable-ABI wheel.",
     )
     parser.add_argument("--version", action="version", version=f"assemble {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an unexpected error (for bug reports)")
     parser.add_argument(
         "--workspace", "-C", type=Path, default=None,
         help="workspace directory (default: nearest directory upward holding deps.toml)",
@@ -46,39 +37,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command. The one error path: an AssembleError, an OSError (disk full, read-only,
-    a path that is not what it should be) or an argument error is one line with a hint and a
-    documented exit code (errors.ExitCode); anything else is a bug, reported in one line with
-    exit INTERNAL, and with its traceback under --debug."""
-    words = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in words[: words.index("--")] if "--" in words else "--debug" in words
+    args = build_parser().parse_args(argv)
     try:
-        args = build_parser().parse_args(argv)
         return int(args.handler(args))
     except AssembleError as error:
-        return _report(error)
-    except OSError as error:
-        if debug:
-            raise
-        return _report(from_os_error(error))
+        from rich.console import Console
+        from rich.markup import escape
+
+        err = Console(stderr=True, highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(error.message)}", markup=True, emoji=False)
+        if error.hint:
+            err.print(f"[bold]hint:[/] {escape(error.hint)}", markup=True, emoji=False)
+        return int(error.exit_code)
     except KeyboardInterrupt:
         print("interrupted; re-run the same command (or --continue / --abort) to recover", file=sys.stderr)
         return 130
-    except Exception as error:
-        if debug:
-            raise
-        return _report(AssembleError(
-            f"internal error: {type(error).__name__}: {error}".splitlines()[0][:500],
-            hint="this is a bug in assemble: re-run with --debug and report the traceback",
-        ), ExitCode.INTERNAL)
-
-
-def _report(error: AssembleError, code: ExitCode | None = None) -> int:
-    from rich.console import Console
-    from rich.markup import escape
-
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    err.print(f"[bold red]error:[/] {escape(error.message)}", markup=True, emoji=False)
-    if error.hint:
-        err.print(f"[bold]hint:[/] {escape(error.hint)}", markup=True, emoji=False)
-    return int(code if code is not None else error.exit_code)

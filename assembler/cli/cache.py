@@ -1,0 +1,136 @@
+"""`assemble cache dir|info|prune`: where the shared cache is, what it holds, and making it smaller
+without touching what a running command holds."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from assembler.cache import Entry, PruneResult
+
+SCHEMA = 1
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "cache", help="show or prune the shared cache (mirrors, toolchains, environments, artifacts)",
+        description="The cache ($ASSEMBLE_CACHE, else the user cache directory) holds git mirrors, CUDA toolchains, "
+                    "torch environments and build artifacts shared by every workspace.",
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    for name, text in (("dir", "print the cache directory"), ("info", "sizes per kind, and every entry with its last use")):
+        sub = actions.add_parser(name, help=text)
+        _format(sub)
+    prune = actions.add_parser(
+        "prune", help="remove entries (never one a running command holds)",
+        description="Remove cache entries: all of them, or those not used for --older-than DAYS. An entry a running "
+                    "assemble holds (its lock) is kept and listed as in use.",
+    )
+    prune.add_argument("--older-than", type=_days, default=None, metavar="DAYS",
+                       help="only entries not used for this many days (fractions allowed)")
+    prune.add_argument("--keep", action="store_true",
+                       help="keep what the current workspace uses (its mirrors, last build's artifacts and toolchain, "
+                            "its torch environments)")
+    prune.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    _format(prune)
+    parser.set_defaults(handler=run)
+
+
+def _format(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--format", choices=("table", "json"), default="table", help="output format (default table)")
+    parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
+
+
+def _days(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("the number of days cannot be negative")
+    return value
+
+
+def _human(size: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def _age(when: float) -> str:
+    days = (time.time() - when) / 86400
+    return f"{days * 24:.1f} h" if days < 1 else f"{days:.1f} d"
+
+
+def run(args: argparse.Namespace) -> int:
+    from assembler import cache
+    from assembler.report.output import emit_json
+
+    root = cache.cache_root()
+    result: dict[str, Any] = {"schema": SCHEMA, "command": "cache", "ok": True, "action": args.action, "root": str(root)}
+    if args.action == "dir":
+        if args.format == "json":
+            emit_json(result)
+        else:
+            print(root)
+        return 0
+    if args.action == "info":
+        entries = cache.cache_entries(root)
+        totals = cache.summary(entries)
+        result.update(kinds=totals, total_bytes=sum(t["bytes"] for t in totals.values()),
+                      entries=[entry.to_json() for entry in entries])
+        if args.format == "json":
+            emit_json(result)
+        else:
+            _info_table(root, totals, entries)
+        return 0
+    keep: list[Path] = []
+    if args.keep:
+        from assembler.workspace import open_workspace
+
+        keep = cache.workspace_keys(open_workspace(args.workspace), root)
+    pruned = cache.prune(args.older_than, keep, dry_run=args.dry_run, root=root)
+    result.update(dry_run=args.dry_run, older_than_days=args.older_than, **pruned.to_json())
+    if args.format == "json":
+        emit_json(result)
+    else:
+        _prune_table(pruned, args.dry_run)
+    return 0
+
+
+def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Entry]) -> None:
+    from rich.table import Table
+
+    from assembler.report.output import console
+
+    console.print(f"cache: {root}", soft_wrap=True)
+    table = Table(show_edge=False)
+    for column in ("kind", "entries", "size"):
+        table.add_column(column, no_wrap=True, justify="left" if column == "kind" else "right")
+    for kind, total in totals.items():
+        table.add_row(kind, str(total["count"]), _human(total["bytes"]))
+    table.add_row("total", str(sum(t["count"] for t in totals.values())), _human(sum(t["bytes"] for t in totals.values())))
+    console.print(table)
+    # one line per entry, the name last and whole: a table would cut it on a narrow or piped console
+    for entry in entries:
+        leftover = " (leftover of a killed run)" if entry.leftover else ""
+        console.print(f"{entry.kind:<12}  {_human(entry.bytes):>10}  {_age(entry.last_used) + ' ago':>10}  {entry.name}{leftover}",
+                      soft_wrap=True, markup=False, highlight=False)
+
+
+def _prune_table(pruned: PruneResult, dry_run: bool) -> None:
+    from assembler.report.output import console
+
+    verb = "would remove" if dry_run else "removed"
+    for entry in pruned.removed:
+        console.print(f"{verb} {entry.kind} {entry.name} ({_human(entry.bytes)})", soft_wrap=True)
+    for entry in pruned.in_use:
+        console.print(f"kept {entry.kind} {entry.name}: in use by a running assemble", soft_wrap=True)
+    freed = sum(entry.bytes for entry in pruned.removed)
+    console.print(f"{verb} {len(pruned.removed)} entries, {_human(freed)}; kept {len(pruned.in_use)} in use, "
+                  f"{len(pruned.kept)} of the workspace, {len(pruned.recent)} used recently", soft_wrap=True)
