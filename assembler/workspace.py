@@ -163,11 +163,11 @@ def locked(function: Callable[Concatenate[Workspace, _P], _R]) -> Callable[Conca
     """Run a library entry point that writes to the workspace under its lock (re-entrant:
     one entry point may call another)."""
 
-    @functools.wraps(function)
-    def run(workspace: Workspace, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    def run(workspace: Workspace, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         with workspace.lock():
             return function(workspace, *args, **kwargs)
 
+    functools.update_wrapper(run, function)
     return run
 
 

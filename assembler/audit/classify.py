@@ -40,7 +40,8 @@ def _demangler() -> ModuleType:
     """cxxfilt, imported only once a symbol needs demangling (most wheels never do)."""
     import cxxfilt
 
-    return cxxfilt
+    module: ModuleType = cxxfilt
+    return module
 
 
 def demangle(name: str) -> str:
@@ -48,7 +49,7 @@ def demangle(name: str) -> str:
     if not name.startswith("_Z"):
         return name
     try:
-        return _demangler().demangle(name)
+        return str(_demangler().demangle(name))
     except _demangler().Error:
         return name
 

@@ -111,7 +111,8 @@ class BuildReport:
         data["error"] = None if self.error is None else {
             "message": self.error.message, "hint": self.error.hint, "exit_code": int(self.error.exit_code),
         }
-        return json.loads(json.dumps(data, default=str))
+        summary: dict[str, Any] = json.loads(json.dumps(data, default=str))
+        return summary
 
 
 def resolve_toolchain(workspace: Workspace, options: BuildOptions, note: Note) -> Toolchain:
@@ -299,7 +300,6 @@ def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Pat
         "bundle": asdict(manifest.bundle),
         "install": {name: dep.install for name, dep in manifest.deps.items()},
         "targets": {name: dep.torch_target for name, dep in manifest.deps.items()},
-        "sbom": {name: [dep.source, dep.upstream, dep.track] for name, dep in manifest.deps.items()},  # in the wheel's SBOM
         "cuda": cuda,
         "epoch": os.environ.get("SOURCE_DATE_EPOCH"),
         "output": str(output),
@@ -348,7 +348,7 @@ def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]]) -> dict[str, li
 def _gate(report: BuildReport, audits: dict[str, list[ExtensionVerdict]], allowed: tuple[str, ...]) -> CheckFailed | None:
     """Fill each dependency's verdict; the gate fails on any extension that is not STABLE,
     unless its dependency is in --allow-unstable (then the exception is recorded)."""
-    failures = []
+    failures: list[str] = []
     for dep in report.deps:
         extensions = audits.get(dep.dep, [])
         dep.extensions = list(extensions)

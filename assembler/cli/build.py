@@ -11,6 +11,7 @@ from assembler.cli.common import non_negative_int, positive_float
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import TaskID
 
     from assembler.builder.pipeline import BuildFailed, BuildReport
     from assembler.workspace import Workspace
@@ -21,7 +22,7 @@ PHASE_STYLE = {
 }
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("build", help="build every dependency (cached) and merge one audited abi3 wheel")
     parser.add_argument("--cuda", metavar="X.Y", help="CUDA toolkit version (local, else from PyPI); required unless --plan")
     parser.add_argument("--plan", action="store_true",
@@ -111,7 +112,7 @@ class _Progress:
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
             TimeElapsedColumn(), console=err_console, transient=False, disable=quiet,
         )
-        self.tasks: dict[str, int] = {}
+        self.tasks: dict[str, TaskID] = {}
 
     def __enter__(self) -> _Progress:
         self.progress.start()

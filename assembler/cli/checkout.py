@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("checkout", help="create or update forks/<dep> with the series applied")
     parser.add_argument("names", nargs="*", metavar="DEP")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("deps", help="list the pinned dependencies and their checkout state")
     parser.add_argument("names", nargs="*", metavar="DEP")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
@@ -20,7 +20,7 @@ def run(args: argparse.Namespace) -> int:
     from assembler.report.output import console, emit_json, short
 
     workspace = open_workspace(args)
-    rows = []
+    rows: list[dict[str, str | int]] = []
     for dep in workspace.manifest.select(args.names):
         rows.append({
             "name": dep.name,
@@ -41,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
         table.add_column(column, no_wrap=column != "source")
     for row in rows:
         table.add_row(
-            row["name"], f"{row['kind']}: {row['source'].split('://')[-1]}", short(row["commit"]),
-            row["track"], str(row["patches"]), row["checkout"],
+            str(row["name"]), f"{row['kind']}: {str(row['source']).split('://')[-1]}", short(str(row["commit"])),
+            str(row["track"]), str(row["patches"]), str(row["checkout"]),
         )
     console.print(table)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("export", help="write forks/<dep> commits back to patches/<dep>/ (low churn)")
     parser.add_argument("names", nargs="+", metavar="DEP")
     parser.add_argument("--json", action="store_true", help="machine-readable output")

@@ -10,7 +10,7 @@ from pathlib import Path
 from assembler.cli.common import non_negative_int
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "merge", help="merge per-dependency build artifacts into one wheel",
         description="Merge artifact directories (each <dep>/artifact.json, or a directory of them) into one "

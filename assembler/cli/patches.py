@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from assembler.upstreaming.status import DepStatus
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("patches", help="status of each carried patch against the tracked upstream branch")
     parser.add_argument("names", nargs="*", metavar="DEP")
     parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")

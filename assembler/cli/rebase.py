@@ -10,7 +10,7 @@ if TYPE_CHECKING:
     from assembler.upstreaming.rebase import RebaseReport
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "rebase", help="replay a dependency's series onto its tracked upstream branch (drops what landed upstream)",
     )

@@ -186,7 +186,7 @@ def apply_series(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutSta
         raise ConflictError(
             f"{dep.name}: patch {name} does not apply"
             + (f"; conflicts in {', '.join(files)}" if files else "")
-            + f" ({git_error_line(exc.stderr or exc.stdout, exc.status)})",
+            + f" ({git_error_line(exc.stderr or exc.stdout, exc.status if isinstance(exc.status, int | str) else None)})",
             hint=(
                 f"resolve in {path} (edit, `git add <files>`, `git am --continue`, which applies the rest of the "
                 f"series), then `assemble export {dep.name}`; or `git -C {path} am --abort`, fix the patch and re-run "

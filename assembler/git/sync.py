@@ -6,6 +6,7 @@ loaded only when a checkout needs work, which keeps a no-op run close to interpr
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from assembler.errors import ConflictError
@@ -40,5 +41,5 @@ def sync_checkouts(workspace: Workspace, deps: list[Dependency], on_step: Step =
             continue
         from assembler.git.checkout import checkout
 
-        results[dep.name] = checkout(workspace, dep, lambda step, name=dep.name: on_step(name, step))
+        results[dep.name] = checkout(workspace, dep, functools.partial(on_step, dep.name))
     return results

@@ -8,6 +8,7 @@ usual history; where it does not, the answer is still a transition point, found 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -101,10 +102,14 @@ class ChainProbe:
         horizon_commit = self.base if clean_until < 0 else self.chain[clean_until]
         breaks = []
         for k in at_tip.conflicting():
-            first = first_true(total, lambda m, k=k: m > clean_until and self.at(m, upto=k).outcomes[k] == CONFLICT)
+            first = first_true(total, functools.partial(self._broken_at, clean_until, k))
             files = self.at(first, upto=k).conflicts.get(k, at_tip.conflicts.get(k, []))
             breaks.append(Break(self.patches[k].name, self.chain[first], files))
         return Horizon(horizon_commit, clean_until + 1, total, breaks)
+
+    def _broken_at(self, clean_until: int, k: int, m: int) -> bool:
+        """Patch ``k`` conflicts at chain position ``m`` (past the last clean position)."""
+        return m > clean_until and self.at(m, upto=k).outcomes[k] == CONFLICT
 
     def introduced(self, present: Callable[[int], bool]) -> Commit | None:
         """The first chain commit at which ``present(position)`` holds: the upstream commit

@@ -67,7 +67,7 @@ def trailers(message: str) -> dict[str, str]:
 
 
 def _diff_files(diff: bytes) -> tuple[str, ...]:
-    names = []
+    names: list[str] = []
     for line in diff.decode(errors="replace").splitlines():
         if line.startswith("diff --git a/"):
             left, _, right = line[len("diff --git a/"):].partition(" b/")

@@ -277,7 +277,8 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
                                 checkout=fork_path)
         if state is not None and state.head:
             patches = from_commits(scratch, state.head, [fork_point], names=state.applied)
-        else:
+        else:  # only a dry run gets here (a rebase first makes the checkout ready): a scratch
+            assert isinstance(scratch, Scratch)
             patches = _dry_patches(workspace, dep, scratch, fork_point)
         horizon = None
         if onto_ref == "horizon":
@@ -340,6 +341,7 @@ def _dry_run(scratch: Scratch, report: RebaseReport, patches: list[Patch], fork_
     verdicts = classify(scratch, patches, fork_point, target.onto)
     for patch, verdict in zip(patches, verdicts, strict=True):
         if verdict.status == PatchStatus.UPSTREAM:
+            assert verdict.how is not None  # classify() says how it found every upstream patch
             report.dropped.append(Dropped(patch.name, patch.subject, verdict.how, patch.commit or "",
                                           verdict.commit.sha if verdict.commit else None,
                                           verdict.commit.subject if verdict.commit else None))
@@ -366,7 +368,7 @@ def _drive(workspace: Workspace, journal: Journal, fork: _Fork, fresh: bool,
         dropped_empty = _replay_once(workspace, journal, fork)
         if dropped_empty is not None:
             break
-        if journal.phase == Phase.STOPPED:
+        if journal.phase == Phase.STOPPED:  # type: ignore[comparison-overlap]  # _replay_once changes it
             return _stopped_report(workspace, journal, fork)
     on_step("export")
     return _finish(workspace, journal, fork, dropped_empty)

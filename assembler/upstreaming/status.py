@@ -15,6 +15,7 @@ our side / migrated upstream" columns of a release table.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -280,7 +281,11 @@ def find_carriers(scratch: Scratch, patches: list[Patch], since: str, target: st
     if not present:
         return {}
     probe = ChainProbe(scratch, patches, Commit(since, ""), first_parent_chain(scratch, since, target), {})
-    return {i: probe.introduced(lambda m, i=i: _present_at(scratch, patches, i, probe.chain[m].sha, applies)) for i in present}
+
+    def present_at(i: int, m: int) -> bool:
+        return _present_at(scratch, patches, i, probe.chain[m].sha, applies)
+
+    return {i: probe.introduced(functools.partial(present_at, i)) for i in present}
 
 
 def _present_at(scratch: Scratch, patches: list[Patch], k: int, sha: str, applies: set[int]) -> bool:
