@@ -300,6 +300,7 @@ def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Pat
         "bundle": asdict(manifest.bundle),
         "install": {name: dep.install for name, dep in manifest.deps.items()},
         "targets": {name: dep.torch_target for name, dep in manifest.deps.items()},
+        "sbom": {name: [dep.source, dep.upstream, dep.track] for name, dep in manifest.deps.items()},  # in the wheel's SBOM
         "cuda": cuda,
         "epoch": os.environ.get("SOURCE_DATE_EPOCH"),
         "output": str(output),

@@ -23,8 +23,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true", help="machine-readable output (schema in the README)")
     parser.add_argument(
         "--check", choices=[kind.value for kind in CheckKind], default=None,
-        help="exit 1 when an object uses unstable LibTorch symbols (torch), leaves the limited API or needs a "
-        "newer Python than the abi3 tag (abi3), or either (all)",
+        help="exit 1 when an object uses unstable LibTorch symbols or Requires-Dist torch is below the symbol floor "
+        "(torch); when an object leaves the limited API, needs a newer Python than the abi3 tag, uses CPython in a "
+        "wheel not tagged abi3, or Requires-Python is too low (abi3; objects without CPython symbols always pass); "
+        "or any of them (all)",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="list offending and version-setting symbols")
     parser.add_argument(
