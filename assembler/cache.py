@@ -90,13 +90,13 @@ def _candidates(root: Path) -> Iterator[tuple[str, str, Path]]:
 
 
 def _last_used(kind: str, path: Path) -> float:
-    markers = {"environments": [".assemble-venv.json"], "toolchains": [".assemble-toolkit.json"],
-               "mirrors": ["FETCH_HEAD", "HEAD"], "artifacts": ["artifact.json"]}[kind]
-    times = []
-    for name in [*markers, ""]:
+    """The mtime of the marker a use touches (a fetch, for a mirror), else of the entry itself."""
+    markers = {"environments": ".assemble-venv.json", "toolchains": ".assemble-toolkit.json",
+               "mirrors": "FETCH_HEAD", "artifacts": "artifact.json"}
+    for candidate in (path / markers[kind], path):
         with contextlib.suppress(OSError):
-            times.append((path / name).stat().st_mtime if name else path.stat().st_mtime)
-    return max(times, default=0.0)
+            return candidate.stat().st_mtime
+    return 0.0
 
 
 def _size(path: Path, seen: set[tuple[int, int]]) -> int:

@@ -1,0 +1,139 @@
+"""`assemble cache dir|info|prune` on a real cache: venvs made by uv, bare git mirrors, artifacts,
+entries held by other running processes (a creator's exclusive lock, a user's shared one)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from assembler.git.mirrors import mirror_path
+from assembler.toolchain import venv
+from tests.conftest import run_assemble
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "stable-abi"
+DAY = 86400.0
+
+# Holds an entry the way assemble does: "create" = filelock (exclusive) as ensure_venv does while
+# building, "use" = cache.in_use (shared) as a verify probe does. Prints "held", then waits.
+HOLDER = """
+import sys, time, filelock
+from pathlib import Path
+from assembler.cache import in_use
+mode, entry = sys.argv[1], Path(sys.argv[2])
+if mode == "create":
+    lock = filelock.FileLock(str(entry) + ".lock"); lock.acquire()
+    print("held", flush=True); time.sleep(600)
+with in_use(entry):
+    print("held", flush=True); time.sleep(600)
+"""
+
+
+def cache_cli(cache: Path, *args: str, cwd: Path | None = None) -> dict[str, Any]:
+    result = run_assemble("cache", *args, "--json", cwd=cwd, env={"ASSEMBLE_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr
+    data: dict[str, Any] = json.loads(result.stdout)
+    assert data["schema"] == 1 and data["command"] == "cache" and data["ok"] is True
+    return data
+
+
+def env_dir(cache: Path, label: str) -> Path:
+    return next(path for path in (cache / "venvs").glob(f"{label}-*") if path.is_dir())
+
+
+def names(entries: list[dict[str, Any]]) -> set[str]:
+    return {entry["name"] for entry in entries}
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache holding one entry of each kind, each real."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(root))
+    venv.ensure_venv(["tomli==2.0.1"], label="verify-torch2.13.0")  # the name the example's verify env has
+    venv.ensure_venv(["tomli==2.0.1"], label="verify-torch9.9.9")
+    for url in ("https://example.invalid/stable-abi/vecadd.git", "https://example.invalid/elsewhere.git"):
+        subprocess.run(["git", "init", "-q", "--bare", str(mirror_path(url))], check=True)
+    artifact = root / "artifacts" / "vecadd" / ("a" * 32)
+    (artifact / "files").mkdir(parents=True)
+    (artifact / "files" / "lib.so").write_bytes(b"\0" * 100_000)
+    (artifact / "artifact.json").write_text("{}")
+    toolkit = root / "toolchains" / "cuda-13.2-00000000"
+    (toolkit / "cuda" / "bin").mkdir(parents=True)
+    (toolkit / ".assemble-toolkit.json").write_text("{}")
+    return root
+
+
+def test_dir_and_info_sizes_per_kind(cache: Path) -> None:
+    assert cache_cli(cache, "dir")["root"] == str(cache)
+    plain = run_assemble("cache", "dir", env={"ASSEMBLE_CACHE": str(cache)})
+    assert plain.stdout.strip() == str(cache)
+    info = cache_cli(cache, "info")
+    kinds = info["kinds"]
+    assert {kind: value["count"] for kind, value in kinds.items()} == {"mirrors": 2, "toolchains": 1, "environments": 2, "artifacts": 1}
+    assert kinds["artifacts"]["bytes"] == 100_002 and kinds["environments"]["bytes"] > 0
+    assert info["total_bytes"] == sum(value["bytes"] for value in kinds.values())
+    entry = next(e for e in info["entries"] if e["name"].startswith("verify-torch9.9.9"))
+    assert entry["kind"] == "environments" and abs(entry["last_used"] - time.time()) < 600
+    table = run_assemble("cache", "info", env={"ASSEMBLE_CACHE": str(cache)})
+    assert table.returncode == 0 and "vecadd/" + "a" * 32 in table.stdout  # names are never cut
+
+
+def test_prune_older_than_goes_by_last_use(cache: Path) -> None:
+    old_env = env_dir(cache, "verify-torch9.9.9")
+    long_ago = time.time() - 10 * DAY
+    os.utime(old_env / venv.MARKER, (long_ago, long_ago))
+    dry = cache_cli(cache, "prune", "--older-than", "5", "--dry-run")
+    assert names(dry["removed"]) == {old_env.name} and old_env.is_dir()
+    pruned = cache_cli(cache, "prune", "--older-than", "5")
+    assert names(pruned["removed"]) == {old_env.name} and not old_env.exists()
+    assert pruned["freed_bytes"] == dry["freed_bytes"] > 0
+    assert len(pruned["recent"]) == 5
+    # a use refreshes it: ensure_venv on the kept one touches its marker
+    kept = env_dir(cache, "verify-torch2.13.0")
+    os.utime(kept / venv.MARKER, (long_ago, long_ago))
+    assert venv.ensure_venv(["tomli==2.0.1"], label="verify-torch2.13.0") == kept
+    assert names(cache_cli(cache, "prune", "--older-than", "5")["removed"]) == set()
+
+
+@pytest.mark.parametrize("mode", ["create", "use"])
+def test_prune_never_removes_what_a_running_command_holds(cache: Path, mode: str) -> None:
+    held = env_dir(cache, "verify-torch9.9.9")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, mode, str(held)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "ASSEMBLE_CACHE": str(cache)})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        pruned = cache_cli(cache, "prune")
+        assert names(pruned["in_use"]) == {held.name} and held.is_dir()
+        assert held.name not in names(pruned["removed"]) and len(pruned["removed"]) == 5
+    finally:
+        holder.kill()
+        holder.wait()
+    assert names(cache_cli(cache, "prune")["removed"]) == {held.name} and not held.exists()
+
+
+def test_prune_keep_spares_the_workspaces_entries(cache: Path, tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    # the workspace's last build materialized the vecadd artifact under .assemble/artifacts
+    stored = cache / "artifacts" / "vecadd" / ("a" * 32)
+    record = {"dep": "vecadd", "commit": "1" * 40, "source": "x", "patches": [], "key": "a" * 32,
+              "toolchain": {"cuda": "13.2"}, "archs": [], "build_seconds": 1.0}
+    (stored / "artifact.json").write_text(json.dumps(record))
+    shutil.copytree(stored, workspace / ".assemble" / "artifacts" / "vecadd")
+    other_env = env_dir(cache, "verify-torch9.9.9").name
+    result = run_assemble("-C", str(workspace), "cache", "prune", "--keep", "--json", env={"ASSEMBLE_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr
+    pruned = json.loads(result.stdout)
+    kept = names(pruned["kept"])
+    assert any(name.startswith("verify-torch2.13.0-") for name in kept)  # [bundle] verify-torch
+    assert mirror_path("https://example.invalid/stable-abi/vecadd.git").name in kept
+    assert "vecadd/" + "a" * 32 in kept and "cuda-13.2-00000000" in kept
+    assert names(pruned["removed"]) == {other_env, mirror_path("https://example.invalid/elsewhere.git").name}
