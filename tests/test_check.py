@@ -199,6 +199,23 @@ def test_keeps_going_past_a_dependency_it_cannot_check(example_ws: Path, private
     assert plain.returncode == 2 and "scalekit: not checked" in plain.stdout and "Traceback" not in plain.stderr
 
 
+def test_setuptools_units_from_the_compile_commands_of_its_build(example_ws: Path, private_cache: Path) -> None:
+    """rowsum builds with its own setup.py; without sources in its recipe, check reads the
+    compile commands that build recorded (and before any build says how to fix it)."""
+    manifest = example_ws / "deps.toml"
+    text = manifest.read_text()
+    assert 'sources = ["csrc/rowsum.cpp"]' in text
+    manifest.write_text(text.replace('sources = ["csrc/rowsum.cpp"]', "# sources: from the build's compile commands"))
+    result, report = _check(example_ws, private_cache, "rowsum")
+    assert result.returncode == 2 and "build it once" in report["deps"]["rowsum"]["error"]["hint"]
+    build = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "rowsum", cache=private_cache)
+    assert build.returncode == 0, build.stderr[-3000:]
+    result, report = _check(example_ws, private_cache, "rowsum")
+    assert result.returncode == 0, result.stderr[-3000:]
+    [unit] = report["deps"]["rowsum"]["units"]
+    assert (unit["source"], unit["origin"], unit["verdict"], unit["passes"]) == ("csrc/rowsum.cpp", "compile-commands", "CLEAN", ["c++", "syntax"])
+
+
 SETUPTOOLS_MANIFEST = """\
 [bundle]
 name = "b"
