@@ -16,6 +16,7 @@ import git
 from assembler.errors import ConflictError, ManifestError, WouldLoseWorkError
 from assembler.fsutil import ignored_dir
 from assembler.git import mirrors
+from assembler.git.process import END_OF_OPTIONS
 from assembler.git.runner import conflicted_files, git_error_line, in_progress_operation, is_dirty, repo_at
 from assembler.git.state import (
     CheckoutCondition,
@@ -154,14 +155,21 @@ def _init_submodules(workspace: Workspace, dep: Dependency, repo: git.Repo) -> N
     for sub in dep.submodules:
         name = _submodule_name(repo, sub)
         url = repo.git.config("-f", ".gitmodules", "--get", f"submodule.{name}.url")
-        sha = repo.git.rev_parse(f"HEAD:{sub}")
+        try:
+            sha = repo.git.rev_parse("--verify", "--quiet", END_OF_OPTIONS, f"HEAD:{sub}")
+        except git.GitCommandError:
+            raise ManifestError(f"deps.toml: deps.{dep.name}.submodules: {sub!r} is not in the checkout at {dep.commit[:12]}",
+                                hint="fix `submodules` in deps.toml (paths from .gitmodules)") from None
         sub_mirror, _ = mirrors.ensure_commit(workspace.manifest, url, sha)
         repo.git.config(f"submodule.{name}.url", str(sub_mirror.path))
         repo.git.execute(["git", "-c", "protocol.file.allow=always", "submodule", "update", "--init", "--quiet", "--", sub])
 
 
 def _submodule_name(repo: git.Repo, path: str) -> str:
-    output = repo.git.config("-f", ".gitmodules", "--get-regexp", r"submodule\..*\.path")
+    try:
+        output = str(repo.git.config("-f", ".gitmodules", "--get-regexp", r"submodule\..*\.path"))
+    except git.GitCommandError:  # no .gitmodules, or no submodule in it
+        output = ""
     for line in output.splitlines():
         key, value = line.split(" ", 1)
         if value == path:

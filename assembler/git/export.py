@@ -7,6 +7,7 @@ staged and swapped in one step, so patches/ is never half-written.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 import git
 
 from assembler.errors import ConflictError, InputError
-from assembler.fsutil import replace_dir
+from assembler.fsutil import ignored_dir, remove_stale, replace_dir
 from assembler.git.runner import in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutState, CheckoutStatus, series_digest
 from assembler.git.sync import refuse_during_rebase
@@ -26,6 +27,8 @@ from assembler.series.seriesfile import render_series
 from assembler.workspace import Workspace, locked
 
 FORMAT_PATCH_ARGS = ("--no-signature", "--zero-commit", "--no-numbered", "--full-index")
+# .assemble/export-PID-XXXX: the staging directory of an export by process PID.
+EXPORT_STAGING_RE = re.compile(r"^export-(?P<pid>\d+)-")
 
 
 @dataclass
@@ -88,6 +91,12 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
             f"{path}: HEAD is not based on the pinned commit {state.base[:12]}",
             hint=f"use `assemble rebase {dep.name}` to move the base",
         ) from None
+    empty = _empty_commit(repo, state.base, commits)
+    if empty is not None:
+        raise InputError(
+            f"{path}: commit {empty[:12]} ({repo.commit(empty).summary!s}) changes nothing; its patch would be empty",
+            hint=f"drop it (git -C {path} rebase -i {state.base[:12]}) or give it a change, then export again",
+        )
 
     previous_by_commit = dict(state.applied)
     old_names = list(dep.series)
@@ -100,7 +109,8 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     used_numbers = [int(m.group(1)) for n in old_names if (m := re.match(r"^(\d+)-", n))]
     next_number = max(used_numbers, default=0) + 1
 
-    with tempfile.TemporaryDirectory(dir=workspace.state_dir, prefix="export-") as tmp_name:
+    remove_stale(ignored_dir(workspace.state_dir), EXPORT_STAGING_RE)  # left by an export that was killed
+    with tempfile.TemporaryDirectory(dir=workspace.state_dir, prefix=f"export-{os.getpid()}-") as tmp_name:
         tmp = Path(tmp_name)
         generated = format_patches(repo, state.base, head, tmp / "generated")
         staged = tmp / "staged"
@@ -152,7 +162,22 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
 
 
 def _copy(source: Path, target: Path) -> None:
-    if source.is_dir():
-        shutil.copytree(source, target)
+    """Carry a non-patch entry of patches/DEP/ over; a symbolic link stays a link (following
+    one could copy a whole file system into the series)."""
+    if source.is_symlink():
+        os.symlink(os.readlink(source), target)
+    elif source.is_dir():
+        shutil.copytree(source, target, symlinks=True)
     else:
         shutil.copy2(source, target)
+
+
+def _empty_commit(repo: git.Repo, base: str, commits: list[str]) -> str | None:
+    """The first of ``commits`` (a linear history on ``base``) that changes no file: its patch
+    would be empty, and the next checkout would fail on it and blame it wrongly."""
+    if not commits:
+        return None
+    revs = (base, *commits)  # full SHAs (rev-list's output, the checkout state), never options
+    assert all(re.fullmatch(r"[0-9a-f]{40,64}", rev) for rev in revs), revs
+    trees = repo.git.rev_parse(*(f"{rev}^{{tree}}" for rev in revs)).split()
+    return next((commit for commit, before, after in zip(commits, trees, trees[1:], strict=False) if before == after), None)

@@ -9,6 +9,7 @@ import hashlib
 import os
 import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,11 +117,24 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
     for ref in refs or ():
         if (problem := branch_problem(ref)) is not None:
             raise InputError(f"{ref!r} is not a branch, tag or commit name: {problem}", hint="check `track` in deps.toml (or the REF given)")
+    if _read_only(mirror.path):  # a read-only cache (CI image, shared volume) still serves what it holds
+        print(f"note: {mirror.path.parent} is read-only: not fetching {mirror.fetch_url}, using it as {age_text(mirror.last_fetched())}",
+              file=sys.stderr)
+        return
     with filelock.FileLock(f"{mirror.path}.lock"):
         try:
             mirror.repo.git.fetch("--prune", "--quiet", END_OF_OPTIONS, "origin", *(refs or FETCH_REFSPECS))
         except git.GitCommandError as exc:
             raise network_error(mirror, exc) from None
+
+
+def _read_only(path: Path) -> bool:
+    """Whether this process cannot write to the mirror at ``path`` (a read-only mount, or
+    another user's cache)."""
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY) or not os.access(path, os.W_OK)
+    except OSError:
+        return False
 
 
 def network_error(mirror: Mirror, exc: git.GitCommandError) -> NetworkError:
