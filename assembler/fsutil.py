@@ -89,14 +89,27 @@ def replace_dir(staged: Path, target: Path) -> None:
 
 
 def _restage(staged: Path, target: Path) -> Path:
-    """A fsynced copy of ``staged`` next to ``target`` (same filesystem); ``staged`` is removed."""
+    """A fsynced copy of ``staged`` next to ``target`` (same filesystem); ``staged`` is removed.
+    A failed copy (a full disk) removes its partial copy and raises the OSError as it came."""
     local = temporary_path(target)
     shutil.rmtree(local, ignore_errors=True)
-    shutil.copytree(staged, local, symlinks=True)
-    for directory, _, files in os.walk(local):
-        for name in files:
-            _fsync(Path(directory) / name)
-        _fsync(Path(directory))
+    try:
+        for directory, dirs, files in os.walk(staged):
+            source_dir = Path(directory)
+            copy_dir = local / source_dir.relative_to(staged)
+            copy_dir.mkdir()
+            for name in [*files, *(d for d in dirs if (source_dir / d).is_symlink())]:
+                source = source_dir / name
+                if source.is_symlink():
+                    os.symlink(os.readlink(source), copy_dir / name)
+                else:
+                    shutil.copy2(source, copy_dir / name)
+                    _fsync(copy_dir / name)
+        for directory, _, _ in os.walk(local):
+            _fsync(Path(directory))
+    except BaseException:
+        shutil.rmtree(local, ignore_errors=True)
+        raise
     shutil.rmtree(staged)
     return local
 

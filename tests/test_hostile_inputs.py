@@ -26,7 +26,7 @@ def _edit(ws: GitWorkspace, old: str, new: str) -> None:
 def _refused(result: subprocess.CompletedProcess[str], *needles: str, code: int = 2) -> None:
     assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.startswith("error: "), result.stderr
+    assert result.stderr.lstrip().startswith("error: "), result.stderr  # after any progress line
     for needle in needles:
         assert needle in result.stderr, (needle, result.stderr)
 
@@ -224,3 +224,169 @@ def test_killed_merge_leftovers_are_removed_on_the_next_merge(tmp_path: Path) ->
     finally:
         live.kill()
         live.wait()
+
+
+# -- in a private mount namespace: a second file system, a full disk, a read-only workspace ------
+
+def _namespaces_work() -> bool:
+    return shutil.which("unshare") is not None and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+
+
+needs_namespaces = pytest.mark.skipif(not _namespaces_work(), reason="needs unshare -rm (user and mount namespaces)")
+
+
+def _assemble_in_namespace(ws: GitWorkspace, setup: str, *args: str, keep: Path | None = None,
+                           env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`assemble -C WS ARGS` after the shell commands ``setup`` (mounts, with $W the workspace
+    and $C the cache), in a mount namespace that ends with the command; ``keep`` receives a
+    copy of patches/ as the command left it (the mounts vanish with the namespace)."""
+    script = f'set -e; {setup}; set +e; "$@"; rc=$?; [ -n "$K" ] && cp -a "$W/patches/." "$K/"; exit $rc'
+    full_env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "W": str(ws.root), "C": str(ws.cache), "K": str(keep or ""),
+                "COLUMNS": "200", **(env or {})}
+    if keep is not None:
+        keep.mkdir()
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, "-m", "assembler", "-C", str(ws.root), *args],
+                          capture_output=True, text=True, env=full_env)
+
+
+READ_ONLY = ('mount --bind "$W" "$W"; mount -o remount,ro,bind "$W"; mount --bind "$C" "$C"; mount -o remount,ro,bind "$C"')
+
+
+@needs_namespaces
+def test_read_only_commands_work_on_a_read_only_workspace_and_cache(git_workspace: GitWorkspace) -> None:
+    """chmod does not stop root, so the workspace and the cache are read-only bind mounts."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    assert ws.assemble("patches").returncode == 0  # fetched once
+    expected = {args: ws.assemble(*args) for args in [("deps", "--json"), ("patches", "--offline", "--format", "json"),
+                                                       ("rebase", "kern", "--dry-run", "--json"), ("checkout", "--json")]}
+    before = {p: p.stat().st_mtime_ns for p in ws.root.rglob("*") if p.is_file()}
+    for args, writable in expected.items():
+        assert writable.returncode == 0, (args, writable.stderr)
+        result = _assemble_in_namespace(ws, READ_ONLY, *args)
+        assert result.returncode == 0, (args, result.stderr)
+        assert "Traceback" not in result.stderr
+        if args[0] != "checkout":  # checkout reports its own timing
+            assert result.stdout == writable.stdout, args
+    assert not (ws.root / ".assemble" / "lock").exists() or (ws.root / ".assemble" / "lock") in before
+
+
+@needs_namespaces
+def test_writing_on_a_read_only_workspace_is_the_environment_exit_code(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    ws.cache.mkdir()
+    result = _assemble_in_namespace(ws, READ_ONLY, "checkout")  # nothing checked out yet: it must write
+    _refused(result, "Read-only file system", "hint: the file system is read-only", code=9)
+
+
+@needs_namespaces
+def test_full_disk_during_export_keeps_the_series(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """patches/ on a tmpfs with room for the series but not for a second copy of it (7
+    inodes): the export fails with exit 9 naming the disk, and the series is untouched."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    (ws.fork / "NOTES.md").write_text("notes\n")
+    git(ws.fork, "add", "NOTES.md")
+    git(ws.fork, "commit", "-q", "-m", "Add notes")
+    saved = tmp_path / "saved"
+    shutil.copytree(ws.root / "patches", saved)
+    original = {p.name: p.read_bytes() for p in (saved / "kern").iterdir()}
+    setup = f'mount -t tmpfs -o nr_inodes=7 tmpfs "$W/patches"; cp -a "{saved}/." "$W/patches/"'
+    result = _assemble_in_namespace(ws, setup, "export", "kern", keep=tmp_path / "out")
+    _refused(result, "No space left on device", "hint: free space", code=9)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["kern"]  # no partial copy left
+    assert {p.name: p.read_bytes() for p in (tmp_path / "out" / "kern").iterdir()} == original
+
+
+# -- loss and leftovers in export ----------------------------------------------------------------
+
+def test_empty_commit_is_refused_at_export(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    before = {p.name: p.read_bytes() for p in ws.patches.iterdir()}
+    git(ws.fork, "commit", "-q", "--allow-empty", "-m", "Nothing at all")
+    empty = git(ws.fork, "rev-parse", "HEAD")
+    _refused(ws.assemble("export", "kern"), f"commit {empty[:12]} (Nothing at all) changes nothing")
+    assert {p.name: p.read_bytes() for p in ws.patches.iterdir()} == before
+
+
+def test_export_staging_of_a_killed_export_is_removed(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    victim = subprocess.Popen(["sleep", "60"])
+    victim.kill()
+    victim.wait()
+    leftover = ws.root / ".assemble" / f"export-{victim.pid}-x1y2"
+    (leftover / "staged").mkdir(parents=True)
+    (leftover / "staged" / "0001-big.patch").write_bytes(b"x" * 100_000)
+    result = ws.assemble("export", "kern")
+    assert result.returncode == 0, result.stderr
+    assert not leftover.exists()
+    assert not list((ws.root / ".assemble").glob("export-*"))
+
+
+# -- mirrors -------------------------------------------------------------------------------------
+
+def test_half_made_mirror_is_made_again(git_workspace: GitWorkspace) -> None:
+    """A mirror directory without its origin (what a crash, or the old ValueError on a URL
+    with a newline, left behind) must not break every later run."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    mirror = next((ws.cache / "git").glob("*.git"))
+    shutil.rmtree(mirror)
+    git(mirror.parent, "init", "-q", "--bare", mirror.name)  # HEAD, but no remote
+    shutil.rmtree(ws.fork)
+    result = ws.assemble("checkout")
+    assert result.returncode == 0, result.stderr
+    assert git(mirror, "config", "remote.origin.url").endswith("remotes/kern")
+    assert not list(mirror.parent.glob(".*.tmp"))
+
+
+def test_url_with_a_newline_creates_no_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The git layer refuses it too (a URL may come from a checkout's .gitmodules)."""
+    from assembler.errors import InputError
+    from assembler.git.mirrors import open_mirror
+    from assembler.manifest.model import Manifest
+
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    manifest = Manifest(path=tmp_path / "deps.toml", bundle=None, mirrors={})  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="control character"):
+        open_mirror(manifest, "https://git.invalid/kern\n[core]\n\tsshCommand = touch pwned")
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*"))
+
+
+# -- the environment and the one error path ------------------------------------------------------
+
+def test_lock_timeout_takes_units_and_refuses_garbage(git_workspace: GitWorkspace) -> None:
+    env = {"ASSEMBLE_CACHE": str(git_workspace.cache)}
+    from tests.conftest import run_assemble
+
+    ok = run_assemble("-C", str(git_workspace.root), "checkout", env={**env, "ASSEMBLE_LOCK_TIMEOUT": "10m"})
+    assert ok.returncode == 0, ok.stderr
+    bad = run_assemble("-C", str(git_workspace.root), "checkout", env={**env, "ASSEMBLE_LOCK_TIMEOUT": "ten minutes"})
+    _refused(bad, "ASSEMBLE_LOCK_TIMEOUT='ten minutes' is not a duration", "10m")
+
+
+def test_unexpected_exception_is_one_line_unless_debug(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bug (here: a handler that raises) is exit 70 with one line; --debug shows the traceback."""
+    from assembler import cli
+    from assembler.cli import deps
+
+    def broken(args: object) -> int:
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(deps, "run", broken)
+    assert cli.main(["deps"]) == 70
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "error: internal error: RuntimeError: boom" and "Traceback" not in err
+    with pytest.raises(RuntimeError):
+        cli.main(["--debug", "deps"])
+
+
+def test_argument_errors_take_the_error_path(capsys: pytest.CaptureFixture[str]) -> None:
+    from assembler import cli
+
+    assert cli.main(["rebase", "kern", "--onto", "a..b"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: assemble rebase: argument --onto: 'a..b' is not a branch, tag or commit name: it contains '..'")
+    assert "hint: see `assemble rebase --help`" in err
