@@ -25,6 +25,7 @@ from packaging.version import Version
 
 from assembler.audit.elf import ELF_MAGIC
 from assembler.errors import InputError
+from assembler.fsutil import remove_stale, temporary_path
 from assembler.manifest import Manifest
 from assembler.manifest.globs import glob_regex
 from assembler.system import available_cpus
@@ -237,7 +238,8 @@ def merge_wheel(
     epoch = resolve_epoch()
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = out_dir / f".{stem}.{os.getpid()}.tmp"
+    remove_stale(out_dir)  # wheels being written by a merge that was killed
+    tmp = temporary_path(out_dir / stem)
     try:
         with ReproducibleZip(tmp, epoch=epoch, jobs=jobs or default_jobs()) as archive:
             payload: list[Written] = [_add(archive, p) for p in placements]
