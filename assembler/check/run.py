@@ -30,6 +30,7 @@ from assembler.check.compilers import Flags, NvccPasses, Pass
 from assembler.check.scan import Reader, UnitResult, classify, run_pass, undeclared
 from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
 from assembler.fsutil import atomic_write, ignored_dir
+from assembler.git.state import CheckoutState
 from assembler.manifest import Dependency
 from assembler.system import available_cpus
 from assembler.toolchain.cuda import CudaToolkit
@@ -227,7 +228,7 @@ def run_check(
     note: Note = lambda _: None, on_dep: DepDone = lambda _: None,
 ) -> CheckReport:
     """Check the named dependencies (all when none), keep going past every failure, and report."""
-    from assembler.git.state import CheckoutState, series_digest
+    from assembler.git.state import series_digest
     from assembler.git.sync import sync_checkouts
 
     started = time.monotonic()
@@ -261,7 +262,7 @@ def run_check(
 
 def _plan(
     workspace: Workspace, dep: Dependency, check: DepCheck, checkout: Path, tools: _Toolchain,
-    options: CheckOptions, state: Any, series: str,
+    options: CheckOptions, state: CheckoutState | None, series: str,
 ) -> _Plan | None:
     from assembler.builder.builder import source_identity
 
@@ -306,7 +307,7 @@ def _plan(
         return None
     record = {
         "schema": RECORD_SCHEMA, "key": key, "dep": dep.name, "commit": dep.commit, "head": head,
-        "dirty": dirty is not None, "series_head": getattr(state, "head", None), "series": series,
+        "dirty": dirty is not None, "series_head": state.head if state is not None else None, "series": series,
         "recipe": recipe_digest(dep), "torch": tools.env.torch, "torch_target": dep.torch_target,
     }
     reader = Reader(checkout, torch_include_roots(tools.env.torch_dir), tools.python_include)
