@@ -1,7 +1,12 @@
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import subprocess
 import sys
+import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,14 +17,68 @@ from tests.gitrepo import Repo, make_patch
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_assemble(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """The real CLI in a subprocess: exit codes and stderr are part of what is tested."""
-    import os
+def run_assemble(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
+                 subprocess: bool = False) -> subprocess.CompletedProcess[str]:
+    """The real CLI: exit codes, stdout and stderr are part of what is tested. By default
+    ``assembler.cli.main(argv)`` runs in this process (no interpreter start per call);
+    ``subprocess=True`` runs ``python -m assembler`` for what needs a process of its own (a lock
+    held by this one, kill -9, the interpreter's own exit path); ASSEMBLE_TEST_SUBPROCESS=1 makes
+    every call a subprocess."""
+    if subprocess or os.environ.get("ASSEMBLE_TEST_SUBPROCESS") == "1":
+        return _run_subprocess(list(args), cwd, env)
+    return run_in_process(list(args), cwd=cwd, env=env)
+
+
+def _run_subprocess(args: list[str], cwd: Path | None, env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
+    import subprocess as sp
 
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "assembler", *args], cwd=cwd or ROOT, env=full_env, capture_output=True, text=True
-    )
+    return sp.run([sys.executable, "-m", "assembler", *args], cwd=cwd or ROOT, env=full_env, capture_output=True, text=True)
+
+
+@contextlib.contextmanager
+def _environment(overrides: dict[str, str], cwd: Path) -> Iterator[None]:
+    """``overrides`` in os.environ and ``cwd`` as the working directory, both put back after."""
+    saved = {key: os.environ.get(key) for key in overrides}
+    old_cwd = os.getcwd()
+    os.environ.update(overrides)
+    os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(old_cwd)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def run_in_process(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``assemble ARGS`` through ``assembler.cli.main`` in this process, stdout and stderr
+    captured, the environment overrides applied and restored: a CompletedProcess as a
+    subprocess run would give (an uncaught exception becomes a traceback on stderr and exit 1,
+    as the interpreter would print it)."""
+    from assembler.cli import main
+
+    stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    stderr = io.TextIOWrapper(io.BytesIO(), encoding="utf-8", write_through=True)
+    old_argv = sys.argv
+    with _environment({"COLUMNS": "200", **(env or {})}, cwd or ROOT):
+        sys.argv = ["assemble", *args]
+        try:
+            with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+                try:
+                    code = main(args)
+                except SystemExit as exit:  # argparse: --help, --version, a bad argument
+                    code = exit.code if isinstance(exit.code, int) else 0 if exit.code is None else 1
+                except Exception:
+                    traceback.print_exc()
+                    code = 1
+        finally:
+            sys.argv = old_argv
+    texts = [stream.buffer.getvalue().decode("utf-8", errors="replace") for stream in (stdout, stderr)]  # type: ignore[attr-defined]
+    return subprocess.CompletedProcess([sys.executable, "-m", "assembler", *args], code, *texts)
 
 
 @dataclass
@@ -29,8 +88,8 @@ class GitWorkspace:
     base: str
     cache: Path
 
-    def assemble(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_assemble("-C", str(self.root), *args, env={"ASSEMBLE_CACHE": str(self.cache)})
+    def assemble(self, *args: str, subprocess: bool = False) -> subprocess.CompletedProcess[str]:
+        return run_assemble("-C", str(self.root), *args, env={"ASSEMBLE_CACHE": str(self.cache)}, subprocess=subprocess)
 
     @property
     def manifest(self) -> Path:

@@ -333,7 +333,7 @@ def test_local_work_is_recorded_in_the_wheel_and_warned_about(workspace: Path) -
 def test_merge_waits_for_the_workspace_lock(workspace: Path) -> None:
     held = open_workspace(workspace)
     with held.lock():
-        cli = run_assemble("merge", "artifacts", cwd=workspace,
+        cli = run_assemble("merge", "artifacts", cwd=workspace, subprocess=True,
                            env={"ASSEMBLE_CACHE": str(workspace / "cache"), "ASSEMBLE_LOCK_TIMEOUT": "0.5"})
     assert cli.returncode == 8, cli.stderr
     assert "another assemble process" in cli.stderr
