@@ -90,6 +90,13 @@ def test_example_is_clean_cached_and_leaves_evidence(example_ws: Path, private_c
     evidence = check_evidence(workspace, workspace.manifest.deps["scalekit"])
     assert evidence is not None and evidence.done and evidence.summary == "1 of 1 translation units clean"
     assert evidence.verdicts == {"csrc/scale.cu": "CLEAN"} and evidence.obtained == report["deps"]["scalekit"]["obtained"]
+    manifest = example_ws / "deps.toml"
+    original = manifest.read_text()
+    manifest.write_text(original.replace('include-dirs = ["csrc"] ', 'defines = ["SCALE_FAST=1"]\ninclude-dirs = ["csrc"] '))
+    changed = open_workspace(example_ws)
+    assert changed.manifest.deps["scalekit"].build.extensions[0].defines == ("SCALE_FAST=1",)
+    assert check_evidence(changed, changed.manifest.deps["scalekit"]) is None  # a check of another recipe
+    manifest.write_text(original)
 
     # a local edit is checked (a new key), but it is not evidence about the pinned series
     source = example_ws / "forks" / "vecadd" / "csrc" / "add_scaled.cpp"
