@@ -1,8 +1,8 @@
 """Checks rowsum::row_sum against x.sum(dim=1) in plain torch."""
 
 import pytest
-import torch
 import rowsum
+import torch
 
 
 @pytest.mark.parametrize("shape", [(0, 3), (1, 1), (4, 7), (16, 0)])
