@@ -292,6 +292,23 @@ def test_pip_installs_the_wheel_and_the_extension_imports(workspace: Path) -> No
     assert ran.stdout.strip() == "42"
 
 
+def test_leftovers_of_a_killed_merge_are_removed(workspace: Path) -> None:
+    """Issue 10: `.STEM.PID.tmp` of a merge killed with SIGKILL (a real dead PID) is removed
+    by the next merge; one of a live process is not."""
+    victim = subprocess.Popen(["sleep", "60"])
+    victim.kill()
+    victim.wait()
+    dist = workspace / "dist"
+    dist.mkdir()
+    dead = dist / f".merge_demo-1.2.0+cu132.{victim.pid}.tmp"
+    dead.write_bytes(b"\0" * (1 << 20))
+    live = dist / f".merge_demo-1.2.0+cu132.{os.getpid()}-x.tmp"
+    live.write_bytes(b"")
+    result = _merge(workspace, cuda="13.2")
+    assert not dead.exists() and live.exists()
+    assert sorted(p.name for p in dist.iterdir()) == sorted([live.name, result.wheel.name])
+
+
 def test_stale_or_missing_artifacts_are_refused(workspace: Path) -> None:
     record_path = workspace / "artifacts" / "ops" / "artifact.json"
     record = json.loads(record_path.read_text())
