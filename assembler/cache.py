@@ -15,12 +15,9 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import platformdirs
-
-if TYPE_CHECKING:
-    from assembler.workspace import Workspace
 
 
 def cache_root() -> Path:
@@ -200,31 +197,3 @@ def summary(entries: Iterable[Entry]) -> dict[str, dict[str, int]]:
         totals[entry.kind]["bytes"] += entry.bytes
     return totals
 
-
-def workspace_keys(workspace: Workspace, root: Path | None = None) -> list[Path]:
-    """The entries the workspace at hand uses (``prune --keep``): its dependencies' mirrors,
-    the artifacts its last build materialized, the CUDA toolkits those were built with, and
-    the environments of its [bundle] torch and verify-torch."""
-    from assembler.builder.evidence import default_artifacts
-    from assembler.git.mirrors import mirror_path
-    from assembler.wheel.artifact import stored_artifact
-
-    root = root or cache_root()
-    manifest = workspace.manifest
-    keep: list[Path] = []
-    cudas: set[str] = set()
-    for dep in manifest.deps.values():
-        keep += [mirror_path(url) for url in {dep.source, dep.upstream} if url]
-        artifact = stored_artifact(default_artifacts(workspace) / dep.name)
-        if artifact is not None:
-            keep.append(root / KINDS["artifacts"] / dep.name / artifact.key)
-            if artifact.toolchain.get("cuda"):
-                cudas.add(str(artifact.toolchain["cuda"]))
-    labels = {f"verify-torch{version}" for version in manifest.bundle.verify_torch}
-    if manifest.bundle.torch:
-        labels.add(f"build-torch{manifest.bundle.torch}")
-    for kind, prefixes in (("environments", labels), ("toolchains", {f"cuda-{cuda}" for cuda in cudas})):
-        base = root / KINDS[kind]
-        if base.is_dir():
-            keep += [path for path in base.iterdir() if path.name.rsplit("-", 1)[0] in prefixes]
-    return keep

@@ -1,4 +1,5 @@
-"""What the last build proved, for readers outside the build (`assemble patches`).
+"""What the workspace's builds left behind, for readers outside the build: `assemble patches`
+(the last build's audit) and `assemble cache prune --keep` (the cache entries in use).
 
 The build records its merge and audit in ``.assemble/last-merge.json``; this module owns that
 file's name and reads the audit back, so nothing outside the builder reaches into the
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from assembler.cache import KINDS, cache_root
 from assembler.git.state import CheckoutState, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
@@ -44,3 +46,31 @@ def last_build_verdicts(workspace: Workspace, dep: Dependency) -> tuple[str, ...
         return tuple(str(item["verdict"]) for item in audit[dep.name])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def workspace_keys(workspace: Workspace, root: Path | None = None) -> list[Path]:
+    """The entries the workspace at hand uses (``prune --keep``): its dependencies' mirrors,
+    the artifacts its last build materialized, the CUDA toolkits those were built with, and
+    the environments of its [bundle] torch and verify-torch."""
+    from assembler.git.mirrors import mirror_path
+    from assembler.wheel.artifact import stored_artifact
+
+    root = root or cache_root()
+    manifest = workspace.manifest
+    keep: list[Path] = []
+    cudas: set[str] = set()
+    for dep in manifest.deps.values():
+        keep += [mirror_path(url) for url in {dep.source, dep.upstream} if url]
+        artifact = stored_artifact(default_artifacts(workspace) / dep.name)
+        if artifact is not None:
+            keep.append(root / KINDS["artifacts"] / dep.name / artifact.key)
+            if artifact.toolchain.get("cuda"):
+                cudas.add(str(artifact.toolchain["cuda"]))
+    labels = {f"verify-torch{version}" for version in manifest.bundle.verify_torch}
+    if manifest.bundle.torch:
+        labels.add(f"build-torch{manifest.bundle.torch}")
+    for kind, prefixes in (("environments", labels), ("toolchains", {f"cuda-{cuda}" for cuda in cudas})):
+        base = root / KINDS[kind]
+        if base.is_dir():
+            keep += [path for path in base.iterdir() if path.name.rsplit("-", 1)[0] in prefixes]
+    return keep
