@@ -30,8 +30,10 @@ def run(args: argparse.Namespace) -> int:
     from assembler.verify import verify_wheel, workspace_manifest
 
     manifest = workspace_manifest(args.workspace, Path.cwd())  # used only when the wheel is its bundle's (see verify.specs)
-    report = verify_wheel(manifest, args.wheel, args.torch, progress=lambda msg: err_console.print(msg), timeout=args.timeout,
-                          pythons=args.pythons)
+    report = verify_wheel(
+        manifest, args.wheel, args.torch, timeout=args.timeout, pythons=args.pythons,
+        progress=lambda msg: err_console.print(msg, markup=False, highlight=False, soft_wrap=True),
+    )
     if args.json:
         emit_json(report.to_json())
     else:
