@@ -196,8 +196,11 @@ def _pip_host(python: Path) -> Path:
 
 
 def _terminal() -> bool:
+    """Whether the installer may draw on our terminal: stderr is one, and nobody (a rich live
+    display, such as `assemble build`'s) has taken sys.stderr over; then phase lines go through
+    ``progress`` instead, which prints above that display."""
     try:
-        return sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+        return sys.stderr is sys.__stderr__ and sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
     except (AttributeError, ValueError):
         return False
 
