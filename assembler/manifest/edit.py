@@ -15,13 +15,13 @@ def update_dependency(path: Path, name: str, values: dict[str, str | None]) -> b
     text = path.read_text(encoding="utf-8")
     document = tomlkit.parse(text)
     try:
-        table = document["deps"][name]  # type: ignore[index]
+        table = document["deps"][name]
     except KeyError:
         raise ManifestError(f"{path}: no [deps.{name}] table to update") from None
     for key, value in values.items():
         if value is None:
-            if key in table:  # type: ignore[operator]
-                del table[key]  # type: ignore[union-attr]
+            if key in table:
+                del table[key]
         else:
-            table[key] = value  # type: ignore[index]
+            table[key] = value
     return atomic_write_if_changed(path, tomlkit.dumps(document))
