@@ -46,7 +46,7 @@ def dynamic_value_offsets(elf: bytes) -> dict[int, int]:
     for i in range(phnum):
         p_type, _flags, p_offset, _vaddr, _paddr, p_filesz = struct.unpack_from("<IIQQQQ", elf, phoff + i * phentsize)
         if p_type == 2:  # PT_DYNAMIC
-            found = {}
+            found: dict[int, int] = {}
             for at in range(p_offset, p_offset + p_filesz, 16):
                 tag = struct.unpack_from("<q", elf, at)[0]
                 if tag == 0:

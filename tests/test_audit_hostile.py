@@ -232,3 +232,23 @@ def test_zip64_extra_field_without_the_size(seed: bytes, tmp_path: Path) -> None
     wheel = Archive(entries).write(tmp_path / WHEEL_NAME)
     done = audit(str(wheel))
     assert_one_line_exit_2(done.returncode, done.stderr, WHEEL_NAME, "pkg/_C.abi3.so", "ZIP64")
+
+
+def test_refresh_from_hostile_torch_wheel(tmp_path: Path) -> None:
+    """--refresh-torch-table reads a torch wheel with zipfile: a FIFO and a damaged wheel are one line, exit 2."""
+    from assembler.audit.torchdata import DEFAULT_TABLE
+
+    table = tmp_path / "table.json"
+    table.write_bytes(DEFAULT_TABLE.read_bytes())
+    fifo = tmp_path / "torch-2.13.0-cp310-cp310-linux_x86_64.whl"
+    os.mkfifo(fifo)
+    header = b"#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_13_0\nvoid torch_new(void);\n#endif\n"
+    broken = Archive([member("torch-2.13.0.dist-info/METADATA", b"Name: torch\n"), member("torch/include/torch/csrc/stable/c/shim.h", header)])
+    damaged = broken.write(tmp_path / "torch-2.13.0-cp311-cp311-linux_x86_64.whl")
+    data = bytearray(damaged.read_bytes())
+    data[data.rindex(b"PK\x01\x02") + 16] ^= 0xFF  # the shim header's CRC no longer matches
+    damaged.write_bytes(bytes(data))
+    for wheel, needle in ((fifo, "not a regular file"), (damaged, "cannot read torch wheel")):
+        done = audit("--refresh-torch-table", "--from-torch", str(wheel), "--torch-table", str(table), timeout=30)
+        assert_one_line_exit_2(done.returncode, done.stderr, str(wheel), needle)
+    assert table.read_bytes() == DEFAULT_TABLE.read_bytes()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from assembler.audit.limits import MAX_STRING_TABLE, MAX_TABLE
 from assembler.audit.member import ByteSource
@@ -56,7 +56,7 @@ class _Layout:
     sym: str
     word: int  # bytes in a GNU hash bloom word
 
-    def unpack(self, fmt: str, data: bytes, offset: int = 0) -> tuple:
+    def unpack(self, fmt: str, data: bytes, offset: int = 0) -> tuple[Any, ...]:
         return struct.unpack_from(self.endian + fmt, data, offset)
 
     def size(self, fmt: str) -> int:
@@ -205,7 +205,7 @@ def _file_offset(src: ByteSource, loads: list[_Segment], vaddr: int, tag: int) -
     raise InputError(f"{src.name}: dynamic tag {tag:#x} points outside every loaded segment (corrupt ELF)")
 
 
-def _section_headers(src: ByteSource, lay: _Layout, shoff: int, shnum: int, shentsize: int) -> list[tuple] | None:
+def _section_headers(src: ByteSource, lay: _Layout, shoff: int, shnum: int, shentsize: int) -> list[tuple[Any, ...]] | None:
     """Section headers, when present and cheap to read (a file, or inside the decoded tail)."""
     if not shoff or shentsize < lay.size(lay.shdr):
         return None
@@ -220,7 +220,7 @@ def _section_headers(src: ByteSource, lay: _Layout, shoff: int, shnum: int, shen
 
 
 def _check_sections(
-    src: ByteSource, sections: list[tuple], dynamic: _Segment, entries: dict[int, list[int]], symtab: int
+    src: ByteSource, sections: list[tuple[Any, ...]], dynamic: _Segment, entries: dict[int, list[int]], symtab: int
 ) -> tuple[int | None, int | None]:
     """The .dynsym entry count and .dynstr size from the section headers, if they agree with .dynamic.
 
@@ -257,7 +257,7 @@ def _hash_count(src: ByteSource, lay: _Layout, gnu_hash: int | None, sysv_hash: 
     buckets = lay.unpack(f"{nbuckets}I", _table(src, buckets_at, 4 * nbuckets, "DT_GNU_HASH bucket table"))
     last = max(buckets, default=0)
     if last < symoffset:
-        return symoffset
+        return int(symoffset)
     chain_at = buckets_at + 4 * nbuckets
     index = last
     while True:  # walk the last bucket's chain to its terminator (low bit set)

@@ -313,7 +313,7 @@ def _data_offset(fd: int, info: MemberInfo, wheel_size: int) -> int:
     if len(header) != 30 or header[:4] != b"PK\x03\x04":
         raise InputError(f"{info.wheel}: bad local header for {info.name} (corrupt wheel)")
     name_len, extra_len = struct.unpack("<HH", header[26:30])
-    base = info.header_offset + 30 + name_len + extra_len
+    base: int = info.header_offset + 30 + name_len + extra_len
     end = min(wheel_size, info.data_end) if info.data_end is not None else wheel_size
     if base + info.compress_size > end:
         raise InputError(

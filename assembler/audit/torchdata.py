@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 from assembler.errors import InputError
 
@@ -39,7 +40,7 @@ class TorchTable:
     baseline_version: Version
     baseline: frozenset[str]
     versions: Mapping[str, Version]  # shim symbols added after the baseline release
-    provenance: tuple[dict, ...] = field(default=())
+    provenance: tuple[dict[str, Any], ...] = field(default=())
 
     def version_of(self, symbol: str) -> Version | None:
         """The release that introduced ``symbol``; None when the table does not know it."""
@@ -63,7 +64,7 @@ def load_table(path: Path = DEFAULT_TABLE) -> TorchTable:
             versions={name: parse_version(v) for name, v in raw["symbols"].items()},
             provenance=tuple(raw.get("provenance", ())),
         )
-    except (OSError, ValueError, KeyError, TypeError) as error:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
         raise InputError(
             f"cannot read the torch shim table {path}: {error}",
             hint="restore it from git, or rebuild it with `assemble audit --refresh-torch-table`",

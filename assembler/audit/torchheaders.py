@@ -11,12 +11,17 @@ from __future__ import annotations
 import datetime
 import fnmatch
 import json
+import os
 import re
+import struct
 import subprocess
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from assembler.audit.limits import MAX_TORCH_HEADER
+from assembler.audit.member import open_regular
 from assembler.audit.torchdata import DEFAULT_TABLE, Version, format_version, load_table
 from assembler.errors import InputError, ToolchainError
 from assembler.fsutil import atomic_write
@@ -71,15 +76,19 @@ def _headers_in_dir(include: Path) -> list[tuple[str, str]]:
 def _headers_in_wheel(wheel: Path) -> tuple[str, list[tuple[str, str]]]:
     """torch's version and shim headers, read in place from a torch wheel."""
     try:
-        with zipfile.ZipFile(wheel) as zf:
+        with os.fdopen(open_regular(str(wheel)), "rb") as raw, zipfile.ZipFile(raw) as zf:
             names = zf.namelist()
             version = next(
                 (n.split("/")[0].removesuffix(".dist-info").split("-", 1)[1] for n in names if n.endswith(".dist-info/METADATA")),
                 "?",
             )
             wanted = sorted(n for n in names if any(fnmatch.fnmatch(n, f"torch/include/{p}") for p in SHIM_HEADERS))
+            for name in wanted:
+                if zf.getinfo(name).file_size > MAX_TORCH_HEADER:
+                    raise InputError(f"{wheel}: {name} declares more than the {MAX_TORCH_HEADER}-byte limit for a header")
             return version, [(n.removeprefix("torch/include/"), zf.read(n).decode(errors="replace")) for n in wanted]
-    except (OSError, zipfile.BadZipFile) as error:
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, struct.error, NotImplementedError, RuntimeError, ValueError) as error:
+        # zipfile's own ways of saying "damaged": bad CRC, unknown method, encryption, broken names
         raise InputError(f"cannot read torch wheel {wheel}: {error}") from None
 
 

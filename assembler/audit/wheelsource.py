@@ -58,11 +58,11 @@ class Target:
     @property
     def abi3_floor(self) -> PyVersion | None:
         """The Python version an abi3 tag promises (the highest when several are abi3)."""
-        floors = []
+        floors: list[PyVersion] = []
         for tag in self.tags:
             interpreters, _, rest = tag.partition("-")
             if rest.split("-")[0] == "abi3":
-                floors += [_cp_version(i) for i in interpreters.split(".") if _cp_version(i)]
+                floors += [v for i in interpreters.split(".") if (v := _cp_version(i))]
         return max(floors, default=None)
 
 
@@ -170,8 +170,8 @@ def _directory(root: Path) -> Target:
                 seen.add(real)
                 jobs.append(FileJob(str(full), full.relative_to(root).as_posix()))
     if errors:
-        error = errors[0]
-        raise InputError(f"{error.filename or root}: {error.strerror or error}")
+        first = errors[0]
+        raise InputError(f"{first.filename or root}: {first.strerror or first}")
     return Target(str(root), "directory", tags, tuple(jobs), *declared)
 
 
