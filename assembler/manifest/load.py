@@ -19,6 +19,7 @@ from assembler.manifest.model import (
     BACKENDS,
     BuildRecipe,
     Bundle,
+    CacheConfig,
     Dependency,
     Extension,
     Manifest,
@@ -60,7 +61,8 @@ BUILD_KEYS = {
 }
 EXTENSION_KEYS = {"name", "sources", "language", "include-dirs", "defines", "libraries"}
 VERIFY_KEYS = {"ops", "smoke", "requires-cuda"}
-TOP_KEYS = {"bundle", "mirrors", "deps"}
+TOP_KEYS = {"bundle", "mirrors", "deps", "cache"}
+CACHE_KEYS = {"compiler", "remote", "artifacts", "s3-endpoint"}
 LANGUAGES = {"cxx", "cuda"}
 ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 DEFINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$")
@@ -258,7 +260,7 @@ def load_manifest(path: Path) -> Manifest:
     deps: dict[str, Dependency] = {}
     for name, raw in deps_table.items():
         deps[name] = _dependency(v, path.parent, name, raw, bundle)
-    return Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps)
+    return Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps, cache=_cache(v, top.get("cache", {})))
 
 
 def _torch_target(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], default: str | None) -> str:
@@ -313,6 +315,30 @@ def _size(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> int | 
         return parse_size(value)
     except ValueError as exc:
         raise v.fail(keys, str(exc), f'write {keys[-1]} = "400MB" (kB, MB, GB, KiB, MiB, GiB or bytes)') from None
+
+
+def _cache(v: _Validator, raw: Any) -> CacheConfig:
+    """[cache]: compiler = "sccache" | "none", remote = "redis://HOST:PORT/DB", artifacts =
+    "file:///DIR" | "s3://BUCKET/PREFIX", s3-endpoint = "http://HOST:PORT"."""
+    key = ("cache",)
+    table = v.table(raw, key, CACHE_KEYS)
+    compiler = v.string(table, (*key, "compiler"), "sccache") or "sccache"
+    v.check(compiler in ("sccache", "none"), (*key, "compiler"), f"expected \"sccache\" or \"none\", got {compiler!r}",
+            'write compiler = "sccache" (the default) or compiler = "none"')
+    remote = v.string(table, (*key, "remote"))
+    if remote is not None:
+        v.check(re.fullmatch(r"rediss?://[^\s/]+(/\d+)?/?", remote) is not None, (*key, "remote"),
+                f"{_shown(remote)} is not a Redis URL", 'write remote = "redis://HOST:PORT/DB" (S3, GCS, WebDAV: sccache\'s own SCCACHE_* variables)')
+    artifacts = v.string(table, (*key, "artifacts"))
+    if artifacts is not None:
+        v.check(re.fullmatch(r"file:///\S*|s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?", artifacts) is not None
+                and "/../" not in f"{artifacts}/", (*key, "artifacts"),
+                f"{_shown(artifacts)} is not a file:/// or s3:// store", 'write artifacts = "file:///shared/dir" or "s3://bucket/prefix"')
+    endpoint = v.string(table, (*key, "s3-endpoint"))
+    if endpoint is not None:
+        v.check(re.fullmatch(r"https?://[^\s/]+/?", endpoint) is not None, (*key, "s3-endpoint"),
+                f"{_shown(endpoint)} is not an http(s)://HOST[:PORT] endpoint", 'write s3-endpoint = "http://127.0.0.1:9000"')
+    return CacheConfig(compiler=compiler, remote=remote, artifacts=artifacts, s3_endpoint=endpoint)
 
 
 def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:

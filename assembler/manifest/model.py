@@ -128,11 +128,23 @@ class Bundle:
 
 
 @dataclass(frozen=True)
+class CacheConfig:
+    """``[cache]``: the compiler cache and the shared artifact store (``assembler.toolchain.sccache``,
+    ``assembler.store``). The environment overrides it (ASSEMBLE_SCCACHE, ASSEMBLE_ARTIFACTS)."""
+
+    compiler: str = "sccache"  # "sccache" or "none"
+    remote: str | None = None  # sccache's shared cache: "redis://host:port/db"
+    artifacts: str | None = None  # "file:///shared/dir" or "s3://bucket/prefix"
+    s3_endpoint: str | None = None  # an S3-compatible endpoint (else AWS_ENDPOINT_URL, else AWS)
+
+
+@dataclass(frozen=True)
 class Manifest:
     path: Path
     bundle: Bundle
     mirrors: dict[str, str]
     deps: dict[str, Dependency] = field(default_factory=dict)
+    cache: CacheConfig = field(default_factory=CacheConfig)
 
     @property
     def root(self) -> Path:
