@@ -90,6 +90,19 @@ _ENVIRONMENT_HINTS = {
 }
 
 
+# What a tool such as git prints when the system refused, and the errno it stands for.
+_REFUSALS = {"No space left on device": "ENOSPC", "Disk quota exceeded": "EDQUOT", "Read-only file system": "EROFS"}
+
+
+def environment_failure(message: str, output: str) -> EnvironmentFailure | None:
+    """``message`` as an EnvironmentFailure when a tool's ``output`` says the system refused
+    (git's "fatal: ...: No space left on device"), else None."""
+    for text, name in _REFUSALS.items():
+        if text in output:
+            return EnvironmentFailure(message, hint=_ENVIRONMENT_HINTS[name])
+    return None
+
+
 def from_os_error(error: OSError) -> AssembleError:
     """The one-line error for an OSError that reached the CLI: the path(s), the system's reason
     and a hint; exit ENVIRONMENT when the machine refused, BAD_INPUT when the path is wrong

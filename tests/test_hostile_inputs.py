@@ -403,3 +403,13 @@ def test_argument_errors_take_the_error_path(capsys: pytest.CaptureFixture[str])
     err = capsys.readouterr().err
     assert err.startswith("error: assemble rebase: argument --onto: 'a..b' is not a branch, tag or commit name: it contains '..'")
     assert "hint: see `assemble rebase --help`" in err
+
+
+@needs_namespaces
+def test_full_disk_under_git_is_the_environment_exit_code(git_workspace: GitWorkspace) -> None:
+    """forks/ on a 64 KiB tmpfs: git's clone fails with ENOSPC, reported as git's own line
+    with exit 9 (not a traceback, not exit 2)."""
+    ws = git_workspace
+    (ws.root / "forks").mkdir()
+    result = _assemble_in_namespace(ws, 'mount -t tmpfs -o size=64k tmpfs "$W/forks"', "checkout")
+    _refused(result, "git clone failed:", "No space left on device", "hint: free space", code=9)

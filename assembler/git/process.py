@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from assembler.errors import InputError, ToolchainError
+from assembler.errors import InputError, ToolchainError, environment_failure
 from assembler.git.runner import COMMITTER_ENV, GIT_ENV, git_error_line
 
 END_OF_OPTIONS = "--end-of-options"  # git >= 2.24: what follows is a revision or a path, never an option
@@ -52,6 +52,10 @@ class GitFailed(InputError):
         reason = git_error_line(stderr, result.returncode) if stderr.strip() else f"exit status {result.returncode}"
         super().__init__(f"{where}: git {_subcommand(args)} failed: {reason}", hint=hint or _SOUND_REPO)
         self.result = result
+        refused = environment_failure(self.message, stderr if isinstance(stderr, str) else stderr.decode(errors="replace"))
+        if refused is not None:  # a full disk or a read-only file system, not a bad input
+            self.exit_code = refused.exit_code
+            self.hint = refused.hint
 
 
 def _subcommand(args: Sequence[str]) -> str:
