@@ -200,7 +200,7 @@ def _terminal() -> bool:
     display, such as `assemble build`'s) has taken sys.stderr over; then phase lines go through
     ``progress`` instead, which prints above that display."""
     try:
-        return sys.stderr is sys.__stderr__ and sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+        return sys.stderr.isatty() and sys.stderr is sys.__stderr__ and os.environ.get("TERM") != "dumb"
     except (AttributeError, ValueError):
         return False
 
