@@ -192,6 +192,9 @@ def _toml(data: dict[str, Any]) -> str:
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 DEP_STRING_KEYS = ["upstream", "source", "commit", "track", "torch-target", "patches"]
 BUNDLE_STRING_KEYS = ["name", "version", "python-abi", "torch-target", "torch"]
+BUILD_KEYS = ["extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs", "backend", "project-dir",
+              "sources", "include-dirs", "defines", "build-env"]
+BUILD_LIST_KEYS = {"python-packages", "data", "cmake-args", "cuda-archs", "sources", "include-dirs", "defines", "extensions"}
 
 
 def hostile_strings(scratch: Scratch) -> st.SearchStrategy[str]:
@@ -211,7 +214,8 @@ def other_values() -> st.SearchStrategy[Any]:
 
 def _mutated_manifest(scratch: Scratch, draw: Any) -> bytes:
     data: dict[str, Any] = tomllib.loads(_toml(scratch.manifest))
-    target = draw(st.sampled_from(["dep", "bundle", "mirror", "install", "submodules", "list", "newkey"]))
+    target = draw(st.sampled_from(["dep", "bundle", "mirror", "install", "submodules", "list", "newkey",
+                                   "build", "extension", "verify", "budget", "cache"]))
     value: Any = draw(st.one_of(hostile_strings(scratch), other_values()) if draw(st.integers(0, 4)) == 0 else hostile_strings(scratch))
     dep = data["deps"]["kern"]
     if target == "dep":
@@ -226,6 +230,22 @@ def _mutated_manifest(scratch: Scratch, draw: Any) -> bytes:
         dep["submodules"] = [value]
     elif target == "list":
         data["bundle"][draw(st.sampled_from(["cuda-archs", "verify-torch"]))] = [value]
+    elif target == "build":
+        key = draw(st.sampled_from(BUILD_KEYS))
+        dep["build"] = {key: [value] if key in BUILD_LIST_KEYS else {str(value): "1"} if key == "build-env" else value}
+        if key in ("cmake-dir", "cmake-args") or draw(st.booleans()):
+            dep["build"].setdefault("backend", draw(st.sampled_from(["cmake", "setuptools", "helper"])))
+    elif target == "extension":
+        key = draw(st.sampled_from(["name", "sources", "language", "include-dirs", "defines", "libraries"]))
+        extension: dict[str, Any] = {"name": "_k_C", "sources": ["csrc/kern.cpp"]}
+        extension[key] = value if key in ("name", "language") else [value]
+        dep["build"] = {"extensions": [extension]}
+    elif target == "verify":
+        dep["verify"] = {draw(st.sampled_from(["ops", "smoke", "requires-cuda"])): value}
+    elif target == "budget":
+        (dep if draw(st.booleans()) else data["bundle"])["max-size" if draw(st.booleans()) else "max-wheel-size"] = value
+    elif target == "cache":
+        data["cache"] = {draw(st.sampled_from(["compiler", "remote", "artifacts", "s3-endpoint"])): value}
     else:
         dep[str(value)] = "x"
     raw = _toml(data).encode()
