@@ -22,6 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("fsutil",),  # atomic writes, locks on files
     ("report",),  # consoles and the JSON emitter
     ("cache",),  # where shared state lives
+    ("store",),  # the artifact store CI runners share (file://, s3://)
     ("series",),  # pure formats: series files, DEP-3 headers, patch status
     ("manifest",),  # deps.toml
     ("workspace",),  # a workspace: manifest, state dir, lock, pending rebases

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assembler.builder import backends
 from assembler.builder.cache import ArtifactStore, KeyParts, digest_texts, materialize
@@ -29,9 +29,14 @@ from assembler.builder.units import COMPDB_DIR
 from assembler.errors import InputError, ToolchainError
 from assembler.git.state import CheckoutState
 from assembler.manifest import Bundle, Dependency
+from assembler.toolchain import sccache
 from assembler.toolchain.cuda import CudaToolkit
+from assembler.toolchain.sccache import CompilerCache
 from assembler.toolchain.torchenv import BuildEnv
 from assembler.wheel.artifact import ARTIFACT_JSON, FILES_DIR, Artifact, stored_artifact
+
+if TYPE_CHECKING:
+    from assembler.store import SharedStore
 
 NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] ")
 
@@ -69,6 +74,8 @@ class BuildContext:
     store: ArtifactStore
     toolchain: Toolchain
     bundle: Bundle
+    compiler_cache: CompilerCache | None = None  # sccache, one server per dependency build (toolchain.sccache)
+    shared: SharedStore | None = None  # [cache] artifacts: the store runners share (assembler.store)
 
 
 @dataclass(frozen=True)
@@ -101,6 +108,8 @@ class Outcome:
     error: str | None = None  # what failed when the log tail would not say it
     unstable: list[UnstableInclude] = field(default_factory=list)
     record: Artifact | None = None  # the artifact.json of a cached or built artifact
+    compiler_cache: dict[str, Any] | None = None  # sccache's counts for this build (toolchain.sccache.CompileStats)
+    shared: str | None = None  # what the shared store did: "downloaded", "uploaded", or why not
 
 
 def source_identity(checkout: Path) -> tuple[str, str | None]:
@@ -173,10 +182,28 @@ def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
     if current is not None and current.key == request.key:
         return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=current)
     stored = ctx.store.lookup(request.dep.name, request.key)
+    shared = None
+    if stored is None and ctx.shared is not None:  # another runner's, via [cache] artifacts
+        staging = ctx.store.root / request.dep.name / f".tmp-{request.key}-{os.getpid()}-shared"
+        found, shared = ctx.shared.fetch(request.dep.name, request.key, staging)
+        if not found:
+            if shared != "not in the shared store":
+                _warn(shared)
+            return None
+        stored = ctx.store.publish(staging, request.dep.name, request.key)
+    elif stored is not None and ctx.shared is not None and not ctx.shared.has(request.dep.name, request.key):
+        shared = ctx.shared.upload(stored, request.dep.name, request.key)  # built here before the store was set up
     if stored is None:
         return None
     materialize(stored, target)
-    return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=stored_artifact(target))
+    return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=stored_artifact(target), shared=shared)
+
+
+def _warn(note: str) -> None:
+    """A shared-store problem that a rebuild repairs: said on stderr, then built."""
+    import sys
+
+    print(f"warning: {note}", file=sys.stderr)
 
 
 def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable[[str], None] = lambda _: None) -> Outcome:
@@ -187,24 +214,30 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     log_path.parent.mkdir(parents=True, exist_ok=True)
     staging = ctx.store.root / dep.name / f".tmp-{request.key}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    work = backends.Work(
-        tree=ctx.state_dir / "build" / dep.name,
-        files=staging / FILES_DIR,
-        compdb=ctx.state_dir / COMPDB_DIR / f"{dep.name}.json",
-        run=lambda command, cwd, env: _run_logged(command, cwd, env, log_path, on_line),
-    )
-    work.tree.mkdir(parents=True, exist_ok=True)
     log_path.write_text("")
     started = time.monotonic()
-    try:
-        backends.for_dep(dep).build(ctx, request, jobs, work)
-    except backends.BuildFailure as failure:
+    with sccache.server(ctx.compiler_cache, dep.name) as server:  # one per build: its stats are this dep's
+        client = server.client_environment() if server is not None else {}
+        work = backends.Work(
+            tree=ctx.state_dir / "build" / dep.name,
+            files=staging / FILES_DIR,
+            compdb=ctx.state_dir / COMPDB_DIR / f"{dep.name}.json",
+            run=lambda command, cwd, env: _run_logged(command, cwd, {**env, **client}, log_path, on_line),
+        )
+        work.tree.mkdir(parents=True, exist_ok=True)
+        try:
+            backends.for_dep(dep).build(ctx, request, jobs, work)
+            failure = None
+        except backends.BuildFailure as failed:
+            failure = failed
+        compiled = server.stats().to_json() if server is not None else None
+    if failure is not None:
         shutil.rmtree(staging, ignore_errors=True)
         seconds = time.monotonic() - started
         if failure.error is not None:
-            return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, error=failure.error)
+            return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, error=failure.error, compiler_cache=compiled)
         unstable = unstable_includes(log_path.read_text(errors="replace"), request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir))
-        return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, unstable=unstable)
+        return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, unstable=unstable, compiler_cache=compiled)
     seconds = time.monotonic() - started
     # Deflated once here, so every merge copies the compressed members instead of recompressing.
     from assembler.wheel.artifact import PACK_NAME, pack_files  # the wheel package only when building
@@ -213,9 +246,10 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     record = artifact_record(ctx, request, seconds)
     (staging / ARTIFACT_JSON).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     stored = ctx.store.publish(staging, dep.name, request.key)
+    shared = ctx.shared.upload(stored, dep.name, request.key) if ctx.shared is not None else None
     materialize(stored, ctx.artifacts / dep.name)
     return Outcome(dep.name, BuildOutcome.BUILT, seconds, artifact=ctx.artifacts / dep.name, log=log_path,
-                   record=stored_artifact(ctx.artifacts / dep.name))
+                   record=stored_artifact(ctx.artifacts / dep.name), compiler_cache=compiled, shared=shared)
 
 
 def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) -> dict[str, Any]:

@@ -27,8 +27,11 @@ from assembler.errors import AssembleError, BuildError, CheckFailed, InputError,
 from assembler.fsutil import atomic_write
 from assembler.git.state import series_digest
 from assembler.git.sync import sync_checkouts
+from assembler.store import open_store
 from assembler.system import available_cpus
+from assembler.toolchain import sccache
 from assembler.toolchain.cuda import select_cuda
+from assembler.toolchain.sccache import CompilerCache
 from assembler.toolchain.torchenv import ensure_build_env
 from assembler.workspace import Workspace, locked
 
@@ -82,6 +85,8 @@ class DepReport:
     verdict: str | None = None  # from the audit of the merged wheel
     min_torch: str | None = None
     extensions: list[ExtensionVerdict] = field(default_factory=list)
+    compiler_cache: dict[str, Any] | None = None  # sccache's requests, hits, misses of this build (None: not compiled)
+    shared: str | None = None  # the shared artifact store: "downloaded", "uploaded", or what went wrong
 
 
 @dataclass
@@ -113,6 +118,17 @@ class BuildReport:
         }
         summary: dict[str, Any] = json.loads(json.dumps(data, default=str))
         return summary
+
+
+def compiler_cache(workspace: Workspace) -> CompilerCache:
+    """sccache per [cache] and ASSEMBLE_SCCACHE; workspace and assembler cache are its base
+    directories, so another workspace or runner hits what this one stored."""
+    from assembler.cache import cache_root
+
+    settings = workspace.manifest.cache
+    root = cache_root()
+    return sccache.configure(settings.compiler, settings.remote, root / "sccache", (workspace.root, root),
+                             workspace.state_dir / "logs")
 
 
 def resolve_toolchain(workspace: Workspace, options: BuildOptions, note: Note) -> Toolchain:
@@ -188,6 +204,8 @@ def build_artifacts(
             store=ArtifactStore(),
             toolchain=toolchain,
             bundle=manifest.bundle,
+            compiler_cache=compiler_cache(workspace),
+            shared=open_store(manifest.cache.artifacts, manifest.cache.s3_endpoint),
         )
         requests = [builder.prepare(ctx, dep, checkouts[dep.name].path, series_digest(dep)) for dep in deps]
         outcomes: dict[str, Outcome] = {}
@@ -216,6 +234,7 @@ def build_artifacts(
             dep=request.dep.name, commit=request.dep.commit, head=request.head, key=request.key, patches=len(request.dep.series),
             status=outcome.status, seconds=outcome.seconds if outcome.status != BuildOutcome.CACHED else built_in,
             archs=list(request.archs), torch_target=request.dep.torch_target, artifact=outcome.artifact, log=outcome.log,
+            compiler_cache=outcome.compiler_cache, shared=outcome.shared,
         ))
     report.seconds = time.monotonic() - started
     failed = [outcomes[r.dep.name] for r in requests if outcomes[r.dep.name].status == BuildOutcome.FAILED]

@@ -15,10 +15,25 @@ from pathlib import Path
 from typing import NoReturn
 
 from assembler import __version__
-from assembler.cli import audit, build, cache, check, checkout, deps, export, merge, patches, rebase, sbom, size, verify
+from assembler.cli import (
+    audit,
+    build,
+    cache,
+    check,
+    checkout,
+    deps,
+    export,
+    merge,
+    patches,
+    plan,
+    rebase,
+    sbom,
+    size,
+    verify,
+)
 from assembler.errors import AssembleError, ExitCode, InputError, environment_failure, from_os_error
 
-COMMANDS = [deps, checkout, export, patches, rebase, check, build, verify, merge, audit, sbom, size, cache]
+COMMANDS = [deps, checkout, export, patches, rebase, check, build, plan, verify, merge, audit, sbom, size, cache]
 
 
 class _Parser(argparse.ArgumentParser):

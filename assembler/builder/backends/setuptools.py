@@ -44,6 +44,7 @@ from assembler.builder.backends.skbuild import configure_digest, one_wheel, unpa
 from assembler.builder.cache import digest_texts
 from assembler.builder.recipe import uses_cuda
 from assembler.manifest import Dependency
+from assembler.toolchain.sccache import setuptools_environment
 from assembler.toolchain.venv import installed_versions
 
 if TYPE_CHECKING:
@@ -129,6 +130,9 @@ class SetuptoolsBackend:
         ninja = ctx.toolchain.env.python.parent / "ninja"
         wrapper_dir, wrapper_env = ninja_wrapper(build_base, ninja)
         env.update(wrapper_env, PATH=os.pathsep.join([str(wrapper_dir), env["PATH"]]))
+        # sccache: c++/nvcc shims (and torch's own ccache/sccache detection off); toolchain.sccache
+        env.update(setuptools_environment(ctx.compiler_cache, build_base / "assemble-sccache", env,
+                                          ctx.toolchain.cuda.nvcc if request.cuda else None))
         project = request.checkout / dep.build.project_dir
         command = [str(ctx.toolchain.env.python), "-c", DRIVER, str(project), str(wheel_dir)]
         status = work.run(command, project, env)

