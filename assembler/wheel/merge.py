@@ -30,6 +30,7 @@ from assembler.manifest import Manifest
 from assembler.manifest.globs import glob_regex
 from assembler.system import available_cpus
 from assembler.wheel.artifact import Artifact, PayloadFile, load_artifacts
+from assembler.wheel.consistency import check_same_release
 from assembler.wheel.metadata import (
     cuda_label,
     dist_name,
@@ -230,6 +231,7 @@ def merge_wheel(
     bundle = manifest.bundle
     artifacts = load_artifacts(artifact_paths)
     check_artifacts(manifest, artifacts)
+    check_same_release(manifest, artifacts)  # one release: series contents and toolchain agree
     cuda = resolve_cuda(cuda, artifacts)
     version = wheel_version(bundle, cuda)
     stem = f"{dist_name(bundle.name)}-{version}"
