@@ -202,6 +202,12 @@ def test_byte_order_mark_is_named(git_workspace: GitWorkspace, which: str) -> No
     _refused(git_workspace.assemble("deps"), f"{path}:1:1: starts with a UTF-8 byte-order mark (BOM)")
 
 
+def test_deeply_nested_toml_is_a_manifest_error(git_workspace: GitWorkspace) -> None:
+    with git_workspace.manifest.open("a") as handle:
+        handle.write("\n[extra]\nx = " + "[" * 100_000 + "]" * 100_000 + "\n")
+    _refused(git_workspace.assemble("deps"), "TOML nested too deeply")
+
+
 def test_killed_merge_leftovers_are_removed_on_the_next_merge(tmp_path: Path) -> None:
     """A `.stem.PID.tmp` of a process that is gone (here: a real process killed with SIGKILL)
     is removed by remove_stale, which merge calls on dist/; one of a live process is kept."""

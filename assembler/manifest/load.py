@@ -245,6 +245,8 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
             f"{path}:{line}:{col}: TOML syntax error: {reason}",
             hint="fix the TOML syntax at that position",
         ) from None
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise ManifestError(f"{path}: TOML nested too deeply", hint="a deps.toml needs a few levels of nesting, not thousands") from None
     return text, data
 
 
