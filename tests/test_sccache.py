@@ -1,0 +1,172 @@
+"""sccache as the compiler launcher: configuration, one real server per build (started, counted,
+stopped, none left running), and two runners that share only a Redis remote: the second one's
+compiles are all hits."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assembler.errors import InputError, ManifestError
+from assembler.manifest import load_manifest
+from assembler.toolchain import sccache
+from tests.build_support import EXAMPLE, SHARED, toolchains_fixture  # noqa: F401
+from tests.servers import redis_url_fixture  # noqa: F401
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sccache_processes_under(directory: Path) -> list[int]:
+    """Ids of running sccache processes whose SCCACHE_DIR lies below ``directory``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if Path(os.readlink(entry / "exe")).name != "sccache":
+                continue
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(item.startswith(f"SCCACHE_DIR={directory}".encode()) for item in environ):
+            found.append(int(entry.name))
+    return found
+
+
+def test_switch_and_manifest_choose_whether_sccache_runs(tmp_path: Path) -> None:
+    on = sccache.configure("sccache", None, tmp_path / "sccache", (tmp_path,), None, environ={})
+    assert on.enabled and on.binary is not None and on.binary.name == "sccache"
+    assert not sccache.configure("none", None, tmp_path, (), None, environ={}).enabled
+    assert not sccache.configure("sccache", None, tmp_path, (), None, environ={"ASSEMBLE_SCCACHE": "0"}).enabled
+    assert sccache.configure("none", None, tmp_path, (), None, environ={"ASSEMBLE_SCCACHE": "1"}).enabled
+    with pytest.raises(InputError, match="ASSEMBLE_SCCACHE='yes'"):
+        sccache.configure("sccache", None, tmp_path, (), None, environ={"ASSEMBLE_SCCACHE": "yes"})
+    assert sccache.cmake_launcher_defines(on)["cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER"] == str(on.binary)
+    assert set(sccache.cmake_launcher_defines(None).values()) == {""}  # a reused build tree forgets the launcher
+
+
+@pytest.mark.parametrize(("table", "problem"), [
+    ('compiler = "ccache"', 'cache.compiler: expected "sccache" or "none"'),
+    ('remote = "http://cache:6379"', "cache.remote: 'http://cache:6379' is not a Redis URL"),
+    ('artifacts = "ftp://host/dir"', "cache.artifacts: 'ftp://host/dir' is not a file:/// or s3:// store"),
+    ('artifacts = "file:///srv/../etc"', "cache.artifacts"),
+    ('s3-endpoint = "127.0.0.1:9000"', "cache.s3-endpoint"),
+    ('artefacts = "file:///x"', "cache.artefacts: unknown key"),
+])
+def test_cache_table_errors_name_the_line(tmp_path: Path, table: str, problem: str) -> None:
+    manifest = tmp_path / "deps.toml"
+    manifest.write_text((EXAMPLE / "deps.toml").read_text() + f"\n[cache]\n{table}\n")
+    line = manifest.read_text().splitlines().index(table) + 1
+    with pytest.raises(ManifestError) as raised:
+        load_manifest(manifest)
+    assert raised.value.message.startswith(f"{manifest}:{line}:")
+    assert problem in raised.value.message
+
+
+def test_cache_table_is_read(tmp_path: Path) -> None:
+    manifest = tmp_path / "deps.toml"
+    manifest.write_text((EXAMPLE / "deps.toml").read_text() + '\n[cache]\ncompiler = "none"\nremote = "redis://10.0.0.5:6379/2"\n'
+                        'artifacts = "s3://release-cache/assembler"\ns3-endpoint = "http://127.0.0.1:9000"\n')
+    cache = load_manifest(manifest).cache
+    assert (cache.compiler, cache.remote, cache.artifacts, cache.s3_endpoint) == (
+        "none", "redis://10.0.0.5:6379/2", "s3://release-cache/assembler", "http://127.0.0.1:9000")
+    assert load_manifest(EXAMPLE / "deps.toml").cache.compiler == "sccache"  # on by default
+
+
+def test_server_counts_one_miss_then_one_hit_and_stops(tmp_path: Path) -> None:
+    cache = sccache.configure("sccache", None, tmp_path / "local", (tmp_path,), tmp_path / "logs", environ={})
+    source = tmp_path / "unit.cpp"
+    source.write_text("int twice(int x) { return 2 * x; }\n")
+    compiler = shutil.which("c++")
+    assert compiler is not None
+    with sccache.server(cache, "unit") as server:
+        assert server is not None
+        port = server.port
+        env = {**os.environ, **server.client_environment()}
+        for _ in range(2):
+            subprocess.run([str(cache.binary), compiler, "-O2", "-c", str(source), "-o", str(tmp_path / "unit.o")],
+                           env=env, check=True, cwd=tmp_path)
+        stats = server.stats()
+        assert (stats.hits, stats.misses) == (1, 1), stats
+        assert str(tmp_path / "local") in stats.location
+        owner = server.owner
+    assert sccache.owned_processes(owner, cache.binary) == []  # type: ignore[arg-type]
+    assert sccache_processes_under(tmp_path) == []
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # nothing listens there any more
+
+
+def test_setuptools_shims_run_the_real_compiler_through_sccache(tmp_path: Path) -> None:
+    cache = sccache.configure("sccache", None, tmp_path / "local", (tmp_path,), None, environ={})
+    nvcc = tmp_path / "fake-cuda" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text("#!/bin/sh\necho nvcc-called \"$@\"\n")
+    nvcc.chmod(0o755)
+    env = {"PATH": os.environ["PATH"]}
+    extra = sccache.setuptools_environment(cache, tmp_path / "shims", env, nvcc)
+    assert extra["TORCH_NO_COMPILER_WRAPPER"] == "1"
+    assert extra["PATH"].split(os.pathsep)[0] == str(tmp_path / "shims")
+    assert extra["PYTORCH_NVCC"] == str(tmp_path / "shims" / "nvcc")
+    assert str(cache.binary) in (tmp_path / "shims" / "c++").read_text()
+    # without a cache torch must not wrap on its own either, and nothing is shimmed
+    assert sccache.setuptools_environment(None, tmp_path / "none", env, nvcc) == {"TORCH_NO_COMPILER_WRAPPER": "1"}
+    assert not (tmp_path / "none").exists()
+
+
+def _runner(root: Path, toolchains: Path, redis_url: str | None) -> tuple[Path, Path]:
+    """A fresh CI runner: a clone of the example at ``root/ws`` and an empty cache at ``root/cache``
+    (sharing only the read-only toolchains, as a runner image would hold them)."""
+    shutil.rmtree(root, ignore_errors=True)
+    cache = root / "cache"
+    cache.mkdir(parents=True)
+    for name in SHARED:
+        (cache / name).symlink_to(toolchains / name, target_is_directory=True)
+    ws = root / "ws"
+    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    subprocess.run([sys.executable, str(ws / "make_upstreams.py")], cwd=ws, check=True, capture_output=True)
+    if redis_url is not None:
+        with (ws / "deps.toml").open("a") as manifest:
+            manifest.write(f'\n[cache]\nremote = "{redis_url}"\n')
+    return ws, cache
+
+
+def _build(ws: Path, cache: Path, *args: str, **env: str) -> dict[str, dict[str, object]]:
+    done = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), "build", "--cuda", "13.2", "--json", *args],
+                          env={**os.environ, "ASSEMBLE_CACHE": str(cache), **env}, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {dep["dep"]: dep for dep in json.loads(done.stdout)["deps"]}
+
+
+@pytest.mark.slow
+def test_second_runner_hits_everything_from_redis(tmp_path: Path, toolchains: Path, redis_url: str) -> None:
+    """Two runners, one after the other, at the same paths (as CI runners are) with nothing
+    local in common: the second compiles nothing itself."""
+    root = tmp_path / "runner"
+    ws, cache = _runner(root, toolchains, redis_url)
+    first = _build(ws, cache)
+    assert sccache_processes_under(tmp_path) == []
+    ws, cache = _runner(root, toolchains, redis_url)  # a fresh runner: empty artifact store and local sccache dir
+    second = _build(ws, cache)
+    assert sccache_processes_under(tmp_path) == []
+    assert set(first) == set(second) == {"vecadd", "scalekit", "rowsum"}
+    for name in first:
+        cold, warm = first[name]["compiler_cache"], second[name]["compiler_cache"]
+        assert isinstance(cold, dict) and isinstance(warm, dict), name
+        assert second[name]["status"] == "built", name  # not the artifact store: the compiler cache
+        assert "redis" in str(warm["location"]), warm
+        assert cold["misses"] > 0 and cold["hits"] == 0, (name, cold)
+        assert warm["misses"] == 0 and warm["hits"] == cold["misses"], (name, warm, cold)
+    assert first["scalekit"]["key"] == second["scalekit"]["key"]
+
+    # sccache off: the build trees configured with the launcher forget it, and no server runs
+    (ws / "forks" / "vecadd" / "csrc" / "add_scaled.cpp").open("a").write("// an edit\n")
+    off = _build(ws, cache, "--only", "vecadd", ASSEMBLE_SCCACHE="0")
+    assert off["vecadd"]["status"] == "built" and off["vecadd"]["compiler_cache"] is None
+    assert sccache_processes_under(tmp_path) == []
