@@ -153,3 +153,31 @@ def test_hermetic_cuda_installs_without_pip(python_without_pip: Path, tmp_path: 
     forced = subprocess.run([python_without_pip, "-c", CUDA, HERMETIC_CUDA], env=env, capture_output=True, text=True, check=False)
     assert "ERROR 7" in forced.stdout and "neither uv nor pip can run here" in forced.stdout, forced.stdout + forced.stderr
     assert "reach PyPI" not in forced.stdout
+
+
+def test_on_a_terminal_the_installer_draws_its_own_progress(tmp_path: Path) -> None:
+    """stderr a terminal: uv writes to it itself (through a pseudo-terminal, so its output is
+    also kept for the error message); assemble adds no phase lines of its own."""
+    import pty
+
+    script = "from assembler.toolchain import venv; venv.ensure_venv(['tomli==2.0.1'], label='tty', progress=print)"
+    env = {**os.environ, "ASSEMBLE_CACHE": str(tmp_path / "cache"), "TERM": "xterm"}
+    env.pop("ASSEMBLE_INSTALLER", None)
+    master, slave = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=slave, env=env, cwd=ROOT)
+    os.close(slave)
+    terminal = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        terminal += chunk
+    os.close(master)
+    stdout = process.communicate(timeout=120)[0].decode()
+    assert process.returncode == 0, stdout + terminal.decode(errors="replace")
+    assert b"tomli" in terminal and b"Installed" in terminal  # uv's own report, on the terminal
+    assert "creating tty environment with uv" in stdout and not [line for line in stdout.splitlines() if line.startswith("  ")]
