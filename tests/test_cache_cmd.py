@@ -80,6 +80,7 @@ def test_dir_and_info_sizes_per_kind(cache: Path) -> None:
     assert {kind: value["count"] for kind, value in kinds.items()} == {"mirrors": 2, "toolchains": 1, "environments": 2, "artifacts": 1}
     assert kinds["artifacts"]["bytes"] == 100_002 and kinds["environments"]["bytes"] > 0
     assert info["total_bytes"] == sum(value["bytes"] for value in kinds.values())
+    assert info["uv_cache"] and Path(info["uv_cache"]).is_dir()  # where the environments' hard links lead
     entry = next(e for e in info["entries"] if e["name"].startswith("verify-torch9.9.9"))
     assert entry["kind"] == "environments" and abs(entry["last_used"] - time.time()) < 600
     table = run_assemble("cache", "info", env={"ASSEMBLE_CACHE": str(cache)})

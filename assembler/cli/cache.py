@@ -80,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
             print(root)
         return 0
     if args.action == "info":
+        from assembler.toolchain.installer import uv_cache_dir
+
+        result["uv_cache"] = uv_cache_dir()  # environments hard-link to it (their bytes are mostly shared with it)
         entries = cache.cache_entries(root)
         totals = cache.summary(entries)
         result.update(kinds=totals, total_bytes=sum(t["bytes"] for t in totals.values()),
@@ -87,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         if args.format == "json":
             emit_json(result)
         else:
-            _info_table(root, totals, entries)
+            _info_table(root, totals, entries, result["uv_cache"])
         return 0
     keep: list[Path] = []
     if args.keep:
@@ -104,12 +107,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Entry]) -> None:
+def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Entry], uv_cache: str | None) -> None:
     from rich.table import Table
 
     from assembler.report.output import console
 
-    console.print(f"cache: {root}", soft_wrap=True)
+    console.print(f"cache: {root}", soft_wrap=True, markup=False, highlight=False)
     table = Table(show_edge=False)
     for column in ("kind", "entries", "size"):
         table.add_column(column, no_wrap=True, justify="left" if column == "kind" else "right")
@@ -117,6 +120,9 @@ def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Ent
         table.add_row(kind, str(total["count"]), _human(total["bytes"]))
     table.add_row("total", str(sum(t["count"] for t in totals.values())), _human(sum(t["bytes"] for t in totals.values())))
     console.print(table)
+    if uv_cache:
+        console.print(f"environments hard-link their files from uv's cache {uv_cache}: most of their size is shared with it",
+                      soft_wrap=True, markup=False, highlight=False)
     # one line per entry, the name last and whole: a table would cut it on a narrow or piped console
     for entry in entries:
         leftover = " (leftover of a killed run)" if entry.leftover else ""

@@ -113,6 +113,15 @@ def installer() -> Installer:
     return Installer("pip", _pip_version())
 
 
+def uv_cache_dir() -> str | None:
+    """Where uv keeps the files our environments hard-link to (``uv cache dir``), or None."""
+    found = _find_uv()
+    if found is None:
+        return None
+    out = subprocess.run([str(found[0]), "cache", "dir"], capture_output=True, text=True, timeout=30, check=False)
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
 def uv_version() -> str | None:
     found = _find_uv()
     return found[1] if found else None
