@@ -59,7 +59,7 @@ def s3_endpoint_fixture(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """http://127.0.0.1:PORT of moto's S3 server, with a bucket named ``artifacts`` and dummy credentials."""
     pytest.importorskip("boto3", reason="boto3 is in the test extras (pip install -e '.[test]')")
     port = free_port()
-    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port), "s3"],
+    process = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for name, value in (("AWS_ACCESS_KEY_ID", "testing"), ("AWS_SECRET_ACCESS_KEY", "testing"),
                         ("AWS_DEFAULT_REGION", "us-east-1")):
