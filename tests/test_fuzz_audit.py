@@ -290,3 +290,24 @@ def test_fuzz_wheel_file_bomb(tmp_path: Path, inflated_kib: int, declared: str) 
     path = Archive([member("pkg/_C.abi3.so", seed_elf()), bomb]).write(tmp_path / WHEEL_NAME)
     rc = audit(path, "wheel-bomb")
     assert rc == (0 if declared == "exact" and len(text) <= MiB else 2)
+
+
+def test_every_header_prefix(tmp_path: Path) -> None:
+    """Not left to chance: the seed cut at every length through its ELF header, at each program
+    header and around ``.dynamic`` and the section headers, each as a file and as a stored and
+    a deflated member; where the bytes live never changes the outcome."""
+    elf = seed_elf()
+    phoff, shoff = struct.unpack_from("<QQ", elf, 32)
+    phentsize, phnum = struct.unpack_from("<HH", elf, 54)
+    cuts = set(range(65))  # every length through the ELF header
+    cuts |= {phoff + i * phentsize + k for i in range(phnum + 1) for k in (0, 4, 8, 40)}  # program headers
+    dynamic = sorted(at for at, width in seed_fields() if width == 8 and at > phoff + phentsize * phnum and at < shoff)
+    cuts |= {dynamic[0] - 8, dynamic[0], dynamic[-1] + 8, shoff, shoff + 64, len(elf) - 1}
+    for n in sorted(c for c in cuts if c <= len(elf)):
+        path = tmp_path / "cut.abi3.so"
+        path.write_bytes(elf[:n])
+        rcs = [audit(path, "prefix")]
+        for method in (0, 8):
+            wheel = Archive(wheel_entries({"pkg/_C.abi3.so": elf[:n]}, method=method)).write(tmp_path / WHEEL_NAME)
+            rcs.append(audit(wheel, "prefix"))
+        assert len(set(rcs)) == 1 and (rcs[0] == 2 or n > phoff + phentsize * phnum), (n, rcs)
