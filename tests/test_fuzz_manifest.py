@@ -249,6 +249,9 @@ def _mutated_manifest(scratch: Scratch, draw: Any) -> bytes:
     else:
         dep[str(value)] = "x"
     raw = _toml(data).encode()
+    if draw(st.integers(0, 19)) == 0:  # nesting that recurses in the parser
+        depth = draw(st.sampled_from([50, 5000, 200_000]))
+        raw += b"\n[zz]\nx = " + b"[" * depth + b"]" * depth + b"\n"
     if draw(st.integers(0, 9)) == 0:  # not UTF-8, or a BOM, somewhere
         at = draw(st.integers(0, len(raw)))
         raw = raw[:at] + draw(st.sampled_from([b"\xff", b"\xc3", b"\xef\xbb\xbf", b"\x00", b"\xed\xa0\x80"])) + raw[at:]
