@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,7 +92,11 @@ def open_target(path: Path) -> Target:
 
 
 def _wheel(path: Path) -> Target:
-    entries = read_index(str(path), _WANTED)
+    try:
+        entries = read_index(str(path), _WANTED)
+    except (struct.error, IndexError, ValueError, OverflowError) as error:
+        # A layout zipindex's checks do not foresee: one line all the same (the fuzz suite fails on it).
+        raise InputError(f"{path}: corrupt wheel (unexpected layout: {type(error).__name__}: {error})") from None
     wheel_files = [e for e in entries if _WHEEL_FILE.match(e.name)]
     if not wheel_files:
         raise InputError(f"{path}: a zip archive but not a wheel (no *.dist-info/WHEEL)")
