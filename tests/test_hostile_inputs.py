@@ -76,6 +76,14 @@ def test_hostile_urls_are_refused_before_any_mirror_exists(git_workspace: GitWor
     assert not (git_workspace.cache / "git").exists() or not any((git_workspace.cache / "git").iterdir())
 
 
+def test_ordinary_urls_and_mirror_prefixes_are_accepted(git_workspace: GitWorkspace) -> None:
+    _edit(git_workspace, '"https://git.invalid/" = "remotes/"',
+          '"https://git.invalid/" = "remotes/"\n"git@github.com:" = "/srv/git-mirrors/github.com/"\n"ssh://git@host/" = "file:///srv/m/"')
+    _edit(git_workspace, 'track = "main"', 'track = "release/2.10"\nsource = "git@github.com:org/kern.git"')
+    result = git_workspace.assemble("deps", "--json")
+    assert result.returncode == 0, result.stderr
+
+
 # -- writes outside the workspace ----------------------------------------------------------------
 
 def test_series_entry_climbing_out_is_refused(git_workspace: GitWorkspace, tmp_path: Path) -> None:

@@ -348,7 +348,7 @@ def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:
     for prefix, target in raw.items():
         v.check(isinstance(target, str) and bool(target), ("mirrors", prefix), f"replacement must be a non-empty string, got {target!r}", f'write "{prefix}" = "/path/to/mirrors/"')
         for value in (prefix, target):
-            problem = url_problem(value)
+            problem = url_problem(value, prefix=True)
             if problem is not None:
                 where = v.locator.where_entry(("mirrors",), prefix)
                 raise ManifestError(f"{where}: mirrors: {_shown(value)} is not a repository URL prefix: {problem}",

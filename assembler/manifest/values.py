@@ -25,9 +25,10 @@ def control_character(value: str) -> str | None:
     return None
 
 
-def url_problem(url: str) -> str | None:
+def url_problem(url: str, *, prefix: bool = False) -> str | None:
     """Why ``url`` is not a repository location assemble passes to git: allowed are
-    https/http/ssh/git/file URLs, scp-like ``user@host:path`` and local paths."""
+    https/http/ssh/git/file URLs, scp-like ``user@host:path`` and local paths. A ``prefix``
+    (a [mirrors] key or value) may end where the path begins (``git@github.com:``)."""
     if not url:
         return "it is empty"
     if len(url) > MAX_VALUE_CHARS:
@@ -53,7 +54,7 @@ def url_problem(url: str) -> str | None:
     if scp is not None:  # git reads "host:path" as ssh even without a user
         if (scp.group("user") or "").startswith("-") or scp.group("host").startswith("-"):
             return "its user or host starts with '-' (ssh would read it as an option)"
-        if not scp.group("host") or not scp.group("path"):
+        if not scp.group("host") or not (scp.group("path") or prefix):
             return "an scp-like URL needs host:path"
     return None
 
