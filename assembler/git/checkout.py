@@ -82,7 +82,7 @@ def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], Non
     _point_remotes(workspace, dep, repo, mirror)
     state = CheckoutState(base=dep.commit, source=dep.source, series_digest=digest)
     state.save(path)
-    repo.git.checkout("--quiet", "--force", "-B", branch_name(dep), dep.commit)
+    repo.git.checkout("--quiet", "--force", "-B", branch_name(dep), dep.commit, "--")
     repo.git.clean("-fdq")
     if dep.submodules:
         on_step("submodules")
@@ -184,9 +184,9 @@ def apply_series(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutSta
     if not dep.series:
         return {}
     try:
-        repo.git.am("-3", "--quiet", "--committer-date-is-author-date", *(str(dep.patches_dir / n) for n in dep.series))
+        repo.git.am("-3", "--quiet", "--committer-date-is-author-date", "--", *(str(dep.patches_dir / n) for n in dep.series))
     except git.GitCommandError as exc:
-        done = int(repo.git.rev_list("--count", f"{state.base}..HEAD"))
+        done = int(repo.git.rev_list("--count", END_OF_OPTIONS, f"{state.base}..HEAD"))
         name = dep.series[min(done, len(dep.series) - 1)]
         state.status = CheckoutStatus.STOPPED
         state.save(path)
@@ -201,7 +201,7 @@ def apply_series(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutSta
                 "`assemble checkout`"
             ),
         ) from None
-    commits = repo.git.rev_list("--reverse", f"{state.base}..HEAD").split()
+    commits = repo.git.rev_list("--reverse", END_OF_OPTIONS, f"{state.base}..HEAD").split()
     return dict(zip(commits, dep.series, strict=True))
 
 

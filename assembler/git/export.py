@@ -18,7 +18,7 @@ import git
 
 from assembler.errors import ConflictError, InputError
 from assembler.fsutil import ignored_dir, remove_stale, replace_dir
-from assembler.git.runner import in_progress_operation, is_dirty, repo_at
+from assembler.git.runner import END_OF_OPTIONS, in_progress_operation, is_dirty, repo_at
 from assembler.git.state import CheckoutState, CheckoutStatus, series_digest
 from assembler.git.sync import refuse_during_rebase
 from assembler.manifest import Dependency, load_manifest
@@ -46,7 +46,7 @@ class ExportResult:
 
 def format_patches(repo: git.Repo, base: str, head: str, out: Path) -> list[Path]:
     """``git format-patch`` of base..head in order, with the stable options we always use."""
-    names = repo.git.format_patch(*FORMAT_PATCH_ARGS, "-o", str(out), f"{base}..{head}")
+    names = repo.git.format_patch(*FORMAT_PATCH_ARGS, "-o", str(out), END_OF_OPTIONS, f"{base}..{head}")
     return [Path(line) for line in names.splitlines() if line]
 
 
@@ -80,12 +80,12 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
             f"{path}: the series was aborted (HEAD is the pinned commit); exporting would delete every patch",
             hint=f"fix the patch that failed and re-run `assemble checkout {dep.name}`",
         )
-    listed = repo.git.rev_list("--reverse", "--topo-order", "--parents", f"{state.base}..{head}").splitlines()
+    listed = repo.git.rev_list("--reverse", "--topo-order", "--parents", END_OF_OPTIONS, f"{state.base}..{head}").splitlines()
     if any(len(line.split()) > 2 for line in listed):
         raise InputError(f"{path}: the branch has merge commits since {state.base[:12]}", hint="linearise it (git rebase) before exporting")
     commits = [line.split()[0] for line in listed]
     try:
-        repo.git.merge_base("--is-ancestor", state.base, head)
+        repo.git.merge_base("--is-ancestor", END_OF_OPTIONS, state.base, head)
     except git.GitCommandError:
         raise InputError(
             f"{path}: HEAD is not based on the pinned commit {state.base[:12]}",

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from assembler.errors import InputError, ToolchainError, environment_failure
-from assembler.git.runner import COMMITTER_ENV, GIT_ENV, git_error_line
+from assembler.git.runner import COMMITTER_ENV, END_OF_OPTIONS, GIT_ENV, git_error_line
 
-END_OF_OPTIONS = "--end-of-options"  # git >= 2.24: what follows is a revision or a path, never an option
+__all__ = ["DIFF_CONFIG", "END_OF_OPTIONS", "GitFailed", "GitView", "WorkTree", "isolated_env", "object_dir"]
 # Trial commits are throwaway; a fixed identity keeps commit-tree working without user config.
 IDENTITY_ENV = {
     "GIT_AUTHOR_NAME": "assemble", "GIT_AUTHOR_EMAIL": "assemble@localhost",

@@ -28,6 +28,7 @@ ISOLATED_CONFIG_ENV = {
     "GIT_CONFIG_VALUE_0": os.devnull,
 }
 GIT_ENV = {**QUIET_ENV, **ISOLATED_CONFIG_ENV}
+END_OF_OPTIONS = "--end-of-options"  # git >= 2.24: what follows is a revision or a path, never an option
 
 
 def repo_at(path: Path) -> git.Repo:
@@ -42,7 +43,7 @@ def repo_at(path: Path) -> git.Repo:
 
 def has_commit(repo: git.Repo, sha: str) -> bool:
     try:
-        repo.git.cat_file("-e", f"{sha}^{{commit}}")
+        repo.git.cat_file("-e", END_OF_OPTIONS, f"{sha}^{{commit}}")
     except git.GitCommandError:
         return False
     return True
