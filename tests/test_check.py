@@ -62,6 +62,13 @@ def _truncate_series(ws: Path, dep: str, keep: int) -> None:
     (patches / "series").write_text("\n".join(series[:keep]) + "\n")
 
 
+def _migrated(ws: Path, cache: Path) -> dict[str, tuple[str, dict]]:
+    """`assemble patches`' "migrated on our side" per dependency, with the evidence it rests on."""
+    result = assemble("-C", str(ws), "patches", "--offline", "--format", "json", cache=cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {d["name"]: (d["migrated_on_fork"], d["migration_evidence"]) for d in json.loads(result.stdout)["deps"]}
+
+
 def test_example_is_clean_cached_and_leaves_evidence(example_ws: Path, private_cache: Path) -> None:
     result, report = _check(example_ws, private_cache)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -90,6 +97,11 @@ def test_example_is_clean_cached_and_leaves_evidence(example_ws: Path, private_c
     evidence = check_evidence(workspace, workspace.manifest.deps["scalekit"])
     assert evidence is not None and evidence.done and evidence.summary == "1 of 1 translation units clean"
     assert evidence.verdicts == {"csrc/scale.cu": "CLEAN"} and evidence.obtained == report["deps"]["scalekit"]["obtained"]
+    # `patches` says "done" on this evidence alone (nothing was built), and names it
+    status = _migrated(example_ws, private_cache)
+    assert status["scalekit"][0] == "done", status
+    assert status["scalekit"][1]["check"]["clean"] == 1 and status["scalekit"][1]["build"] is None
+    assert status["scalekit"][1]["summary"].startswith("check: 1 of 1 translation units clean")
     manifest = example_ws / "deps.toml"
     original = manifest.read_text()
     manifest.write_text(original.replace('include-dirs = ["csrc"] ', 'defines = ["SCALE_FAST=1"]\ninclude-dirs = ["csrc"] '))
@@ -134,6 +146,11 @@ def test_half_migrated_series_is_unstable_and_the_build_agrees(example_ws: Path,
     evidence = check_evidence(workspace, workspace.manifest.deps["vecadd"])
     assert evidence is not None and not evidence.done and (evidence.clean, evidence.total) == (0, 1)
     assert evidence.verdicts == {"csrc/add_scaled.cpp": "UNSTABLE"}
+    status = _migrated(example_ws, private_cache)
+    assert status["vecadd"][0] == "in progress", status
+    assert status["vecadd"][1]["summary"].startswith("check: 0 of 1 translation units clean")
+    markdown = assemble("-C", str(example_ws), "patches", "--offline", "--format", "markdown", cache=private_cache).stdout
+    assert "in progress (1 patches on" in markdown and "check: 0 of 1 translation units clean" in markdown, markdown
 
     # what check says is exactly where the build stops
     build = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", cache=private_cache)

@@ -38,10 +38,12 @@ def test_status_evidence_summary_and_release_table(git_workspace: GitWorkspace) 
     assert [(p["file"], p["status"]) for p in dep["patches"]] == [(first.name, "upstream"), (second.name, "local")]
     assert dep["patches"][0]["evidence"] == {"how": "patch-id", "commit": landed, "subject": "Use stable tensor type"}
     assert dep["patches"][1]["evidence"] == {"how": "header", "note": "Forwarded: no"}
-    assert dep["migrated_on_fork"] == "done" and dep["migrated_upstream"] == "in progress"
+    # nothing was checked or built: "migrated on our side" is never done by default
+    assert dep["migrated_on_fork"] == "not checked" and dep["migrated_upstream"] == "in progress"
+    assert dep["migration_evidence"] == {"summary": "no check or build of this pin and series", "check": None, "build": None}
 
     rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
-    assert rows == [{"dependency": "kern", "migrated on fork": f"done (2 patches on {ws.base[:12]})",
+    assert rows == [{"dependency": "kern", "migrated on fork": f"not checked (2 patches on {ws.base[:12]}; no check or build of this pin and series)",
                      "migrated upstream": "in progress (1 of 2 upstream)"}]
     table = ws.assemble("patches").stdout
     assert "2 commits behind main" in table and landed[:12] in table and "Forwarded: no" in table
@@ -107,7 +109,7 @@ def test_fork_pinned_without_series_lists_its_own_commits(git_workspace: GitWork
     assert dep["migrated_upstream"] == "in progress"
     rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
     assert [row["dependency"] for row in rows] == ["kern", "kernfork"]
-    assert rows[1]["migrated on fork"] == f"done (3 patches on {fork_tip[:12]})"
+    assert rows[1]["migrated on fork"] == f"not checked (3 patches on {fork_tip[:12]}; no check or build of this pin and series)"
 
 
 def test_two_landed_patches_are_paired_with_their_own_commits(git_workspace: GitWorkspace) -> None:

@@ -48,6 +48,17 @@ def last_build_verdicts(workspace: Workspace, dep: Dependency) -> tuple[str, ...
         return None
 
 
+def last_build_time(workspace: Workspace) -> str | None:
+    """When the last merge and audit ran (ISO 8601, UTC), for the evidence `patches` shows."""
+    from datetime import UTC, datetime
+
+    try:
+        mtime = merge_state_path(workspace).stat().st_mtime
+    except OSError:
+        return None
+    return datetime.fromtimestamp(mtime, UTC).isoformat(timespec="seconds")
+
+
 def workspace_keys(workspace: Workspace, root: Path | None = None) -> list[Path]:
     """The entries the workspace at hand uses (``prune --keep``): its dependencies' mirrors,
     the artifacts its last build materialized, the CUDA toolkits those were built with, and

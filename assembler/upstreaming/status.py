@@ -23,7 +23,8 @@ from pathlib import Path
 from git.refs import SymbolicReference
 
 from assembler.audit.gate import passes
-from assembler.builder.evidence import last_build_verdicts
+from assembler.builder.evidence import last_build_time, last_build_verdicts
+from assembler.check.evidence import CheckEvidence, check_evidence
 from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
 from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView
@@ -68,6 +69,7 @@ class Migration(StrEnum):
     IN_PROGRESS = "in progress"
     NO = "no"
     NOT_APPLICABLE = "n.a."
+    NOT_CHECKED = "not checked"  # migrated on our side: no check or build of this pin + series yet
 
 
 @dataclass
@@ -324,6 +326,8 @@ class DepStatus:
     verdicts: list[PatchVerdict]
     broken_on_base: str | None  # first series patch that does not apply on the pinned base
     build_verdicts: tuple[str, ...] | None = None  # the last build's audit of this pin + series
+    build_obtained: str | None = None  # when that build's audit ran (ISO 8601, UTC)
+    check: CheckEvidence | None = None  # the last `assemble check` of this pin + series
 
     def counts(self) -> dict[PatchStatus, int]:
         return {status: sum(v.status == status for v in self.verdicts) for status in PatchStatus}
@@ -334,13 +338,34 @@ class DepStatus:
 
     @property
     def migrated_on_fork(self) -> Migration:
-        """done: the carried changes apply on the pinned base and, when this pin and series
-        were built, every extension audited STABLE (or NO-TORCH); in progress: otherwise;
-        n.a.: nothing is carried."""
-        if not self.verdicts:
+        """Only evidence makes it done: every translation unit CLEAN in the last `assemble
+        check` of this pin + series, or every extension of the last build of this pin + series
+        audited STABLE. in progress: a check or build found work left, or the series does not
+        apply on its base; not checked: no such evidence; n.a.: nothing carried and nothing
+        checked."""
+        built = self.build_verdicts
+        if not self.verdicts and self.check is None and not built:
             return Migration.NOT_APPLICABLE
-        unstable = not all(passes(v) for v in self.build_verdicts or ())
-        return Migration.IN_PROGRESS if self.broken_on_base or unstable else Migration.DONE
+        if self.broken_on_base:
+            return Migration.IN_PROGRESS
+        if (built and all(passes(v) for v in built)) or (self.check is not None and self.check.done):
+            return Migration.DONE
+        if built or self.check is not None:
+            return Migration.IN_PROGRESS
+        return Migration.NOT_CHECKED
+
+    @property
+    def migration_evidence(self) -> str:
+        """What the "migrated on our side" verdict rests on, in a few words."""
+        parts = []
+        if self.check is not None:
+            parts.append(f"check: {self.check.summary}, {self.check.obtained[:10]}")
+        if self.build_verdicts:
+            verdicts = ", ".join(sorted(set(self.build_verdicts)))
+            parts.append(f"build audit: {verdicts}" + (f", {self.build_obtained[:10]}" if self.build_obtained else ""))
+        if self.broken_on_base:
+            parts.append(f"series does not apply from {self.broken_on_base}")
+        return "; ".join(parts) or "no check or build of this pin and series"
 
     @property
     def migrated_upstream(self) -> Migration:
@@ -362,6 +387,14 @@ class DepStatus:
             "migrated_on_fork": self.migrated_on_fork, "migrated_upstream": self.migrated_upstream,
             "broken_on_base": self.broken_on_base, "conflicts_on_tip": self.conflicts_on_tip,
             "build_verdicts": list(self.build_verdicts) if self.build_verdicts is not None else None,
+            "migration_evidence": {
+                "summary": self.migration_evidence,
+                "check": self.check.to_json() if self.check is not None else None,
+                "build": None if self.build_verdicts is None else {
+                    "source": "audit of the last build", "verdicts": list(self.build_verdicts),
+                    "obtained": self.build_obtained,
+                },
+            },
             "patches": [v.to_json() for v in self.verdicts],
         }
 
@@ -407,4 +440,5 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         own_commits = from_commits(scratch, dep.commit, [fork_point]) if origin == "series" and own else []
         verdicts = classify(scratch, own_commits + patches, fork_point, tip)[len(own_commits):] if patches else []
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
-                     base, origin, verdicts, broken, last_build_verdicts(workspace, dep))
+                     base, origin, verdicts, broken, last_build_verdicts(workspace, dep),
+                     last_build_time(workspace), check_evidence(workspace, dep))

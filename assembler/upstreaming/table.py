@@ -20,9 +20,8 @@ def summary_line(status: DepStatus) -> str:
 
 def migration_line(status: DepStatus) -> str:
     """The two release-table verdicts, and what keeps them from "done"."""
-    line = f"migrated on fork: {status.migrated_on_fork}; migrated upstream: {status.migrated_upstream}"
-    if status.broken_on_base:
-        line += f"; series does not apply on its base from {status.broken_on_base}"
+    line = (f"migrated on fork: {status.migrated_on_fork} ({status.migration_evidence}); "
+            f"migrated upstream: {status.migrated_upstream}")
     if status.conflicts_on_tip:
         line += f"; conflicts on {short(status.tip)}: {', '.join(status.conflicts_on_tip)}"
     return line
@@ -40,7 +39,8 @@ def markdown(results: list[DepStatus]) -> str:
 def _cell_fork(status: DepStatus) -> str:
     if status.migrated_on_fork == Migration.NOT_APPLICABLE:
         return Migration.NOT_APPLICABLE
-    return f"{status.migrated_on_fork} ({len(status.verdicts)} patches on {short(status.base.commit)})"
+    carried = f"{len(status.verdicts)} patches on {short(status.base.commit)}; " if status.verdicts else ""
+    return f"{status.migrated_on_fork} ({carried}{status.migration_evidence})"
 
 
 def _cell_upstream(status: DepStatus) -> str:
