@@ -170,3 +170,14 @@ def test_second_runner_hits_everything_from_redis(tmp_path: Path, toolchains: Pa
     off = _build(ws, cache, "--only", "vecadd", ASSEMBLE_SCCACHE="0")
     assert off["vecadd"]["status"] == "built" and off["vecadd"]["compiler_cache"] is None
     assert sccache_processes_under(tmp_path) == []
+
+
+def test_compile_commands_name_the_real_compiler_not_the_shim(tmp_path: Path) -> None:
+    cache = sccache.configure("sccache", None, tmp_path / "local", (tmp_path,), None, environ={})
+    nvcc = tmp_path / "cuda" / "bin" / "nvcc"
+    nvcc.parent.mkdir(parents=True)
+    nvcc.write_text("#!/bin/sh\n")
+    extra = sccache.setuptools_environment(cache, tmp_path / "shims", {"PATH": os.environ["PATH"]}, nvcc)
+    command = [extra["PYTORCH_NVCC"], "-c", "a.cu"]
+    assert sccache.unshimmed(command) == [str(nvcc), "-c", "a.cu"]
+    assert sccache.unshimmed(["c++", "-c", "a.cpp"]) == ["c++", "-c", "a.cpp"]

@@ -284,6 +284,20 @@ def setuptools_environment(cache: CompilerCache | None, directory: Path, env: Ma
     return extra
 
 
+def unshimmed(arguments: list[str]) -> list[str]:
+    """A compile command with a shim of ours in front (``PYTORCH_NVCC``) as it really runs: with
+    the compiler the shim execs, so compile databases name the real nvcc."""
+    if not arguments:
+        return arguments
+    try:
+        lines = Path(arguments[0]).read_text().splitlines() if Path(arguments[0]).name in ("c++", "nvcc") else []
+    except (OSError, UnicodeDecodeError):
+        return arguments
+    if len(lines) == 3 and lines[1] == SHIM.splitlines()[1] and lines[2].startswith("exec "):
+        return [shlex.split(lines[2])[2], *arguments[1:]]
+    return arguments
+
+
 def _write_shim(path: Path, launcher: Path, compiler: Path) -> None:
     text = SHIM.format(launcher=shlex.quote(str(launcher)), compiler=shlex.quote(str(compiler)))
     if not path.is_file() or path.read_text() != text:

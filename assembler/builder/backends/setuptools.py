@@ -44,7 +44,7 @@ from assembler.builder.backends.skbuild import configure_digest, one_wheel, unpa
 from assembler.builder.cache import digest_texts
 from assembler.builder.recipe import uses_cuda
 from assembler.manifest import Dependency
-from assembler.toolchain.sccache import setuptools_environment
+from assembler.toolchain.sccache import setuptools_environment, unshimmed
 from assembler.toolchain.venv import installed_versions
 
 if TYPE_CHECKING:
@@ -242,6 +242,7 @@ def export_compdb(build_base: Path, ninja: Path, target: Path) -> None:
             continue
         for entry in json.loads(out):
             if str(entry.get("file", "")).endswith((".c", ".cc", ".cpp", ".cxx", ".cu")):
-                entries.append({"directory": entry["directory"], "file": entry["file"], "arguments": shlex.split(entry["command"])})
+                arguments = unshimmed(shlex.split(entry["command"]))  # the real nvcc, not our sccache shim
+                entries.append({"directory": entry["directory"], "file": entry["file"], "arguments": arguments})
     if entries:
         write_compdb(target, entries)

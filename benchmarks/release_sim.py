@@ -1,0 +1,233 @@
+"""(c) A release of the seven real dependencies (root deps.toml) over 1, 4 and 16 CI runners,
+cold and with a warm cache, simulated from compile costs measured here.
+
+Method (docs/ci.md has the write-up):
+
+1. Measure, on the example (built once in a fresh workspace), the compile commands its build
+   recorded: a C++ unit (vecadd's add_scaled.cpp, torch/csrc/stable headers) and a CUDA unit
+   (scalekit's scale.cu) for one and for two architectures; the difference is the cost of one
+   more arch. The same commands through a warm sccache give the cost of a hit. The per-job
+   overhead (checkout, toolchain, configure, link, pack) is the example's vecadd job minus its
+   compiles; fetching a stored artifact and merging are timed as well.
+2. Shapes: per dependency, its translation units (C++ or CUDA) and archs, from ``--plan
+   PLAN.json`` (`assemble build --plan --json` on a workspace with the checkouts) or else from
+   the recipes in deps.toml, where a glob counts as GLOB_MATCHES files (an estimate, printed).
+3. Simulate: a job runs its units longest first on the runner's cores (one nvcc process per
+   CUDA unit compiles its archs one after the other); jobs go to runners longest first, each to
+   the runner free first, as a matrix does; then one merge job. One runner is one
+   `assemble build` (all dependencies' units share its cores). Warm sccache: every unit is a
+   hit (a release whose keys changed but whose sources did not, e.g. a new pin of an unchanged
+   dependency or a fresh runner). Warm store: every artifact is fetched.
+
+    python benchmarks/release_sim.py [--cores 8] [--plan PLAN.json] [--manifest deps.toml]
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from assembler.cache import cache_root  # noqa: E402
+from assembler.toolchain import sccache  # noqa: E402
+from assembler.toolchain.cuda import select_cuda  # noqa: E402
+from assembler.toolchain.torchenv import ensure_build_env  # noqa: E402
+from tests.example import EXAMPLE, make_upstreams  # noqa: E402
+
+CUDA = "13.2"
+GLOB_MATCHES = 8  # files a recipe glob is assumed to match when no --plan gives the real count
+GLOB_OVERRIDES = {"csrc/flash_attn/src/flash_fwd_*.cu": 64}  # FA2: hdim x dtype x causal, fwd and split
+RUNNERS = (1, 4, 16)
+
+
+@dataclass(frozen=True)
+class Costs:
+    cxx: float  # one C++ unit
+    cuda_base: float  # one CUDA unit, before its archs (front end, host compile)
+    cuda_arch: float  # one more arch of a CUDA unit
+    hit: float  # any unit, as a warm sccache hit
+    job: float  # per-job overhead: startup, checkout, toolchain, configure, link, pack
+    fetch: float  # a job whose artifact is in the store
+    merge: float  # the merge job
+
+
+@dataclass(frozen=True)
+class Shape:
+    dep: str
+    cxx: int
+    cuda: int
+    archs: int
+
+
+def timed(command: list[str], cwd: str, env: dict[str, str] | None = None, rounds: int = 3) -> float:
+    samples = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        subprocess.run(command, cwd=cwd, env=env, check=True, capture_output=True)
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def with_output(arguments: list[str], output: Path) -> list[str]:
+    out = list(arguments)
+    out[out.index("-o") + 1] = str(output)
+    return out
+
+
+def assemble(ws: Path, cache: Path, *args: str) -> tuple[float, dict[str, object]]:
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), *args, "--json"],
+                          env={**os.environ, "ASSEMBLE_CACHE": str(cache)}, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"assemble {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return time.perf_counter() - started, json.loads(done.stdout)
+
+
+def measure(root: Path) -> Costs:
+    cache = root / "cache"
+    cache.mkdir()
+    for name in ("venvs", "toolchains"):
+        (cache / name).symlink_to(cache_root() / name, target_is_directory=True)
+    ws = root / "ws"
+    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    make_upstreams(ws / "upstreams")
+    vecadd_wall, _ = assemble(ws, cache, "build", "--cuda", CUDA, "--only", "vecadd", "--artifacts", str(root / "out"))
+    assemble(ws, cache, "build", "--cuda", CUDA, "--only", "scalekit", "--only", "rowsum", "--artifacts", str(root / "out"))
+    entries = {Path(e["file"]).name: e for dep in ("vecadd", "scalekit")
+               for e in json.loads((ws / ".assemble" / "compdb" / f"{dep}.json").read_text())}
+    cxx, cu = entries["add_scaled.cpp"], entries["scale.cu"]
+    out = root / "unit.o"
+    cxx_s = timed(with_output(cxx["arguments"], out), cxx["directory"])
+    one_arch = with_output(cu["arguments"], out)
+    two_archs = list(one_arch)
+    at = next(i for i, arg in enumerate(two_archs) if arg.startswith("--generate-code="))
+    two_archs.insert(at + 1, "--generate-code=arch=compute_100a,code=[compute_100a,sm_100a]")
+    cu1 = timed(one_arch, cu["directory"], rounds=2)
+    cu2 = timed(two_archs, cu["directory"], rounds=2)
+    per_arch = max(cu2 - cu1, 0.0)
+    config = sccache.configure("sccache", None, root / "sccache", (root,), None, environ={})
+    with sccache.server(config, "measure") as server:
+        assert server is not None and config.binary is not None
+        env = {**os.environ, **server.client_environment()}
+        launcher = [str(config.binary)]
+        timed(launcher + with_output(cxx["arguments"], out), cxx["directory"], env, rounds=1)  # fill
+        hit = timed(launcher + with_output(cxx["arguments"], out), cxx["directory"], env)
+    # a fresh workspace whose artifact is in the store: what a job costs without compiling
+    fetch_ws = root / "fetch"
+    shutil.copytree(EXAMPLE, fetch_ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    make_upstreams(fetch_ws / "upstreams")
+    fetch, _ = assemble(fetch_ws, cache, "build", "--cuda", CUDA, "--only", "vecadd")
+    merge, _ = assemble(ws, cache, "merge", str(root / "out"))
+    job = max(vecadd_wall - 2 * cxx_s, fetch)  # vecadd: add_scaled.cpp and the generated PyInit stub
+    return Costs(cxx=cxx_s, cuda_base=max(cu1 - per_arch, 0.0), cuda_arch=per_arch, hit=hit, job=job, fetch=fetch, merge=merge)
+
+
+def shapes_from_manifest(manifest: Path) -> tuple[list[Shape], list[str]]:
+    data = tomllib.loads(manifest.read_text())
+    bundle_archs = data["bundle"].get("cuda-archs", [])
+    shapes, notes = [], []
+    for name, dep in data["deps"].items():
+        recipe = dep.get("build", {})
+        sources = list(recipe.get("sources", []))
+        stubs = 0
+        for extension in recipe.get("extensions", []):
+            sources += extension["sources"]
+            stubs += 1
+        cxx = cuda = 0
+        for source in sources:
+            count = GLOB_OVERRIDES.get(source, GLOB_MATCHES) if any(c in source for c in "*?[") else 1
+            if count > 1:
+                notes.append(f"{name}: {source} counted as {count} files")
+            if source.endswith(".cu"):
+                cuda += count
+            else:
+                cxx += count
+        archs = recipe.get("cuda-archs", bundle_archs) if cuda else []
+        shapes.append(Shape(name, cxx + stubs, cuda, len(archs)))
+    return shapes, notes
+
+
+def shapes_from_plan(plan: Path) -> list[Shape]:
+    data = json.loads(plan.read_text())["deps"]
+    shapes = []
+    for name, item in data.items():
+        units = item.get("units") or []
+        cuda = sum(1 for unit in units if unit["language"] == "cuda")
+        shapes.append(Shape(name, item.get("jobs", len(units)) - cuda, cuda, len(item.get("archs", []))))
+    return shapes
+
+
+def unit_times(shape: Shape, costs: Costs, warm: bool) -> list[float]:
+    if warm:
+        return [costs.hit] * (shape.cxx + shape.cuda)
+    return [costs.cxx] * shape.cxx + [costs.cuda_base + shape.archs * costs.cuda_arch] * shape.cuda
+
+
+def makespan(durations: list[float], slots: int) -> float:
+    """Longest first, each to the slot free first."""
+    free = [0.0] * max(1, slots)
+    for duration in sorted(durations, reverse=True):
+        heapq.heappush(free, heapq.heappop(free) + duration)
+    return max(free)
+
+
+def release_time(shapes: list[Shape], costs: Costs, runners: int, cores: int, scenario: str) -> float:
+    if scenario == "warm store":
+        jobs = [costs.fetch for _ in shapes]
+    else:
+        warm = scenario == "warm sccache"
+        if runners == 1:  # one `assemble build`: every dependency's units share the cores
+            units = [t for shape in shapes for t in unit_times(shape, costs, warm)]
+            return costs.job + makespan(units, cores) + costs.merge
+        jobs = [costs.job + makespan(unit_times(shape, costs, warm), cores) for shape in shapes]
+    if runners == 1:
+        return sum(jobs) + costs.merge
+    return makespan(jobs, runners) + costs.fetch + costs.merge  # the merge job starts and fetches the artifacts
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cores", type=int, default=8, help="cores per runner (default 8)")
+    parser.add_argument("--manifest", type=Path, default=ROOT / "deps.toml")
+    parser.add_argument("--plan", type=Path, help="`assemble build --plan --json` output with the exact units")
+    parser.add_argument("--costs", type=Path, help="costs JSON from an earlier run (skips measuring)")
+    args = parser.parse_args()
+    if args.costs:
+        costs = Costs(**json.loads(args.costs.read_text()))
+    else:
+        select_cuda(CUDA)
+        ensure_build_env("2.13.0")
+        with tempfile.TemporaryDirectory(prefix="assemble-bench-release-") as temporary:
+            costs = measure(Path(temporary))
+    print("measured costs (s): " + json.dumps({k: round(v, 3) for k, v in costs.__dict__.items()}))
+    if args.plan:
+        shapes, notes = shapes_from_plan(args.plan), []
+    else:
+        shapes, notes = shapes_from_manifest(args.manifest)
+    for note in notes:
+        print(f"  estimate: {note}")
+    for shape in shapes:
+        print(f"  {shape.dep:<14} {shape.cxx:3d} C++ + {shape.cuda:3d} CUDA units x {shape.archs} arch(s)")
+    scenarios = ("cold", "warm sccache", "warm store")
+    print(f"\nrelease wall time (s), {args.cores} cores per runner:")
+    print(f"  {'runners':>7}  " + "  ".join(f"{s:>13}" for s in scenarios))
+    for runners in RUNNERS:
+        row = [release_time(shapes, costs, runners, args.cores, scenario) for scenario in scenarios]
+        print(f"  {runners:>7}  " + "  ".join(f"{value:13.1f}" for value in row))
+
+
+if __name__ == "__main__":
+    main()
