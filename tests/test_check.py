@@ -64,7 +64,7 @@ def _truncate_series(ws: Path, dep: str, keep: int) -> None:
 
 def _migrated(ws: Path, cache: Path) -> dict[str, tuple[str, dict]]:
     """`assemble patches`' "migrated on our side" per dependency, with the evidence it rests on."""
-    result = assemble("-C", str(ws), "patches", "--offline", "--format", "json", cache=cache)
+    result = assemble("-C", str(ws), "patches", "--format", "json", cache=cache)
     assert result.returncode == 0, result.stderr[-3000:]
     return {d["name"]: (d["migrated_on_fork"], d["migration_evidence"]) for d in json.loads(result.stdout)["deps"]}
 
@@ -149,7 +149,7 @@ def test_half_migrated_series_is_unstable_and_the_build_agrees(example_ws: Path,
     status = _migrated(example_ws, private_cache)
     assert status["vecadd"][0] == "in progress", status
     assert status["vecadd"][1]["summary"].startswith("check: 0 of 1 translation units clean")
-    markdown = assemble("-C", str(example_ws), "patches", "--offline", "--format", "markdown", cache=private_cache).stdout
+    markdown = assemble("-C", str(example_ws), "patches", "--format", "markdown", cache=private_cache).stdout
     assert "in progress (1 patches on" in markdown and "check: 0 of 1 translation units clean" in markdown, markdown
 
     # what check says is exactly where the build stops
