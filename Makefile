@@ -21,6 +21,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check assembler tests benchmarks examples
+	$(BIN)/mypy assembler
 	$(BIN)/python -m pytest -n 2 --durations=15
 
 clean:
