@@ -74,7 +74,7 @@ def test_export_low_churn_after_editing_the_branch(git_workspace: GitWorkspace) 
     git(fork, "commit", "-q", "-m", "Move meta function to Python\n\nForwarded: not-needed\nBug: https://git.invalid/kern/issues/3")
     result = git_workspace.assemble("export", "kern", "--json")
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)[0]
+    report = json.loads(result.stdout)["deps"][0]
     assert report["unchanged"] == [first]
     assert report["written"] == [second, "0003-Move-meta-function-to-Python.patch"]
     assert (git_workspace.patches / first).read_bytes() == before[first]
@@ -86,7 +86,7 @@ def test_export_low_churn_after_editing_the_branch(git_workspace: GitWorkspace) 
     assert series.splitlines()[1:] == [first, second, "0003-Move-meta-function-to-Python.patch"]
     # the exported series checks out to the same tree, and a re-run is a no-op
     assert git_workspace.assemble("checkout", "--json").returncode == 0
-    again = json.loads(git_workspace.assemble("export", "kern", "--json").stdout)[0]
+    again = json.loads(git_workspace.assemble("export", "kern", "--json").stdout)["deps"][0]
     assert again["written"] == [] and again["removed"] == []
 
 
@@ -217,7 +217,7 @@ def test_resolved_conflict_continues_the_series_and_exports(git_workspace: GitWo
     assert log(fork)[:2] == ["Register with STABLE_TORCH_LIBRARY", "Use stable tensor type"]
     refused = git_workspace.assemble("checkout")
     assert refused.returncode == 4 and "assemble export kern" in refused.stderr
-    exported = json.loads(git_workspace.assemble("export", "kern", "--json").stdout)[0]
+    exported = json.loads(git_workspace.assemble("export", "kern", "--json").stdout)["deps"][0]
     assert sorted(exported["written"] + exported["unchanged"]) == names and exported["removed"] == []
     assert "input" in (git_workspace.patches / names[0]).read_text()
     again = git_workspace.assemble("checkout", "--json")
@@ -276,6 +276,6 @@ def test_user_git_configuration_does_not_change_commits_or_patches(git_workspace
     state_file.write_text(json.dumps(state))
     result = run_assemble("-C", str(git_workspace.root), "export", "kern", "--json", env=env)
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)[0]
+    report = json.loads(result.stdout)["deps"][0]
     assert report["written"] == [] and len(report["unchanged"]) == 2
     assert {p.name: p.read_bytes() for p in git_workspace.patches.iterdir()} == originals

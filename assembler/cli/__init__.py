@@ -1,94 +1,241 @@
 """Thin command line: each subcommand module parses its arguments and calls the library.
 
-Subcommand modules import the library inside their handler, so `assemble deps` does not pay
-for torch-, ELF- or build-related imports (startup time is most of a no-op's cost).
+Start-up is most of a no-op's cost, so: only the subcommand named on the command line is
+imported and registered (all of them for ``--help``, completion and an unknown word), and
+subcommand modules import the library inside their handler.
 
 A subcommand module exposes ``register(subparsers)``, which adds its parser and sets
 ``handler`` to a function taking the parsed namespace and returning an exit code.
+
+Every parser, the subcommands' included, takes the global options (-C/--workspace, -v, -q,
+--color, --debug), so they work before or after the subcommand.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
-from typing import NoReturn
+from types import ModuleType
+from typing import Any, NoReturn
 
 from assembler import __version__
-from assembler.cli import (
-    audit,
-    build,
-    cache,
-    check,
-    checkout,
-    deps,
-    export,
-    merge,
-    patches,
-    plan,
-    rebase,
-    sbom,
-    size,
-    verify,
-)
 from assembler.errors import AssembleError, ExitCode, InputError, environment_failure, from_os_error
 
-COMMANDS = [deps, checkout, export, patches, rebase, check, build, plan, verify, merge, audit, sbom, size, cache]
+# Command name -> module under assembler.cli, in the order `assemble --help` lists them.
+COMMAND_MODULES = {
+    "deps": "deps", "checkout": "checkout", "export": "export", "patches": "patches", "rebase": "rebase",
+    "check": "check", "build": "build", "plan": "plan", "verify": "verify", "merge": "merge", "audit": "audit",
+    "sbom": "sbom", "size": "size", "cache": "cache", "completion": "completion",
+}
+
+EXIT_CODES = {
+    ExitCode.OK: "success",
+    ExitCode.CHECK_FAILED: "a gate said no (audit --check, a verify FAIL, a size budget, check not CLEAN)",
+    ExitCode.BAD_INPUT: "bad input: manifest, series, arguments, missing or corrupt files",
+    ExitCode.NETWORK: "a repository or package index could not be reached",
+    ExitCode.WOULD_LOSE_WORK: "uncommitted edits or unexported commits in forks/ would be lost",
+    ExitCode.CONFLICT: "a patch did not apply; the checkout is left to resolve",
+    ExitCode.BUILD_FAILED: "a compiler, CMake or build backend failed",
+    ExitCode.TOOLCHAIN: "the CUDA toolkit or torch asked for is unavailable",
+    ExitCode.LOCKED: "another assemble process holds the workspace lock",
+    ExitCode.ENVIRONMENT: "the machine refused: disk full, read-only file system, permission denied",
+    ExitCode.INTERNAL: "a bug in assemble (--debug shows the traceback)",
+}
+
+ENVIRONMENT_VARIABLES = {
+    "ASSEMBLE_CACHE": "the shared cache (mirrors, toolchains, environments, artifacts); default ~/.cache/assembler",
+    "ASSEMBLE_LOCK_TIMEOUT": "seconds to wait for another process's workspace lock (default 600)",
+    "ASSEMBLE_INSTALLER": "uv (default) or pip: what creates torch environments and the CUDA toolkit",
+    "ASSEMBLE_SCCACHE": "0 or 1: the compiler cache (sccache) off or on, overriding [cache] compiler",
+    "ASSEMBLE_ARTIFACT_STORE": "the shared artifact store (file://, s3://), overriding [cache] artifacts; empty: none",
+    "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE": "1 lets a series name patch files outside the workspace",
+    "SOURCE_DATE_EPOCH": "the timestamp of files in built wheels (default 1980-01-01)",
+    "NO_COLOR": "no colour (unless --color always)",
+    "GITHUB_ACTIONS, CI": "CI logs: per-dependency build logs in ::group:: sections, one line per phase change",
+}
+
+# Variables read by assemble's own child processes, not meant to be set by hand.
+INTERNAL_VARIABLES = ("ASSEMBLE_CUDA_HOME", "ASSEMBLE_NINJA_SAVE", "ASSEMBLE_REAL_NINJA", "ASSEMBLE_SCCACHE_OWNER",
+                      "ASSEMBLE_TEST_SUBPROCESS")
+
+# Global options that take a value (so the word after them is not the subcommand).
+_VALUED_GLOBALS = ("-C", "--workspace", "--color")
+
+
+def _epilog() -> str:
+    codes = "\n".join(f"  {int(code):<3} {text}" for code, text in EXIT_CODES.items())
+    variables = "\n".join(f"  {name}\n      {text}" for name, text in ENVIRONMENT_VARIABLES.items())
+    return (f"exit codes:\n{codes}\n\nenvironment variables:\n{variables}\n\n"
+            "JSON: every command's --format json (--json) prints one document on stdout, "
+            '{"schema": N, "command": ..., "ok": ..., ...}, with "error": {message, hint, exit_code} on failure.')
+
+
+def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
+    """-C, -v, -q, --color and --debug; on a subcommand their default is SUPPRESS, so a value
+    given before the subcommand is kept when none is given after it."""
+
+    def default(value: Any) -> Any:
+        return value if top else argparse.SUPPRESS
+
+    group = parser.add_argument_group("global options (before or after the command)")
+    group.add_argument("-C", "--workspace", type=Path, default=default(None), metavar="DIR",
+                       help="workspace directory (default: nearest directory upward holding deps.toml)")
+    group.add_argument("-v", "--verbose", action="count", default=default(0),
+                       help="more detail (repeatable; audit: the offending and version-setting symbols)")
+    group.add_argument("-q", "--quiet", action="count", default=default(0), help="less on stderr: no progress notes")
+    group.add_argument("--color", choices=("auto", "always", "never"), default=default("auto"),
+                       help="colour on stdout/stderr (default auto: on a terminal, unless NO_COLOR is set)")
+    group.add_argument("--debug", action="store_true", default=default(False),
+                       help="show the Python traceback of an unexpected error (for bug reports)")
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors on the one error path of main (one line, a hint, exit 2)."""
+    """argparse, with its errors on the one error path of main (one line, a hint, exit 2), and
+    the global options on every subcommand parser."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _SubParsers)
 
     def error(self, message: str) -> NoReturn:
         raise InputError(f"{self.prog}: {message}", hint=f"see `{self.prog} --help`")
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
+        add_global_options(parser, top=False)
+        return parser
+
+
+def _command_word(words: list[str]) -> str | None:
+    """The subcommand on the command line: the first word that is not an option or the value of
+    a global option (None when there is none)."""
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--":
+            return words[index + 1] if index + 1 < len(words) else None
+        if word in _VALUED_GLOBALS:
+            index += 2
+            continue
+        if not word.startswith("-"):
+            return word
+        index += 1
+    return None
+
+
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(f"assembler.cli.{COMMAND_MODULES[name]}")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser: with ``only``, just that subcommand's (start-up), else all of them."""
     parser = _Parser(
         prog="assemble",
         description="Carry kernel libraries as pinned forks plus patch series; build one Stable-ABI wheel.",
+        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"assemble {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an unexpected error (for bug reports)")
-    parser.add_argument(
-        "--workspace", "-C", type=Path, default=None,
-        help="workspace directory (default: nearest directory upward holding deps.toml)",
-    )
+    add_global_options(parser, top=True)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
-        command.register(subparsers)
+    for name in [only] if only is not None else COMMAND_MODULES:
+        _module(name).register(subparsers)
     return parser
+
+
+def _wants_json(words: list[str]) -> bool:
+    """--json or --format json on the command line (for an error before the parse finished)."""
+    words = words[: words.index("--")] if "--" in words else words
+    if "--json" in words or "--format=json" in words:
+        return True
+    return any(word == "--format" and index + 1 < len(words) and words[index + 1] == "json" for index, word in enumerate(words))
+
+
+def _unknown_command(word: str) -> InputError:
+    import difflib
+
+    matches = difflib.get_close_matches(word, list(COMMAND_MODULES), n=1, cutoff=0.6)
+    hint = f"did you mean `assemble {matches[0]}`?" if matches else "see `assemble --help` for the commands"
+    return InputError(f"assemble: unknown command {word[:80]!r}", hint=hint)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command. The one error path: an AssembleError, an OSError (disk full, read-only,
     a path that is not what it should be) or an argument error is one line with a hint and a
     documented exit code (errors.ExitCode); anything else is a bug, reported in one line with
-    exit INTERNAL, and with its traceback under --debug."""
-    words = sys.argv[1:] if argv is None else argv
-    debug = "--debug" in words[: words.index("--")] if "--" in words else "--debug" in words
-    try:
-        args = build_parser().parse_args(argv)
-        return int(args.handler(args))
-    except AssembleError as error:
-        return _report(error)
-    except OSError as error:
-        if debug:
-            raise
-        return _report(from_os_error(error))
-    except KeyboardInterrupt:
-        print("interrupted; re-run the same command (or --continue / --abort) to recover", file=sys.stderr)
-        return 130
-    except Exception as error:
-        if debug:
-            raise
-        failed = _git_failure(error)
-        if failed is not None:
-            return _report(failed)
-        return _report(AssembleError(
-            f"internal error: {type(error).__name__}: {error}".splitlines()[0][:500],
-            hint="this is a bug in assemble: re-run with --debug and report the traceback",
-        ), ExitCode.INTERNAL)
+    exit INTERNAL, and with its traceback under --debug. With --format json, stdout carries one
+    JSON document whatever happened (``report.output.envelope``)."""
+    from assembler.report import output
+
+    words = sys.argv[1:] if argv is None else list(argv)
+    before_dashes = words[: words.index("--")] if "--" in words else words
+    debug = "--debug" in before_dashes
+    output.configure()
+    command = _command_word(words)
+    as_json = _wants_json(words)
+    with output.json_session(command or "assemble") as session:
+        code: int
+        error: AssembleError | None = None
+        try:
+            if command is not None and command not in COMMAND_MODULES:
+                raise _unknown_command(command)
+            args = build_parser(command if command in COMMAND_MODULES and command != "completion" else None).parse_args(words)
+            _configure(args)
+            as_json = getattr(args, "format", None) == "json"
+            args.json = as_json
+            code = int(args.handler(args))
+        except AssembleError as failure:
+            error, code = failure, int(failure.exit_code)
+        except OSError as failure:
+            if debug:
+                raise
+            error = from_os_error(failure)
+            code = int(error.exit_code)
+        except KeyboardInterrupt:
+            error = AssembleError("interrupted", hint="re-run the same command (or --continue / --abort) to recover")
+            code = 130
+            print("interrupted; re-run the same command (or --continue / --abort) to recover", file=sys.stderr)
+            _finish(session, as_json, code, error)
+            return code
+        except Exception as failure:
+            if debug:
+                raise
+            error = _git_failure(failure)
+            if error is not None:
+                code = int(error.exit_code)
+            else:
+                error = AssembleError(f"internal error: {type(failure).__name__}: {failure}".splitlines()[0][:500],
+                                      hint="this is a bug in assemble: re-run with --debug and report the traceback")
+                code = int(ExitCode.INTERNAL)
+        if error is not None:
+            _report(error)
+        _finish(session, as_json, code, error)
+        return code
+
+
+def _configure(args: argparse.Namespace) -> None:
+    from assembler.report import output
+
+    output.configure(color=args.color, verbosity=args.verbose - args.quiet)
+
+
+def _finish(session: Any, as_json: bool, code: int, error: AssembleError | None) -> None:
+    """Write the command's JSON inside the envelope (or the failure alone), when JSON was asked."""
+    from assembler.report import output
+
+    if session.emitted and not as_json:  # a command whose only output is a JSON document
+        output.write_json(session.document)
+        return
+    if not as_json:
+        return
+    if session.command == "plan" and session.emitted and error is None:
+        output.write_json(session.document)  # a strategy.matrix document: GitHub reads every key as a matrix axis
+        return
+    detail = None if error is None else {"message": error.message, "hint": error.hint, "exit_code": code}
+    output.write_json(output.envelope(session.command, session.document, code, detail))
 
 
 def _git_failure(error: Exception) -> AssembleError | None:
@@ -112,12 +259,18 @@ def _git_failure(error: Exception) -> AssembleError | None:
         message, hint="check that the repository is readable and not damaged (git fsck), then run the command again")
 
 
-def _report(error: AssembleError, code: ExitCode | None = None) -> int:
-    from rich.console import Console
+def _report(error: AssembleError) -> None:
+    """``error: MESSAGE`` and ``hint: HINT`` on stderr, each one line (never wrapped), red when
+    colour is on; without rich when colour is off (start-up)."""
+    from assembler.report import output
+
+    stream = sys.stderr
+    if not output.color_enabled(stream.isatty()):
+        stream.write(f"error: {error.message}\n" + (f"hint: {error.hint}\n" if error.hint else ""))
+        return
     from rich.markup import escape
 
-    err = Console(stderr=True, highlight=False, soft_wrap=True)
-    err.print(f"[bold red]error:[/] {escape(error.message)}", markup=True, emoji=False)
+    err = output.err_console
+    err.print(f"[bold red]error:[/] {escape(error.message)}", markup=True, emoji=False, soft_wrap=True)
     if error.hint:
-        err.print(f"[bold]hint:[/] {escape(error.hint)}", markup=True, emoji=False)
-    return int(code if code is not None else error.exit_code)
+        err.print(f"[bold]hint:[/] {escape(error.hint)}", markup=True, emoji=False, soft_wrap=True)

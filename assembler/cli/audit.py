@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from assembler.audit.gate import CheckKind, Verdict
+from assembler.cli.common import add_format
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     parser.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="wheel, directory or shared object")
-    parser.add_argument("--json", action="store_true", help="machine-readable output (schema in the README)")
+    add_format(parser)
     parser.add_argument(
         "--check", choices=[kind.value for kind in CheckKind], default=None,
         help="exit 1 when an object uses unstable LibTorch symbols or Requires-Dist torch is below the symbol floor "
@@ -28,7 +29,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "wheel not tagged abi3, or Requires-Python is too low (abi3; objects without CPython symbols always pass); "
         "or any of them (all)",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="list offending and version-setting symbols")
     parser.add_argument(
         "--torch-table", type=Path, default=None, metavar="JSON",
         help="torch shim version table to use or refresh (default: the one shipped with assembler)",
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.json:
         payload = [r.to_json() for r in reports]
-        emit_json(payload[0] if len(payload) == 1 else payload)
+        emit_json(payload[0] if len(payload) == 1 else {"reports": payload})
     else:
         from assembler.audit.report import render
 

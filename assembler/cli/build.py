@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from assembler.cli.common import non_negative_int, positive_float
+from assembler.cli.common import add_format, cuda_version, non_negative_int, positive_float, torch_version
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,10 +24,10 @@ PHASE_STYLE = {
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("build", help="build every dependency (cached) and merge one audited abi3 wheel")
-    parser.add_argument("--cuda", metavar="X.Y", help="CUDA toolkit version (local, else from PyPI); required unless --plan")
+    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, help="CUDA toolkit version (local, else from PyPI); required unless --plan")
     parser.add_argument("--plan", action="store_true",
                         help="check out, then list each dependency's backend, translation units x archs and compile jobs; compile nothing")
-    parser.add_argument("--torch", metavar="VERSION", help="torch to build against (default: [bundle] torch)")
+    parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch to build against (default: [bundle] torch)")
     parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
                         help="compiler processes in all (default 0: one per CPU)")
     parser.add_argument("--memory-gb", type=positive_float, default=None, metavar="GB",
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--output", "-o", type=Path, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
     parser.add_argument("--allow-unstable", action="append", default=[], metavar="DEP",
                         help="let DEP's extensions pass the audit gate though UNSTABLE (recorded in the summary)")
-    parser.add_argument("--json", action="store_true", help="machine-readable summary on stdout, also when the build fails")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 

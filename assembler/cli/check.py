@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from assembler.cli.common import non_negative_int
+from assembler.cli.common import add_format, cuda_version, non_negative_int, torch_version
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -17,13 +17,13 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("check", help="source-level Stable-ABI proof: preprocess every translation unit, no compiling")
     parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to check (default: all)")
-    parser.add_argument("--cuda", metavar="X.Y", help="CUDA toolkit for .cu units (default: the newest already installed: local or cached from PyPI)")
-    parser.add_argument("--torch", metavar="VERSION", help="torch whose headers are read (default: [bundle] torch)")
+    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, help="CUDA toolkit for .cu units (default: the newest already installed: local or cached from PyPI)")
+    parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch whose headers are read (default: [bundle] torch)")
     parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
                         help="translation units scanned at once (default 0: one per CPU)")
     parser.add_argument("--preprocess-only", action="store_true",
                         help="skip the -fsyntax-only pass on clean C++ units (it finds calls hidden by TORCH_FEATURE_VERSION)")
-    parser.add_argument("--json", action="store_true", help="machine-readable report on stdout")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 

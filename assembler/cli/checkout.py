@@ -6,14 +6,16 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
+from assembler.cli.common import add_format
+
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("checkout", help="create or update forks/<dep> with the series applied")
-    parser.add_argument("names", nargs="*", metavar="DEP")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to check out (default: all)")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 

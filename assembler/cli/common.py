@@ -1,14 +1,44 @@
-"""What several commands share: argument types, and opening the workspace so that waiting for
-its lock is said on stderr."""
+"""What several commands share: argument types, the output options, and opening the workspace
+so that waiting for its lock is said on stderr."""
 
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from assembler.workspace import Workspace
+
+
+CUDA_VERSION_RE = re.compile(r"^\d+\.\d+$")
+# A torch release as pip names it: 2.13.0, 2.11.0+cu130, 2.14.0rc1, 2.15.0.dev20260101.
+TORCH_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?((a|b|rc)\d+|\.post\d+|\.dev\d+)*(\+[A-Za-z0-9.]+)?$")
+
+
+def add_format(parser: argparse.ArgumentParser, markdown: bool = False) -> None:
+    """``--format table|json`` (and ``markdown`` where it makes sense) with ``--json`` as its
+    alias: the output contract every command shares (JSON documented in the README)."""
+    choices = ("table", "markdown", "json") if markdown else ("table", "json")
+    parser.add_argument("--format", choices=choices, default="table",
+                        help="table for people (default), json for machines (one document on stdout, schema in the README)"
+                        + (", markdown for a release note" if markdown else ""))
+    parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
+
+
+def cuda_version(text: str) -> str:
+    """argparse type for --cuda: X.Y, checked before anything is fetched (``--cuda 13`` is exit 2 at once)."""
+    if not CUDA_VERSION_RE.match(text):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a CUDA version: expected MAJOR.MINOR (X.Y), e.g. 13.2")
+    return text
+
+
+def torch_version(text: str) -> str:
+    """argparse type for --torch: a torch release (X.Y.Z, optionally +local), checked before anything is fetched."""
+    if not TORCH_VERSION_RE.match(text):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a torch version: expected X.Y.Z, e.g. 2.13.0 or 2.11.0+cu130")
+    return text
 
 
 def non_negative_int(text: str) -> int:

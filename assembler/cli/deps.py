@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from assembler.cli.common import add_format
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("deps", help="list the pinned dependencies and their checkout state")
-    parser.add_argument("names", nargs="*", metavar="DEP")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to list (default: all)")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 

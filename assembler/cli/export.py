@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from assembler.cli.common import add_format
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("export", help="write forks/<dep> commits back to patches/<dep>/ (low churn)")
-    parser.add_argument("names", nargs="+", metavar="DEP")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("names", nargs="+", metavar="DEP", help="dependencies whose fork commits to export")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 
@@ -19,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
 
     results = export_deps(open_workspace(args), args.names)
     if args.json:
-        emit_json([vars(r) for r in results])
+        emit_json({"deps": [vars(r) for r in results]})
         return 0
     for r in results:
         console.print(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from assembler.cli.common import non_negative_int
+from assembler.cli.common import add_format, cuda_version, non_negative_int
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,8 +17,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "reproducible abi3 wheel. Timestamps come from SOURCE_DATE_EPOCH, else 1980-01-01.",
     )
     parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="artifact directory, or a directory of them")
-    parser.add_argument("--cuda", metavar="X.Y", help="CUDA version of the +cuXY label (default: the one the artifacts were built with)")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
+    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, help="CUDA version of the +cuXY label (default: the one the artifacts were built with)")
+    parser.add_argument("--output", "-o", "--out", dest="output", type=Path, default=None, metavar="DIR",
+                        help="where the wheel goes (default: <workspace>/dist; --out is an older spelling)")
     parser.add_argument(
         "--exclude", action="append", default=[], metavar="PATTERN",
         help="another shared library provided at run time, left out of the manylinux check (repeatable; "
@@ -26,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
                         help="threads compressing loose files (default 0: one per CPU, up to 4)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 
@@ -40,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from assembler.wheel.platform import DEFAULT_EXCLUDES
 
     workspace = open_workspace(args)
-    result = merge_artifacts(workspace, args.dirs, args.out, args.cuda, (*DEFAULT_EXCLUDES, *args.exclude), args.jobs)
+    result = merge_artifacts(workspace, args.dirs, args.output, args.cuda, (*DEFAULT_EXCLUDES, *args.exclude), args.jobs)
     if args.json:
         emit_json(result.to_json())
         return 0

@@ -7,14 +7,16 @@ import argparse
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
+from assembler.cli.common import add_format
+
 if TYPE_CHECKING:
     from assembler.upstreaming.status import DepStatus
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("patches", help="status of each carried patch against the tracked upstream branch")
-    parser.add_argument("names", nargs="*", metavar="DEP")
-    parser.add_argument("--format", choices=("table", "markdown", "json"), default="table")
+    parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to report (default: all)")
+    add_format(parser, markdown=True)
     parser.add_argument("--offline", action="store_true", help="use the mirrors as last fetched (says how old they are)")
     parser.set_defaults(handler=run)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+from assembler.cli.common import add_format, cuda_version, torch_version
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -14,10 +16,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "is a strategy.matrix document, {\"include\": [...]}, for fromJSON().",
     )
     parser.add_argument("--matrix", action="store_true", required=True, help="plan the CI fan-out (the only kind of plan)")
-    parser.add_argument("--cuda", metavar="X.Y", required=True, help="CUDA toolkit version the jobs build with (part of each key)")
-    parser.add_argument("--torch", metavar="VERSION", help="torch to build against (default: [bundle] torch)")
+    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, required=True, help="CUDA toolkit version the jobs build with (part of each key)")
+    parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch to build against (default: [bundle] torch)")
     parser.add_argument("--only", action="append", default=[], metavar="DEP", help="plan just this dependency (repeatable)")
-    parser.add_argument("--json", action="store_true", help="the strategy.matrix document on stdout")
+    add_format(parser)  # json: the strategy.matrix document alone (cli.main leaves out the envelope)
     parser.set_defaults(handler=run)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from assembler.cli.common import add_format
+
 if TYPE_CHECKING:
     from assembler.upstreaming.rebase import RebaseReport
 
@@ -14,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "rebase", help="replay a dependency's series onto its tracked upstream branch (drops what landed upstream)",
     )
-    parser.add_argument("name", nargs="?", metavar="DEP")
+    parser.add_argument("name", nargs="?", metavar="DEP", help="the dependency to rebase (with --continue/--abort: optional)")
     parser.add_argument("--onto", metavar="REF|horizon", type=_ref,
                         help="branch, tag or commit to rebase onto (default: the tracked branch); "
                              "'horizon' = the newest commit the whole series applies to")
@@ -23,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--continue", dest="resume", action="store_true", help="go on after resolving a conflict (or after a crash)")
     mode.add_argument("--abort", action="store_true", help="restore the checkout, deps.toml and patches/ as they were")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 

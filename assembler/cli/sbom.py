@@ -7,6 +7,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from assembler.cli.common import add_format
+
 if TYPE_CHECKING:
     from assembler.wheel.sbom import SbomDep
 
@@ -19,8 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "With OLD and NEW: pins, patches and toolchains that changed. Exit 0, or 2 on an unreadable wheel.",
     )
     parser.add_argument("wheels", nargs="+", type=Path, metavar="WHEEL", help="a wheel; two wheels (OLD NEW) to diff")
-    parser.add_argument("--format", choices=("table", "json"), default="table", help="output format (default table)")
-    parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from assembler.cli.common import add_format
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -18,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("path", type=Path, metavar="WHEEL|DIR", help="a wheel, or an unpacked wheel directory")
     parser.add_argument("--budget", metavar="SIZE", help="fail (exit 1) when the wheel is larger, e.g. 400MB or 321MiB")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 

@@ -6,22 +6,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from assembler.cli.common import add_format, torch_version
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "verify", help="prove a wheel loads, registers its ops and runs its smoke calls on several torch versions",
     )
-    parser.add_argument("wheel", type=Path, metavar="WHEEL")
+    parser.add_argument("wheel", type=Path, metavar="WHEEL", help="the merged wheel to verify")
     parser.add_argument(
-        "--torch", action="append", default=[], metavar="VERSION",
+        "--torch", action="append", default=[], metavar="VERSION", type=torch_version,
         help="torch version to verify on (repeatable; default: [bundle] verify-torch)",
     )
     parser.add_argument(
         "--python", action="append", default=[], type=Path, metavar="PATH", dest="pythons",
         help="an interpreter that already has torch: verify on its torch, creating and downloading nothing (repeatable)",
     )
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds one probe may run (default 600)")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS", help="seconds one probe may run (default 600)")
+    add_format(parser)
     parser.set_defaults(handler=run)
 
 

@@ -1,28 +1,91 @@
-"""Shared consoles and JSON emitter so every command prints the same way.
+"""The one place consoles and JSON are made, so every command prints the same way.
 
-``console`` and ``err_console`` are created on first use (module ``__getattr__``): importing
-rich costs ~30 ms, which a ``--json`` run or a no-op should not pay.
+``console`` and ``err_console`` are created on first use (module ``__getattr__``) by
+``make_console``: importing rich costs ~30 ms, which a ``--json`` run or a no-op should not pay.
+Their colour follows ``--color`` and ``NO_COLOR``; without a terminal they never hard-wrap (a
+CI log keeps wheel names and paths on one line) and are wide, so tables do not cut SHAs, paths
+or URLs.
+
+JSON: a command hands its document to ``emit_json``; inside ``cli.main`` (a ``json_session``)
+it is held and written once at the end inside the envelope ``{"schema", "command", "ok", ...}``,
+with an ``error`` object when the command failed (``envelope``). Outside a session (a library
+caller) it is written at once.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     console: Console
     err_console: Console
 
+COLORS = ("auto", "always", "never")
+# Width of a console that is not a terminal: wide enough that no table column is ever cut, while
+# rules and panels (which fill the width) stay printable. COLUMNS, when set, wins.
+PIPED_WIDTH = 1000
+
+
+@dataclass
+class Settings:
+    """The global options every command shares (cli.main sets them from -v/-q/--color)."""
+
+    color: str = "auto"
+    verbosity: int = 0  # -v adds one, -q takes one away
+
+
+settings = Settings()
+
+
+def configure(color: str = "auto", verbosity: int = 0) -> None:
+    """Apply --color and -v/-q; consoles made before are dropped so the next use sees them."""
+    settings.color = color
+    settings.verbosity = verbosity
+    _console.cache_clear()
+
+
+def color_enabled(stream_is_terminal: bool) -> bool:
+    """--color always/never, else colour on a terminal unless NO_COLOR is set (no-color.org)."""
+    if settings.color != "auto":
+        return settings.color == "always"
+    return stream_is_terminal and not os.environ.get("NO_COLOR")
+
+
+def in_ci() -> bool:
+    """Running under a CI service (GITHUB_ACTIONS, CI): logs are read as plain text, later."""
+    return bool(os.environ.get("GITHUB_ACTIONS") or os.environ.get("CI"))
+
+
+def make_console(stderr: bool) -> Console:
+    """The Console for stdout or stderr under the current settings (the one factory)."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    terminal = stream.isatty()
+    colour = color_enabled(terminal)
+    width: int | None = None
+    if not terminal and not os.environ.get("COLUMNS"):
+        width = PIPED_WIDTH
+    return Console(
+        stderr=stderr, highlight=False, soft_wrap=not terminal, width=width,
+        force_terminal=True if settings.color == "always" else None,
+        no_color=not colour, color_system="auto" if colour else None,
+    )
+
 
 @functools.cache
 def _console(stderr: bool) -> Console:
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False)
+    return make_console(stderr)
 
 
 def __getattr__(name: str) -> Console:
@@ -31,9 +94,94 @@ def __getattr__(name: str) -> Console:
     raise AttributeError(name)
 
 
+def note(message: str, level: int = 0) -> None:
+    """A progress or status line on stderr, unless -q brought the verbosity below ``level``
+    (level 1: only with -v). Plain text, never markup; one line, never wrapped when piped."""
+    if settings.verbosity >= level:
+        _console(True).print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def table(title: str | None = None, **options: Any) -> Table:
+    """A rich Table for ``add_columns``."""
+    from rich.table import Table
+
+    return Table(title=title, title_justify="left", **options)
+
+
+def add_columns(grid: Table, *columns: str, text: tuple[str, ...] = ()) -> None:
+    """Columns of ``grid``: those named in ``text`` are free text and fold; every other one
+    holds an identifier (SHA, path, URL, name, number) and is never wrapped nor cut."""
+    for name in columns:
+        if name in text:
+            grid.add_column(name, overflow="fold")
+        else:
+            grid.add_column(name, no_wrap=True, overflow="ignore", min_width=len(name))
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+
+
+@dataclass
+class JsonSession:
+    """What ``cli.main`` knows while a command runs: its name and the document it emitted."""
+
+    command: str
+    document: Any = None
+    emitted: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+_session: JsonSession | None = None
+
+
+@contextmanager
+def json_session(command: str) -> Iterator[JsonSession]:
+    """Hold what ``emit_json`` is given until ``cli.main`` writes the envelope."""
+    global _session
+    previous, _session = _session, JsonSession(command)
+    try:
+        yield _session
+    finally:
+        _session = previous
+
+
 def emit_json(data: Any) -> None:
-    """JSON goes to stdout alone (progress and notes go to stderr), so CI can pipe it."""
+    """JSON goes to stdout alone (progress and notes go to stderr), so CI can pipe it. Within a
+    ``json_session`` it is held for the envelope; else written now."""
+    if _session is not None:
+        _session.document, _session.emitted = data, True
+        return
+    write_json(data)
+
+
+def write_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+
+
+DEFAULT_SCHEMA = 1
+
+
+def envelope(command: str, document: Any, exit_code: int, error: dict[str, Any] | None) -> dict[str, Any]:
+    """The one JSON shape: ``schema`` (the document's own, else 1), ``command``, ``ok`` (exit
+    code 0), the command's keys (a list becomes ``results``) and, when it failed, ``error``
+    ({message, hint, exit_code})."""
+    body: dict[str, Any] = {}
+    if isinstance(document, dict):
+        body = dict(document)
+    elif document is not None:
+        body = {"results": document}
+    out: dict[str, Any] = {"schema": body.pop("schema", DEFAULT_SCHEMA), "command": body.pop("command", command),
+                           "ok": exit_code == 0}
+    body.pop("ok", None)
+    out.update(body)
+    if error is not None:
+        out["error"] = error
+    elif exit_code != 0:
+        out["error"] = {"message": f"{command} finished with exit code {exit_code}", "hint": None, "exit_code": exit_code}
+    elif "error" in out and out["error"] is None:
+        pass  # a command that always carries "error" (build): null on success
+    return out
 
 
 def short(sha: str | None) -> str:

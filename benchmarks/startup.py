@@ -1,0 +1,76 @@
+"""Start-up of the everyday commands, end to end, against `git status` in the same workspace.
+
+A fresh copy of examples/stable-abi is checked out once (mirrors, clones, series) and its
+tracked branches fetched (`assemble patches`); then each of
+`assemble deps`, a no-op `assemble checkout` and `assemble patches --offline` runs in a fresh
+interpreter ``--rounds`` times (median reported), as does `git status` in one checkout for
+comparison. Budget (issue 12): under 100 ms each. With ``--checkout-ratio`` it also runs
+benchmarks/checkout_noop.py (first vs no-op checkout, target >= 10x end to end).
+
+    python benchmarks/startup.py [--rounds 7] [--checkout-ratio]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.example import EXAMPLE, make_upstreams  # noqa: E402
+
+BUDGET_MS = 100.0
+COMMANDS: dict[str, list[str]] = {
+    "assemble deps": ["deps"],
+    "assemble checkout (no-op)": ["checkout"],
+    "assemble patches --offline": ["patches", "--offline"],
+}
+
+
+def median_ms(argv: list[str], env: dict[str, str], rounds: int, cwd: Path | None = None) -> float:
+    """Median wall time of ``argv`` over ``rounds`` runs (after one warm-up run), in ms."""
+    subprocess.run(argv, env=env, cwd=cwd, check=True, capture_output=True)
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        subprocess.run(argv, env=env, cwd=cwd, check=True, capture_output=True)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7, help="runs per command (median reported; default 7)")
+    parser.add_argument("--checkout-ratio", action="store_true", help="also run benchmarks/checkout_noop.py")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        workspace = tmp / "example"
+        shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
+        make_upstreams(workspace / "upstreams")
+        env = {**os.environ, "ASSEMBLE_CACHE": str(tmp / "cache")}
+        assemble = [sys.executable, "-m", "assembler", "-C", str(workspace)]
+        subprocess.run([*assemble, "checkout"], env=env, check=True, capture_output=True)
+        subprocess.run([*assemble, "patches"], env=env, check=True, capture_output=True)  # fetches the tracked branches
+        figures = {name: median_ms([*assemble, *words], env, args.rounds) for name, words in COMMANDS.items()}
+        fork = next(path for path in sorted((workspace / "forks").iterdir()) if path.is_dir())
+        figures["git status (one checkout)"] = median_ms(["git", "status"], env, args.rounds, cwd=fork)
+        python = median_ms([sys.executable, "-c", "pass"], env, args.rounds)
+    print(f"start-up, median of {args.rounds} (python -c pass alone: {python:.1f} ms)")
+    for name, ms in figures.items():
+        verdict = "" if name.startswith("git") else ("  within budget" if ms < BUDGET_MS else f"  OVER the {BUDGET_MS:.0f} ms budget")
+        print(f"  {name:<30} {ms:8.1f} ms{verdict}")
+    if args.checkout_ratio:
+        subprocess.run([sys.executable, str(ROOT / "benchmarks" / "checkout_noop.py"), "--rounds", str(args.rounds)], check=True)
+
+
+if __name__ == "__main__":
+    main()
