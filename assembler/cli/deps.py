@@ -18,7 +18,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from assembler.cli.common import open_workspace
-    from assembler.git.checkout import inspect
+    from assembler.git.condition import inspect
     from assembler.report.output import console, emit_json, short
 
     workspace = open_workspace(args)

@@ -19,7 +19,6 @@ from assembler.git import mirrors
 from assembler.git.process import END_OF_OPTIONS
 from assembler.git.runner import conflicted_files, git_error_line, in_progress_operation, is_dirty, repo_at
 from assembler.git.state import (
-    CheckoutCondition,
     CheckoutResult,
     CheckoutState,
     CheckoutStatus,
@@ -29,32 +28,6 @@ from assembler.git.state import (
 )
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
-
-
-def inspect(workspace: Workspace, dep: Dependency) -> CheckoutCondition:
-    """One word for `assemble deps` (see CheckoutCondition)."""
-    path = workspace.fork_path(dep)
-    if not path.exists():
-        return CheckoutCondition.ABSENT
-    if workspace.rebase_pending(dep.name):
-        return CheckoutCondition.REBASING
-    state = CheckoutState.load(path)
-    if state is None:
-        return CheckoutCondition.FOREIGN
-    repo = repo_at(path)
-    if in_progress_operation(repo):
-        return CheckoutCondition.STOPPED
-    if state.status == CheckoutStatus.STOPPED:
-        return CheckoutCondition.ABORTED if repo.head.commit.hexsha == state.base else CheckoutCondition.UNEXPORTED
-    if state.status != CheckoutStatus.READY:
-        return CheckoutCondition.INTERRUPTED
-    if repo.head.commit.hexsha != state.head:
-        return CheckoutCondition.UNEXPORTED
-    if is_dirty(repo):
-        return CheckoutCondition.DIRTY
-    if state.base != dep.commit or state.series_digest != series_digest(dep):
-        return CheckoutCondition.STALE
-    return CheckoutCondition.READY
 
 
 def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], None] = lambda _: None) -> CheckoutResult:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-
-import git
+from typing import TYPE_CHECKING
 
 from assembler.errors import InputError
+
+if TYPE_CHECKING:
+    import git  # imported where a Repo is made: GitPython costs ~100 ms of start-up
 
 # Commits that assemble creates while applying a series: fixed committer, committer date =
 # author date (git am --committer-date-is-author-date), so SHAs depend only on the inputs.
@@ -33,6 +35,8 @@ END_OF_OPTIONS = "--end-of-options"  # git >= 2.24: what follows is a revision o
 
 def repo_at(path: Path) -> git.Repo:
     """A checkout's repository with the isolated, deterministic environment."""
+    import git
+
     try:
         repo = git.Repo(path)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -42,6 +46,8 @@ def repo_at(path: Path) -> git.Repo:
 
 
 def has_commit(repo: git.Repo, sha: str) -> bool:
+    import git
+
     try:
         repo.git.cat_file("-e", END_OF_OPTIONS, f"{sha}^{{commit}}")
     except git.GitCommandError:
@@ -57,7 +63,11 @@ def is_dirty(repo: git.Repo) -> list[str]:
 
 def in_progress_operation(repo: git.Repo) -> str | None:
     """'am', 'rebase', 'merge' or 'cherry-pick' when the checkout is stopped mid-operation."""
-    git_dir = Path(repo.git_dir)
+    return operation_in(Path(repo.git_dir))
+
+
+def operation_in(git_dir: Path) -> str | None:
+    """in_progress_operation from the git directory alone (no Repo object)."""
     if (git_dir / "rebase-apply").exists():
         return "am" if (git_dir / "rebase-apply" / "applying").exists() else "rebase"
     if (git_dir / "rebase-merge").exists():

@@ -27,7 +27,7 @@ class CheckoutStatus(StrEnum):
 
 
 class CheckoutCondition(StrEnum):
-    """One word per checkout for `assemble deps` (see git.checkout.inspect)."""
+    """One word per checkout for `assemble deps` (see git.condition.inspect)."""
 
     ABSENT = "absent"
     READY = "ready"

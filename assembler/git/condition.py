@@ -1,0 +1,45 @@
+"""One word per checkout for `assemble deps` (``CheckoutCondition``), from the state file, the
+git directory and two plain git processes: no GitPython, so `assemble deps` starts fast."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from assembler.git.process import WorkTree
+from assembler.git.runner import operation_in
+from assembler.git.state import CheckoutCondition, CheckoutState, CheckoutStatus, series_digest
+
+if TYPE_CHECKING:
+    from assembler.manifest import Dependency
+    from assembler.workspace import Workspace
+
+
+def inspect(workspace: Workspace, dep: Dependency) -> CheckoutCondition:
+    """The checkout's condition (see CheckoutCondition)."""
+    from assembler.errors import InputError
+
+    path = workspace.fork_path(dep)
+    if not path.exists():
+        return CheckoutCondition.ABSENT
+    if workspace.rebase_pending(dep.name):
+        return CheckoutCondition.REBASING
+    state = CheckoutState.load(path)
+    if state is None:
+        return CheckoutCondition.FOREIGN
+    tree = WorkTree(path, hint="move it away and run `assemble checkout` again")
+    if not tree.git_dir.is_dir():
+        raise InputError(f"{path} is not a git checkout", hint="move it away and run `assemble checkout` again")
+    if operation_in(tree.git_dir):
+        return CheckoutCondition.STOPPED
+    head = tree.rev("HEAD")
+    if state.status == CheckoutStatus.STOPPED:
+        return CheckoutCondition.ABORTED if head == state.base else CheckoutCondition.UNEXPORTED
+    if state.status != CheckoutStatus.READY:
+        return CheckoutCondition.INTERRUPTED
+    if head != state.head:
+        return CheckoutCondition.UNEXPORTED
+    if tree.out("status", "--porcelain", "--untracked-files=normal"):
+        return CheckoutCondition.DIRTY
+    if state.base != dep.commit or state.series_digest != series_digest(dep):
+        return CheckoutCondition.STALE
+    return CheckoutCondition.READY
