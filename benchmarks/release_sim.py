@@ -214,7 +214,7 @@ def main() -> None:
             costs = measure(Path(temporary))
     print("measured costs (s): " + json.dumps({k: round(v, 3) for k, v in costs.__dict__.items()}))
     if args.plan:
-        shapes, notes = shapes_from_plan(args.plan), []
+        shapes, notes = shapes_from_plan(args.plan), list[str]()
     else:
         shapes, notes = shapes_from_manifest(args.manifest)
     for note in notes:
