@@ -76,12 +76,19 @@ class BuildPlan:
 
 def plan_build(workspace: Workspace, only: tuple[str, ...] = (), note: Callable[[str], None] = lambda _: None) -> BuildPlan:
     """Check out (as `build` does), then plan every selected dependency."""
-    from assembler.git.sync import sync_checkouts
+    from assembler.git.sync import sync_each
 
     deps = workspace.manifest.select(list(only))
     with workspace.lock():
-        checkouts = sync_checkouts(workspace, deps, lambda dep, step: note(f"{dep}: {step}"))
-    return BuildPlan([plan_dep(workspace, dep, checkouts[dep.name].path) for dep in deps])
+        checkouts, failures = sync_each(workspace, deps, lambda dep, step: note(f"{dep}: {step}"))
+    plans = []
+    for dep in deps:
+        if dep.name in failures:  # keep going: the others are still planned
+            plans.append(DepPlan(dep.name, dep.build.backend, workspace.fork_path(dep), dep.torch_target,
+                                 error=failures[dep.name]))
+        else:
+            plans.append(plan_dep(workspace, dep, checkouts[dep.name].path))
+    return BuildPlan(plans)
 
 
 def plan_dep(workspace: Workspace, dep: Dependency, checkout: Path) -> DepPlan:

@@ -21,32 +21,49 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from assembler.cli.common import open_workspace
-    from assembler.git.sync import sync_checkouts
+    from assembler.git.sync import sync_each
 
     started = time.perf_counter()
     workspace = open_workspace(args)
     deps = workspace.manifest.select(args.names)
     spinners = _Spinners(quiet=args.json)
     try:
-        results = list(sync_checkouts(workspace, deps, spinners).values())
+        done, failures = sync_each(workspace, deps, spinners)
     finally:
         spinners.close()
+    results = [done[dep.name] for dep in deps if dep.name in done]
     elapsed = time.perf_counter() - started
+    # keep going: every dependency is tried; the exit code is the first failure's
+    code = int(next(iter(failures.values())).exit_code) if failures else 0
     if args.json:
         from assembler.report.output import emit_json
 
         emit_json({
             "seconds": round(elapsed, 3),
+            "ok": not failures,
             "deps": [
                 {"name": r.dep, "path": str(r.path), "action": r.action, "head": r.head, "patches": r.applied, "fetched": r.fetched}
                 for r in results
             ],
+            "failures": [
+                {"name": name, "message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
+                for name, error in failures.items()
+            ],
         })
-        return 0
+        return code
     for r in results:
         fetched = ", fetched" if r.fetched else ""
         print(f"{r.dep}: {r.action} at {r.head[:12]} ({r.applied} patches{fetched}) -> {r.path}")
-    return 0
+    if failures:
+        import sys
+
+        for name, error in failures.items():
+            print(f"error: {name}: {error.message}", file=sys.stderr)
+            if error.hint:
+                print(f"hint: {error.hint}", file=sys.stderr)
+        if len(failures) > 1 or results:
+            print(f"checkout: {len(failures)} of {len(deps)} dependencies failed ({', '.join(failures)})", file=sys.stderr)
+    return code
 
 
 class _Spinners:

@@ -4,6 +4,7 @@ not needed, with the evidence, and the release table "migrated on fork / migrate
 from __future__ import annotations
 
 import argparse
+import sys
 from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
@@ -27,12 +28,25 @@ def run(args: argparse.Namespace) -> int:
     from assembler.upstreaming.status import dependency_status
 
     workspace = open_workspace(args)
+    from assembler.errors import AssembleError
+
     results = []
+    failures: dict[str, AssembleError] = {}  # keep going: one unreachable mirror does not hide the others
     for dep in workspace.manifest.select(args.names):
         with err_console.status(f"{dep.name}: checking patches against {dep.track}", spinner="dots") if args.format == "table" else nullcontext():
-            results.append(dependency_status(workspace, dep, offline=args.offline))
+            try:
+                results.append(dependency_status(workspace, dep, offline=args.offline))
+            except AssembleError as failed:
+                failures[dep.name] = failed
+    if failures and not results:
+        raise next(iter(failures.values()))
+    code = int(next(iter(failures.values())).exit_code) if failures else 0
+    for name, error in failures.items():
+        print(f"error: {name}: {error.message}" + (f"\nhint: {error.hint}" if error.hint else ""), file=sys.stderr)
     if args.format == "json":
-        emit_json({"workspace": str(workspace.root), "offline": args.offline, "deps": [r.to_json() for r in results]})
+        emit_json({"workspace": str(workspace.root), "offline": args.offline, "deps": [r.to_json() for r in results],
+                   "failures": [{"name": name, "message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
+                                for name, error in failures.items()]})
     elif args.format == "markdown":
         from assembler.upstreaming.table import markdown
 
@@ -40,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         for result in results:
             print_table(result, args.offline)
-    return 0
+    return code
 
 
 def print_table(status: DepStatus, offline: bool) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import git
 
-from assembler.errors import ConflictError, ManifestError, WouldLoseWorkError
+from assembler.errors import AssembleError, ConflictError, ManifestError, WouldLoseWorkError
 from assembler.fsutil import ignored_dir
 from assembler.git import mirrors
 from assembler.git.process import END_OF_OPTIONS
@@ -133,7 +133,14 @@ def _init_submodules(workspace: Workspace, dep: Dependency, repo: git.Repo) -> N
         except git.GitCommandError:
             raise ManifestError(f"deps.toml: deps.{dep.name}.submodules: {sub!r} is not in the checkout at {dep.commit[:12]}",
                                 hint="fix `submodules` in deps.toml (paths from .gitmodules)") from None
-        sub_mirror, _ = mirrors.ensure_commit(workspace.manifest, url, sha)
+        try:
+            sub_mirror, _ = mirrors.ensure_commit(workspace.manifest, url, sha)
+        except AssembleError as error:  # name the dependency, the submodule and where it was looked for
+            raise type(error)(
+                f"{dep.name}: submodule {sub} ({url} at {sha[:12]}): {error.message}",
+                hint=f'give the submodule a mirror: [mirrors] "{url}" = "/path/to/a/copy" in deps.toml '
+                     "(submodule URLs are rewritten like any other; with and without .git are different URLs)",
+            ) from None
         repo.git.config(f"submodule.{name}.url", str(sub_mirror.path))
         repo.git.execute(["git", "-c", "protocol.file.allow=always", "submodule", "update", "--init", "--quiet", "--", sub])
 

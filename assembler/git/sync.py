@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-from assembler.errors import ConflictError
+from assembler.errors import AssembleError, ConflictError
 from assembler.git.state import CheckoutResult, CheckoutState, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace, locked
@@ -30,16 +30,33 @@ def refuse_during_rebase(workspace: Workspace, deps: list[Dependency]) -> None:
 
 @locked
 def sync_checkouts(workspace: Workspace, deps: list[Dependency], on_step: Step = lambda *_: None) -> dict[str, CheckoutResult]:
-    """Every checkout of ``deps`` up to date; refused during a rebase."""
+    """Every checkout of ``deps`` up to date; refused during a rebase; the first failure raises."""
+    refuse_during_rebase(workspace, deps)
+    return {dep.name: _sync_one(workspace, dep, on_step) for dep in deps}
+
+
+@locked
+def sync_each(
+    workspace: Workspace, deps: list[Dependency], on_step: Step = lambda *_: None,
+) -> tuple[dict[str, CheckoutResult], dict[str, AssembleError]]:
+    """Like :func:`sync_checkouts`, but keeps going past a dependency that fails, so one
+    unreachable mirror does not hide the state of the others: (results, failures by name)."""
     refuse_during_rebase(workspace, deps)
     results: dict[str, CheckoutResult] = {}
+    failures: dict[str, AssembleError] = {}
     for dep in deps:
-        path = workspace.fork_path(dep)
-        state = CheckoutState.load(path) if path.exists() else None
-        if state is not None and is_up_to_date(state, dep, series_digest(dep)):
-            results[dep.name] = CheckoutResult.unchanged(dep, path, state)
-            continue
-        from assembler.git.checkout import checkout
+        try:
+            results[dep.name] = _sync_one(workspace, dep, on_step)
+        except AssembleError as error:
+            failures[dep.name] = error
+    return results, failures
 
-        results[dep.name] = checkout(workspace, dep, functools.partial(on_step, dep.name))
-    return results
+
+def _sync_one(workspace: Workspace, dep: Dependency, on_step: Step) -> CheckoutResult:
+    path = workspace.fork_path(dep)
+    state = CheckoutState.load(path) if path.exists() else None
+    if state is not None and is_up_to_date(state, dep, series_digest(dep)):
+        return CheckoutResult.unchanged(dep, path, state)
+    from assembler.git.checkout import checkout
+
+    return checkout(workspace, dep, functools.partial(on_step, dep.name))

@@ -1,0 +1,72 @@
+"""One failing dependency does not hide the others: checkout, patches and build --plan try
+every dependency, report every failure and exit with the first failure's code; a submodule
+whose mirror is missing is named with its dependency, path, URL and the [mirrors] fix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from tests.conftest import GitWorkspace
+from tests.gitrepo import Repo, git
+
+BROKEN = '''
+[deps.gone]
+upstream = "https://git.invalid/gone"   # [mirrors] maps it to remotes/gone, which does not exist
+commit = "{commit}"
+track = "main"
+'''
+
+
+def _add_unreachable_dep(ws: GitWorkspace) -> None:
+    ws.manifest.write_text(ws.manifest.read_text() + BROKEN.format(commit=ws.base))
+
+
+def test_checkout_keeps_going_past_an_unreachable_dependency(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    # the failing dependency comes first in deps.toml order: kern must still be checked out
+    text = ws.manifest.read_text()
+    head, deps = text.split("[deps.kern]")
+    ws.manifest.write_text(head + BROKEN.format(commit=ws.base) + "\n[deps.kern]" + deps)
+    result = ws.assemble("checkout")
+    assert result.returncode == 2, (result.returncode, result.stderr)  # the failure's own code (a missing local mirror)
+    assert "error: gone: " in result.stderr and "Traceback" not in result.stderr
+    assert "kern: " in result.stdout and (ws.fork / "csrc" / "kern.cpp").is_file()
+    assert "1 of 2 dependencies failed (gone)" in result.stderr
+
+    payload = json.loads(ws.assemble("checkout", "--json").stdout)
+    assert [d["name"] for d in payload["deps"]] == ["kern"] and payload["ok"] is False
+    assert [(f["name"], f["exit_code"]) for f in payload["failures"]] == [("gone", 2)]
+
+
+def test_patches_keeps_going_past_an_unreachable_dependency(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    _add_unreachable_dep(ws)
+    result = ws.assemble("patches", "--format", "json")
+    assert result.returncode == 2, result.stderr
+    payload = json.loads(result.stdout)
+    assert [d["name"] for d in payload["deps"]] == ["kern"]
+    assert [f["name"] for f in payload["failures"]] == ["gone"] and "error: gone: " in result.stderr
+    # only failures: the plain error path, nothing on stdout for people to misread
+    only = ws.assemble("patches", "gone")
+    assert only.returncode == 2 and "Traceback" not in only.stderr
+
+
+def test_missing_submodule_mirror_names_dependency_path_url_and_fix(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    sub = Repo(ws.root / "remotes" / "cutlass")
+    sub.commit("cutlass headers", {"include/cute.h": "// cute\n"})
+    upstream = ws.upstream
+    upstream.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub.path), "third-party/cutlass")
+    upstream.git("config", "-f", ".gitmodules", "submodule.third-party/cutlass.url", "https://git.invalid/cutlass")
+    upstream.git("add", ".gitmodules")
+    new_base = upstream.commit("Add cutlass submodule", {})
+    shutil.rmtree(sub.path)  # the submodule's mirror is missing
+    ws.manifest.write_text(ws.manifest.read_text().replace(ws.base, new_base)
+                           .replace('track = "main"\n', 'track = "main"\nsubmodules = ["third-party/cutlass"]\n'))
+    result = ws.assemble("checkout")
+    assert result.returncode in (2, 3), result.stderr
+    message = result.stderr
+    assert "kern: submodule third-party/cutlass (https://git.invalid/cutlass at " in message, message
+    assert '[mirrors] "https://git.invalid/cutlass"' in message, message
+    assert git(ws.fork, "rev-parse", "HEAD") == new_base or not (ws.fork / "third-party" / "cutlass" / "include").exists()
