@@ -163,7 +163,8 @@ def main(plan_path: str, out_path: str) -> int:
         site.addsitedir(site_dir)  # .pth files of the wheel, as a real install would process
         has_cuda = torch.version.cuda is not None
         gpu = bool(has_cuda and torch.cuda.is_available())
-        rec.emit(event="env", torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu, python=sys.version.split()[0])
+        torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")  # whose exports a load failure is checked against
+        rec.emit(event="env", torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu, python=sys.version.split()[0], torch_lib=torch_lib)
         for ext in plan["preload"]:  # a restarted probe: what the dead one had loaded, already reported
             rec.emit(event="start", dep=None, step=f"reloading {ext['path']}")
             with contextlib.suppress(BaseException):  # its failure is in the first probe's report

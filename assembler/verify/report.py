@@ -21,11 +21,84 @@ class Status(StrEnum):
 
 
 @dataclass(frozen=True)
+class Diagnosis:
+    """Why an extension did not load (see verify.diagnose): the symbol, who needs it, and which
+    torch versions of this run export it, read from their own libraries."""
+
+    symbol: str  # as the loader named it (mangled)
+    demangled: str  # the C++ name (the symbol itself when it is not a C++ one)
+    extension: str  # the extension being loaded
+    dependency: str | None  # whose extension it is (None: no dependency claims it)
+    needed_by: str  # the object that imports the symbol (the extension, or a library it pulls in)
+    needed_by_dependency: str | None
+    torch: str  # the installed torch it failed on
+    present_in: tuple[str, ...]  # installed torch versions of this run whose libraries export it
+    absent_in: tuple[str, ...]
+    exported_by: dict[str, str]  # installed torch -> the library exporting it
+    last_seen: str | None  # the newest torch older than ``torch`` that exports it
+    first_seen: str | None  # else the oldest newer one that does
+    shim_introduced: str | None  # a stable-ABI shim symbol: the release that added it (shim table)
+    also_missing: tuple[str, ...] = ()  # other imports of ``needed_by`` this torch lacks and another exports (demangled)
+    also_missing_count: int = 0
+
+    @property
+    def verdict(self) -> str:
+        """One phrase: what the torch table says about the symbol."""
+        if self.last_seen:
+            text = f"last seen in torch {self.last_seen}"
+        elif self.first_seen:
+            text = f"first exported by torch {self.first_seen} among those verified"
+        elif self.torch in self.present_in:
+            text = f"torch {self.torch} does export it ({self.exported_by[self.torch]}): not a torch version mismatch"
+        else:
+            text = "exported by no torch verified"
+        if self.shim_introduced:
+            text += f"; added in torch {self.shim_introduced} (stable shim table)"
+        return text
+
+    @property
+    def evidence(self) -> str:
+        present = ", ".join(f"{t} ({self.exported_by[t]})" for t in self.present_in) or "none"
+        return f"present in {present}, absent in {', '.join(self.absent_in) or 'none'}"
+
+    def owner(self) -> str:
+        dep = self.needed_by_dependency if self.needed_by != self.extension else self.dependency
+        return f"{self.needed_by} ({f'dependency {dep}' if dep else 'no dependency claims it'})"
+
+    def lines(self) -> list[str]:
+        symbol = self.demangled if self.demangled == self.symbol else f"{self.demangled}  [{self.symbol}]"
+        loading = self.extension + (f" (dependency {self.dependency})" if self.dependency else "")
+        out = [
+            f"missing symbol  {symbol}",
+            f"needed by       {self.owner()}",
+            *([f"while loading   {loading}"] if self.needed_by != self.extension else []),
+            f"torch table     {self.verdict}: {self.evidence}",
+        ]
+        if self.also_missing_count:
+            more = self.also_missing_count - len(self.also_missing)
+            out.append(f"also missing    {self.also_missing_count} more: " + "; ".join(self.also_missing) + (f"; and {more} more" if more else ""))
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.update(verdict=self.verdict, also_missing=list(self.also_missing), present_in=list(self.present_in),
+                    absent_in=list(self.absent_in))
+        return data
+
+
+@dataclass(frozen=True)
 class Check:
     kind: str  # "load", "op", "smoke", "cuda" (a whole-dependency skip) or "process"
     target: str  # extension path, op schema, or ""
     status: Status
     detail: str = ""
+    diagnosis: Diagnosis | None = None  # a load that failed on an undefined symbol
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": self.kind, "target": self.target, "status": self.status.value, "detail": self.detail}
+        if self.diagnosis is not None:
+            data["diagnosis"] = self.diagnosis.to_json()
+        return data
 
 
 @dataclass
@@ -57,6 +130,8 @@ class Cell:
         target = "" if first.target in first.detail else f" {first.target}"
         where = {"load": f"load{target}: ", "smoke": "smoke: "}.get(first.kind, "")
         text = where + first.detail
+        if first.diagnosis is not None:
+            text += f"; {first.diagnosis.verdict}: {first.diagnosis.evidence}"
         passed = [check for check in self.checks if check.status is Status.PASS]
         if status is Status.SKIPPED and passed:
             text += f" ({_passed(passed)} PASS)"
@@ -65,7 +140,7 @@ class Cell:
     def to_json(self) -> dict[str, Any]:
         return {
             "dep": self.dep, "torch": self.torch, "status": self.status.value, "reason": self.reason,
-            "checks": [{**asdict(check), "status": check.status.value} for check in self.checks],
+            "checks": [check.to_json() for check in self.checks],
         }
 
 
@@ -140,6 +215,15 @@ class VerifyReport:
                 row.append(f"[bold {style}]{cell.status.value}[/] {escape(cell.reason)}")
             table.add_row(*row)
         console.print(table)
+        failures = [(cell, check) for cell in self.cells.values() for check in cell.checks if check.diagnosis is not None]
+        if failures:
+            console.print("load failures (symbols from the torch libraries of the verify environments):", soft_wrap=True)
+        for cell, check in failures:
+            assert check.diagnosis is not None
+            console.print(f"  {escape(cell.dep)} on torch {escape(check.diagnosis.torch)}: {escape(check.target)} does not load",
+                          soft_wrap=True, highlight=False)
+            for line in check.diagnosis.lines():
+                console.print(f"    {escape(line)}", soft_wrap=True, highlight=False)
         if self.specs:
             console.print(f"specs: {escape(self.specs['detail'])}", soft_wrap=True)
         summary = ", ".join(f"{self.count(s)} {s.value}" for s in Status)

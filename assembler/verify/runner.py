@@ -35,6 +35,7 @@ from assembler.manifest.model import Manifest
 from assembler.system import available_cpus
 from assembler.toolchain.installer import install, installer
 from assembler.verify.contents import ExtensionFile, attribute, scan
+from assembler.verify.diagnose import ProbedTorch, diagnose_loads
 from assembler.verify.envs import TorchEnv, ensure_torch_env, interpreter_env
 from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
 from assembler.verify.specs import DepSpec, Specs, resolve_specs
@@ -111,6 +112,10 @@ def verify_wheel(
         progress(f"verifying on torch {', '.join(env.requested for env in envs)}")
         with ThreadPoolExecutor(max_workers=min(len(envs), available_cpus())) as pool:
             states = list(pool.map(lambda pair: _probe(pair[0], pair[1], plan, Path(scratch), timeout), zip(envs, sites, strict=True)))
+        diagnose_loads([  # while the wheel is still installed: the failing objects' other imports are read too
+            ProbedTorch(state.env["torch"], Path(state.env["torch_lib"]) if state.env.get("torch_lib") else None, site, state.checks)
+            for site, state in zip(sites, states, strict=True) if state.env is not None
+        ], plan, [dep.name for dep in specs.deps], progress)
     infos = []
     cells: dict[tuple[str, str], Cell] = {}
     for env, state in zip(envs, states, strict=True):
