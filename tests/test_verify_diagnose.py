@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from assembler.audit.torchdata import format_version, load_table
 from assembler.toolchain.venv import site_packages
 from assembler.verify.diagnose import EXPORTS_DIR, ProbedTorch, diagnose, missing_symbol, torch_exports
 from assembler.verify.envs import TorchEnv
@@ -119,3 +120,14 @@ def test_missing_symbol_reads_the_loader_message() -> None:
     assert missing_symbol("ImportError: /x/_C.so: undefined symbol: aoti_torch_foo, version V1") == ("aoti_torch_foo", "/x/_C.so")
     assert missing_symbol("undefined symbol: bar") == ("bar", None)
     assert missing_symbol("OSError: libcudart.so.13: cannot open shared object file") is None
+
+
+def test_a_shim_symbol_gets_its_release_from_the_shim_table(tmp_path: Path) -> None:
+    """No verified torch exports it (empty tables here): the audit's shim table still dates it."""
+    table = load_table()
+    symbol, added = max(table.versions.items(), key=lambda item: item[1])
+    failing = ProbedTorch("2.10.0", None, tmp_path)
+    found = diagnose(symbol, "pkg/_C.abi3.so", "pkg/_C.abi3.so", "kern", failing, {}, {"pkg/_C.abi3.so": "kern"})
+    assert found.demangled == symbol and found.last_seen is None and found.first_seen is None
+    assert found.shim_introduced == format_version(added)
+    assert found.verdict == f"exported by no torch verified; added in torch {format_version(added)} (stable shim table)"
