@@ -421,7 +421,7 @@ def test_crash_after_export_is_recoverable(git_workspace: GitWorkspace, monkeypa
     monkeypatch.setenv("ASSEMBLE_CACHE", str(ws.cache))
     finish = journal.finish
 
-    def crash(*args: object) -> None:
+    def crash(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
     for recovery, edit in (("--abort", False), ("--abort", True), ("--continue", False)):

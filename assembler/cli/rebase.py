@@ -25,6 +25,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--continue", dest="resume", action="store_true", help="go on after resolving a conflict (or after a crash)")
     mode.add_argument("--abort", action="store_true", help="restore the checkout, deps.toml and patches/ as they were")
+    mode.add_argument("--undo", action="store_true",
+                      help="put back the state before the last finished rebase of DEP (kept until its next rebase)")
+    mode.add_argument("--drop", "--skip", dest="drop", metavar="PATCH", action="append",
+                      help="during a stopped rebase: leave PATCH out of the new series (recorded as dropped by you); repeatable")
     add_format(parser)
     parser.set_defaults(handler=run)
 
@@ -55,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
     from assembler.upstreaming import rebase
     from assembler.upstreaming.rebase import RebaseStatus
 
-    if (args.resume or args.abort) and (args.onto or args.upstream or args.dry_run):
-        raise InputError("--continue and --abort take no --onto, --upstream or --dry-run",
+    if (args.resume or args.abort or args.undo or args.drop) and (args.onto or args.upstream or args.dry_run):
+        raise InputError("--continue, --abort, --undo and --drop take no --onto, --upstream or --dry-run",
                          hint="they carry on (or undo) the rebase already started")
-    if not (args.resume or args.abort) and not args.name:
+    if not (args.resume or args.abort or args.drop) and not args.name:
         raise InputError("which dependency?", hint="assemble rebase DEP (see `assemble deps`)")
     workspace = open_workspace(args)
     with err_console.status("rebase", spinner="dots") as spinner:
@@ -67,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
 
         if args.abort:
             report = rebase.abort(workspace, args.name)
+        elif args.drop:
+            report = rebase.drop(workspace, args.name, args.drop, on_step=step)
+        elif args.undo:
+            report = rebase.undo(workspace, workspace.manifest.select([args.name])[0])
         elif args.resume:
             report = rebase.resume(workspace, args.name, on_step=step)
         else:
@@ -82,8 +90,9 @@ def run(args: argparse.Namespace) -> int:
         conflict = report.conflicts[0]
         raise ConflictError(
             f"{report.dep}: patch {conflict.name} conflicts with {report.onto_label} in {', '.join(conflict.files) or 'the tree'}",
-            hint=f"resolve in {report.checkout}, `git add` the files, then `assemble rebase --continue {report.dep}` "
-                 f"(or `assemble rebase --abort {report.dep}`)",
+            hint=f"resolve in {report.checkout} (`git checkout --conflict=zdiff3 FILE` shows the base version too), `git add` "
+                 f"the files, then `assemble rebase --continue {report.dep}` (or `assemble rebase {report.dep} --drop "
+                 f"{conflict.name}`, or `assemble rebase --abort {report.dep}`)",
         )
     return 0
 
@@ -98,10 +107,14 @@ def print_report(report: RebaseReport) -> None:
         console.print(escape(text))
 
     verb = {RebaseStatus.DONE: "rebased", RebaseStatus.DRY_RUN: "would rebase", RebaseStatus.STOPPED: "stopped rebasing",
-            RebaseStatus.UP_TO_DATE: "up to date with", RebaseStatus.ABORTED: "aborted the rebase onto"}[report.status]
+            RebaseStatus.UP_TO_DATE: "up to date with", RebaseStatus.ABORTED: "aborted the rebase onto",
+            RebaseStatus.UNDONE: "undid the rebase onto"}[report.status]
     say(f"{report.dep}: {verb} {report.onto_label} {short(report.new_base)}"
         + (f" (base {short(report.old_base)} -> {short(report.new_base)}, {report.crossed} upstream commits crossed)"
            if report.status != RebaseStatus.ABORTED and report.new_base != report.old_base else ""))
+    if report.status == RebaseStatus.UNDONE:
+        say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before that rebase (base {short(report.new_base)})")
+        return
     if report.status == RebaseStatus.ABORTED:
         kept = " (except what was edited during the rebase: see the warnings)" if report.warnings else ""
         say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before{kept}")
@@ -109,8 +122,17 @@ def print_report(report: RebaseReport) -> None:
     if report.applied:
         say(f"  applied ({len(report.applied)}): {', '.join(report.applied)}")
     for dropped in report.dropped:
+        if dropped.how == "dropped-by-you":
+            say(f"  dropped by you: {dropped.name} (not upstream)")
+            continue
         carrier = f" = {short(dropped.commit)} {dropped.commit_subject}" if dropped.commit else ""
         say(f"  dropped as upstream: {dropped.name} ({dropped.how}{carrier})")
+    if report.range_diff:
+        counts = {mark: sum(e.mark == mark for e in report.range_diff) for mark in "=!<>"}
+        say(f"  range-diff: {counts['=']} unchanged, {counts['!']} changed, {counts['<']} dropped, {counts['>']} added")
+        for entry in report.range_diff:
+            detail = {"!": f" ({entry.hunks} hunk{'s' if entry.hunks != 1 else ''} differ)", "<": " (dropped)", ">": " (added)"}.get(entry.mark, "")
+            say(f"    {entry.mark} {entry.old or entry.new} {entry.subject}{detail}")
     for conflict in report.conflicts:
         say(f"  conflict: {conflict.name} in {', '.join(conflict.files)}")
     if report.horizon is not None:

@@ -29,6 +29,9 @@ from assembler.git.state import (
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
 
+# How a series becomes commits: deterministic for any subject and any file content.
+AM_ARGS = ("-3", "--quiet", "--committer-date-is-author-date", "--keep-non-patch", "--keep-cr")
+
 
 def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], None] = lambda _: None) -> CheckoutResult:
     """Make forks/<dep> match the manifest, never discarding work that is not in the series."""
@@ -159,12 +162,15 @@ def _submodule_name(repo: git.Repo, path: str) -> str:
 
 def apply_series(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutState) -> dict[str, str]:
     """One ``git am -3`` over the whole series, so that after a conflict ``git am --continue``
-    applies the rest of it too. Returns commit SHA -> patch file name. On a failed hunk the
+    applies the rest of it too. ``--keep-non-patch`` strips only ``[PATCH...]`` from subjects
+    (``[FIX] ...`` stays, as in the commit that was exported or rebased, so the SHAs agree);
+    ``--keep-cr`` keeps CRLF line endings inside the patched files (git's mailsplit would
+    otherwise strip them, changing the content). Returns commit SHA -> patch file name. On a failed hunk the
     state becomes "stopped" and the checkout is left in ``git am`` for the user."""
     if not dep.series:
         return {}
     try:
-        repo.git.am("-3", "--quiet", "--committer-date-is-author-date", "--", *(str(dep.patches_dir / n) for n in dep.series))
+        repo.git.am(*AM_ARGS, "--", *(str(dep.patches_dir / n) for n in dep.series))
     except git.GitCommandError as exc:
         done = int(repo.git.rev_list("--count", END_OF_OPTIONS, f"{state.base}..HEAD"))
         name = dep.series[min(done, len(dep.series) - 1)]

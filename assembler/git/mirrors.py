@@ -18,16 +18,17 @@ import filelock
 import git
 
 from assembler.cache import cache_root
-from assembler.errors import InputError, NetworkError
+from assembler.errors import InputError, ManifestError, NetworkError
 from assembler.fsutil import remove_stale, temporary_path
 from assembler.git.process import END_OF_OPTIONS
-from assembler.git.runner import QUIET_ENV, has_commit
+from assembler.git.runner import QUIET_ENV, git_error_line, has_commit
 from assembler.manifest import Manifest
 from assembler.manifest.refname import branch_problem
 from assembler.manifest.values import url_problem
 
 # Upstream branches land under refs/remotes/origin/ so fetch --prune never touches our refs.
 FETCH_REFSPECS = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
+FETCHED_STAMP = "assemble-fetched"  # its mtime: the last fetch that succeeded
 
 
 @dataclass
@@ -43,9 +44,16 @@ class Mirror:
         return repo
 
     def last_fetched(self) -> float | None:
-        """Unix time of the last successful fetch, or None if never fetched."""
-        stamp = self.path / "FETCH_HEAD"
+        """Unix time of the last successful fetch by assemble, or None if never fetched. Not
+        FETCH_HEAD's: git truncates that file even when a fetch fails."""
+        stamp = self.path / FETCHED_STAMP
         return stamp.stat().st_mtime if stamp.exists() else None
+
+    def record_fetch(self) -> None:
+        """Called after a fetch succeeded: its time is the stamp's mtime."""
+        stamp = self.path / FETCHED_STAMP
+        stamp.touch()
+        os.utime(stamp)
 
 
 def mirror_path(url: str) -> Path:
@@ -121,11 +129,33 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
         print(f"note: {mirror.path.parent} is read-only: not fetching {mirror.fetch_url}, using it as {age_text(mirror.last_fetched())}",
               file=sys.stderr)
         return
+    missing = _missing_local(mirror.fetch_url)
+    if missing is not None:
+        via = f" ([mirrors] maps {mirror.url} there)" if mirror.fetch_url != mirror.url else ""
+        raise ManifestError(f"{mirror.fetch_url}: no such repository on this machine{via}",
+                            hint=f"check the path in deps.toml ({'[mirrors]' if via else 'upstream/source'}); {missing}")
     with filelock.FileLock(f"{mirror.path}.lock"):
         try:
             mirror.repo.git.fetch("--prune", "--quiet", END_OF_OPTIONS, "origin", *(refs or FETCH_REFSPECS))
         except git.GitCommandError as exc:
             raise network_error(mirror, exc) from None
+        if not refs:
+            mirror.record_fetch()
+
+
+def _missing_local(fetch_url: str) -> str | None:
+    """For a fetch URL that is a path on this machine (or file://) that does not exist: what is
+    wrong with it (a configuration error, not a network one); None otherwise."""
+    if fetch_url.startswith("file://"):
+        path = Path(fetch_url[len("file://"):])
+    elif "://" in fetch_url or re.match(r"^[^/]+:", fetch_url):  # a URL, or scp-like host:path
+        return None
+    else:
+        path = Path(fetch_url)
+    if path.exists():
+        return None
+    parent = next((p for p in path.parents if p.exists()), None)
+    return f"{path} does not exist" + (f" (the nearest existing directory is {parent})" if parent else "")
 
 
 def _read_only(path: Path) -> bool:
@@ -138,8 +168,8 @@ def _read_only(path: Path) -> bool:
 
 
 def network_error(mirror: Mirror, exc: git.GitCommandError) -> NetworkError:
-    stderr = (exc.stderr or "").strip().replace("stderr: ", "").strip("'\n ")
-    reason = stderr.splitlines()[-1] if stderr else f"git exited with {exc.status}"
+    """git's first meaningful line (not its closing "and the repository exists.")."""
+    reason = git_error_line(exc.stderr, exc.status if isinstance(exc.status, int | str) else None)
     via = f" (via [mirrors]: {mirror.url})" if mirror.fetch_url != mirror.url else ""
     prefix = "/".join(mirror.url.split("/")[:3]) + "/" if "://" in mirror.url else mirror.url
     return NetworkError(

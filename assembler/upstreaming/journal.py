@@ -103,6 +103,11 @@ class Journal:
     # "deps.toml" / "patches" -> [digest before the rebase wrote it, digest of what it wrote
     # (None while writing)]; see Backup.restorable
     wrote: dict[str, list[str | None]] = field(default_factory=dict)
+    # picks that vanished while the user drove git (``git rebase --skip``): dropped only when
+    # assemble finds their change in the result, or the user confirms (``--drop NAME``)
+    skipped: list[Pick] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)  # patch names the user chose to drop
+    range_diff: str | None = None  # `git range-diff` of the old series against the new one
     version: int = VERSION
 
     @classmethod
@@ -114,6 +119,7 @@ class Journal:
         data["planned"] = [Pick(**p) for p in data["planned"]]
         data["picks"] = [Pick(**p) for p in data["picks"]]
         data["dropped"] = [Dropped(**d) for d in data["dropped"]]
+        data["skipped"] = [Pick(**p) for p in data.get("skipped", [])]
         if data.get("stopped") is not None:
             data["stopped"] = Stopped(**data["stopped"])
         return cls(**data)
@@ -127,8 +133,14 @@ def journal_dir(workspace: Workspace, name: str) -> Path:
     return rebase_dir(workspace) / name
 
 
-def load(workspace: Workspace, name: str) -> Journal | None:
-    path = journal_dir(workspace, name) / JOURNAL
+def undo_dir(workspace: Workspace, name: str) -> Path:
+    """Where the journal and backups of the last finished rebase of ``name`` are kept, for
+    ``--undo``, until the next rebase of it finishes (or it is undone)."""
+    return rebase_dir(workspace) / ".undo" / name
+
+
+def load(workspace: Workspace, name: str, directory: Path | None = None) -> Journal | None:
+    path = (directory or journal_dir(workspace, name)) / JOURNAL
     if not path.is_file():
         return None
     try:
@@ -246,8 +258,8 @@ def begin(workspace: Workspace, journal: Journal, patches_dir: Path, checkout_fi
 class Backup:
     """The archive ``begin`` wrote, read back."""
 
-    def __init__(self, workspace: Workspace, name: str) -> None:
-        self.dir = journal_dir(workspace, name)
+    def __init__(self, workspace: Workspace, name: str, directory: Path | None = None) -> None:
+        self.dir = directory or journal_dir(workspace, name)
         try:
             with tarfile.open(self.dir / BACKUP) as tar:
                 self.files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
@@ -314,27 +326,63 @@ def _snapshot(directory: Path) -> dict[str, tuple[bytes, int]]:
             for p in sorted(directory.rglob("*")) if p.is_file()}
 
 
-def finish(workspace: Workspace, name: str) -> None:
-    """Retire the journal in one rename (then delete it), so it is never half-removed."""
+def finish(workspace: Workspace, name: str, keep: bool = False) -> None:
+    """Retire the journal in one rename (then delete it), so it is never half-removed. With
+    ``keep`` (a rebase that finished) it becomes the undo record instead, replacing the one
+    of the rebase before."""
     path = journal_dir(workspace, name)
     if not path.exists():
         return
     retired = rebase_dir(workspace) / f".{name}.done"
     shutil.rmtree(retired, ignore_errors=True)
+    if keep:
+        kept = undo_dir(workspace, name)
+        if kept.exists():
+            os.replace(kept, retired)
+            shutil.rmtree(retired)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(path, kept)
+        return
     os.replace(path, retired)
     shutil.rmtree(retired)
+
+
+def forget_undo(workspace: Workspace, name: str) -> None:
+    """Remove the undo record of ``name`` (after an undo: it cannot be undone twice)."""
+    kept = undo_dir(workspace, name)
+    if kept.exists():
+        retired = rebase_dir(workspace) / f".{name}.undone"
+        shutil.rmtree(retired, ignore_errors=True)
+        os.replace(kept, retired)
+        shutil.rmtree(retired)
 
 
 @contextmanager
 def running(workspace: Workspace, name: str) -> Iterator[int]:
     """An flock the rebase's git processes inherit: when assemble itself is killed, a git
     child it started may still be running, and this makes the next --continue or --abort wait
-    for it instead of racing it. Yields the descriptor to pass to those children."""
+    for it instead of racing it. Yields the descriptor to pass to those children.
+
+    The lock file is removed when the rebase step ends (no empty ``DEP.running`` is left). A
+    waiter that was queued on a file removed meanwhile sees that its descriptor no longer
+    names the path, and opens the new one: two holders are never possible."""
     root = rebase_dir(workspace)
     root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / f"{name}.running", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    path = root / f"{name}.running"
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
         yield fd
     finally:
-        os.close(fd)
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(fd)

@@ -32,7 +32,7 @@ import git
 from assembler.errors import ConflictError, InputError, WouldLoseWorkError
 from assembler.git import mirrors
 from assembler.git.checkout import checkout, refuse_to_lose_work
-from assembler.git.process import END_OF_OPTIONS, GitFailed, GitView, WorkTree
+from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitFailed, GitView, WorkTree
 from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
 from assembler.git.scratch import Scratch
 from assembler.git.state import CheckoutState, CheckoutStatus, is_up_to_date, series_digest
@@ -63,7 +63,10 @@ SEQUENCER_CONFIG = (
     "-c", "rebase.autoSquash=false", "-c", "commit.gpgSign=false", "-c", "rerere.enabled=false",
     "-c", "rebase.abbreviateCommands=false",
 )
-CHECKOUT_FILES = {"state": Path(".git/assemble-state.json"), "alternates": Path(".git/objects/info/alternates")}
+# Checkout files the rebase changes and --abort / --undo put back (ORIG_HEAD: git's own
+# "before" pointer, which the replay moves).
+CHECKOUT_FILES = {"state": Path(".git/assemble-state.json"), "alternates": Path(".git/objects/info/alternates"),
+                  "orig_head": Path(".git/ORIG_HEAD")}
 
 
 class RebaseStatus(StrEnum):
@@ -74,6 +77,37 @@ class RebaseStatus(StrEnum):
     UP_TO_DATE = "up-to-date"
     DRY_RUN = "dry-run"
     ABORTED = "aborted"
+    UNDONE = "undone"  # --undo put back the state before the last finished rebase
+
+
+@dataclass
+class RangeEntry:
+    """One line of ``git range-diff``'s summary: ``=`` same patch, ``!`` changed (``hunks``
+    hunks of the diff between the two patches), ``<`` dropped, ``>`` added."""
+
+    mark: str
+    old: str | None  # patch name (or short SHA) before the rebase
+    new: str | None  # short SHA after it
+    subject: str
+    hunks: int = 0
+
+
+# "1:  0123abc = 1:  4567def Subject", "-:  ------- > 2:  89abcde Subject"
+_RANGE_LINE = re.compile(r"^\s*(\d+|-):\s+([0-9a-f]+|-+) ([=!<>]) \s*(\d+|-):\s+([0-9a-f]+|-+) (.*)$")
+
+
+def parse_range_diff(text: str, names: dict[str, str]) -> list[RangeEntry]:
+    """The summary of ``git range-diff`` output; ``names``: old commit -> patch name."""
+    entries: list[RangeEntry] = []
+    for line in text.splitlines():
+        match = _RANGE_LINE.match(line)
+        if match:
+            _, old, mark, _, new, subject = match.groups()
+            name = next((n for sha, n in names.items() if sha.startswith(old)), old) if not old.startswith("-") else None
+            entries.append(RangeEntry(mark, name, None if new.startswith("-") else new, subject))
+        elif entries and entries[-1].mark == "!" and line.lstrip().startswith("@@"):
+            entries[-1].hunks += 1
+    return entries
 
 
 @dataclass
@@ -101,6 +135,7 @@ class RebaseReport:
     checkout: Path | None = None
     next: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    range_diff: list[RangeEntry] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -111,6 +146,7 @@ class RebaseReport:
             "horizon": self.horizon.to_json() if self.horizon else None,
             "patches": self.export, "manifest": self.manifest,
             "checkout": str(self.checkout) if self.checkout else None, "next": self.next, "warnings": self.warnings,
+            "range_diff": [vars(e) for e in self.range_diff],
         }
 
 
@@ -139,6 +175,7 @@ class _Fork(WorkTree):
             self.run("rebase", "--quit", check=False)
             for name in ("rebase-merge", "rebase-apply"):
                 shutil.rmtree(self.git_dir / name, ignore_errors=True)
+        (self.git_dir / "REBASE_HEAD").unlink(missing_ok=True)  # `rebase --quit` leaves it
         for lock in [*self.git_dir.glob("*.lock"), *self.git_dir.glob("refs/**/*.lock")]:
             lock.unlink(missing_ok=True)
         if branch:
@@ -429,10 +466,12 @@ def _stopped_report(workspace: Workspace, journal: Journal, fork: _Fork) -> Reba
     report.horizon = _stop_horizon(journal, fork)
     add = " ".join(shlex.quote(f) for f in files) or "<files>"
     report.next = [
-        f"edit the conflicted files in {fork.path}",
+        f"edit the conflicted files in {fork.path}"
+        + (f" (to see the base version too: git -C {shlex.quote(str(fork.path))} checkout --conflict=zdiff3 {add})" if files else ""),
         f"git -C {shlex.quote(str(fork.path))} add {add}",
         f"assemble -C {shlex.quote(str(workspace.root))} rebase --continue {journal.dep}",
-        f"(or give up: assemble -C {shlex.quote(str(workspace.root))} rebase --abort {journal.dep})",
+        f"(or drop this patch: assemble -C {shlex.quote(str(workspace.root))} rebase {journal.dep} --drop {shlex.quote(pick.name)};"
+        f" give up: assemble -C {shlex.quote(str(workspace.root))} rebase --abort {journal.dep})",
     ]
     return report
 
@@ -466,6 +505,13 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
     patches_dir = dep.patches_dir
     if journal.phase == Phase.REPLAYED:
         assert journal.result_head is not None
+        # Picks that vanished while the user drove git are "upstream" only when assemble finds
+        # their change in the result; otherwise the user dropped them, and must say so.
+        gone = list(journal.skipped)
+        if dropped_empty is None:
+            gone += [p for p in _missing_picks(fork, journal) if p not in gone]
+        verified, by_you = _verify_gone(fork, journal.result_head, gone)
+        _confirm_drops(workspace, journal, by_you)
         state = CheckoutState.load(fork.path)
         assert state is not None
         state.base, state.source, state.applied = journal.onto, journal.url, {}
@@ -474,10 +520,15 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
         jr.writing(workspace, journal, "patches", patches_dir)
         result = export(workspace, dep)
         made = len(result.written) + len(result.unchanged)
-        if dropped_empty is not None and made == len(journal.picks) - len(dropped_empty):
-            empty = [pick for pick in journal.picks if pick.commit in dropped_empty]
+        kept = [p for p in journal.picks if p not in gone]
+        if dropped_empty is not None and made == len(kept) - len(dropped_empty):
+            empty = [pick for pick in kept if pick.commit in dropped_empty] + verified
+        elif dropped_empty is not None:
+            empty = [p for p in _missing_picks(fork, journal) if p not in gone] + verified
         else:
-            empty = _missing_picks(fork, journal)
+            empty = verified
+        journal.dropped += [Dropped(p.name, p.subject, Evidence.DROPPED_BY_YOU, p.commit) for p in by_you]
+        journal.range_diff = _range_diff(fork, journal)
         _drop_empty(fork, journal, empty)
         journal.export = {"written": result.written, "unchanged": result.unchanged, "removed": result.removed}
         journal.phase = Phase.EXPORTED
@@ -487,12 +538,54 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
     jr.written(journal, "deps.toml", workspace.manifest_path)
     jr.save(workspace, journal)
     workspace.reload()
-    jr.finish(workspace, journal.dep)
+    jr.finish(workspace, journal.dep, keep=True)
     report = _base_report(journal, RebaseStatus.DONE, fork.path)
+    report.range_diff = parse_range_diff(journal.range_diff or "", {p.commit: p.name for p in journal.planned})
     dropped = {d.pick for d in journal.dropped}
     report.applied = [p.name for p in journal.picks if p.commit not in dropped]
     report.export = journal.export
     return report
+
+
+def _range_diff(fork: _Fork, journal: Journal) -> str:
+    """``git range-diff`` of the series before (replay base..old head) and after (onto..result)."""
+    assert journal.result_head is not None
+    revs = (journal.replay_base, journal.old_head, journal.onto, journal.result_head)
+    assert all(re.fullmatch(r"[0-9a-f]{40,64}", rev) for rev in revs), revs  # SHAs from git: never options
+    result = fork.run(*DIFF_CONFIG, "range-diff", "--no-color", "--creation-factor=100", f"{revs[0]}..{revs[1]}", f"{revs[2]}..{revs[3]}", check=False)
+    return result.stdout if result.returncode == 0 else ""
+
+
+def _verify_gone(fork: _Fork, result_head: str, gone: list[Pick]) -> tuple[list[Pick], list[Pick]]:
+    """(picks whose change the result already holds: picking them onto it changes nothing;
+    the others, which the user dropped)."""
+    if not gone:
+        return [], []
+    held: list[Pick] = []
+    dropped: list[Pick] = []
+    with Scratch([fork.path]) as scratch:
+        tree = scratch.tree_of(result_head)
+        for pick in gone:
+            parent = scratch.rev(f"{pick.commit}^")
+            picked = scratch.pick(tree, pick.commit, parent)[0] if parent else None
+            (held if picked == tree else dropped).append(pick)
+    return held, dropped
+
+
+def _confirm_drops(workspace: Workspace, journal: Journal, by_you: list[Pick]) -> None:
+    """A patch the user skipped with git is not called upstream: it is dropped only once the
+    user confirms it (``--drop NAME``); until then the rebase waits, its journal saying so."""
+    unconfirmed = [p for p in by_you if p.name not in journal.confirmed]
+    if not unconfirmed:
+        return
+    jr.save(workspace, journal)
+    names = ", ".join(p.name for p in unconfirmed)
+    drops = " ".join(f"--drop {shlex.quote(p.name)}" for p in unconfirmed)
+    raise ConflictError(
+        f"{journal.dep}: {names} {'was' if len(unconfirmed) == 1 else 'were'} skipped by hand (git rebase --skip) "
+        "and the result does not hold the change: it is not upstream",
+        hint=f"confirm the drop with `assemble rebase {journal.dep} {drops}`, or `assemble rebase --abort {journal.dep}`",
+    )
 
 
 def _missing_picks(fork: _Fork, journal: Journal) -> list[Pick]:
@@ -586,6 +679,9 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     names = {p.key: p.name for p in journal.planned}
     made = from_commits(GitView(fork.git_dir), head, [stop_head])
     new = [Pick(c.commit or "", names.get(c.key, c.name), c.subject, c.key) for c in made]
+    made_keys = {c.key for c in made}
+    # picks the user skipped with git on the way to this stop (or git dropped as empty)
+    journal.skipped += [p for p in journal.picks[index:position] if p.key not in made_keys]
     pick = journal.picks[position]
     tree = fork.out("write-tree")
     if tree != fork.out("rev-parse", "HEAD^{tree}"):
@@ -640,4 +736,93 @@ def abort(workspace: Workspace, name: str | None = None) -> RebaseReport:
     report = _base_report(journal, RebaseStatus.ABORTED, path)
     report.new_base = journal.old_base
     report.warnings = warnings
+    return report
+
+
+# -- drop / undo ---------------------------------------------------------------------------
+
+@locked
+def drop(workspace: Workspace, name: str | None, patches: list[str],
+         on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
+    """``--drop PATCH`` (or ``--skip PATCH``) during a pending rebase: the patch is left out
+    of the new series, recorded as dropped by you. The one the rebase stopped at is skipped
+    and the replay goes on; one skipped by hand with git is confirmed; a later one is taken
+    out of the plan."""
+    journal = _journal_for(workspace, name)
+    with jr.running(workspace, journal.dep) as fd:
+        fork = _Fork(workspace.forks_dir / journal.dep, fd)
+        if journal.phase == Phase.REPLAYING and fork.clean_stop():
+            _record_stop(workspace, journal, fork)
+        start = journal.stopped.index if journal.stopped is not None else 0
+        replay = False
+        for wanted in patches:
+            pick = _find_pick(journal, wanted)
+            journal.confirmed.append(pick.name)
+            if pick in journal.skipped or journal.phase == Phase.REPLAYED:
+                continue
+            index = journal.picks.index(pick)
+            if index < start:
+                raise InputError(f"{journal.dep}: {pick.name} is already replayed in this rebase",
+                                 hint=f"`assemble rebase --abort {journal.dep}`, then drop it from patches/{journal.dep}/series")
+            if journal.stopped is not None and index == journal.stopped.index:
+                if fork.rev("HEAD") != journal.stopped.head:
+                    raise WouldLoseWorkError(f"{fork.path} has commits made since the rebase stopped",
+                                             hint=f"`assemble rebase --continue {journal.dep}` first (they are kept), then drop")
+                replay = True
+            journal.picks.remove(pick)
+            journal.dropped.append(Dropped(pick.name, pick.subject, Evidence.DROPPED_BY_YOU, pick.commit))
+        if replay:
+            journal.phase, journal.stopped = Phase.REPLAYING, None
+        jr.save(workspace, journal)
+        if journal.phase == Phase.STOPPED:
+            return _stopped_report(workspace, journal, fork)
+        on_step("replay")
+        return _drive(workspace, journal, fork, fresh=False, on_step=on_step)
+
+
+def _find_pick(journal: Journal, wanted: str) -> Pick:
+    """A pick of the plan (or one skipped by hand) by patch file name, name without
+    ``.patch``, or commit SHA prefix."""
+    for pick in [*journal.picks, *journal.skipped]:
+        if wanted in (pick.name, pick.name.removesuffix(".patch")) or (len(wanted) >= 7 and pick.commit.startswith(wanted)):
+            return pick
+    names = ", ".join(p.name for p in [*journal.picks, *journal.skipped]) or "none"
+    raise InputError(f"{journal.dep}: no patch {wanted!r} left in this rebase", hint=f"patches that can be dropped: {names}")
+
+
+@locked
+def undo(workspace: Workspace, dep: Dependency) -> RebaseReport:
+    """``--undo``: the state before the last finished rebase of ``dep`` (deps.toml,
+    patches/<dep>/, the checkout's branch and files) from the backup that rebase kept, byte
+    for byte; refused when anything changed since that rebase wrote it."""
+    if jr.load(workspace, dep.name) is not None:
+        raise ConflictError(f"a rebase of {dep.name} is in progress", hint=f"`assemble rebase --abort {dep.name}` undoes that one")
+    directory = jr.undo_dir(workspace, dep.name)
+    journal = jr.load(workspace, dep.name, directory)
+    if journal is None:
+        raise InputError(f"no finished rebase of {dep.name} to undo",
+                         hint="only the last rebase can be undone, until the next one finishes (or it is undone)")
+    backup = jr.Backup(workspace, dep.name, directory)
+    path = workspace.fork_path(dep)
+    changed = [label for label, target in (("deps.toml", workspace.manifest_path), ("patches", dep.patches_dir))
+               if journal.wrote.get(label, [None, None])[1] != jr.digest_path(target)]
+    if changed:
+        raise WouldLoseWorkError(f"{', '.join(changed)} changed since the rebase of {dep.name} onto {journal.onto[:12]}; undo would lose that",
+                                 hint="put those edits aside, or undo by hand from " + str(directory / jr.BACKUP))
+    if path.is_dir():
+        fork = _Fork(path, None)
+        if fork.stopped() or fork.head() != journal.result_head or is_dirty(fork.repo):
+            raise WouldLoseWorkError(f"{path} changed since the rebase (commits, edits or a git operation)",
+                                     hint=f"export or discard them first (`assemble export {dep.name}`), then --undo")
+    with jr.running(workspace, dep.name) as fd:
+        if path.is_dir():
+            _Fork(path, fd).reset_to(journal.branch, journal.old_head)
+            for label, rel in CHECKOUT_FILES.items():
+                backup.restore_file(f"checkout/{label}", path / rel)
+        backup.restore_patches(dep.patches_dir)
+        backup.restore_file("deps.toml", workspace.manifest_path)
+        jr.forget_undo(workspace, dep.name)
+    workspace.reload()
+    report = _base_report(journal, RebaseStatus.UNDONE, path)
+    report.new_base = journal.old_base
     return report

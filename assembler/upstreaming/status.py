@@ -57,6 +57,7 @@ class Evidence(StrEnum):
     REVERSE_APPLIES = "reverse-applies"  # it conflicts, but the target already holds its result
     HEADER = "header"  # nothing in git: what its Forwarded header says
     RESOLVED_EMPTY = "resolved-empty"  # a rebase conflict resolved to no change
+    DROPPED_BY_YOU = "dropped-by-you"  # skipped or dropped by the user during a rebase (confirmed)
 
 
 LANDED = (Evidence.APPLIED_UPSTREAM, Evidence.PATCH_ID)  # evidence that names the upstream commit itself
@@ -341,9 +342,11 @@ class DepStatus:
         """Only evidence makes it done: every translation unit CLEAN in the last `assemble
         check` of this pin + series, or every extension of the last build of this pin + series
         audited STABLE. in progress: a check or build found work left, or the series does not
-        apply on its base; not checked: no such evidence, also when nothing is carried (the
-        pinned source itself may still need the migration)."""
+        apply on its base; not checked: no such evidence; n.a.: nothing carried and nothing
+        checked."""
         built = self.build_verdicts
+        if not self.verdicts and self.check is None and not built:
+            return Migration.NOT_APPLICABLE
         if self.broken_on_base:
             return Migration.IN_PROGRESS
         if (built and all(passes(v) for v in built)) or (self.check is not None and self.check.done):

@@ -1,0 +1,198 @@
+"""Issue 11: a kernel-fork maintainer's week on realistic histories. Same SHAs in every
+workspace for any subject; honest evidence (a patch skipped by hand is not "upstream"; the
+fetch time is assemble's own; a mirror path typo is a configuration error); --abort leaves no
+git leftovers; range-diff, --drop/--skip and --undo."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from tests.conftest import KERNEL_V1, GitWorkspace
+from tests.gitrepo import Repo, git
+from tests.rebase_scenarios import patch_files, snapshot
+
+SUBJECTS = [
+    "[FIX] Fix kernel launch bounds\n\nForwarded: no\nSigned-off-by: Dev <dev@fork.invalid>\n",
+    "[Bugfix][Kernel] Füge Ünicode-Prüfung hinzu\n\nForwarded: no\n",
+    "Make the launcher honour a very long subject line that goes far beyond seventy-eight columns of width\n\n"
+    "Forwarded: no\nBug: https://git.invalid/kern/issues/3\n",
+    "[ROCm] keep CRLF files intact\n\nForwarded: no\n",
+]
+
+
+def _fork_with_own_commits(ws: GitWorkspace) -> tuple[Repo, list[str]]:
+    fork = Repo(ws.root / "remotes" / "kern-fork")
+    fork.git("pull", "-q", str(ws.upstream.path), "main")
+    shas = [fork.commit(SUBJECTS[0], {"csrc/launch.cu": "dim3 block(128);\n"}),
+            fork.commit(SUBJECTS[1], {"csrc/check.cpp": "// prüfen\n"}),
+            fork.commit(SUBJECTS[2], {"csrc/launch.cu": "dim3 block(256);\n"}),
+            fork.commit(SUBJECTS[3], {"scripts/run.bat": "@echo off\r\nrun.exe\r\n"})]
+    return fork, shas
+
+
+def _series_shas(fork: Path, base: str) -> list[str]:
+    return git(fork, "rev-list", "--reverse", f"{base}..HEAD").split()
+
+
+def test_fresh_checkout_has_the_shas_of_the_workspace_that_rebased(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """A fork's own commits with bracketed, non-ASCII, long and trailer-carrying subjects and
+    a CRLF file become patches in a rebase; a fresh checkout elsewhere gives the same SHAs
+    (git am used to strip "[FIX]" and the CRs)."""
+    ws = git_workspace
+    _, own = _fork_with_own_commits(ws)
+    text = ws.manifest.read_text().replace(ws.base, own[-1])
+    ws.manifest.write_text(text.replace('commit = "', 'source = "https://git.invalid/kern-fork"\ncommit = "', 1))
+    tip = ws.upstream.commit("Upstream: docs", {"docs/usage.md": "updated\n"})
+    result = ws.assemble("rebase", "kern", "--json")
+    assert result.returncode == 0, result.stderr
+    rebased = _series_shas(ws.fork, tip)
+    assert len(rebased) == 6
+    subjects = git(ws.fork, "log", "--format=%s", f"{tip}..HEAD").splitlines()
+    assert "[FIX] Fix kernel launch bounds" in subjects and "[Bugfix][Kernel] Füge Ünicode-Prüfung hinzu" in subjects
+    exported = "".join(p.read_text(encoding="utf-8") for p in patch_files(ws))
+    assert "Subject: [PATCH] [FIX] Fix kernel launch bounds" in exported
+
+    other = GitWorkspace(tmp_path / "other", ws.upstream, tip, ws.cache)
+    shutil.copytree(ws.root, other.root, ignore=shutil.ignore_patterns("forks", ".assemble"))
+    assert other.assemble("checkout").returncode == 0
+    assert _series_shas(other.fork, tip) == rebased
+    assert (other.fork / "scripts" / "run.bat").read_bytes() == b"@echo off\r\nrun.exe\r\n"
+    # and an export of the fresh checkout changes no patch file
+    exported_again = other.assemble("export", "kern", "--json")
+    assert exported_again.returncode == 0 and json.loads(exported_again.stdout)["deps"][0]["written"] == [], exported_again.stdout
+
+
+def _rewrite_upstream(ws: GitWorkspace) -> str:
+    ws.upstream.commit("Docs", {"docs/more.md": "more\n"})
+    rewritten = KERNEL_V1.replace("const at::Tensor& x", "const at::Tensor& input").replace("x + 1", "input.add(1)")
+    return ws.upstream.commit("Rename the argument", {"csrc/kern.cpp": rewritten})
+
+
+def test_a_patch_skipped_by_hand_is_not_called_upstream(git_workspace: GitWorkspace) -> None:
+    """`git rebase --skip` at a conflict, then `assemble rebase --continue`: the skipped patch
+    is "dropped by you" once confirmed with --drop, never "dropped as upstream"."""
+    ws = git_workspace
+    _rewrite_upstream(ws)
+    first, second = patch_files(ws)
+    assert ws.assemble("rebase", "kern").returncode == 5
+    git(ws.fork, "-c", "core.editor=true", "rebase", "--skip", check=False)
+    while (ws.fork / ".git" / "rebase-merge").exists():  # the next patch may conflict too: skip it as well
+        git(ws.fork, "-c", "core.editor=true", "rebase", "--skip", check=False)
+    result = ws.assemble("rebase", "--continue", "kern")
+    assert result.returncode == 5, result.stdout + result.stderr
+    said = " ".join(result.stderr.split())
+    assert f"{first.name}" in said and "skipped by hand" in said and f"--drop {first.name}" in said
+    assert first.exists(), "nothing is removed before the user confirms"
+    confirm = [arg for name in (first, second) if name.name in said for arg in ("--drop", name.name)]
+    done = ws.assemble("rebase", "kern", *confirm, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {d["file"]: d["how"] for d in report["dropped"]}[first.name] == "dropped-by-you"
+    assert all(d["how"] != "applies-empty" for d in report["dropped"])
+    assert not first.exists()
+    text = ws.assemble("rebase", "kern", "--undo").stdout
+    assert "undid the rebase" in text and first.exists()
+
+
+def test_drop_at_a_conflict_goes_on_and_undo_restores_byte_for_byte(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    before = snapshot(ws)
+    _rewrite_upstream(ws)
+    first, second = patch_files(ws)
+    stopped = ws.assemble("rebase", "kern")
+    assert stopped.returncode == 5
+    assert "checkout --conflict=zdiff3 csrc/kern.cpp" in stopped.stdout and "--conflict=zdiff3" in stopped.stderr
+    result = ws.assemble("rebase", "kern", "--skip", first.name)
+    while result.returncode == 5 and "conflicts with" in result.stderr:  # the next patch built on it
+        result = ws.assemble("rebase", "kern", "--drop", second.name)
+    assert result.returncode == 0, result.stderr
+    assert f"dropped by you: {first.name}" in result.stdout and "dropped as upstream" not in result.stdout
+    assert "range-diff:" in result.stdout and f"< {first.name}" in result.stdout
+    kept = ws.root / ".assemble" / "rebase" / ".undo" / "kern" / "journal.json"
+    journal = json.loads(kept.read_text())
+    assert "Use stable tensor type" in journal["range_diff"] and first.name in journal["confirmed"]
+    undone = ws.assemble("rebase", "kern", "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert snapshot(ws) == before
+    again = ws.assemble("rebase", "kern", "--undo")
+    assert again.returncode == 2 and "no finished rebase of kern to undo" in again.stderr
+
+
+def test_undo_refuses_when_the_result_was_edited(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    ws.upstream.commit("Docs", {"docs/more.md": "more\n"})
+    assert ws.assemble("rebase", "kern").returncode == 0
+    ws.manifest.write_text(ws.manifest.read_text() + "# edited after the rebase\n")
+    refused = ws.assemble("rebase", "kern", "--undo")
+    assert refused.returncode == 4 and "deps.toml changed since the rebase" in refused.stderr
+
+
+def test_range_diff_counts_changed_hunks(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    _rewrite_upstream(ws)
+    assert ws.assemble("rebase", "kern").returncode == 5
+    (ws.fork / "csrc" / "kern.cpp").write_text(
+        KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor").replace("Tensor& x", "Tensor& input").replace("x + 1", "input.add(1)"))
+    git(ws.fork, "add", "csrc/kern.cpp")
+    result = ws.assemble("rebase", "--continue", "kern", "--json")
+    assert result.returncode == 0, result.stderr
+    entries = json.loads(result.stdout)["range_diff"]
+    assert [e["mark"] for e in entries] == ["!", "!"] and all(e["hunks"] >= 1 for e in entries)
+
+
+def test_abort_leaves_no_git_or_lock_leftovers(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    orig = ws.fork / ".git" / "ORIG_HEAD"
+    orig.write_text("0" * 40 + "\n")  # whatever the user's last reset left
+    orig_before = orig.read_bytes()
+    _rewrite_upstream(ws)
+    assert ws.assemble("rebase", "kern").returncode == 5
+    assert ws.assemble("rebase", "--abort", "kern").returncode == 0
+    assert not (ws.fork / ".git" / "REBASE_HEAD").exists()
+    assert orig.read_bytes() == orig_before
+    rebase_dir = ws.root / ".assemble" / "rebase"
+    assert list(rebase_dir.glob("*.running")) == []
+    ws.upstream.git("reset", "-q", "--hard", "HEAD~1")
+    assert ws.assemble("rebase", "kern").returncode == 0
+    assert list(rebase_dir.glob("*.running")) == []
+
+
+def test_offline_says_when_the_last_successful_fetch_was(git_workspace: GitWorkspace) -> None:
+    """git truncates FETCH_HEAD even when a fetch fails: the age shown offline is the last
+    fetch that worked."""
+    ws = git_workspace
+    assert ws.assemble("patches").returncode == 0
+    mirror = next((ws.cache / "git").glob("*kern-*.git"))
+    two_days_ago = time.time() - 2 * 86400
+    for path in mirror.iterdir():
+        os.utime(path, (two_days_ago, two_days_ago))
+    moved = ws.upstream.path.with_name("kern-moved")
+    ws.upstream.path.rename(moved)
+    try:
+        failed = ws.assemble("patches")
+        assert failed.returncode == 2, failed.stderr  # [mirrors] points at a path that is gone
+    finally:
+        moved.rename(ws.upstream.path)
+    (mirror / "FETCH_HEAD").touch()  # as git does when a fetch fails after it opened the file
+    offline = ws.assemble("patches", "--offline")
+    assert offline.returncode == 0, offline.stderr
+    assert "fetched 2 d ago" in offline.stdout, offline.stdout
+
+
+def test_a_mirror_path_typo_is_a_configuration_error(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    ws.manifest.write_text(ws.manifest.read_text().replace('= "remotes/"', '= "remotse/"'))
+    result = ws.assemble("patches")
+    assert result.returncode == 2, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "no such repository on this machine" in said and "remotse/kern" in said and "and the repository exists" not in said
+    (ws.root / "remotse" / "kern").mkdir(parents=True)  # there, but not a repository: git's own first line
+    result = ws.assemble("patches")
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 3 and "does not appear to be a git repository" in said and "and the repository exists" not in said
