@@ -342,11 +342,9 @@ class DepStatus:
         """Only evidence makes it done: every translation unit CLEAN in the last `assemble
         check` of this pin + series, or every extension of the last build of this pin + series
         audited STABLE. in progress: a check or build found work left, or the series does not
-        apply on its base; not checked: no such evidence; n.a.: nothing carried and nothing
-        checked."""
+        apply on its base; not checked: no such evidence, also when nothing is carried (the
+        pinned source itself may still need the migration)."""
         built = self.build_verdicts
-        if not self.verdicts and self.check is None and not built:
-            return Migration.NOT_APPLICABLE
         if self.broken_on_base:
             return Migration.IN_PROGRESS
         if (built and all(passes(v) for v in built)) or (self.check is not None and self.check.done):
