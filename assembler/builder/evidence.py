@@ -32,12 +32,15 @@ def last_build_verdicts(workspace: Workspace, dep: Dependency) -> tuple[str, ...
     """The audit verdicts of ``dep``'s extensions in the last merged wheel, when that build
     compiled exactly the pinned commit plus the current series (no local work); else None, for
     "not built" and "built from something else" alike. `assemble patches` reports them."""
-    from assembler.wheel.artifact import stored_artifact
-
     path = workspace.fork_path(dep)
     checkout = CheckoutState.load(path) if path.exists() else None
-    artifact = stored_artifact(default_artifacts(workspace) / dep.name)
-    if checkout is None or artifact is None or not is_up_to_date(checkout, dep, series_digest(dep)):
+    root = default_artifacts(workspace) / dep.name
+    if checkout is None or not root.is_dir():  # never built: no need to load the artifact reader
+        return None
+    from assembler.wheel.artifact import stored_artifact
+
+    artifact = stored_artifact(root)
+    if artifact is None or not is_up_to_date(checkout, dep, series_digest(dep)):
         return None
     if artifact.dirty or not artifact.head == artifact.series_head == checkout.head:
         return None

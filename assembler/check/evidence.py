@@ -9,7 +9,8 @@ few file reads and no compiler, git or torch.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from assembler.audit.gate import Verdict
@@ -45,10 +46,26 @@ class CheckEvidence:
         }
 
 
+# Where `assemble check` keeps one record per dependency, and its format. Here rather than in
+# check.run so that `assemble patches` reads the evidence without importing the checker.
+CHECK_DIR = "check"
+RECORD_SCHEMA = 1
+
+
+def record_path(workspace: Workspace, dep: str) -> Path:
+    return workspace.state_dir / CHECK_DIR / f"{dep}.json"
+
+
+def recipe_digest(dep: Dependency) -> str:
+    """The recipe as check reads it (a change of sources, include dirs or defines is a new check)."""
+    from assembler.builder.cache import digest_texts
+
+    return digest_texts(json.dumps(asdict(dep.build), sort_keys=True, default=str), dep.torch_target)
+
+
 def check_evidence(workspace: Workspace, dep: Dependency) -> CheckEvidence | None:
     """The last check of ``dep`` when it scanned exactly the pinned commit plus the current
     series under the current recipe; None when there is none or it is about something else."""
-    from assembler.check.run import RECORD_SCHEMA, recipe_digest, record_path
     from assembler.git.state import CheckoutState, is_up_to_date, series_digest
 
     try:

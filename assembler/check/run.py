@@ -15,7 +15,7 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from assembler.builder.diagnose import torch_include_roots
 from assembler.builder.units import CUDA, CXX, TranslationUnit, compile_commands_path, translation_units
 from assembler.check import compilers
 from assembler.check.compilers import Flags, NvccPasses, Pass
+from assembler.check.evidence import RECORD_SCHEMA, recipe_digest, record_path
 from assembler.check.scan import Reader, UnitResult, classify, run_pass, undeclared
 from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
 from assembler.fsutil import atomic_write, ignored_dir
@@ -37,8 +38,6 @@ from assembler.toolchain.cuda import CudaToolkit
 from assembler.toolchain.torchenv import BuildEnv
 from assembler.workspace import Workspace
 
-CHECK_DIR = "check"
-RECORD_SCHEMA = 1
 CODE = (*sorted(Path(__file__).resolve().parent.glob("*.py")), Path(__file__).resolve().parents[1] / "builder" / "units.py")
 
 Note = Callable[[str], None]
@@ -130,15 +129,6 @@ class CheckReport:
             "seconds": round(self.seconds, 3),
             "deps": {dep.dep: dep.to_json() for dep in self.deps},
         }
-
-
-def record_path(workspace: Workspace, dep: str) -> Path:
-    return workspace.state_dir / CHECK_DIR / f"{dep}.json"
-
-
-def recipe_digest(dep: Dependency) -> str:
-    """The recipe as check reads it (a change of sources, include dirs or defines is a new check)."""
-    return digest_texts(json.dumps(asdict(dep.build), sort_keys=True, default=str), dep.torch_target)
 
 
 @dataclass

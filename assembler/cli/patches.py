@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from assembler.cli.common import add_format
@@ -24,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from assembler.cli.common import open_workspace
-    from assembler.report.output import emit_json, err_console
+    from assembler.report.output import emit_json, status
     from assembler.upstreaming.status import dependency_status
 
     workspace = open_workspace(args)
@@ -33,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     failures: dict[str, AssembleError] = {}  # keep going: one unreachable mirror does not hide the others
     for dep in workspace.manifest.select(args.names):
-        with err_console.status(f"{dep.name}: checking patches against {dep.track}", spinner="dots") if args.format == "table" else nullcontext():
+        with status(f"{dep.name}: checking patches against {dep.track}", active=args.format == "table"):
             try:
                 results.append(dependency_status(workspace, dep, offline=args.offline))
             except AssembleError as failed:

@@ -13,18 +13,19 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import filelock
-import git
+from typing import TYPE_CHECKING
 
 from assembler.cache import cache_root
 from assembler.errors import InputError, ManifestError, NetworkError
 from assembler.fsutil import remove_stale, temporary_path
-from assembler.git.process import END_OF_OPTIONS
-from assembler.git.runner import QUIET_ENV, git_error_line, has_commit
+from assembler.git.process import END_OF_OPTIONS, GitView
+from assembler.git.runner import QUIET_ENV, git_error_line
 from assembler.manifest import Manifest
 from assembler.manifest.refname import branch_problem
 from assembler.manifest.values import url_problem
+
+if TYPE_CHECKING:
+    import git  # GitPython is imported where a Repo is made (start-up of offline commands)
 
 # Upstream branches land under refs/remotes/origin/ so fetch --prune never touches our refs.
 FETCH_REFSPECS = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
@@ -39,9 +40,15 @@ class Mirror:
 
     @property
     def repo(self) -> git.Repo:
+        import git
+
         repo = git.Repo(self.path)
         repo.git.update_environment(**QUIET_ENV)
         return repo
+
+    def has(self, sha: str) -> bool:
+        """The mirror holds commit ``sha`` (one git process, no GitPython)."""
+        return GitView(self.path).rev(sha) is not None
 
     def last_fetched(self) -> float | None:
         """Unix time of the last successful fetch by assemble, or None if never fetched. Not
@@ -78,11 +85,15 @@ def open_mirror(manifest: Manifest, url: str) -> Mirror:
     if _origin_url(path) == fetch_url:
         return Mirror(url=url, fetch_url=fetch_url, path=path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    import filelock  # here, not at import: filelock (and logging) cost start-up of offline commands
+
     with filelock.FileLock(f"{path}.lock"):
         origin = _origin_url(path)
         if origin is None:
             _create(path, fetch_url)
         elif origin != fetch_url:
+            import git
+
             with git.Repo(path).config_writer() as config:
                 config.set_value('remote "origin"', "url", fetch_url)
     return Mirror(url=url, fetch_url=fetch_url, path=path)
@@ -92,16 +103,19 @@ def _origin_url(path: Path) -> str | None:
     """The fetch URL of the mirror at ``path``; None when there is none or it is half-made."""
     if not (path / "HEAD").is_file() or not (path / "objects").is_dir():
         return None
+    config = configparser.ConfigParser(strict=False, interpolation=None)  # the file git wrote (no GitPython: start-up)
     try:
-        with git.Repo(path).config_reader() as config:
-            return str(config.get_value('remote "origin"', "url"))
-    except (OSError, ValueError, configparser.Error, git.GitError):  # unreadable: not a usable mirror
+        config.read(path / "config", encoding="utf-8")
+        return config.get('remote "origin"', "url").strip() or None
+    except (OSError, ValueError, configparser.Error):  # unreadable: not a usable mirror
         return None
 
 
 def _create(path: Path, fetch_url: str) -> None:
     """A configured bare repository at ``path``, made aside and renamed into place (a killed
     creation leaves a `.NAME.PID.tmp` that the next one removes)."""
+    import git
+
     remove_stale(path.parent)
     staging = temporary_path(path)
     shutil.rmtree(staging, ignore_errors=True)
@@ -122,6 +136,8 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
     """Fetch branches and tags (or explicit ``refs``: branch, tag or commit names, checked
     with git's rules and passed after --end-of-options); network failure names the URL and
     the fix."""
+    import git
+
     for ref in refs or ():
         if (problem := branch_problem(ref)) is not None:
             raise InputError(f"{ref!r} is not a branch, tag or commit name: {problem}", hint="check `track` in deps.toml (or the REF given)")
@@ -134,6 +150,8 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
         via = f" ([mirrors] maps {mirror.url} there)" if mirror.fetch_url != mirror.url else ""
         raise ManifestError(f"{mirror.fetch_url}: no such repository on this machine{via}",
                             hint=f"check the path in deps.toml ({'[mirrors]' if via else 'upstream/source'}); {missing}")
+    import filelock
+
     with filelock.FileLock(f"{mirror.path}.lock"):
         try:
             mirror.repo.git.fetch("--prune", "--quiet", END_OF_OPTIONS, "origin", *(refs or FETCH_REFSPECS))
@@ -181,14 +199,14 @@ def network_error(mirror: Mirror, exc: git.GitCommandError) -> NetworkError:
 def ensure_commit(manifest: Manifest, url: str, sha: str) -> tuple[Mirror, bool]:
     """A mirror holding ``sha``, and whether a fetch was needed (only when it was missing)."""
     mirror = open_mirror(manifest, url)
-    if has_commit(mirror.repo, sha):
+    if mirror.has(sha):
         return mirror, False
     fetch(mirror)
-    if not has_commit(mirror.repo, sha):
+    if not mirror.has(sha):
         # Servers that allow it can serve an unadvertised commit (a fork's dangling pin).
         with contextlib.suppress(NetworkError):
             fetch(mirror, [sha])
-    if not has_commit(mirror.repo, sha):
+    if not mirror.has(sha):
         raise NetworkError(
             f"{mirror.fetch_url} has no commit {sha}",
             hint="check the commit in deps.toml, or that the repository (or its mirror) contains it",

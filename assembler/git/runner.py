@@ -79,6 +79,36 @@ def operation_in(git_dir: Path) -> str | None:
     return None
 
 
+def read_ref(git_dir: Path, name: str) -> str | None:
+    """The object a ref names, read from its file or packed-refs (no git process, no GitPython),
+    following symbolic refs; None when there is no such ref (or the name is not a plain ref)."""
+    for _ in range(5):  # symbolic refs chain at most this deep
+        if not name.startswith("refs/") or ".." in name or "//" in name or name.endswith("/"):
+            return None
+        try:
+            text: str | None = (git_dir / name).read_text(encoding="utf-8").strip()
+        except OSError:  # absent (or a directory): perhaps packed
+            text = _packed_ref(git_dir, name)
+        if text is None:
+            return None
+        if not text.startswith("ref: "):
+            return text if len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text) else None
+        name = text.removeprefix("ref: ").strip()
+    return None
+
+
+def _packed_ref(git_dir: Path, name: str) -> str | None:
+    try:
+        lines = (git_dir / "packed-refs").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        sha, _, ref = line.partition(" ")
+        if ref == name and not line.startswith(("#", "^")):
+            return sha
+    return None
+
+
 def conflicted_files(repo: git.Repo) -> list[str]:
     output = repo.git.diff("--name-only", "--diff-filter=U")
     return [line for line in output.splitlines() if line]

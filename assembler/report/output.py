@@ -19,7 +19,7 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -99,6 +99,14 @@ def note(message: str, level: int = 0) -> None:
     (level 1: only with -v). Plain text, never markup; one line, never wrapped when piped."""
     if settings.verbosity >= level:
         _console(True).print(message, markup=False, highlight=False, soft_wrap=True)
+
+
+def status(message: str, active: bool = True) -> AbstractContextManager[Any]:
+    """A spinner on stderr while a step runs: only on a terminal, and not under -q (a CI log
+    gets the notes instead, never a redraw)."""
+    if not active or settings.verbosity < 0 or not sys.stderr.isatty():
+        return nullcontext()
+    return _console(True).status(message, spinner="dots")
 
 
 def table(title: str | None = None, **options: Any) -> Table:

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView
-from assembler.git.runner import in_progress_operation, is_dirty, repo_at
+from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView, WorkTree
+from assembler.git.runner import operation_in
 from assembler.git.scratch import Scratch
 from assembler.git.state import CheckoutState, CheckoutStatus, series_digest
 from assembler.manifest import Dependency
@@ -141,8 +141,8 @@ def checkout_in_sync(workspace: Workspace, dep: Dependency) -> CheckoutState | N
         return None
     if state.series_digest != series_digest(dep) or sorted(state.applied.values()) != sorted(dep.series):
         return None
-    repo = repo_at(path)
-    if in_progress_operation(repo) or repo.head.commit.hexsha != state.head or is_dirty(repo):
+    tree = WorkTree(path)  # plain git processes: `patches --offline` starts without GitPython
+    if operation_in(tree.git_dir) or tree.rev("HEAD") != state.head or tree.out("status", "--porcelain", "--untracked-files=normal"):
         return None
     return state
 
