@@ -20,15 +20,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from git.refs import SymbolicReference
-
 from assembler.audit.gate import passes
 from assembler.builder.evidence import last_build_time, last_build_verdicts
 from assembler.check.evidence import CheckEvidence, check_evidence
 from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
 from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView
-from assembler.git.runner import has_commit
+from assembler.git.runner import read_ref
 from assembler.git.scratch import Scratch
 from assembler.manifest import Dependency, Manifest
 from assembler.series.headers import PatchStatus, forwarded_status
@@ -108,8 +106,9 @@ class PatchVerdict:
 def resolve(mirror: mirrors.Mirror, ref: str) -> str | None:
     """A branch of the mirrored repository, a tag, or a commit; None if the mirror lacks it.
     A branch is read from its ref file (no git process: this runs on every rebase)."""
-    with contextlib.suppress(ValueError):  # not a branch: ask git
-        return SymbolicReference.dereference_recursive(mirror.repo, f"refs/remotes/origin/{ref}")
+    branch = read_ref(mirror.path, f"refs/remotes/origin/{ref}")
+    if branch is not None:
+        return branch
     view = GitView(mirror.path)
     for candidate in (f"refs/remotes/origin/{ref}", f"refs/tags/{ref}", ref):
         sha = view.rev(candidate)
@@ -140,7 +139,7 @@ def source_mirror(manifest: Manifest, dep: Dependency, offline: bool) -> mirrors
     if not offline:
         return mirrors.ensure_commit(manifest, dep.source, dep.commit)[0]
     mirror = mirrors.open_mirror(manifest, dep.source)
-    if not has_commit(mirror.repo, dep.commit):
+    if not mirror.has(dep.commit):
         raise NetworkError(f"the mirror of {dep.source} ({mirrors.age_text(mirror.last_fetched())}) lacks {dep.commit[:12]}",
                            hint="run without --offline to fetch it")
     return mirror
