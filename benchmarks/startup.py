@@ -3,7 +3,7 @@
 A fresh copy of examples/stable-abi is checked out once (mirrors, clones, series) and its
 tracked branches fetched (`assemble patches`); then each of
 `assemble deps`, a no-op `assemble checkout` and `assemble patches --offline` runs in a fresh
-interpreter ``--rounds`` times (median reported), as does `git status` in one checkout for
+interpreter ``--rounds`` times (median reported, wall and CPU time), as does `git status` in one checkout for
 comparison. Budget (issue 12): under 100 ms each. With ``--checkout-ratio`` it also runs
 benchmarks/checkout_noop.py (first vs no-op checkout, target >= 10x end to end).
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -35,15 +36,19 @@ COMMANDS: dict[str, list[str]] = {
 }
 
 
-def median_ms(argv: list[str], env: dict[str, str], rounds: int, cwd: Path | None = None) -> float:
-    """Median wall time of ``argv`` over ``rounds`` runs (after one warm-up run), in ms."""
+def median_ms(argv: list[str], env: dict[str, str], rounds: int, cwd: Path | None = None) -> tuple[float, float]:
+    """Median wall time and median CPU time (user + system of the process and its children: what
+    the command costs on a busy machine) of ``argv`` over ``rounds`` runs after a warm-up, in ms."""
     subprocess.run(argv, env=env, cwd=cwd, check=True, capture_output=True)
-    times = []
+    walls, cpus = [], []
     for _ in range(rounds):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         subprocess.run(argv, env=env, cwd=cwd, check=True, capture_output=True)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1000
+        walls.append(time.perf_counter() - started)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(walls) * 1000, statistics.median(cpus) * 1000
 
 
 def main() -> None:
@@ -57,6 +62,8 @@ def main() -> None:
         shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
         make_upstreams(workspace / "upstreams")
         env = {**os.environ, "ASSEMBLE_CACHE": str(tmp / "cache")}
+        # as installed: byte-code cached (the warm-up run writes it), not compiled on every start
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         assemble = [sys.executable, "-m", "assembler", "-C", str(workspace)]
         subprocess.run([*assemble, "checkout"], env=env, check=True, capture_output=True)
         subprocess.run([*assemble, "patches"], env=env, check=True, capture_output=True)  # fetches the tracked branches
@@ -64,10 +71,13 @@ def main() -> None:
         fork = next(path for path in sorted((workspace / "forks").iterdir()) if path.is_dir())
         figures["git status (one checkout)"] = median_ms(["git", "status"], env, args.rounds, cwd=fork)
         python = median_ms([sys.executable, "-c", "pass"], env, args.rounds)
-    print(f"start-up, median of {args.rounds} (python -c pass alone: {python:.1f} ms)")
-    for name, ms in figures.items():
-        verdict = "" if name.startswith("git") else ("  within budget" if ms < BUDGET_MS else f"  OVER the {BUDGET_MS:.0f} ms budget")
-        print(f"  {name:<30} {ms:8.1f} ms{verdict}")
+    load = os.getloadavg()[0]
+    print(f"start-up, median of {args.rounds}; load average {load:.1f} on {os.cpu_count()} CPUs "
+          f"(python -c pass alone: {python[0]:.1f} ms wall, {python[1]:.1f} ms CPU)")
+    print(f"  {'':<30} {'wall':>8}    {'CPU':>8}")
+    for name, (wall, cpu) in figures.items():
+        verdict = "" if name.startswith("git") else ("  within budget" if wall < BUDGET_MS else f"  OVER the {BUDGET_MS:.0f} ms budget")
+        print(f"  {name:<30} {wall:8.1f} ms {cpu:8.1f} ms{verdict}")
     if args.checkout_ratio:
         subprocess.run([sys.executable, str(ROOT / "benchmarks" / "checkout_noop.py"), "--rounds", str(args.rounds)], check=True)
 

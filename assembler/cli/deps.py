@@ -15,11 +15,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from assembler.cli.common import open_workspace
     from assembler.git.condition import inspect
-    from assembler.report.output import console, emit_json, short
+    from assembler.report import output
 
     workspace = open_workspace(args)
     rows: list[dict[str, str | int]] = []
@@ -36,15 +34,18 @@ def run(args: argparse.Namespace) -> int:
             "checkout": inspect(workspace, dep),
         })
     if args.json:
-        emit_json({"workspace": str(workspace.root), "deps": rows})
+        output.emit_json({"workspace": str(workspace.root), "deps": rows})
         return 0
-    table = Table(title=f"{workspace.manifest.bundle.name} {workspace.manifest.bundle.version} — {workspace.manifest_path}")
-    for column in ("dependency", "source", "commit", "track", "patches", "checkout"):
-        table.add_column(column, no_wrap=column != "source")
+    # rich only now: a table is drawn
+    from rich.markup import escape
+
+    table = output.table(escape(f"{workspace.manifest.bundle.name} {workspace.manifest.bundle.version} — {workspace.manifest_path}"))
+    output.add_columns(table, "dependency", "source", "commit", "track", "patches", "checkout")
+    short = output.short
     for row in rows:
         table.add_row(
             str(row["name"]), f"{row['kind']}: {str(row['source']).split('://')[-1]}", short(str(row["commit"])),
             str(row["track"]), str(row["patches"]), str(row["checkout"]),
         )
-    console.print(table)
+    output.console.print(table)
     return 0

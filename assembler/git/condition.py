@@ -1,5 +1,5 @@
 """One word per checkout for `assemble deps` (``CheckoutCondition``), from the state file, the
-git directory and two plain git processes: no GitPython, so `assemble deps` starts fast."""
+git directory and one plain git process: no GitPython, so `assemble deps` starts fast."""
 
 from __future__ import annotations
 
@@ -31,14 +31,17 @@ def inspect(workspace: Workspace, dep: Dependency) -> CheckoutCondition:
         raise InputError(f"{path} is not a git checkout", hint="move it away and run `assemble checkout` again")
     if operation_in(tree.git_dir):
         return CheckoutCondition.STOPPED
-    head = tree.rev("HEAD")
+    # One process for both HEAD and the edits (porcelain v2 names the head commit).
+    lines = tree.out("status", "--porcelain=v2", "--branch", "--untracked-files=normal").splitlines()
+    head = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), None)
+    dirty = any(line and not line.startswith("#") for line in lines)
     if state.status == CheckoutStatus.STOPPED:
         return CheckoutCondition.ABORTED if head == state.base else CheckoutCondition.UNEXPORTED
     if state.status != CheckoutStatus.READY:
         return CheckoutCondition.INTERRUPTED
     if head != state.head:
         return CheckoutCondition.UNEXPORTED
-    if tree.out("status", "--porcelain", "--untracked-files=normal"):
+    if dirty:
         return CheckoutCondition.DIRTY
     if state.base != dep.commit or state.series_digest != series_digest(dep):
         return CheckoutCondition.STALE

@@ -1,0 +1,88 @@
+"""Start-up stays within budget: the everyday commands import no heavy module.
+
+`assemble deps`, a no-op `assemble checkout` and `assemble patches --offline` run on a checked-out
+copy of the example workspace under ``python -X importtime``; the test fails when one of the
+listed modules was imported (each costs tens of milliseconds, against a 100 ms budget end to
+end; benchmarks/startup.py measures the time itself). ``--json`` keeps rich out: the table is
+the one place rich earns its import.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.example import EXAMPLE, make_upstreams
+
+# Top-level packages that must not load on these paths, and why they are heavy.
+HEAVY = {
+    "rich": "the console library (~30 ms): only when a table or progress is drawn",
+    "git": "GitPython (~100 ms): only where a repository object is needed (checkout, export, rebase)",
+    "tomlkit": "the comment-keeping TOML writer: only when deps.toml is edited",
+    "cyclonedx": "SBOM writing: merge only",
+    "auditwheel": "manylinux checks: merge only",
+    "elftools": "ELF reading: audit, build, merge",
+    "torch": "never in assemble's own process",
+    "filelock": "the cache locks: only when a mirror is created or fetched",
+    "jsonschema": "a test dependency",
+}
+
+PATHS = {
+    "deps": ["deps", "--json"],
+    "checkout (no-op)": ["checkout"],
+    "patches --offline": ["patches", "--offline", "--json"],
+}
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, str]]:
+    """A copy of the example workspace, checked out and its tracked branches fetched."""
+    root = tmp_path_factory.mktemp("startup")
+    workspace = root / "example"
+    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
+    make_upstreams(workspace / "upstreams")
+    env = {**os.environ, "ASSEMBLE_CACHE": str(root / "cache")}
+    for words in (["checkout"], ["patches", "--json"]):
+        result = subprocess.run([sys.executable, "-m", "assembler", "-C", str(workspace), *words], env=env,
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+    return workspace, env
+
+
+def imported_modules(workspace: Path, env: dict[str, str], words: list[str]) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """The modules `python -X importtime -m assembler -C WORKSPACE WORDS` imported."""
+    result = subprocess.run([sys.executable, "-X", "importtime", "-m", "assembler", "-C", str(workspace), *words],
+                            env=env, capture_output=True, text=True)
+    names = set()
+    for line in result.stderr.splitlines():
+        match = re.match(r"import time:\s+\d+ \|\s+\d+ \|(\s*)(\S+)$", line)
+        if match:
+            names.add(match.group(2))
+    return names, result
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_everyday_commands_import_no_heavy_module(example: tuple[Path, dict[str, str]], path: str) -> None:
+    workspace, env = example
+    names, result = imported_modules(workspace, env, PATHS[path])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "assembler.cli" in names, "importtime output not understood"
+    heavy = sorted({name.split(".")[0] for name in names} & set(HEAVY))
+    assert not heavy, f"`assemble {' '.join(PATHS[path])}` imported " + "; ".join(f"{h} ({HEAVY[h]})" for h in heavy)
+    # only the subcommand named is registered, so other commands' modules stay unloaded
+    others = {f"assembler.cli.{name}" for name in ("build", "audit", "verify", "merge", "rebase", "sbom")}
+    assert not names & others, sorted(names & others)
+
+
+def test_the_check_sees_a_heavy_import(example: tuple[Path, dict[str, str]]) -> None:
+    """The same measurement finds rich when the deps table is drawn (so the test can fail)."""
+    workspace, env = example
+    names, result = imported_modules(workspace, env, ["deps"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "rich.table" in names
