@@ -49,7 +49,12 @@ from tests.example import EXAMPLE, make_upstreams  # noqa: E402
 
 CUDA = "13.2"
 GLOB_MATCHES = 8  # files a recipe glob is assumed to match when no --plan gives the real count
-GLOB_OVERRIDES = {"csrc/flash_attn/src/flash_fwd_*.cu": 64}  # FA2: hdim x dtype x causal, fwd and split
+# Estimates from the naming of the instantiation files (use --plan for the real counts):
+# FA2: 8 hdims x 2 dtypes x causal or not, forward and split-KV; FA3 (per hdim and dtype):
+# "*packgqa" plain and softcap, "split*" plain and softcap, "paged*" x split x softcap, and the
+# mixed-hdim "hdimA_B_dtype*" families.
+GLOB_ESTIMATES = (("csrc/flash_attn/src/flash_fwd_*.cu", 64), ("*packgqa_sm90.cu", 2), ("_split*_sm90.cu", 2),
+                  ("_paged*_sm90.cu", 4), ("*_sm90.cu", 4))
 RUNNERS = (1, 4, 16)
 
 
@@ -87,10 +92,18 @@ def with_output(arguments: list[str], output: Path) -> list[str]:
     return out
 
 
-def assemble(ws: Path, cache: Path, *args: str) -> tuple[float, dict[str, object]]:
+def example_workspace(ws: Path, store: Path) -> Path:
+    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    make_upstreams(ws / "upstreams")
+    with (ws / "deps.toml").open("a") as manifest:
+        manifest.write(f'\n[cache]\nartifacts = "file://{store}"\n')
+    return ws
+
+
+def assemble(ws: Path, cache: Path, *args: str, env: dict[str, str] | None = None) -> tuple[float, dict[str, object]]:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), *args, "--json"],
-                          env={**os.environ, "ASSEMBLE_CACHE": str(cache)}, capture_output=True, text=True, check=False)
+                          env={**os.environ, "ASSEMBLE_CACHE": str(cache), **(env or {})}, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"assemble {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return time.perf_counter() - started, json.loads(done.stdout)
@@ -101,10 +114,8 @@ def measure(root: Path) -> Costs:
     cache.mkdir()
     for name in ("venvs", "toolchains"):
         (cache / name).symlink_to(cache_root() / name, target_is_directory=True)
-    ws = root / "ws"
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
-    make_upstreams(ws / "upstreams")
-    vecadd_wall, _ = assemble(ws, cache, "build", "--cuda", CUDA, "--only", "vecadd", "--artifacts", str(root / "out"))
+    ws = example_workspace(root / "ws", root / "store")
+    assemble(ws, cache, "build", "--cuda", CUDA, "--only", "vecadd", "--artifacts", str(root / "out"))
     assemble(ws, cache, "build", "--cuda", CUDA, "--only", "scalekit", "--only", "rowsum", "--artifacts", str(root / "out"))
     entries = {Path(e["file"]).name: e for dep in ("vecadd", "scalekit")
                for e in json.loads((ws / ".assemble" / "compdb" / f"{dep}.json").read_text())}
@@ -125,14 +136,24 @@ def measure(root: Path) -> Costs:
         launcher = [str(config.binary)]
         timed(launcher + with_output(cxx["arguments"], out), cxx["directory"], env, rounds=1)  # fill
         hit = timed(launcher + with_output(cxx["arguments"], out), cxx["directory"], env)
-    # a fresh workspace whose artifact is in the store: what a job costs without compiling
-    fetch_ws = root / "fetch"
-    shutil.copytree(EXAMPLE, fetch_ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
-    make_upstreams(fetch_ws / "upstreams")
-    fetch, _ = assemble(fetch_ws, cache, "build", "--cuda", CUDA, "--only", "vecadd")
+    # a job's overhead: vecadd again in a fresh build tree, its two units sccache hits (a
+    # configure, a link, the packing, the checkout and toolchain look-ups)
+    for stale in (ws / ".assemble" / "build", ws / ".assemble" / "artifacts", cache / "artifacts"):
+        shutil.rmtree(stale, ignore_errors=True)
+    job, _ = assemble(ws, cache, "build", "--cuda", CUDA, "--only", "vecadd", env={"ASSEMBLE_ARTIFACT_STORE": ""})
+    job -= 2 * hit
+    # a fresh runner whose artifact is in the shared store: what a job costs without compiling
+    fresh_cache = root / "fresh-cache"
+    fresh_cache.mkdir()
+    for name in ("venvs", "toolchains"):
+        (fresh_cache / name).symlink_to(cache_root() / name, target_is_directory=True)
+    fetch, _ = assemble(example_workspace(root / "fetch", root / "store"), fresh_cache, "build", "--cuda", CUDA, "--only", "vecadd")
     merge, _ = assemble(ws, cache, "merge", str(root / "out"))
-    job = max(vecadd_wall - 2 * cxx_s, fetch)  # vecadd: add_scaled.cpp and the generated PyInit stub
     return Costs(cxx=cxx_s, cuda_base=max(cu1 - per_arch, 0.0), cuda_arch=per_arch, hit=hit, job=job, fetch=fetch, merge=merge)
+
+
+def glob_estimate(source: str) -> int:
+    return next((count for suffix, count in GLOB_ESTIMATES if source.endswith(suffix)), GLOB_MATCHES)
 
 
 def shapes_from_manifest(manifest: Path) -> tuple[list[Shape], list[str]]:
@@ -148,7 +169,7 @@ def shapes_from_manifest(manifest: Path) -> tuple[list[Shape], list[str]]:
             stubs += 1
         cxx = cuda = 0
         for source in sources:
-            count = GLOB_OVERRIDES.get(source, GLOB_MATCHES) if any(c in source for c in "*?[") else 1
+            count = glob_estimate(source) if any(c in source for c in "*?[") else 1
             if count > 1:
                 notes.append(f"{name}: {source} counted as {count} files")
             if source.endswith(".cu"):
@@ -213,6 +234,8 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="assemble-bench-release-") as temporary:
             costs = measure(Path(temporary))
     print("measured costs (s): " + json.dumps({k: round(v, 3) for k, v in costs.__dict__.items()}))
+    if not args.costs:
+        print("  (rerun the simulation alone with --costs FILE holding that JSON)")
     if args.plan:
         shapes, notes = shapes_from_plan(args.plan), list[str]()
     else:
@@ -220,7 +243,9 @@ def main() -> None:
     for note in notes:
         print(f"  estimate: {note}")
     for shape in shapes:
-        print(f"  {shape.dep:<14} {shape.cxx:3d} C++ + {shape.cuda:3d} CUDA units x {shape.archs} arch(s)")
+        alone = costs.job + makespan(unit_times(shape, costs, warm=False), args.cores)
+        print(f"  {shape.dep:<14} {shape.cxx:3d} C++ + {shape.cuda:3d} CUDA units x {shape.archs} arch(s); "
+              f"its cold job on {args.cores} cores: {alone:7.1f} s")
     scenarios = ("cold", "warm sccache", "warm store")
     print(f"\nrelease wall time (s), {args.cores} cores per runner:")
     print(f"  {'runners':>7}  " + "  ".join(f"{s:>13}" for s in scenarios))
