@@ -150,7 +150,7 @@ def test_half_migrated_series_is_unstable_and_the_build_agrees(example_ws: Path,
     assert status["vecadd"][0] == "in progress", status
     assert status["vecadd"][1]["summary"].startswith("check: 0 of 1 translation units clean")
     markdown = assemble("-C", str(example_ws), "patches", "--format", "markdown", cache=private_cache).stdout
-    assert "in progress (1 patches on" in markdown and "check: 0 of 1 translation units clean" in markdown, markdown
+    assert "in progress (1 patch on" in markdown and "check: 0 of 1 translation units clean" in markdown, markdown
 
     # what check says is exactly where the build stops
     build = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", cache=private_cache)

@@ -11,6 +11,8 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import KERNEL_V1, GitWorkspace
 from tests.gitrepo import Repo, git
 from tests.rebase_scenarios import patch_files, snapshot
@@ -196,3 +198,124 @@ def test_a_mirror_path_typo_is_a_configuration_error(git_workspace: GitWorkspace
     result = ws.assemble("patches")
     said = " ".join(result.stderr.split())
     assert result.returncode == 3 and "does not appear to be a git repository" in said and "and the repository exists" not in said
+
+
+def test_kill_points_in_drop_and_undo(git_workspace: GitWorkspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A crash right after --drop saved its plan (the replay never ran) is finished by
+    --continue; a crash half-way through --undo (checkout and patches put back, deps.toml
+    not yet) is finished by running --undo again, byte for byte."""
+    from assembler.upstreaming import journal, rebase
+    from assembler.workspace import open_workspace
+
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    before = snapshot(ws)
+    _rewrite_upstream(ws)
+    first, second = patch_files(ws)
+    assert ws.assemble("rebase", "kern").returncode == 5
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(ws.cache))
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rebase, "_drive", crash)
+    workspace = open_workspace(ws.root)
+    with pytest.raises(KeyboardInterrupt):
+        rebase.drop(workspace, "kern", [first.name])
+    monkeypatch.undo()
+    saved = json.loads((ws.root / ".assemble" / "rebase" / "kern" / "journal.json").read_text())
+    assert saved["phase"] == "replaying" and [d["name"] for d in saved["dropped"]] == [first.name]
+    result = ws.assemble("rebase", "--continue", "kern")
+    while result.returncode == 5 and "conflicts with" in result.stderr:
+        result = ws.assemble("rebase", "kern", "--drop", second.name)
+    assert result.returncode == 0, result.stderr
+    assert f"dropped by you: {first.name}" in result.stdout
+
+    restore_file = journal.Backup.restore_file
+
+    def crash_on_manifest(self: journal.Backup, name: str, path: Path) -> None:
+        if name == "deps.toml":
+            raise KeyboardInterrupt
+        restore_file(self, name, path)
+
+    monkeypatch.setattr(journal.Backup, "restore_file", crash_on_manifest)
+    workspace = open_workspace(ws.root)
+    with pytest.raises(KeyboardInterrupt):
+        rebase.undo(workspace, workspace.manifest.deps["kern"])
+    monkeypatch.undo()
+    assert snapshot(ws) != before
+    undone = ws.assemble("rebase", "kern", "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert snapshot(ws) == before
+
+
+def _as_github(ws: GitWorkspace) -> None:
+    text = ws.manifest.read_text().replace('"https://git.invalid/" = "remotes/"', '"https://git.invalid/" = "remotes/"\n"https://github.com/acme/" = "remotes/"')
+    ws.manifest.write_text(text.replace('upstream = "https://git.invalid/kern"', 'upstream = "https://github.com/acme/kern"'))
+
+
+def test_patches_sent_as_a_pull_request_are_forwarded(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """FlashMLA's case: the fork's patches are the commits of upstream's refs/pull/151/head:
+    forwarded, with evidence pull/151 and a link on a known forge; ASSEMBLE_PULL_REQUESTS=0
+    turns the pull-request refs off."""
+    ws = git_workspace
+    _as_github(ws)
+    first, second = patch_files(ws)
+    ws.upstream.git("checkout", "-q", "-b", "pr", ws.base)
+    ws.upstream.git("am", "-q", str(first), str(second))
+    ws.upstream.git("update-ref", "refs/pull/151/head", "HEAD")
+    ws.upstream.git("checkout", "-q", "main")
+    ws.upstream.git("branch", "-q", "-D", "pr")
+    result = ws.assemble("patches", "--format", "json")
+    assert result.returncode == 0, result.stderr
+    patches = json.loads(result.stdout)["deps"][0]["patches"]
+    assert [(p["status"], p["evidence"]["how"], p["evidence"].get("note")) for p in patches] == [
+        ("forwarded", "pull-request", "pull/151"), ("forwarded", "pull-request", "pull/151")]
+    assert patches[1]["evidence"]["url"] == "https://github.com/acme/kern/pull/151"
+    markdown = ws.assemble("patches", "--format", "markdown").stdout
+    assert "[pull/151](https://github.com/acme/kern/pull/151)" in markdown and f"`{second.name}`" in markdown
+    assert "pull/151 (same patch-id)" in ws.assemble("patches").stdout
+    off = GitWorkspace(ws.root, ws.upstream, ws.base, tmp_path / "cache-off")
+    from tests.conftest import run_assemble
+    plain = run_assemble("-C", str(ws.root), "patches", "--format", "json",
+                         env={"ASSEMBLE_CACHE": str(off.cache), "ASSEMBLE_PULL_REQUESTS": "0"})
+    assert [p["status"] for p in json.loads(plain.stdout)["deps"][0]["patches"]] == ["forwarded", "local"]
+
+
+def test_markdown_tables_pin_fork_point_and_plurals(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    first, second = patch_files(ws)
+    (ws.patches / "series").write_text(first.name + "\n")
+    second.unlink()
+    ws.upstream.commit("Docs", {"docs/more.md": "more\n"})
+    markdown = ws.assemble("patches", "--format", "markdown").stdout
+    assert "(1 patch on " in markdown and "1 patches" not in markdown
+    assert "### kern" in markdown and "| patch | subject | status | evidence | link |" in markdown
+    assert f"| `{first.name}` | Use stable tensor type | forwarded | header | [pull/7](https://git.invalid/kern/pull/7) |" in markdown
+    assert f"pin {ws.base[:12]} (" in markdown and "on upstream), 1 commit behind main" in markdown
+    dry = ws.assemble("rebase", "kern", "--dry-run")
+    assert dry.returncode == 0 and "would rebase" in dry.stdout
+    assert ws.assemble("rebase", "kern").returncode == 0
+    again = ws.assemble("rebase", "kern", "--dry-run")
+    assert again.returncode == 0 and "up to date with main" in again.stdout, again.stdout
+    assert "up to date with main" in ws.assemble("patches").stdout
+
+
+def test_a_raised_torch_or_cuda_floor_is_a_warning(git_workspace: GitWorkspace) -> None:
+    """QuTLASS's case: setup.py moves to torch 2.11 while deps.toml says 2.10."""
+    ws = git_workspace
+    setup = 'from setuptools import setup\n\nsetup(name="kern", install_requires=["torch>={torch}"])\n'
+    cmake = "cmake_minimum_required(VERSION 3.26)\nfind_package(CUDAToolkit {cuda} REQUIRED)\n"
+    ws.upstream.commit("Build files", {"setup.py": setup.format(torch="2.10"), "CMakeLists.txt": cmake.format(cuda="12.4")})
+    assert ws.assemble("rebase", "kern").returncode == 0
+    ws.upstream.commit("Require torch 2.11 and CUDA 12.8",
+                       {"setup.py": setup.format(torch="2.11"), "CMakeLists.txt": cmake.format(cuda="12.8")})
+    result = ws.assemble("rebase", "kern")
+    assert result.returncode == 0, result.stderr
+    said = " ".join(result.stderr.split())
+    assert "upstream's torch floor is now 2.11 (setup.py:3:" in said and "was 2.10 in setup.py:3" in said
+    assert "deps.toml's torch-target is 2.10" in said
+    assert "upstream's CUDA floor is now 12.8 (CMakeLists.txt:2:" in said
+    ws.upstream.commit("Docs", {"docs/more.md": "more\n"})
+    quiet = ws.assemble("rebase", "kern")
+    assert quiet.returncode == 0 and "floor" not in quiet.stderr

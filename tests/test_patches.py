@@ -18,7 +18,14 @@ def status_json(ws: GitWorkspace, *args: str) -> dict:
 
 
 def parse_markdown(text: str) -> list[dict[str, str]]:
-    lines = [line for line in text.splitlines() if line.startswith("|")]
+    """The release table: the first table of the output (per-dependency tables follow)."""
+    lines = []
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            if lines:
+                break
+            continue
+        lines.append(line)
     header = [cell.strip() for cell in lines[0].strip("|").split("|")]
     assert set(lines[1].replace("|", "").replace(" ", "")) == {"-"}
     return [dict(zip(header, (cell.strip() for cell in line.strip("|").split("|")), strict=True)) for line in lines[2:]]
@@ -102,7 +109,9 @@ def test_fork_pinned_without_series_lists_its_own_commits(git_workspace: GitWork
     report = status_json(ws, "kernfork")
     dep = report["deps"][0]
     assert dep["name"] == "kernfork" and dep["patches_from"] == "fork commits"
-    assert dep["base"] == {"commit": fork_tip, "date": dep["base"]["date"], "on": "fork", "behind": 1, "own_commits": 3}
+    assert dep["base"] == {"commit": fork_tip, "date": dep["base"]["date"], "on": "fork", "behind": 1, "own_commits": 3,
+                           "fork_point": dep["base"]["fork_point"]}
+    assert dep["base"]["fork_point"] == ws.base
     assert [(p["file"], p["status"]) for p in dep["patches"]] == [
         (landed_in_fork[:12], "upstream"), (git(fork.path, "rev-parse", "HEAD~1")[:12], "not-needed"), (fork_tip[:12], "forwarded")]
     assert dep["patches"][0]["evidence"]["commit"] == landed

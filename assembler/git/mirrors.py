@@ -30,6 +30,16 @@ if TYPE_CHECKING:
 # Upstream branches land under refs/remotes/origin/ so fetch --prune never touches our refs.
 FETCH_REFSPECS = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
 FETCHED_STAMP = "assemble-fetched"  # its mtime: the last fetch that succeeded
+# Pull-request heads, where the host publishes them (GitHub: refs/pull/N/head, GitLab:
+# refs/merge-requests/N/head), into a namespace of our own: `assemble patches` recognises a
+# patch sent upstream by its patch-id there. A wildcard that matches nothing costs nothing, so
+# other hosts need no detection. ASSEMBLE_PULL_REQUESTS=0 turns it off (a huge PR history).
+PULL_NAMESPACE = "refs/assemble/pull/"
+PULL_REFSPECS = [f"+refs/pull/*/head:{PULL_NAMESPACE}*", f"+refs/merge-requests/*/head:{PULL_NAMESPACE}*"]
+
+
+def pull_requests_wanted() -> bool:
+    return os.environ.get("ASSEMBLE_PULL_REQUESTS", "1").strip().lower() not in ("0", "no", "false", "off")
 
 
 @dataclass
@@ -154,7 +164,8 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
 
     with filelock.FileLock(f"{mirror.path}.lock"):
         try:
-            mirror.repo.git.fetch("--prune", "--quiet", END_OF_OPTIONS, "origin", *(refs or FETCH_REFSPECS))
+            specs = refs or [*FETCH_REFSPECS, *(PULL_REFSPECS if pull_requests_wanted() else [])]
+            mirror.repo.git.fetch("--prune", "--quiet", END_OF_OPTIONS, "origin", *specs)
         except git.GitCommandError as exc:
             raise network_error(mirror, exc) from None
         if not refs:

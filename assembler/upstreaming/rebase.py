@@ -40,6 +40,7 @@ from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
 from assembler.series.headers import PatchStatus
 from assembler.upstreaming import journal as jr
+from assembler.upstreaming.floors import floor_warnings
 from assembler.upstreaming.horizon import ChainProbe, Commit, Horizon, first_parent_chain
 from assembler.upstreaming.journal import Dropped, Journal, Phase, Pick, Stopped
 from assembler.upstreaming.patchset import Patch, by_sha, checkout_in_sync, from_commits, from_series, series_as_commits
@@ -334,6 +335,9 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
                               horizon=horizon)
         if dry_run:
             assert isinstance(scratch, Scratch)
+            if target.onto == dep.commit and not switched and not known_upstream(scratch, patches, fork_point, target.onto):
+                report.status, report.applied = RebaseStatus.UP_TO_DATE, [p.name for p in patches]
+                return report
             return _dry_run(scratch, report, patches, fork_point, target)
         known = known_upstream(scratch, patches, fork_point, target.onto)
         if target.onto == dep.commit and not known and not switched:
@@ -541,6 +545,8 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
     jr.finish(workspace, journal.dep, keep=True)
     report = _base_report(journal, RebaseStatus.DONE, fork.path)
     report.range_diff = parse_range_diff(journal.range_diff or "", {p.commit: p.name for p in journal.planned})
+    if journal.old_base != journal.onto:
+        report.warnings += floor_warnings(GitView(fork.git_dir), journal.old_base, journal.onto, dep.torch_target)
     dropped = {d.pick for d in journal.dropped}
     report.applied = [p.name for p in journal.picks if p.commit not in dropped]
     report.export = journal.export
@@ -639,12 +645,18 @@ def resume(workspace: Workspace, name: str | None = None, on_step: Callable[[str
     journal = _journal_for(workspace, name)
     with jr.running(workspace, journal.dep) as fd:
         fork = _Fork(workspace.forks_dir / journal.dep, fd)
-        if journal.phase == Phase.REPLAYING and fork.clean_stop():
+        if journal.phase == Phase.REPLAYING and _stopped_in_plan(journal, fork):
             _record_stop(workspace, journal, fork)  # stopped before the journal could say so
         if journal.phase == Phase.STOPPED and _take_resolution(workspace, journal, fork):
             return _finish(workspace, journal, fork)
         on_step("replay")
         return _drive(workspace, journal, fork, fresh=False, on_step=on_step)
+
+
+def _stopped_in_plan(journal: Journal, fork: _Fork) -> bool:
+    """The sequencer stopped at a pick of the plan before the journal could say so (a stop at
+    a pick that --drop took out since is stale: the replay starts over)."""
+    return fork.clean_stop() and fork.rev("REBASE_HEAD") in {p.commit for p in journal.picks}
 
 
 def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> bool:
@@ -751,7 +763,7 @@ def drop(workspace: Workspace, name: str | None, patches: list[str],
     journal = _journal_for(workspace, name)
     with jr.running(workspace, journal.dep) as fd:
         fork = _Fork(workspace.forks_dir / journal.dep, fd)
-        if journal.phase == Phase.REPLAYING and fork.clean_stop():
+        if journal.phase == Phase.REPLAYING and _stopped_in_plan(journal, fork):
             _record_stop(workspace, journal, fork)
         start = journal.stopped.index if journal.stopped is not None else 0
         replay = False
@@ -804,14 +816,16 @@ def undo(workspace: Workspace, dep: Dependency) -> RebaseReport:
                          hint="only the last rebase can be undone, until the next one finishes (or it is undone)")
     backup = jr.Backup(workspace, dep.name, directory)
     path = workspace.fork_path(dep)
+    # Each piece holds what the rebase wrote, or already the backup (an undo that was killed
+    # half-way is simply run again); anything else is an edit an undo would lose.
     changed = [label for label, target in (("deps.toml", workspace.manifest_path), ("patches", dep.patches_dir))
-               if journal.wrote.get(label, [None, None])[1] != jr.digest_path(target)]
+               if jr.digest_path(target) not in (journal.wrote.get(label, [None, None])[1], backup.digest(label))]
     if changed:
         raise WouldLoseWorkError(f"{', '.join(changed)} changed since the rebase of {dep.name} onto {journal.onto[:12]}; undo would lose that",
                                  hint="put those edits aside, or undo by hand from " + str(directory / jr.BACKUP))
     if path.is_dir():
         fork = _Fork(path, None)
-        if fork.stopped() or fork.head() != journal.result_head or is_dirty(fork.repo):
+        if fork.stopped() or fork.head() not in (journal.result_head, journal.old_head) or is_dirty(fork.repo):
             raise WouldLoseWorkError(f"{path} changed since the rebase (commits, edits or a git operation)",
                                      hint=f"export or discard them first (`assemble export {dep.name}`), then --undo")
     with jr.running(workspace, dep.name) as fd:

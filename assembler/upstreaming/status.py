@@ -56,6 +56,7 @@ class Evidence(StrEnum):
     HEADER = "header"  # nothing in git: what its Forwarded header says
     RESOLVED_EMPTY = "resolved-empty"  # a rebase conflict resolved to no change
     DROPPED_BY_YOU = "dropped-by-you"  # skipped or dropped by the user during a rebase (confirmed)
+    PULL_REQUEST = "pull-request"  # the same patch-id as a commit of an upstream pull request
 
 
 LANDED = (Evidence.APPLIED_UPSTREAM, Evidence.PATCH_ID)  # evidence that names the upstream commit itself
@@ -87,6 +88,8 @@ class PatchVerdict:
         """One line for people: the upstream commit, or the PR URL, or what the header says."""
         if self.commit is not None:
             return f"{self.commit.sha[:12]} {self.commit.subject} ({self.how})"
+        if self.how == Evidence.PULL_REQUEST:
+            return f"{self.note} (same patch-id)" + (f": {self.url}" if self.url else "")
         return self.url or self.note
 
     def to_json(self) -> dict[str, object]:
@@ -246,6 +249,44 @@ def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: s
     return {i: theirs[pid] for i, pid in ours.items() if pid in theirs}
 
 
+def pull_request_link(upstream_url: str, number: int) -> str | None:
+    """The web page of pull request ``number`` on a known forge (GitHub, GitLab), else None."""
+    url = upstream_url.removesuffix("/").removesuffix(".git")
+    if url.startswith("git@"):  # scp-like git@host:owner/repo
+        host, _, path = url[len("git@"):].partition(":")
+        url = f"https://{host}/{path}"
+    if not url.startswith(("https://", "http://")):
+        return None
+    host = url.split("/")[2]
+    if host == "github.com" or host.endswith(".github.com"):
+        return f"{url}/pull/{number}"
+    if "gitlab" in host:
+        return f"{url}/-/merge_requests/{number}"
+    return None
+
+
+def in_pull_requests(upstream: Path, scratch: GitView, patches: list[Patch], indices: list[int], target: str) -> dict[int, int]:
+    """Patch index -> the lowest-numbered pull request (fetched by the mirror under
+    refs/assemble/pull/) that has a commit with the patch's patch-id, not yet in ``target``."""
+    view = GitView(upstream)
+    if not indices or not view.out("for-each-ref", "--count=1", "--format=%(refname)", mirrors.PULL_NAMESPACE):
+        return {}
+    chosen = [patches[i] for i in indices]
+    load_diffs(scratch, chosen)
+    ours = {pid: indices[k] for pid, k in patch_ids(scratch, chosen).items()}
+    found: dict[int, int] = {}
+    pairs = log_patch_ids(view, [f"--glob={mirrors.PULL_NAMESPACE}*"], [f"^{target}"], _pathspec(chosen))
+    for sha, pid in pairs:
+        index = ours.get(pid)
+        if index is None or index in found:
+            continue
+        refs = view.out("for-each-ref", "--contains", sha, "--format=%(refname)", mirrors.PULL_NAMESPACE).split()
+        numbers = sorted(int(ref.rsplit("/", 1)[1]) for ref in refs if ref.rsplit("/", 1)[1].isdigit())
+        if numbers:
+            found[index] = numbers[0]
+    return found
+
+
 def by_header(patch: Patch) -> tuple[PatchStatus, str | None, str]:
     """Layer 4, from ``Forwarded``: (status, PR URL, note)."""
     return forwarded_status(patch.header)
@@ -309,9 +350,11 @@ class Base:
     on: str  # "upstream" (an ancestor of the tracked branch) or "fork"
     behind: int  # tracked-branch commits the base lacks
     own: int  # commits of the base that are not upstream (a fork's own work)
+    fork_point: str = ""  # where the pin meets the tracked branch (the pin itself when on upstream)
 
     def to_json(self) -> dict[str, object]:
-        return {"commit": self.commit, "date": self.date, "on": self.on, "behind": self.behind, "own_commits": self.own}
+        return {"commit": self.commit, "date": self.date, "on": self.on, "behind": self.behind, "own_commits": self.own,
+                "fork_point": self.fork_point}
 
 
 @dataclass
@@ -431,12 +474,17 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
                              hint="check `upstream`, `source` and `track` in deps.toml")
         own, behind = (int(n) for n in scratch.out("rev-list", "--left-right", "--count", END_OF_OPTIONS, f"{dep.commit}...{tip}").split())
         date = scratch.commit_date(dep.commit)
-        base = Base(dep.commit, date, "upstream" if own == 0 else "fork", behind, own)
+        base = Base(dep.commit, date, "upstream" if own == 0 else "fork", behind, own, fork_point)
         patches, origin, broken = carried_patches(workspace, dep, scratch, fork_point)
         # A series on a fork's commit is replayed after the fork's own commits, as a rebase
         # would; only the series is reported.
         own_commits = from_commits(scratch, dep.commit, [fork_point]) if origin == "series" and own else []
         verdicts = classify(scratch, own_commits + patches, fork_point, tip)[len(own_commits):] if patches else []
+        open_ = [i for i, v in enumerate(verdicts) if v.status in (PatchStatus.LOCAL, PatchStatus.FORWARDED)]
+        for i, number in in_pull_requests(upstream.path, scratch, patches, open_, tip).items():
+            verdict = verdicts[i]
+            verdict.url = pull_request_link(dep.upstream_url, number) or verdict.url  # else the Forwarded URL, if any
+            verdict.status, verdict.how, verdict.note = PatchStatus.FORWARDED, Evidence.PULL_REQUEST, f"pull/{number}"
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
                      base, origin, verdicts, broken, last_build_verdicts(workspace, dep),
                      last_build_time(workspace), check_evidence(workspace, dep))

@@ -6,16 +6,26 @@ from __future__ import annotations
 
 from assembler.report.output import short
 from assembler.series.headers import PatchStatus
-from assembler.upstreaming.status import DepStatus, Migration
+from assembler.upstreaming.status import DepStatus, Evidence, Migration, PatchVerdict
+
+
+def plural(count: int, noun: str) -> str:
+    """"1 patch", "2 patches", "0 commits"."""
+    if count == 1:
+        return f"1 {noun}"
+    return f"{count} {noun}es" if noun.endswith(("ch", "sh", "s", "x")) else f"{count} {noun}s"
 
 
 def summary_line(status: DepStatus) -> str:
-    """Base (where, when, own commits, how far behind) and the count of each status."""
+    """The pin (when, on upstream or a fork's own commits), the fork point where it meets the
+    tracked branch when that is another commit, how far behind, and the count of each status."""
     base = status.base
-    where = f"{base.on} {short(base.commit)} ({base.date[:10]})"
-    own = f", {base.own} own commits" if base.own else ""
+    pin = f"pin {short(base.commit)} ({base.date[:10]}, {'on upstream' if base.on == 'upstream' else 'a fork commit'})"
+    fork = (f", {plural(base.own, 'own commit')} since fork point {short(base.fork_point)}"
+            if base.own and base.fork_point and base.fork_point != base.commit else "")
     counts = ", ".join(f"{n} {s}" for s, n in status.counts().items() if n) or "no patches"
-    return f"base {where}{own}, {base.behind} commits behind {status.track}; {counts}"
+    behind = "up to date with" if base.behind == 0 else f"{plural(base.behind, 'commit')} behind"
+    return f"{pin}{fork}, {behind} {status.track}; {counts}"
 
 
 def migration_line(status: DepStatus) -> str:
@@ -27,19 +37,45 @@ def migration_line(status: DepStatus) -> str:
     return line
 
 
+def _row(cells: tuple[str, ...]) -> str:
+    return "| " + " | ".join(cell.replace("|", "\\|").replace("\n", " ") for cell in cells) + " |"
+
+
 def markdown(results: list[DepStatus]) -> str:
-    """The release-post table: dependency | migrated on fork | migrated upstream."""
+    """The release-post table (dependency | migrated on fork | migrated upstream), then one
+    table per dependency with each patch's status, evidence and link."""
     lines = ["| dependency | migrated on fork | migrated upstream |", "| --- | --- | --- |"]
     for status in results:
-        cells = (status.name, _cell_fork(status), _cell_upstream(status))
-        lines.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
+        lines.append(_row((status.name, _cell_fork(status), _cell_upstream(status))))
+    for status in results:
+        lines += ["", f"### {status.name}", "", summary_line(status).replace("|", "\\|")]
+        if not status.verdicts:
+            continue
+        lines += ["", "| patch | subject | status | evidence | link |", "| --- | --- | --- | --- | --- |"]
+        for v in status.verdicts:
+            link = f"[{_link_label(v.url)}]({v.url})" if v.url else ""
+            lines.append(_row((f"`{v.name}`", v.subject, str(v.status), _evidence_cell(v), link)))
     return "\n".join(lines) + "\n"
+
+
+def _evidence_cell(verdict: PatchVerdict) -> str:
+    if verdict.commit is not None:
+        return f"{verdict.how}: `{short(verdict.commit.sha)}` {verdict.commit.subject}"
+    if verdict.how == Evidence.PULL_REQUEST:
+        return f"{verdict.how}: {verdict.note}"
+    return f"{verdict.how}: {verdict.note}" if verdict.note else str(verdict.how)
+
+
+def _link_label(url: str) -> str:
+    """"pull/151" for a forge's pull-request URL, else the URL's last two parts."""
+    parts = url.rstrip("/").split("/")
+    return "/".join(parts[-2:]) if len(parts) >= 2 else url
 
 
 def _cell_fork(status: DepStatus) -> str:
     if status.migrated_on_fork == Migration.NOT_APPLICABLE:
         return Migration.NOT_APPLICABLE
-    carried = f"{len(status.verdicts)} patches on {short(status.base.commit)}; " if status.verdicts else ""
+    carried = f"{plural(len(status.verdicts), 'patch')} on {short(status.base.commit)}; " if status.verdicts else ""
     return f"{status.migrated_on_fork} ({carried}{status.migration_evidence})"
 
 
