@@ -60,5 +60,9 @@ def example_ws_fixture(tmp_path: Path) -> Path:
 
 def assemble(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     """The real CLI in a subprocess, with the test's cache."""
+    from tests.json_contract import check_json_output
+
     env = {**os.environ, "ASSEMBLE_CACHE": str(cache), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "assembler", *args], env=env, capture_output=True, text=True, check=False)
+    result = subprocess.run([sys.executable, "-m", "assembler", *args], env=env, capture_output=True, text=True, check=False)
+    check_json_output(args, result.stdout, result.returncode)  # every --json run meets its JSON Schema
+    return result

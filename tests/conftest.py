@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.gitrepo import Repo, make_patch
+from tests.json_contract import check_json_output
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,8 +26,11 @@ def run_assemble(*args: str, cwd: Path | None = None, env: dict[str, str] | None
     held by this one, kill -9, the interpreter's own exit path); ASSEMBLE_TEST_SUBPROCESS=1 makes
     every call a subprocess."""
     if subprocess or os.environ.get("ASSEMBLE_TEST_SUBPROCESS") == "1":
-        return _run_subprocess(list(args), cwd, env)
-    return run_in_process(list(args), cwd=cwd, env=env)
+        result = _run_subprocess(list(args), cwd, env)
+    else:
+        result = run_in_process(list(args), cwd=cwd, env=env)
+    check_json_output(args, result.stdout, result.returncode)  # every --json run meets its JSON Schema
+    return result
 
 
 def _run_subprocess(args: list[str], cwd: Path | None, env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:

@@ -50,6 +50,7 @@ ENVIRONMENT_VARIABLES = {
     "ASSEMBLE_INSTALLER": "uv (default) or pip: what creates torch environments and the CUDA toolkit",
     "ASSEMBLE_SCCACHE": "0 or 1: the compiler cache (sccache) off or on, overriding [cache] compiler",
     "ASSEMBLE_ARTIFACT_STORE": "the shared artifact store (file://, s3://), overriding [cache] artifacts; empty: none",
+    "ASSEMBLE_PULL_REQUESTS": "0 stops mirrors fetching pull-request heads (used to recognise patches sent upstream)",
     "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE": "1 lets a series name patch files outside the workspace",
     "SOURCE_DATE_EPOCH": "the timestamp of files in built wheels (default 1980-01-01)",
     "NO_COLOR": "no colour (unless --color always)",
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     output.configure()
     command = _command_word(words)
     as_json = _wants_json(words)
-    with output.json_session(command or "assemble") as session:
+    with output.json_session(command if command in COMMAND_MODULES else "assemble") as session:
         code: int
         error: AssembleError | None = None
         try:
