@@ -26,7 +26,7 @@ def _plan(units: list[str] | None, archs: list[str], jobs: int | None = None) ->
 def test_cost_is_units_times_archs() -> None:
     entry = entry_for(_plan(["a.cpp", "b.cu", "c.cu"], ["9.0a", "10.0a", "12.0"]), "k" * 32, cached=False, in_store=False)
     assert (entry.cxx_units, entry.cuda_units) == (1, 2)
-    assert entry.cost == UNIT_SECONDS["cxx"] + 2 * 3 * UNIT_SECONDS["cuda_arch"]
+    assert entry.cost == UNIT_SECONDS["cxx"] + 2 * (UNIT_SECONDS["cuda"] + 3 * UNIT_SECONDS["cuda_arch"])
     assert entry.to_json()["arch_compilations"] == 1 + 2 * 3
     stubs = entry_for(_plan(["a.cu"], ["9.0"], jobs=3), "k" * 32, False, False)  # helper: 2 generated stubs
     assert (stubs.cxx_units, stubs.cuda_units) == (2, 1)
