@@ -36,17 +36,29 @@ class Floor:
         return tuple(int(part) for part in self.version.split("."))
 
 
+def _blobs(view: GitView, commit: str, names: list[str]) -> dict[str, str]:
+    """The build files ``commit`` has, in one ``git cat-file --batch``."""
+    output = view.run("cat-file", "--batch", input="".join(f"{commit}:{name}\n" for name in names).encode()).stdout
+    found, position = {}, 0
+    for name in names:
+        end = output.index(b"\n", position)
+        header = output[position:end].split()
+        position = end + 1
+        if len(header) == 3 and header[1] == b"blob":
+            size = int(header[2])
+            found[name] = output[position:position + size].decode(errors="replace")
+            position += size + 1
+    return found
+
+
 def declared(view: GitView, commit: str) -> dict[str, Floor]:
     """The highest torch and CUDA floor each kind declares in ``commit``'s build files."""
     floors: dict[str, Floor] = {}
-    for name, patterns in PATTERNS.items():
-        result = view.run("cat-file", "blob", f"{commit}:{name}", check=False)
-        if result.returncode != 0:
-            continue
-        for number, line in enumerate(result.stdout.decode(errors="replace").splitlines(), start=1):
+    for name, text in _blobs(view, commit, list(PATTERNS)).items():
+        for number, line in enumerate(text.splitlines(), start=1):
             if line.lstrip().startswith("#"):
                 continue
-            for kind, pattern in patterns:
+            for kind, pattern in PATTERNS[name]:
                 match = pattern.search(line)
                 if match:
                     floor = Floor(kind, match.group(1), name, number, line.strip())

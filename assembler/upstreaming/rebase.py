@@ -522,7 +522,10 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
         state.head, state.status = journal.result_head, CheckoutStatus.READY
         state.save(fork.path)
         jr.writing(workspace, journal, "patches", patches_dir)
-        result = export(workspace, dep)
+        with ThreadPoolExecutor(max_workers=1) as pool:  # git range-diff runs while export writes
+            range_diff = pool.submit(_range_diff, fork, journal)
+            result = export(workspace, dep)
+            journal.range_diff = range_diff.result()
         made = len(result.written) + len(result.unchanged)
         kept = [p for p in journal.picks if p not in gone]
         if dropped_empty is not None and made == len(kept) - len(dropped_empty):
@@ -532,7 +535,6 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
         else:
             empty = verified
         journal.dropped += [Dropped(p.name, p.subject, Evidence.DROPPED_BY_YOU, p.commit) for p in by_you]
-        journal.range_diff = _range_diff(fork, journal)
         _drop_empty(fork, journal, empty)
         journal.export = {"written": result.written, "unchanged": result.unchanged, "removed": result.removed}
         journal.phase = Phase.EXPORTED
