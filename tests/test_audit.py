@@ -41,7 +41,7 @@ def wheels(audit_build: tuple[Objects, Wheels]) -> Wheels:
 
 @pytest.fixture(scope="module")
 def reports(wheels: Wheels) -> dict[str, dict]:
-    good, bad = audit_json(wheels.good, wheels.bad)
+    good, bad = audit_json(wheels.good, wheels.bad)["reports"]  # several paths: one report each
     return {"good": good, "bad": bad}
 
 

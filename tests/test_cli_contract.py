@@ -303,3 +303,40 @@ def test_uv_installs_a_working_assemble_without_pip(tmp_path: Path) -> None:
     typed = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.resources as r; print(r.files('assembler').joinpath('py.typed').is_file())"],
                            capture_output=True, text=True, cwd=tmp_path)
     assert typed.stdout.strip() == "True"
+
+
+def test_build_progress_in_a_ci_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a terminal: one line per phase change as it happens (elapsed time, no redraw);
+    under CI each finished dependency's log in a ::group::, its workflow commands switched off."""
+    from assembler.builder.builder import build_log
+    from assembler.cli.build import _Progress
+    from assembler.report import output
+
+    log = build_log(tmp_path, "kern")
+    log.parent.mkdir(parents=True)
+    log.write_text("-- Configuring done\n::error file=x::injected by the build output\n[2/2] Linking kern.so\n")
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    output.configure()
+    with _Progress(quiet=False, logs=tmp_path) as progress:
+        progress.event("kern", "checking", None, None)
+        progress.event("kern", "compiling", 1, 2)
+        progress.event("kern", "compiling", 2, 2)  # the same phase: no second line
+        assert re.fullmatch(r"kern: checking \(\d+\.\d s\)\nkern: compiling 1/2 \(\d+\.\d s\)\n", capsys.readouterr().err)
+        progress.event("kern", "built", None, None)
+        built = capsys.readouterr().err  # printed when it finished, not at the end
+        progress.event("other", "cached", None, None)
+    lines = built.splitlines()
+    assert re.fullmatch(r"kern: built \(\d+\.\d s\)", lines[0])
+    assert lines[1] == f"::group::kern build log ({log})"
+    token = lines[2].removeprefix("::stop-commands::")
+    assert len(token) == 32 and lines[3:6] == log.read_text().splitlines()
+    assert lines[6:] == [f"::{token}::", "::endgroup::"]
+    assert re.fullmatch(r"other: cached \(\d+\.\d s\)\n", capsys.readouterr().err)  # nothing built: no group
+    monkeypatch.delenv("GITHUB_ACTIONS")
+    monkeypatch.delenv("CI", raising=False)
+    with _Progress(quiet=False, logs=tmp_path) as progress:
+        progress.event("kern", "built", None, None)
+    assert "::group::" not in capsys.readouterr().err
+    with _Progress(quiet=True, logs=tmp_path) as progress:  # --json
+        progress.event("kern", "built", None, None)
+    assert capsys.readouterr().err == ""

@@ -206,11 +206,16 @@ def _warn(note: str) -> None:
     print(f"warning: {note}", file=sys.stderr)
 
 
+def build_log(state_dir: Path, dep: str) -> Path:
+    """Where a dependency's last build writes its log (the CLI shows it; CI groups it)."""
+    return state_dir / "logs" / f"{dep}.log"
+
+
 def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable[[str], None] = lambda _: None) -> Outcome:
     """Compile ``request`` with ``jobs`` parallel compiler processes through its backend; never
     raises for a compiler failure (the Outcome says what failed, with the log)."""
     dep = request.dep
-    log_path = ctx.state_dir / "logs" / f"{dep.name}.log"
+    log_path = build_log(ctx.state_dir, dep.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     staging = ctx.store.root / dep.name / f".tmp-{request.key}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)

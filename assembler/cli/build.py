@@ -11,7 +11,7 @@ from assembler.cli.common import add_format, cuda_version, non_negative_int, pos
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from rich.progress import TaskID
+    from rich.progress import Progress, TaskID
 
     from assembler.builder.pipeline import BuildFailed, BuildReport
     from assembler.workspace import Workspace
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify,
         memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None,
     )
-    with _Progress(quiet=args.json) as progress:
+    with _Progress(quiet=args.json, logs=workspace.state_dir) as progress:
         report = run_build(workspace, options, note=progress.note, on_event=progress.event)
     if isinstance(report.error, BuildFailed):
         _print_failures(report.error, err_console)
@@ -94,52 +94,113 @@ def _print_failures(failure: BuildFailed, console: Console) -> None:
     for outcome in failure.failed:
         if outcome.unstable:
             continue  # the error line names each include
-        console.rule(f"{outcome.dep}: last lines of {outcome.log}", style="red")
+        if console.is_terminal:
+            console.rule(f"{outcome.dep}: last lines of {outcome.log}", style="red")
+        else:  # a rule fills the (wide, piped) width: a plain heading instead
+            console.print(f"--- {outcome.dep}: last lines of {outcome.log} ---", markup=False, highlight=False)
         console.print(format_failure(outcome), markup=False, highlight=False)
 
 
 class _Progress:
-    """One line per dependency on stderr while building; silent with --json."""
+    """Per-dependency progress on stderr while building; silent with --json or -q.
 
-    def __init__(self, quiet: bool) -> None:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    On a terminal: one live rich row per dependency. Otherwise (a CI log, a file): one line per
+    phase change as it happens, with the elapsed time, never a redraw; and under CI
+    (GITHUB_ACTIONS, CI) each finished dependency's build log in a ``::group::`` section."""
 
-        from assembler.report.output import err_console
+    def __init__(self, quiet: bool, logs: Path) -> None:
+        import sys
+        import time
 
-        self.console = err_console
-        self.quiet = quiet
-        self.progress = Progress(
-            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-            TimeElapsedColumn(), console=err_console, transient=False, disable=quiet,
-        )
+        from assembler.report import output
+
+        self.quiet = quiet or output.settings.verbosity < 0
+        self.logs = logs
+        self.started = time.monotonic()
+        self.phases: dict[str, str] = {}
         self.tasks: dict[str, TaskID] = {}
+        self.progress: Progress | None = None
+        if not self.quiet and sys.stderr.isatty():
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.progress = Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=output.err_console, transient=False,
+            )
 
     def __enter__(self) -> _Progress:
-        self.progress.start()
+        if self.progress is not None:
+            self.progress.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.progress is not None:
+            self.progress.stop()
 
     def note(self, message: str) -> None:
+        from assembler.report import output
+
         if not self.quiet:
-            self.console.print(message, markup=False, highlight=False)
+            output.note(message)
 
     def event(self, dep: str, phase: str, done: int | None, total: int | None) -> None:
         from assembler.builder.outcome import BuildOutcome
 
+        finished = phase in tuple(BuildOutcome)
+        if self.progress is not None:
+            self._row(dep, phase, done, total, finished)
+            return
+        if self.quiet or self.phases.get(dep) == phase:
+            return
+        import time
+
+        from assembler.report import output
+
+        self.phases[dep] = phase
+        counts = f" {done}/{total}" if done is not None and total else ""
+        output.note(f"{dep}: {phase}{counts} ({time.monotonic() - self.started:.1f} s)")
+        if finished and phase != BuildOutcome.CACHED and output.in_ci():
+            self._group(dep)
+
+    def _row(self, dep: str, phase: str, done: int | None, total: int | None, finished: bool) -> None:
+        assert self.progress is not None
         if dep not in self.tasks:
             self.tasks[dep] = self.progress.add_task(dep, total=None)
         task = self.tasks[dep]
         style = PHASE_STYLE.get(phase, "")
         description = f"{dep:<16} [{style}]{phase}[/]"
-        if phase in tuple(BuildOutcome):
+        if finished:
             self.progress.update(task, description=description, total=1, completed=1)
             self.progress.stop_task(task)
         elif done is not None:
             self.progress.update(task, description=description, total=total, completed=done)
         else:
             self.progress.update(task, description=description)
+
+    def _group(self, dep: str) -> None:
+        """The dependency's build log as a collapsed section of the CI log. The log is the build's
+        output, so workflow commands in it are switched off (::stop-commands::) while it prints."""
+        import secrets
+        import sys
+
+        from assembler.builder.builder import build_log
+
+        log = build_log(self.logs, dep)
+        try:
+            text = log.read_text(errors="replace")
+        except OSError:
+            return
+        token = secrets.token_hex(16)
+        sys.stderr.write(f"::group::{dep} build log ({log})\n::stop-commands::{token}\n{text}"
+                         f"{'' if text.endswith(chr(10)) or not text else chr(10)}::{token}::\n::endgroup::\n")
+        sys.stderr.flush()
 
 
 def _emit(report: BuildReport, as_json: bool) -> None:

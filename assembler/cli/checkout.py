@@ -67,8 +67,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 class _Spinners:
-    """One rich progress row per dependency, created on its first step: a no-op shows none
-    and never imports rich."""
+    """One rich progress row per dependency on a terminal, created on its first step (a no-op
+    shows none and never imports rich); one line per step otherwise."""
 
     def __init__(self, quiet: bool) -> None:
         self.quiet = quiet
@@ -76,7 +76,14 @@ class _Spinners:
         self.tasks: dict[str, TaskID] = {}
 
     def __call__(self, dep: str, step: str) -> None:
-        if self.quiet:
+        import sys
+
+        from assembler.report import output
+
+        if self.quiet or output.settings.verbosity < 0:
+            return
+        if not sys.stderr.isatty():  # a CI log or a file: one line per step as it happens, never a redraw
+            output.note(f"{dep}: {step}")
             return
         if self.progress is None:
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
