@@ -206,7 +206,7 @@ class _Progress:
 def _emit(report: BuildReport, as_json: bool) -> None:
     from rich.markup import escape
 
-    from assembler.report.output import console, emit_json, err_console
+    from assembler.report.output import add_columns, console, emit_json, err_console
 
     if as_json:
         emit_json(report.as_dict())
@@ -217,8 +217,7 @@ def _emit(report: BuildReport, as_json: bool) -> None:
     from assembler.builder.outcome import BuildOutcome
 
     table = Table(title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}", title_justify="left")
-    for column in ("dep", "commit", "patches", "build", "archs", "min torch", "verdict"):
-        table.add_column(column, no_wrap=column != "verdict")
+    add_columns(table, "dep", "commit", "patches", "build", "archs", "min torch", "verdict")
     for dep in report.deps:
         build = {BuildOutcome.CACHED: "cached", BuildOutcome.BUILT: f"built {dep.seconds:.1f}s"}.get(dep.status, f"[red]{dep.status}[/]")
         verdict = dep.verdict or "-"

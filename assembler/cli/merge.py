@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
 
     from assembler.builder.pipeline import merge_artifacts
     from assembler.cli.common import open_workspace
-    from assembler.report.output import console, emit_json, err_console, short
+    from assembler.report.output import add_columns, console, emit_json, err_console, short
     from assembler.wheel.platform import DEFAULT_EXCLUDES
 
     workspace = open_workspace(args)
@@ -46,8 +46,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(result.to_json())
         return 0
     table = Table()
-    for column in ("dependency", "commit", "patches", "archs", "files shipped", "not shipped"):
-        table.add_column(column)
+    add_columns(table, "dependency", "commit", "patches", "archs", "files shipped", "not shipped")
     for dep, record in result.provenance.items():
         table.add_row(
             dep, short(record["commit"]), str(len(record["patches"])), " ".join(record["archs"]) or "-",

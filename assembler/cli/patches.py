@@ -60,7 +60,7 @@ def print_table(status: DepStatus, offline: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from assembler.report.output import console
+    from assembler.report.output import add_columns, console
     from assembler.series.headers import PatchStatus
     from assembler.upstreaming.table import migration_line, summary_line
 
@@ -70,8 +70,7 @@ def print_table(status: DepStatus, offline: bool) -> None:
     if not status.verdicts:
         return
     table = Table(show_edge=False, pad_edge=False)
-    for column in ("patch", "subject", "status", "evidence"):
-        table.add_column(column, overflow="fold")
+    add_columns(table, "patch", "subject", "status", "evidence", text=("subject", "evidence"))  # file names are never cut
     colours = {PatchStatus.UPSTREAM: "green", PatchStatus.FORWARDED: "yellow", PatchStatus.LOCAL: "red",
                PatchStatus.NOT_NEEDED: "blue"}
     for v in status.verdicts:

@@ -28,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
 
     from assembler.builder.matrix import matrix_document, plan_matrix
     from assembler.cli.common import open_workspace
-    from assembler.report.output import console, emit_json, err_console
+    from assembler.report.output import add_columns, console, emit_json, err_console
 
     workspace = open_workspace(args)
     entries = plan_matrix(workspace, args.cuda, args.torch, tuple(args.only),
@@ -37,8 +37,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json(matrix_document(entries))
         return 0
     table = Table()
-    for column in ("dependency", "key", "archs", "units", "in store", "est. compile s"):
-        table.add_column(column)
+    add_columns(table, "dependency", "key", "archs", "units", "in store", "est. compile s")
     for entry in entries:
         where = "local" if entry.cached else "shared" if entry.in_store else "-"
         units = f"{entry.cxx_units} c++ + {entry.cuda_units} cuda" if entry.units_known else "unknown"

@@ -53,13 +53,12 @@ def _print_table(wheel: Path, member: str, data: dict[str, Any], deps: list[Sbom
     from rich.markup import escape
     from rich.table import Table
 
-    from assembler.report.output import console, short
+    from assembler.report.output import add_columns, console, short
 
     root = data.get("metadata", {}).get("component", {})
     table = Table(title=f"{escape(str(wheel))}\n{escape(member)} (CycloneDX {data.get('specVersion')}): "
                         f"{escape(str(root.get('name')))} {escape(str(root.get('version')))}", title_justify="left")
-    for column, wrap in (("dependency", False), ("commit", False), ("patch", True), ("status", False), ("evidence", True)):
-        table.add_column(column, overflow="fold", no_wrap=not wrap)
+    add_columns(table, "dependency", "commit", "patch", "status", "evidence", text=("evidence",))  # names and SHAs never cut
     for dep in deps:
         for index, patch in enumerate(dep.patches or [None]):
             cells = [dep.name, short(dep.commit)] if index == 0 else ["", ""]
