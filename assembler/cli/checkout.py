@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -10,6 +11,8 @@ from assembler.cli.common import add_format
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
+
+    from assembler.errors import AssembleError
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     # keep going: every dependency is tried; the exit code is the first failure's
     code = int(next(iter(failures.values())).exit_code) if failures else 0
+    _report_failures(failures, len(deps))
     if args.json:
         from assembler.report.output import emit_json
 
@@ -54,16 +58,17 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         fetched = ", fetched" if r.fetched else ""
         print(f"{r.dep}: {r.action} at {r.head[:12]} ({r.applied} patches{fetched}) -> {r.path}")
-    if failures:
-        import sys
-
-        for name, error in failures.items():
-            print(f"error: {name}: {error.message}", file=sys.stderr)
-            if error.hint:
-                print(f"hint: {error.hint}", file=sys.stderr)
-        if len(failures) > 1 or results:
-            print(f"checkout: {len(failures)} of {len(deps)} dependencies failed ({', '.join(failures)})", file=sys.stderr)
     return code
+
+
+def _report_failures(failures: dict[str, AssembleError], total: int) -> None:
+    """Every failure on stderr (also with --json: its document carries them too)."""
+    for name, error in failures.items():
+        print(f"error: {name}: {error.message}", file=sys.stderr)
+        if error.hint:
+            print(f"hint: {error.hint}", file=sys.stderr)
+    if failures and total > 1:
+        print(f"checkout: {len(failures)} of {total} dependencies failed ({', '.join(failures)})", file=sys.stderr)
 
 
 class _Spinners:
