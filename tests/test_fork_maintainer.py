@@ -319,3 +319,31 @@ def test_a_raised_torch_or_cuda_floor_is_a_warning(git_workspace: GitWorkspace) 
     ws.upstream.commit("Docs", {"docs/more.md": "more\n"})
     quiet = ws.assemble("rebase", "kern")
     assert quiet.returncode == 0 and "floor" not in quiet.stderr
+
+
+def test_moving_off_a_fork_keeps_its_provenance(git_workspace: GitWorkspace) -> None:
+    """The fork's own commits carry `Origin: <fork URL> commit <sha>` into the series,
+    deps.toml says where the dependency came from, and forks/kern has `upstream` and `fork`
+    remotes, both fetched."""
+    ws = git_workspace
+    fork = Repo(ws.root / "remotes" / "kern-fork")
+    fork.git("pull", "-q", str(ws.upstream.path), "main")
+    fork_tip = fork.commit("[Kernel] Faster launch\n\nForwarded: no\n", {"csrc/fast.cpp": "// fast\n"})
+    url = "https://git.invalid/kern-fork"
+    text = ws.manifest.read_text().replace(ws.base, fork_tip)
+    ws.manifest.write_text(text.replace('commit = "', f'source = "{url}"\ncommit = "', 1))
+    tip = ws.upstream.commit("Upstream: docs", {"docs/usage.md": "updated\n"})
+    result = ws.assemble("rebase", "kern", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["applied"][0] == fork_tip[:12]
+    own = ws.patches / "0003-Kernel-Faster-launch.patch"
+    assert f"Origin: {url} commit {fork_tip}" in own.read_text() and "Subject: [PATCH] [Kernel] Faster launch" in own.read_text()
+    manifest = ws.manifest.read_text()
+    assert "\nsource =" not in manifest and f'# formerly source = "{url}" (commit {fork_tip})' in manifest
+    assert git(ws.fork, "rev-parse", "upstream/main") == tip and git(ws.fork, "rev-parse", "fork/main") == fork_tip
+    assert ws.assemble("deps").returncode == 0
+    before = [git(ws.fork, "rev-parse", "HEAD")]
+    shutil.rmtree(ws.fork)
+    assert ws.assemble("checkout").returncode == 0
+    assert [git(ws.fork, "rev-parse", "HEAD")] == before

@@ -498,5 +498,5 @@ def test_fork_pinned_dependency_moves_onto_upstream(git_workspace: GitWorkspace)
     assert report["applied"][0] == fork_tip[:12] and report["manifest"] == {"commit": tip, "source": None}
     series = (ws.patches / "series").read_text().splitlines()[1:]
     assert series[0] == "0003-Fork-add-a-benchmark-script.patch" and series[1:] == [p.name for p in patch_files(ws)[:2]]
-    assert "source" not in ws.manifest.read_text() and f'commit = "{tip}"' in ws.manifest.read_text()
+    assert "\nsource =" not in ws.manifest.read_text() and f'commit = "{tip}"' in ws.manifest.read_text()
     assert "bench.py" in git(ws.fork, "ls-files")

@@ -115,15 +115,35 @@ def _clone(mirror: mirrors.Mirror, path: Path) -> None:
 
 
 def _point_remotes(workspace: Workspace, dep: Dependency, repo: git.Repo, mirror: mirrors.Mirror) -> None:
-    """origin = the source mirror; upstream = the upstream mirror when the source is a fork."""
+    """origin = the source mirror; when the source is a fork, also ``upstream`` (the upstream
+    mirror) and ``fork`` (the source mirror), fetching the mirrors' branches as upstream/* and
+    fork/* (`git fetch upstream fork` in the checkout)."""
     with repo.config_writer() as config:
         config.set_value('remote "origin"', "url", str(mirror.path))
     if dep.is_fork:
-        upstream = mirrors.open_mirror(workspace.manifest, dep.upstream_url)
-        if "upstream" in [r.name for r in repo.remotes]:
-            repo.remotes.upstream.set_url(str(upstream.path))
-        else:
-            repo.create_remote("upstream", str(upstream.path))
+        _set_remote(repo, "upstream", mirrors.open_mirror(workspace.manifest, dep.upstream_url))
+        _set_remote(repo, "fork", mirror)
+
+
+def _set_remote(repo: git.Repo, name: str, mirror: mirrors.Mirror) -> None:
+    """Remote ``name`` at a mirror, whose branches live under refs/remotes/origin/ there."""
+    with repo.config_writer() as config:
+        section = f'remote "{name}"'
+        config.set_value(section, "url", str(mirror.path))
+        config.set_value(section, "fetch", f"+refs/remotes/origin/*:refs/remotes/{name}/*")
+
+
+def name_remotes(workspace: Workspace, dep: Dependency, former_source: str) -> None:
+    """After a rebase moved ``dep`` off the fork ``former_source``: origin and ``upstream`` are
+    the upstream mirror, ``fork`` the fork's; both fetched, so `git log upstream/main` and
+    `git log fork/main` work in forks/<dep> (objects are shared with the mirrors: no copy)."""
+    repo = repo_at(workspace.fork_path(dep))
+    upstream = mirrors.open_mirror(workspace.manifest, dep.upstream_url)
+    with repo.config_writer() as config:
+        config.set_value('remote "origin"', "url", str(upstream.path))
+    _set_remote(repo, "upstream", upstream)
+    _set_remote(repo, "fork", mirrors.open_mirror(workspace.manifest, former_source))
+    repo.git.fetch("--quiet", "--no-tags", "--multiple", "--", "upstream", "fork")
 
 
 def _init_submodules(workspace: Workspace, dep: Dependency, repo: git.Repo) -> None:

@@ -10,8 +10,9 @@ from assembler.errors import ManifestError
 from assembler.fsutil import atomic_write_if_changed
 
 
-def update_dependency(path: Path, name: str, values: dict[str, str | None]) -> bool:
-    """Set (or, for None, remove) keys of [deps.<name>]; returns whether the file changed."""
+def update_dependency(path: Path, name: str, values: dict[str, str | None], note: str | None = None) -> bool:
+    """Set (or, for None, remove) keys of [deps.<name>], and add ``note`` as a comment line at
+    the end of the table (a rebase records the fork it moved off); returns whether the file changed."""
     text = path.read_text(encoding="utf-8")
     document = tomlkit.parse(text)
     try:
@@ -24,4 +25,6 @@ def update_dependency(path: Path, name: str, values: dict[str, str | None]) -> b
                 del table[key]
         else:
             table[key] = value
+    if note is not None:
+        table.add(tomlkit.comment(note.replace("\n", " ")))
     return atomic_write_if_changed(path, tomlkit.dumps(document))

@@ -108,6 +108,7 @@ class Journal:
     skipped: list[Pick] = field(default_factory=list)
     confirmed: list[str] = field(default_factory=list)  # patch names the user chose to drop
     range_diff: str | None = None  # `git range-diff` of the old series against the new one
+    former_source: str | None = None  # the fork the dependency moves off (its commits get Origin:)
     version: int = VERSION
 
     @classmethod

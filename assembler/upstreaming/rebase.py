@@ -229,6 +229,28 @@ def _manifest_values(dep: Dependency, url: str, onto: str, switched: bool) -> di
     return values
 
 
+def _former_source(dep: Dependency, target: _Target, switched: bool) -> str | None:
+    """The fork a rebase moves the dependency off (its ``source`` goes), else None."""
+    return dep.source if dep.is_fork and _manifest_values(dep, target.url, target.onto, switched).get("source", "") is None else None
+
+
+def _with_origin(fork_path: Path, view: GitView, patches: list[Patch], series: dict[str, str], fork_url: str) -> list[Patch]:
+    """The fork's own commits (not from the series) become patches when the dependency moves
+    off the fork: each gets ``Origin: <fork URL> commit <sha>`` (same tree and parent, so the
+    same change), and keeps its short SHA as its name in reports."""
+    tree = WorkTree(fork_path)
+    renamed: dict[str, str] = {}
+    for patch in patches:
+        if patch.commit and patch.commit not in series and patch.parent:
+            new = _commit_like(tree, view.tree_of(patch.commit), patch.parent, patch.commit,
+                               trailer=f"Origin: {fork_url} commit {patch.commit}")
+            renamed[new] = patch.name
+    if not renamed:
+        return patches
+    shas = [next((new for new, name in renamed.items() if name == p.name), p.commit or "") for p in patches]
+    return by_sha(view, shas, names={**{sha: name for sha, name in series.items()}, **renamed})
+
+
 def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
     """forks/<dep> at the pinned commit with the series, clean and fully exported."""
     path = workspace.fork_path(dep)
@@ -307,6 +329,7 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
     # reads, straight from the checkout (which sees the followed repository without a copy).
     trials = dry_run or onto_ref == "horizon"
     view = Scratch(repos) if trials else nullcontext(GitView(fork_path / ".git", [target.mirror.path]))
+    former: str | None = None
     with view as scratch:
         on_step("status")
         fork_point, crossed = _fork_point(scratch, dep, target)
@@ -315,6 +338,9 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
                                 checkout=fork_path)
         if state is not None and state.head:
             patches = from_commits(scratch, state.head, [fork_point], names=state.applied)
+            former = _former_source(dep, target, switched)
+            if former is not None:
+                patches = _with_origin(fork_path, scratch, patches, state.applied, former)
         else:  # only a dry run gets here (a rebase first makes the checkout ready): a scratch
             assert isinstance(scratch, Scratch)
             patches = _dry_patches(workspace, dep, scratch, fork_point)
@@ -351,7 +377,7 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
         dep=dep.name, phase=Phase.REPLAYING, branch=_current_branch(fork_path),
         old_head=state.head or "", old_base=dep.commit, replay_base=fork_point, onto=target.onto, onto_label=target.label,
         tip=target.tip, url=target.url, crossed=report.crossed, manifest=report.manifest, planned=planned,
-        picks=[pick for i, pick in enumerate(planned) if i not in known], dropped=dropped,
+        picks=[pick for i, pick in enumerate(planned) if i not in known], dropped=dropped, former_source=former,
     )
     jr.begin(workspace, journal, dep.patches_dir, {label: fork_path / rel for label, rel in CHECKOUT_FILES.items()})
     _borrow_objects(fork_path, target.mirror)
@@ -540,10 +566,16 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
         journal.phase = Phase.EXPORTED
         jr.written(journal, "patches", patches_dir)
     jr.writing(workspace, journal, "deps.toml", workspace.manifest_path)
-    update_dependency(workspace.manifest_path, journal.dep, journal.manifest)
+    note = (f"formerly source = \"{journal.former_source}\" (commit {journal.old_base}); moved to {journal.url} by "
+            "assemble rebase" if journal.former_source else None)
+    update_dependency(workspace.manifest_path, journal.dep, journal.manifest, note=note)
     jr.written(journal, "deps.toml", workspace.manifest_path)
     jr.save(workspace, journal)
     workspace.reload()
+    if journal.former_source and journal.dep in workspace.manifest.deps:
+        from assembler.git.checkout import name_remotes
+
+        name_remotes(workspace, workspace.manifest.deps[journal.dep], former_source=journal.former_source)
     jr.finish(workspace, journal.dep, keep=True)
     report = _base_report(journal, RebaseStatus.DONE, fork.path)
     report.range_diff = parse_range_diff(journal.range_diff or "", {p.commit: p.name for p in journal.planned})
@@ -708,10 +740,13 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     return False
 
 
-def _commit_like(fork: _Fork, tree: str, parent: str, original: str) -> str:
-    """A commit of ``tree`` with ``original``'s author, date and message: the resolution,
-    made the way the replay makes commits, so a later replay reproduces it exactly."""
+def _commit_like(fork: WorkTree, tree: str, parent: str, original: str, trailer: str | None = None) -> str:
+    """A commit of ``tree`` with ``original``'s author, date and message (plus ``trailer``):
+    the resolution, made the way the replay makes commits, so a later replay reproduces it
+    exactly."""
     headers, _, message = fork.run("cat-file", "commit", END_OF_OPTIONS, original).stdout.partition("\n\n")
+    if trailer is not None:
+        message = fork.run("interpret-trailers", "--if-exists", "addIfDifferent", "--trailer", trailer, input=message).stdout
     author = next(line[len("author "):] for line in headers.splitlines() if line.startswith("author "))
     ident, _, when = author.rpartition(" ")
     ident, _, stamp = ident.rpartition(" ")
