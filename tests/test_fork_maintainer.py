@@ -347,3 +347,21 @@ def test_moving_off_a_fork_keeps_its_provenance(git_workspace: GitWorkspace) -> 
     shutil.rmtree(ws.fork)
     assert ws.assemble("checkout").returncode == 0
     assert [git(ws.fork, "rev-parse", "HEAD")] == before
+
+
+def test_rebase_writes_forwarded_for_a_patch_found_in_a_pull_request(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    _as_github(ws)
+    first, second = patch_files(ws)
+    ws.upstream.git("checkout", "-q", "-b", "pr", ws.base)
+    ws.upstream.git("am", "-q", str(first), str(second))
+    ws.upstream.git("update-ref", "refs/pull/151/head", "HEAD")
+    ws.upstream.git("checkout", "-q", "main")
+    ws.upstream.commit("Docs", {"docs/more.md": "more\n"})
+    result = ws.assemble("rebase", "kern")
+    assert result.returncode == 0, result.stderr
+    link = "https://github.com/acme/kern/pull/151"
+    assert f"Forwarded: trailer written to {second.name}: it is in upstream's pull/151 ({link})" in " ".join(result.stdout.split())
+    text = second.read_text()
+    assert f"Forwarded: {link}" in text and "Forwarded: no" not in text
+    assert "Forwarded: https://git.invalid/kern/pull/7" in first.read_text()  # a header that says forwarded is kept

@@ -127,6 +127,8 @@ def print_report(report: RebaseReport) -> None:
             continue
         carrier = f" = {short(dropped.commit)} {dropped.commit_subject}" if dropped.commit else ""
         say(f"  dropped as upstream: {dropped.name} ({dropped.how}{carrier})")
+    for name, pull in report.forwarded.items():
+        say(f"  Forwarded: trailer written to {name}: it is in upstream's {pull}")
     if report.range_diff:
         counts = {mark: sum(e.mark == mark for e in report.range_diff) for mark in "=!<>"}
         say(f"  range-diff: {counts['=']} unchanged, {counts['!']} changed, {counts['<']} dropped, {counts['>']} added")

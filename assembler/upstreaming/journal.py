@@ -109,6 +109,7 @@ class Journal:
     confirmed: list[str] = field(default_factory=list)  # patch names the user chose to drop
     range_diff: str | None = None  # `git range-diff` of the old series against the new one
     former_source: str | None = None  # the fork the dependency moves off (its commits get Origin:)
+    forwarded: dict[str, str] = field(default_factory=dict)  # patch -> pull request found (Forwarded: written)
     version: int = VERSION
 
     @classmethod

@@ -38,7 +38,7 @@ from assembler.git.scratch import Scratch
 from assembler.git.state import CheckoutState, CheckoutStatus, is_up_to_date, series_digest
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
-from assembler.series.headers import PatchStatus
+from assembler.series.headers import PatchStatus, forwarded_status
 from assembler.upstreaming import journal as jr
 from assembler.upstreaming.floors import floor_warnings
 from assembler.upstreaming.horizon import ChainProbe, Commit, Horizon, first_parent_chain
@@ -50,7 +50,9 @@ from assembler.upstreaming.status import (
     Evidence,
     classify,
     find_carriers,
+    in_pull_requests,
     known_upstream,
+    pull_request_link,
     resolve,
     source_mirror,
     tracked_tip,
@@ -137,6 +139,7 @@ class RebaseReport:
     next: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     range_diff: list[RangeEntry] = field(default_factory=list)
+    forwarded: dict[str, str] = field(default_factory=dict)  # patch -> pull request: Forwarded: trailer written
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -147,7 +150,7 @@ class RebaseReport:
             "horizon": self.horizon.to_json() if self.horizon else None,
             "patches": self.export, "manifest": self.manifest,
             "checkout": str(self.checkout) if self.checkout else None, "next": self.next, "warnings": self.warnings,
-            "range_diff": [vars(e) for e in self.range_diff],
+            "range_diff": [vars(e) for e in self.range_diff], "forwarded": self.forwarded,
         }
 
 
@@ -234,21 +237,37 @@ def _former_source(dep: Dependency, target: _Target, switched: bool) -> str | No
     return dep.source if dep.is_fork and _manifest_values(dep, target.url, target.onto, switched).get("source", "") is None else None
 
 
-def _with_origin(fork_path: Path, view: GitView, patches: list[Patch], series: dict[str, str], fork_url: str) -> list[Patch]:
-    """The fork's own commits (not from the series) become patches when the dependency moves
-    off the fork: each gets ``Origin: <fork URL> commit <sha>`` (same tree and parent, so the
-    same change), and keeps its short SHA as its name in reports."""
+def _with_trailers(fork_path: Path, view: GitView, patches: list[Patch], series: dict[str, str],
+                   wanted: dict[str, list[str]]) -> list[Patch]:
+    """Patches whose commits (keys of ``wanted``) get trailers before the replay: the same tree
+    and parent (so the same change and patch-id), author, date and message plus the trailers
+    (``Forwarded:`` replaces the one there, others are added); names in reports stay."""
     tree = WorkTree(fork_path)
     renamed: dict[str, str] = {}
+    by_commit: dict[str, str] = {}
     for patch in patches:
-        if patch.commit and patch.commit not in series and patch.parent:
-            new = _commit_like(tree, view.tree_of(patch.commit), patch.parent, patch.commit,
-                               trailer=f"Origin: {fork_url} commit {patch.commit}")
-            renamed[new] = patch.name
+        if patch.commit in wanted and patch.parent:
+            new = _commit_like(tree, view.tree_of(patch.commit), patch.parent, patch.commit, trailers=wanted[patch.commit])
+            renamed[new], by_commit[patch.commit] = patch.name, new
     if not renamed:
         return patches
-    shas = [next((new for new, name in renamed.items() if name == p.name), p.commit or "") for p in patches]
-    return by_sha(view, shas, names={**{sha: name for sha, name in series.items()}, **renamed})
+    return by_sha(view, [by_commit.get(p.commit or "", p.commit or "") for p in patches], names={**series, **renamed})
+
+
+def _origin_trailers(patches: list[Patch], series: dict[str, str], fork_url: str) -> dict[str, list[str]]:
+    """The fork's own commits (not from the series) become patches when the dependency moves
+    off the fork: each gets ``Origin: <fork URL> commit <sha>``."""
+    return {p.commit: [f"Origin: {fork_url} commit {p.commit}"] for p in patches if p.commit and p.commit not in series}
+
+
+def _forwarded_trailers(target: _Target, view: GitView, patches: list[Patch],
+                        fork_point: str) -> dict[str, tuple[str, str]]:
+    """Patches whose Forwarded says local (``no`` or none) but whose patch-id is in one of
+    upstream's pull requests: commit -> (the Forwarded value to write, "pull/N")."""
+    local = [i for i, p in enumerate(patches) if forwarded_status(p.header)[0] == PatchStatus.LOCAL and p.commit]
+    found = in_pull_requests(target.mirror.path, view, patches, local, target.onto) if local else {}
+    return {patches[i].commit or "": (pull_request_link(target.url, n) or f"{target.url} pull/{n}", f"pull/{n}")
+            for i, n in found.items()}
 
 
 def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
@@ -330,6 +349,7 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
     trials = dry_run or onto_ref == "horizon"
     view = Scratch(repos) if trials else nullcontext(GitView(fork_path / ".git", [target.mirror.path]))
     former: str | None = None
+    detected: dict[str, str] = {}  # patch -> the pull request found for it (a Forwarded: trailer is written)
     with view as scratch:
         on_step("status")
         fork_point, crossed = _fork_point(scratch, dep, target)
@@ -339,8 +359,14 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
         if state is not None and state.head:
             patches = from_commits(scratch, state.head, [fork_point], names=state.applied)
             former = _former_source(dep, target, switched)
-            if former is not None:
-                patches = _with_origin(fork_path, scratch, patches, state.applied, former)
+            wanted = _origin_trailers(patches, state.applied, former) if former is not None else {}
+            forwarded = _forwarded_trailers(target, scratch, patches, fork_point)
+            for commit, (value, _) in forwarded.items():
+                wanted.setdefault(commit, []).append(f"Forwarded: {value}")
+            if wanted:
+                names = {p.commit: p.name for p in patches}
+                patches = _with_trailers(fork_path, scratch, patches, state.applied, wanted)
+                detected = {names[commit]: f"{pull} ({value})" for commit, (value, pull) in forwarded.items()}
         else:  # only a dry run gets here (a rebase first makes the checkout ready): a scratch
             assert isinstance(scratch, Scratch)
             patches = _dry_patches(workspace, dep, scratch, fork_point)
@@ -378,6 +404,7 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
         old_head=state.head or "", old_base=dep.commit, replay_base=fork_point, onto=target.onto, onto_label=target.label,
         tip=target.tip, url=target.url, crossed=report.crossed, manifest=report.manifest, planned=planned,
         picks=[pick for i, pick in enumerate(planned) if i not in known], dropped=dropped, former_source=former,
+        forwarded=detected,
     )
     jr.begin(workspace, journal, dep.patches_dir, {label: fork_path / rel for label, rel in CHECKOUT_FILES.items()})
     _borrow_objects(fork_path, target.mirror)
@@ -578,6 +605,7 @@ def _finish(workspace: Workspace, journal: Journal, fork: _Fork, dropped_empty: 
         name_remotes(workspace, workspace.manifest.deps[journal.dep], former_source=journal.former_source)
     jr.finish(workspace, journal.dep, keep=True)
     report = _base_report(journal, RebaseStatus.DONE, fork.path)
+    report.forwarded = dict(journal.forwarded)
     report.range_diff = parse_range_diff(journal.range_diff or "", {p.commit: p.name for p in journal.planned})
     if journal.old_base != journal.onto:
         report.warnings += floor_warnings(GitView(fork.git_dir), journal.old_base, journal.onto, dep.torch_target)
@@ -740,13 +768,15 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     return False
 
 
-def _commit_like(fork: WorkTree, tree: str, parent: str, original: str, trailer: str | None = None) -> str:
-    """A commit of ``tree`` with ``original``'s author, date and message (plus ``trailer``):
-    the resolution, made the way the replay makes commits, so a later replay reproduces it
-    exactly."""
+def _commit_like(fork: WorkTree, tree: str, parent: str, original: str, trailers: list[str] | None = None) -> str:
+    """A commit of ``tree`` with ``original``'s author, date and message (plus ``trailers``;
+    ``Forwarded:`` replaces the one there): the resolution, made the way the replay makes
+    commits, so a later replay reproduces it exactly."""
     headers, _, message = fork.run("cat-file", "commit", END_OF_OPTIONS, original).stdout.partition("\n\n")
-    if trailer is not None:
-        message = fork.run("interpret-trailers", "--if-exists", "addIfDifferent", "--trailer", trailer, input=message).stdout
+    if trailers:
+        args = [arg for t in trailers for arg in ("--if-exists", "replace" if t.startswith("Forwarded:") else "addIfDifferent",
+                                                  "--trailer", t)]
+        message = fork.run("interpret-trailers", *args, input=message).stdout
     author = next(line[len("author "):] for line in headers.splitlines() if line.startswith("author "))
     ident, _, when = author.rpartition(" ")
     ident, _, stamp = ident.rpartition(" ")
