@@ -51,7 +51,12 @@ def in_use(entry: Path) -> Iterator[None]:
 
 
 # What `assemble cache` reports and prunes: kind -> directory under the cache root.
-KINDS = {"mirrors": "git", "toolchains": "toolchains", "environments": "venvs", "artifacts": "artifacts"}
+KINDS = {"mirrors": "git", "toolchains": "toolchains", "environments": "venvs", "artifacts": "artifacts",
+         "compiler-cache": "sccache", "symbol-tables": "torch-exports"}
+# sccache's local store is one entry (sccache caps its size itself; a build's server holds it
+# shared); torch's exported-symbol tables for `verify`'s diagnosis are one file each.
+_WHOLE_DIRECTORY_KINDS = ("compiler-cache",)
+_FILE_KINDS = ("symbol-tables",)
 _LEFTOVER_PREFIXES = (".tmp-", ".trash-")
 
 
@@ -74,6 +79,14 @@ def _candidates(root: Path) -> Iterator[tuple[str, str, Path]]:
         base = root / directory
         if not base.is_dir():
             continue
+        if kind in _WHOLE_DIRECTORY_KINDS:
+            yield kind, directory, base
+            continue
+        if kind in _FILE_KINDS:
+            for child in sorted(base.iterdir()):
+                if child.is_file() and not child.is_symlink() and not child.name.endswith(".lock"):
+                    yield kind, child.name, child
+            continue
         if kind == "artifacts":  # artifacts/<dep>/<key>
             for dep in sorted(base.iterdir()):
                 if dep.is_dir() and not dep.is_symlink():
@@ -90,13 +103,15 @@ def _last_used(kind: str, path: Path) -> float:
     """The mtime of the marker a use touches (a fetch, for a mirror), else of the entry itself."""
     markers = {"environments": ".assemble-venv.json", "toolchains": ".assemble-toolkit.json",
                "mirrors": "FETCH_HEAD", "artifacts": "artifact.json"}
-    for candidate in (path / markers[kind], path):
+    for candidate in ((path / markers[kind], path) if kind in markers else (path,)):
         with contextlib.suppress(OSError):
             return candidate.stat().st_mtime
     return 0.0
 
 
 def _size(path: Path, seen: set[tuple[int, int]]) -> int:
+    if path.is_file():
+        return path.stat().st_size
     total = 0
     for directory, _, files in os.walk(path):
         for name in files:
@@ -182,7 +197,10 @@ def prune(
                     trash = entry.path
                 else:
                     os.rename(entry.path, trash)
-                shutil.rmtree(trash, ignore_errors=True)
+                if trash.is_dir():
+                    shutil.rmtree(trash, ignore_errors=True)
+                else:
+                    trash.unlink(missing_ok=True)
             result.removed.append(entry)
         finally:
             os.close(fd)

@@ -77,7 +77,8 @@ def test_dir_and_info_sizes_per_kind(cache: Path) -> None:
     assert plain.stdout.strip() == str(cache)
     info = cache_cli(cache, "info")
     kinds = info["kinds"]
-    assert {kind: value["count"] for kind, value in kinds.items()} == {"mirrors": 2, "toolchains": 1, "environments": 2, "artifacts": 1}
+    assert {kind: value["count"] for kind, value in kinds.items()} == {
+        "mirrors": 2, "toolchains": 1, "environments": 2, "artifacts": 1, "compiler-cache": 0, "symbol-tables": 0}
     assert kinds["artifacts"]["bytes"] == 100_002 and kinds["environments"]["bytes"] > 0
     assert info["total_bytes"] == sum(value["bytes"] for value in kinds.values())
     assert info["uv_cache"] and Path(info["uv_cache"]).is_dir()  # where the environments' hard links lead
@@ -138,3 +139,23 @@ def test_prune_keep_spares_the_workspaces_entries(cache: Path, tmp_path: Path) -
     assert mirror_path("https://example.invalid/stable-abi/vecadd.git").name in kept
     assert "vecadd/" + "a" * 32 in kept and "cuda-13.2-00000000" in kept
     assert names(pruned["removed"]) == {other_env, mirror_path("https://example.invalid/elsewhere.git").name}
+
+
+def test_compiler_cache_and_symbol_tables_are_entries_and_a_held_store_is_kept(cache: Path) -> None:
+    """sccache's local store is one entry, held shared while a build's server runs; the torch
+    symbol tables of `verify`'s diagnosis are one file each and re-creatable."""
+    from assembler.cache import in_use
+
+    store = cache / "sccache"
+    (store / "a").mkdir(parents=True)
+    (store / "a" / "object").write_bytes(b"o" * 5000)
+    tables = cache / "torch-exports"
+    tables.mkdir()
+    (tables / "2.13.0-abc.json.gz").write_bytes(b"t" * 700)
+    kinds = cache_cli(cache, "info")["kinds"]
+    assert kinds["compiler-cache"] == {"count": 1, "bytes": 5000} and kinds["symbol-tables"] == {"count": 1, "bytes": 700}
+    with in_use(store):  # a build's sccache server is running
+        pruned = cache_cli(cache, "prune")
+    assert "sccache" in names(pruned["in_use"]) and (store / "a" / "object").is_file()
+    assert "2.13.0-abc.json.gz" in names(pruned["removed"]) and not (tables / "2.13.0-abc.json.gz").exists()
+    assert not [p for p in tables.iterdir() if not p.name.endswith(".lock")]  # nothing left aside

@@ -244,12 +244,15 @@ def server(cache: CompilerCache | None, label: str) -> Iterator[SccacheServer | 
     if cache is None or not cache.enabled:
         yield None
         return
+    from assembler.cache import in_use
+
     running = SccacheServer(cache, label)
-    running.start()
-    try:
-        yield running
-    finally:
-        running.stop()
+    with in_use(cache.local_dir):  # `assemble cache prune` leaves a store in use alone
+        running.start()
+        try:
+            yield running
+        finally:
+            running.stop()
 
 
 def cmake_launcher_defines(cache: CompilerCache | None) -> dict[str, str]:
