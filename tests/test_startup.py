@@ -86,3 +86,31 @@ def test_the_check_sees_a_heavy_import(example: tuple[Path, dict[str, str]]) -> 
     names, result = imported_modules(workspace, env, ["deps"])
     assert result.returncode == 0, result.stderr[-2000:]
     assert "rich.table" in names
+
+
+def test_refs_read_without_git_agree_with_git(tmp_path: Path) -> None:
+    """read_ref/read_head (the no-process reads of the no-op paths) give what git gives: loose
+    and packed refs, a symbolic HEAD, a detached HEAD; None for what is not there."""
+    from assembler.git.runner import read_ref
+    from assembler.git.state import read_head
+
+    def git(*args: str) -> str:
+        env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
+               "GIT_AUTHOR_EMAIL": "t@t.invalid", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t.invalid"}
+        return subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("commit", "-q", "--allow-empty", "-m", "one")
+    first = git("rev-parse", "HEAD")
+    git("commit", "-q", "--allow-empty", "-m", "two")
+    second = git("rev-parse", "HEAD")
+    git("branch", "old", first)
+    git_dir = tmp_path / ".git"
+    assert read_head(tmp_path) == second and read_ref(git_dir, "refs/heads/old") == first
+    git("pack-refs", "--all")
+    assert not (git_dir / "refs" / "heads" / "old").exists()
+    assert read_ref(git_dir, "refs/heads/old") == first and read_head(tmp_path) == second
+    git("checkout", "-q", "--detach", first)
+    assert read_head(tmp_path) == first == git("rev-parse", "HEAD")
+    assert read_ref(git_dir, "refs/heads/missing") is None
+    assert read_ref(git_dir, "refs/heads/../../HEAD") is None and read_ref(git_dir, "HEAD") is None

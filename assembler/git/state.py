@@ -95,6 +95,18 @@ def is_up_to_date(state: CheckoutState, dep: Dependency, digest: str) -> bool:
 
 
 def read_head(checkout: Path) -> str:
+    """The commit checked out: from .git/HEAD and the ref files (no process: the no-op
+    `assemble checkout` reads one per dependency), else from `git rev-parse`."""
+    from assembler.git.runner import read_ref
+
+    git_dir = checkout / ".git"
+    try:
+        head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()
+    except OSError:
+        head = ""
+    sha = read_ref(git_dir, head.removeprefix("ref: ").strip()) if head.startswith("ref: ") else head
+    if sha and len(sha) == 40 and all(c in "0123456789abcdef" for c in sha):
+        return sha
     result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True)
     if result.returncode != 0:
         raise InputError(f"{checkout}: cannot read HEAD ({result.stderr.strip()})", hint="move it away and run `assemble checkout` again")
