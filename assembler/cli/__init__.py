@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in before_dashes
     output.configure()
     command = _command_word(words)
+    if command is None and "--version" in before_dashes:  # without building every subcommand's parser
+        print(f"assemble {__version__}")
+        return 0
     as_json = _wants_json(words)
     with output.json_session(command if command in COMMAND_MODULES else "assemble") as session:
         code: int
