@@ -7,6 +7,7 @@ The CLI module only parses arguments and prints; everything a test or CI script 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -23,6 +24,7 @@ from assembler.builder.builder import BuildContext, Outcome, Toolchain
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
 from assembler.builder.outcome import BuildOutcome
+from assembler.cache import in_use
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
 from assembler.git.state import series_digest
@@ -193,9 +195,10 @@ def build_artifacts(
     deps = manifest.select(list(options.only))
     for name in options.allow_unstable:
         manifest.select([name])  # unknown names fail here, with a suggestion
-    with workspace.lock():
+    with workspace.lock(), contextlib.ExitStack() as held:
         checkouts = sync_checkouts(workspace, deps, lambda dep, step: note(f"{dep}: {step}"))
         toolchain = resolve_toolchain(workspace, options, note)
+        held.enter_context(in_use(toolchain.env.path))  # no `assemble cache prune` removes it mid-build
         cuda = toolchain.cuda
         note(f"CUDA {cuda.version} (nvcc {cuda.release}, {cuda.origin}: {cuda.root}); torch {toolchain.env.torch}; {toolchain.cxx}")
         ctx = BuildContext(
@@ -225,7 +228,10 @@ def build_artifacts(
             outcomes[outcome.dep] = outcome
     report = BuildReport(
         bundle=manifest.bundle.name, artifacts=ctx.artifacts, cuda=toolchain.cuda.version, nvcc=toolchain.cuda.release, cuda_origin=toolchain.cuda.origin,
-        cuda_root=toolchain.cuda.root, torch=toolchain.env.torch, tools=dict(toolchain.versions(with_cuda=False)),
+        cuda_root=toolchain.cuda.root, torch=toolchain.env.torch,
+        # the exact build tools (pinned by data/build-constraints.txt) and what installed them
+        tools={**dict(toolchain.versions(with_cuda=False)), **toolchain.env.tool_versions(),
+               "installer": toolchain.env.installer or "unknown"},
     )
     for request in requests:
         outcome = outcomes[request.dep.name]
