@@ -1,4 +1,6 @@
-"""Read a failed build's log for what the user must change.
+"""Read what gcc (and nvcc, whose preprocessing is gcc's) prints about torch headers: the one
+parser and rule for "which torch header is outside the Stable ABI, and from where", used by a
+failed build's log here and by `assemble check`'s scans (:mod:`assembler.check.scan`).
 
 ``TORCH_TARGET_VERSION`` turns every torch header outside the Stable ABI into an ``#error``;
 the compiler then prints an include chain per header and a cascade of follow-on errors. The
@@ -7,16 +9,74 @@ useful fact is which of the dependency's own files includes which torch header, 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# gcc (and nvcc, whose preprocessing is gcc's): "In file included from a.h:2," then
-# "                 from b.cpp:3:" then "<header>:<line>:<col>: error: #error ...".
+# What torch's headers #error with when TORCH_TARGET_VERSION (or TORCH_STABLE_ONLY) is defined.
+GUARD_WORDS = ("TORCH_TARGET_VERSION", "TORCH_STABLE_ONLY")
+# "In file included from a.h:2," then "                 from b.cpp:3:" then
+# "<header>:<line>:<col>: error: #error ..."; -H prints its include tree as ". path" lines.
 _CHAIN_START = re.compile(r"^In file included from (?P<file>.+?):(?P<line>\d+)[,:]$")
 _CHAIN_MORE = re.compile(r"^\s+from (?P<file>.+?):(?P<line>\d+)[,:]$")
-_HASH_ERROR = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: #error (?P<text>.*)$")
+_ERROR = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<text>.*)$")
+_TREE = re.compile(r"^(?P<dots>\.+) (?P<path>.+)$")
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    file: str
+    line: int
+    text: str
+    chain: tuple[tuple[str, int], ...]  # innermost first, as gcc prints it
+
+    @property
+    def is_stable_guard(self) -> bool:
+        """The ``#error`` a torch header raises when it is outside the Stable ABI."""
+        return self.text.startswith("#error") and any(word in self.text for word in GUARD_WORDS)
+
+
+def parse_diagnostics(text: str) -> tuple[list[tuple[int, str]], list[Diagnostic]]:
+    """gcc's stderr: the ``-H`` include tree as (depth, path), and every error with its include chain."""
+    tree: list[tuple[int, str]] = []
+    errors: list[Diagnostic] = []
+    chain: list[tuple[str, int]] = []
+    for raw in text.splitlines():
+        node = _TREE.match(raw)
+        if node:
+            tree.append((len(node["dots"]), node["path"]))
+            continue
+        start = _CHAIN_START.match(raw)
+        if start:
+            chain = [(start["file"], int(start["line"]))]
+            continue
+        more = _CHAIN_MORE.match(raw)
+        if more and chain:
+            chain.append((more["file"], int(more["line"])))
+            continue
+        error = _ERROR.match(raw)
+        if error:
+            errors.append(Diagnostic(error["file"], int(error["line"]), error["text"].strip(), tuple(chain)))
+        chain = []
+    return tree, errors
+
+
+def both_ways(roots: Sequence[Path]) -> list[Path]:
+    """Each root as written (normalized) and resolved: compilers print paths as they were given,
+    through symlinks too (a cache whose venvs/ links elsewhere)."""
+    return list(dict.fromkeys(form for root in roots for form in (Path(os.path.normpath(root)), root.resolve())))
+
+
+def torch_header(path: Path, roots: Sequence[Path]) -> str | None:
+    """``path`` as a source would include it (``ATen/ATen.h``) when it lies under one of torch's
+    include ``roots`` (deepest first, see :func:`torch_include_roots`); else None."""
+    for candidate in (path, path.resolve()):
+        for root in roots:
+            if candidate.is_relative_to(root):
+                return candidate.relative_to(root).as_posix()
+    return None
 
 
 @dataclass(frozen=True)
@@ -38,35 +98,24 @@ def unstable_includes(log: str, source_root: Path, include_roots: Sequence[Path]
     """Each (header, file, line) where the dependency reaches a header that TORCH_TARGET_VERSION
     forbids, in log order, once."""
     source_root = source_root.resolve()
-    roots = [root.resolve() for root in include_roots]
+    roots = both_ways(include_roots)
     found: list[UnstableInclude] = []
-    chain: list[tuple[str, int]] = []
-    for raw in log.splitlines():
-        start = _CHAIN_START.match(raw)
-        if start:
-            chain = [(start["file"], int(start["line"]))]
-            continue
-        more = _CHAIN_MORE.match(raw)
-        if more and chain:
-            chain.append((more["file"], int(more["line"])))
-            continue
-        error = _HASH_ERROR.match(raw)
-        if error and "TORCH_TARGET_VERSION" in error["text"]:
-            item = _culprit(Path(error["file"]), chain, source_root, roots)
+    for error in parse_diagnostics(log)[1]:
+        if error.is_stable_guard:
+            item = _culprit(Path(error.file), error.chain, source_root, roots)
             if item is not None and item not in found:
                 found.append(item)
-        chain = []
     return found
 
 
-def _culprit(erroring: Path, chain: list[tuple[str, int]], source_root: Path, roots: list[Path]) -> UnstableInclude | None:
+def _culprit(erroring: Path, chain: Sequence[tuple[str, int]], source_root: Path, roots: list[Path]) -> UnstableInclude | None:
     """The innermost include-chain entry inside the dependency names the line to change; the
     header it includes is the next entry inward (or the erroring header itself)."""
     included = erroring
     for file, line in chain:  # innermost first
         path = _absolute(file, source_root)
         if path.is_relative_to(source_root):
-            return UnstableInclude(_header_name(included, roots), str(path.relative_to(source_root)), line)
+            return UnstableInclude(torch_header(included, roots) or str(included), str(path.relative_to(source_root)), line)
         included = path
     return None
 
@@ -74,12 +123,6 @@ def _culprit(erroring: Path, chain: list[tuple[str, int]], source_root: Path, ro
 def _absolute(file: str, source_root: Path) -> Path:
     path = Path(file)
     return (path if path.is_absolute() else source_root / path).resolve()
-
-
-def _header_name(header: Path, roots: list[Path]) -> str:
-    resolved = header.resolve()
-    root = next((root for root in roots if resolved.is_relative_to(root)), None)
-    return str(resolved.relative_to(root)) if root is not None else str(header)
 
 
 def log_tail(log: str, lines: int = 40) -> str:

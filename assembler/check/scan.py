@@ -19,16 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assembler.audit.gate import Verdict
+from assembler.audit.gate import Verdict, worst_source
+from assembler.builder.diagnose import Diagnostic, both_ways, parse_diagnostics, torch_header
 from assembler.builder.units import TranslationUnit
 from assembler.check.compilers import Pass
 
-# What torch's headers #error with when TORCH_TARGET_VERSION (or TORCH_STABLE_ONLY) is defined.
-GUARD_WORDS = ("TORCH_TARGET_VERSION", "TORCH_STABLE_ONLY")
-_CHAIN_START = re.compile(r"^In file included from (?P<file>.+?):(?P<line>\d+)[,:]$")
-_CHAIN_MORE = re.compile(r"^\s+from (?P<file>.+?):(?P<line>\d+)[,:]$")
-_ERROR = re.compile(r"^(?P<file>[^:\s][^:]*):(?P<line>\d+):(?:\d+:)? (?:fatal )?error: (?P<text>.*)$")
-_TREE = re.compile(r"^(?P<dots>\.+) (?P<path>.+)$")
 _INCLUDE = re.compile(r"""^\s*#\s*include\s*[<"](?P<name>[^>"]+)[>"]""")
 # g++ (LC_ALL=C) on a name hidden behind a TORCH_FEATURE_VERSION guard.
 _UNDECLARED = re.compile(
@@ -39,14 +34,6 @@ _UNDECLARED = re.compile(
 )
 C_ENV = {"LC_ALL": "C", "LANG": "C"}  # ASCII quotes and English messages, which the parser reads
 TIMEOUT = 600.0
-
-
-@dataclass(frozen=True)
-class Diagnostic:
-    file: str
-    line: int
-    text: str
-    chain: tuple[tuple[str, int], ...]  # innermost first, as gcc prints it
 
 
 @dataclass
@@ -94,30 +81,6 @@ def parse_make_rule(text: str) -> list[str]:
     return found
 
 
-def parse_diagnostics(text: str) -> tuple[list[tuple[int, str]], list[Diagnostic]]:
-    tree: list[tuple[int, str]] = []
-    errors: list[Diagnostic] = []
-    chain: list[tuple[str, int]] = []
-    for raw in text.splitlines():
-        node = _TREE.match(raw)
-        if node:
-            tree.append((len(node["dots"]), node["path"]))
-            continue
-        start = _CHAIN_START.match(raw)
-        if start:
-            chain = [(start["file"], int(start["line"]))]
-            continue
-        more = _CHAIN_MORE.match(raw)
-        if more and chain:
-            chain.append((more["file"], int(more["line"])))
-            continue
-        error = _ERROR.match(raw)
-        if error:
-            errors.append(Diagnostic(error["file"], int(error["line"]), error["text"].strip(), tuple(chain)))
-        chain = []
-    return tree, errors
-
-
 @dataclass
 class UnitResult:
     """The verdict on one translation unit and everything that led to it."""
@@ -136,15 +99,10 @@ class UnitResult:
     errors: list[str] = field(default_factory=list)  # any other error, "file:line: text"
 
     def decide(self) -> None:
-        """UNSTABLE beats NOT-LIMITED beats INCOMPLETE: each is proven by what was found."""
-        if self.unstable or self.symbols:
-            self.verdict = Verdict.UNSTABLE
-        elif self.not_limited:
-            self.verdict = Verdict.NOT_LIMITED
-        elif self.missing or self.errors:
-            self.verdict = Verdict.INCOMPLETE
-        else:
-            self.verdict = Verdict.CLEAN
+        """The worst of what was found (:func:`assembler.audit.gate.worst_source`)."""
+        found = ((Verdict.UNSTABLE, self.unstable or self.symbols), (Verdict.NOT_LIMITED, self.not_limited),
+                 (Verdict.INCOMPLETE, self.missing or self.errors))
+        self.verdict = worst_source(verdict for verdict, proof in found if proof)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -180,10 +138,7 @@ class Reader:
 
     def __init__(self, checkout: Path, torch_roots: Sequence[Path], python_include: Path) -> None:
         self.checkout = checkout.resolve()
-        # compilers print paths as they were given (through symlinks, e.g. a cache whose venvs/
-        # links elsewhere): each root is known both ways
-        self.torch_roots = list(dict.fromkeys(
-            form for root in torch_roots for form in (Path(os.path.normpath(root)), root.resolve())))
+        self.torch_roots = both_ways(torch_roots)
         self.python_include = python_include.resolve()
         self._texts: dict[Path, list[str]] = {}
 
@@ -207,11 +162,7 @@ class Reader:
         return real if real.is_relative_to(self.checkout) else None
 
     def torch_header(self, path: Path) -> str | None:
-        for candidate in (path, path.resolve()):
-            for root in self.torch_roots:
-                if candidate.is_relative_to(root):
-                    return candidate.relative_to(root).as_posix()
-        return None
+        return torch_header(path, self.torch_roots)
 
     def include_line(self, parent: Path, child: Path) -> int | None:
         """The line of ``parent`` whose #include names ``child``."""
@@ -240,7 +191,7 @@ def classify(unit: TranslationUnit, outputs: Sequence[ScanOutput], reader: Reade
         for error in output.errors:
             erring = reader.absolute(error.file, cwd)
             header = reader.torch_header(erring)
-            if error.text.startswith("#error") and header is not None and any(w in error.text for w in GUARD_WORDS):
+            if header is not None and error.is_stable_guard:
                 chain = tuple(f"{reader.name(reader.absolute(f, cwd))}:{line}" for f, line in reversed(error.chain))
                 if (header, chain) not in seen_guards:
                     seen_guards.add((header, chain))
