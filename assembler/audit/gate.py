@@ -47,6 +47,7 @@ class CheckKind(StrEnum):
 
 
 PYTHON_LIMITED, PYTHON_FULL, PYTHON_NONE = "limited", "full", "none"  # ElfReport.python_api: which API its CPython symbols target
+SOURCE_SEVERITY = (Verdict.UNSTABLE, Verdict.NOT_LIMITED, Verdict.INCOMPLETE)  # `assemble check`'s failures, worst first
 PASSING = frozenset({Verdict.STABLE, Verdict.NO_TORCH, Verdict.CLEAN, Verdict.NO_EXTENSIONS})
 ALLOWED_SUFFIX = " (allowed)"  # a failing verdict let through by --allow-unstable
 _JOIN = "+"  # one object failing several checks: UNSTABLE+NON-ABI3
@@ -184,3 +185,10 @@ def worst_torch(verdicts: Iterable[str]) -> Verdict:
     """A PATH's torch verdict from its objects': UNSTABLE if any is, else STABLE if any is, else NO-TORCH."""
     seen = set(verdicts)
     return Verdict.UNSTABLE if Verdict.UNSTABLE in seen else Verdict.STABLE if Verdict.STABLE in seen else Verdict.NO_TORCH
+
+
+def worst_source(verdicts: Iterable[str]) -> Verdict:
+    """A source-level verdict from its parts' (a unit's findings, a dependency's units): UNSTABLE
+    beats NOT-LIMITED beats INCOMPLETE beats CLEAN, each proven by what was found."""
+    seen = set(verdicts)
+    return next((verdict for verdict in SOURCE_SEVERITY if verdict in seen), Verdict.CLEAN)

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from assembler.cache import KINDS, cache_root
-from assembler.git.state import CheckoutState, is_up_to_date, series_digest
+from assembler.git.state import pinned_state
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
 
@@ -32,17 +32,16 @@ def last_build_verdicts(workspace: Workspace, dep: Dependency) -> tuple[str, ...
     """The audit verdicts of ``dep``'s extensions in the last merged wheel, when that build
     compiled exactly the pinned commit plus the current series (no local work); else None, for
     "not built" and "built from something else" alike. `assemble patches` reports them."""
-    path = workspace.fork_path(dep)
-    checkout = CheckoutState.load(path) if path.exists() else None
     root = default_artifacts(workspace) / dep.name
-    if checkout is None or not root.is_dir():  # never built: no need to load the artifact reader
+    if not root.is_dir():  # never built: no need to load the artifact reader
+        return None
+    checkout = pinned_state(workspace.fork_path(dep), dep)
+    if checkout is None:
         return None
     from assembler.wheel.artifact import stored_artifact
 
     artifact = stored_artifact(root)
-    if artifact is None or not is_up_to_date(checkout, dep, series_digest(dep)):
-        return None
-    if artifact.dirty or not artifact.head == artifact.series_head == checkout.head:
+    if artifact is None or not checkout.is_exactly_pin_and_series(artifact.head, artifact.series_head, artifact.dirty):
         return None
     try:
         audit = json.loads(merge_state_path(workspace).read_text())["audit"]

@@ -37,13 +37,18 @@ class CheckEvidence:
 
     @property
     def summary(self) -> str:
-        return f"{self.clean} of {self.total} translation units clean"
+        return units_summary(self.clean, self.total)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "source": "assemble check", "clean": self.clean, "total": self.total, "verdicts": self.verdicts,
             "obtained": self.obtained, "key": self.key, "torch": self.torch, "torch_target": self.torch_target,
         }
+
+
+def units_summary(clean: int, total: int) -> str:
+    """How a check's result is said in a few words, by `assemble check` and by `patches`' evidence."""
+    return f"{clean} of {total} translation units clean"
 
 
 # Where `assemble check` keeps one record per dependency, and its format. Here rather than in
@@ -66,23 +71,21 @@ def recipe_digest(dep: Dependency) -> str:
 def check_evidence(workspace: Workspace, dep: Dependency) -> CheckEvidence | None:
     """The last check of ``dep`` when it scanned exactly the pinned commit plus the current
     series under the current recipe; None when there is none or it is about something else."""
-    from assembler.git.state import CheckoutState, is_up_to_date, series_digest
+    from assembler.git.state import pinned_state
 
     try:
         record = json.loads(record_path(workspace, dep.name).read_text())
     except (OSError, ValueError):
         return None
-    path = workspace.fork_path(dep)
     try:
-        state = CheckoutState.load(path) if path.exists() else None
+        state = pinned_state(workspace.fork_path(dep), dep)
     except AssembleError:  # an unreadable checkout state is no evidence; checkout reports it
         return None
-    digest = series_digest(dep)
     try:
         if (
-            state is None or not is_up_to_date(state, dep, digest) or record["schema"] != RECORD_SCHEMA
-            or record["commit"] != dep.commit or record["series"] != digest or record["dirty"]
-            or not record["head"] == record["series_head"] == state.head
+            state is None or record["schema"] != RECORD_SCHEMA
+            or record["commit"] != dep.commit or record["series"] != state.series_digest
+            or not state.is_exactly_pin_and_series(record["head"], record["series_head"], bool(record["dirty"]))
             or record["recipe"] != recipe_digest(dep) or record["torch_target"] != dep.torch_target
         ):
             return None

@@ -20,14 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from assembler.audit.gate import Verdict, passes
+from assembler.audit.gate import Verdict, passes, worst_source
 from assembler.builder.backends import limited_api_version, torch_target_version
 from assembler.builder.cache import KeyParts, digest_texts
 from assembler.builder.diagnose import torch_include_roots
 from assembler.builder.units import CUDA, CXX, TranslationUnit, compile_commands_path, translation_units
 from assembler.check import compilers
 from assembler.check.compilers import Flags, NvccPasses, Pass
-from assembler.check.evidence import RECORD_SCHEMA, recipe_digest, record_path
+from assembler.check.evidence import RECORD_SCHEMA, recipe_digest, record_path, units_summary
 from assembler.check.scan import Reader, UnitResult, classify, run_pass, undeclared
 from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
 from assembler.fsutil import atomic_write, ignored_dir
@@ -78,14 +78,11 @@ class DepCheck:
             return None
         if not self.units:
             return Verdict.NO_EXTENSIONS
-        for verdict in (Verdict.UNSTABLE, Verdict.NOT_LIMITED, Verdict.INCOMPLETE):
-            if any(unit.verdict == verdict for unit in self.units):
-                return verdict
-        return Verdict.CLEAN
+        return worst_source(unit.verdict for unit in self.units)
 
     @property
     def summary(self) -> str:
-        return f"{self.clean} of {self.total} translation units clean"
+        return units_summary(self.clean, self.total)
 
     def to_json(self) -> dict[str, Any]:
         return {

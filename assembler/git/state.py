@@ -82,6 +82,12 @@ class CheckoutState:
                 hint=f"move {path} away and run `assemble checkout` again (export its commits first if you made any)",
             ) from None
 
+    def is_exactly_pin_and_series(self, head: str | None, series_head: str | None, dirty: bool) -> bool:
+        """Whether a build or check that recorded ``head``, ``series_head`` and ``dirty`` read this
+        checkout's pinned commit plus its series and nothing else (no edits, no commits of its own):
+        the one rule for when build and check evidence counts for `assemble patches`."""
+        return not dirty and head == series_head == self.head
+
     def save(self, path: Path) -> None:
         atomic_write(_state_path(path), json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
@@ -92,6 +98,13 @@ def _state_path(checkout: Path) -> Path:
 
 def is_up_to_date(state: CheckoutState, dep: Dependency, digest: str) -> bool:
     return state.status == CheckoutStatus.READY and state.base == dep.commit and state.series_digest == digest
+
+
+def pinned_state(checkout: Path, dep: Dependency) -> CheckoutState | None:
+    """The state of ``checkout`` when assemble left it ready at the pinned commit with the current
+    series applied; None when it is absent, stale, stopped or interrupted."""
+    state = CheckoutState.load(checkout) if checkout.exists() else None
+    return state if state is not None and is_up_to_date(state, dep, series_digest(dep)) else None
 
 
 def read_head(checkout: Path) -> str:

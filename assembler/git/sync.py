@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 
 from assembler.errors import AssembleError, ConflictError
-from assembler.git.state import CheckoutResult, CheckoutState, is_up_to_date, series_digest
+from assembler.git.state import CheckoutResult, pinned_state
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace, locked
 
@@ -54,8 +54,8 @@ def sync_each(
 
 def _sync_one(workspace: Workspace, dep: Dependency, on_step: Step) -> CheckoutResult:
     path = workspace.fork_path(dep)
-    state = CheckoutState.load(path) if path.exists() else None
-    if state is not None and is_up_to_date(state, dep, series_digest(dep)):
+    state = pinned_state(path, dep)
+    if state is not None:
         return CheckoutResult.unchanged(dep, path, state)
     from assembler.git.checkout import checkout
 

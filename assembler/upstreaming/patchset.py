@@ -12,7 +12,7 @@ from pathlib import Path
 from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView, WorkTree
 from assembler.git.runner import operation_in
 from assembler.git.scratch import Scratch
-from assembler.git.state import CheckoutState, CheckoutStatus, series_digest
+from assembler.git.state import CheckoutState, pinned_state
 from assembler.manifest import Dependency
 from assembler.series.headers import DEP3_FIELDS, PatchHeader, parse_patch_header
 from assembler.workspace import Workspace
@@ -136,10 +136,8 @@ def checkout_in_sync(workspace: Workspace, dep: Dependency) -> CheckoutState | N
     """The checkout's state when forks/<dep> holds exactly the pinned commit plus the series as
     commits (so those commits can stand for the patch files); None otherwise."""
     path = workspace.fork_path(dep)
-    state = CheckoutState.load(path) if path.exists() else None
-    if state is None or state.status != CheckoutStatus.READY or state.base != dep.commit or state.head is None:
-        return None
-    if state.series_digest != series_digest(dep) or sorted(state.applied.values()) != sorted(dep.series):
+    state = pinned_state(path, dep)
+    if state is None or state.head is None or sorted(state.applied.values()) != sorted(dep.series):
         return None
     tree = WorkTree(path)  # plain git processes: `patches --offline` starts without GitPython
     if operation_in(tree.git_dir) or tree.rev("HEAD") != state.head or tree.out("status", "--porcelain", "--untracked-files=normal"):

@@ -35,7 +35,7 @@ from assembler.git.checkout import checkout, refuse_to_lose_work
 from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitFailed, GitView, WorkTree
 from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
 from assembler.git.scratch import Scratch
-from assembler.git.state import CheckoutState, CheckoutStatus, is_up_to_date, series_digest
+from assembler.git.state import CheckoutState, CheckoutStatus, pinned_state
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
 from assembler.series.headers import PatchStatus, forwarded_status
@@ -273,8 +273,8 @@ def _forwarded_trailers(target: _Target, view: GitView, patches: list[Patch],
 def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
     """forks/<dep> at the pinned commit with the series, clean and fully exported."""
     path = workspace.fork_path(dep)
-    state = CheckoutState.load(path) if path.exists() else None
-    if state is None or not is_up_to_date(state, dep, series_digest(dep)):
+    state = pinned_state(path, dep)
+    if state is None:
         checkout(workspace, dep)
         state = CheckoutState.load(path)
         assert state is not None
