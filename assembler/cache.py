@@ -15,9 +15,12 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 
 def cache_root() -> Path:
@@ -35,11 +38,24 @@ def touch(path: Path) -> None:
         os.utime(path)
 
 
+def lock_path(entry: Path) -> Path:
+    """The one lock file of a cache entry: its creator, its users and prune all take this one."""
+    return entry.with_name(f"{entry.name}.lock")
+
+
+def creating(entry: Path) -> FileLock:
+    """Hold ``entry`` exclusively while it is created or changed (a mirror fetched): another
+    creator waits for it, and no prune removes it meanwhile."""
+    import filelock  # here, not at import: filelock (and logging) cost start-up of offline commands
+
+    return filelock.FileLock(lock_path(entry))
+
+
 @contextlib.contextmanager
 def in_use(entry: Path) -> Iterator[None]:
     """Hold ``entry`` shared for the block, so that no prune removes it meanwhile."""
     try:
-        fd = os.open(f"{entry}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_path(entry), os.O_RDWR | os.O_CREAT, 0o644)
     except OSError:  # a read-only cache: nobody prunes it from here either
         yield
         return
@@ -141,7 +157,7 @@ def _lock_of(entry: Entry) -> Path:
     name = entry.path.name
     if entry.leftover:
         name = name.split("-", 1)[1].rsplit("-", 1)[0]  # .tmp-<final>-<pid> / .trash-<final>-<pid>
-    return entry.path.with_name(f"{name}.lock")
+    return lock_path(entry.path.with_name(name))
 
 
 @dataclass

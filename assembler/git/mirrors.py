@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from assembler.cache import cache_root
+from assembler.cache import cache_root, creating
 from assembler.errors import InputError, ManifestError, NetworkError
 from assembler.fsutil import remove_stale, temporary_path
 from assembler.git.process import END_OF_OPTIONS, GitView
@@ -95,9 +95,7 @@ def open_mirror(manifest: Manifest, url: str) -> Mirror:
     if _origin_url(path) == fetch_url:
         return Mirror(url=url, fetch_url=fetch_url, path=path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    import filelock  # here, not at import: filelock (and logging) cost start-up of offline commands
-
-    with filelock.FileLock(f"{path}.lock"):
+    with creating(path):
         origin = _origin_url(path)
         if origin is None:
             _create(path, fetch_url)
@@ -160,9 +158,7 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
         via = f" ([mirrors] maps {mirror.url} there)" if mirror.fetch_url != mirror.url else ""
         raise ManifestError(f"{mirror.fetch_url}: no such repository on this machine{via}",
                             hint=f"check the path in deps.toml ({'[mirrors]' if via else 'upstream/source'}); {missing}")
-    import filelock
-
-    with filelock.FileLock(f"{mirror.path}.lock"):
+    with creating(mirror.path):
         try:
             specs = refs or [*FETCH_REFSPECS, *(PULL_REFSPECS if pull_requests_wanted() else [])]
             mirror.repo.git.fetch("--prune", "--quiet", END_OF_OPTIONS, "origin", *specs)

@@ -15,9 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import filelock
-
-from assembler.cache import cache_root, touch
+from assembler.cache import cache_root, creating, touch
 from assembler.errors import NetworkError, ToolchainError
 from assembler.toolchain.installer import install, installer
 from assembler.toolchain.venv import dist_versions
@@ -108,7 +106,7 @@ def hermetic_cuda(version: str, progress: Callable[[str], None] = lambda _: None
     final = root / f"cuda-{version}-{_platform_key()}"
     marker = final / MARKER
     if not marker.is_file():
-        with filelock.FileLock(str(final) + ".lock"):
+        with creating(final):
             if not marker.is_file():
                 _install_hermetic(version, final, progress)
     touch(marker)

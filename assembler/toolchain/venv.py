@@ -18,9 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import filelock
-
-from assembler.cache import cache_root, touch
+from assembler.cache import cache_root, creating, touch
 from assembler.toolchain.installer import create_venv, install, installer
 
 MARKER = ".assemble-venv.json"
@@ -80,7 +78,7 @@ def ensure_venv(
     if _usable(final):
         touch(final / MARKER)
         return final
-    with filelock.FileLock(str(final) + ".lock"):
+    with creating(final):
         if _usable(final):
             return final
         if final.exists():  # an older, unmarked tree, or one whose interpreter is gone: never trust it
