@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from assembler.cli.common import add_format, number
+
 if TYPE_CHECKING:
     from assembler.cache import Entry, PruneResult
 
@@ -23,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     for name, text in (("dir", "print the cache directory"), ("info", "sizes per kind, and every entry with its last use")):
         sub = actions.add_parser(name, help=text)
-        _format(sub)
+        add_format(sub)
     prune = actions.add_parser(
         "prune", help="remove entries (never one a running command holds)",
         description="Remove cache entries: all of them, or those not used for --older-than DAYS. An entry a running "
@@ -35,20 +37,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                        help="keep what the current workspace uses (its mirrors, last build's artifacts and toolchain, "
                             "its torch environments)")
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
-    _format(prune)
+    add_format(prune)
     parser.set_defaults(handler=run)
 
 
-def _format(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=("table", "json"), default="table", help="output format (default table)")
-    parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
-
-
 def _days(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    value = number(text, float, "a number of days")
     if value < 0:
         raise argparse.ArgumentTypeError("the number of days cannot be negative")
     return value

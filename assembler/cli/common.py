@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
     from assembler.workspace import Workspace
@@ -15,6 +16,8 @@ if TYPE_CHECKING:
 CUDA_VERSION_RE = re.compile(r"^\d+\.\d+$")
 # A torch release as pip names it: 2.13.0, 2.11.0+cu130, 2.14.0rc1, 2.15.0.dev20260101.
 TORCH_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?((a|b|rc)\d+|\.post\d+|\.dev\d+)*(\+[A-Za-z0-9.]+)?$")
+
+N = TypeVar("N", int, float)  # what number() reads
 
 
 def add_format(parser: argparse.ArgumentParser, markdown: bool = False) -> None:
@@ -41,22 +44,24 @@ def torch_version(text: str) -> str:
     return text
 
 
+def number(text: str, parse: Callable[[str], N], what: str) -> N:
+    """``text`` read by ``parse`` (int or float) for an argparse type; else the error says it is not ``what``."""
+    try:
+        return parse(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
 def non_negative_int(text: str) -> int:
     """argparse type for counts where 0 means "choose for me" (a negative count would never run)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    value = number(text, int, "a whole number")
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative (0 means one per CPU)")
     return value
 
 
 def positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = number(text, float, "a number")
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text} is not above 0")
     return value

@@ -25,16 +25,24 @@ def control_character(value: str) -> str | None:
     return None
 
 
+def text_problem(value: str, limit: int = MAX_VALUE_CHARS) -> str | None:
+    """Why ``value`` is no value at all: empty, longer than ``limit``, or holding a control
+    character (what every check below refuses first)."""
+    if not value:
+        return "it is empty"
+    if len(value) > limit:
+        return f"it is {len(value)} characters long (at most {limit})"
+    if (char := control_character(value)) is not None:
+        return f"it contains the control character {char}"
+    return None
+
+
 def url_problem(url: str, *, prefix: bool = False) -> str | None:
     """Why ``url`` is not a repository location assemble passes to git: allowed are
     https/http/ssh/git/file URLs, scp-like ``user@host:path`` and local paths. A ``prefix``
     (a [mirrors] key or value) may end where the path begins (``git@github.com:``)."""
-    if not url:
-        return "it is empty"
-    if len(url) > MAX_VALUE_CHARS:
-        return f"it is {len(url)} characters long (at most {MAX_VALUE_CHARS})"
-    if (char := control_character(url)) is not None:
-        return f"it contains the control character {char}"
+    if (problem := text_problem(url)) is not None:
+        return problem
     if url.startswith("-"):
         return "it starts with '-' (it would read as an option)"
     if "::" in url.split("/", 1)[0]:
@@ -61,12 +69,8 @@ def url_problem(url: str, *, prefix: bool = False) -> str | None:
 
 def file_name_problem(name: str) -> str | None:
     """Why ``name`` is not a plain file name inside one directory (a series entry)."""
-    if not name:
-        return "it is empty"
-    if len(name) > 255:
-        return f"it is {len(name)} characters long (at most 255)"
-    if (char := control_character(name)) is not None:
-        return f"it contains the control character {char}"
+    if (problem := text_problem(name, limit=255)) is not None:
+        return problem
     if "/" in name or "\\" in name:
         return "it contains a path separator (series entries are file names in the patches directory)"
     if name in (".", ".."):
@@ -80,12 +84,8 @@ def file_name_problem(name: str) -> str | None:
 
 def relative_path_problem(path: str) -> str | None:
     """Why ``path`` is not a relative path that stays below its directory."""
-    if not path:
-        return "it is empty"
-    if len(path) > MAX_VALUE_CHARS:
-        return f"it is {len(path)} characters long (at most {MAX_VALUE_CHARS})"
-    if (char := control_character(path)) is not None:
-        return f"it contains the control character {char}"
+    if (problem := text_problem(path)) is not None:
+        return problem
     if path.startswith("/"):
         return "it is absolute"
     if path.startswith("-"):

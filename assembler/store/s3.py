@@ -6,13 +6,15 @@ replaces an object in one step, so the blob is uploaded before the key object th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from assembler.errors import ToolchainError
 from assembler.store import StoreUnavailable
 
 MISSING = ("404", "NoSuchKey", "NotFound")
+T = TypeVar("T")
 
 
 class S3Backend:
@@ -33,57 +35,43 @@ class S3Backend:
     def _failed(self, error: Exception, name: str) -> StoreUnavailable:
         return StoreUnavailable(f"{self.url}/{name}: {type(error).__name__}: {error}")
 
-    def exists(self, name: str) -> bool:
+    def _request(self, name: str, call: Callable[[], T], missing: Callable[[], T] | None = None) -> T:
+        """One boto3 call about ``name``: a missing object is ``missing()`` where the caller
+        expects one; any other failure is StoreUnavailable naming the object."""
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
+            return call()
+        except ClientError as error:
+            if missing is not None and str(error.response.get("Error", {}).get("Code")) in MISSING:
+                return missing()
+            raise self._failed(error, name) from None
+        except BotoCoreError as error:
+            raise self._failed(error, name) from None
+
+    def exists(self, name: str) -> bool:
+        def head() -> bool:
             self.client.head_object(Bucket=self.bucket, Key=self._key(name))
             return True
-        except ClientError as error:
-            if str(error.response.get("Error", {}).get("Code")) in MISSING:
-                return False
-            raise self._failed(error, name) from None
-        except BotoCoreError as error:
-            raise self._failed(error, name) from None
+
+        return self._request(name, head, missing=lambda: False)
 
     def get(self, name: str) -> bytes | None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
+        def read() -> bytes | None:
             body: bytes = self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read()
             return body
-        except ClientError as error:
-            if str(error.response.get("Error", {}).get("Code")) in MISSING:
-                return None
-            raise self._failed(error, name) from None
-        except BotoCoreError as error:
-            raise self._failed(error, name) from None
+
+        return self._request(name, read, missing=lambda: None)
 
     def get_file(self, name: str, target: Path) -> bool:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
+        def download() -> bool:
             self.client.download_file(self.bucket, self._key(name), str(target))
             return True
-        except ClientError as error:
-            if str(error.response.get("Error", {}).get("Code")) in MISSING:
-                return False
-            raise self._failed(error, name) from None
-        except BotoCoreError as error:
-            raise self._failed(error, name) from None
+
+        return self._request(name, download, missing=lambda: False)
 
     def put(self, name: str, data: bytes) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data)
-        except (ClientError, BotoCoreError) as error:
-            raise self._failed(error, name) from None
+        self._request(name, lambda: self.client.put_object(Bucket=self.bucket, Key=self._key(name), Body=data))
 
     def put_file(self, name: str, source: Path) -> None:
-        from botocore.exceptions import BotoCoreError, ClientError
-
-        try:
-            self.client.upload_file(str(source), self.bucket, self._key(name))
-        except (ClientError, BotoCoreError) as error:
-            raise self._failed(error, name) from None
+        self._request(name, lambda: self.client.upload_file(str(source), self.bucket, self._key(name)))
