@@ -1,4 +1,4 @@
-"""Fixtures of the build tests (import the *_fixture functions; pytest knows them by name=). The hermetic CUDA toolkit and the torch build venv are made once
+"""Fixtures of the build tests (a plugin of tests/conftest.py: ask for them by name). The hermetic CUDA toolkit and the torch build venv are made once
 in the shared cache (``$ASSEMBLE_CACHE`` or the user cache) and reused by every test and every
 later run; each test gets its own artifact store and mirrors through a private cache directory
 that links to them."""
@@ -41,10 +41,7 @@ def build_env_path_fixture(toolchains: Path) -> Path:
 @pytest.fixture(name="private_cache")
 def private_cache_fixture(tmp_path: Path, toolchains: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A fresh ASSEMBLE_CACHE (artifact store, mirrors) whose toolchains are the shared ones."""
-    cache = tmp_path / "cache"
-    cache.mkdir()
-    for name in SHARED:
-        (cache / name).symlink_to(toolchains / name, target_is_directory=True)
+    cache = sharing_toolchains(tmp_path / "cache", toolchains)
     monkeypatch.setenv("ASSEMBLE_CACHE", str(cache))
     return cache
 
@@ -52,10 +49,35 @@ def private_cache_fixture(tmp_path: Path, toolchains: Path, monkeypatch: pytest.
 @pytest.fixture(name="example_ws")
 def example_ws_fixture(tmp_path: Path) -> Path:
     """A copy of examples/stable-abi with its upstream repositories created."""
-    ws = tmp_path / "ws"
+    return example_copy(tmp_path / "ws")
+
+
+def sharing_toolchains(cache: Path, toolchains: Path) -> Path:
+    """A new, empty cache directory whose only entries link to the shared (read-only) toolchains."""
+    cache.mkdir(parents=True)
+    for name in SHARED:
+        (cache / name).symlink_to(toolchains / name, target_is_directory=True)
+    return cache
+
+
+def example_copy(ws: Path) -> Path:
+    """examples/stable-abi copied to ``ws``, its upstream repositories created."""
     shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
     subprocess.run([sys.executable, str(ws / "make_upstreams.py")], cwd=ws, check=True, capture_output=True)
     return ws
+
+
+def ci_runner(root: Path, toolchains: Path, cache_settings: str | None = None) -> tuple[Path, Path]:
+    """A fresh CI runner under ``root``: a copy of the example at ``root/ws`` (``cache_settings``
+    appended as its [cache] table) and an empty cache at ``root/cache`` that shares only the
+    read-only toolchains, as a runner image would hold them."""
+    shutil.rmtree(root, ignore_errors=True)
+    cache = sharing_toolchains(root / "cache", toolchains)
+    ws = example_copy(root / "ws")
+    if cache_settings is not None:
+        with (ws / "deps.toml").open("a") as manifest:
+            manifest.write(f"\n[cache]\n{cache_settings}\n")
+    return ws, cache
 
 
 def assemble(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:

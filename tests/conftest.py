@@ -15,6 +15,10 @@ import pytest
 from tests.gitrepo import Repo, make_patch
 from tests.json_contract import check_json_output
 
+# Fixtures every test may ask for by name: the build toolchains, private caches and example
+# workspaces (build_support), and real servers on 127.0.0.1 (servers).
+pytest_plugins = ("tests.build_support", "tests.servers")
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

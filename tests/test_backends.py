@@ -21,15 +21,7 @@ from assembler.builder.units import compile_commands_path, translation_units
 from assembler.errors import ManifestError
 from assembler.manifest import load_manifest
 from assembler.workspace import open_workspace
-from tests.build_support import (  # noqa: F401  (fixtures)
-    HERMETIC_CUDA,
-    SHARED,
-    assemble,
-    build_env_path_fixture,
-    example_ws_fixture,
-    private_cache_fixture,
-    toolchains_fixture,
-)
+from tests.build_support import HERMETIC_CUDA, SHARED, assemble
 from tests.gitrepo import Repo, git
 
 pytestmark = pytest.mark.slow

@@ -26,14 +26,7 @@ from assembler.builder.pipeline import (
 from assembler.git.state import series_digest
 from assembler.git.sync import sync_checkouts
 from assembler.workspace import Workspace, open_workspace
-from tests.build_support import (  # noqa: F401  (fixtures)
-    HERMETIC_CUDA,
-    assemble,
-    build_env_path_fixture,
-    example_ws_fixture,
-    private_cache_fixture,
-    toolchains_fixture,
-)
+from tests.build_support import HERMETIC_CUDA, assemble
 from tests.gitrepo import Repo, git
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.build_support import assemble, example_ws_fixture  # noqa: F401  (fixtures)
+from tests.build_support import assemble
 
 
 @pytest.fixture(name="cache")

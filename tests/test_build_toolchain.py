@@ -22,7 +22,7 @@ from assembler.toolchain import venv
 from assembler.toolchain.cuda import select_cuda
 from assembler.toolchain.torchenv import describe_build_env
 from assembler.verify.envs import ensure_torch_env
-from tests.build_support import BUILD_TORCH, HERMETIC_CUDA, build_env_path_fixture, toolchains_fixture  # noqa: F401
+from tests.build_support import BUILD_TORCH, HERMETIC_CUDA
 
 pytestmark = pytest.mark.slow
 

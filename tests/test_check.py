@@ -18,13 +18,7 @@ from assembler.builder.units import TranslationUnit, compile_commands_path, tran
 from assembler.check.evidence import check_evidence
 from assembler.errors import InputError
 from assembler.workspace import open_workspace
-from tests.build_support import (  # noqa: F401  (fixtures)
-    HERMETIC_CUDA,
-    assemble,
-    example_ws_fixture,
-    private_cache_fixture,
-    toolchains_fixture,
-)
+from tests.build_support import HERMETIC_CUDA, assemble
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from assembler.toolchain import venv
 from assembler.toolchain.installer import installer
 from assembler.toolchain.pipconfig import pip_settings, uv_flags
 from assembler.toolchain.torchenv import describe_build_env, pinned_build_tools
-from tests.build_support import BUILD_TORCH, HERMETIC_CUDA, build_env_path_fixture, toolchains_fixture  # noqa: F401
+from tests.build_support import BUILD_TORCH, HERMETIC_CUDA
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -254,17 +254,23 @@ def _as_github(ws: GitWorkspace) -> None:
     ws.manifest.write_text(text.replace('upstream = "https://git.invalid/kern"', 'upstream = "https://github.com/acme/kern"'))
 
 
+def _open_pull_request(ws: GitWorkspace, number: int = 151) -> tuple[Path, Path]:
+    """Upstream gets the fork's two patches (returned) as the commits of refs/pull/NUMBER/head, not on main."""
+    first, second = patch_files(ws)
+    ws.upstream.git("checkout", "-q", "-b", "pr", ws.base)
+    ws.upstream.git("am", "-q", str(first), str(second))
+    ws.upstream.git("update-ref", f"refs/pull/{number}/head", "HEAD")
+    ws.upstream.git("checkout", "-q", "main")
+    return first, second
+
+
 def test_patches_sent_as_a_pull_request_are_forwarded(git_workspace: GitWorkspace, tmp_path: Path) -> None:
     """FlashMLA's case: the fork's patches are the commits of upstream's refs/pull/151/head:
     forwarded, with evidence pull/151 and a link on a known forge; ASSEMBLE_PULL_REQUESTS=0
     turns the pull-request refs off."""
     ws = git_workspace
     _as_github(ws)
-    first, second = patch_files(ws)
-    ws.upstream.git("checkout", "-q", "-b", "pr", ws.base)
-    ws.upstream.git("am", "-q", str(first), str(second))
-    ws.upstream.git("update-ref", "refs/pull/151/head", "HEAD")
-    ws.upstream.git("checkout", "-q", "main")
+    _, second = _open_pull_request(ws)
     ws.upstream.git("branch", "-q", "-D", "pr")
     result = ws.assemble("patches", "--format", "json")
     assert result.returncode == 0, result.stderr
@@ -352,11 +358,7 @@ def test_moving_off_a_fork_keeps_its_provenance(git_workspace: GitWorkspace) -> 
 def test_rebase_writes_forwarded_for_a_patch_found_in_a_pull_request(git_workspace: GitWorkspace) -> None:
     ws = git_workspace
     _as_github(ws)
-    first, second = patch_files(ws)
-    ws.upstream.git("checkout", "-q", "-b", "pr", ws.base)
-    ws.upstream.git("am", "-q", str(first), str(second))
-    ws.upstream.git("update-ref", "refs/pull/151/head", "HEAD")
-    ws.upstream.git("checkout", "-q", "main")
+    first, second = _open_pull_request(ws)
     ws.upstream.commit("Docs", {"docs/more.md": "more\n"})
     result = ws.assemble("rebase", "kern")
     assert result.returncode == 0, result.stderr

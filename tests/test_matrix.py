@@ -12,7 +12,7 @@ from pathlib import Path
 
 from assembler.builder.matrix import UNIT_SECONDS, entry_for, matrix_document
 from assembler.builder.planner import DepPlan
-from tests.build_support import EXAMPLE, SHARED, toolchains_fixture  # noqa: F401
+from tests.build_support import EXAMPLE, SHARED
 
 
 def _plan(units: list[str] | None, archs: list[str], jobs: int | None = None) -> DepPlan:

@@ -17,8 +17,7 @@ import pytest
 from assembler.errors import InputError, ManifestError
 from assembler.manifest import load_manifest
 from assembler.toolchain import sccache
-from tests.build_support import EXAMPLE, SHARED, toolchains_fixture  # noqa: F401
-from tests.servers import redis_url_fixture  # noqa: F401
+from tests.build_support import EXAMPLE, ci_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,20 +120,8 @@ def test_setuptools_shims_run_the_real_compiler_through_sccache(tmp_path: Path) 
 
 
 def _runner(root: Path, toolchains: Path, redis_url: str | None) -> tuple[Path, Path]:
-    """A fresh CI runner: a clone of the example at ``root/ws`` and an empty cache at ``root/cache``
-    (sharing only the read-only toolchains, as a runner image would hold them)."""
-    shutil.rmtree(root, ignore_errors=True)
-    cache = root / "cache"
-    cache.mkdir(parents=True)
-    for name in SHARED:
-        (cache / name).symlink_to(toolchains / name, target_is_directory=True)
-    ws = root / "ws"
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
-    subprocess.run([sys.executable, str(ws / "make_upstreams.py")], cwd=ws, check=True, capture_output=True)
-    if redis_url is not None:
-        with (ws / "deps.toml").open("a") as manifest:
-            manifest.write(f'\n[cache]\nremote = "{redis_url}"\n')
-    return ws, cache
+    """A fresh CI runner whose compiler cache's remote is ``redis_url``."""
+    return ci_runner(root, toolchains, None if redis_url is None else f'remote = "{redis_url}"')
 
 
 def _build(ws: Path, cache: Path, *args: str, **env: str) -> dict[str, dict[str, object]]:

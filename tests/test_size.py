@@ -18,14 +18,7 @@ from assembler.audit.member import FileSource
 from assembler.manifest import load_manifest
 from assembler.wheel.merge import merge_wheel
 from assembler.wheel.size import measure, object_fatbin, split_fatbin
-from tests.build_support import (  # noqa: F401  (fixtures)
-    HERMETIC_CUDA,
-    assemble,
-    build_env_path_fixture,
-    example_ws_fixture,
-    private_cache_fixture,
-    toolchains_fixture,
-)
+from tests.build_support import HERMETIC_CUDA, assemble
 from tests.conftest import run_assemble
 from tests.test_wheel_merge import built, workspace  # noqa: F401  (fixtures)
 

@@ -18,8 +18,7 @@ import pytest
 
 from assembler.store import SharedStore, open_store
 from assembler.store.files import FileBackend
-from tests.build_support import EXAMPLE, SHARED, toolchains_fixture  # noqa: F401
-from tests.servers import s3_endpoint_fixture  # noqa: F401
+from tests.build_support import ci_runner
 
 KEY = "0123456789abcdef0123456789abcdef"
 
@@ -133,15 +132,8 @@ def test_unreachable_store_is_a_note_not_a_failure(tmp_path: Path) -> None:
 
 
 def _runner(root: Path, toolchains: Path, store: Path) -> tuple[Path, dict[str, str]]:
-    cache = root / "cache"
-    cache.mkdir(parents=True)
-    for name in SHARED:
-        (cache / name).symlink_to(toolchains / name, target_is_directory=True)
-    ws = root / "ws"
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
-    subprocess.run([sys.executable, str(ws / "make_upstreams.py")], cwd=ws, check=True, capture_output=True)
-    with (ws / "deps.toml").open("a") as manifest:
-        manifest.write(f'\n[cache]\nartifacts = "file://{store}"\n')
+    """A fresh CI runner whose shared artifact store is the directory ``store``, and its environment."""
+    ws, cache = ci_runner(root, toolchains, f'artifacts = "file://{store}"')
     return ws, {**os.environ, "ASSEMBLE_CACHE": str(cache)}
 
 
