@@ -28,7 +28,13 @@ def _edit(ws: GitWorkspace, old: str, new: str) -> None:
 def _refused(result: subprocess.CompletedProcess[str], *needles: str, code: int = 2) -> None:
     assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.lstrip().startswith("error: "), result.stderr  # after any progress line
+    # one error line (and its hint) after any progress lines ("kern: clone", printed one per
+    # phase when stderr is not a terminal)
+    lines = result.stderr.strip().splitlines()
+    errors = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    assert len(errors) == 1, result.stderr
+    assert all(re.fullmatch(r"[\w.+-]+: [\w .,()-]+", line) for line in lines[:errors[0]]), result.stderr
+    assert all(line.startswith("hint: ") for line in lines[errors[0] + 1:]), result.stderr
     for needle in needles:
         assert needle in result.stderr, (needle, result.stderr)
 
