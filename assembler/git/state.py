@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -120,7 +119,9 @@ def read_head(checkout: Path) -> str:
     sha = read_ref(git_dir, head.removeprefix("ref: ").strip()) if head.startswith("ref: ") else head
     if sha and len(sha) == 40 and all(c in "0123456789abcdef" for c in sha):
         return sha
-    result = subprocess.run(["git", "rev-parse", "HEAD"], cwd=checkout, capture_output=True, text=True)
+    from assembler.git.process import WorkTree
+
+    result = WorkTree(checkout).run("rev-parse", "HEAD", check=False)
     if result.returncode != 0:
         raise InputError(f"{checkout}: cannot read HEAD ({result.stderr.strip()})", hint="move it away and run `assemble checkout` again")
     return result.stdout.strip()
