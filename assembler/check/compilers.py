@@ -20,7 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from assembler.builder.units import CUDA, TranslationUnit
+from assembler.builder.units import TranslationUnit
 from assembler.errors import ToolchainError
 from assembler.toolchain.cuda import CudaToolkit
 
@@ -150,10 +150,6 @@ def nvcc_passes(toolkit: CudaToolkit, archs: tuple[str, ...]) -> NvccPasses:
                              hint=f"check the CUDA toolkit at {toolkit.root}")
     templates.sort(key=lambda item: item[0] != "host")  # the host pass first: it reports what the build reports first
     return NvccPasses(toolkit.release, tuple(templates))
-
-
-def is_cuda(unit: TranslationUnit) -> bool:
-    return unit.language == CUDA
 
 
 def default_cuda() -> str | None:
