@@ -30,14 +30,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from assembler.audit.report import verdict_style
     from assembler.check.run import CheckOptions, run_check
-    from assembler.report.output import emit_json, err_console
+    from assembler.report.output import emit_json, err_console, note, status
     from assembler.workspace import open_workspace
 
     workspace = open_workspace(args.workspace)
     options = CheckOptions(cuda=args.cuda, torch=args.torch, jobs=args.jobs, syntax=not args.preprocess_only)
-
-    def note(message: str) -> None:
-        err_console.print(message, markup=False, highlight=False, soft_wrap=True)
 
     def done(check: DepCheck) -> None:  # one line per dependency as it finishes
         how = "cached" if check.cached else f"{check.seconds:.1f} s"
@@ -47,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
             verdict = str(check.verdict)
             err_console.print(f"{check.dep}: [{verdict_style(verdict)}]{verdict}[/], {check.summary} ({how})", soft_wrap=True, highlight=False)
 
-    with err_console.status("checking translation units", spinner="dots") if err_console.is_terminal and not args.json else _Quiet():
+    with status("checking translation units", active=not args.json):
         report = run_check(workspace, list(args.names), options, note=note, on_dep=done)
     if args.json:
         emit_json(report.to_json())
@@ -56,14 +53,6 @@ def run(args: argparse.Namespace) -> int:
 
         _print(report, console)
     return report.exit_code
-
-
-class _Quiet:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _print(report: CheckReport, console: Console) -> None:
