@@ -28,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+
     from assembler.audit.report import verdict_style
     from assembler.check.run import CheckOptions, run_check
     from assembler.report.output import emit_json, err_console, note, status
@@ -39,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     def done(check: DepCheck) -> None:  # one line per dependency as it finishes
         how = "cached" if check.cached else f"{check.seconds:.1f} s"
         if check.error is not None:
-            err_console.print(f"{check.dep}: [red]not checked[/]: {check.error.message}", soft_wrap=True)
+            err_console.print(f"{check.dep}: [red]not checked[/]: {escape(check.error.message)}", soft_wrap=True)
         else:
             verdict = str(check.verdict)
             err_console.print(f"{check.dep}: [{verdict_style(verdict)}]{verdict}[/], {check.summary} ({how})", soft_wrap=True, highlight=False)
