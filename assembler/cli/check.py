@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from assembler.cli.common import add_format, cuda_version, non_negative_int, torch_version
+from assembler.cli.common import add_format, cuda_version, non_negative_int, open_workspace, torch_version
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,9 +33,8 @@ def run(args: argparse.Namespace) -> int:
     from assembler.audit.report import verdict_style
     from assembler.check.run import CheckOptions, run_check
     from assembler.report.output import emit_json, err_console, note, status
-    from assembler.workspace import open_workspace
 
-    workspace = open_workspace(args.workspace)
+    workspace = open_workspace(args)
     options = CheckOptions(cuda=args.cuda, torch=args.torch, jobs=args.jobs, syntax=not args.preprocess_only)
 
     def done(check: DepCheck) -> None:  # one line per dependency as it finishes
