@@ -3,7 +3,6 @@ CUDA libraries it needs, and which manifest dependency put it there."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,18 +81,6 @@ def owns(dep: Claimant, path: str) -> bool:
     into the wheel (without an install table a dependency ships its whole payload at the root).
     For wheels without the merge's own record (assembler.json)."""
     return any(rule.source(path) is not None for rule in install_rules(dep.install))
-
-
-def recorded_files(site: Path) -> dict[str, set[str]] | None:
-    """Wheel paths per dependency from ``<dist-info>/assembler.json``, which `assemble merge`
-    writes; None for a wheel without it."""
-    for record in site.glob("*.dist-info/assembler.json"):
-        try:
-            deps = json.loads(record.read_text())["deps"]
-            return {name: set(entry["files"]) for name, entry in deps.items()}
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-    return None
 
 
 def attribute(
