@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from assembler.cache import cache_root  # noqa: E402
 from assembler.toolchain.cuda import select_cuda  # noqa: E402
 from assembler.toolchain.torchenv import ensure_build_env  # noqa: E402
+from tests.gitrepo import git  # noqa: E402
 
 TORCH = "2.13.0"
 CUDA = "13.2"
@@ -89,13 +90,6 @@ name = "_many_C"
 sources = [{sources}]
 language = "cxx"
 """
-
-
-def git(cwd: Path, *args: str) -> str:
-    env = {**os.environ, "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z",
-           "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}
-    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout.strip()
 
 
 def make_workspace(root: Path, units: int) -> Path:
