@@ -33,7 +33,6 @@ from assembler import __version__
 from assembler.errors import InputError
 from assembler.series.headers import PatchHeader, PatchStatus, forwarded_status, parse_patch_header
 
-SPEC_VERSION = "1.6"
 SBOM_DIR = "sboms"
 PROPERTY = "assembler:"  # prefix of every property this module writes (CycloneDX property taxonomy)
 STATUS_SOURCE = ("DEP-3 headers (Applied-Upstream, Forwarded) of the series files, read at merge time without "
