@@ -56,9 +56,6 @@ SWITCH_ENV = "ASSEMBLE_SCCACHE"  # 0: off, 1: on, whatever deps.toml says
 IDLE_TIMEOUT_S = 1800  # a backstop only: we stop every server ourselves
 START_TIMEOUT_S = 60
 LANGUAGES = ("C", "CXX", "CUDA")
-# What the build's compilers need to reach our server; the rest of sccache's configuration is
-# the server's.
-CLIENT_ENV = ("SCCACHE_SERVER_PORT", OWNER_ENV)
 
 
 @dataclass(frozen=True)
