@@ -30,25 +30,15 @@ from assembler.cache import cache_root  # noqa: E402
 from assembler.toolchain.cuda import select_cuda  # noqa: E402
 from assembler.toolchain.sccache import free_port  # noqa: E402
 from assembler.toolchain.torchenv import ensure_build_env  # noqa: E402
-from tests.example import EXAMPLE, make_upstreams  # noqa: E402
+from tests.build_support import ci_runner  # noqa: E402
 
 CUDA = "13.2"
 DEPS = ("vecadd", "scalekit", "rowsum")
 
 
 def fresh_runner(root: Path, remote: str | None) -> tuple[Path, Path]:
-    shutil.rmtree(root, ignore_errors=True)
-    cache = root / "cache"
-    cache.mkdir(parents=True)
-    for name in ("venvs", "toolchains"):
-        (cache / name).symlink_to(cache_root() / name, target_is_directory=True)
-    ws = root / "ws"
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
-    make_upstreams(ws / "upstreams")
-    if remote is not None:
-        with (ws / "deps.toml").open("a") as manifest:
-            manifest.write(f'\n[cache]\nremote = "{remote}"\n')
-    return ws, cache
+    """A new runner at ``root`` (the example and an empty cache sharing the toolchains), with ``remote`` as its [cache]."""
+    return ci_runner(root, cache_root(), None if remote is None else f'remote = "{remote}"')
 
 
 def build(ws: Path, cache: Path) -> tuple[float, dict[str, object]]:
