@@ -33,19 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from assembler.cache import cache_root  # noqa: E402
+from benchmarks.audit_vllm import WHEEL, fetch  # noqa: E402  (the one download of the wheel)
 
-WHEEL = "vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl"
 ASSEMBLE = [sys.executable, "-m", "assembler"]
-
-
-def fetch() -> Path:
-    wheels = cache_root() / "wheels"
-    path = wheels / WHEEL
-    if not path.exists():
-        wheels.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "vllm==0.33.0", "-d", str(wheels)], check=True)
-    return path
 
 
 def timed(cmd: list[str]) -> tuple[float, float, subprocess.CompletedProcess[str]]:
