@@ -186,13 +186,3 @@ class WorkTree:
         """The commit ``rev`` names, or None when there is none."""
         result = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, f"{rev}^{{commit}}", check=False)
         return result.stdout.strip() or None if result.returncode == 0 else None
-
-    def head(self) -> str:
-        """HEAD's commit, read from the ref files (git only for a packed ref)."""
-        head = (self.git_dir / "HEAD").read_text().strip()
-        if head.startswith("ref: "):
-            ref = self.git_dir / head[len("ref: "):]
-            if ref.is_file():
-                return ref.read_text().strip()
-            return self.out("rev-parse", "HEAD")
-        return head

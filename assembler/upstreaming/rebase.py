@@ -35,7 +35,7 @@ from assembler.git.checkout import checkout, refuse_to_lose_work
 from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitFailed, GitView, WorkTree
 from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
 from assembler.git.scratch import Scratch
-from assembler.git.state import CheckoutState, CheckoutStatus, pinned_state
+from assembler.git.state import CheckoutState, CheckoutStatus, pinned_state, read_head
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
 from assembler.series.headers import PatchStatus, forwarded_status
@@ -481,7 +481,7 @@ def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> set[str
     )
     if result.returncode == 0 and not fork.stopped():
         # Not saved: a crash from here until "exported" replays again, with the same result.
-        journal.result_head, journal.phase = fork.head(), Phase.REPLAYED
+        journal.result_head, journal.phase = read_head(fork.path), Phase.REPLAYED
         return set(_DROPPING.findall(result.stderr))
     if not fork.clean_stop():
         raise GitFailed(str(fork.path), ["rebase"], result,
@@ -892,7 +892,7 @@ def undo(workspace: Workspace, dep: Dependency) -> RebaseReport:
                                  hint="put those edits aside, or undo by hand from " + str(directory / jr.BACKUP))
     if path.is_dir():
         fork = _Fork(path, None)
-        if fork.stopped() or fork.head() not in (journal.result_head, journal.old_head) or is_dirty(fork.repo):
+        if fork.stopped() or read_head(path) not in (journal.result_head, journal.old_head) or is_dirty(fork.repo):
             raise WouldLoseWorkError(f"{path} changed since the rebase (commits, edits or a git operation)",
                                      hint=f"export or discard them first (`assemble export {dep.name}`), then --undo")
     with jr.running(workspace, dep.name) as fd:
