@@ -45,16 +45,6 @@ def repo_at(path: Path) -> git.Repo:
     return repo
 
 
-def has_commit(repo: git.Repo, sha: str) -> bool:
-    import git
-
-    try:
-        repo.git.cat_file("-e", END_OF_OPTIONS, f"{sha}^{{commit}}")
-    except git.GitCommandError:
-        return False
-    return True
-
-
 def is_dirty(repo: git.Repo) -> list[str]:
     """Paths with uncommitted edits, untracked files included (ignored files are not work)."""
     status = repo.git.status("--porcelain", "--untracked-files=normal")
