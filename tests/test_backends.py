@@ -21,7 +21,7 @@ from assembler.builder.units import compile_commands_path, translation_units
 from assembler.errors import ManifestError
 from assembler.manifest import load_manifest
 from assembler.workspace import open_workspace
-from tests.build_support import HERMETIC_CUDA, SHARED, assemble
+from tests.build_support import HERMETIC_CUDA, assemble, sharing_toolchains
 from tests.gitrepo import Repo, git
 
 pytestmark = pytest.mark.slow
@@ -128,11 +128,9 @@ def test_setuptools_backend_builds_the_example_library_into_a_stable_abi3_artifa
     assert [d.status for d in build_artifacts(workspace, options).deps] == ["cached"]
 
     # built again elsewhere (another workspace path, an empty artifact store): the same bytes
-    elsewhere, cache = tmp_path / "elsewhere", tmp_path / "cache2"
+    elsewhere = tmp_path / "elsewhere"
     shutil.copytree(example_ws, elsewhere, ignore=shutil.ignore_patterns("forks", ".assemble", "dist"))
-    cache.mkdir()
-    for name in SHARED:
-        (cache / name).symlink_to(private_cache / name, target_is_directory=True)
+    cache = sharing_toolchains(tmp_path / "cache2", private_cache)
     monkeypatch.setenv("ASSEMBLE_CACHE", str(cache))
     [again] = build_artifacts(open_workspace(elsewhere), options).deps
     assert again.status == "built" and again.key == dep.key
