@@ -48,14 +48,6 @@ def _days(text: str) -> float:
     return value
 
 
-def _human(size: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{size:.1f} GiB"
-
-
 def _age(when: float) -> str:
     days = (time.time() - when) / 86400
     return f"{days * 24:.1f} h" if days < 1 else f"{days:.1f} d"
@@ -105,14 +97,15 @@ def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Ent
     from rich.table import Table
 
     from assembler.report.output import console
+    from assembler.wheel.size import format_size
 
     console.print(f"cache: {root}", soft_wrap=True, markup=False, highlight=False)
     table = Table(show_edge=False)
     for column in ("kind", "entries", "size"):
         table.add_column(column, no_wrap=True, justify="left" if column == "kind" else "right")
     for kind, total in totals.items():
-        table.add_row(kind, str(total["count"]), _human(total["bytes"]))
-    table.add_row("total", str(sum(t["count"] for t in totals.values())), _human(sum(t["bytes"] for t in totals.values())))
+        table.add_row(kind, str(total["count"]), format_size(total["bytes"]))
+    table.add_row("total", str(sum(t["count"] for t in totals.values())), format_size(sum(t["bytes"] for t in totals.values())))
     console.print(table)
     if uv_cache:
         console.print(f"environments hard-link their files from uv's cache {uv_cache}: most of their size is shared with it",
@@ -120,18 +113,19 @@ def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Ent
     # one line per entry, the name last and whole: a table would cut it on a narrow or piped console
     for entry in entries:
         leftover = " (leftover of a killed run)" if entry.leftover else ""
-        console.print(f"{entry.kind:<12}  {_human(entry.bytes):>10}  {_age(entry.last_used) + ' ago':>10}  {entry.name}{leftover}",
+        console.print(f"{entry.kind:<12}  {format_size(entry.bytes):>10}  {_age(entry.last_used) + ' ago':>10}  {entry.name}{leftover}",
                       soft_wrap=True, markup=False, highlight=False)
 
 
 def _prune_table(pruned: PruneResult, dry_run: bool) -> None:
     from assembler.report.output import console
+    from assembler.wheel.size import format_size
 
     verb = "would remove" if dry_run else "removed"
     for entry in pruned.removed:
-        console.print(f"{verb} {entry.kind} {entry.name} ({_human(entry.bytes)})", soft_wrap=True)
+        console.print(f"{verb} {entry.kind} {entry.name} ({format_size(entry.bytes)})", soft_wrap=True)
     for entry in pruned.in_use:
         console.print(f"kept {entry.kind} {entry.name}: in use by a running assemble", soft_wrap=True)
     freed = sum(entry.bytes for entry in pruned.removed)
-    console.print(f"{verb} {len(pruned.removed)} entries, {_human(freed)}; kept {len(pruned.in_use)} in use, "
+    console.print(f"{verb} {len(pruned.removed)} entries, {format_size(freed)}; kept {len(pruned.in_use)} in use, "
                   f"{len(pruned.kept)} of the workspace, {len(pruned.recent)} used recently", soft_wrap=True)
