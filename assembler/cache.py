@@ -208,10 +208,9 @@ def prune(
             if not entry.path.exists():  # removed meanwhile by another prune
                 continue
             if not dry_run:
-                trash = entry.path.with_name(f".trash-{entry.path.name.removeprefix('.tmp-').removeprefix('.trash-')}-{os.getpid()}")
-                if entry.leftover:
-                    trash = entry.path
-                else:
+                trash = entry.path  # a leftover is removed where it is
+                if not entry.leftover:
+                    trash = entry.path.with_name(f".trash-{entry.path.name}-{os.getpid()}")
                     os.rename(entry.path, trash)
                 if trash.is_dir():
                     shutil.rmtree(trash, ignore_errors=True)
