@@ -187,9 +187,7 @@ def envelope(command: str, document: Any, exit_code: int, error: dict[str, Any] 
         out["error"] = error
     elif exit_code != 0:
         out["error"] = {"message": f"{command} finished with exit code {exit_code}", "hint": None, "exit_code": exit_code}
-    elif "error" in out and out["error"] is None:
-        pass  # a command that always carries "error" (build): null on success
-    return out
+    return out  # a command that always carries "error" (build) keeps its null on success
 
 
 def short(sha: str | None) -> str:
