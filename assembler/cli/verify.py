@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from assembler.cli.common import add_format, torch_version
+from assembler.cli.common import add_format, positive_float, torch_version
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--python", action="append", default=[], type=Path, metavar="PATH", dest="pythons",
         help="an interpreter that already has torch: verify on its torch, creating and downloading nothing (repeatable)",
     )
-    parser.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS", help="seconds one probe may run (default 600)")
+    parser.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECONDS", help="seconds one probe may run (default 600)")
     add_format(parser)
     parser.set_defaults(handler=run)
 
