@@ -16,7 +16,6 @@ import contextlib
 import gzip
 import hashlib
 import json
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -31,6 +30,7 @@ from assembler.audit.member import FileSource
 from assembler.audit.torchdata import format_version, load_table
 from assembler.cache import cache_root
 from assembler.errors import InputError
+from assembler.fsutil import atomic_write
 from assembler.verify.report import Check, Diagnosis, Status
 
 EXPORTS_DIR = "torch-exports"
@@ -110,10 +110,7 @@ def torch_exports(torch: str, lib_dir: Path, progress: Callable[[str], None] = l
     table = _read_exports(lib_dir, libs)
     payload = gzip.compress(json.dumps({"schema": _SCHEMA, "torch": torch, "lib_dir": str(lib_dir), "libs": table}).encode(), 6, mtime=0)
     with contextlib.suppress(OSError):  # a read-only cache: the table is simply read again next time
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_name(f".tmp-{os.getpid()}-{cached.name}")
-        partial.write_bytes(payload)
-        os.replace(partial, cached)
+        atomic_write(cached, payload)
     return TorchExports(torch, str(lib_dir), {name: frozenset(names) for name, names in table.items()})
 
 
