@@ -32,7 +32,6 @@ from assembler.errors import InputError, NewerStateError
 from assembler.fsutil import atomic_write, replace_dir
 from assembler.workspace import JOURNAL_NAME, Workspace
 
-JOURNAL = JOURNAL_NAME
 BACKUP = "backup.tar"
 MTIMES = ".mtimes.json"
 ABSENT = "absent"  # digest of a file or directory that does not exist
@@ -127,22 +126,18 @@ class Journal:
         return cls(**data)
 
 
-def rebase_dir(workspace: Workspace) -> Path:
-    return workspace.rebase_dir
-
-
 def journal_dir(workspace: Workspace, name: str) -> Path:
-    return rebase_dir(workspace) / name
+    return workspace.rebase_dir / name
 
 
 def undo_dir(workspace: Workspace, name: str) -> Path:
     """Where the journal and backups of the last finished rebase of ``name`` are kept, for
     ``--undo``, until the next rebase of it finishes (or it is undone)."""
-    return rebase_dir(workspace) / ".undo" / name
+    return workspace.rebase_dir / ".undo" / name
 
 
 def load(workspace: Workspace, name: str, directory: Path | None = None) -> Journal | None:
-    path = (directory or journal_dir(workspace, name)) / JOURNAL
+    path = (directory or journal_dir(workspace, name)) / JOURNAL_NAME
     if not path.is_file():
         return None
     try:
@@ -170,18 +165,13 @@ def _unreadable(path: Path, name: str, exc: Exception) -> InputError:
     )
 
 
-def pending(workspace: Workspace) -> list[str]:
-    """Dependencies with a rebase in progress."""
-    return workspace.rebases_pending()
-
-
 def _dumps(journal: Journal) -> str:
     """The journal as JSON (dataclasses by their fields: asdict's deep copy is 5x slower)."""
     return json.dumps(journal, default=vars) + "\n"
 
 
 def save(workspace: Workspace, journal: Journal) -> None:
-    atomic_write(journal_dir(workspace, journal.dep) / JOURNAL, _dumps(journal))
+    atomic_write(journal_dir(workspace, journal.dep) / JOURNAL_NAME, _dumps(journal))
 
 
 def digest(files: dict[str, bytes] | None) -> str:
@@ -227,7 +217,7 @@ def begin(workspace: Workspace, journal: Journal, patches_dir: Path, checkout_fi
     """Back up deps.toml, patches/<dep>/ and the named checkout files into one archive (one
     fsync), then publish it with the journal in one rename. Leftovers of an earlier,
     interrupted ``begin`` are discarded."""
-    root = rebase_dir(workspace)
+    root = workspace.rebase_dir
     root.mkdir(parents=True, exist_ok=True)
     staging = root / f".{journal.dep}.new"
     shutil.rmtree(staging, ignore_errors=True)
@@ -248,7 +238,7 @@ def begin(workspace: Workspace, journal: Journal, patches_dir: Path, checkout_fi
             tar.addfile(info, io.BytesIO(data))
         handle.flush()
         os.fsync(handle.fileno())
-    with (staging / JOURNAL).open("w", encoding="utf-8") as handle:  # staging is private: no atomic_write needed
+    with (staging / JOURNAL_NAME).open("w", encoding="utf-8") as handle:  # staging is private: no atomic_write needed
         handle.write(_dumps(journal))
         handle.flush()
         os.fsync(handle.fileno())
@@ -335,7 +325,7 @@ def finish(workspace: Workspace, name: str, keep: bool = False) -> None:
     path = journal_dir(workspace, name)
     if not path.exists():
         return
-    retired = rebase_dir(workspace) / f".{name}.done"
+    retired = workspace.rebase_dir / f".{name}.done"
     shutil.rmtree(retired, ignore_errors=True)
     if keep:
         kept = undo_dir(workspace, name)
@@ -353,7 +343,7 @@ def forget_undo(workspace: Workspace, name: str) -> None:
     """Remove the undo record of ``name`` (after an undo: it cannot be undone twice)."""
     kept = undo_dir(workspace, name)
     if kept.exists():
-        retired = rebase_dir(workspace) / f".{name}.undone"
+        retired = workspace.rebase_dir / f".{name}.undone"
         shutil.rmtree(retired, ignore_errors=True)
         os.replace(kept, retired)
         shutil.rmtree(retired)
@@ -368,7 +358,7 @@ def running(workspace: Workspace, name: str) -> Iterator[int]:
     The lock file is removed when the rebase step ends (no empty ``DEP.running`` is left). A
     waiter that was queued on a file removed meanwhile sees that its descriptor no longer
     names the path, and opens the new one: two holders are never possible."""
-    root = rebase_dir(workspace)
+    root = workspace.rebase_dir
     root.mkdir(parents=True, exist_ok=True)
     path = root / f"{name}.running"
     while True:

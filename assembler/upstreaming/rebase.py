@@ -689,7 +689,7 @@ def _drop_empty(fork: _Fork, journal: Journal, empty: list[Pick]) -> None:
 # -- continue / abort ----------------------------------------------------------------------
 
 def _journal_for(workspace: Workspace, name: str | None) -> Journal:
-    names = jr.pending(workspace)
+    names = workspace.rebases_pending()
     if name is None:
         if len(names) != 1:
             raise InputError("no rebase in progress" if not names else f"rebases in progress: {', '.join(names)}",
