@@ -76,9 +76,9 @@ def run(args: argparse.Namespace) -> int:
 def _plan(workspace: Workspace, only: tuple[str, ...], as_json: bool) -> int:
     """`build --plan`: the plan on stdout (JSON or text); exit 2 when a dependency cannot be planned."""
     from assembler.builder.planner import plan_build, render
-    from assembler.report.output import console, emit_json, err_console
+    from assembler.report.output import console, emit_json, note
 
-    plan = plan_build(workspace, only, note=lambda line: None if as_json else err_console.print(line, markup=False, highlight=False))
+    plan = plan_build(workspace, only, note=(lambda _: None) if as_json else note)
     if as_json:
         emit_json(plan.to_json())
     else:
