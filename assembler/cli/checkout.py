@@ -7,7 +7,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from assembler.cli.common import add_format
+from assembler.cli.common import add_format, failures_json, print_failures
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
@@ -49,10 +49,7 @@ def run(args: argparse.Namespace) -> int:
                 {"name": r.dep, "path": str(r.path), "action": r.action, "head": r.head, "patches": r.applied, "fetched": r.fetched}
                 for r in results
             ],
-            "failures": [
-                {"name": name, "message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
-                for name, error in failures.items()
-            ],
+            "failures": failures_json(failures),
         })
         return code
     for r in results:
@@ -63,10 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_failures(failures: dict[str, AssembleError], total: int) -> None:
     """Every failure on stderr (also with --json: its document carries them too)."""
-    for name, error in failures.items():
-        print(f"error: {name}: {error.message}", file=sys.stderr)
-        if error.hint:
-            print(f"hint: {error.hint}", file=sys.stderr)
+    print_failures(failures)
     if failures and total > 1:
         print(f"checkout: {len(failures)} of {total} dependencies failed ({', '.join(failures)})", file=sys.stderr)
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from assembler.errors import AssembleError
     from assembler.workspace import Workspace
 
 
@@ -79,3 +83,16 @@ def open_workspace(args: argparse.Namespace) -> Workspace:
     from assembler.workspace import open_workspace as open_at
 
     return open_at(args.workspace, on_lock_wait=say_waiting)
+
+
+def print_failures(failures: Mapping[str, AssembleError]) -> None:
+    """Keep going: each dependency's failure as ``error: DEP: ...`` (and ``hint: ...``) on
+    stderr, also with --json (whose document lists them too, see failures_json)."""
+    for name, error in failures.items():
+        print(f"error: {name}: {error.message}" + (f"\nhint: {error.hint}" if error.hint else ""), file=sys.stderr)
+
+
+def failures_json(failures: Mapping[str, AssembleError]) -> list[dict[str, str | int | None]]:
+    """The ``failures`` list of a keep-going command's JSON document."""
+    return [{"name": name, "message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
+            for name, error in failures.items()]

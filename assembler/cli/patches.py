@@ -4,7 +4,6 @@ not needed, with the evidence, and the release table "migrated on fork / migrate
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING
 
 from assembler.cli.common import add_format
@@ -22,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from assembler.cli.common import open_workspace
+    from assembler.cli.common import failures_json, open_workspace, print_failures
     from assembler.report.output import emit_json, status
     from assembler.upstreaming.status import dependency_status
 
@@ -40,12 +39,10 @@ def run(args: argparse.Namespace) -> int:
     if failures and not results:
         raise next(iter(failures.values()))
     code = int(next(iter(failures.values())).exit_code) if failures else 0
-    for name, error in failures.items():
-        print(f"error: {name}: {error.message}" + (f"\nhint: {error.hint}" if error.hint else ""), file=sys.stderr)
+    print_failures(failures)
     if args.format == "json":
         emit_json({"workspace": str(workspace.root), "offline": args.offline, "deps": [r.to_json() for r in results],
-                   "failures": [{"name": name, "message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
-                                for name, error in failures.items()]})
+                   "failures": failures_json(failures)})
     elif args.format == "markdown":
         from assembler.upstreaming.table import markdown
 
