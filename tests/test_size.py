@@ -97,6 +97,21 @@ def test_a_corrupt_fatbin_is_a_clear_error() -> None:
         split_fatbin(lambda offset, length: blob[offset:offset + length], 0, len(blob), "x.so")
 
 
+def test_a_hostile_section_table_is_refused_not_inflated(tmp_path: Path) -> None:
+    """A deflated member whose .shstrtab claims 40 MiB (of zeros: 40 KB of deflate) is refused
+    at the audit's table limit, in one line, before any of it is inflated."""
+    claimed = 40 << 20
+    header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + bytes(9), 3, 62, 1, 0, 0, 64, 0, 64, 0, 0, 64, 2, 1)
+    names = struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, 192, claimed, 0, 0, 1, 0)
+    wheel = tmp_path / "x-1.0-cp39-abi3-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("x/_C.so", header + bytes(64) + names + bytes(claimed))
+    result = run_assemble("size", str(wheel))
+    assert result.returncode == 2, result.stderr
+    assert "section name table of 41943040 bytes is over the 16777216-byte limit" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 @pytest.fixture
 def cuda_ws(workspace: Path, cuda_object: Path) -> Path:  # noqa: F811
     """The merge tests' workspace with the CUDA object shipped by ops (deflated in the wheel)."""

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from assembler.audit.elf import _table as read_table
 from assembler.audit.member import DeflatedMember, FileSource, MemberInfo, StoredMember, open_member
 from assembler.audit.zipindex import read_index
 from assembler.errors import CheckFailed, InputError
@@ -225,11 +226,11 @@ def _fatbin_section(source: FileSource | StoredMember | DeflatedMember) -> tuple
     if not shoff or shentsize < _ELF64_SECTION.size or not shnum or shstrndx >= shnum:
         return None
     source.prefetch_tail(shoff)
-    table = source.read(shoff, shnum * shentsize)
+    table = read_table(source, shoff, shnum * shentsize, "section header table")  # bounded like the audit's reads
     sections = [_ELF64_SECTION.unpack_from(table, i * shentsize) for i in range(shnum)]
     names_at, names_size = sections[shstrndx][4], sections[shstrndx][5]
     source.prefetch_tail(names_at)  # .shstrtab sits just before the section headers
-    names = source.read(names_at, names_size)
+    names = read_table(source, names_at, names_size, "section name table")
     wanted = FATBIN_SECTION.encode() + b"\0"
     for sh_name, sh_type, _flags, _addr, sh_offset, sh_size, *_ in sections:
         if names[sh_name:sh_name + len(wanted)] == wanted and sh_type != 8:  # 8: SHT_NOBITS
