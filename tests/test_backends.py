@@ -121,7 +121,7 @@ def test_setuptools_backend_builds_the_example_library_into_a_stable_abi3_artifa
     # the compile commands, with our defines; the checkout stays clean (setuptools' build and
     # egg-info went to .assemble/), so the next build is a cache hit
     checkout = example_ws / "forks" / "rowsum"
-    [entry] = json.loads(compile_commands_path(workspace, "rowsum").read_text())
+    [entry] = json.loads(compile_commands_path(workspace.state_dir, "rowsum").read_text())
     assert Path(entry["file"]) == checkout / "csrc" / "rowsum.cpp"
     assert {"-DTORCH_TARGET_VERSION=0x020A000000000000", "-DPy_LIMITED_API=0x03090000"} <= set(entry["arguments"])
     assert git(checkout, "status", "--porcelain", "--untracked-files=all") == ""

@@ -308,7 +308,7 @@ def test_units_from_the_last_build_compile_commands(tmp_path: Path) -> None:
         translation_units(workspace, dep)
     checkout = ws / "forks" / "lib"
     build = tmp_path / "build"
-    compdb = compile_commands_path(workspace, "lib")
+    compdb = compile_commands_path(workspace.state_dir, "lib")
     compdb.parent.mkdir(parents=True)
     compdb.write_text(json.dumps([
         {"directory": str(checkout), "file": "csrc/api.cpp",

@@ -25,7 +25,7 @@ from assembler.builder import backends
 from assembler.builder.cache import ArtifactStore, KeyParts, digest_texts, materialize
 from assembler.builder.diagnose import UnstableInclude, log_tail, torch_include_roots, unstable_includes
 from assembler.builder.outcome import BuildOutcome
-from assembler.builder.units import COMPDB_DIR
+from assembler.builder.units import compile_commands_path
 from assembler.errors import InputError, ToolchainError
 from assembler.git.state import CheckoutState
 from assembler.manifest import Bundle, Dependency
@@ -226,7 +226,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
         work = backends.Work(
             tree=ctx.state_dir / "build" / dep.name,
             files=staging / FILES_DIR,
-            compdb=ctx.state_dir / COMPDB_DIR / f"{dep.name}.json",
+            compdb=compile_commands_path(ctx.state_dir, dep.name),
             run=lambda command, cwd, env: _run_logged(command, cwd, {**env, **client}, log_path, on_line),
         )
         work.tree.mkdir(parents=True, exist_ok=True)

@@ -100,7 +100,7 @@ def plan_dep(workspace: Workspace, dep: Dependency, checkout: Path) -> DepPlan:
                    defines=list(backends.stable_defines(dep, bundle.python_abi)))
     try:
         plan.archs = list(dep_archs(dep, bundle.cuda_archs, recipe.uses_cuda(dep)))
-        compdb = unit_resolver.compile_commands_path(workspace, dep.name)
+        compdb = unit_resolver.compile_commands_path(workspace.state_dir, dep.name)
         if dep.build.backend != "helper" and not dep.build.sources and not compdb.is_file():
             plan.note = (f"the recipe names no sources and no build recorded compile commands yet: its {dep.build.backend} "
                          "build decides (add sources = [...] to plan them)")

@@ -56,11 +56,11 @@ class TranslationUnit:
         }
 
 
-def compile_commands_path(workspace: Workspace, dep: str) -> Path:
+def compile_commands_path(state_dir: Path, dep: str) -> Path:
     """``<workspace>/.assemble/compdb/<dep>.json``: the compile commands (a JSON compilation
     database: a list of {directory, file, arguments}) of the dependency's last cmake or
     setuptools build."""
-    return workspace.state_dir / COMPDB_DIR / f"{dep}.json"
+    return state_dir / COMPDB_DIR / f"{dep}.json"
 
 
 def language_of(path: str | Path) -> str:
@@ -82,7 +82,7 @@ def translation_units(workspace: Workspace, dep: Dependency, checkout: Path | No
         return _helper_units(workspace, dep, root)
     if recipe.sources:
         return _recipe_units(workspace, dep, root)
-    compdb = compile_commands_path(workspace, dep.name)
+    compdb = compile_commands_path(workspace.state_dir, dep.name)
     if compdb.is_file():
         return _compdb_units(compdb, dep, root)
     keys = ("deps", dep.name, "build")

@@ -268,7 +268,7 @@ def _plan(
         system_includes=tuple(system), python_include=tools.python_include,
     )
     head, dirty = source_identity(checkout)
-    compdb = compile_commands_path(workspace, dep.name)
+    compdb = compile_commands_path(workspace.state_dir, dep.name)
     origin_bytes = compdb.read_bytes() if any(unit.origin == "compile-commands" for unit in units) else b""
     code = [path.read_bytes() for path in CODE]
     parts = KeyParts(
