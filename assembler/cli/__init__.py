@@ -77,6 +77,8 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     """-C, -v, -q, --color and --debug; on a subcommand their default is SUPPRESS, so a value
     given before the subcommand is kept when none is given after it."""
 
+    from assembler.report.output import COLORS
+
     def default(value: Any) -> Any:
         return value if top else argparse.SUPPRESS
 
@@ -86,7 +88,7 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
     group.add_argument("-v", "--verbose", action="count", default=default(0),
                        help="more detail (repeatable; audit: the offending and version-setting symbols)")
     group.add_argument("-q", "--quiet", action="count", default=default(0), help="less on stderr: no progress notes")
-    group.add_argument("--color", choices=("auto", "always", "never"), default=default("auto"),
+    group.add_argument("--color", choices=COLORS, default=default("auto"),
                        help="colour on stdout/stderr (default auto: on a terminal, unless NO_COLOR is set)")
     group.add_argument("--debug", action="store_true", default=default(False),
                        help="show the Python traceback of an unexpected error (for bug reports)")
@@ -249,18 +251,15 @@ def _git_failure(error: Exception) -> AssembleError | None:
     git_module = sys.modules.get("git")
     if git_module is None or not isinstance(error, git_module.GitCommandError):
         return None
+    from assembler.git.process import SOUND_REPO_HINT, subcommand
     from assembler.git.runner import git_error_line
 
     command = error.command if isinstance(error.command, list) else str(error.command).split()
-    words = [str(w) for w in command[1:]]
-    while words and words[0].startswith("-"):
-        words = words[2:] if words[0] == "-c" else words[1:]
     stderr = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else str(error.stderr or "")
     lines = [line.strip().removeprefix("stderr: '").strip("' ") for line in stderr.splitlines()]
     reason = next((line for line in lines if line.startswith(("fatal:", "error:"))), None) or git_error_line(stderr, error.status)
-    message = f"git {words[0] if words else ''} failed: {reason}"
-    return environment_failure(message, stderr) or InputError(
-        message, hint="check that the repository is readable and not damaged (git fsck), then run the command again")
+    message = f"git {subcommand([str(word) for word in command[1:]])} failed: {reason}"
+    return environment_failure(message, stderr) or InputError(message, hint=SOUND_REPO_HINT)
 
 
 def _report(error: AssembleError) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from assembler.errors import InputError, ToolchainError, environment_failure
 from assembler.git.runner import COMMITTER_ENV, END_OF_OPTIONS, GIT_ENV, git_error_line
 
-__all__ = ["DIFF_CONFIG", "END_OF_OPTIONS", "GitFailed", "GitView", "WorkTree", "isolated_env", "object_dir"]
+__all__ = ["DIFF_CONFIG", "END_OF_OPTIONS", "SOUND_REPO_HINT", "GitFailed", "GitView", "WorkTree", "isolated_env", "object_dir", "subcommand"]
 # Trial commits are throwaway; a fixed identity keeps commit-tree working without user config.
 IDENTITY_ENV = {
     "GIT_AUTHOR_NAME": "assemble", "GIT_AUTHOR_EMAIL": "assemble@localhost",
@@ -37,7 +37,7 @@ IDENTITY_ENV = {
 DIFF_CONFIG = ("-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "log.showSignature=false",
                "-c", "core.quotePath=false", "-c", "diff.relative=false")
 _INHERITED = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
-_SOUND_REPO = "check that the repository is readable and not damaged (git fsck), and that no other git holds its lock"
+SOUND_REPO_HINT = "check that the repository is readable and not damaged (git fsck), and that no other git holds its lock"
 
 Result = subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str]
 
@@ -50,7 +50,7 @@ class GitFailed(InputError):
     def __init__(self, where: str, args: Sequence[str], result: Result, hint: str | None = None) -> None:
         stderr = result.stderr or ""
         reason = git_error_line(stderr, result.returncode) if stderr.strip() else f"exit status {result.returncode}"
-        super().__init__(f"{where}: git {_subcommand(args)} failed: {reason}", hint=hint or _SOUND_REPO)
+        super().__init__(f"{where}: git {subcommand(args)} failed: {reason}", hint=hint or SOUND_REPO_HINT)
         self.result = result
         refused = environment_failure(self.message, stderr if isinstance(stderr, str) else stderr.decode(errors="replace"))
         if refused is not None:  # a full disk or a read-only file system, not a bad input
@@ -58,7 +58,7 @@ class GitFailed(InputError):
             self.hint = refused.hint
 
 
-def _subcommand(args: Sequence[str]) -> str:
+def subcommand(args: Sequence[str]) -> str:
     """The git command in ``args``, past ``-c key=value`` and other options."""
     rest = list(args)
     while rest and rest[0].startswith("-"):
