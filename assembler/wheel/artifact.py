@@ -57,6 +57,7 @@ class Artifact:
     head: str | None = None  # the checkout's HEAD the build compiled
     dirty: bool = False  # uncommitted edits were compiled too
     series_head: str | None = None  # the commit that applying the series produced
+    series_digest: str | None = None  # the patch series' content it was built from (git.state.series_digest)
     build_seconds: float = 0.0
 
     def provenance(self) -> dict[str, Any]:
@@ -129,7 +130,7 @@ def read_artifact(root: Path) -> Artifact:
         patches=tuple(str(p) for p in patches), key=field("key", str, ""),
         toolchain=dict(field("toolchain", dict)), archs=tuple(str(a) for a in archs),
         head=field("head", (str, type(None))), dirty=field("dirty", bool, False),
-        series_head=field("series_head", (str, type(None))),
+        series_head=field("series_head", (str, type(None))), series_digest=field("series_digest", (str, type(None))),
         build_seconds=float(field("build_seconds", (int, float), 0.0)),
     )
 

@@ -5,14 +5,12 @@ the series names and the Python ABI; this covers the series content and the tool
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from typing import Any
 
 from assembler.errors import InputError
 from assembler.git.state import series_digest
 from assembler.manifest import Manifest
-from assembler.wheel.artifact import ARTIFACT_JSON, Artifact
+from assembler.wheel.artifact import Artifact
 
 # artifact.json toolchain fields that must agree across the artifacts of one wheel (nvcc only
 # among those that compiled CUDA: the others record none).
@@ -24,7 +22,7 @@ def check_same_release(manifest: Manifest, artifacts: Sequence[Artifact]) -> Non
     artifact was built, or a toolchain field on which the artifacts differ."""
     for artifact in artifacts:
         dep = manifest.deps.get(artifact.dep)
-        recorded = _record(artifact).get("series_digest")
+        recorded = artifact.series_digest
         if dep is None or recorded is None:
             continue
         try:
@@ -34,7 +32,7 @@ def check_same_release(manifest: Manifest, artifacts: Sequence[Artifact]) -> Non
         if recorded != current:
             raise InputError(
                 f"{artifact.root}: {dep.name} was built from other contents of its patch series "
-                f"(series digest {str(recorded)[:12]}, {dep.patches_dir.name}/ now {current[:12]})",
+                f"(series digest {recorded[:12]}, {dep.patches_dir.name}/ now {current[:12]})",
                 hint=f"rebuild it from this checkout: assemble build --only {dep.name} --artifacts DIR")
     for name in SAME_TOOLCHAIN:
         values = {a.dep: str(a.toolchain[name]) for a in artifacts if a.toolchain.get(name) is not None}
@@ -43,10 +41,3 @@ def check_same_release(manifest: Manifest, artifacts: Sequence[Artifact]) -> Non
             raise InputError(f"the artifacts were built with different toolchains: {name} differs ({shown})",
                              hint="build every artifact of a release on runners with one toolchain (same image, --cuda and --torch)")
 
-
-def _record(artifact: Artifact) -> dict[str, Any]:
-    try:
-        data = json.loads((artifact.root / ARTIFACT_JSON).read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
