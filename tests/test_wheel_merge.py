@@ -318,6 +318,12 @@ def test_stale_or_missing_artifacts_are_refused(workspace: Path) -> None:
     record_path.write_text(json.dumps({**record, "patches": ["0001-x.patch"]}))
     with pytest.raises(InputError, match="patches"):
         _merge(workspace)
+    record_path.write_text(json.dumps({**record, "series_digest": "f" * 64}))  # the series changed since the build
+    with pytest.raises(InputError, match=re.escape("ops was built from other contents of its patch series (series digest ffffffffffff")):
+        _merge(workspace)
+    record_path.write_text(json.dumps({**record, "toolchain": {**record["toolchain"], "torch": "2.12.0"}}))
+    with pytest.raises(InputError, match=re.escape("torch differs (ops: 2.12.0, vecadd: 2.13.0)")):
+        _merge(workspace)
     record_path.write_text(json.dumps(record))
     with pytest.raises(InputError, match="built with another CUDA: ops"):
         _merge(workspace, cuda="12.8")
