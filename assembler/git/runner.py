@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from assembler.errors import InputError
+from assembler.manifest.refname import refname_problem
 
 if TYPE_CHECKING:
     import git  # imported where a Repo is made: GitPython costs ~100 ms of start-up
@@ -73,7 +74,7 @@ def read_ref(git_dir: Path, name: str) -> str | None:
     """The object a ref names, read from its file or packed-refs (no git process, no GitPython),
     following symbolic refs; None when there is no such ref (or the name is not a plain ref)."""
     for _ in range(5):  # symbolic refs chain at most this deep
-        if not name.startswith("refs/") or ".." in name or "//" in name or name.endswith("/"):
+        if not name.startswith("refs/") or refname_problem(name) is not None:
             return None
         try:
             text: str | None = (git_dir / name).read_text(encoding="utf-8").strip()
