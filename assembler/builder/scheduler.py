@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from assembler.builder import builder
 from assembler.builder.builder import BuildContext, BuildRequest, Outcome
+from assembler.builder.units import GLOB_CHARS
 
 GIB = 1 << 30
 # Memory budgeted per compiler process. The example's sources peak at 0.16 GiB (g++) and 0.43 GiB
@@ -74,7 +75,7 @@ def compile_units(request: BuildRequest) -> int:
     recipe = request.dep.build
     if recipe.extensions:
         return max(1, sum(len(ext.sources) + 1 for ext in recipe.extensions))
-    if recipe.sources and not any(char in source for source in recipe.sources for char in "*?["):
+    if recipe.sources and all(GLOB_CHARS.isdisjoint(source) for source in recipe.sources):
         return len(recipe.sources)
     return 4
 

@@ -33,7 +33,7 @@ CUDA_SUFFIXES = frozenset({".cu"})  # what nvcc compiles; everything else goes t
 COMPDB_DIR = "compdb"
 # Defines that are the dependency's, not the unit's: set from the manifest by build and check.
 GLOBAL_DEFINES = frozenset({"TORCH_TARGET_VERSION", "Py_LIMITED_API"})
-_GLOB_CHARS = frozenset("*?[")
+GLOB_CHARS = frozenset("*?[")  # a source or include pattern holding one is a glob
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def _recipe_units(workspace: Workspace, dep: Dependency, root: Path) -> list[Tra
 
 def _sources(workspace: Workspace, root: Path, keys: tuple[str, ...], pattern: str, index: int | None = None) -> list[Path]:
     """The files ``pattern`` names in the checkout (a glob when it holds * ? or [)."""
-    if _GLOB_CHARS.isdisjoint(pattern):
+    if GLOB_CHARS.isdisjoint(pattern):
         found = [root / pattern] if (root / pattern).is_file() else []
     else:
         found = sorted(root / match for match in glob.glob(pattern, root_dir=root, recursive=True) if (root / match).is_file())
@@ -159,7 +159,7 @@ def _sources(workspace: Workspace, root: Path, keys: tuple[str, ...], pattern: s
             raise _missing(workspace, root, keys, pattern, index, f"{pattern} leads out of the checkout ({real})")
         resolved.append(root / path.relative_to(root))
     if not resolved:
-        what = "matches no file" if not _GLOB_CHARS.isdisjoint(pattern) else "does not exist"
+        what = "matches no file" if not GLOB_CHARS.isdisjoint(pattern) else "does not exist"
         raise _missing(workspace, root, keys, pattern, index, f"{pattern} {what} in {root}")
     return resolved
 
