@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from assembler.cache import KINDS, cache_root
+from assembler.errors import AssembleError
 from assembler.git.state import pinned_state
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
@@ -35,7 +36,10 @@ def last_build_verdicts(workspace: Workspace, dep: Dependency) -> tuple[str, ...
     root = default_artifacts(workspace) / dep.name
     if not root.is_dir():  # never built: no need to load the artifact reader
         return None
-    checkout = pinned_state(workspace.fork_path(dep), dep)
+    try:
+        checkout = pinned_state(workspace.fork_path(dep), dep)
+    except AssembleError:  # an unreadable checkout state is no evidence; checkout reports it
+        return None
     if checkout is None:
         return None
     from assembler.wheel.artifact import stored_artifact
