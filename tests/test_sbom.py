@@ -189,6 +189,11 @@ def test_a_wheel_without_sbom_or_not_a_wheel_is_exit_2(tmp_path: Path) -> None:
     assert result.returncode == 2 and "no CycloneDX SBOM" in result.stderr and "Traceback" not in result.stderr
     missing = run_assemble("sbom", str(tmp_path / "nope.whl"))
     assert missing.returncode == 2 and "no such wheel" in missing.stderr
+    huge = tmp_path / "huge-1.0-py3-none-any.whl"  # 100 MiB of spaces: 100 KB of deflate, refused before it is inflated
+    with zipfile.ZipFile(huge, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("huge-1.0.dist-info/sboms/huge.cdx.json", b" " * (100 << 20))
+    refused = run_assemble("sbom", str(huge))
+    assert refused.returncode == 2 and "declares 104857600 bytes, over the 67108864-byte limit" in refused.stderr
 
 
 def test_cyclonedx_is_imported_only_when_a_merge_writes_a_bom() -> None:
