@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
 
     from assembler.cli.common import open_workspace
     from assembler.errors import ConflictError, InputError
-    from assembler.report.output import emit_json, err_console
+    from assembler.report.output import emit_json, err_console, status
     from assembler.upstreaming import rebase
     from assembler.upstreaming.rebase import RebaseStatus
 
@@ -65,9 +65,10 @@ def run(args: argparse.Namespace) -> int:
     if not (args.resume or args.abort or args.drop) and not args.name:
         raise InputError("which dependency?", hint="assemble rebase DEP (see `assemble deps`)")
     workspace = open_workspace(args)
-    with err_console.status("rebase", spinner="dots") as spinner:
+    with status("rebase") as spinner:  # None off a terminal and under -q
         def step(name: str) -> None:
-            spinner.update(f"rebase: {name}")
+            if spinner is not None:
+                spinner.update(f"rebase: {name}")
 
         if args.abort:
             report = rebase.abort(workspace, args.name)
