@@ -19,9 +19,10 @@ MiB = 1 << 20
 MAX_WHEEL_METADATA = 1 * MiB
 """The ``*.dist-info/WHEEL`` file (the only metadata the audit reads), declared or inflated."""
 
-MAX_SBOM = 64 * MiB
-"""The CycloneDX SBOM (``*.dist-info/sboms/*.cdx.json``) `assemble sbom` reads, declared or inflated
-(about 250 bytes per file it lists)."""
+MAX_JSON_DOCUMENT = 64 * MiB
+"""A JSON document the merge writes into a wheel and `assemble sbom` / `assemble size` read back
+whole (``sboms/*.cdx.json``, ``assembler.json``), declared or inflated: about 250 bytes per file
+it lists."""
 
 MAX_STRING_TABLE = 32 * MiB
 """The dynamic string table (``DT_STRSZ`` / the ``.dynstr`` section); libtorch_cpu's is ~15 MiB."""

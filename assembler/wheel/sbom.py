@@ -248,7 +248,7 @@ def parse_sbom(text: str, where: str) -> tuple[dict[str, Any], list[SbomDep]]:
 
 def read_wheel_sbom(wheel: Path) -> tuple[str, dict[str, Any], list[SbomDep]]:
     """(member name, document, dependencies) of the BOM in ``wheel``, read in place."""
-    from assembler.audit.limits import MAX_SBOM
+    from assembler.audit.limits import MAX_JSON_DOCUMENT
     from assembler.audit.member import read_small_member
     from assembler.audit.zipindex import read_index
 
@@ -258,7 +258,7 @@ def read_wheel_sbom(wheel: Path) -> tuple[str, dict[str, Any], list[SbomDep]]:
     if not members:
         raise InputError(f"{wheel}: no CycloneDX SBOM (*.dist-info/sboms/*.cdx.json)", hint="wheels merged by this assembler carry one; rebuild it")
     info = members[0]
-    text = read_small_member(info, MAX_SBOM).decode("utf-8", "replace")  # bounded: the wheel is untrusted data
+    text = read_small_member(info, MAX_JSON_DOCUMENT).decode("utf-8", "replace")  # bounded: the wheel is untrusted data
     data, deps = parse_sbom(text, f"{wheel}: {info.name}")
     return info.name, data, deps
 

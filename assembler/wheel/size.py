@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assembler.audit.elf import _table as read_table
-from assembler.audit.member import DeflatedMember, FileSource, MemberInfo, StoredMember, open_member
+from assembler.audit.limits import MAX_JSON_DOCUMENT
+from assembler.audit.member import DeflatedMember, FileSource, MemberInfo, StoredMember, open_member, read_small_member
 from assembler.audit.zipindex import read_index
 from assembler.errors import CheckFailed, InputError
 from assembler.system import available_cpus
@@ -362,11 +363,7 @@ def _wheel(path: Path) -> tuple[list[_Member], int, dict[str, Any] | None]:
     record = None
     found = [i for i in infos if re.fullmatch(r"[^/]+\.dist-info/assembler\.json", i.name)]
     if found:
-        source = open_member(found[0])
-        try:
-            record = _json(source.read(0, source.size), f"{path}: {found[0].name}")
-        finally:
-            source.close()
+        record = _json(read_small_member(found[0], MAX_JSON_DOCUMENT), f"{path}: {found[0].name}")
     return members, path.stat().st_size, record
 
 
