@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-
-def read_series(path: Path) -> list[tuple[int, str]]:
-    """(line number, file name) for every entry; options after the name (quilt's -p1) are ignored."""
-    return parse_series(path.read_text(encoding="utf-8"))
-
 
 def parse_series(text: str) -> list[tuple[int, str]]:
-    """(line number, file name) for every entry of a series' text."""
+    """(line number, file name) for every entry of a series' text; options after the name
+    (quilt's -p1) are ignored."""
     entries = []
     for number, line in enumerate(text.split("\n"), start=1):
         stripped = line.split("#", 1)[0].strip()

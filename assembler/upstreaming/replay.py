@@ -16,8 +16,6 @@ CONFLICT = "conflict"
 DROPPED = "dropped"  # not replayed: already known to be upstream
 UNTRIED = "untried"  # no commit to replay (an earlier patch did not apply on its own base)
 
-PRESENT = (EMPTY, REVERSE, DROPPED)  # outcomes meaning "already upstream"
-
 
 @dataclass
 class Trial:
