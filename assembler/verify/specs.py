@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assembler.audit.limits import MAX_JSON_DOCUMENT
 from assembler.errors import InputError
 from assembler.manifest.model import Manifest
 
@@ -54,6 +55,8 @@ def wheel_record(wheel: Path) -> dict[str, Any] | None:
             names = [n for n in archive.namelist() if re.fullmatch(r"[^/]+\.dist-info/" + re.escape(RECORD_NAME), n)]
             if not names:
                 return None
+            if archive.getinfo(names[0]).file_size > MAX_JSON_DOCUMENT:
+                raise ValueError(f"{archive.getinfo(names[0]).file_size} bytes, over the {MAX_JSON_DOCUMENT}-byte limit")
             data = json.loads(archive.read(names[0]))
     except (OSError, zipfile.BadZipFile, ValueError) as error:
         raise InputError(f"{wheel}: its {RECORD_NAME} cannot be read ({error})", hint="rebuild the wheel with assemble merge") from None
