@@ -68,9 +68,7 @@ class Mirror:
 
     def record_fetch(self) -> None:
         """Called after a fetch succeeded: its time is the stamp's mtime."""
-        stamp = self.path / FETCHED_STAMP
-        stamp.touch()
-        os.utime(stamp)
+        (self.path / FETCHED_STAMP).touch()  # an existing stamp gets the current time
 
 
 def mirror_path(url: str) -> Path:
