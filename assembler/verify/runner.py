@@ -103,15 +103,19 @@ def verify_wheel(
         for env in envs:
             if not env.given:
                 held.enter_context(in_use(env.path))  # no `assemble cache prune` under a running probe
-        sites = []
-        for index, env in enumerate(envs):
-            sites.append(Path(scratch) / f"site-{index}")
-            progress(f"installing {wheel.name} for {env.python} (--no-deps --target)")
-            _install(env, wheel, sites[-1])
+        # One install per interpreter: the cached environments all run the Python assemble runs on.
+        installed: dict[Path | None, Path] = {}
+        for env in envs:
+            interpreter = env.python if env.given else None
+            if interpreter not in installed:
+                installed[interpreter] = Path(scratch) / f"site-{len(installed)}"
+                progress(f"installing {wheel.name} for {env.python} (--no-deps --target)")
+                _install(env, wheel, installed[interpreter])
+        sites = [installed[env.python if env.given else None] for env in envs]
         plan = _plan(specs, scan(sites[0]))
         progress(f"verifying on torch {', '.join(env.requested for env in envs)}")
         with ThreadPoolExecutor(max_workers=min(len(envs), available_cpus())) as pool:
-            states = list(pool.map(lambda pair: _probe(pair[0], pair[1], plan, Path(scratch), timeout), zip(envs, sites, strict=True)))
+            states = list(pool.map(lambda job: _probe(job[1], sites[job[0]], plan, Path(scratch) / f"probe-{job[0]}", timeout), enumerate(envs)))
         diagnose_loads([  # while the wheel is still installed: the failing objects' other imports are read too
             ProbedTorch(state.env["torch"], Path(state.env["torch_lib"]) if state.env.get("torch_lib") else None, site, state.checks)
             for site, state in zip(sites, states, strict=True) if state.env is not None
@@ -183,14 +187,15 @@ def _absent(dep: DepSpec, owned: list[ExtensionFile], recorded: dict[str, set[st
 def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], scratch: Path, timeout: float) -> _ProbeState:
     """Run the probe until every row is settled, restarting after a row that killed it."""
     state = _ProbeState()
+    scratch.mkdir()
     attempt = 0
     while True:
         remaining = [row for row in plan if row["name"] not in state.done]
         if not remaining and state.env is not None:
             return state
         attempt += 1
-        plan_file = scratch / f"plan-{site.name}-{attempt}.json"  # site-<n>: one per interpreter
-        out_file = scratch / f"out-{site.name}-{attempt}.jsonl"
+        plan_file = scratch / f"plan-{attempt}.json"  # scratch: this probe's own
+        out_file = scratch / f"out-{attempt}.jsonl"
         # A restart re-loads what the earlier probes loaded, so a dependency's ops that another
         # dependency's extension registers are still there, as in one uninterrupted process.
         preload = [ext for row in plan if row["name"] in state.done - state.crashed for ext in row["extensions"]]
