@@ -16,8 +16,8 @@ import git
 from assembler.errors import AssembleError, ConflictError, ManifestError, WouldLoseWorkError
 from assembler.fsutil import ignored_dir
 from assembler.git import mirrors
-from assembler.git.process import END_OF_OPTIONS
-from assembler.git.runner import conflicted_files, git_error_line, in_progress_operation, is_dirty, repo_at
+from assembler.git.process import END_OF_OPTIONS, WorkTree
+from assembler.git.runner import conflicted_files, git_error_line, in_progress_operation, repo_at
 from assembler.git.state import (
     CheckoutResult,
     CheckoutState,
@@ -87,13 +87,13 @@ def refuse_to_lose_work(repo: git.Repo, dep: Dependency, path: Path, state: Chec
         return  # an interrupted checkout of ours: nothing of the user's is in it yet
     head = repo.head.commit.hexsha
     if state.status == CheckoutStatus.STOPPED:
-        if head == state.base and not is_dirty(repo):
+        if head == state.base and not WorkTree(path).dirty():
             return  # the user aborted the stopped `git am`: nothing was kept
         raise WouldLoseWorkError(
             f"{path} holds a series resolved by hand that is not exported yet",
             hint=f"run `assemble export {dep.name}` to save the resolution, or `git -C {path} reset --hard {state.base[:12]}` to discard it",
         )
-    dirty = is_dirty(repo)
+    dirty = WorkTree(path).dirty()
     if dirty:
         raise WouldLoseWorkError(
             f"{path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",

@@ -18,7 +18,8 @@ import git
 
 from assembler.errors import ConflictError, InputError
 from assembler.fsutil import ignored_dir, remove_stale, replace_dir
-from assembler.git.runner import END_OF_OPTIONS, in_progress_operation, is_dirty, repo_at
+from assembler.git.process import WorkTree
+from assembler.git.runner import END_OF_OPTIONS, in_progress_operation, repo_at
 from assembler.git.state import CheckoutState, CheckoutStatus, series_digest
 from assembler.git.sync import refuse_during_rebase
 from assembler.manifest import Dependency, load_manifest
@@ -158,7 +159,7 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     state.series_digest = series_digest(refreshed)
     state.status = CheckoutStatus.READY
     state.save(path)
-    return ExportResult(dep.name, written, unchanged, removed, is_dirty(repo))
+    return ExportResult(dep.name, written, unchanged, removed, WorkTree(path).dirty())
 
 
 def _copy(source: Path, target: Path) -> None:

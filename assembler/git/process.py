@@ -186,3 +186,8 @@ class WorkTree:
         """The commit ``rev`` names, or None when there is none."""
         result = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, f"{rev}^{{commit}}", check=False)
         return result.stdout.strip() or None if result.returncode == 0 else None
+
+    def dirty(self) -> list[str]:
+        """Paths with uncommitted edits, untracked files included (ignored files are not work)."""
+        status = self.run("status", "--porcelain", "--untracked-files=normal").stdout
+        return [line[3:] for line in status.splitlines() if line.strip()]

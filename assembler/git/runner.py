@@ -46,12 +46,6 @@ def repo_at(path: Path) -> git.Repo:
     return repo
 
 
-def is_dirty(repo: git.Repo) -> list[str]:
-    """Paths with uncommitted edits, untracked files included (ignored files are not work)."""
-    status = repo.git.status("--porcelain", "--untracked-files=normal")
-    return [line[3:] for line in status.splitlines() if line.strip()]
-
-
 def in_progress_operation(repo: git.Repo) -> str | None:
     """'am', 'rebase', 'merge' or 'cherry-pick' when the checkout is stopped mid-operation."""
     return operation_in(Path(repo.git_dir))

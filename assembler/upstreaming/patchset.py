@@ -140,7 +140,7 @@ def checkout_in_sync(workspace: Workspace, dep: Dependency) -> CheckoutState | N
     if state is None or state.head is None or sorted(state.applied.values()) != sorted(dep.series):
         return None
     tree = WorkTree(path)  # plain git processes: `patches --offline` starts without GitPython
-    if operation_in(tree.git_dir) or tree.rev("HEAD") != state.head or tree.out("status", "--porcelain", "--untracked-files=normal"):
+    if operation_in(tree.git_dir) or tree.rev("HEAD") != state.head or tree.dirty():
         return None
     return state
 

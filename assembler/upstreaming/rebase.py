@@ -33,7 +33,7 @@ from assembler.errors import ConflictError, InputError, WouldLoseWorkError
 from assembler.git import mirrors
 from assembler.git.checkout import checkout, refuse_to_lose_work
 from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitFailed, GitView, WorkTree
-from assembler.git.runner import conflicted_files, in_progress_operation, is_dirty, repo_at
+from assembler.git.runner import conflicted_files, in_progress_operation, repo_at
 from assembler.git.scratch import Scratch
 from assembler.git.state import CheckoutState, CheckoutStatus, pinned_state, read_head
 from assembler.manifest import Dependency
@@ -732,7 +732,7 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
         if fork.run("merge-base", "--is-ancestor", END_OF_OPTIONS, journal.onto, head, check=False).returncode != 0:
             raise InputError(f"the rebase of {journal.dep} was abandoned outside assemble (HEAD is {head[:12]})",
                              hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
-        dirty = is_dirty(fork.repo)
+        dirty = fork.dirty()
         if dirty:
             raise WouldLoseWorkError(f"{fork.path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
                                      hint=f"commit them (they become patches) or remove them, then `assemble rebase --continue {journal.dep}`")
@@ -892,7 +892,7 @@ def undo(workspace: Workspace, dep: Dependency) -> RebaseReport:
                                  hint="put those edits aside, or undo by hand from " + str(directory / jr.BACKUP))
     if path.is_dir():
         fork = _Fork(path, None)
-        if fork.stopped() or read_head(path) not in (journal.result_head, journal.old_head) or is_dirty(fork.repo):
+        if fork.stopped() or read_head(path) not in (journal.result_head, journal.old_head) or fork.dirty():
             raise WouldLoseWorkError(f"{path} changed since the rebase (commits, edits or a git operation)",
                                      hint=f"export or discard them first (`assemble export {dep.name}`), then --undo")
     with jr.running(workspace, dep.name) as fd:
