@@ -81,9 +81,9 @@ def run(args: argparse.Namespace) -> int:
     keep: list[Path] = []
     if args.keep:
         from assembler.builder.evidence import workspace_keys
-        from assembler.workspace import open_workspace
+        from assembler.cli.common import open_workspace
 
-        keep = workspace_keys(open_workspace(args.workspace), root)
+        keep = workspace_keys(open_workspace(args), root)
     pruned = cache.prune(args.older_than, keep, dry_run=args.dry_run, root=root)
     result.update(dry_run=args.dry_run, older_than_days=args.older_than, **pruned.to_json())
     if args.format == "json":

@@ -37,9 +37,9 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise InputError(f"--budget: {exc}", hint="pass e.g. --budget 400MB") from None
     if args.workspace is not None:
-        from assembler.workspace import open_workspace
+        from assembler.cli.common import open_workspace
 
-        report = measure_for_manifest(args.path, open_workspace(args.workspace).manifest, budget)
+        report = measure_for_manifest(args.path, open_workspace(args).manifest, budget)
     else:
         report = measure(args.path, budget=budget)
     if args.json:
