@@ -43,6 +43,9 @@ BAD_INPUTS = [
     ("no source", lambda t: t.replace('upstream = "https://git.invalid/kern"  # the upstream\n', ""), "neither source nor upstream", "[deps.kern]"),
     ("bad language", lambda t: t + '[deps.kern.build]\n[[deps.kern.build.extensions]]\nname = "_k"\nsources = ["a.cpp"]\nlanguage = "fortran"\n', "not a known language", 'language = "fortran"'),
     ("install escapes wheel", lambda t: t + '[deps.kern.install]\n"*.so" = "../x/"\n', "leaves the wheel", '"*.so" ='),
+    # names that match the character rule but that git refuses in the checkout's branch (assemble/NAME)
+    ("name ending .lock", lambda t: t.replace("[deps.kern]", '[deps."kern.lock"]'), "not a valid dependency name", "kern.lock"),
+    ("name with ..", lambda t: t.replace("[deps.kern]", '[deps."ke..rn"]'), "not a valid dependency name", "ke..rn"),
 ]
 
 

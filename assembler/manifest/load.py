@@ -47,6 +47,7 @@ UTF8_BOM = b"\xef\xbb\xbf"
 MAX_TEXT_BYTES = 16 << 20  # a manifest or series larger than this is not one
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+BARE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")  # a TOML key that needs no quotes (a '.' would nest it)
 TORCH_TARGET_RE = re.compile(r"^\d+\.\d+$")
 ARCH_RE = re.compile(r"^\d+\.\d+[af]?$")
 
@@ -78,7 +79,7 @@ class _Locator:
     def _table_span(self, table: tuple[str, ...]) -> tuple[int, int] | None:
         headers = {
             ".".join(table),
-            ".".join(f'"{p}"' if not NAME_RE.match(p) else p for p in table),
+            ".".join(p if BARE_KEY_RE.match(p) else f'"{p}"' for p in table),
         }
         start = None
         for number, line in enumerate(self.lines):
@@ -358,8 +359,9 @@ def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:
 
 def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) -> Dependency:
     key = ("deps", name)
-    v.check(bool(NAME_RE.match(name)) and len(name) <= 100, key, f"{name[:100]!r} is not a valid dependency name",
-            "use at most 100 lowercase letters, digits, '.', '-' and '_'")
+    v.check(bool(NAME_RE.match(name)) and len(name) <= 100 and branch_problem(name) is None, key,  # the branch assemble/NAME
+            f"{name[:100]!r} is not a valid dependency name" + (f" ({problem})" if (problem := branch_problem(name)) else ""),
+            "use at most 100 lowercase letters, digits, '.', '-' and '_' (no '..', not ending in '.' or '.lock')")
     table = v.table(raw, key, DEP_KEYS)
     upstream = v.string(table, (*key, "upstream"))
     source = v.string(table, (*key, "source"), upstream)
