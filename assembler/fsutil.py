@@ -1,4 +1,7 @@
-"""Atomic file replacement: a reader (or a crash) sees the old file or the new one, never half."""
+"""Atomic file replacement: a reader (or a crash) sees the old file or the new one, never half.
+
+shutil and tempfile are imported where used: every command imports this module, and the two
+(with the compression modules shutil loads) cost ~5 ms of the 100 ms start-up budget."""
 
 from __future__ import annotations
 
@@ -6,8 +9,6 @@ import errno
 import functools
 import os
 import re
-import shutil
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from pathlib import Path
 def atomic_write(path: Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` through a fsynced temporary file in the same directory."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
     payload = data.encode() if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp")
     try:
@@ -91,6 +94,8 @@ def replace_dir(staged: Path, target: Path) -> None:
 def _restage(staged: Path, target: Path) -> Path:
     """A fsynced copy of ``staged`` next to ``target`` (same filesystem); ``staged`` is removed.
     A failed copy (a full disk) removes its partial copy and raises the OSError as it came."""
+    import shutil
+
     local = temporary_path(target)
     shutil.rmtree(local, ignore_errors=True)
     try:
@@ -125,6 +130,8 @@ def _fsync(path: Path) -> None:
 
 
 def _swap(staged: Path, target: Path) -> None:
+    import shutil
+
     if not target.exists() and not target.is_symlink():
         os.replace(staged, target)
         return
@@ -185,6 +192,8 @@ def remove_stale(directory: Path, pattern: re.Pattern[str] = STALE_TMP_RE) -> li
             continue
         try:
             if entry.is_dir(follow_symlinks=False):
+                import shutil
+
                 shutil.rmtree(entry.path)
             else:
                 os.unlink(entry.path)

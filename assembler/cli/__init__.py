@@ -94,11 +94,39 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
                        help="show the Python traceback of an unexpected error (for bug reports)")
 
 
+def _help_width() -> int:
+    """What argparse's HelpFormatter computes with shutil.get_terminal_size, without importing
+    shutil: argparse builds a formatter on every add_argument, and shutil (with the compression
+    modules it loads) is ~3 ms of the 100 ms start-up budget (benchmarks/startup.py)."""
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 80
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return max(columns - 2, 11)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position, _help_width() if width is None else width)
+
+
+class _RawDescriptionFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    pass
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors on the one error path of main (one line, a hint, exit 2), and
     the global options on every subcommand parser."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
         self.register("action", "parsers", _SubParsers)
 
@@ -139,7 +167,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="assemble",
         description="Carry kernel libraries as pinned forks plus patch series; build one Stable-ABI wheel.",
-        epilog=_epilog(), formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_epilog(), formatter_class=_RawDescriptionFormatter,
     )
     parser.add_argument("--version", action="version", version=f"assemble {__version__}")
     add_global_options(parser, top=True)

@@ -82,6 +82,44 @@ def read_ref(git_dir: Path, name: str) -> str | None:
     return None
 
 
+def refs_under(git_dir: Path, prefix: str) -> dict[str, str] | None:
+    """Every ref whose name starts with ``prefix`` (``refs/...``, ending in ``/``) and the
+    object it names, from packed-refs and the loose ref files as git's files backend keeps
+    them (no git process); None when they cannot be read that way (a reftable repository, an
+    unreadable file): the caller then asks git or does without."""
+    if not prefix.startswith("refs/") or not prefix.endswith("/") or (git_dir / "reftable").exists():
+        return None
+    found: dict[str, str] = {}
+    try:
+        packed = (git_dir / "packed-refs").read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        packed = []
+    except OSError:
+        return None
+    for line in packed:
+        sha, _, ref = line.partition(" ")
+        if ref.startswith(prefix) and not line.startswith(("#", "^")):
+            found[ref] = sha
+    top = git_dir / prefix
+    try:
+        for directory, _, files in os.walk(top, onerror=_raise):
+            for name in files:
+                ref = Path(directory, name).relative_to(git_dir).as_posix()
+                if name.endswith(".lock"):
+                    continue
+                found[ref] = (git_dir / ref).read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    return dict(sorted(found.items()))
+
+
+def _raise(error: OSError) -> None:
+    if not isinstance(error, FileNotFoundError):
+        raise error
+
+
 def _packed_ref(git_dir: Path, name: str) -> str | None:
     try:
         lines = (git_dir / "packed-refs").read_text(encoding="utf-8").splitlines()

@@ -3,7 +3,6 @@ file:line:column, the key and the fix; nothing downstream re-checks the manifest
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import stat
@@ -178,6 +177,8 @@ class _Validator:
             raise self.fail(keys, f"expected a table, got {type(value).__name__}", f"write [{'.'.join(keys)}] as a table")
         for key in value:
             if key not in allowed:
+                import difflib
+
                 close = difflib.get_close_matches(key, sorted(allowed), n=1)
                 fix = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(sorted(allowed))}"
                 raise self.fail((*keys, key), "unknown key", fix)

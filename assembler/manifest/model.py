@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,6 +172,8 @@ class Manifest:
 
 def unknown_dep_error(manifest: Manifest, name: str) -> ManifestError:
     """The error for a dependency name that deps.toml does not have, with the closest one."""
+    import difflib
+
     close = difflib.get_close_matches(name, list(manifest.deps), n=1)
     fix = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(manifest.deps) or '(none)'}"
     return ManifestError(f"{manifest.path}: no dependency named '{name}'", hint=fix)

@@ -30,6 +30,7 @@ from assembler.git.runner import read_ref
 from assembler.git.scratch import Scratch
 from assembler.manifest import Dependency, Manifest
 from assembler.series.headers import PatchStatus, forwarded_status
+from assembler.upstreaming import classified
 from assembler.upstreaming.horizon import ChainProbe, Commit, first_parent_chain
 from assembler.upstreaming.patchset import (
     DIFF_ARGS,
@@ -371,6 +372,8 @@ class DepStatus:
     build_verdicts: tuple[str, ...] | None = None  # the last build's audit of this pin + series
     build_obtained: str | None = None  # when that build's audit ran (ISO 8601, UTC)
     check: CheckEvidence | None = None  # the last `assemble check` of this pin + series
+    classified_at: str = ""  # when the verdicts were computed (ISO 8601, UTC)
+    reused: bool = False  # the verdicts are the stored ones of that time: nothing they depend on changed since
 
     def counts(self) -> dict[PatchStatus, int]:
         return {status: sum(v.status == status for v in self.verdicts) for status in PatchStatus}
@@ -437,6 +440,7 @@ class DepStatus:
                 },
             },
             "patches": [v.to_json() for v in self.verdicts],
+            "classified": {"at": self.classified_at, "reused": self.reused},
         }
 
 
@@ -461,9 +465,34 @@ def carried_patches(workspace: Workspace, dep: Dependency, scratch: Scratch, for
 
 
 def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = False) -> DepStatus:
+    """The dependency's patches classified against its tracked branch (fetched first unless
+    ``offline``), reusing the last classification while its inputs are unchanged (classified.py)."""
+    from datetime import UTC, datetime
+
     manifest = workspace.manifest
     upstream, tip = tracked_tip(manifest, dep.upstream_url, dep.track, offline)
-    source = upstream if dep.source == dep.upstream_url else source_mirror(manifest, dep, offline)
+    digest = classified.key(workspace, dep, upstream.path, tip)
+    record = classified.load(workspace, dep, digest) if digest is not None else None
+    found = None
+    if record is not None:
+        with contextlib.suppress(KeyError, TypeError, ValueError, IndexError):
+            found = classified.from_record(record)
+    if found is not None:
+        base, origin, broken, verdicts, at = found
+    else:
+        at = datetime.now(UTC).isoformat(timespec="seconds")
+        base, origin, broken, verdicts = _classify_dependency(workspace, dep, upstream, tip, offline)
+        if digest is not None:
+            classified.store(workspace, dep, digest, classified.to_record(base, origin, broken, verdicts, at))
+    return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
+                     base, origin, verdicts, broken, last_build_verdicts(workspace, dep),
+                     last_build_time(workspace), check_evidence(workspace, dep), classified_at=at, reused=found is not None)
+
+
+def _classify_dependency(workspace: Workspace, dep: Dependency, upstream: mirrors.Mirror, tip: str,
+                         offline: bool) -> tuple[Base, str, str | None, list[PatchVerdict]]:
+    """(base, where the patches come from, first patch not applying on the base, verdicts)."""
+    source = upstream if dep.source == dep.upstream_url else source_mirror(workspace.manifest, dep, offline)
     repos: list[Path] = [upstream.path, source.path]
     if workspace.fork_path(dep).is_dir():
         repos.append(workspace.fork_path(dep))
@@ -485,6 +514,4 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
             verdict = verdicts[i]
             verdict.url = pull_request_link(dep.upstream_url, number) or verdict.url  # else the Forwarded URL, if any
             verdict.status, verdict.how, verdict.note = PatchStatus.FORWARDED, Evidence.PULL_REQUEST, f"pull/{number}"
-    return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
-                     base, origin, verdicts, broken, last_build_verdicts(workspace, dep),
-                     last_build_time(workspace), check_evidence(workspace, dep))
+    return base, origin, broken, verdicts

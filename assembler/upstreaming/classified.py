@@ -1,0 +1,105 @@
+"""A dependency's patch classification, kept for reuse while what it was computed from is unchanged.
+
+Classifying a dependency's patches (status.classify and the pin's base) takes ~15 git processes:
+merge-base, a cherry-mark walk, a trial replay per patch. Everything it reads is named by
+content: the pin, the tracked branch's tip, the series' bytes, the upstream mirror's
+pull-request refs and, when the checkout holds the series as commits, those commits. The
+result is stored under a key over exactly these and reused while the key is the same, so an
+unchanged `assemble patches --offline` starts no git process to classify (issue 12's start-up
+budget). What is not classification is read fresh every time: the mirror's age, the last
+build's audit, the last `assemble check`.
+
+The record lives in ``.assemble/patches/<dep>.json``; writing it is best effort (a read-only
+workspace still gets its answer, computed). A record that does not parse, or whose key differs,
+is ignored and rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from assembler import __version__
+from assembler.git.mirrors import PULL_NAMESPACE
+from assembler.git.runner import refs_under
+from assembler.git.state import pinned_state, series_digest
+
+if TYPE_CHECKING:
+    from assembler.manifest import Dependency
+    from assembler.upstreaming.status import Base, PatchVerdict
+    from assembler.workspace import Workspace
+
+FORMAT = 1  # of the record; a record of another format is recomputed
+DIRECTORY = "patches"  # under the workspace's .assemble/
+
+
+def key(workspace: Workspace, dep: Dependency, upstream_mirror: Path, tip: str) -> str | None:
+    """The digest of everything the classification reads; None when part of it cannot be read
+    without git (a reftable mirror): then nothing is reused."""
+    pulls = refs_under(upstream_mirror, PULL_NAMESPACE)
+    if pulls is None:
+        return None
+    state = pinned_state(workspace.fork_path(dep), dep)
+    inputs = {
+        "format": FORMAT, "assembler": __version__, "name": dep.name, "upstream": dep.upstream_url,
+        "source": dep.source, "track": dep.track, "commit": dep.commit, "tip": tip,
+        "series": series_digest(dep), "pull_refs": pulls,
+        "checkout": None if state is None else {"head": state.head, "applied": sorted(state.applied.items())},
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def _path(workspace: Workspace, dep: Dependency) -> Path:
+    return workspace.state_dir / DIRECTORY / f"{dep.name}.json"
+
+
+def load(workspace: Workspace, dep: Dependency, digest: str) -> dict[str, Any] | None:
+    """The stored classification when its key is ``digest``, else None."""
+    try:
+        record = json.loads(_path(workspace, dep).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("key") != digest:
+        return None
+    return record
+
+
+def store(workspace: Workspace, dep: Dependency, digest: str, record: dict[str, Any]) -> None:
+    """Keep ``record`` under ``digest`` (atomically; silently not when the workspace is read-only)."""
+    from assembler.fsutil import atomic_write, ignored_dir
+
+    try:
+        ignored_dir(workspace.state_dir)
+        atomic_write(_path(workspace, dep), json.dumps({"format": FORMAT, "key": digest, **record}, indent=1) + "\n")
+    except OSError:
+        pass
+
+
+def to_record(base: Base, patches_from: str, broken_on_base: str | None, verdicts: list[PatchVerdict], at: str) -> dict[str, Any]:
+    return {
+        "at": at, "base": base.to_json(), "patches_from": patches_from, "broken_on_base": broken_on_base,
+        "verdicts": [{"name": v.name, "subject": v.subject, "status": v.status, "how": v.how,
+                      "commit": None if v.commit is None else [v.commit.sha, v.commit.subject], "url": v.url,
+                      "note": v.note, "on_target": v.on_target, "conflicts": v.conflicts} for v in verdicts],
+    }
+
+
+def from_record(record: dict[str, Any]) -> tuple[Base, str, str | None, list[PatchVerdict], str]:
+    """(base, patches_from, broken_on_base, verdicts, when classified) of a stored record; a
+    ValueError/KeyError/TypeError when it is not one (the caller recomputes)."""
+    from assembler.series.headers import PatchStatus
+    from assembler.upstreaming.horizon import Commit
+    from assembler.upstreaming.status import Base, Evidence, PatchVerdict
+
+    b = record["base"]
+    base = Base(str(b["commit"]), str(b["date"]), str(b["on"]), int(b["behind"]), int(b["own_commits"]), str(b["fork_point"]))
+    verdicts = [
+        PatchVerdict(str(v["name"]), str(v["subject"]), PatchStatus(v["status"]), Evidence(v["how"]),
+                     None if v["commit"] is None else Commit(str(v["commit"][0]), str(v["commit"][1])),
+                     v["url"], str(v["note"]), v["on_target"], [str(c) for c in v["conflicts"]])
+        for v in record["verdicts"]
+    ]
+    broken = record["broken_on_base"]
+    return base, str(record["patches_from"]), None if broken is None else str(broken), verdicts, str(record["at"])
