@@ -17,10 +17,11 @@ from assembler.git.scratch import Scratch
 from assembler.git.state import STATE_FILE, CheckoutState, CheckoutStatus
 from assembler.series.headers import PatchStatus
 from assembler.upstreaming import journal as jr
+from assembler.upstreaming.classify import classify
 from assembler.upstreaming.journal import Dropped, Journal, Phase, Pick, Stopped
 from assembler.upstreaming.patchset import from_series, series_as_commits
 from assembler.upstreaming.rebase import _behind_base, _fork_point, _manifest_values, _Target
-from assembler.upstreaming.status import Evidence, classify
+from assembler.upstreaming.verdicts import Evidence
 from assembler.workspace import Workspace, open_workspace
 from tests.conftest import GitWorkspace
 from tests.rebase_scenarios import land_verbatim, patch_files

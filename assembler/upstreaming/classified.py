@@ -28,7 +28,7 @@ from assembler.git.state import pinned_state, series_digest
 
 if TYPE_CHECKING:
     from assembler.manifest import Dependency
-    from assembler.upstreaming.status import Base, PatchVerdict
+    from assembler.upstreaming.verdicts import Base, PatchVerdict
     from assembler.workspace import Workspace
 
 FORMAT = 1  # of the record; a record of another format is recomputed
@@ -90,8 +90,7 @@ def from_record(record: dict[str, Any]) -> tuple[Base, str, str | None, list[Pat
     """(base, patches_from, broken_on_base, verdicts, when classified) of a stored record; a
     ValueError/KeyError/TypeError when it is not one (the caller recomputes)."""
     from assembler.series.headers import PatchStatus
-    from assembler.upstreaming.horizon import Commit
-    from assembler.upstreaming.status import Base, Evidence, PatchVerdict
+    from assembler.upstreaming.verdicts import Base, Commit, Evidence, PatchVerdict
 
     b = record["base"]
     base = Base(str(b["commit"]), str(b["date"]), str(b["on"]), int(b["behind"]), int(b["own_commits"]), str(b["fork_point"]))

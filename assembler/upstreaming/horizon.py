@@ -16,12 +16,7 @@ from assembler.git.process import END_OF_OPTIONS
 from assembler.git.scratch import Scratch
 from assembler.upstreaming.patchset import Patch
 from assembler.upstreaming.replay import CONFLICT, Trial, trial
-
-
-@dataclass(frozen=True)
-class Commit:
-    sha: str
-    subject: str
+from assembler.upstreaming.verdicts import Commit
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from assembler.report.output import short
 from assembler.series.headers import PatchStatus
-from assembler.upstreaming.status import DepStatus, Evidence, Migration, PatchVerdict
+from assembler.upstreaming.verdicts import DepStatus, Evidence, Migration, PatchVerdict
 
 
 def plural(count: int, noun: str) -> str:

@@ -1,0 +1,197 @@
+"""What `assemble patches` says of each carried patch and each dependency: the verdicts, the
+evidence each rests on (``Evidence``), the per-dependency summary and the two release-table
+columns ("migrated on our side / migrated upstream"). Data only: classify.py computes the
+verdicts, classified.py stores them, status.py puts a report together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+from assembler.audit.gate import passes
+from assembler.check.evidence import CheckEvidence
+from assembler.series.headers import PatchStatus
+
+
+class Evidence(StrEnum):
+    """How a patch's status was established (the layers above, and a rebase's resolution)."""
+
+    APPLIED_UPSTREAM = "applied-upstream"  # its Applied-Upstream commit is in the target
+    PATCH_ID = "patch-id"  # an upstream commit has the same patch-id
+    APPLIES_EMPTY = "applies-empty"  # replayed onto the target it changes nothing
+    REVERSE_APPLIES = "reverse-applies"  # it conflicts, but the target already holds its result
+    HEADER = "header"  # nothing in git: what its Forwarded header says
+    RESOLVED_EMPTY = "resolved-empty"  # a rebase conflict resolved to no change
+    DROPPED_BY_YOU = "dropped-by-you"  # skipped or dropped by the user during a rebase (confirmed)
+    PULL_REQUEST = "pull-request"  # the same patch-id as a commit of an upstream pull request
+
+
+LANDED = (Evidence.APPLIED_UPSTREAM, Evidence.PATCH_ID)  # evidence that names the upstream commit itself
+
+
+class Migration(StrEnum):
+    """The two release-table columns of `assemble patches`."""
+
+    DONE = "done"
+    IN_PROGRESS = "in progress"
+    NO = "no"
+    NOT_APPLICABLE = "n.a."
+    NOT_CHECKED = "not checked"  # migrated on our side: no check or build of this pin + series yet
+
+
+class Commit(NamedTuple):
+    """An upstream commit a verdict names."""
+
+    sha: str
+    subject: str
+
+
+@dataclass
+class PatchVerdict:
+    name: str
+    subject: str
+    status: PatchStatus | None  # None only while classify() fills it in
+    how: Evidence | None
+    commit: Commit | None = None  # the upstream commit that carries the change
+    url: str | None = None  # from Forwarded
+    note: str = ""
+    on_target: str | None = None  # trial replay outcome on the target (see replay.py)
+    conflicts: list[str] = field(default_factory=list)
+
+    def evidence(self) -> str:
+        """One line for people: the upstream commit, or the PR URL, or what the header says."""
+        if self.commit is not None:
+            return f"{self.commit.sha[:12]} {self.commit.subject} ({self.how})"
+        if self.how == Evidence.PULL_REQUEST:
+            return f"{self.note} (same patch-id)" + (f": {self.url}" if self.url else "")
+        return self.url or self.note
+
+    def to_json(self) -> dict[str, object]:
+        evidence: dict[str, object] = {"how": self.how}
+        if self.commit is not None:
+            evidence.update(commit=self.commit.sha, subject=self.commit.subject)
+        if self.url:
+            evidence["url"] = self.url
+        if self.note:
+            evidence["note"] = self.note
+        return {"file": self.name, "subject": self.subject, "status": self.status, "evidence": evidence,
+                "on_target": self.on_target, "conflicts": self.conflicts}
+
+
+def pull_request_link(upstream_url: str, number: int) -> str | None:
+    """The web page of pull request ``number`` on a known forge (GitHub, GitLab), else None."""
+    url = upstream_url.removesuffix("/").removesuffix(".git")
+    if url.startswith("git@"):  # scp-like git@host:owner/repo
+        host, _, path = url[len("git@"):].partition(":")
+        url = f"https://{host}/{path}"
+    if not url.startswith(("https://", "http://")):
+        return None
+    host = url.split("/")[2]
+    if host == "github.com" or host.endswith(".github.com"):
+        return f"{url}/pull/{number}"
+    if "gitlab" in host:
+        return f"{url}/-/merge_requests/{number}"
+    return None
+
+
+# -- per dependency ------------------------------------------------------------------------
+
+@dataclass
+class Base:
+    commit: str
+    date: str
+    on: str  # "upstream" (an ancestor of the tracked branch) or "fork"
+    behind: int  # tracked-branch commits the base lacks
+    own: int  # commits of the base that are not upstream (a fork's own work)
+    fork_point: str = ""  # where the pin meets the tracked branch (the pin itself when on upstream)
+
+    def to_json(self) -> dict[str, object]:
+        return {"commit": self.commit, "date": self.date, "on": self.on, "behind": self.behind, "own_commits": self.own,
+                "fork_point": self.fork_point}
+
+
+@dataclass
+class DepStatus:
+    name: str
+    upstream: str
+    track: str
+    tip: str
+    fetched: str  # how old the mirror is
+    base: Base
+    patches_from: str  # "series", "fork commits" or "none"
+    verdicts: list[PatchVerdict]
+    broken_on_base: str | None  # first series patch that does not apply on the pinned base
+    build_verdicts: tuple[str, ...] | None = None  # the last build's audit of this pin + series
+    build_obtained: str | None = None  # when that build's audit ran (ISO 8601, UTC)
+    check: CheckEvidence | None = None  # the last `assemble check` of this pin + series
+    classified_at: str = ""  # when the verdicts were computed (ISO 8601, UTC)
+    reused: bool = False  # the verdicts are the stored ones of that time: nothing they depend on changed since
+
+    def counts(self) -> dict[PatchStatus, int]:
+        return {status: sum(v.status == status for v in self.verdicts) for status in PatchStatus}
+
+    @property
+    def conflicts_on_tip(self) -> list[str]:
+        return [v.name for v in self.verdicts if v.conflicts]
+
+    @property
+    def migrated_on_fork(self) -> Migration:
+        """Only evidence makes it done: every translation unit CLEAN in the last `assemble
+        check` of this pin + series, or every extension of the last build of this pin + series
+        audited STABLE. in progress: a check or build found work left, or the series does not
+        apply on its base; not checked: no such evidence, also when nothing is carried (the
+        pinned source itself may still need the migration)."""
+        built = self.build_verdicts
+        if self.broken_on_base:
+            return Migration.IN_PROGRESS
+        if (built and all(passes(v) for v in built)) or (self.check is not None and self.check.done):
+            return Migration.DONE
+        if built or self.check is not None:
+            return Migration.IN_PROGRESS
+        return Migration.NOT_CHECKED
+
+    @property
+    def migration_evidence(self) -> str:
+        """What the "migrated on our side" verdict rests on, in a few words."""
+        parts = []
+        if self.check is not None:
+            parts.append(f"check: {self.check.summary}, {self.check.obtained[:10]}")
+        if self.build_verdicts:
+            verdicts = ", ".join(sorted(set(self.build_verdicts)))
+            parts.append(f"build audit: {verdicts}" + (f", {self.build_obtained[:10]}" if self.build_obtained else ""))
+        if self.broken_on_base:
+            parts.append(f"series does not apply from {self.broken_on_base}")
+        return "; ".join(parts) or "no check or build of this pin and series"
+
+    @property
+    def migrated_upstream(self) -> Migration:
+        """done: every patch that should go upstream is there; in progress: some are upstream or
+        forwarded; no: none sent; n.a.: nothing that should go upstream."""
+        relevant = [v.status for v in self.verdicts if v.status != PatchStatus.NOT_NEEDED]
+        if not relevant:
+            return Migration.NOT_APPLICABLE
+        if all(status == PatchStatus.UPSTREAM for status in relevant):
+            return Migration.DONE
+        if any(status in (PatchStatus.UPSTREAM, PatchStatus.FORWARDED) for status in relevant):
+            return Migration.IN_PROGRESS
+        return Migration.NO
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip, "mirror": self.fetched,
+            "base": self.base.to_json(), "patches_from": self.patches_from, "counts": {str(k): n for k, n in self.counts().items()},
+            "migrated_on_fork": self.migrated_on_fork, "migrated_upstream": self.migrated_upstream,
+            "broken_on_base": self.broken_on_base, "conflicts_on_tip": self.conflicts_on_tip,
+            "build_verdicts": list(self.build_verdicts) if self.build_verdicts is not None else None,
+            "migration_evidence": {
+                "summary": self.migration_evidence,
+                "check": self.check.to_json() if self.check is not None else None,
+                "build": None if self.build_verdicts is None else {
+                    "source": "audit of the last build", "verdicts": list(self.build_verdicts),
+                    "obtained": self.build_obtained,
+                },
+            },
+            "patches": [v.to_json() for v in self.verdicts],
+            "classified": {"at": self.classified_at, "reused": self.reused},
+        }
