@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import os
 import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -18,8 +17,7 @@ from typing import TYPE_CHECKING
 from assembler.cache import cache_root, creating
 from assembler.errors import InputError, ManifestError, NetworkError
 from assembler.fsutil import remove_stale, temporary_path
-from assembler.git.process import END_OF_OPTIONS, GitView
-from assembler.git.runner import QUIET_ENV, git_error_line
+from assembler.git.runner import END_OF_OPTIONS, QUIET_ENV, git_error_line
 from assembler.manifest import Manifest
 from assembler.manifest.refname import branch_problem
 from assembler.manifest.values import url_problem
@@ -58,6 +56,8 @@ class Mirror:
 
     def has(self, sha: str) -> bool:
         """The mirror holds commit ``sha`` (one git process, no GitPython)."""
+        from assembler.git.process import GitView  # here: an offline report that reuses its answer starts no git
+
         return GitView(self.path).rev(sha) is not None
 
     def last_fetched(self) -> float | None:
@@ -120,6 +120,8 @@ def _origin_url(path: Path) -> str | None:
 def _create(path: Path, fetch_url: str) -> None:
     """A configured bare repository at ``path``, made aside and renamed into place (a killed
     creation leaves a `.NAME.PID.tmp` that the next one removes)."""
+    import shutil
+
     import git
 
     remove_stale(path.parent)
