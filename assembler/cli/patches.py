@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from assembler.cli.common import add_format
 
 if TYPE_CHECKING:
-    from assembler.upstreaming.status import DepStatus
+    from assembler.upstreaming.verdicts import DepStatus
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,23 +54,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_table(status: DepStatus, offline: bool) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+    """The dependency's summary lines, then one row per patch (not rich: see report.table)."""
+    import sys
 
-    from assembler.report.output import add_columns, console
+    from assembler.report.table import Cell, TextTable, clean, layout, paint, write
     from assembler.series.headers import PatchStatus
     from assembler.upstreaming.table import migration_line, summary_line
 
+    _, colour = layout(sys.stdout)
     mirror = f" (offline: mirror {status.fetched})" if offline else ""
-    console.print(f"[bold]{escape(status.name)}[/]: {escape(summary_line(status))}{escape(mirror)}")
-    console.print(f"  {migration_line(status)}", markup=False)
+    name = paint(clean(status.name), "bold") if colour else clean(status.name)
+    write(f"{name}: {clean(summary_line(status))}{clean(mirror)}\n  {clean(migration_line(status))}\n")
     if not status.verdicts:
         return
-    table = Table(show_edge=False, pad_edge=False)
-    add_columns(table, "patch", "subject", "status", "evidence", text=("subject", "evidence"))  # file names are never cut
+    table = TextTable("patch", "subject", "status", "evidence", text=("subject", "evidence"), edge=False)  # file names are never cut
     colours = {PatchStatus.UPSTREAM: "green", PatchStatus.FORWARDED: "yellow", PatchStatus.LOCAL: "red",
                PatchStatus.NOT_NEEDED: "blue"}
     for v in status.verdicts:
-        colour = colours[v.status] if v.status is not None else "red"
-        table.add_row(escape(v.name), escape(v.subject), f"[{colour}]{v.status}[/]", escape(v.evidence()))
-    console.print(table)
+        colour_name = colours[v.status] if v.status is not None else "red"
+        table.add_row(v.name, v.subject, Cell(str(v.status), colour_name), v.evidence())
+    table.print()

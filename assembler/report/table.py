@@ -1,0 +1,236 @@
+"""Plain-text tables for the everyday commands (`assemble deps`, `assemble patches`), without rich.
+
+Why our own code: start-up has a 100 ms budget end to end (issue 12), and importing
+``rich.console`` + ``rich.table`` + ``rich.markup`` costs ~39 ms of wall time on top of what
+`assemble` already loads (~57 ms from a bare interpreter; `python -X importtime` counts ~60 ms)
+on the lead machine, while `assemble deps` as a whole took ~180 ms. The developers' guide allows
+our own code in place of a library only where a benchmark shows the library is the bottleneck:
+benchmarks/startup.py is that benchmark. This module imports nothing beyond what is already
+loaded (``unicodedata`` only for non-ASCII cells) and draws what rich's default Table drew
+(box.HEAVY_HEAD), so the output looks as before.
+
+Cells are data, never markup: a control character (an escape sequence in a commit subject, a
+newline) is shown escaped (``\\x1b``) or as a space, so no cell can drive the terminal.
+
+Columns are identifiers (SHAs, paths, URLs, names, numbers: never wrapped nor cut) or free
+text (subjects, evidence: wrapped between words to fit the width; a word, such as a URL inside
+evidence, is never cut, so the narrowest a free-text column gets is its longest word). Without a
+terminal there is no width to fit (unless COLUMNS says one), so a CI log gets each row on one line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import TextIO
+
+# SGR codes of the styles a cell may carry.
+STYLES = {"bold": "1", "italic": "3", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
+RESET = "\x1b[0m"
+
+# rich's box.HEAVY_HEAD: a heavy top and header, a light body.
+TOP = ("┏", "━", "┳", "┓")
+HEAD = ("┃", "┃", "┃")  # left edge, between columns, right edge
+HEAD_RULE = ("┡", "━", "╇", "┩")
+BODY = ("│", "│", "│")
+BOTTOM = ("└", "─", "┴", "┘")
+
+
+def clean(text: str) -> str:
+    """``text`` safe to print: whitespace other than a space (newline, tab) becomes a space, any
+    other character that is not printable (ESC, DEL, C1 controls, bidi overrides) is shown
+    escaped as Python writes it (``\\x1b``, ``\\u202e``)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else " " if ch.isspace() else ascii(ch)[1:-1] for ch in text)
+
+
+def cell_width(text: str) -> int:
+    """Columns ``text`` takes on a terminal: wide (East Asian W/F) characters take two,
+    combining marks none."""
+    if text.isascii():
+        return len(text)
+    import unicodedata
+
+    return sum(0 if unicodedata.combining(ch) else 2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def paint(text: str, *styles: str) -> str:
+    """``text`` in ``styles`` (names in STYLES) as SGR escapes; ``text`` as is without styles."""
+    if not styles:
+        return text
+    return f"\x1b[{';'.join(STYLES[style] for style in styles)}m{text}{RESET}"
+
+
+class Cell:
+    """A cell's text and the styles it is drawn in when colour is on."""
+
+    __slots__ = ("styles", "text")
+
+    def __init__(self, text: str, *styles: str) -> None:
+        unknown = [style for style in styles if style not in STYLES]
+        if unknown:
+            raise ValueError(f"unknown style {unknown[0]!r} (known: {', '.join(STYLES)})")
+        self.text = clean(text)
+        self.styles = styles
+
+
+def wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken between words (runs of spaces
+    collapse); a word wider than ``width`` keeps a line of its own, uncut."""
+    lines: list[str] = []
+    line, used = "", 0
+    for word in text.split():
+        size = cell_width(word)
+        if line and used + 1 + size <= width:
+            line, used = f"{line} {word}", used + 1 + size
+            continue
+        if line:
+            lines.append(line)
+        line, used = word, size
+    lines.append(line)
+    return lines
+
+
+class TextTable:
+    """A table of ``headers``: those named in ``text`` are free text and wrap between words,
+    every other column holds identifiers and is never wrapped nor cut.
+
+    ``edge=False`` draws no outer border and no padding outside the first and last columns
+    (what `assemble patches` prints under each dependency)."""
+
+    def __init__(self, *headers: str, text: Iterable[str] = (), title: str | None = None, edge: bool = True) -> None:
+        free = set(text)
+        unknown = free - set(headers)
+        if unknown:
+            raise ValueError(f"free-text columns {sorted(unknown)} are not among {list(headers)}")
+        self.headers = [clean(header) for header in headers]
+        self.free = [header in free for header in headers]
+        self.title = None if title is None else clean(title)
+        self.edge = edge
+        self.rows: list[list[Cell]] = []
+
+    def add_row(self, *cells: str | Cell) -> None:
+        if len(cells) != len(self.headers):
+            raise ValueError(f"a row of {len(cells)} cells in a table of {len(self.headers)} columns")
+        self.rows.append([cell if isinstance(cell, Cell) else Cell(cell) for cell in cells])
+
+    def widths(self, width: int | None) -> list[int]:
+        """Each column's width: as wide as its content, then, when the table is wider than
+        ``width``, the widest free-text columns narrowed one column at a time down to their
+        header or longest word."""
+        natural, least = [], []
+        for index, header in enumerate(self.headers):
+            cells = [row[index].text for row in self.rows]
+            natural.append(max([cell_width(header), *(cell_width(cell) for cell in cells)]))
+            words = [cell_width(word) for cell in cells for word in cell.split()]
+            least.append(max([cell_width(header), *words]) if self.free[index] else natural[-1])
+        if width is None:
+            return natural
+        excess = sum(natural) + self.overhead() - width
+        widths = list(natural)
+        while excess > 0:
+            narrowable = [index for index, size in enumerate(widths) if size > least[index]]
+            if not narrowable:
+                break
+            widest = max(narrowable, key=lambda index: widths[index])
+            widths[widest] -= 1
+            excess -= 1
+        return widths
+
+    def overhead(self) -> int:
+        """Columns taken by borders and padding: one space each side of a cell, a rule between
+        columns, and the outer borders (with ``edge``) or no outer padding (without)."""
+        count = len(self.headers)
+        return 3 * count - 1 + (2 if self.edge else -2)
+
+    def render(self, width: int | None = None, colour: bool = False) -> str:
+        """The table as text, ending in a newline; fitted to ``width`` columns when given (only
+        free text gives way), ANSI colour when ``colour``."""
+        widths = self.widths(width)
+        lines: list[str] = []
+        if self.title is not None:
+            lines.append(paint(self.title, "italic") if colour else self.title)
+        if self.edge:
+            lines.append(self._rule(TOP, widths))
+        header = [Cell(text, "bold") for text in self.headers]
+        lines.append(self._line(HEAD, [cell.text for cell in header], widths, [cell.styles for cell in header], colour))
+        lines.append(self._rule(HEAD_RULE, widths))
+        for row in self.rows:
+            folded = [wrap(cell.text, size) if free else [cell.text]
+                      for cell, size, free in zip(row, widths, self.free, strict=True)]
+            for number in range(max(len(cell_lines) for cell_lines in folded)):
+                texts = [cell_lines[number] if number < len(cell_lines) else "" for cell_lines in folded]
+                lines.append(self._line(BODY, texts, widths, [cell.styles for cell in row], colour))
+        if self.edge:
+            lines.append(self._rule(BOTTOM, widths))
+        return "\n".join(lines) + "\n"
+
+    def _rule(self, box: tuple[str, str, str, str], widths: list[int]) -> str:
+        left, fill, cross, right = box
+        if self.edge:
+            return left + cross.join(fill * (size + 2) for size in widths) + right
+        last = len(widths) - 1  # no outer padding: the first and last cells have a space on one side only
+        return cross.join(fill * (size + (index > 0) + (index < last)) for index, size in enumerate(widths))
+
+    def _line(self, box: tuple[str, str, str], texts: list[str], widths: list[int], styles: list[tuple[str, ...]],
+              colour: bool) -> str:
+        left, between, right = box
+        cells = []
+        for text, size, style in zip(texts, widths, styles, strict=True):
+            pad = " " * (size - cell_width(text))
+            cells.append((paint(text, *style) if colour and text else text) + pad)
+        if self.edge:
+            return left + " " + f" {between} ".join(cells) + " " + right
+        return f" {between} ".join(cells).rstrip(" ")
+
+    def print(self, stream: TextIO | None = None) -> None:
+        """Write the table to ``stream`` (stdout): fitted to the terminal, coloured as
+        --color and NO_COLOR say."""
+        stream = stream or sys.stdout
+        width, colour = layout(stream)
+        write(self.render(width, colour), stream)
+
+
+def write(text: str, stream: TextIO | None = None) -> None:
+    """``text`` on ``stream`` (stdout), flushed. When the reader has gone (`assemble deps | head`)
+    stop quietly with exit 1, as rich's console did, rather than report a broken pipe."""
+    stream = stream or sys.stdout
+    try:
+        stream.write(text)
+        stream.flush()
+    except BrokenPipeError:
+        import contextlib
+
+        with contextlib.suppress(AttributeError, ValueError, OSError):  # what is still buffered would fail at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+        raise SystemExit(1) from None
+
+
+def is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
+
+
+def layout(stream: TextIO) -> tuple[int | None, bool]:
+    """(the width to fit, whether to colour) for output on ``stream``. On a terminal the width
+    is COLUMNS, else the terminal's; elsewhere COLUMNS when set, else none: a piped table is as
+    wide as its content, so a CI log never has a row broken. Colour: report.output.color_enabled
+    (--color, NO_COLOR)."""
+    from assembler.report.output import color_enabled
+
+    terminal = is_terminal(stream)
+    columns = os.environ.get("COLUMNS", "")
+    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
+    if width is None and terminal:
+        try:
+            width = os.get_terminal_size(stream.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            width = 80
+    return width, color_enabled(terminal)

@@ -1,0 +1,248 @@
+"""report.table: the plain-text tables `assemble deps` and `assemble patches` draw instead of rich
+(whose import alone would take ~40 ms of the 100 ms start-up budget).
+
+Exact renderings with and without edges (and the same text rich's default Table draws),
+identifier columns never cut on a narrow width, free text wrapped between words, wide
+characters, colour on and off (--color, NO_COLOR, a real pseudo-terminal), control characters
+in cells shown escaped, and the real commands on the example workspace and a hostile subject.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import shutil
+import termios
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from assembler.report import output
+from assembler.report.table import Cell, TextTable, cell_width, clean, layout, wrap
+from tests.conftest import GitWorkspace, run_assemble
+from tests.example import EXAMPLE
+
+SGR = re.compile(r"\x1b\[[0-9;]*m")
+SHA = "b89ec77f0b891aa438086f6cfc0bfe8446ddc81b"
+
+
+@pytest.fixture(autouse=True)
+def default_settings() -> Iterator[None]:
+    output.configure()
+    yield
+    output.configure()
+
+
+def sample(edge: bool = True, title: str | None = "kern-bundle 1.0.0 — /w/deps.toml") -> TextTable:
+    table = TextTable("dependency", "commit", "subject", text=("subject",), title=title, edge=edge)
+    table.add_row("kern", "0123456789ab", "Use stable tensor type")
+    table.add_row("ab", "-", "Port")
+    return table
+
+
+def test_edges_exactly() -> None:
+    assert sample().render() == (
+        "kern-bundle 1.0.0 — /w/deps.toml\n"
+        "┏━━━━━━━━━━━━┳━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
+        "┃ dependency ┃ commit       ┃ subject                ┃\n"
+        "┡━━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
+        "│ kern       │ 0123456789ab │ Use stable tensor type │\n"
+        "│ ab         │ -            │ Port                   │\n"
+        "└────────────┴──────────────┴────────────────────────┘\n"
+    )
+
+
+def test_without_edges_exactly() -> None:
+    assert sample(edge=False, title=None).render() == (
+        "dependency ┃ commit       ┃ subject\n"
+        "━━━━━━━━━━━╇━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━\n"
+        "kern       │ 0123456789ab │ Use stable tensor type\n"
+        "ab         │ -            │ Port\n"
+    )
+    single = TextTable("patch", edge=False)
+    single.add_row("0001-a.patch")
+    assert single.render() == "patch\n━━━━━━━━━━━━\n0001-a.patch\n"
+
+
+@pytest.mark.parametrize("edge", [True, False])
+def test_draws_what_rich_drew(edge: bool) -> None:
+    """The tables looked like this with rich (box.HEAVY_HEAD, left-justified title); rich pads
+    the last column with spaces, which a plain table leaves off."""
+    from rich.console import Console
+    from rich.table import Table
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=200, color_system=None, highlight=False)
+    drawn = Table(title=None if not edge else "kern-bundle 1.0.0", title_justify="left", show_edge=edge, pad_edge=edge)
+    drawn.add_column("dependency", no_wrap=True)
+    drawn.add_column("commit", no_wrap=True)
+    drawn.add_column("subject", overflow="fold")
+    ours = sample(edge=edge, title="kern-bundle 1.0.0" if edge else None)
+    for row in ours.rows:
+        drawn.add_row(*(cell.text for cell in row))
+    console.print(drawn)
+    assert ours.render() == "".join(line.rstrip(" ") + "\n" for line in buffer.getvalue().splitlines())
+
+
+def test_identifiers_are_never_cut_and_free_text_wraps_between_words() -> None:
+    table = TextTable("commit", "path", "evidence", text=("evidence",))
+    url = "https://git.invalid/kern/pull/7"
+    table.add_row(SHA, "patches/kern/0001-Use-stable-tensor-type.patch", f"forwarded upstream as {url} last week")
+    narrow = table.render(width=40)
+    assert narrow == (
+        "┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
+        "┃ commit                                   ┃ path                                           ┃ evidence                        ┃\n"
+        "┡━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
+        f"│ {SHA} │ patches/kern/0001-Use-stable-tensor-type.patch │ forwarded upstream as           │\n"
+        f"│                                          │                                                │ {url} │\n"
+        "│                                          │                                                │ last week                       │\n"
+        "└──────────────────────────────────────────┴────────────────────────────────────────────────┴─────────────────────────────────┘\n"
+    )
+    assert table.render(width=None).count("\n") == 5  # no width to fit: the row on one line
+    assert table.render(width=1000) == table.render(width=None)
+
+
+def test_free_text_fits_a_narrow_terminal() -> None:
+    table = TextTable("patch", "subject", "status", text=("subject",), edge=False)
+    table.add_row("0001-a.patch", "Port add_scaled to torch::stable::Tensor and STABLE_TORCH_LIBRARY", "forwarded")
+    table.add_row("0002-b.patch", "Docs", "local")
+    fitted = table.render(width=50)
+    assert fitted == (
+        "patch        ┃ subject                 ┃ status\n"
+        "━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━\n"
+        "0001-a.patch │ Port add_scaled to      │ forwarded\n"
+        "             │ torch::stable::Tensor   │\n"
+        "             │ and                     │\n"
+        "             │ STABLE_TORCH_LIBRARY    │\n"
+        "0002-b.patch │ Docs                    │ local\n"
+    )
+    assert max(cell_width(line) for line in fitted.splitlines()) <= 50
+    assert wrap("a  b\tc", 3) == ["a b", "c"] and wrap("", 5) == [""] and wrap("longword x", 4) == ["longword", "x"]
+
+
+def test_wide_characters_keep_the_columns_aligned() -> None:
+    table = TextTable("name", "subject", text=("subject",))
+    table.add_row("kern", "修正 カーネル")
+    table.add_row("e\u0301t\u00e9", "plain")
+    lines = table.render().splitlines()
+    assert cell_width("修正") == 4 and cell_width("e\u0301") == 1
+    assert {cell_width(line) for line in lines} == {cell_width(lines[0])}
+    assert lines[3] == "│ kern │ 修正 カーネル │"
+
+
+def test_colour_only_when_asked() -> None:
+    table = TextTable("patch", "status", edge=False)
+    table.add_row("0001-a.patch", Cell("forwarded", "yellow"))
+    table.add_row("0002-b.patch", Cell("upstream", "green"))
+    coloured = table.render(colour=True)
+    assert "\x1b[1mpatch\x1b[0m" in coloured and "\x1b[33mforwarded\x1b[0m" in coloured and "\x1b[32mupstream\x1b[0m" in coloured
+    assert SGR.sub("", coloured) == table.render(colour=False)
+    assert "\x1b" not in table.render(colour=False)
+    titled = TextTable("a", title="bundle")
+    assert titled.render(colour=True).startswith("\x1b[3mbundle\x1b[0m\n")
+    with pytest.raises(ValueError, match="unknown style 'blink'"):
+        Cell("x", "blink")
+
+
+def test_colour_and_width_follow_the_stream_the_flag_and_no_color(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a real pseudo-terminal: its width and colour; NO_COLOR and --color never turn colour
+    off, --color always turns it on in a pipe, which is never fitted to a width."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    leader, follower = os.openpty()
+    try:
+        termios.tcsetwinsize(follower, (24, 61))
+        with open(follower, "w", encoding="utf-8", closefd=False) as terminal:
+            assert layout(terminal) == (61, True)
+            monkeypatch.setenv("COLUMNS", "90")
+            assert layout(terminal) == (90, True)
+            monkeypatch.delenv("COLUMNS")
+            monkeypatch.setenv("NO_COLOR", "1")
+            assert layout(terminal) == (61, False)
+            output.configure(color="always")
+            assert layout(terminal) == (61, True)
+            output.configure(color="never")
+            monkeypatch.delenv("NO_COLOR")
+            assert layout(terminal) == (61, False)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    piped = io.StringIO()
+    output.configure()
+    assert layout(piped) == (None, False)
+    output.configure(color="always")
+    assert layout(piped) == (None, True)
+    table = TextTable("a")
+    table.add_row("x")
+    table.print(piped)
+    assert "\x1b[1ma\x1b[0m" in piped.getvalue()
+
+
+def test_control_characters_are_shown_not_obeyed() -> None:
+    hostile = "Fix\x1b]0;pwned\x07 the\nbuild\x1b[2J\u202eevil\x9b31m"
+    assert clean(hostile) == "Fix\\x1b]0;pwned\\x07 the build\\x1b[2J\\u202eevil\\x9b31m"
+    assert clean("plain text — ünïcode 修正") == "plain text — ünïcode 修正"
+    table = TextTable("patch", "subject", text=("subject",), title="title\x1b[31m\nline")
+    table.add_row("0001-\x1b[8m.patch", hostile)
+    table.add_row(Cell("x\ny", "red"), "ok")
+    for colour in (False, True):
+        text = table.render(width=30, colour=colour)
+        assert "\x1b" not in SGR.sub("", text) and "\x07" not in text and "\u202e" not in text and "\x9b" not in text
+        assert "\\x1b[2J" in text and "x y" in text
+        assert text.splitlines()[0] == (SGR.sub("", text.splitlines()[0]) if not colour else text.splitlines()[0])
+    assert table.render().splitlines()[0] == "title\\x1b[31m line"
+
+
+def test_rows_must_match_the_columns() -> None:
+    with pytest.raises(ValueError, match="not among"):
+        TextTable("a", text=("b",))
+    with pytest.raises(ValueError, match="a row of 2 cells in a table of 1 columns"):
+        TextTable("a").add_row("x", "y")
+
+
+def test_deps_prints_the_table(tmp_path: Path) -> None:
+    """`assemble deps` on the example workspace (never checked out): every dependency's name,
+    source, short commit, track, patch count and checkout state, aligned, without colour in a
+    pipe."""
+    workspace = tmp_path / "example"
+    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
+    result = run_assemble("-C", str(workspace), "deps", env={"ASSEMBLE_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 0, result.stderr
+    manifest = tomllib.loads((workspace / "deps.toml").read_text())
+    lines = result.stdout.splitlines()
+    bundle = manifest["bundle"]
+    assert lines[0] == f"{bundle['name']} {bundle['version']} — {workspace / 'deps.toml'}"
+    assert re.fullmatch(r"┃ dependency +┃ source +┃ commit +┃ track +┃ patches +┃ checkout +┃", lines[2])
+    assert lines[1].startswith("┏") and lines[3].startswith("┡") and lines[-1].startswith("└")
+    assert len({cell_width(line) for line in lines[1:]}) == 1  # every row as wide as the rules
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines[4:-1]]
+    expected = []
+    for name, dep in manifest["deps"].items():
+        source = dep.get("source", dep["upstream"])  # a fork is built from its own source
+        kind = "upstream" if source == dep["upstream"] else "fork"
+        series = workspace / "patches" / name / "series"
+        count = sum(1 for line in series.read_text().splitlines() if line.strip() and not line.startswith("#"))
+        expected.append([name, f"{kind}: {source.split('://')[-1]}", dep["commit"][:12], dep["track"], str(count), "absent"])
+    assert rows == expected
+    assert "\x1b" not in result.stdout
+
+
+def test_patches_shows_a_hostile_subject_escaped(git_workspace: GitWorkspace) -> None:
+    """A patch whose Subject carries terminal escapes: `assemble patches` prints them as text,
+    even with --color always (whose only escapes are its own colours)."""
+    patch = sorted(git_workspace.patches.glob("*.patch"))[0]
+    text = patch.read_text()
+    assert "Subject: [PATCH] Use stable tensor type" in text
+    patch.write_text(text.replace("Subject: [PATCH] Use stable tensor type", "Subject: [PATCH] Use stable\x1b[2J\x1b]0;pwned\x07 type"))
+    for colour in ("never", "always"):
+        result = git_workspace.assemble("--color", colour, "patches")
+        assert result.returncode == 0, result.stderr
+        assert "Use stable\\x1b[2J\\x1b]0;pwned\\x07 type" in result.stdout
+        assert "\x1b" not in SGR.sub("", result.stdout) and "\x07" not in result.stdout
+        assert ("\x1b[1mkern\x1b[0m: pin " in result.stdout) == (colour == "always")
+    plain = git_workspace.assemble("patches").stdout.splitlines()
+    assert plain[0].startswith("kern: pin ") and plain[1].startswith("  migrated on fork: ")
+    assert re.fullmatch(r"patch +┃ subject +┃ status +┃ evidence", plain[2])
