@@ -13,9 +13,8 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -82,8 +81,7 @@ _FILE_KINDS = ("symbol-tables",)
 _LEFTOVER_PREFIXES = (".tmp-", ".trash-")
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
     kind: str  # a key of KINDS
     name: str  # relative to the kind's directory, e.g. "verify-torch2.13.0-221c1bae93e44c5f", "vecadd/<key>"
     path: Path
@@ -166,12 +164,16 @@ def _lock_of(entry: Entry) -> Path:
     return lock_path(entry.path.with_name(name))
 
 
-@dataclass
 class PruneResult:
-    removed: list[Entry] = field(default_factory=list)
-    in_use: list[Entry] = field(default_factory=list)  # held by a running command: kept
-    kept: list[Entry] = field(default_factory=list)  # the workspace's (--keep)
-    recent: list[Entry] = field(default_factory=list)  # used within --older-than
+    """What a prune did with each entry (a plain class: see report.output.Settings)."""
+
+    __slots__ = ("in_use", "kept", "recent", "removed")
+
+    def __init__(self) -> None:
+        self.removed: list[Entry] = []
+        self.in_use: list[Entry] = []  # held by a running command: kept
+        self.kept: list[Entry] = []  # the workspace's (--keep)
+        self.recent: list[Entry] = []  # used within --older-than
 
     def to_json(self) -> dict[str, Any]:
         return {

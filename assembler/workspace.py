@@ -16,7 +16,6 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -33,12 +32,20 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-@dataclass
 class Workspace:
-    root: Path
-    manifest: Manifest
-    on_lock_wait: LockWait | None = field(default=None, repr=False, compare=False)
-    _lock_depth: int = field(default=0, repr=False, compare=False)
+    """A workspace: its root and its manifest, and the depth of its lock held by this process.
+    A plain class (not a dataclass): see report.output.Settings for the start-up reason."""
+
+    __slots__ = ("_lock_depth", "manifest", "on_lock_wait", "root")
+
+    def __init__(self, root: Path, manifest: Manifest, on_lock_wait: LockWait | None = None) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.on_lock_wait = on_lock_wait
+        self._lock_depth = 0
+
+    def __repr__(self) -> str:
+        return f"Workspace(root={self.root!r})"
 
     @property
     def manifest_path(self) -> Path:

@@ -24,13 +24,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.installed import installed_python, run_env  # noqa: E402
 from tests.example import EXAMPLE, make_upstreams  # noqa: E402
+
+PYTHON = [sys.executable]  # set by main (--python)
 
 
 def timed_checkout(workspace: Path, cache: Path) -> float:
-    env = {**os.environ, "ASSEMBLE_CACHE": str(cache)}
+    env = run_env(ASSEMBLE_CACHE=str(cache))
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "assembler", "-C", str(workspace), "checkout"], env=env, check=True, capture_output=True)
+    subprocess.run([*PYTHON, "-m", "assembler", "-C", str(workspace), "checkout"], env=env, check=True, capture_output=True,
+                   cwd=workspace.parent)  # not the repository: `-m` would import the source tree
     return time.perf_counter() - started
 
 
@@ -49,10 +53,13 @@ def timed_in_process(workspace: Path, cache: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--python", default=None, help="the interpreter whose assemble is timed (default: a fresh uv venv)")
+    args = parser.parse_args()
+    rounds = args.rounds
     timings: dict[str, list[float]] = {"cli first": [], "cli no-op": [], "library first": [], "library no-op": []}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        PYTHON[:] = [args.python or str(installed_python(tmp / "venv"))]
         for round_index in range(rounds):
             for mode, timer in (("cli", timed_checkout), ("library", timed_in_process)):
                 workspace = tmp / f"{mode}{round_index}"

@@ -138,14 +138,14 @@ def test_key_follows_series_recipe_target_archs_and_flags(example_ws: Path, priv
     ext = dep.build.extensions[0]
     variants = {
         "series": (dep, "another-series-digest"),
-        "recipe": (dataclasses.replace(dep, build=dataclasses.replace(dep.build, extensions=(dataclasses.replace(ext, defines=("FAST=1",)),))), None),
-        "torch-target": (dataclasses.replace(dep, torch_target="2.11"), None),
-        "archs": (dataclasses.replace(dep, build=dataclasses.replace(dep.build, cuda_archs=("10.0a",))), None),
-        "flags": (dataclasses.replace(dep, build=dataclasses.replace(dep.build, cmake_args=("-DFAST=ON",))), None),
+        "recipe": (dep._replace(build=dep.build._replace(extensions=(ext._replace(defines=("FAST=1",)),))), None),
+        "torch-target": (dep._replace(torch_target="2.11"), None),
+        "archs": (dep._replace(build=dep.build._replace(cuda_archs=("10.0a",))), None),
+        "flags": (dep._replace(build=dep.build._replace(cmake_args=("-DFAST=ON",))), None),
     }
     for name, (variant, digest) in variants.items():
         assert builder.prepare(ctx, variant, checkout, digest or series_digest(dep)).key != base, name
-    python_abi = dataclasses.replace(ctx, bundle=dataclasses.replace(ctx.bundle, python_abi="3.10"))
+    python_abi = dataclasses.replace(ctx, bundle=ctx.bundle._replace(python_abi="3.10"))
     assert builder.prepare(python_abi, dep, checkout, series_digest(dep)).key != base
 
 

@@ -154,6 +154,22 @@ def test_piped_output_is_never_wrapped_nor_cut(git_workspace: GitWorkspace) -> N
     assert len(missing.stderr.splitlines()) == 2, missing.stderr  # error and hint, each on one line
 
 
+@pytest.mark.parametrize("words", [["deps"], ["patches", "--offline", "--format", "markdown"]])
+def test_a_reader_that_went_away_is_not_an_error(git_workspace: GitWorkspace, words: list[str]) -> None:
+    """`assemble ... | head`: stdout's reader is gone. Exit 1 quietly, as git does; not "error:
+    Broken pipe, check the network" (BrokenPipeError is a ConnectionError)."""
+    assert git_workspace.assemble("patches").returncode == 0  # fetched: --offline has a mirror
+    env = {**os.environ, "ASSEMBLE_CACHE": str(git_workspace.cache)}
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to stdout fails with EPIPE
+    try:
+        result = subprocess.run([sys.executable, "-m", "assembler", "-C", str(git_workspace.root), *words], env=env,
+                                stdout=write_end, stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 1 and result.stderr == "", result.stderr
+
+
 def test_cuda_and_torch_versions_are_checked_before_any_fetch(tmp_path: Path) -> None:
     workspace = tmp_path / "example"
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))

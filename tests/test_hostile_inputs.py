@@ -382,7 +382,7 @@ def test_url_with_a_newline_creates_no_mirror(tmp_path: Path, monkeypatch: pytes
     from assembler.manifest.model import Manifest
 
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
-    manifest = Manifest(path=tmp_path / "deps.toml", bundle=None, mirrors={})  # type: ignore[arg-type]
+    manifest = Manifest(path=tmp_path / "deps.toml", bundle=None, mirrors={}, deps={})  # type: ignore[arg-type]
     with pytest.raises(InputError, match="control character"):
         open_mirror(manifest, "https://git.invalid/kern\n[core]\n\tsshCommand = touch pwned")
     assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*"))

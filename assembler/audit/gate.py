@@ -8,9 +8,8 @@ giving it a style in :mod:`assembler.audit.report`, and testing it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from assembler.audit.model import AuditReport, ElfReport
@@ -53,8 +52,7 @@ ALLOWED_SUFFIX = " (allowed)"  # a failing verdict let through by --allow-unstab
 _JOIN = "+"  # one object failing several checks: UNSTABLE+NON-ABI3
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     """One reason a PATH fails the gate."""
 
     verdict: Verdict

@@ -322,7 +322,7 @@ def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Pat
     )
     payload = {
         "artifacts": {dep.dep: dep.key for dep in report.deps if dep.artifact},
-        "bundle": asdict(manifest.bundle),
+        "bundle": manifest.bundle._asdict(),
         "install": {name: dep.install for name, dep in manifest.deps.items()},
         "targets": {name: dep.torch_target for name, dep in manifest.deps.items()},
         "sbom": {name: [dep.source, dep.upstream, dep.track] for name, dep in manifest.deps.items()},  # in the wheel's SBOM

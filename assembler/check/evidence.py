@@ -9,9 +9,8 @@ few file reads and no compiler, git or torch.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from assembler.audit.gate import Verdict
 from assembler.errors import AssembleError
@@ -19,8 +18,7 @@ from assembler.manifest import Dependency
 from assembler.workspace import Workspace
 
 
-@dataclass(frozen=True)
-class CheckEvidence:
+class CheckEvidence(NamedTuple):
     dep: str
     clean: int  # translation units found CLEAN
     total: int  # translation units checked
@@ -65,7 +63,7 @@ def recipe_digest(dep: Dependency) -> str:
     """The recipe as check reads it (a change of sources, include dirs or defines is a new check)."""
     from assembler.builder.cache import digest_texts
 
-    return digest_texts(json.dumps(asdict(dep.build), sort_keys=True, default=str), dep.torch_target)
+    return digest_texts(json.dumps(dep.build.to_dict(), sort_keys=True, default=str), dep.torch_target)
 
 
 def check_evidence(workspace: Workspace, dep: Dependency) -> CheckEvidence | None:

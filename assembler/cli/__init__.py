@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
             code = int(args.handler(args))
         except AssembleError as failure:
             error, code = failure, int(failure.exit_code)
+        except BrokenPipeError:  # the reader went away (`assemble patches | head`): nothing to report, as for git
+            _silence_stdout()
+            return 1
         except OSError as failure:
             if debug:
                 raise
@@ -248,6 +251,15 @@ def main(argv: list[str] | None = None) -> int:
             _report(error)
         _finish(session, as_json, code, error)
         return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so what is still buffered does not fail again at exit."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(AttributeError, ValueError, OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _configure(args: argparse.Namespace) -> None:

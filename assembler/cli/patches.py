@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from assembler.cli.common import failures_json, open_workspace, print_failures
-    from assembler.report.output import emit_json, status
+    from assembler.report.output import DeferredStatus, emit_json
     from assembler.upstreaming.status import dependency_status
 
     workspace = open_workspace(args)
@@ -31,9 +31,13 @@ def run(args: argparse.Namespace) -> int:
     results = []
     failures: dict[str, AssembleError] = {}  # keep going: one unreachable mirror does not hide the others
     for dep in workspace.manifest.select(args.names):
-        with status(f"{dep.name}: checking patches against {dep.track}", active=args.format == "table"):
+        # The spinner (and rich with it) only for slow work: a fetch, or a classification that has
+        # to be computed; an unchanged offline report is printed before a spinner would be seen.
+        with DeferredStatus(f"{dep.name}: checking patches against {dep.track}", active=args.format == "table") as spinner:
+            if not args.offline:
+                spinner.start()
             try:
-                results.append(dependency_status(workspace, dep, offline=args.offline))
+                results.append(dependency_status(workspace, dep, offline=args.offline, on_classify=spinner.start))
             except AssembleError as failed:
                 failures[dep.name] = failed
     if failures and not results:

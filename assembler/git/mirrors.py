@@ -10,9 +10,8 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from assembler.cache import cache_root, creating
 from assembler.errors import InputError, ManifestError, NetworkError
@@ -40,8 +39,7 @@ def pull_requests_wanted() -> bool:
     return os.environ.get("ASSEMBLE_PULL_REQUESTS", "1").strip().lower() not in ("0", "no", "false", "off")
 
 
-@dataclass
-class Mirror:
+class Mirror(NamedTuple):
     url: str  # as written in deps.toml
     fetch_url: str  # after [mirrors] rewriting
     path: Path

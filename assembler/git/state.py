@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 from assembler.errors import InputError, NewerStateError
 from assembler.fsutil import atomic_write
@@ -53,17 +53,33 @@ def series_digest(dep: Dependency) -> str:
     return digest.hexdigest()
 
 
-@dataclass
 class CheckoutState:
-    """What assemble last made of the checkout. ``applied`` maps each commit to its patch file."""
+    """What assemble last made of the checkout. ``applied`` maps each commit to its patch file.
+    A plain class (not a dataclass): see report.output.Settings for the start-up reason."""
 
-    base: str
-    source: str
-    series_digest: str
-    head: str | None = None
-    applied: dict[str, str] = field(default_factory=dict)
-    status: CheckoutStatus = CheckoutStatus.APPLYING
-    version: int = STATE_VERSION
+    __slots__ = ("applied", "base", "head", "series_digest", "source", "status", "version")
+
+    def __init__(self, base: str, source: str, series_digest: str, head: str | None = None,
+                 applied: dict[str, str] | None = None, status: CheckoutStatus = CheckoutStatus.APPLYING,
+                 version: int = STATE_VERSION) -> None:
+        self.base = base
+        self.source = source
+        self.series_digest = series_digest
+        self.head = head
+        self.applied: dict[str, str] = {} if applied is None else applied
+        self.status = status
+        self.version = version
+
+    def to_json(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CheckoutState) and self.to_json() == other.to_json()
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"CheckoutState({', '.join(f'{k}={v!r}' for k, v in self.to_json().items())})"
 
     @classmethod
     def load(cls, path: Path) -> CheckoutState | None:
@@ -88,7 +104,7 @@ class CheckoutState:
         return not dirty and head == series_head == self.head
 
     def save(self, path: Path) -> None:
-        atomic_write(_state_path(path), json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+        atomic_write(_state_path(path), json.dumps(self.to_json(), indent=2, sort_keys=True) + "\n")
 
 
 def _state_path(checkout: Path) -> Path:
@@ -127,8 +143,7 @@ def read_head(checkout: Path) -> str:
     return result.stdout.strip()
 
 
-@dataclass
-class CheckoutResult:
+class CheckoutResult(NamedTuple):
     dep: str
     path: Path
     action: str  # "created", "updated", "up-to-date"

@@ -1,16 +1,19 @@
-"""Typed view of deps.toml. Built only by ``manifest.load``, which validates everything once."""
+"""Typed view of deps.toml. Built only by ``manifest.load``, which validates everything once.
+
+The records are NamedTuples (immutable, typed, ``_replace`` for a changed copy), not frozen
+dataclasses: every command loads them, and the dataclasses module with its generated methods
+costs ~15 ms of the 100 ms start-up budget (benchmarks/startup.py)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from assembler.errors import ManifestError
 
 
-@dataclass(frozen=True)
-class Extension:
+class Extension(NamedTuple):
     """One compiled module in a dependency's build recipe."""
 
     name: str
@@ -39,8 +42,7 @@ def reserved_env(name: str) -> bool:
     return name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES)
 
 
-@dataclass(frozen=True)
-class BuildRecipe:
+class BuildRecipe(NamedTuple):
     """How a dependency becomes an artifact, by one of three backends: ``helper`` (our CMake
     helper driven by ``extensions``), ``cmake`` (the dependency's own CMakeLists.txt in
     ``cmake-dir``, which includes the helper) or ``setuptools`` (the dependency's own setup.py
@@ -63,16 +65,18 @@ class BuildRecipe:
     defines: tuple[str, ...] = ()
     build_env: tuple[tuple[str, str], ...] = ()  # (name, value), sorted by name
 
+    def to_dict(self) -> dict[str, object]:
+        """Every field, the extensions as dicts (what digests of a recipe are taken over)."""
+        return {**self._asdict(), "extensions": [extension._asdict() for extension in self.extensions]}
 
-@dataclass(frozen=True)
-class VerifySpec:
+
+class VerifySpec(NamedTuple):
     ops: tuple[str, ...] = ()
     smoke: str | None = None
     requires_cuda: bool = False
 
 
-@dataclass(frozen=True)
-class Dependency:
+class Dependency(NamedTuple):
     name: str
     upstream: str | None
     source: str
@@ -114,8 +118,7 @@ class Dependency:
         return self.upstream or self.source
 
 
-@dataclass(frozen=True)
-class Bundle:
+class Bundle(NamedTuple):
     name: str
     version: str
     python_abi: str
@@ -126,8 +129,7 @@ class Bundle:
     max_wheel_size: int | None = None  # [bundle] max-wheel-size, bytes
 
 
-@dataclass(frozen=True)
-class CacheConfig:
+class CacheConfig(NamedTuple):
     """``[cache]``: the compiler cache and the shared artifact store (``assembler.toolchain.sccache``,
     ``assembler.store``). The environment overrides it (ASSEMBLE_SCCACHE, ASSEMBLE_ARTIFACTS)."""
 
@@ -137,13 +139,12 @@ class CacheConfig:
     s3_endpoint: str | None = None  # an S3-compatible endpoint (else AWS_ENDPOINT_URL, else AWS)
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     path: Path
     bundle: Bundle
     mirrors: dict[str, str]
-    deps: dict[str, Dependency] = field(default_factory=dict)
-    cache: CacheConfig = field(default_factory=CacheConfig)
+    deps: dict[str, Dependency]
+    cache: CacheConfig = CacheConfig()
 
     @property
     def root(self) -> Path:

@@ -20,10 +20,11 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from types import TracebackType
+
     from rich.console import Console
     from rich.table import Table
 
@@ -36,12 +37,16 @@ COLORS = ("auto", "always", "never")
 PIPED_WIDTH = 1000
 
 
-@dataclass
 class Settings:
-    """The global options every command shares (cli.main sets them from -v/-q/--color)."""
+    """The global options every command shares (cli.main sets them from -v/-q/--color). A plain
+    class, as are the other records every command loads: the dataclasses module (with the inspect
+    and ast it imports) and each generated class cost ~15 ms of the 100 ms start-up budget."""
 
-    color: str = "auto"
-    verbosity: int = 0  # -v adds one, -q takes one away
+    __slots__ = ("color", "verbosity")
+
+    def __init__(self, color: str = "auto", verbosity: int = 0) -> None:
+        self.color = color
+        self.verbosity = verbosity  # -v adds one, -q takes one away
 
 
 settings = Settings()
@@ -109,6 +114,29 @@ def status(message: str, active: bool = True) -> AbstractContextManager[Any]:
     return _console(True).status(message, spinner="dots")
 
 
+class DeferredStatus:
+    """``status(message)``, started only when ``start()`` is called inside the block: a command
+    whose slow part may not happen (a stored answer reused) shows no spinner, and loads no rich,
+    when it does not."""
+
+    def __init__(self, message: str, active: bool = True) -> None:
+        self.message, self.active = message, active
+        self._spinner: AbstractContextManager[Any] | None = None
+
+    def start(self) -> None:
+        if self._spinner is None and self.active:
+            self._spinner = status(self.message)
+            self._spinner.__enter__()
+
+    def __enter__(self) -> DeferredStatus:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None) -> None:
+        if self._spinner is not None:
+            self._spinner.__exit__(kind, value, trace)
+            self._spinner = None
+
+
 def table(title: str | None = None, **options: Any) -> Table:
     """A rich Table for ``add_columns``."""
     from rich.table import Table
@@ -130,14 +158,15 @@ def add_columns(grid: Table, *columns: str, text: tuple[str, ...] = ()) -> None:
 # JSON
 
 
-@dataclass
 class JsonSession:
     """What ``cli.main`` knows while a command runs: its name and the document it emitted."""
 
-    command: str
-    document: Any = None
-    emitted: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    __slots__ = ("command", "document", "emitted")
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.document: Any = None
+        self.emitted = False
 
 
 _session: JsonSession | None = None

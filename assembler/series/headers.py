@@ -7,9 +7,9 @@ checkout/export round trip without any bookkeeping of ours.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import NamedTuple
 
 DEP3_FIELDS = ("Forwarded", "Applied-Upstream", "Origin", "Bug", "Last-Update")
 _TRAILER_RE = re.compile(r"^(?P<key>[A-Za-z][A-Za-z0-9-]*):\s*(?P<value>.*)$")
@@ -25,8 +25,7 @@ class PatchStatus(StrEnum):
     NOT_NEEDED = "not-needed"  # never meant for upstream
 
 
-@dataclass(frozen=True)
-class PatchHeader:
+class PatchHeader(NamedTuple):
     file: str
     subject: str
     author: str

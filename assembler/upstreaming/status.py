@@ -6,6 +6,7 @@ no git process), and the evidence of the last check and build, read fresh."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from assembler.builder.evidence import last_build_time, last_build_verdicts
 from assembler.check.evidence import check_evidence
@@ -63,9 +64,11 @@ def source_mirror(manifest: Manifest, dep: Dependency, offline: bool) -> mirrors
     return mirror
 
 
-def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = False) -> DepStatus:
+def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = False,
+                      on_classify: Callable[[], None] = lambda: None) -> DepStatus:
     """The dependency's patches classified against its tracked branch (fetched first unless
-    ``offline``), reusing the last classification while its inputs are unchanged (classified.py)."""
+    ``offline``), reusing the last classification while its inputs are unchanged (classified.py);
+    ``on_classify`` is told when it has to be computed (seconds, where reuse takes milliseconds)."""
     from datetime import UTC, datetime
 
     manifest = workspace.manifest
@@ -80,6 +83,7 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         base, origin, broken, verdicts, at = found
     else:
         at = datetime.now(UTC).isoformat(timespec="seconds")
+        on_classify()
         from assembler.upstreaming.classify import classify_dependency
 
         source = upstream if dep.source == dep.upstream_url else source_mirror(manifest, dep, offline)

@@ -5,7 +5,6 @@ verdicts, classified.py stores them, status.py puts a report together."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -47,17 +46,27 @@ class Commit(NamedTuple):
     subject: str
 
 
-@dataclass
 class PatchVerdict:
-    name: str
-    subject: str
-    status: PatchStatus | None  # None only while classify() fills it in
-    how: Evidence | None
-    commit: Commit | None = None  # the upstream commit that carries the change
-    url: str | None = None  # from Forwarded
-    note: str = ""
-    on_target: str | None = None  # trial replay outcome on the target (see replay.py)
-    conflicts: list[str] = field(default_factory=list)
+    """One patch's status and what it rests on. Filled in by classify(), so mutable; a plain
+    class, not a dataclass (see report.output.Settings: start-up)."""
+
+    __slots__ = ("commit", "conflicts", "how", "name", "note", "on_target", "status", "subject", "url")
+
+    def __init__(self, name: str, subject: str, status: PatchStatus | None, how: Evidence | None,
+                 commit: Commit | None = None, url: str | None = None, note: str = "", on_target: str | None = None,
+                 conflicts: list[str] | None = None) -> None:
+        self.name = name
+        self.subject = subject
+        self.status = status  # None only while classify() fills it in
+        self.how = how
+        self.commit = commit  # the upstream commit that carries the change
+        self.url = url  # from Forwarded
+        self.note = note
+        self.on_target = on_target  # trial replay outcome on the target (see replay.py)
+        self.conflicts: list[str] = [] if conflicts is None else conflicts
+
+    def __repr__(self) -> str:
+        return f"PatchVerdict({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
 
     def evidence(self) -> str:
         """One line for people: the upstream commit, or the PR URL, or what the header says."""
@@ -97,8 +106,7 @@ def pull_request_link(upstream_url: str, number: int) -> str | None:
 
 # -- per dependency ------------------------------------------------------------------------
 
-@dataclass
-class Base:
+class Base(NamedTuple):
     commit: str
     date: str
     on: str  # "upstream" (an ancestor of the tracked branch) or "fork"
@@ -111,8 +119,7 @@ class Base:
                 "fork_point": self.fork_point}
 
 
-@dataclass
-class DepStatus:
+class DepStatus(NamedTuple):
     name: str
     upstream: str
     track: str
