@@ -33,7 +33,9 @@ PYTHON = [sys.executable]  # set by main (--python)
 def timed_checkout(workspace: Path, cache: Path) -> float:
     env = run_env(ASSEMBLE_CACHE=str(cache))
     started = time.perf_counter()
-    subprocess.run([*PYTHON, "-m", "assembler", "-C", str(workspace), "checkout"], env=env, check=True, capture_output=True,
+    script = Path(PYTHON[0]).parent / "assemble"  # the script users run, else `python -m assembler`
+    launcher = [str(script)] if script.is_file() else [*PYTHON, "-m", "assembler"]
+    subprocess.run([*launcher, "-C", str(workspace), "checkout"], env=env, check=True, capture_output=True,
                    cwd=workspace.parent)  # not the repository: `-m` would import the source tree
     return time.perf_counter() - started
 

@@ -76,7 +76,10 @@ def main() -> None:
         shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
         make_upstreams(workspace / "upstreams")
         env = run_env(ASSEMBLE_CACHE=str(tmp / "cache"))
-        assemble = [args.python, "-m", "assembler", "-C", str(workspace)]
+        # the `assemble` script users run (no runpy), else `python -m assembler` for --python
+        script = Path(args.python).parent / "assemble"
+        launcher = [str(script)] if script.is_file() else [args.python, "-m", "assembler"]
+        assemble = [*launcher, "-C", str(workspace)]
         subprocess.run([*assemble, "checkout"], env=env, check=True, capture_output=True)
         subprocess.run([*assemble, "patches"], env=env, check=True, capture_output=True)  # fetches the tracked branches
         # run from the workspace's parent: `python -m` puts the working directory first on sys.path, so a

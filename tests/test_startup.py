@@ -129,3 +129,19 @@ def test_refs_read_without_git_agree_with_git(tmp_path: Path) -> None:
     assert read_head(tmp_path) == first == git("rev-parse", "HEAD")
     assert read_ref(git_dir, "refs/heads/missing") is None
     assert read_ref(git_dir, "refs/heads/../../HEAD") is None and read_ref(git_dir, "HEAD") is None
+
+
+@pytest.mark.parametrize("url", ["https://github.com/deepseek-ai/FlashMLA.git", "/srv/mirrors/with space/kern",
+                                 "file:///tmp/a;b#c", 'C:\\repos\\"quoted"', "git@host.invalid:owner/repo.git",
+                                 " /srv/leading and  double  spaces ", "/srv/tab\there"])
+def test_mirror_origin_read_without_git_agrees_with_git(tmp_path: Path, url: str) -> None:
+    """A mirror's origin URL is read from its config file without configparser in the usual case
+    (mirrors._simple_origin_url) and with it otherwise; either way what git itself reads."""
+    from assembler.git.mirrors import _origin_url
+
+    env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
+    repo = tmp_path / "mirror.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(repo)], env=env, check=True)
+    subprocess.run(["git", "-C", str(repo), "config", "remote.origin.url", url], env=env, check=True)
+    subprocess.run(["git", "-C", str(repo), "config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"], env=env, check=True)
+    assert _origin_url(repo) == url

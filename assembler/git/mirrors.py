@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import configparser
 import contextlib
 import hashlib
 import os
@@ -104,15 +103,53 @@ def open_mirror(manifest: Manifest, url: str) -> Mirror:
 
 
 def _origin_url(path: Path) -> str | None:
-    """The fetch URL of the mirror at ``path``; None when there is none or it is half-made."""
+    """The fetch URL of the mirror at ``path``; None when there is none or it is half-made.
+    Read from the config file (no git process, no GitPython: start-up), as git reads it."""
     if not (path / "HEAD").is_file() or not (path / "objects").is_dir():
         return None
-    config = configparser.ConfigParser(strict=False, interpolation=None)  # the file git wrote (no GitPython: start-up)
     try:
-        config.read(path / "config", encoding="utf-8")
-        return config.get('remote "origin"', "url").strip() or None
-    except (OSError, ValueError, configparser.Error):  # unreadable: not a usable mirror
+        lines = (path / "config").read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):  # unreadable: not a usable mirror
         return None
+    section, found = "", []
+    for line in lines:
+        text = line.strip()
+        if text.startswith("["):
+            section = text.partition("]")[0] + "]"
+        elif section.lower().startswith("[remote ") and section[len("[remote "):] == '"origin"]':
+            key, equals, raw = text.partition("=")
+            if equals and key.strip().lower() == "url":
+                found.append(_config_value(raw))
+    return found[-1] if found and found[-1] else None  # git: the last one wins
+
+
+def _config_value(raw: str) -> str | None:
+    """A git config value as git reads it: double quotes group; a backslash escapes a quote,
+    a backslash, n, t or b; a semicolon or hash outside quotes starts a comment; whitespace
+    outside quotes is trimmed at the ends and each run of it becomes one space. None for what
+    git would refuse (another escape, an open quote) or a continued line."""
+    out: list[str] = []
+    quoted, space = False, False
+    chars = iter(raw.strip())
+    for char in chars:
+        if not quoted and char in " \t":
+            space = True  # written only if something follows: trailing whitespace is dropped
+            continue
+        if char in ";#" and not quoted:
+            break
+        if space:
+            out.append(" ")
+            space = False
+        if char == '"':
+            quoted = not quoted
+        elif char == "\\":
+            escaped = {"n": "\n", "t": "\t", "b": "\b", "\\": "\\", '"': '"'}.get(next(chars, ""))
+            if escaped is None:
+                return None
+            out.append(escaped)
+        else:
+            out.append(char)
+    return None if quoted else "".join(out)
 
 
 def _create(path: Path, fetch_url: str) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -118,6 +117,8 @@ class GitView:
 
     def pipe(self, producer: Sequence[str], consumer: Sequence[str]) -> str:
         """``git <producer> | git <consumer>`` through an OS pipe (no buffering in Python)."""
+        import tempfile  # here: ~4 ms of start-up for `assemble deps`, which never pipes
+
         with tempfile.TemporaryFile() as errors:
             first = subprocess.Popen(["git", *producer], env=self.env, stdout=subprocess.PIPE, stderr=errors)
             try:
