@@ -22,8 +22,8 @@ from typing import Concatenate, ParamSpec, TypeVar
 from assembler.errors import InputError, LockedError, ManifestError
 from assembler.fsutil import ignored_dir
 from assembler.manifest import MANIFEST_NAME, Dependency, Manifest, find_workspace, load_manifest
+from assembler.manifest.load import STATE_DIR
 
-STATE_DIR = ".assemble"
 REBASE_DIR = "rebase"  # .assemble/rebase/<dep>/ holds a rebase's journal and backups
 JOURNAL_NAME = "journal.json"  # its presence is what "a rebase is pending" means
 

@@ -5,7 +5,7 @@ byte-code compiled) unless ``--python`` names an interpreter. A fresh copy of
 examples/stable-abi is checked out once (mirrors, clones, series) and its tracked branches
 fetched (`assemble patches`); then each of `assemble deps`, a no-op `assemble checkout` and
 `assemble patches --offline` (nothing changed since: the stored classification is reused) runs
-in a fresh interpreter ``--rounds`` times (median reported, wall and CPU time), as does
+in a fresh interpreter ``--rounds`` times (median and best wall time, median CPU time; the rounds interleave the commands), as does
 `git status` in one checkout for comparison. Budget (issue 12): under 100 ms each. For the
 record it also times `patches --offline` when the classification has to be computed (its
 record removed before each run): that is not a start-up path. With ``--checkout-ratio`` it also
@@ -43,27 +43,40 @@ COMMANDS: dict[str, list[str]] = {
 }
 
 
-def median_ms(argv: list[str], env: dict[str, str], rounds: int, cwd: Path | None = None,
-              before_each: Callable[[], None] = lambda: None) -> tuple[float, float]:
-    """Median wall time and median CPU time (user + system of the process and its children: what
-    the command costs on a busy machine) of ``argv`` over ``rounds`` runs after a warm-up, in ms."""
-    before_each()
-    subprocess.run(argv, env=env, cwd=cwd, check=True, capture_output=True)
-    walls, cpus = [], []
-    for _ in range(rounds):
-        before_each()
+class Timed:
+    """One command of the benchmark and its timings (ms)."""
+
+    def __init__(self, argv: list[str], cwd: Path, before_each: Callable[[], None] = lambda: None) -> None:
+        self.argv, self.cwd, self.before_each = argv, cwd, before_each
+        self.walls: list[float] = []
+        self.cpus: list[float] = []
+
+    def run(self, env: dict[str, str], record: bool = True) -> None:
+        """Once; wall time, and CPU time (user + system of the child: what it costs on a busy machine)."""
+        self.before_each()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
-        subprocess.run(argv, env=env, cwd=cwd, check=True, capture_output=True)
-        walls.append(time.perf_counter() - started)
+        subprocess.run(self.argv, env=env, cwd=self.cwd, check=True, capture_output=True)
+        wall = time.perf_counter() - started
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
-    return statistics.median(walls) * 1000, statistics.median(cpus) * 1000
+        if record:
+            self.walls.append(wall * 1000)
+            self.cpus.append((after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000)
+
+
+def measure(commands: dict[str, Timed], env: dict[str, str], rounds: int) -> None:
+    """A warm-up of each, then ``rounds`` rounds that run every command once in turn: a machine
+    that slows down or speeds up meanwhile (a shared VM) shifts all of them alike."""
+    for command in commands.values():
+        command.run(env, record=False)
+    for _ in range(rounds):
+        for command in commands.values():
+            command.run(env)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=11, help="runs per command (median reported; default 11)")
+    parser.add_argument("--rounds", type=int, default=15, help="runs per command (median and best reported; default 15)")
     parser.add_argument("--checkout-ratio", action="store_true", help="also run benchmarks/checkout_noop.py")
     parser.add_argument("--python", default=None,
                         help="the interpreter whose assemble is timed (default: a fresh uv venv with this checkout installed, "
@@ -84,20 +97,21 @@ def main() -> None:
         subprocess.run([*assemble, "patches"], env=env, check=True, capture_output=True)  # fetches the tracked branches
         # run from the workspace's parent: `python -m` puts the working directory first on sys.path, so a
         # run from the repository would time the source tree instead of --python's installed package
-        figures = {name: median_ms([*assemble, *words], env, args.rounds, cwd=tmp) for name, words in COMMANDS.items()}
         records = workspace / ".assemble" / "patches"
-        figures["patches --offline, classifying"] = median_ms(
-            [*assemble, "patches", "--offline"], env, args.rounds, cwd=tmp, before_each=lambda: shutil.rmtree(records, ignore_errors=True))
         fork = next(path for path in sorted((workspace / "forks").iterdir()) if path.is_dir())
-        figures["git status (one checkout)"] = median_ms(["git", "status"], env, args.rounds, cwd=fork)
-        python = median_ms([args.python, "-c", "pass"], env, args.rounds)
+        commands = {name: Timed([*assemble, *words], tmp) for name, words in COMMANDS.items()}
+        commands["patches --offline, classifying"] = Timed(
+            [*assemble, "patches", "--offline"], tmp, before_each=lambda: shutil.rmtree(records, ignore_errors=True))
+        commands["git status (one checkout)"] = Timed(["git", "status"], fork)
+        commands["python -c pass"] = Timed([args.python, "-c", "pass"], tmp)
+        measure(commands, env, args.rounds)
         load = os.getloadavg()[0]
-        print(f"{args.python}: start-up, median of {args.rounds}; load average {load:.1f} on {os.cpu_count()} CPUs "
-              f"(python -c pass alone: {python[0]:.1f} ms wall, {python[1]:.1f} ms CPU)")
-        print(f"  {'':<32} {'wall':>8}    {'CPU':>8}")
-        for name, (wall, cpu) in figures.items():
+        print(f"{args.python}: start-up over {args.rounds} interleaved rounds; load average {load:.1f} on {os.cpu_count()} CPUs")
+        print(f"  {'':<32} {'median':>9} {'best':>9} {'CPU':>9}")
+        for name, command in commands.items():
+            wall = statistics.median(command.walls)
             verdict = "" if name not in COMMANDS else ("  within budget" if wall < BUDGET_MS else f"  OVER the {BUDGET_MS:.0f} ms budget")
-            print(f"  {name:<32} {wall:8.1f} ms {cpu:8.1f} ms{verdict}")
+            print(f"  {name:<32} {wall:6.1f} ms {min(command.walls):6.1f} ms {statistics.median(command.cpus):6.1f} ms{verdict}")
         if args.checkout_ratio:
             subprocess.run([sys.executable, str(ROOT / "benchmarks" / "checkout_noop.py"), "--rounds", str(args.rounds),
                             "--python", args.python], check=True)

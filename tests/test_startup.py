@@ -9,6 +9,7 @@ end; benchmarks/startup.py measures the time itself). Neither ``--json`` nor the
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from assembler.errors import ManifestError
 from tests.example import EXAMPLE, make_upstreams
 
 # Top-level packages that must not load on these paths, and why they are heavy.
@@ -145,3 +147,36 @@ def test_mirror_origin_read_without_git_agrees_with_git(tmp_path: Path, url: str
     subprocess.run(["git", "-C", str(repo), "config", "remote.origin.url", url], env=env, check=True)
     subprocess.run(["git", "-C", str(repo), "config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"], env=env, check=True)
     assert _origin_url(repo) == url
+
+
+def test_the_stored_parse_of_deps_toml_never_hides_an_edit(tmp_path: Path) -> None:
+    """load_manifest reuses the last parse (.assemble/deps.toml.json) only for the very same
+    text: an edit of the same size, with the file's times put back, is still seen; a damaged
+    or foreign record is ignored."""
+    from assembler.manifest.load import PARSED_NAME, STATE_DIR, load_manifest
+
+    workspace = tmp_path / "ws"
+    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
+    manifest = workspace / "deps.toml"
+    (workspace / STATE_DIR).mkdir()
+    record = workspace / STATE_DIR / PARSED_NAME
+    first = load_manifest(manifest)
+    assert record.is_file() and '"text"' in record.read_text()
+    assert load_manifest(manifest) == first  # from the record
+
+    times = manifest.stat()
+    text = manifest.read_text()
+    assert f'version = "{first.bundle.version}"' in text
+    edited = text.replace(f'version = "{first.bundle.version}"', 'version = "9.9.9"', 1)
+    assert len(edited) == len(text)
+    manifest.write_text(edited)
+    os.utime(manifest, ns=(times.st_atime_ns, times.st_mtime_ns))
+    assert load_manifest(manifest).bundle.version == "9.9.9"
+
+    for damage in ("{", "[]", json.dumps({"format": 1, "python": sys.version, "text": "other", "data": {}})):
+        record.write_text(damage)
+        assert load_manifest(manifest).bundle.version == "9.9.9"
+    forged = json.loads(json.dumps({"format": 1, "python": sys.version, "text": edited, "data": {"bundle": "not a table"}}))
+    record.write_text(json.dumps(forged))  # the same text: the record is used, and validated like any parse
+    with pytest.raises(ManifestError):
+        load_manifest(manifest)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import re
 import sys
@@ -14,7 +13,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from assembler.cache import cache_root, creating
 from assembler.errors import InputError, ManifestError, NetworkError
-from assembler.fsutil import remove_stale, temporary_path
+from assembler.fsutil import remove_stale, sha256, temporary_path
 from assembler.git.runner import END_OF_OPTIONS, QUIET_ENV, git_error_line
 from assembler.manifest import Manifest
 from assembler.manifest.refname import branch_problem
@@ -70,7 +69,7 @@ class Mirror(NamedTuple):
 
 def mirror_path(url: str) -> Path:
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", url.rstrip("/").split("://")[-1])[-60:]
-    digest = hashlib.sha256(url.encode()).hexdigest()[:12]
+    digest = sha256(url.encode()).hexdigest()[:12]
     return cache_root() / "git" / f"{slug}-{digest}.git"
 
 

@@ -3,14 +3,13 @@ no-op path of `assemble checkout` (and the build's cache key) needs only this mo
 
 from __future__ import annotations
 
-import hashlib
 import json
 from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
 from assembler.errors import InputError, NewerStateError
-from assembler.fsutil import atomic_write
+from assembler.fsutil import atomic_write, sha256
 from assembler.manifest import Dependency
 
 STATE_FILE = "assemble-state.json"
@@ -46,7 +45,7 @@ def branch_name(dep: Dependency) -> str:
 
 def series_digest(dep: Dependency) -> str:
     """Content hash of the series (names and bytes, in order)."""
-    digest = hashlib.sha256()
+    digest = sha256()
     for name in dep.series:
         digest.update(name.encode() + b"\0")
         digest.update((dep.patches_dir / name).read_bytes() + b"\0")

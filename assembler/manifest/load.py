@@ -3,10 +3,12 @@ file:line:column, the key and the fix; nothing downstream re-checks the manifest
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import stat
-import tomllib
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,9 @@ from assembler.manifest.values import (
 from assembler.series.seriesfile import parse_series
 
 MANIFEST_NAME = "deps.toml"
+STATE_DIR = ".assemble"  # the workspace's state directory, next to deps.toml (workspace.Workspace.state_dir)
+PARSED_NAME = "deps.toml.json"  # in STATE_DIR: the last parse of deps.toml with its text (_parse_text)
+PARSED_FORMAT = 1
 # Set to 1 by whoever runs assemble (never by the manifest, which may come from a pull request)
 # to allow a `patches` directory outside the workspace (absolute, '..', or a symlink out).
 PATCHES_OUTSIDE_ENV = "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE"
@@ -233,6 +238,11 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
     if not path.exists() and not path.is_symlink():
         raise ManifestError(f"{path}: no such manifest", hint="create deps.toml or pass --workspace DIR")
     text = read_utf8(path, "a manifest")
+    stored = _stored_parse(path, text)
+    if stored is not None:
+        return text, stored
+    import tomllib
+
     try:
         # Reading uses the stdlib parser (several times faster than tomlkit, which keeps
         # formatting we only need when editing: see manifest/edit.py).
@@ -247,7 +257,41 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
         ) from None
     except RecursionError:  # tomllib recurses per nested array or inline table
         raise ManifestError(f"{path}: TOML nested too deeply", hint="a deps.toml needs a few levels of nesting, not thousands") from None
+    _store_parse(path, text, data)
     return text, data
+
+
+def _stored_parse(path: Path, text: str) -> dict[str, Any] | None:
+    """The parse of deps.toml kept by the last run, when it was of exactly this text: every
+    command reads the manifest, and tomllib's import alone is ~7 ms of the 100 ms start-up
+    budget (benchmarks/startup.py), where reading back its JSON costs well under one. The text
+    is compared whole, so an edit is never missed, whatever the file's times say."""
+    try:
+        record = json.loads((path.parent / STATE_DIR / PARSED_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if (isinstance(record, dict) and record.get("format") == PARSED_FORMAT and record.get("python") == sys.version
+            and record.get("text") == text and isinstance(record.get("data"), dict)):
+        return record["data"]  # type: ignore[no-any-return]
+    return None
+
+
+def _store_parse(path: Path, text: str, data: dict[str, Any]) -> None:
+    """Keep ``data`` for _stored_parse, when JSON holds it exactly (TOML dates do not round-trip)
+    and the workspace can be written (best effort: a read-only one parses every time)."""
+    state = path.parent / STATE_DIR
+    if not state.is_dir():  # made by the first command that writes (checkout); not here
+        return
+    try:
+        encoded = json.dumps({"format": PARSED_FORMAT, "python": sys.version, "text": text, "data": data})
+        if json.loads(encoded)["data"] != data:
+            return
+    except (TypeError, ValueError):
+        return
+    from assembler.fsutil import atomic_write_if_changed
+
+    with contextlib.suppress(OSError):
+        atomic_write_if_changed(state / PARSED_NAME, encoded)
 
 
 def load_manifest(path: Path) -> Manifest:

@@ -16,12 +16,12 @@ is ignored and rewritten.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assembler import __version__
+from assembler.fsutil import sha256
 from assembler.git.mirrors import PULL_NAMESPACE
 from assembler.git.runner import refs_under
 from assembler.git.state import pinned_state, series_digest
@@ -48,7 +48,7 @@ def key(workspace: Workspace, dep: Dependency, upstream_mirror: Path, tip: str) 
         "series": series_digest(dep), "pull_refs": pulls,
         "checkout": None if state is None else {"head": state.head, "applied": sorted(state.applied.items())},
     }
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+    return sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
 def _path(workspace: Workspace, dep: Dependency) -> Path:
