@@ -16,6 +16,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from assembler.fsutil import STALE_TMP_RE, pid_alive
+
 if TYPE_CHECKING:
     from filelock import FileLock
 
@@ -150,9 +152,18 @@ def cache_entries(root: Path | None = None) -> list[Entry]:
     root = root or cache_root()
     seen: set[tuple[int, int]] = set()
     return [
-        Entry(kind, name, path, _size(path, seen), _last_used(kind, path), leftover=path.name.startswith(_LEFTOVER_PREFIXES))
+        Entry(kind, name, path, _size(path, seen), _last_used(kind, path),
+              leftover=path.name.startswith(_LEFTOVER_PREFIXES) or _writer_pid(kind, path) is not None)
         for kind, name, path in _candidates(root)
     ]
+
+
+def _writer_pid(kind: str, path: Path) -> int | None:
+    """For a single-file kind, the process writing ``path`` when it is an atomic write's
+    temporary (``.NAME.PID-RANDOM.tmp``, fsutil.atomic_write): left behind if that process was
+    killed, in use while it lives."""
+    match = STALE_TMP_RE.match(path.name) if kind in _FILE_KINDS else None
+    return int(match["pid"]) if match is not None else None
 
 
 def _lock_of(entry: Entry) -> Path:
@@ -195,6 +206,15 @@ def prune(
     cutoff = None if older_than_days is None else time.time() - older_than_days * 86400
     result = PruneResult()
     for entry in cache_entries(root):
+        writer = _writer_pid(entry.kind, entry.path)
+        if writer is not None:  # a temporary file: its writer's, while that process lives
+            if writer != os.getpid() and pid_alive(writer):
+                result.in_use.append(entry)
+                continue
+            if not dry_run:
+                entry.path.unlink(missing_ok=True)
+            result.removed.append(entry)
+            continue
         if entry.path.resolve() in kept_paths and not entry.leftover:
             result.kept.append(entry)
             continue

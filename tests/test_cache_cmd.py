@@ -159,3 +159,30 @@ def test_compiler_cache_and_symbol_tables_are_entries_and_a_held_store_is_kept(c
     assert "sccache" in names(pruned["in_use"]) and (store / "a" / "object").is_file()
     assert "2.13.0-abc.json.gz" in names(pruned["removed"]) and not (tables / "2.13.0-abc.json.gz").exists()
     assert not [p for p in tables.iterdir() if not p.name.endswith(".lock")]  # nothing left aside
+
+
+def test_a_killed_write_of_a_symbol_table_is_a_leftover(cache: Path) -> None:
+    """An atomic write killed midway leaves `.NAME.PID-RANDOM.tmp` among the symbol tables: `cache
+    info` marks it a leftover, `prune` removes it once its writer is gone and keeps it while the
+    writer lives."""
+    tables = cache / "torch-exports"
+    tables.mkdir()
+    (tables / "2.13.0-abc.json.gz").write_bytes(b"t" * 700)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    killed = tables / f".2.14.1-def.json.gz.{dead.stdout.strip()}-k3x9q.tmp"
+    killed.write_bytes(b"partial")
+    writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        writing = tables / f".2.11.0-ghi.json.gz.{writer.pid}-a1b2c3.tmp"
+        writing.write_bytes(b"being written")
+        entries = {entry["name"]: entry for entry in cache_cli(cache, "info")["entries"]
+                   if entry["kind"] == "symbol-tables"}
+        assert entries[killed.name]["leftover"] and entries[writing.name]["leftover"]
+        assert not entries["2.13.0-abc.json.gz"]["leftover"]
+        pruned = cache_cli(cache, "prune", "--older-than", "30")
+        assert killed.name in names(pruned["removed"]) and not killed.exists()
+        assert writing.name in names(pruned["in_use"]) and writing.exists()
+        assert (tables / "2.13.0-abc.json.gz").exists()  # used recently
+    finally:
+        writer.kill()
+        writer.wait()

@@ -234,13 +234,14 @@ def read_utf8(path: Path, what: str) -> str:
         raise ManifestError(f"{path}:{line}:{col}: not UTF-8 text ({exc.reason})", hint=f"save {path.name} as UTF-8") from None
 
 
-def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
+def _parse_text(path: Path) -> tuple[str, dict[str, Any], bool]:
+    """(the text, its parse, whether the parse is the stored one)."""
     if not path.exists() and not path.is_symlink():
         raise ManifestError(f"{path}: no such manifest", hint="create deps.toml or pass --workspace DIR")
     text = read_utf8(path, "a manifest")
     stored = _stored_parse(path, text)
     if stored is not None:
-        return text, stored
+        return text, stored, True
     import tomllib
 
     try:
@@ -257,8 +258,7 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
         ) from None
     except RecursionError:  # tomllib recurses per nested array or inline table
         raise ManifestError(f"{path}: TOML nested too deeply", hint="a deps.toml needs a few levels of nesting, not thousands") from None
-    _store_parse(path, text, data)
-    return text, data
+    return text, data, False
 
 
 def _stored_parse(path: Path, text: str) -> dict[str, Any] | None:
@@ -277,26 +277,25 @@ def _stored_parse(path: Path, text: str) -> dict[str, Any] | None:
 
 
 def _store_parse(path: Path, text: str, data: dict[str, Any]) -> None:
-    """Keep ``data`` for _stored_parse, when JSON holds it exactly (TOML dates do not round-trip)
-    and the workspace can be written (best effort: a read-only one parses every time)."""
+    """Keep ``data`` for _stored_parse, once it proved a valid manifest (a command that fails
+    writes nothing), when JSON holds it exactly (TOML dates do not round-trip) and the
+    workspace can be written (best effort: a read-only one parses every time)."""
     state = path.parent / STATE_DIR
-    if not state.is_dir():  # made by the first command that writes (checkout); not here
-        return
     try:
         encoded = json.dumps({"format": PARSED_FORMAT, "python": sys.version, "text": text, "data": data})
         if json.loads(encoded)["data"] != data:
             return
     except (TypeError, ValueError):
         return
-    from assembler.fsutil import atomic_write_if_changed
+    from assembler.fsutil import atomic_write_if_changed, ignored_dir
 
     with contextlib.suppress(OSError):
-        atomic_write_if_changed(state / PARSED_NAME, encoded)
+        atomic_write_if_changed(ignored_dir(state) / PARSED_NAME, encoded)
 
 
 def load_manifest(path: Path) -> Manifest:
     """Read, validate and type ``path``; raises ManifestError on the first problem found."""
-    text, data = _parse_text(path)
+    text, data, stored = _parse_text(path)
     v = _Validator(path, text)
     top = v.table(data, (), TOP_KEYS)
     bundle = _bundle(v, top.get("bundle"))
@@ -306,7 +305,10 @@ def load_manifest(path: Path) -> Manifest:
     deps: dict[str, Dependency] = {}
     for name, raw in deps_table.items():
         deps[name] = _dependency(v, path.parent, name, raw, bundle)
-    return Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps, cache=_cache(v, top.get("cache", {})))
+    manifest = Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps, cache=_cache(v, top.get("cache", {})))
+    if not stored:
+        _store_parse(path, text, data)
+    return manifest
 
 
 def _torch_target(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], default: str | None) -> str:
