@@ -1,6 +1,6 @@
 """A dependency's patch classification, kept for reuse while what it was computed from is unchanged.
 
-Classifying a dependency's patches (status.classify and the pin's base) takes ~15 git processes:
+Classifying a dependency's patches (classify.classify_dependency: the pin's base and every patch) takes ~15 git processes:
 merge-base, a cherry-mark walk, a trial replay per patch. Everything it reads is named by
 content: the pin, the tracked branch's tip, the series' bytes, the upstream mirror's
 pull-request refs and, when the checkout holds the series as commits, those commits. The
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from assembler.upstreaming.verdicts import Base, PatchVerdict
     from assembler.workspace import Workspace
 
-FORMAT = 1  # of the record; a record of another format is recomputed
+FORMAT = 1  # of the record; bump it when classify.py decides differently: older records are then recomputed
 DIRECTORY = "patches"  # under the workspace's .assemble/
 
 
