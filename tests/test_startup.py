@@ -180,3 +180,28 @@ def test_the_stored_parse_of_deps_toml_never_hides_an_edit(tmp_path: Path) -> No
     record.write_text(json.dumps(forged))  # the same text: the record is used, and validated like any parse
     with pytest.raises(ManifestError):
         load_manifest(manifest)
+
+
+def test_deps_inspects_checkouts_side_by_side_and_reports_the_first_failure(tmp_path: Path) -> None:
+    """`assemble deps` runs each checkout's `git status` in parallel (git.condition.inspect_all);
+    the rows keep manifest order, and when two checkouts are damaged the error names the first."""
+    from tests.conftest import run_assemble
+
+    workspace = tmp_path / "example"
+    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
+    make_upstreams(workspace / "upstreams")
+    env = {"ASSEMBLE_CACHE": str(tmp_path / "cache")}
+    assert run_assemble("-C", str(workspace), "checkout", env=env).returncode == 0
+    listed = run_assemble("-C", str(workspace), "deps", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["deps"]
+    names = [row["name"] for row in rows]
+    assert len(names) >= 3 and all(row["checkout"] == "ready" for row in rows)
+    (workspace / "forks" / names[-1] / "tracked.txt").write_text("an edit\n")
+    edited = json.loads(run_assemble("-C", str(workspace), "deps", "--json", env=env).stdout)["deps"]
+    assert [(row["name"], row["checkout"]) for row in edited] == [*[(name, "ready") for name in names[:-1]], (names[-1], "dirty")]
+    for name in names[1:]:
+        (workspace / "forks" / name / ".git" / "index").write_bytes(b"not an index")
+    failed = run_assemble("-C", str(workspace), "deps", env=env)
+    assert failed.returncode == 2, failed.stderr
+    assert str(workspace / "forks" / names[1]) in failed.stderr and f"forks/{names[2]}" not in failed.stderr

@@ -16,12 +16,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from assembler.cli.common import open_workspace
-    from assembler.git.condition import inspect
+    from assembler.git.condition import inspect_all
     from assembler.report import output
 
     workspace = open_workspace(args)
     rows: list[dict[str, str | int]] = []
-    for dep in workspace.manifest.select(args.names):
+    deps = workspace.manifest.select(args.names)
+    for dep, condition in zip(deps, inspect_all(workspace, deps), strict=True):
         rows.append({
             "name": dep.name,
             "kind": dep.kind,
@@ -31,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
             "track": dep.track,
             "torch_target": dep.torch_target,
             "patches": len(dep.series),
-            "checkout": inspect(workspace, dep),
+            "checkout": condition,
         })
     if args.json:
         output.emit_json({"workspace": str(workspace.root), "deps": rows})

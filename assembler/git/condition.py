@@ -14,6 +14,35 @@ if TYPE_CHECKING:
     from assembler.workspace import Workspace
 
 
+def inspect_all(workspace: Workspace, deps: list[Dependency]) -> list[CheckoutCondition]:
+    """``inspect`` of each of ``deps``, in order, their git processes running side by side: a
+    `git status` walks the checkout (and its submodules), so on a workspace of real kernels,
+    each with a CUTLASS submodule, one after another is most of `assemble deps`. The first
+    error, in manifest order, is raised."""
+    import threading  # loaded with subprocess already: no start-up cost
+
+    found: list[CheckoutCondition | None] = [None] * len(deps)
+    failed: list[BaseException | None] = [None] * len(deps)
+
+    def one(index: int) -> None:
+        try:
+            found[index] = inspect(workspace, deps[index])
+        except BaseException as error:  # re-raised below, in the caller's thread
+            failed[index] = error
+
+    workers = [threading.Thread(target=one, args=(index,), daemon=True) for index in range(1, len(deps))]
+    for worker in workers:
+        worker.start()
+    if deps:
+        one(0)
+    for worker in workers:
+        worker.join()
+    for error in failed:
+        if error is not None:
+            raise error
+    return [condition for condition in found if condition is not None]
+
+
 def inspect(workspace: Workspace, dep: Dependency) -> CheckoutCondition:
     """The checkout's condition (see CheckoutCondition)."""
     from assembler.errors import InputError
