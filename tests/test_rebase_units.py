@@ -165,6 +165,25 @@ def test_a_damaged_journal_is_an_input_error(git_workspace: GitWorkspace) -> Non
         jr.load(workspace, "kern")
 
 
+@pytest.mark.parametrize(("field", "value"), [("onto", "--output=/tmp/pwned"), ("result_head", "HEAD"), ("picks", "c" * 39)])
+def test_a_journal_whose_commit_is_not_a_sha_is_an_input_error(git_workspace: GitWorkspace, field: str, value: str) -> None:
+    """Journal values reach git as arguments (range-diff, cherry-picks): one that is not a full
+    SHA, such as an option, makes the journal unreadable (exit 2 naming it), never an argument."""
+    ws = git_workspace
+    workspace = _begun(ws, _journal())
+    path = workspace.rebase_journal("kern")
+    data = json.loads(path.read_text())
+    if field == "picks":
+        data["picks"][0]["commit"] = value
+    else:
+        data[field] = value
+    path.write_text(json.dumps(data))
+    with pytest.raises(InputError, match="where a commit SHA belongs"):
+        jr.load(workspace, "kern")
+    result = ws.assemble("rebase", "--continue", "kern")
+    assert result.returncode == 2 and str(path) in " ".join(result.stderr.split()), result.stderr
+
+
 # -- the checkout state file ---------------------------------------------------------------
 
 def _state_path(ws: GitWorkspace) -> Path:
@@ -190,3 +209,20 @@ def test_checkout_state_carries_a_version_and_refuses_a_newer_one(git_workspace:
     result = ws.assemble("deps")
     assert result.returncode == 2, result.stderr
     assert str(_state_path(ws)) in " ".join(result.stderr.split()) and "newer assembler; upgrade" in result.stderr
+
+
+@pytest.mark.parametrize(("field", "value"), [("base", "--upload-pack=touch /tmp/pwned"), ("head", "main"), ("applied", {"-p": "0001.patch"})])
+def test_a_checkout_state_whose_commit_is_not_a_sha_is_an_input_error(git_workspace: GitWorkspace, field: str, value: object) -> None:
+    """The state file's commits reach git (export's rev-parse, rebase): a value that is not a
+    full SHA makes the state unreadable, exit 2 naming the file, with the way out."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    data = json.loads(_state_path(ws).read_text())
+    data[field] = value
+    _state_path(ws).write_text(json.dumps(data))
+    with pytest.raises(InputError, match="where a commit SHA belongs"):
+        CheckoutState.load(ws.fork)
+    for command in (["deps"], ["export", "kern"]):
+        result = ws.assemble(*command)
+        assert result.returncode == 2, (command, result.stderr)
+        assert str(_state_path(ws)) in " ".join(result.stderr.split()) and "Traceback" not in result.stderr

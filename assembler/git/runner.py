@@ -64,6 +64,12 @@ def operation_in(git_dir: Path) -> str | None:
     return None
 
 
+def is_full_sha(value: object) -> bool:
+    """A full commit SHA (SHA-1 or SHA-256, lower-case hex): what a state file or a journal may
+    hold where git is given a commit, so that it can never be read as an option."""
+    return isinstance(value, str) and len(value) in (40, 64) and all(c in "0123456789abcdef" for c in value)
+
+
 def read_ref(git_dir: Path, name: str) -> str | None:
     """The object a ref names, read from its file or packed-refs (no git process, no GitPython),
     following symbolic refs; None when there is no such ref (or the name is not a plain ref)."""
@@ -77,7 +83,7 @@ def read_ref(git_dir: Path, name: str) -> str | None:
         if text is None:
             return None
         if not text.startswith("ref: "):
-            return text if len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text) else None
+            return text if is_full_sha(text) else None
         name = text.removeprefix("ref: ").strip()
     return None
 

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from assembler.errors import InputError, NewerStateError
 from assembler.fsutil import atomic_write, sha256
+from assembler.git.runner import is_full_sha
 from assembler.manifest import Dependency
 
 STATE_FILE = "assemble-state.json"
@@ -89,6 +90,10 @@ class CheckoutState:
             data = json.loads(state_path.read_text())
             if isinstance(data.get("version"), int) and data["version"] > STATE_VERSION:
                 raise NewerStateError(state_path, f"the checkout state (format {data['version']}; this assembler reads {STATE_VERSION})")
+            shas = [data.get("base"), *([data["head"]] if data.get("head") is not None else []), *data.get("applied", {})]
+            bad = [sha for sha in shas if not is_full_sha(sha)]
+            if bad:
+                raise ValueError(f"{bad[0]!r} where a commit SHA belongs")  # it would reach git as an argument
             return cls(**{**data, "status": CheckoutStatus(data.get("status", CheckoutStatus.APPLYING))})
         except (ValueError, TypeError, AttributeError) as exc:
             raise InputError(

@@ -30,6 +30,7 @@ from typing import Any
 
 from assembler.errors import InputError, NewerStateError
 from assembler.fsutil import atomic_write, replace_dir
+from assembler.git.runner import is_full_sha
 from assembler.workspace import JOURNAL_NAME, Workspace
 
 BACKUP = "backup.tar"
@@ -59,7 +60,7 @@ class Pick:
 class Dropped:
     name: str
     subject: str
-    how: str  # an upstreaming.status.Evidence: applied-upstream | patch-id | applies-empty | ...
+    how: str  # an upstreaming.verdicts.Evidence: applied-upstream | patch-id | applies-empty | ...
     pick: str  # the commit that was not replayed
     commit: str | None = None  # upstream commit that carries it
     commit_subject: str | None = None
@@ -116,6 +117,15 @@ class Journal:
         """The journal from its JSON; KeyError, TypeError or ValueError when it does not fit
         (the caller says which file); a newer format is the caller's to refuse first."""
         data = dict(data)
+        shas = [data.get(key) for key in ("old_head", "old_base", "replay_base", "onto", "tip")]
+        shas += [data["result_head"]] if data.get("result_head") is not None else []
+        shas += [p.get("commit") for key in ("planned", "picks", "skipped") for p in data.get(key, [])]
+        shas += [d.get("pick") for d in data.get("dropped", [])]
+        stopped = data.get("stopped")
+        shas += [stopped.get("commit"), stopped.get("head")] if stopped is not None else []
+        bad = [sha for sha in shas if not is_full_sha(sha)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} where a commit SHA belongs")  # it would reach git as an argument
         data["phase"] = Phase(data["phase"])
         data["planned"] = [Pick(**p) for p in data["planned"]]
         data["picks"] = [Pick(**p) for p in data["picks"]]
