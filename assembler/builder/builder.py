@@ -31,6 +31,7 @@ from assembler.git.state import CheckoutState
 from assembler.manifest import Bundle, Dependency
 from assembler.toolchain import sccache
 from assembler.toolchain.cuda import CudaToolkit
+from assembler.toolchain.cxx import INSTALL_HINT, cxx_name
 from assembler.toolchain.sccache import CompilerCache
 from assembler.toolchain.torchenv import BuildEnv
 from assembler.wheel.artifact import ARTIFACT_JSON, FILES_DIR, Artifact, stored_artifact
@@ -59,11 +60,11 @@ class Toolchain:
 
 
 def host_compiler_version(environ: dict[str, str]) -> str:
-    compiler = environ.get("CXX", "c++")
+    compiler = cxx_name(environ)
     try:
         out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
-        raise ToolchainError(f"no working C++ compiler ({compiler})", hint="install g++ or set CXX") from None
+        raise ToolchainError(f"no working C++ compiler ({compiler})", hint=INSTALL_HINT) from None
     return out.splitlines()[0].strip()
 
 

@@ -40,13 +40,6 @@ def torch_extension_std(torch_dir: Path) -> str:
     return match.group(1) if match else DEFAULT_STD
 
 
-def host_compiler() -> str:
-    compiler = os.environ.get("CXX", "c++")
-    if shutil.which(compiler) is None:
-        raise ToolchainError(f"no C++ compiler ({compiler})", hint="install g++ or set CXX")
-    return compiler
-
-
 @functools.cache
 def python_include_dir(python: Path) -> Path:
     """The CPython headers the build's interpreter compiles against (sysconfig's ``include``)."""

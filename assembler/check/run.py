@@ -35,6 +35,7 @@ from assembler.git.state import CheckoutState
 from assembler.manifest import Dependency
 from assembler.system import available_cpus
 from assembler.toolchain.cuda import CudaToolkit
+from assembler.toolchain.cxx import host_compiler
 from assembler.toolchain.torchenv import BuildEnv
 from assembler.workspace import Workspace
 
@@ -158,7 +159,7 @@ class _Toolchain:
         self.options = options
         self.note = note
         self.env: BuildEnv = ensure_build_env(torch, progress=note)
-        self.cxx = compilers.host_compiler()
+        self.cxx = host_compiler()
         self.cxx_version = host_compiler_version(dict(os.environ))
         self.python_include = compilers.python_include_dir(self.env.python)
         self._cuda: CudaToolkit | ToolchainError | None = None

@@ -44,6 +44,7 @@ from assembler.builder.backends.skbuild import configure_digest, one_wheel, unpa
 from assembler.builder.cache import digest_texts
 from assembler.builder.recipe import uses_cuda
 from assembler.manifest import Dependency
+from assembler.toolchain.cxx import cxx_name
 from assembler.toolchain.sccache import setuptools_environment, unshimmed
 from assembler.toolchain.venv import installed_versions
 
@@ -185,7 +186,7 @@ def cuda_stand_ins(build_base: Path, torch_dir: Path) -> Path | None:
         return None
     directory = build_base / "assemble-soname"
     directory.mkdir(parents=True, exist_ok=True)
-    compiler = shutil.which(os.environ.get("CXX", "c++")) or "c++"
+    compiler = shutil.which(cxx_name()) or "c++"
     for name in missing:
         library = directory / f"lib{name}.so"
         if not library.is_file():
