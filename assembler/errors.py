@@ -33,6 +33,10 @@ class AssembleError(Exception):
         self.message = message
         self.hint = hint
 
+    def to_json(self) -> dict[str, str | int | None]:
+        """The ``error`` object of every JSON document: message, hint, exit code."""
+        return {"message": self.message, "hint": self.hint, "exit_code": int(self.exit_code)}
+
 
 class ManifestError(AssembleError):
     exit_code = ExitCode.BAD_INPUT

@@ -115,9 +115,7 @@ class BuildReport:
         {"message", "hint", "exit_code"} (null on success)."""
         data = asdict(replace(self, verified=None, error=None))
         data["verify"] = self.verified.to_json() if self.verified is not None else None
-        data["error"] = None if self.error is None else {
-            "message": self.error.message, "hint": self.error.hint, "exit_code": int(self.error.exit_code),
-        }
+        data["error"] = None if self.error is None else self.error.to_json()
         summary: dict[str, Any] = json.loads(json.dumps(data, default=str))
         return summary
 

@@ -43,8 +43,7 @@ class DepPlan:
             "backend": self.backend, "checkout": str(self.checkout) if self.checkout else None,
             "torch_target": self.torch_target, "archs": self.archs, "defines": self.defines,
             "units": self.units, "jobs": self.jobs, "arch_compilations": self.arch_compilations, "note": self.note,
-            "error": None if self.error is None else {
-                "message": self.error.message, "hint": self.error.hint, "exit_code": int(self.error.exit_code)},
+            "error": None if self.error is None else self.error.to_json(),
         }
 
 

@@ -90,9 +90,7 @@ class DepCheck:
             "verdict": None if self.verdict is None else self.verdict.value, "clean": self.clean, "total": self.total, "summary": self.summary,
             "cached": self.cached, "seconds": round(self.seconds, 3), "key": self.key, "obtained": self.obtained,
             "units": [unit.to_json() for unit in self.units],
-            "error": None if self.error is None else {
-                "message": self.error.message, "hint": self.error.hint, "exit_code": int(self.error.exit_code),
-            },
+            "error": None if self.error is None else self.error.to_json(),
         }
 
 

@@ -280,7 +280,7 @@ def _finish(session: Any, as_json: bool, code: int, error: AssembleError | None)
     if session.command == "plan" and session.emitted and error is None:
         output.write_json(session.document)  # a strategy.matrix document: GitHub reads every key as a matrix axis
         return
-    detail = None if error is None else {"message": error.message, "hint": error.hint, "exit_code": code}
+    detail = None if error is None else {**error.to_json(), "exit_code": code}
     output.write_json(output.envelope(session.command, session.document, code, detail))
 
 

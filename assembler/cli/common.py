@@ -94,5 +94,4 @@ def print_failures(failures: Mapping[str, AssembleError]) -> None:
 
 def failures_json(failures: Mapping[str, AssembleError]) -> list[dict[str, str | int | None]]:
     """The ``failures`` list of a keep-going command's JSON document."""
-    return [{"name": name, "message": error.message, "hint": error.hint, "exit_code": int(error.exit_code)}
-            for name, error in failures.items()]
+    return [{"name": name, **error.to_json()} for name, error in failures.items()]
