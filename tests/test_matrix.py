@@ -67,3 +67,10 @@ def test_plan_matrix_of_the_example(tmp_path: Path, toolchains: Path) -> None:
     assert text.returncode == 0 and "scalekit" in text.stdout and "est. compile s" in text.stdout
     missing = assemble("plan", "--cuda", "13.2")
     assert missing.returncode == 2 and "--matrix" in missing.stderr
+    # a shared store that cannot be asked is "unknown", said on stderr, not silently "not there"
+    env.update(ASSEMBLE_ARTIFACT_STORE="s3://artifacts/x", AWS_ENDPOINT_URL="http://127.0.0.1:9")  # nothing listens there
+    unreachable = assemble("plan", "--matrix", "--json", "--cuda", "13.2")
+    assert unreachable.returncode == 0, unreachable.stderr[-2000:]
+    assert all(entry["in_store"] is None for entry in json.loads(unreachable.stdout)["include"])
+    assert "the shared artifact store could not be asked" in unreachable.stderr
+    assert "unknown" in assemble("plan", "--matrix", "--cuda", "13.2").stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from assembler.store import SharedStore, open_store
+from assembler.store import SharedStore, StoreUnavailable, open_store
 from assembler.store.files import FileBackend
 from tests.build_support import ci_runner
 
@@ -125,6 +125,8 @@ def test_unreachable_store_is_a_note_not_a_failure(tmp_path: Path) -> None:
     assert store is not None
     found, note = store.fetch("vecadd", KEY, tmp_path / "got")
     assert not found and note.startswith("shared store unavailable")
+    with pytest.raises(StoreUnavailable):  # "could not look", not "not there"
+        store.has("vecadd", KEY)
     assert store.upload(_artifact(tmp_path / "local"), "vecadd", KEY).startswith("upload to the shared store failed")
 
 

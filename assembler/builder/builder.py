@@ -192,12 +192,23 @@ def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
                 _warn(shared)
             return None
         stored = ctx.store.publish(staging, request.dep.name, request.key)
-    elif stored is not None and ctx.shared is not None and not ctx.shared.has(request.dep.name, request.key):
+    elif stored is not None and ctx.shared is not None and not _shared_has(ctx.shared, request.dep.name, request.key):
         shared = ctx.shared.upload(stored, request.dep.name, request.key)  # built here before the store was set up
     if stored is None:
         return None
     materialize(stored, target)
     return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=stored_artifact(target), shared=shared)
+
+
+def _shared_has(shared: SharedStore, dep: str, key: str) -> bool:
+    """Whether the shared store holds the artifact; unreachable counts as not (the upload that
+    follows then says what failed)."""
+    from assembler.store import StoreUnavailable
+
+    try:
+        return shared.has(dep, key)
+    except StoreUnavailable:
+        return False
 
 
 def _warn(note: str) -> None:

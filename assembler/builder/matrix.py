@@ -26,7 +26,7 @@ from assembler.builder.builder import BuildContext
 from assembler.builder.cache import ArtifactStore
 from assembler.builder.planner import DepPlan, plan_build
 from assembler.git.state import series_digest
-from assembler.store import SharedStore, open_store
+from assembler.store import SharedStore, StoreUnavailable, open_store
 from assembler.workspace import Workspace
 
 # Compile seconds on one core, measured on the example by benchmarks/release_sim.py (docs/ci.md):
@@ -44,7 +44,7 @@ class MatrixEntry:
     cxx_units: int
     cuda_units: int
     cached: bool  # the local store has the key
-    in_store: bool  # the shared store ([cache] artifacts) has it
+    in_store: bool | None  # the shared store ([cache] artifacts) has it; None: it could not be asked
     units_known: bool = True
 
     @property
@@ -67,7 +67,7 @@ class MatrixEntry:
         }
 
 
-def entry_for(plan: DepPlan, key: str, cached: bool, in_store: bool) -> MatrixEntry:
+def entry_for(plan: DepPlan, key: str, cached: bool, in_store: bool | None) -> MatrixEntry:
     units = plan.units
     if units is None:
         return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), UNKNOWN_UNITS, 0, cached, in_store, units_known=False)
@@ -97,7 +97,14 @@ def plan_matrix(workspace: Workspace, cuda: str, torch: str | None = None, only:
         assert item.checkout is not None
         request = builder.prepare(ctx, dep, Path(item.checkout), series_digest(dep))
         cached = ctx.store.lookup(dep.name, request.key) is not None
-        entries.append(entry_for(item, request.key, cached, shared is not None and shared.has(dep.name, request.key)))
+        in_store: bool | None = False
+        if shared is not None:
+            try:
+                in_store = shared.has(dep.name, request.key)
+            except StoreUnavailable as unreachable:
+                note(f"{dep.name}: the shared artifact store could not be asked ({unreachable}); planned as not in it")
+                in_store = None
+        entries.append(entry_for(item, request.key, cached, in_store))
     return sorted(entries, key=lambda entry: (-entry.cost, entry.dep))
 
 

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     table = Table()
     add_columns(table, "dependency", "key", "archs", "units", "in store", "est. compile s")
     for entry in entries:
-        where = "local" if entry.cached else "shared" if entry.in_store else "-"
+        where = "local" if entry.cached else "shared" if entry.in_store else "unknown" if entry.in_store is None else "-"
         units = f"{entry.cxx_units} c++ + {entry.cuda_units} cuda" if entry.units_known else "unknown"
         table.add_row(entry.dep, entry.key[:12], " ".join(entry.archs) or "-", units, where, f"{entry.cost:.0f}")
     console.print(table)

@@ -74,10 +74,9 @@ class SharedStore:
         return f"keys/{dep}/{key}.json"
 
     def has(self, dep: str, key: str) -> bool:
-        try:
-            return self.backend.exists(self.key_object(dep, key))
-        except StoreUnavailable:
-            return False
+        """Whether the store holds the artifact; StoreUnavailable when it cannot be asked (the
+        caller says so: "not there" and "could not look" are different answers)."""
+        return self.backend.exists(self.key_object(dep, key))
 
     def fetch(self, dep: str, key: str, staging: Path) -> tuple[bool, str]:
         """Download the artifact of ``key`` into ``staging`` (a new directory): (whether it is
