@@ -29,6 +29,7 @@ from assembler.builder.units import compile_commands_path
 from assembler.errors import InputError, ToolchainError
 from assembler.git.state import CheckoutState
 from assembler.manifest import Bundle, Dependency
+from assembler.manifest.model import CUDA
 from assembler.toolchain import sccache
 from assembler.toolchain.cuda import CudaToolkit
 from assembler.toolchain.cxx import INSTALL_HINT, cxx_name
@@ -167,7 +168,7 @@ def dep_archs(dep: Dependency, bundle_archs: tuple[str, ...], uses_cuda: bool) -
     """The GPU architectures ``dep`` compiles for: its own cuda-archs, else the bundle's; none
     when nvcc takes no part. A recipe that surely compiles CUDA must have some."""
     archs = (dep.build.cuda_archs if dep.build.cuda_archs is not None else bundle_archs) if uses_cuda else ()
-    surely_cuda = any(ext.language == "cuda" for ext in dep.build.extensions) or any(s.endswith(".cu") for s in dep.build.sources)
+    surely_cuda = any(ext.language == CUDA for ext in dep.build.extensions) or any(s.endswith(".cu") for s in dep.build.sources)
     if not archs and surely_cuda:  # own CMake may set them itself
         raise InputError(
             f"deps.toml: [deps.{dep.name}.build] compiles CUDA but cuda-archs is set neither there nor in [bundle]",

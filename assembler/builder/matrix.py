@@ -26,12 +26,13 @@ from assembler.builder.builder import BuildContext
 from assembler.builder.cache import ArtifactStore
 from assembler.builder.planner import DepPlan, plan_build
 from assembler.git.state import series_digest
+from assembler.manifest.model import CUDA, CXX
 from assembler.store import SharedStore, StoreUnavailable, open_store
 from assembler.workspace import Workspace
 
 # Compile seconds on one core, measured on the example by benchmarks/release_sim.py (docs/ci.md):
 # a C++ unit including the Stable ABI headers; a CUDA unit, plus each architecture it compiles for.
-UNIT_SECONDS = {"cxx": 2.8, "cuda": 7.9, "cuda_arch": 4.1}
+UNIT_SECONDS = {CXX: 2.8, CUDA: 7.9, "cuda_arch": 4.1}
 UNKNOWN_UNITS = 4  # a recipe whose units are not known before its first build
 
 
@@ -54,8 +55,8 @@ class MatrixEntry:
 
     @property
     def compile_seconds(self) -> float:
-        return self.cxx_units * UNIT_SECONDS["cxx"] + self.cuda_units * (
-            UNIT_SECONDS["cuda"] + max(1, len(self.archs)) * UNIT_SECONDS["cuda_arch"])
+        return self.cxx_units * UNIT_SECONDS[CXX] + self.cuda_units * (
+            UNIT_SECONDS[CUDA] + max(1, len(self.archs)) * UNIT_SECONDS["cuda_arch"])
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -71,7 +72,7 @@ def entry_for(plan: DepPlan, key: str, cached: bool, in_store: bool | None) -> M
     units = plan.units
     if units is None:
         return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), UNKNOWN_UNITS, 0, cached, in_store, units_known=False)
-    cuda = sum(1 for unit in units if unit["language"] == "cuda")
+    cuda = sum(1 for unit in units if unit["language"] == CUDA)
     stubs = plan.jobs - len(units)  # the helper's generated PyInit stubs are C++ units too
     return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), len(units) - cuda + stubs, cuda, cached, in_store)
 

@@ -19,6 +19,8 @@ from assembler.builder import backends, recipe
 from assembler.builder.builder import dep_archs
 from assembler.errors import AssembleError, InputError
 from assembler.manifest import Dependency
+from assembler.manifest.model import CUDA
+from assembler.toolchain.cxx import cxx_name
 from assembler.workspace import Workspace
 
 PLAN_SCHEMA = 1
@@ -110,10 +112,10 @@ def plan_dep(workspace: Workspace, dep: Dependency, checkout: Path) -> DepPlan:
         return plan
     plan.units = []
     for unit in found:
-        archs = plan.archs if unit.language == "cuda" else []
+        archs = plan.archs if unit.language == CUDA else []
         item = unit.as_dict()
         item["archs"] = archs
-        item["compiler"] = "nvcc" if unit.language == "cuda" else "c++"
+        item["compiler"] = "nvcc" if unit.language == CUDA else cxx_name()
         plan.units.append(item)
         plan.arch_compilations += max(1, len(archs))
     stubs = len(dep.build.extensions) if dep.build.backend == "helper" else 0

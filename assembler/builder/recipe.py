@@ -14,6 +14,7 @@ from pathlib import Path
 
 from assembler.fsutil import atomic_write_if_changed
 from assembler.manifest import Dependency, Extension
+from assembler.manifest.model import CUDA
 
 CMAKE_HELPER_DIR = Path(__file__).resolve().parent.parent / "cmake"
 MINIMUM_CMAKE = "3.26"
@@ -37,7 +38,7 @@ def uses_cuda(dep: Dependency) -> bool:
     recipe = dep.build
     if recipe.backend == "setuptools":
         return recipe.cuda_archs is not None or any(source.endswith(".cu") for source in recipe.sources)
-    return recipe.cmake_dir is not None or any(ext.language == "cuda" for ext in recipe.extensions)
+    return recipe.cmake_dir is not None or any(ext.language == CUDA for ext in recipe.extensions)
 
 
 def module_destination(dep: Dependency) -> str:
@@ -76,7 +77,7 @@ def _extension_call(ext: Extension, destination: str) -> str:
 def generate(dep: Dependency, python_abi: str) -> Project:
     """The project for ``dep``; sources, packages and data are paths inside its checkout."""
     recipe = dep.build
-    languages = "CXX CUDA" if any(ext.language == "cuda" for ext in recipe.extensions) else "CXX"
+    languages = "CXX CUDA" if any(ext.language == CUDA for ext in recipe.extensions) else "CXX"
     body = [
         f"cmake_minimum_required(VERSION {MINIMUM_CMAKE})",
         f"project(assembler_{dep.name.replace('-', '_').replace('.', '_')} LANGUAGES {languages})",

@@ -16,12 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from assembler.builder import builder
 from assembler.builder.builder import BuildContext, BuildRequest, Outcome
 from assembler.builder.units import GLOB_CHARS
+from assembler.manifest.model import CUDA, CXX
 
 GIB = 1 << 30
 # Memory budgeted per compiler process. The example's sources peak at 0.16 GiB (g++) and 0.43 GiB
 # (nvcc, sm_90a); template-heavy kernels (CUTLASS, CUB) take several GiB under nvcc, so CUDA
 # jobs are budgeted higher. --memory-gb caps the total.
-MEMORY_PER_JOB = {"cxx": 1 * GIB, "cuda": 2 * GIB}
+MEMORY_PER_JOB = {CXX: 1 * GIB, CUDA: 2 * GIB}
 
 
 def default_memory_budget() -> int:
@@ -93,7 +94,7 @@ def run_builds(
 
     def one(request: BuildRequest) -> Outcome:
         name = request.dep.name
-        per_job = MEMORY_PER_JOB["cuda" if request.cuda else "cxx"]
+        per_job = MEMORY_PER_JOB[CUDA if request.cuda else CXX]
         on_event(name, "queued", None, None)
         granted = pool.acquire(min(jobs, compile_units(request)), per_job)
         try:

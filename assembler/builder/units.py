@@ -26,9 +26,9 @@ from typing import Any
 from assembler.errors import InputError
 from assembler.manifest import Dependency
 from assembler.manifest.load import value_position
+from assembler.manifest.model import CUDA, CXX
 from assembler.workspace import Workspace
 
-CXX, CUDA = "cxx", "cuda"
 CUDA_SUFFIXES = frozenset({".cu"})  # what nvcc compiles; everything else goes to the C++ compiler
 COMPDB_DIR = "compdb"
 # Defines that are the dependency's, not the unit's: set from the manifest by build and check.

@@ -24,7 +24,7 @@ from assembler.audit.gate import Verdict, passes, worst_source
 from assembler.builder.backends import limited_api_version, torch_target_version
 from assembler.builder.cache import KeyParts, digest_texts
 from assembler.builder.diagnose import torch_include_roots
-from assembler.builder.units import CUDA, CXX, TranslationUnit, compile_commands_path, translation_units
+from assembler.builder.units import TranslationUnit, compile_commands_path, translation_units
 from assembler.check import compilers
 from assembler.check.compilers import Flags, NvccPasses, Pass
 from assembler.check.evidence import RECORD_SCHEMA, recipe_digest, record_path, units_summary
@@ -33,6 +33,7 @@ from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
 from assembler.fsutil import atomic_write, ignored_dir
 from assembler.git.state import CheckoutState
 from assembler.manifest import Dependency
+from assembler.manifest.model import CUDA, CXX
 from assembler.system import available_cpus
 from assembler.toolchain.cuda import CudaToolkit
 from assembler.toolchain.cxx import host_compiler

@@ -16,6 +16,8 @@ from assembler.errors import ManifestError
 from assembler.manifest.globs import glob_problem
 from assembler.manifest.model import (
     BACKENDS,
+    CXX,
+    LANGUAGES,
     BuildRecipe,
     Bundle,
     CacheConfig,
@@ -66,7 +68,6 @@ EXTENSION_KEYS = {"name", "sources", "language", "include-dirs", "defines", "lib
 VERIFY_KEYS = {"ops", "smoke", "requires-cuda"}
 TOP_KEYS = {"bundle", "mirrors", "deps", "cache"}
 CACHE_KEYS = {"compiler", "remote", "artifacts", "s3-endpoint"}
-LANGUAGES = {"cxx", "cuda"}
 ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 DEFINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$")
 
@@ -550,7 +551,7 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
         v.check(bool(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", ext_name)), (*ext_keys, "name"), f"{ext_name!r} is not a valid module name", "use a C identifier")
         sources = v.strings(ext, (*ext_keys, "sources"))
         v.check(bool(sources), (*ext_keys, "sources"), f"extension #{index + 1} has no sources", 'write sources = ["csrc/op.cpp"]')
-        language = v.string(ext, (*ext_keys, "language"), "cxx")
+        language = v.string(ext, (*ext_keys, "language"), CXX)
         assert language is not None
         v.check(language in LANGUAGES, (*ext_keys, "language"), f"{language!r} is not a known language", 'write language = "cxx" or "cuda"')
         extensions.append(Extension(

@@ -12,13 +12,16 @@ from typing import NamedTuple
 
 from assembler.errors import ManifestError
 
+CXX, CUDA = "cxx", "cuda"  # the languages of a translation unit or an extension (language = ... in deps.toml)
+LANGUAGES = (CXX, CUDA)
+
 
 class Extension(NamedTuple):
     """One compiled module in a dependency's build recipe."""
 
     name: str
     sources: tuple[str, ...]
-    language: str  # "cxx" or "cuda"
+    language: str  # CXX or CUDA
     include_dirs: tuple[str, ...] = ()
     defines: tuple[str, ...] = ()
     libraries: tuple[str, ...] = ()
