@@ -153,6 +153,24 @@ def test_a_setup_py_that_does_not_ask_for_abi3_is_refused(example_ws: Path, priv
     assert int(failure.value.exit_code) == 6
 
 
+def test_a_project_dir_without_a_project_is_reported_at_its_manifest_line(example_ws: Path, private_cache: Path) -> None:
+    """The setuptools backend's missing project is the same located error as any recipe path
+    (units.RecipePathError): deps.toml:LINE:COL, the key, what is wrong, and the fix."""
+    from assembler.builder.units import RecipePathError
+
+    manifest = example_ws / "deps.toml"
+    text = manifest.read_text()
+    assert 'project-dir = "."' in text
+    manifest.write_text(text.replace('project-dir = "."', 'project-dir = "csrc"', 1))
+    line = next(number for number, row in enumerate(manifest.read_text().splitlines(), 1) if 'project-dir = "csrc"' in row)
+    with pytest.raises(RecipePathError) as refused:
+        build_artifacts(open_workspace(example_ws), BuildOptions(cuda=HERMETIC_CUDA, only=("rowsum",), jobs=2))
+    message = refused.value.message
+    assert message.startswith(f"{manifest}:{line}:") and "deps.rowsum.build.project-dir:" in message
+    assert "csrc holds neither pyproject.toml nor setup.py" in message and int(refused.value.exit_code) == 2
+    assert refused.value.hint is not None and "relative to the checkout" in refused.value.hint
+
+
 def test_setuptools_backend_injects_our_settings_and_records_compile_commands(
     tmp_path: Path, private_cache: Path, build_env_path: Path,
 ) -> None:

@@ -143,10 +143,7 @@ def _git(checkout: Path, *args: str) -> str:
 def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: str) -> BuildRequest:
     """Everything about ``dep``'s build that goes into its key, computed without building."""
     head, dirty = source_identity(checkout)
-    try:
-        prepared = backends.for_dep(dep).prepare(ctx, dep, checkout)
-    except backends.RecipePathMissing as missing:
-        raise missing.located(ctx.state_dir.parent / "deps.toml") from None
+    prepared = backends.for_dep(dep).prepare(ctx, dep, checkout)
     archs = dep_archs(dep, ctx.bundle.cuda_archs, prepared.uses_cuda)
     parts = KeyParts(
         dep=dep.name,

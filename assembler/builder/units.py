@@ -173,13 +173,22 @@ def _include_dir(workspace: Workspace, root: Path, keys: tuple[str, ...], item: 
     return path
 
 
+class RecipePathError(InputError):
+    """A path a build recipe names that the checkout does not have as the recipe needs it
+    (missing, matching nothing, not a directory, leading out of the checkout), reported at its
+    line in deps.toml: the one error for every backend, `build --plan` and `check`."""
+
+    def __init__(self, manifest: Path, keys: tuple[str, ...], value: str, problem: str, index: int | None = None) -> None:
+        where = value_position(manifest, keys, value, index)
+        super().__init__(
+            f"{where}: {'.'.join(keys)}: {problem}",
+            hint="fix the path in deps.toml (relative to the checkout); if it lives in a submodule, list that "
+                 "submodule in the dependency's submodules",
+        )
+
+
 def _missing(workspace: Workspace, root: Path, keys: tuple[str, ...], value: str, index: int | None, problem: str) -> InputError:
-    where = value_position(workspace.manifest_path, keys, value, index)
-    return InputError(
-        f"{where}: {'.'.join(keys)}: {problem}",
-        hint="fix the path in deps.toml (relative to the checkout); if it lives in a submodule, list that "
-             "submodule in the dependency's submodules",
-    )
+    return RecipePathError(workspace.manifest_path, keys, value, problem, index)
 
 
 def _compdb_units(compdb: Path, dep: Dependency, root: Path) -> list[TranslationUnit]:

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from assembler.errors import InputError
 from assembler.manifest import Dependency
 
 if TYPE_CHECKING:
@@ -70,24 +69,6 @@ class Backend(Protocol):
         """Compile with ``jobs`` compiler processes, fill ``work.files`` and write ``work.compdb``;
         raises BuildFailure."""
         ...
-
-
-class RecipePathMissing(InputError):
-    """A path the recipe names is not in the checkout; ``keys``/``value``/``index`` locate the
-    recipe line (``located`` turns it into file:line:col)."""
-
-    def __init__(self, dep: str, keys: tuple[str, ...], value: str, checkout: Path, index: int | None = None,
-                 reason: str | None = None) -> None:
-        self.what = f"{'.'.join(keys)}: {value!r} {reason or 'matches nothing'} in {checkout}"
-        super().__init__(f"deps.toml: {self.what}",
-                         hint=f"fix the path in [deps.{dep}.build] (relative to the checkout), or check out the submodule that holds it")
-        self.keys, self.value, self.index = keys, value, index
-
-    def located(self, manifest: Path) -> InputError:
-        """The same error, naming the recipe line in ``manifest``."""
-        from assembler.manifest.load import value_position
-
-        return InputError(f"{value_position(manifest, self.keys, self.value, self.index)}: {self.what}", hint=self.hint)
 
 
 def get(name: str) -> Backend:

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING
 from assembler.builder.backends import (
     BuildFailure,
     Prepared,
-    RecipePathMissing,
     Work,
     scrubbed_environment,
     stable_defines,
@@ -43,7 +42,8 @@ from assembler.builder.backends import (
 from assembler.builder.backends.skbuild import configure_digest, one_wheel, unpack
 from assembler.builder.cache import digest_texts
 from assembler.builder.recipe import uses_cuda
-from assembler.manifest import Dependency
+from assembler.builder.units import RecipePathError
+from assembler.manifest import MANIFEST_NAME, Dependency
 from assembler.toolchain.cxx import cxx_name
 from assembler.toolchain.sccache import setuptools_environment, unshimmed
 from assembler.toolchain.venv import installed_versions
@@ -97,8 +97,8 @@ class SetuptoolsBackend:
     def prepare(self, ctx: BuildContext, dep: Dependency, checkout: Path) -> Prepared:
         project = checkout / dep.build.project_dir
         if not any((project / name).is_file() for name in PROJECT_FILES):
-            raise RecipePathMissing(dep.name, ("deps", dep.name, "build", "project-dir"), dep.build.project_dir, checkout,
-                                    reason=f"holds neither {' nor '.join(PROJECT_FILES)}")
+            raise RecipePathError(ctx.state_dir.parent / MANIFEST_NAME, ("deps", dep.name, "build", "project-dir"), dep.build.project_dir,
+                                  f"{dep.build.project_dir} holds neither {' nor '.join(PROJECT_FILES)} in {checkout}")
         versions = installed_versions(ctx.toolchain.env.path)
         recipe = digest_texts(
             f"backend={self.name}", dep.build.project_dir, json.dumps(dep.build.defines), json.dumps(dep.build.build_env),
