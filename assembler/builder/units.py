@@ -15,10 +15,12 @@ A recipe path that is missing from the checkout is an error naming its line in d
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,39 +112,53 @@ def cmake_standard(dep: Dependency, language: str) -> str:
 
 
 def _helper_units(workspace: Workspace, dep: Dependency, root: Path) -> list[TranslationUnit]:
+    """The helper backend's units: each extension's sources, with its include dirs and defines
+    (every unit of a CUDA extension sees USE_CUDA), in the C++/CUDA standard its CMake uses."""
     units: list[TranslationUnit] = []
     seen: set[Path] = set()
     keys = ("deps", dep.name, "build", "extensions")
     for index, ext in enumerate(dep.build.extensions):
         includes = tuple(_include_dir(workspace, root, (*keys, "include-dirs"), item, index) for item in ext.include_dirs)
         defines = (*ext.defines, "USE_CUDA") if ext.language == CUDA else ext.defines
-        for pattern in ext.sources:
-            for path in _sources(workspace, root, (*keys, "sources"), pattern, index):
-                if path not in seen:
-                    seen.add(path)
-                    language = language_of(path)
-                    units.append(TranslationUnit(
-                        path, path.relative_to(root).as_posix(), language, includes, tuple(defines), ext.name,
-                        std=cmake_standard(dep, language),
-                    ))
+        units += _units(workspace, root, keys, ext.sources, index, seen, includes, functools.partial(_extension_defines, defines),
+                        lambda language: cmake_standard(dep, language), ext.name)
     return units
 
 
+def _extension_defines(defines: tuple[str, ...], _language: str) -> tuple[str, ...]:
+    """A helper extension's defines, the same for its C++ and its CUDA units."""
+    return defines
+
+
 def _recipe_units(workspace: Workspace, dep: Dependency, root: Path) -> list[TranslationUnit]:
+    """A cmake or setuptools recipe's ``sources``: the recipe's include dirs and defines (CUDA
+    units see USE_CUDA); a cmake build's standard, a setuptools build's is torch's default."""
     keys = ("deps", dep.name, "build")
     recipe = dep.build
     includes = tuple(_include_dir(workspace, root, (*keys, "include-dirs"), item) for item in recipe.include_dirs)
+
+    def defines(language: str) -> tuple[str, ...]:
+        return (*recipe.defines, "USE_CUDA") if language == CUDA else recipe.defines
+
+    def std(language: str) -> str | None:
+        return cmake_standard(dep, language) if recipe.backend == "cmake" else None
+
+    return _units(workspace, root, keys, recipe.sources, None, set(), includes, defines, std, None)
+
+
+def _units(workspace: Workspace, root: Path, keys: tuple[str, ...], patterns: tuple[str, ...], index: int | None,
+           seen: set[Path], includes: tuple[Path, ...], defines: Callable[[str], tuple[str, ...]],
+           std: Callable[[str], str | None], extension: str | None) -> list[TranslationUnit]:
+    """One unit per file ``patterns`` name that is not in ``seen`` (which grows), in order."""
     units: list[TranslationUnit] = []
-    seen: set[Path] = set()
-    for pattern in recipe.sources:
-        for path in _sources(workspace, root, (*keys, "sources"), pattern):
+    for pattern in patterns:
+        for path in _sources(workspace, root, (*keys, "sources"), pattern, index):
             if path in seen:
                 continue
             seen.add(path)
             language = language_of(path)
-            defines = (*recipe.defines, "USE_CUDA") if language == CUDA else recipe.defines
-            std = cmake_standard(dep, language) if recipe.backend == "cmake" else None  # setuptools: torch's default
-            units.append(TranslationUnit(path, path.relative_to(root).as_posix(), language, includes, tuple(defines), std=std))
+            units.append(TranslationUnit(path, path.relative_to(root).as_posix(), language, includes, tuple(defines(language)),
+                                         extension, std=std(language)))
     return units
 
 
