@@ -1,1 +1,1 @@
-"""Output for people (rich tables) and for machines (JSON); commands pick one."""
+"""Output for people (report.table for the everyday commands' tables, rich for progress and the long commands' tables) and for machines (JSON: report.output); commands pick one."""

@@ -137,13 +137,6 @@ class DeferredStatus:
             self._spinner = None
 
 
-def table(title: str | None = None, **options: Any) -> Table:
-    """A rich Table for ``add_columns``."""
-    from rich.table import Table
-
-    return Table(title=title, title_justify="left", **options)
-
-
 def add_columns(grid: Table, *columns: str, text: tuple[str, ...] = ()) -> None:
     """Columns of ``grid``: those named in ``text`` are free text and fold; every other one
     holds an identifier (SHA, path, URL, name, number) and is never wrapped nor cut."""
