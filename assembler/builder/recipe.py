@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from assembler.builder import units
 from assembler.fsutil import atomic_write_if_changed
 from assembler.manifest import Dependency, Extension
-from assembler.manifest.model import CUDA
+from assembler.manifest.model import CUDA, CXX
 
 CMAKE_HELPER_DIR = Path(__file__).resolve().parent.parent / "cmake"
 MINIMUM_CMAKE = "3.26"
@@ -60,7 +61,19 @@ def _source_path(relative: str) -> str:
     return _quote(f"${{ASSEMBLER_SOURCE_DIR}}/{relative}")
 
 
-def _extension_call(ext: Extension, destination: str) -> str:
+# The CMake variables the compile model's system include roots are (units.TORCH_ROOT, CUDA_ROOT).
+ROOT_VARIABLES = {units.TORCH_ROOT: "ASSEMBLER_TORCH_DIR", units.CUDA_ROOT: "ASSEMBLER_CUDA_HOME"}
+
+
+def _system_dirs(includes: tuple[units.SystemInclude, ...] | None) -> str:
+    return " ".join(_quote(f"${{{ROOT_VARIABLES[root]}}}/{relative}") for root, relative in includes or ())
+
+
+def _extension_call(dep: Dependency, ext: Extension, destination: str) -> str:
+    """One assembler_stable_extension() call: the compile model of units.helper_shape spelt out
+    (standards, flags, system include dirs), so the build runs what `check` preprocessed."""
+    cxx, cuda = units.helper_shape(dep, ext, CXX), units.helper_shape(dep, ext, CUDA)
+    cxx_std, cuda_std = units.helper_standards(dep, ext)
     lines = [f"assembler_stable_extension({ext.name}"]
     lines.append("  SOURCES " + " ".join(_source_path(s) for s in ext.sources))
     lines.append(f"  LANGUAGE {ext.language.upper()}")
@@ -70,6 +83,17 @@ def _extension_call(ext: Extension, destination: str) -> str:
         lines.append("  DEFINES " + " ".join(_quote(d) for d in ext.defines))
     if ext.libraries:
         lines.append("  LIBRARIES " + " ".join(_quote(lib) for lib in ext.libraries))
+    lines.append(f"  CXX_STD {cxx_std}")
+    lines.append("  CXX_SYSTEM_INCLUDE_DIRS " + _system_dirs(cxx.system_includes))
+    if cxx.flags:
+        lines.append("  CXX_FLAGS " + " ".join(_quote(flag) for flag in cxx.flags))
+    if ext.language == CUDA:
+        lines.append(f"  CUDA_STD {cuda_std}")
+        lines.append("  CUDA_SYSTEM_INCLUDE_DIRS " + _system_dirs(cuda.system_includes))
+        if cuda.flags:
+            lines.append("  CUDA_FLAGS " + " ".join(_quote(flag) for flag in cuda.flags))
+        if ext.ptx:
+            lines.append("  PTX")
     lines.append(f"  DESTINATION {_quote(destination)})")
     return "\n".join(lines)
 
@@ -94,7 +118,7 @@ def generate(dep: Dependency, python_abi: str) -> Project:
         body.append(f"add_subdirectory({_source_path(recipe.cmake_dir)} dependency)")
     else:
         body.append("include(AssemblerStableExtension)")
-        body.extend(_extension_call(ext, module_destination(dep)) for ext in recipe.extensions)
+        body.extend(_extension_call(dep, ext, module_destination(dep)) for ext in recipe.extensions)
     for package in recipe.python_packages:
         body.append(
             f"install(DIRECTORY {_source_path(package)} DESTINATION . "

@@ -11,6 +11,14 @@ Where they come from, by backend:
 The defines here are the unit's own; the ones every unit of a dependency gets
 (``TORCH_TARGET_VERSION``, ``Py_LIMITED_API``) are added by whoever compiles or checks it.
 A recipe path that is missing from the checkout is an error naming its line in deps.toml.
+
+For the helper backend this module is also the compile model the build runs: each unit's
+standard, extra flags and system include directories (torch's two include roots; for the C++
+units of a CUDA extension the toolkit's include directories too) are decided here, named
+relative to torch and the toolkit (:data:`TORCH_ROOT`, :data:`CUDA_ROOT`), and both
+``builder.recipe`` (which hands them to the CMake helper) and `check` (which resolves them
+against the torch and toolkit it preprocesses with) read them from here. A unit `check` calls
+CLEAN therefore sees the same headers in the build.
 """
 
 from __future__ import annotations
@@ -23,10 +31,10 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from assembler.errors import InputError
-from assembler.manifest import Dependency
+from assembler.manifest import Dependency, Extension
 from assembler.manifest.load import value_position
 from assembler.manifest.model import CUDA, CXX
 from assembler.workspace import Workspace
@@ -36,6 +44,18 @@ COMPDB_DIR = "compdb"
 # Defines that are the dependency's, not the unit's: set from the manifest by build and check.
 GLOBAL_DEFINES = frozenset({"TORCH_TARGET_VERSION", "Py_LIMITED_API"})
 GLOB_CHARS = frozenset("*?[")  # a source or include pattern holding one is a glob
+# What a system include directory of the compile model is relative to: the build's torch
+# package, or the CUDA toolkit's root (CUDA_HOME). The build names them as CMake variables.
+TORCH_ROOT, CUDA_ROOT = "torch", "cuda"
+SystemInclude = tuple[str, str]  # (TORCH_ROOT or CUDA_ROOT, relative directory)
+# torch's include roots as torch.utils.cpp_extension orders them: the C shim and stable headers,
+# then the C++ API's (torch/python.h, torch/all.h), so an unmigrated #include finds its header
+# and fails on torch's own TORCH_TARGET_VERSION guard instead of "No such file".
+TORCH_INCLUDES: tuple[SystemInclude, ...] = ((TORCH_ROOT, "include"), (TORCH_ROOT, "include/torch/csrc/api/include"))
+# The toolkit's headers (cuda_fp16.h, cuda_runtime.h, component headers such as curand.h) and
+# CCCL's, where CUDA 13 keeps libcu++, CUB and Thrust. nvcc adds them to .cu units itself.
+CUDA_INCLUDES: tuple[SystemInclude, ...] = ((CUDA_ROOT, "include"), (CUDA_ROOT, "include/cccl"))
+DEFAULT_STANDARD = "17"  # the CMake helper's floor for C++ and CUDA
 
 
 @dataclass(frozen=True)
@@ -50,12 +70,45 @@ class TranslationUnit:
     extension: str | None = None  # helper backend: the extension module it is part of
     origin: str = "recipe"  # "recipe" or "compile-commands" (the last build's)
     std: str | None = None  # the -std= the build compiles it with (c++17, gnu++20); None: the backend's default
+    flags: tuple[str, ...] = ()  # the recipe's extra compiler flags for its language (helper: cxx-flags / cuda-flags)
+    # helper backend: the system include dirs the build gives it, in order (None: check's default for the backend)
+    system_includes: tuple[SystemInclude, ...] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source, "language": self.language, "include_dirs": [str(d) for d in self.include_dirs],
             "defines": list(self.defines), "extension": self.extension, "origin": self.origin, "std": self.std,
+            "flags": list(self.flags),
         }
+
+
+class UnitShape(NamedTuple):
+    """How one language's units of an extension (or recipe) are compiled, besides their sources."""
+
+    defines: tuple[str, ...]
+    std: str | None
+    flags: tuple[str, ...] = ()
+    system_includes: tuple[SystemInclude, ...] | None = None
+
+
+def helper_standards(dep: Dependency, ext: Extension) -> tuple[str, str]:
+    """(C++, CUDA) language standard numbers of a helper extension: C++ from cxx-std, else the
+    recipe's -DCMAKE_CXX_STANDARD, else 17; CUDA from cuda-std, else cxx-std, else 17."""
+    cxx = ext.cxx_std or _cmake_args_standard(dep) or DEFAULT_STANDARD
+    return cxx, ext.cuda_std or ext.cxx_std or DEFAULT_STANDARD
+
+
+def helper_shape(dep: Dependency, ext: Extension, language: str) -> UnitShape:
+    """The compile model of a helper extension's ``language`` units (what the build runs and
+    `check` preprocesses): every unit of a CUDA extension sees USE_CUDA; C++ units are gnu++N
+    (CMake's default extensions) with cxx-flags, CUDA units c++N with cuda-flags; C++ units of
+    a CUDA extension see the toolkit's headers."""
+    defines = (*ext.defines, "USE_CUDA") if ext.language == CUDA else ext.defines
+    cxx_std, cuda_std = helper_standards(dep, ext)
+    if language == CUDA:
+        return UnitShape(defines, f"c++{cuda_std}", ext.cuda_flags, TORCH_INCLUDES)
+    includes = TORCH_INCLUDES + (CUDA_INCLUDES if ext.language == CUDA else ())
+    return UnitShape(defines, f"gnu++{cxx_std}", ext.cxx_flags, includes)
 
 
 def compile_commands_path(state_dir: Path, dep: str) -> Path:
@@ -97,37 +150,35 @@ def translation_units(workspace: Workspace, dep: Dependency, checkout: Path | No
     )
 
 
-def cmake_standard(dep: Dependency, language: str) -> str:
-    """The -std= CMake compiles the CMake helper's ``language`` sources with: C++ takes
-    ``-DCMAKE_CXX_STANDARD=N`` from cmake-args (default 17, the helper's cxx_std_17) with CMake's
-    GNU extensions (gnu++N); CUDA is the helper's CUDA_STANDARD 17 (nvcc knows no gnu++)."""
-    if language == CUDA:
-        return "c++17"
-    standard = "17"
+def _cmake_args_standard(dep: Dependency) -> str | None:
+    """N of the last ``-DCMAKE_CXX_STANDARD=N`` in the recipe's cmake-args."""
+    standard = None
     for arg in dep.build.cmake_args:
         match = re.fullmatch(r"-DCMAKE_CXX_STANDARD(?::\w+)?=(\d+)", arg)
         if match:
             standard = match.group(1)
-    return f"gnu++{standard}"
+    return standard
+
+
+def cmake_standard(dep: Dependency, language: str) -> str:
+    """The -std= a dependency's own CMake (which includes the helper) compiles ``language``
+    sources with, as far as the recipe says: C++ takes ``-DCMAKE_CXX_STANDARD=N`` from cmake-args
+    (default 17) with CMake's GNU extensions (gnu++N); CUDA c++17 (nvcc knows no gnu++)."""
+    if language == CUDA:
+        return f"c++{DEFAULT_STANDARD}"
+    return f"gnu++{_cmake_args_standard(dep) or DEFAULT_STANDARD}"
 
 
 def _helper_units(workspace: Workspace, dep: Dependency, root: Path) -> list[TranslationUnit]:
-    """The helper backend's units: each extension's sources, with its include dirs and defines
-    (every unit of a CUDA extension sees USE_CUDA), in the C++/CUDA standard its CMake uses."""
+    """The helper backend's units: each extension's sources with its include dirs, in the
+    compile model :func:`helper_shape` gives its language."""
     units: list[TranslationUnit] = []
     seen: set[Path] = set()
     keys = ("deps", dep.name, "build", "extensions")
     for index, ext in enumerate(dep.build.extensions):
         includes = tuple(_include_dir(workspace, root, (*keys, "include-dirs"), item, index) for item in ext.include_dirs)
-        defines = (*ext.defines, "USE_CUDA") if ext.language == CUDA else ext.defines
-        units += _units(workspace, root, keys, ext.sources, index, seen, includes, functools.partial(_extension_defines, defines),
-                        lambda language: cmake_standard(dep, language), ext.name)
+        units += _units(workspace, root, keys, ext.sources, index, seen, includes, functools.partial(helper_shape, dep, ext), ext.name)
     return units
-
-
-def _extension_defines(defines: tuple[str, ...], _language: str) -> tuple[str, ...]:
-    """A helper extension's defines, the same for its C++ and its CUDA units."""
-    return defines
 
 
 def _recipe_units(workspace: Workspace, dep: Dependency, root: Path) -> list[TranslationUnit]:
@@ -137,18 +188,16 @@ def _recipe_units(workspace: Workspace, dep: Dependency, root: Path) -> list[Tra
     recipe = dep.build
     includes = tuple(_include_dir(workspace, root, (*keys, "include-dirs"), item) for item in recipe.include_dirs)
 
-    def defines(language: str) -> tuple[str, ...]:
-        return (*recipe.defines, "USE_CUDA") if language == CUDA else recipe.defines
+    def shape(language: str) -> UnitShape:
+        defines = (*recipe.defines, "USE_CUDA") if language == CUDA else recipe.defines
+        return UnitShape(defines, cmake_standard(dep, language) if recipe.backend == "cmake" else None)
 
-    def std(language: str) -> str | None:
-        return cmake_standard(dep, language) if recipe.backend == "cmake" else None
-
-    return _units(workspace, root, keys, recipe.sources, None, set(), includes, defines, std, None)
+    return _units(workspace, root, keys, recipe.sources, None, set(), includes, shape, None)
 
 
 def _units(workspace: Workspace, root: Path, keys: tuple[str, ...], patterns: tuple[str, ...], index: int | None,
-           seen: set[Path], includes: tuple[Path, ...], defines: Callable[[str], tuple[str, ...]],
-           std: Callable[[str], str | None], extension: str | None) -> list[TranslationUnit]:
+           seen: set[Path], includes: tuple[Path, ...], shape: Callable[[str], UnitShape],
+           extension: str | None) -> list[TranslationUnit]:
     """One unit per file ``patterns`` name that is not in ``seen`` (which grows), in order."""
     units: list[TranslationUnit] = []
     for pattern in patterns:
@@ -157,8 +206,9 @@ def _units(workspace: Workspace, root: Path, keys: tuple[str, ...], patterns: tu
                 continue
             seen.add(path)
             language = language_of(path)
-            units.append(TranslationUnit(path, path.relative_to(root).as_posix(), language, includes, tuple(defines(language)),
-                                         extension, std=std(language)))
+            model = shape(language)
+            units.append(TranslationUnit(path, path.relative_to(root).as_posix(), language, includes, tuple(model.defines),
+                                         extension, std=model.std, flags=model.flags, system_includes=model.system_includes))
     return units
 
 

@@ -67,15 +67,33 @@ class Flags:
     """What every unit of one dependency is preprocessed with, besides its own -I and -D."""
 
     defines: tuple[str, ...]  # TORCH_TARGET_VERSION=..., Py_LIMITED_API=...
-    system_includes: tuple[Path, ...]  # torch's include roots, then CUDA's for a CUDA dependency
+    system_includes: tuple[Path, ...]  # units without a compile model: torch's include roots, then CUDA's
     python_include: Path
+    roots: tuple[tuple[str, Path], ...] = ()  # what the compile model's system includes are relative to
 
-    def for_unit(self, unit: TranslationUnit, defines: tuple[str, ...] | None = None) -> list[str]:
+    def unit_system_includes(self, unit: TranslationUnit) -> list[Path]:
+        """The unit's system include dirs: its compile model's (helper backend), resolved against
+        this run's torch and toolkit, the ones that exist (as the compiler skips missing ones);
+        else the dependency's default."""
+        if unit.system_includes is None:
+            return list(self.system_includes)
+        roots = dict(self.roots)
+        found = []
+        for root, relative in unit.system_includes:
+            if root not in roots:
+                raise ToolchainError(f"{unit.source}: the build compiles it against the {root} headers, which this check has not",
+                                     hint="pass --cuda X.Y (a local toolkit, else installed from PyPI), or set CUDA_HOME")
+            directory = roots[root] / relative
+            if directory.is_dir():
+                found.append(directory)
+        return found
+
+    def for_unit(self, unit: TranslationUnit, defines: tuple[str, ...] | None = None, *, system: bool = True) -> list[str]:
         args = [f"-D{d}" for d in (defines if defines is not None else self.defines)]
         args += [f"-D{d}" for d in unit.defines]
         args += [f"-I{d}" for d in unit.include_dirs]
         args.append(f"-I{self.python_include}")
-        for directory in self.system_includes:
+        for directory in self.unit_system_includes(unit) if system else ():
             args += ["-isystem", str(directory)]
         return args
 
@@ -84,26 +102,29 @@ SCAN = ("-E", "-M", "-MG", "-H")  # dependencies (missing ones kept) and the inc
 
 
 def cxx_pass(compiler: str, flags: Flags, unit: TranslationUnit, std: str) -> Pass:
-    return Pass("c++", (compiler, f"-std={std}", *flags.for_unit(unit), *SCAN, str(unit.path)))
+    """The build's compile command of a C++ unit (its -std, the recipe's cxx-flags, its -D/-I
+    and system dirs), as a scan."""
+    return Pass("c++", (compiler, f"-std={std}", *unit.flags, *flags.for_unit(unit), *SCAN, str(unit.path)))
 
 
 def syntax_pass(compiler: str, flags: Flags, unit: TranslationUnit, std: str, defines: tuple[str, ...] | None = None) -> Pass:
-    return Pass("syntax", (compiler, f"-std={std}", *flags.for_unit(unit, defines), "-fsyntax-only", str(unit.path)))
+    return Pass("syntax", (compiler, f"-std={std}", *unit.flags, *flags.for_unit(unit, defines), "-fsyntax-only", str(unit.path)))
 
 
 @dataclass(frozen=True)
 class NvccPasses:
-    """nvcc's own host-preprocessor command lines for a set of architectures, with the unit's
-    flags and the source left to fill in."""
+    """nvcc's own host-preprocessor command lines for a set of architectures, a standard and
+    the recipe's cuda-flags (what nvcc turns them into: --use_fast_math's __USE_FAST_MATH__,
+    -Xcompiler's host flags), with the unit's -D/-I and the source left to fill in."""
 
     nvcc: str  # the release, for the cache key
     templates: tuple[tuple[str, tuple[str, ...]], ...]  # (pass name, tokens with SOURCE_MARK)
 
-    def passes(self, flags: Flags, unit: TranslationUnit, std: str) -> list[Pass]:
+    def passes(self, flags: Flags, unit: TranslationUnit) -> list[Pass]:
         ours = flags.for_unit(unit)
         found = []
         for name, template in self.templates:
-            tokens = [f"-std={std}" if t.startswith("-std=") else t for t in template]
+            tokens = list(template)
             at = next((i for i, t in enumerate(tokens) if t.startswith(("-I", "-isystem"))), len(tokens) - 1)
             tokens[at:at] = ours  # before nvcc's own CUDA includes, as nvcc orders user -I
             found.append(Pass(name, tuple(str(unit.path) if t == SOURCE_MARK else t for t in tokens) + SCAN[1:]))
@@ -113,11 +134,12 @@ class NvccPasses:
 SOURCE_MARK = "assemble-check-unit.cu"
 
 
-def nvcc_passes(toolkit: CudaToolkit, archs: tuple[str, ...]) -> NvccPasses:
-    """Read what ``nvcc -M`` would run for ``archs`` (manifest spelling, 9.0a) from ``--dryrun``:
-    the host-compiler preprocessing of the device code per architecture and of the host code."""
+def nvcc_passes(toolkit: CudaToolkit, archs: tuple[str, ...], std: str = DEFAULT_STD, extra: tuple[str, ...] = ()) -> NvccPasses:
+    """Read what ``nvcc -M`` would run for ``archs`` (manifest spelling, 9.0a), ``std`` and the
+    nvcc flags ``extra`` from ``--dryrun``: the host-compiler preprocessing of the device code
+    per architecture and of the host code."""
     gencode = [f"-gencode=arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}" for a in archs]
-    command = [str(toolkit.nvcc), "--dryrun", "-M", f"-std={DEFAULT_STD}", *gencode, "-x", "cu", SOURCE_MARK, "-o", os.devnull]
+    command = [str(toolkit.nvcc), "--dryrun", "-M", f"-std={std}", *extra, *gencode, "-x", "cu", SOURCE_MARK, "-o", os.devnull]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=120,
                                 env=toolkit.environment(dict(os.environ)), check=False)

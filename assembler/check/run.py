@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -24,7 +25,7 @@ from assembler.audit.gate import Verdict, passes, worst_source
 from assembler.builder.backends import limited_api_version, torch_target_version
 from assembler.builder.cache import KeyParts, digest_texts
 from assembler.builder.diagnose import torch_include_roots
-from assembler.builder.units import TranslationUnit, compile_commands_path, translation_units
+from assembler.builder.units import CUDA_ROOT, TORCH_ROOT, TranslationUnit, compile_commands_path, translation_units
 from assembler.check import compilers
 from assembler.check.compilers import Flags, NvccPasses, Pass
 from assembler.check.evidence import RECORD_SCHEMA, recipe_digest, record_path, units_summary
@@ -137,7 +138,7 @@ class _Plan:
     checkout: Path
     units: list[TranslationUnit]
     flags: Flags
-    nvcc: NvccPasses | None
+    archs: tuple[str, ...]
     reader: Reader
     record: dict[str, Any]
     started: float
@@ -161,16 +162,18 @@ class _Toolchain:
         self.cxx = host_compiler()
         self.cxx_version = host_compiler_version(dict(os.environ))
         self.python_include = compilers.python_include_dir(self.env.python)
-        self._cuda: CudaToolkit | ToolchainError | None = None
-        self._passes: dict[tuple[str, ...], NvccPasses] = {}
+        self._cuda: dict[tuple[str, ...], CudaToolkit | ToolchainError] = {}
+        self._passes: dict[tuple[tuple[str, ...], tuple[str, ...], str, tuple[str, ...]], NvccPasses] = {}
+        self._lock = threading.Lock()
 
     @property
     def torch_release(self) -> str:
         """MAJOR.MINOR of the build's torch: the newest target its headers know."""
         return ".".join(self.env.torch.split("+")[0].split(".")[:2])
 
-    def cuda(self) -> CudaToolkit:
-        if self._cuda is None:
+    def cuda(self, components: tuple[str, ...] = ()) -> CudaToolkit:
+        """The toolkit the build of a dependency with ``components`` compiles against."""
+        if components not in self._cuda:
             from assembler.toolchain.cuda import select_cuda
 
             version = self.options.cuda or compilers.default_cuda()
@@ -178,21 +181,22 @@ class _Toolchain:
                 if version is None:
                     raise ToolchainError("no CUDA toolkit on this machine to preprocess .cu units with",
                                          hint="pass --cuda X.Y (a local toolkit, else installed from PyPI), or set CUDA_HOME")
-                self._cuda = select_cuda(version, progress=self.note)
+                self._cuda[components] = select_cuda(version, progress=self.note, components=components)
             except ToolchainError as error:
-                self._cuda = error
-        if isinstance(self._cuda, ToolchainError):
-            raise self._cuda
-        return self._cuda
+                self._cuda[components] = error
+        found = self._cuda[components]
+        if isinstance(found, ToolchainError):
+            raise found
+        return found
 
-    def cuda_includes(self, required: bool, wanted: bool) -> list[Path]:
+    def cuda_includes(self, required: bool, wanted: bool, components: tuple[str, ...] = ()) -> list[Path]:
         """CUDA's include dirs (and CCCL's, where CUDA 13 keeps libcu++, CUB and Thrust) for the
         C++ units of a dependency that compiles CUDA (``required``: a missing toolkit is an
         error), or may (``wanted``: used when a toolkit is there); the .cu units get nvcc's own."""
         if not (required or wanted):
             return []
         try:
-            include = self.cuda().root / "include"
+            include = self.cuda(components).root / "include"
         except ToolchainError:
             if required:
                 raise
@@ -202,12 +206,16 @@ class _Toolchain:
     @property
     def selected_cuda(self) -> CudaToolkit | None:
         """The toolkit chosen for this run, when one was needed and found."""
-        return self._cuda if isinstance(self._cuda, CudaToolkit) else None
+        return next((found for found in self._cuda.values() if isinstance(found, CudaToolkit)), None)
 
-    def nvcc_passes(self, archs: tuple[str, ...]) -> NvccPasses:
-        if archs not in self._passes:
-            self._passes[archs] = compilers.nvcc_passes(self.cuda(), archs)
-        return self._passes[archs]
+    def nvcc_passes(self, components: tuple[str, ...], archs: tuple[str, ...], std: str, extra: tuple[str, ...]) -> NvccPasses:
+        """nvcc's preprocessor commands for one toolkit, arch list, standard and cuda-flags (read
+        once per combination, from the scan's worker threads)."""
+        key = (components, archs, std, extra)
+        with self._lock:
+            if key not in self._passes:
+                self._passes[key] = compilers.nvcc_passes(self.cuda(components), archs, std, extra)
+            return self._passes[key]
 
 
 def run_check(
@@ -256,16 +264,19 @@ def _plan(
     units = translation_units(workspace, dep, checkout)
     archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
     has_cu = any(unit.language == CUDA for unit in units)
-    toolkit = tools.cuda() if has_cu else None
+    components = dep.cuda_components
+    needs_cuda = has_cu or any(root == CUDA_ROOT for unit in units for root, _ in unit.system_includes or ())
+    toolkit = tools.cuda(components) if needs_cuda else None
     system = list(torch_include_roots(tools.env.torch_dir))[::-1]  # torch/include first, then the C++ API's
     system += tools.cuda_includes(
-        required=has_cu or any(ext.language == CUDA for ext in dep.build.extensions),
-        wanted=dep.build.backend != "helper",  # a dependency's own build may compile C++ against CUDA's headers
+        required=needs_cuda, wanted=dep.build.backend != "helper",  # a dependency's own build may compile C++ against CUDA's headers
+        components=components,
     )
     flags = Flags(
         defines=(f"TORCH_TARGET_VERSION={torch_target_version(dep.torch_target)}",
                  f"Py_LIMITED_API={limited_api_version(workspace.manifest.bundle.python_abi)}"),
         system_includes=tuple(system), python_include=tools.python_include,
+        roots=((TORCH_ROOT, tools.env.torch_dir), *(((CUDA_ROOT, toolkit.root),) if toolkit is not None else ())),
     )
     head, dirty = source_identity(checkout)
     compdb = compile_commands_path(workspace.state_dir, dep.name)
@@ -277,7 +288,7 @@ def _plan(
         series=series,
         recipe=digest_texts(recipe_digest(dep), origin_bytes, *code),
         toolchain=(("c++", tools.cxx_version), *((("nvcc", toolkit.release),) if toolkit else ()),
-                   ("python-include", str(tools.python_include))),
+                   *(sorted(toolkit.packages.items()) if toolkit else ()), ("python-include", str(tools.python_include))),
         torch=tools.env.torch,
         torch_target=dep.torch_target,
         archs=archs if toolkit else (),
@@ -299,8 +310,10 @@ def _plan(
     }
     reader = Reader(checkout, torch_include_roots(tools.env.torch_dir), tools.python_include)
     default_std = compilers.torch_extension_std(tools.env.torch_dir) if dep.build.backend == "setuptools" else compilers.DEFAULT_STD
-    nvcc = tools.nvcc_passes(archs) if has_cu else None  # after the cache: `nvcc --dryrun` only when scanning
-    return _Plan(dep, check, checkout, units, flags, nvcc, reader, record, time.monotonic(), default_std)
+    for unit in units:  # after the cache: `nvcc --dryrun` only when scanning, once per standard and cuda-flags
+        if unit.language == CUDA:
+            tools.nvcc_passes(components, archs, unit.std or default_std, unit.flags)
+    return _Plan(dep, check, checkout, units, flags, archs, reader, record, time.monotonic(), default_std)
 
 
 def _stored(path: Path, key: str) -> dict[str, Any] | None:
@@ -350,9 +363,9 @@ def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: 
 def _check_unit(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, options: CheckOptions) -> UnitResult:
     result = UnitResult(unit.source, unit.language, unit.extension, unit.origin)
     std = unit.std or plan.default_std
-    if unit.language == CUDA:
-        assert plan.nvcc is not None
-        passes: list[Pass] = plan.nvcc.passes(plan.flags, unit, std)
+    if unit.language == CUDA:  # nvcc's passes for this unit's standard and flags (read by _plan)
+        nvcc = tools.nvcc_passes(plan.dep.cuda_components, plan.archs, std, unit.flags)
+        passes: list[Pass] = nvcc.passes(plan.flags, unit)
     else:
         passes = [compilers.cxx_pass(tools.cxx, plan.flags, unit, std)]
     classify(unit, [run_pass(scan, plan.checkout) for scan in passes], plan.reader, result)

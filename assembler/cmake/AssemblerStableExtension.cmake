@@ -6,9 +6,31 @@
 #     LANGUAGE CUDA                      # CXX (default) or CUDA: adds USE_CUDA
 #     INCLUDE_DIRS csrc/include
 #     DEFINES MY_FLAG=1
-#     LIBRARIES torch_cuda               # beyond libtorch_cpu, which holds the C shim
+#     LIBRARIES cuda                     # beyond libtorch_cpu (the C shim) and, for CUDA, libtorch_cuda
+#     CXX_STD 20                         # -std of the C++ units (gnu++N; default CMAKE_CXX_STANDARD, else 17)
+#     CUDA_STD 20                        # -std of the .cu units (c++N; default CXX_STD, else 17)
+#     CXX_FLAGS -fopenmp                 # extra flags of the C++ units
+#     CUDA_FLAGS --expt-relaxed-constexpr --use_fast_math   # extra flags of the .cu units
+#     PTX                                # also ship PTX for arch-specific targets (90a, 100a)
 #     DESTINATION vecadd)                # wheel directory of the module
 #
+# System include directories (what `assemble check` preprocesses with; assemble passes them
+# from its compile model, builder/units.py): CXX_SYSTEM_INCLUDE_DIRS and CUDA_SYSTEM_INCLUDE_DIRS.
+# By default both are torch's two include roots (include/, then the C++ API's
+# include/torch/csrc/api/include, so an unmigrated #include <torch/python.h> fails on torch's
+# TORCH_TARGET_VERSION guard, not on a missing file), and the C++ units of a CUDA extension
+# also get the toolkit's include/ and include/cccl (cuda_fp16.h, cuda_runtime.h).
+#
+# A CUDA extension always links libtorch_cuda: the CUDA half of the C shim
+# (aoti_torch_get_current_cuda_stream, the CUDA guards, torch_c10_cuda_check_msg) lives there,
+# torch does not export it globally, and a module that needs it and lacks the DT_NEEDED entry
+# fails to load ("undefined symbol"). Linking it whether or not the units call those shims
+# costs one DT_NEEDED entry of a library every CUDA torch loads anyway; deciding from the
+# objects would be a guess made after compiling, and a wrong guess is a wheel that cannot load.
+# c10_cuda is not needed: no Stable-ABI symbol lives there.
+#
+# Arch-specific targets (90a, 100a, 100f) run only on their own GPU family, so their PTX can
+# never be JIT-compiled anywhere else: they get SASS only (90a-real) unless PTX is given.
 # Cache variables (assemble sets them; the defaults make the helper usable by hand):
 #   ASSEMBLER_PYTHON_ABI    oldest CPython of the abi3 module            (3.9)
 #   ASSEMBLER_TORCH_TARGET  oldest torch of the Stable ABI, MAJOR.MINOR  (2.10)
@@ -24,6 +46,7 @@ include_guard(GLOBAL)
 set(ASSEMBLER_PYTHON_ABI "3.9" CACHE STRING "Oldest CPython the abi3 modules load in")
 set(ASSEMBLER_TORCH_TARGET "2.10" CACHE STRING "Oldest torch (MAJOR.MINOR) of the Stable ABI")
 set(ASSEMBLER_TORCH_DIR "" CACHE PATH "Directory of the torch package the headers come from")
+set(ASSEMBLER_CUDA_HOME "" CACHE PATH "The CUDA toolkit's root (default: from CMAKE_CUDA_COMPILER)")
 
 find_package(Python ${ASSEMBLER_PYTHON_ABI} REQUIRED COMPONENTS Interpreter Development.SABIModule)
 
@@ -56,7 +79,7 @@ while(_assembler_len LESS 16)
 endwhile()
 set(ASSEMBLER_TORCH_TARGET_VERSION "0x${_assembler_target}")
 
-set(ASSEMBLER_TORCH_INCLUDE_DIRS "${ASSEMBLER_TORCH_DIR}/include")
+set(ASSEMBLER_TORCH_INCLUDE_DIRS "${ASSEMBLER_TORCH_DIR}/include" "${ASSEMBLER_TORCH_DIR}/include/torch/csrc/api/include")
 
 # A library name resolves in torch's lib directory first (libtorch_cuda, libc10_cuda, ...),
 # then as CMake normally would. A torch library this torch build lacks (libtorch_cuda in a CPU
@@ -83,7 +106,8 @@ function(_assembler_resolve_library out name)
 endfunction()
 
 function(assembler_stable_extension name)
-  cmake_parse_arguments(PARSE_ARGV 1 ARG "" "LANGUAGE;DESTINATION" "SOURCES;INCLUDE_DIRS;DEFINES;LIBRARIES")
+  cmake_parse_arguments(PARSE_ARGV 1 ARG "PTX" "LANGUAGE;DESTINATION;CXX_STD;CUDA_STD"
+    "SOURCES;INCLUDE_DIRS;DEFINES;LIBRARIES;CXX_FLAGS;CUDA_FLAGS;CXX_SYSTEM_INCLUDE_DIRS;CUDA_SYSTEM_INCLUDE_DIRS")
   if(ARG_UNPARSED_ARGUMENTS)
     message(FATAL_ERROR "assembler_stable_extension(${name}): unknown arguments ${ARG_UNPARSED_ARGUMENTS}")
   endif()
@@ -99,6 +123,30 @@ function(assembler_stable_extension name)
   endif()
   if(ARG_LANGUAGE STREQUAL "CUDA" AND NOT CMAKE_CUDA_COMPILER_LOADED)
     message(FATAL_ERROR "assembler_stable_extension(${name}): enable CUDA first, e.g. project(... LANGUAGES CXX CUDA)")
+  endif()
+  if(NOT ARG_CXX_STD)
+    if(CMAKE_CXX_STANDARD)
+      set(ARG_CXX_STD "${CMAKE_CXX_STANDARD}")
+    else()
+      set(ARG_CXX_STD 17)
+    endif()
+  endif()
+  if(NOT ARG_CUDA_STD)
+    set(ARG_CUDA_STD "${ARG_CXX_STD}")
+  endif()
+  if(NOT DEFINED ARG_CXX_SYSTEM_INCLUDE_DIRS)
+    set(ARG_CXX_SYSTEM_INCLUDE_DIRS ${ASSEMBLER_TORCH_INCLUDE_DIRS})
+    if(ARG_LANGUAGE STREQUAL "CUDA")
+      set(_cuda_home "${ASSEMBLER_CUDA_HOME}")
+      if(NOT _cuda_home)  # the toolkit of the nvcc CMake enabled: <root>/bin/nvcc
+        get_filename_component(_cuda_home "${CMAKE_CUDA_COMPILER}" DIRECTORY)
+        get_filename_component(_cuda_home "${_cuda_home}" DIRECTORY)
+      endif()
+      list(APPEND ARG_CXX_SYSTEM_INCLUDE_DIRS "${_cuda_home}/include" "${_cuda_home}/include/cccl")
+    endif()
+  endif()
+  if(NOT DEFINED ARG_CUDA_SYSTEM_INCLUDE_DIRS)
+    set(ARG_CUDA_SYSTEM_INCLUDE_DIRS ${ASSEMBLER_TORCH_INCLUDE_DIRS})
   endif()
 
   # Weak, so a source that defines its own PyInit_<name> wins at link time.
@@ -116,9 +164,22 @@ extern "C" __attribute__((weak, visibility("default"))) PyObject* PyInit_@name@(
 
   Python_add_library(${name} MODULE USE_SABI ${ASSEMBLER_PYTHON_ABI} WITH_SOABI ${ARG_SOURCES} "${_stub}")
   target_include_directories(${name} PRIVATE ${ARG_INCLUDE_DIRS})
-  target_include_directories(${name} SYSTEM PRIVATE ${ASSEMBLER_TORCH_INCLUDE_DIRS})
+  foreach(_dir IN LISTS ARG_CXX_SYSTEM_INCLUDE_DIRS)
+    target_include_directories(${name} SYSTEM PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${_dir}>")
+  endforeach()
+  foreach(_dir IN LISTS ARG_CUDA_SYSTEM_INCLUDE_DIRS)
+    target_include_directories(${name} SYSTEM PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:${_dir}>")
+  endforeach()
   target_compile_definitions(${name} PRIVATE TORCH_TARGET_VERSION=${ASSEMBLER_TORCH_TARGET_VERSION} ${ARG_DEFINES})
-  target_compile_features(${name} PRIVATE cxx_std_17)
+  # The standard is always set explicitly (CMake omits -std when the compiler's default would
+  # do, and then the compile commands would not say what `check` must preprocess with).
+  set_target_properties(${name} PROPERTIES CXX_STANDARD ${ARG_CXX_STD} CXX_STANDARD_REQUIRED ON)
+  foreach(_flag IN LISTS ARG_CXX_FLAGS)
+    target_compile_options(${name} PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${_flag}>")
+  endforeach()
+  foreach(_flag IN LISTS ARG_CUDA_FLAGS)
+    target_compile_options(${name} PRIVATE "$<$<COMPILE_LANGUAGE:CUDA>:${_flag}>")
+  endforeach()
   # Reproducible bytes: paths of torch's headers (in __FILE__) and of the generated stub are
   # recorded relative to torch and the build tree, not to where they happen to live.
   foreach(_map "${ASSEMBLER_TORCH_DIR}=torch" "${CMAKE_BINARY_DIR}=build")
@@ -135,12 +196,31 @@ extern "C" __attribute__((weak, visibility("default"))) PyObject* PyInit_@name@(
     VISIBILITY_INLINES_HIDDEN ON)
   if(ARG_LANGUAGE STREQUAL "CUDA")
     target_compile_definitions(${name} PRIVATE USE_CUDA)
-    set_target_properties(${name} PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON CUDA_RUNTIME_LIBRARY Shared)
+    set_target_properties(${name} PROPERTIES CUDA_STANDARD ${ARG_CUDA_STD} CUDA_STANDARD_REQUIRED ON CUDA_RUNTIME_LIBRARY Shared)
+    set(_archs)
+    foreach(_arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
+      string(REGEX REPLACE "-(real|virtual)$" "" _bare "${_arch}")
+      if(_bare MATCHES "^[0-9]+[af]$" AND NOT ARG_PTX)
+        list(APPEND _archs "${_bare}-real")  # SASS only: this PTX runs on no other GPU
+      else()
+        list(APPEND _archs "${_arch}")
+      endif()
+    endforeach()
+    if(_archs)
+      set_target_properties(${name} PROPERTIES CUDA_ARCHITECTURES "${_archs}")
+    endif()
   endif()
 
-  # The C shim (aoti_torch_*, torch_*) lives in libtorch_cpu; nothing else of libtorch is needed.
+  # The C shim (aoti_torch_*, torch_*) lives in libtorch_cpu, its CUDA half in libtorch_cuda
+  # (see the top of this file); nothing else of libtorch is needed.
+  set(_wanted torch_cpu)
+  if(ARG_LANGUAGE STREQUAL "CUDA")
+    list(APPEND _wanted torch_cuda)
+  endif()
+  list(APPEND _wanted ${ARG_LIBRARIES})
+  list(REMOVE_DUPLICATES _wanted)
   set(_libs)
-  foreach(_lib torch_cpu ${ARG_LIBRARIES})
+  foreach(_lib IN LISTS _wanted)
     _assembler_resolve_library(_resolved ${_lib})
     list(APPEND _libs "${_resolved}")
   endforeach()

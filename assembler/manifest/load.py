@@ -16,6 +16,8 @@ from assembler.errors import ManifestError
 from assembler.manifest.globs import glob_problem
 from assembler.manifest.model import (
     BACKENDS,
+    CUDA,
+    CUDA_COMPONENTS,
     CXX,
     LANGUAGES,
     BuildRecipe,
@@ -34,6 +36,7 @@ from assembler.manifest.values import (
     control_character,
     file_name_problem,
     relative_path_problem,
+    text_problem,
     url_problem,
 )
 from assembler.series.seriesfile import parse_series
@@ -55,16 +58,42 @@ BARE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")  # a TOML key that needs no quotes
 TORCH_TARGET_RE = re.compile(r"^\d+\.\d+$")
 ARCH_RE = re.compile(r"^\d+\.\d+[af]?$")
 
-BUNDLE_KEYS = {"name", "version", "python-abi", "torch-target", "torch", "cuda-archs", "verify-torch", "max-wheel-size"}
+BUNDLE_KEYS = {"name", "version", "python-abi", "torch-target", "torch", "cuda-archs", "verify-torch", "max-wheel-size",
+               "cuda-components"}
 DEP_KEYS = {
     "upstream", "source", "commit", "track", "submodules", "torch-target", "patches",
-    "build", "install", "verify", "max-size",
+    "build", "install", "verify", "max-size", "cuda-components",
 }
 BUILD_KEYS = {
     "extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs",
     "backend", "project-dir", "sources", "include-dirs", "defines", "build-env",
 }
-EXTENSION_KEYS = {"name", "sources", "language", "include-dirs", "defines", "libraries"}
+EXTENSION_KEYS = {"name", "sources", "language", "include-dirs", "defines", "libraries",
+                  "cxx-flags", "cuda-flags", "cxx-std", "cuda-std", "ptx"}
+CXX_STANDARDS = ("17", "20", "23")  # what cxx-std accepts (gcc and CMake know them all)
+CUDA_STANDARDS = ("17", "20")  # what nvcc 12 and 13 accept as -std=c++N
+LIBRARY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")  # a name for -l / find_library, never a path or a flag
+# Compiler flags a recipe may not pass, with the key that says it instead: they would change
+# what is compiled or where output goes behind the recipe's back.
+FLAG_OWNERS = (
+    (re.compile(r"--?std(=.*)?"), "cxx-std / cuda-std"),
+    (re.compile(r"-[DU].*|--(un)?define-macro(=.*)?"), "defines"),
+    (re.compile(r"-I.*|-isystem.*|-iquote.*|-idirafter.*|--include-path(=.*)?|--system-include(=.*)?"), "include-dirs"),
+    (re.compile(r"-l(?!ineinfo$).*|-L.*|--library(-path)?(=.*)?|-Wl,.*|-Xlinker(=.*)?|--linker-options(=.*)?"), "libraries"),
+    (re.compile(r"-gencode(=.*)?|--generate-code(=.*)?|-arch(=.*)?|--gpu-architecture(=.*)?|-code(=.*)?|--gpu-code(=.*)?"),
+     "cuda-archs (and ptx)"),
+)
+# ... and what no recipe may pass at all: outputs, modes, other programs, files read as options.
+FORBIDDEN_FLAG = re.compile(
+    r"(-o|--output-file|-c|--compile|-E|--preprocess|-S|-M.*|--dependency-output|-x|-B.*|-specs.*|--specs.*|-wrapper.*"
+    r"|-fplugin.*|-ccbin.*|--compiler-bindir.*|-include|-imacros|--pre-include.*|-save-temps.*|--keep.*|-odir"
+    r"|--output-directory.*|--options-file.*|-optf.*|--?run|--?dryrun|-Wp,.*|@.*)(=.*)?"
+)
+# nvcc options whose value is a separate token: CMake de-duplicates repeated tokens, so the
+# recipe writes them joined (-Xptxas=-v, -Xcompiler=-fopenmp).
+JOINED_FLAGS = ("-Xcompiler", "--compiler-options", "-Xptxas", "--ptxas-options", "-Xnvlink", "--nvlink-options",
+                "-Xarchive", "--archive-options", "-Xfatbin", "--fatbin-options", "-maxrregcount", "--maxrregcount",
+                "--threads", "-t", "-split-compile", "--split-compile")
 VERIFY_KEYS = {"ops", "smoke", "requires-cuda"}
 TOP_KEYS = {"bundle", "mirrors", "deps", "cache"}
 CACHE_KEYS = {"compiler", "remote", "artifacts", "s3-endpoint"}
@@ -359,7 +388,24 @@ def _bundle(v: _Validator, raw: Any) -> Bundle:
     for item in verify_torch:
         _version(v, (*key, "verify-torch"), item)
     return Bundle(name, version, python_abi, torch_target, torch, archs, verify_torch,
-                  max_wheel_size=_size(v, table, (*key, "max-wheel-size")))
+                  max_wheel_size=_size(v, table, (*key, "max-wheel-size")),
+                  cuda_components=_cuda_components(v, table, (*key, "cuda-components")))
+
+
+def _cuda_components(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
+    """cuda-components = ["curand", ...]: toolkit libraries beyond nvcc, CCCL and the runtime,
+    installed into the hermetic toolkit from NVIDIA's wheels (names as the cuda-toolkit wheel's extras)."""
+    components = v.strings(table, keys)
+    for component in components:
+        if component not in CUDA_COMPONENTS:
+            import difflib
+
+            close = difflib.get_close_matches(component, CUDA_COMPONENTS, n=1)
+            base = " (part of every toolkit already)" if component in ("nvcc", "cccl", "cudart", "crt", "nvvm") else ""
+            raise v.fail(keys, f"{_shown(component)} is not a CUDA toolkit component{base}",
+                         (f"did you mean '{close[0]}'? " if close else "") + f"known: {', '.join(CUDA_COMPONENTS)}")
+    v.check(len(set(components)) == len(components), keys, "a component is listed twice", "list each component once")
+    return tuple(sorted(components))
 
 
 def _size(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> int | None:
@@ -450,6 +496,7 @@ def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) 
         name=name, upstream=upstream, source=source, commit=commit, track=track,
         submodules=submodules, torch_target=torch_target, patches_dir=patches_dir,
         series=series, build=build, install=install, verify=verify, max_size=_size(v, table, (*key, "max-size")),
+        cuda_components=tuple(sorted({*bundle.cuda_components, *_cuda_components(v, table, (*key, "cuda-components"))})),
     )
 
 
@@ -554,11 +601,38 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
         language = v.string(ext, (*ext_keys, "language"), CXX)
         assert language is not None
         v.check(language in LANGUAGES, (*ext_keys, "language"), f"{language!r} is not a known language", 'write language = "cxx" or "cuda"')
+        libraries = v.strings(ext, (*ext_keys, "libraries"))
+        for library in libraries:
+            if not LIBRARY_RE.match(library) or library.startswith("-"):
+                raise ManifestError(f"{v.locator.where_in_array(ext_keys, index, 'libraries')}: {'.'.join(ext_keys)}.libraries: "
+                                    f"{_shown(library)} is not a library name", hint='write the name without lib and .so, e.g. libraries = ["cuda"]')
+        cuda_flags = _compiler_flags(v, ext, ext_keys, index, "cuda-flags")
+        cxx_std = _standard(v, ext, ext_keys, index, "cxx-std", CXX_STANDARDS)
+        cuda_std = _standard(v, ext, ext_keys, index, "cuda-std", CUDA_STANDARDS)
+        if language != CUDA:
+            for key, given in (("cuda-flags", cuda_flags), ("cuda-std", cuda_std), ("ptx", "ptx" in ext)):
+                if given:
+                    raise ManifestError(f"{v.locator.where_in_array(ext_keys, index, key)}: {'.'.join(ext_keys)}.{key}: "
+                                        f"extension {ext_name} is not a CUDA extension (language = {language!r})",
+                                        hint=f'remove {key}, or set language = "cuda"')
+        elif cuda_std is None and cxx_std is not None and cxx_std not in CUDA_STANDARDS:
+            raise ManifestError(f"{v.locator.where_in_array(ext_keys, index, 'cxx-std')}: {'.'.join(ext_keys)}.cxx-std: "
+                                f"the CUDA units follow cxx-std, and nvcc knows no C++{cxx_std}",
+                                hint=f'add cuda-std = "{CUDA_STANDARDS[-1]}" (one of {", ".join(CUDA_STANDARDS)})')
+        ptx = ext.get("ptx", False)
+        if not isinstance(ptx, bool):
+            raise ManifestError(f"{v.locator.where_in_array(ext_keys, index, 'ptx')}: {'.'.join(ext_keys)}.ptx: expected true or false, "
+                                f"got {ptx!r}", hint="write ptx = true to ship PTX next to the SASS of arch-specific targets")
         extensions.append(Extension(
             name=ext_name, sources=sources, language=language,
             include_dirs=v.strings(ext, (*ext_keys, "include-dirs")),
             defines=v.strings(ext, (*ext_keys, "defines")),
-            libraries=v.strings(ext, (*ext_keys, "libraries")),
+            libraries=libraries,
+            cxx_flags=_compiler_flags(v, ext, ext_keys, index, "cxx-flags"),
+            cuda_flags=cuda_flags,
+            cxx_std=cxx_std,
+            cuda_std=cuda_std,
+            ptx=ptx,
         ))
     archs = table.get("cuda-archs")
     cuda_archs = v.strings(table, (*keys, "cuda-archs")) if archs is not None else None
@@ -596,6 +670,39 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
         defines=defines,
         build_env=_build_env(v, table.get("build-env", {}), (*keys, "build-env")),
     )
+
+
+def _standard(v: _Validator, ext: dict[str, Any], keys: tuple[str, ...], index: int, key: str, allowed: tuple[str, ...]) -> str | None:
+    """cxx-std / cuda-std: 17, 20 (a number or a string; "c++20" too) -> "20"."""
+    value = ext.get(key)
+    if value is None:
+        return None
+    text = str(value).removeprefix("c++").removeprefix("gnu++") if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+    if text not in allowed:
+        raise ManifestError(f"{v.locator.where_in_array(keys, index, key)}: {'.'.join(keys)}.{key}: {value!r} is not a C++ standard "
+                            f"this key accepts", hint=f"write {key} = {allowed[-1]} (one of {', '.join(allowed)})")
+    return text
+
+
+def _compiler_flags(v: _Validator, ext: dict[str, Any], keys: tuple[str, ...], index: int, key: str) -> tuple[str, ...]:
+    """cxx-flags / cuda-flags: single compiler options (-O3, --use_fast_math, -Xptxas=-v). Never
+    an output, a mode, another program, or what another key says (-std, -D, -I, -l, -gencode)."""
+    flags = v.strings(ext, (*keys, key))
+    for flag in flags:
+        where = f"{v.locator.where_in_array(keys, index, key)}: {'.'.join(keys)}.{key}: {_shown(flag)}"
+        problem = text_problem(flag, limit=1000)
+        if problem is not None or not flag.startswith("-") or any(c.isspace() for c in flag):
+            raise ManifestError(f"{where} is not one compiler option ({problem or 'options start with - and hold no space'})",
+                                hint=f'write one option per string, e.g. {key} = ["-O3", "-Xptxas=-v"]')
+        owner = next((owner for pattern, owner in FLAG_OWNERS if pattern.fullmatch(flag)), None)
+        if owner is not None:
+            raise ManifestError(f"{where} is what {owner} says", hint=f"use {owner} instead of the flag")
+        if FORBIDDEN_FLAG.fullmatch(flag):
+            raise ManifestError(f"{where} changes what the build runs or writes, not how it compiles",
+                                hint="remove it; the build chooses outputs, modes and compilers")
+        if flag in JOINED_FLAGS:
+            raise ManifestError(f"{where} needs its value in the same string", hint=f'write {flag}=VALUE, e.g. "{flag}=-v"')
+    return flags
 
 
 # Which recipe keys each backend reads; any other is a mistake worth an error, not a silent no-op.

@@ -14,6 +14,11 @@ from assembler.errors import ManifestError
 
 CXX, CUDA = "cxx", "cuda"  # the languages of a translation unit or an extension (language = ... in deps.toml)
 LANGUAGES = (CXX, CUDA)
+# What cuda-components may name: the optional libraries of NVIDIA's cuda-toolkit wheel (its
+# extras, which pin each library's wheel to a CUDA release); nvcc, CCCL and the runtime are in
+# every toolkit already.
+CUDA_COMPONENTS = ("cublas", "cufft", "cufile", "cupti", "curand", "cusolver", "cusparse", "npp", "nvfatbin",
+                   "nvjitlink", "nvjpeg", "nvml", "nvptxcompiler", "nvrtc", "nvtx", "profiler", "culibos")
 
 
 class Extension(NamedTuple):
@@ -24,7 +29,12 @@ class Extension(NamedTuple):
     language: str  # CXX or CUDA
     include_dirs: tuple[str, ...] = ()
     defines: tuple[str, ...] = ()
-    libraries: tuple[str, ...] = ()
+    libraries: tuple[str, ...] = ()  # beyond torch_cpu (and torch_cuda, which every CUDA extension links)
+    cxx_flags: tuple[str, ...] = ()  # extra flags of its C++ units (host compiler)
+    cuda_flags: tuple[str, ...] = ()  # extra flags of its .cu units (nvcc)
+    cxx_std: str | None = None  # "17", "20", "23": -std of its C++ units (gnu++N); None: the recipe's cmake-args, else 17
+    cuda_std: str | None = None  # "17", "20": -std of its .cu units (c++N); None: cxx-std, else 17
+    ptx: bool = False  # also ship PTX for arch-specific targets (9.0a, 10.0a); by default SASS only
 
 
 BACKENDS = ("helper", "cmake", "setuptools")
@@ -93,6 +103,7 @@ class Dependency(NamedTuple):
     install: dict[str, str]
     verify: VerifySpec
     max_size: int | None = None  # [deps.X] max-size: bytes it may add to the wheel (compressed)
+    cuda_components: tuple[str, ...] = ()  # [deps.X] cuda-components, sorted, with the bundle's
 
     @property
     def builds_extensions(self) -> bool:
@@ -130,6 +141,7 @@ class Bundle(NamedTuple):
     cuda_archs: tuple[str, ...]
     verify_torch: tuple[str, ...]
     max_wheel_size: int | None = None  # [bundle] max-wheel-size, bytes
+    cuda_components: tuple[str, ...] = ()  # [bundle] cuda-components: every dependency's toolkit has them
 
 
 class CacheConfig(NamedTuple):

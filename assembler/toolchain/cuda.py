@@ -1,5 +1,14 @@
 """Select the CUDA toolkit ``--cuda X.Y`` asks for: a local one whose nvcc reports X.Y, else a
-hermetic one assembled from NVIDIA's PyPI wheels into the cache. Never another version."""
+hermetic one assembled from NVIDIA's PyPI wheels into the cache. Never another version.
+
+The hermetic toolkit is NVIDIA's ``cuda-toolkit`` wheel with the extras a build needs: its
+``nvcc``, ``cccl`` and ``cudart`` extras always, and each of the dependency's
+``cuda-components`` (``curand``, ``cublas``, ``nvrtc``, ...). The metapackage pins every
+library's wheel to its CUDA release (curand 10.4.2 is CUDA 13.2's) and names CUDA 12's
+``-cu12`` wheels and CUDA 13's unsuffixed ones alike, so 12.x and 13.x install the same way.
+Each set of components is its own toolkit directory in the cache (``cuda-13.2-<platform>`` or
+``cuda-13.2-<platform>-curand+nvrtc``), installed once and reused; a local toolkit is used
+only when it has every component's headers."""
 
 from __future__ import annotations
 
@@ -22,9 +31,20 @@ from assembler.toolchain.venv import dist_versions
 
 VERSION_RE = re.compile(r"^\d+\.\d+$")
 RELEASE_RE = re.compile(r"release (\d+\.\d+), V(\d+\.\d+\.\d+)")
-# The pieces nvcc needs to compile and link an extension: the driver and its host-side
-# front ends, cicc/libnvvm, the CRT headers, CCCL (cub/thrust/libcu++) and libcudart.
-HERMETIC_PACKAGES = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-cuda-cccl", "nvidia-cuda-runtime", "nvidia-nvvm")
+# The pieces nvcc needs to compile and link an extension, as cuda-toolkit extras: the driver
+# and its host-side front ends, cicc/libnvvm and the CRT headers (nvcc), CCCL (cub/thrust/libcu++)
+# and libcudart (cudart).
+METAPACKAGE = "cuda-toolkit"
+BASE_EXTRAS = ("nvcc", "cccl", "cudart")
+# The file that shows a toolkit has a component (a local toolkit is used only when it has them all).
+COMPONENT_FILES = {
+    "cublas": "include/cublas_v2.h", "cufft": "include/cufft.h", "cufile": "include/cufile.h",
+    "cupti": "include/cupti.h", "curand": "include/curand.h", "cusolver": "include/cusolverDn.h",
+    "cusparse": "include/cusparse.h", "npp": "include/npp.h", "nvfatbin": "include/nvFatbin.h",
+    "nvjitlink": "include/nvJitLink.h", "nvjpeg": "include/nvjpeg.h", "nvml": "include/nvml.h",
+    "nvptxcompiler": "include/nvPTXCompiler.h", "nvrtc": "include/nvrtc.h", "nvtx": "include/nvtx3/nvToolsExt.h",
+    "profiler": "include/cuda_profiler_api.h", "culibos": "lib/libculibos.a",
+}
 MARKER = ".assemble-toolkit.json"
 TOOLKIT_DIRS = ("bin", "include", "lib", "nvvm")
 
@@ -36,6 +56,7 @@ class CudaToolkit:
     root: Path  # a CUDA_HOME: bin/nvcc, include/, lib/
     origin: str  # where it came from: "CUDA_HOME", "/usr/local/cuda-13.2", "PATH", "PyPI"
     packages: dict[str, str] = field(default_factory=dict)  # hermetic: wheel name -> version
+    components: tuple[str, ...] = ()  # the cuda-components it was selected with (sorted)
 
     @property
     def nvcc(self) -> Path:
@@ -71,11 +92,18 @@ def _local_candidates(version: str) -> list[tuple[str, Path]]:
     return candidates
 
 
-def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None) -> CudaToolkit:
-    """The toolkit for ``version`` (X.Y): a local one when its nvcc reports X.Y, else the PyPI
-    wheels. Raises ToolchainError listing what was tried (NetworkError when PyPI is out of reach)."""
+def missing_components(root: Path, components: tuple[str, ...]) -> list[str]:
+    """The components whose headers (or library) the toolkit at ``root`` lacks."""
+    return [name for name in components if not (root / COMPONENT_FILES[name]).exists()]
+
+
+def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None, components: tuple[str, ...] = ()) -> CudaToolkit:
+    """The toolkit for ``version`` (X.Y) with ``components``: a local one when its nvcc reports
+    X.Y and it has them, else the PyPI wheels. Raises ToolchainError listing what was tried
+    (NetworkError when PyPI is out of reach)."""
     if not VERSION_RE.match(version):
         raise ToolchainError(f"--cuda {version!r} is not a MAJOR.MINOR CUDA version", hint="pass e.g. --cuda 13.2")
+    components = tuple(sorted(set(components)))
     tried: list[str] = []
     for origin, nvcc in _local_candidates(version):
         if not nvcc.is_file():
@@ -88,9 +116,13 @@ def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None) 
             tried.append(f"{origin}: {nvcc} is CUDA {found[0]}")
         else:
             root = nvcc.resolve().parent.parent
-            return CudaToolkit(version=version, release=found[1], root=root, origin=origin)
+            lacking = missing_components(root, components)
+            if lacking:
+                tried.append(f"{origin}: {root} lacks {', '.join(f'{name} ({COMPONENT_FILES[name]})' for name in lacking)}")
+                continue
+            return CudaToolkit(version=version, release=found[1], root=root, origin=origin, components=components)
     try:
-        return hermetic_cuda(version, progress)
+        return hermetic_cuda(version, progress, components)
     except (ToolchainError, NetworkError) as error:
         reach = "let this machine reach PyPI" if isinstance(error, NetworkError) else error.hint or "check the version"
         raise type(error)(
@@ -99,58 +131,161 @@ def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None) 
         ) from None
 
 
-def hermetic_cuda(version: str, progress: Callable[[str], None] = lambda _: None) -> CudaToolkit:
-    """CUDA ``version`` from NVIDIA's wheels, installed once into the cache and reused."""
+def hermetic_cuda(version: str, progress: Callable[[str], None] = lambda _: None, components: tuple[str, ...] = ()) -> CudaToolkit:
+    """CUDA ``version`` with ``components`` from NVIDIA's wheels, installed once into the cache and reused."""
     root = cache_root() / "toolchains"
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"cuda-{version}-{_platform_key()}"
+    components = tuple(sorted(set(components)))
+    final = root / toolkit_dir_name(version, components)
     marker = final / MARKER
     if not marker.is_file():
         with creating(final):
             if not marker.is_file():
-                _install_hermetic(version, final, progress)
+                _install_hermetic(version, final, progress, components)
     touch(marker)
     recorded = json.loads(marker.read_text())
     toolkit = CudaToolkit(
         version=version, release=recorded["release"], root=final / "cuda", origin="PyPI", packages=recorded["packages"],
+        components=components,
     )
     return toolkit
+
+
+def toolkit_dir_name(version: str, components: tuple[str, ...]) -> str:
+    """``cuda-13.2-<platform>``, with ``-curand+nvrtc`` for components (a digest when that is long)."""
+    base = f"cuda-{version}-{_platform_key()}"
+    if not components:
+        return base
+    joined = "+".join(components)
+    return f"{base}-{joined if len(joined) <= 60 else hashlib.sha256(joined.encode()).hexdigest()[:12]}"
+
+
+def toolkit_requirement(version: str, components: tuple[str, ...]) -> str:
+    """What the hermetic toolkit installs: ``cuda-toolkit[nvcc,cccl,cudart,curand]==13.2.*``."""
+    return f"{METAPACKAGE}[{','.join((*BASE_EXTRAS, *components))}]=={version}.*"
+
+
+def published_versions(package: str = METAPACKAGE) -> list[str] | None:
+    """The releases of ``package`` the configured index serves (PEP 691 JSON, else the HTML
+    simple page), newest last; None when the index cannot be asked."""
+    import urllib.request
+
+    from assembler.toolchain.pipconfig import pip_settings
+
+    settings = pip_settings()
+    if settings.no_index:
+        return None
+    index = (settings.index_url or "https://pypi.org/simple").rstrip("/")
+    request = urllib.request.Request(f"{index}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = response.read().decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+    names = re.findall(rf"{package.replace('-', '[-_]')}-(\d[\w.]*?)(?:\.tar\.gz|-py)", body)
+    from packaging.version import InvalidVersion, Version
+
+    found: set[Version] = set()
+    for name in names:
+        try:
+            found.add(Version(name))
+        except InvalidVersion:
+            continue
+    return [str(v) for v in sorted(found)]
+
+
+def _minor_versions(versions: list[str]) -> list[str]:
+    """X.Y of each release, once, in order: 12.8.0, 12.8.1, 12.9.0 -> 12.8, 12.9."""
+    return list(dict.fromkeys(".".join(v.split(".")[:2]) for v in versions if int(v.split(".")[0]) >= 11))  # not 0.0.x placeholders
 
 
 def _platform_key() -> str:
     return hashlib.sha256(f"{sys.platform}-{os.uname().machine}".encode()).hexdigest()[:8]
 
 
-def _install_hermetic(version: str, final: Path, progress: Callable[[str], None]) -> None:
+def _install_hermetic(version: str, final: Path, progress: Callable[[str], None], components: tuple[str, ...]) -> None:
     shutil.rmtree(final, ignore_errors=True)
     staging = final.with_name(f".tmp-{final.name}-{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
-    requirements = [f"{name}=={version}.*" for name in HERMETIC_PACKAGES]
+    requirement = toolkit_requirement(version, components)
     tool = installer()
     started = time.monotonic()
-    progress(f"installing CUDA {version} from PyPI with {tool} ({', '.join(HERMETIC_PACKAGES)})")
+    progress(f"installing CUDA {version} from PyPI with {tool} ({requirement})")
     try:
         staging.mkdir(parents=True)
-        # uv needs no pip in this interpreter (a `uv tool install` or pipx venv has none)
-        install(
-            tool, Path(sys.executable), requirements, target=staging / "wheels", options=["--no-deps", "--only-binary", ":all:"],
-            doing=f"installing {' '.join(requirements)}", progress=progress, started=started,
-        )
-        packages = dist_versions(staging / "wheels")
+        # uv needs no pip in this interpreter (a `uv tool install` or pipx venv has none). The
+        # metapackage's dependencies are the pinned nvidia-* wheels of the extras asked for.
+        try:
+            install(
+                tool, Path(sys.executable), [requirement], target=staging / "wheels", options=["--only-binary", ":all:"],
+                doing=f"installing {requirement}", progress=progress, started=started,
+            )
+        except ToolchainError as error:
+            raise _no_release(version, error) from None
+        _check_extras(staging / "wheels", version, components)
+        packages = {name: v for name, v in dist_versions(staging / "wheels").items() if name != METAPACKAGE}
         toolkit = staging / "cuda"
         for package_root in sorted((staging / "wheels" / "nvidia").iterdir()):
             for sub in TOOLKIT_DIRS:
                 if (package_root / sub).is_dir():
                     _merge_tree(package_root / sub, toolkit / sub)
         _complete_layout(toolkit)
+        if not (toolkit / "bin" / "nvcc").is_file():
+            raise _no_nvcc(version, packages)
         found = nvcc_release(toolkit / "bin" / "nvcc")
         if found is None or found[0] != version:
-            raise ToolchainError(f"the nvcc in {', '.join(requirements)} reports {found[0] if found else 'nothing'}")
+            raise ToolchainError(f"the nvcc of {requirement} reports {found[0] if found else 'nothing'}")
+        lacking = missing_components(toolkit, components)
+        if lacking:
+            raise ToolchainError(f"{requirement} installed no {', '.join(COMPONENT_FILES[name] for name in lacking)}")
         (staging / MARKER).write_text(json.dumps({"release": found[1], "packages": packages}, indent=2, sort_keys=True) + "\n")
         staging.rename(final)
         progress(f"CUDA {version} ready in {time.monotonic() - started:.1f} s (nvcc {found[1]})")
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def _no_release(version: str, error: ToolchainError) -> ToolchainError:
+    """A version NVIDIA publishes no wheels for, said with the versions that exist (the
+    installer's own resolver message runs to hundreds of characters)."""
+    published = published_versions()
+    if published is None:
+        return error
+    minors = _minor_versions(published)
+    if version in minors:
+        return error  # it exists: something else failed
+    complete = [minor for minor in minors if int(minor.split(".")[0]) >= FIRST_COMPLETE_MAJOR]
+    return ToolchainError(
+        f"NVIDIA publishes no CUDA {version} wheels ({METAPACKAGE} exists for {', '.join(minors)}; "
+        f"those with an nvcc: {', '.join(complete) or 'none'})",
+        hint=f"pick one of those, e.g. --cuda {complete[-1] if complete else minors[-1]}")
+
+
+# CUDA 12's nvidia-cuda-nvcc-cu12 wheels (12.0.76 to 12.9.86) hold only bin/ptxas, nvvm and the
+# CRT headers, for JIT users; the nvcc driver is on PyPI from CUDA 13.0 on.
+FIRST_COMPLETE_MAJOR = 13
+
+
+def _no_nvcc(version: str, packages: dict[str, str]) -> ToolchainError:
+    nvcc_wheel = next((f"{name} {v}" for name, v in packages.items() if name.startswith("nvidia-cuda-nvcc")), "its nvcc wheel")
+    return ToolchainError(
+        f"NVIDIA's CUDA {version} wheels ship no nvcc ({nvcc_wheel} holds only ptxas; PyPI has nvcc from CUDA "
+        f"{FIRST_COMPLETE_MAJOR}.0 on)",
+        hint=f"use --cuda {FIRST_COMPLETE_MAJOR}.0 or newer, which PyPI has complete")
+
+
+def _check_extras(wheels: Path, version: str, components: tuple[str, ...]) -> None:
+    """Every component is an extra of the installed metapackage (an installer only warns about
+    an unknown extra, and the toolkit would silently lack it)."""
+    provided: set[str] = set()
+    for metadata in wheels.glob(f"{METAPACKAGE.replace('-', '_')}-*.dist-info/METADATA"):
+        provided |= {line.split(":", 1)[1].strip() for line in metadata.read_text(errors="replace").splitlines()
+                     if line.startswith("Provides-Extra:")}
+    unknown = [name for name in (*BASE_EXTRAS, *components) if name not in provided]
+    if unknown:
+        raise ToolchainError(f"CUDA {version} on PyPI has no {', '.join(unknown)} component ({METAPACKAGE} provides "
+                             f"{', '.join(sorted(provided)) or 'nothing'})",
+                             hint="remove it from cuda-components, or pick a CUDA version that has it")
 
 
 def _merge_tree(source: Path, target: Path) -> None:

@@ -87,6 +87,7 @@ class ScikitBuildBackend:
         }
         if request.cuda:
             settings["cmake.define.CMAKE_CUDA_COMPILER"] = str(tc.cuda.nvcc)
+            settings["cmake.define.ASSEMBLER_CUDA_HOME"] = str(tc.cuda.root)
         if request.archs:
             settings["cmake.define.CMAKE_CUDA_ARCHITECTURES"] = recipe.cmake_archs(request.archs)
         return settings
