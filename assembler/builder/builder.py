@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +90,7 @@ class BuildRequest:
     parts: KeyParts
     archs: tuple[str, ...]
     cuda: bool  # nvcc takes part (the backend says)
+    toolchain: Toolchain | None = None  # what this dependency compiles with: the build's, its CUDA with its cuda-components
 
     @property
     def key(self) -> str:
@@ -145,6 +146,8 @@ def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: s
     head, dirty = source_identity(checkout)
     prepared = backends.for_dep(dep).prepare(ctx, dep, checkout)
     archs = dep_archs(dep, ctx.bundle.cuda_archs, prepared.uses_cuda)
+    toolchain = with_components(ctx.toolchain, dep.cuda_components) if prepared.uses_cuda else ctx.toolchain
+    ctx = replace(ctx, toolchain=toolchain)
     parts = KeyParts(
         dep=dep.name,
         source=head if dirty is None else f"{head}+{dirty}",
@@ -158,7 +161,26 @@ def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: s
         python_abi=ctx.bundle.python_abi,
     )
     state = CheckoutState.load(checkout)
-    return BuildRequest(dep, checkout, head, dirty is not None, state.head if state else None, parts, archs, prepared.uses_cuda)
+    return BuildRequest(dep, checkout, head, dirty is not None, state.head if state else None, parts, archs, prepared.uses_cuda,
+                        toolchain)
+
+
+def with_components(toolchain: Toolchain, components: tuple[str, ...]) -> Toolchain:
+    """``toolchain`` with its CUDA version's toolkit that has ``components`` (cuda-components):
+    the same local toolkit when it has them, else the hermetic one with those wheels. Its
+    packages (nvidia-curand 10.4.2.66, ...) are then part of the dependency's artifact key."""
+    if not components or toolchain.cuda.components == components:
+        return toolchain
+    from assembler.toolchain.cuda import select_cuda
+
+    return replace(toolchain, cuda=select_cuda(toolchain.cuda.version, _note, components))
+
+
+def _note(line: str) -> None:
+    """Progress of work before the build's display starts (installing a toolkit's components)."""
+    import sys
+
+    print(line, file=sys.stderr)
 
 
 def dep_archs(dep: Dependency, bundle_archs: tuple[str, ...], uses_cuda: bool) -> tuple[str, ...]:
@@ -225,6 +247,8 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     """Compile ``request`` with ``jobs`` parallel compiler processes through its backend; never
     raises for a compiler failure (the Outcome says what failed, with the log)."""
     dep = request.dep
+    if request.toolchain is not None:  # its CUDA toolkit, with its cuda-components
+        ctx = replace(ctx, toolchain=request.toolchain)
     log_path = build_log(ctx.state_dir, dep.name)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     staging = ctx.store.root / dep.name / f".tmp-{request.key}-{os.getpid()}"
@@ -269,7 +293,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
 
 def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) -> dict[str, Any]:
     """artifact.json: what the merge step and the wheel's metadata need to say where it came from."""
-    tc, dep = ctx.toolchain, request.dep
+    tc, dep = request.toolchain or ctx.toolchain, request.dep
     return {
         "dep": dep.name,
         "commit": dep.commit,
@@ -285,6 +309,10 @@ def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) ->
             "cuda": tc.cuda.version if request.cuda else None,
             "nvcc": tc.cuda.release if request.cuda else None,
             "cuda_origin": tc.cuda.origin if request.cuda else None,
+            # cuda-components and the wheels that provided them (the SBOM lists every toolchain entry)
+            "cuda_components": " ".join(dep.cuda_components) if request.cuda and dep.cuda_components else None,
+            "cuda_packages": " ".join(f"{name}=={version}" for name, version in tc.cuda.packages.items())
+            if request.cuda and tc.cuda.packages else None,
             "cxx": tc.cxx,
             "torch": tc.env.torch,
             "python_abi": ctx.bundle.python_abi,

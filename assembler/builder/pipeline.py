@@ -89,6 +89,7 @@ class DepReport:
     extensions: list[ExtensionVerdict] = field(default_factory=list)
     compiler_cache: dict[str, Any] | None = None  # sccache's requests, hits, misses of this build (None: not compiled)
     shared: str | None = None  # the shared artifact store: "downloaded", "uploaded", or what went wrong
+    cuda_components: list[str] = field(default_factory=list)  # its cuda-components (their wheels are in its artifact.json)
 
 
 @dataclass
@@ -239,6 +240,7 @@ def build_artifacts(
             status=outcome.status, seconds=outcome.seconds if outcome.status != BuildOutcome.CACHED else built_in,
             archs=list(request.archs), torch_target=request.dep.torch_target, artifact=outcome.artifact, log=outcome.log,
             compiler_cache=outcome.compiler_cache, shared=outcome.shared,
+            cuda_components=list(request.dep.cuda_components) if request.cuda else [],
         ))
     report.seconds = time.monotonic() - started
     failed = [outcomes[r.dep.name] for r in requests if outcomes[r.dep.name].status == BuildOutcome.FAILED]
