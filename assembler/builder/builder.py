@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from assembler.builder import backends
 from assembler.builder.cache import ArtifactStore, KeyParts, digest_texts, materialize
-from assembler.builder.diagnose import UnstableInclude, log_tail, torch_include_roots, unstable_includes
+from assembler.builder.diagnose import UnstableInclude, first_failure, log_tail, torch_include_roots, unstable_includes
 from assembler.builder.outcome import BuildOutcome
 from assembler.builder.units import compile_commands_path
 from assembler.errors import InputError, ToolchainError
@@ -345,10 +345,17 @@ def ninja_progress(line: str) -> tuple[int, int] | None:
 
 
 def format_failure(outcome: Outcome, tail_lines: int = 30) -> str:
-    """What the user reads for a failed dependency: the unstable includes when that is the
-    cause, else the tail of the log."""
+    """What the user reads for a failed dependency: the unstable includes (with torch's guard
+    message) when that is the cause, else the first failing command and its first error, else
+    (a log with neither) the tail of the log."""
     if outcome.unstable:
-        return "\n".join(item.describe(outcome.dep) for item in outcome.unstable)
+        lines = [item.describe(outcome.dep) for item in outcome.unstable]
+        guards = list(dict.fromkeys(item.guard for item in outcome.unstable if item.guard))
+        return "\n".join(lines + [f"torch: {guard}" for guard in guards])
     if outcome.log is None:
         return outcome.error or ""
-    return log_tail(outcome.log.read_text(errors="replace"), tail_lines)
+    log = outcome.log.read_text(errors="replace")
+    found = first_failure(log)
+    if found is None:
+        return log_tail(log, tail_lines)
+    return "\n".join(found.lines())

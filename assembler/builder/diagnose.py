@@ -84,6 +84,7 @@ class UnstableInclude:
     header: str  # as the source would spell it: torch/extension.h
     file: str  # the dependency's file that includes it, relative to the checkout
     line: int
+    guard: str = ""  # the #error torch's header raised: "This file should not be included when ..."
 
     def describe(self, dep: str) -> str:
         return f"dep {dep} still includes <{self.header}> from {self.file}:{self.line}"
@@ -102,20 +103,26 @@ def unstable_includes(log: str, source_root: Path, include_roots: Sequence[Path]
     found: list[UnstableInclude] = []
     for error in parse_diagnostics(log)[1]:
         if error.is_stable_guard:
-            item = _culprit(Path(error.file), error.chain, source_root, roots)
+            item = _culprit(Path(error.file), error.chain, source_root, roots, guard_message(error.text))
             if item is not None and item not in found:
                 found.append(item)
     return found
 
 
-def _culprit(erroring: Path, chain: Sequence[tuple[str, int]], source_root: Path, roots: list[Path]) -> UnstableInclude | None:
+def guard_message(text: str) -> str:
+    """``#error "This file ..."`` -> ``This file ...``."""
+    return text.removeprefix("#error").strip().strip('"')
+
+
+def _culprit(erroring: Path, chain: Sequence[tuple[str, int]], source_root: Path, roots: list[Path],
+             guard: str = "") -> UnstableInclude | None:
     """The innermost include-chain entry inside the dependency names the line to change; the
     header it includes is the next entry inward (or the erroring header itself)."""
     included = erroring
     for file, line in chain:  # innermost first
         path = _absolute(file, source_root)
         if path.is_relative_to(source_root):
-            return UnstableInclude(torch_header(included, roots) or str(included), str(path.relative_to(source_root)), line)
+            return UnstableInclude(torch_header(included, roots) or str(included), str(path.relative_to(source_root)), line, guard)
         included = path
     return None
 
@@ -127,3 +134,46 @@ def _absolute(file: str, source_root: Path) -> Path:
 
 def log_tail(log: str, lines: int = 40) -> str:
     return "\n".join(log.splitlines()[-lines:])
+
+
+@dataclass(frozen=True)
+class FirstFailure:
+    """Where a failed build's log first went wrong: the first command ninja (CMake's or
+    torch.utils.cpp_extension's) reports as FAILED, and the first ``error:`` line from there on
+    with the source excerpt gcc/nvcc print under it. Later units' warnings and errors, which
+    fill the log's tail, are not the cause."""
+
+    command: str | None  # the failing compile command, as ninja printed it
+    error: str | None  # "csrc/a.cpp:3:1: error: ..." (with gcc's excerpt lines), or a CMake/setuptools error
+
+    def lines(self) -> list[str]:
+        found = [f"first failing command: {self.command}"] if self.command else []
+        return found + ([f"first error: {self.error}"] if self.error else [])
+
+
+_FAILED = re.compile(r"^FAILED: ")
+_ERROR_LINE = re.compile(r"(?:^|\s|:)(?:fatal )?error(?: \w+)?:|^CMake Error|^error: ")
+_EXCERPT = re.compile(r"^\s+(?:\d+\s*)?\|")  # gcc's "   12 | code" and "      |   ^~~" lines
+
+
+def first_failure(log: str) -> FirstFailure | None:
+    """The first failing command and its first error in ``log`` (None when it holds neither)."""
+    lines = log.splitlines()
+    start = next((i for i, line in enumerate(lines) if _FAILED.match(line)), None)
+    command = None
+    if start is not None:
+        command = next((line.strip() for line in lines[start + 1:] if line.strip()), None)
+        if command is not None and len(command) > 2000:
+            command = command[:2000] + " ..."
+    first = start or 0
+    at = next((i for i in range(first, len(lines)) if _ERROR_LINE.search(lines[i]) and i != first + 1), None)
+    if at is None and start is not None:  # the command printed no error line: its last output says why
+        at = next((i for i in range(len(lines) - 1, start + 1, -1) if lines[i].strip()), None)
+    if at is None:
+        return None if command is None else FirstFailure(command, None)
+    excerpt = [lines[at].strip()]
+    for line in lines[at + 1:at + 4]:
+        if not _EXCERPT.match(line):
+            break
+        excerpt.append(line.rstrip())
+    return FirstFailure(command, "\n".join(excerpt))

@@ -256,7 +256,9 @@ class BuildFailed(BuildError):
         unstable = [item.describe(o.dep) for o in failed for item in o.unstable]
         if unstable:
             message = "; ".join(unstable)
-            hint = "include only torch/csrc/stable/ and torch/headeronly/ headers (or raise the dep's torch-target)"
+            guard = next((item.guard for o in failed for item in o.unstable if item.guard), None)
+            hint = (f"torch: {guard}; " if guard else "") + \
+                "include only torch/csrc/stable/ and torch/headeronly/ headers (or raise the dep's torch-target)"
         else:
             message = "; ".join(o.error or f"{o.dep} failed to build" for o in failed)
             hint = "full log: " + ", ".join(str(o.log) for o in failed if o.log)

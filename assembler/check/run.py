@@ -29,7 +29,7 @@ from assembler.builder.units import CUDA_ROOT, TORCH_ROOT, TranslationUnit, comp
 from assembler.check import compilers
 from assembler.check.compilers import Flags, NvccPasses, Pass
 from assembler.check.evidence import RECORD_SCHEMA, recipe_digest, record_path, units_summary
-from assembler.check.scan import Reader, UnitResult, classify, run_pass, undeclared
+from assembler.check.scan import Limits, Reader, UnitResult, classify, run_pass, undeclared
 from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
 from assembler.fsutil import atomic_write, ignored_dir
 from assembler.git.state import CheckoutState
@@ -53,6 +53,7 @@ class CheckOptions:
     torch: str | None = None  # default: [bundle] torch
     jobs: int = 0  # 0: one per CPU
     syntax: bool = True  # a -fsyntax-only pass on C++ units the preprocessor found clean
+    limits: Limits = field(default_factory=Limits)  # each compiler process's time and memory (a unit past them is INCOMPLETE)
 
 
 @dataclass
@@ -292,7 +293,8 @@ def _plan(
         torch=tools.env.torch,
         torch_target=dep.torch_target,
         archs=archs if toolkit else (),
-        flags=("check", "syntax" if options.syntax else "preprocess-only"),
+        flags=("check", "syntax" if options.syntax else "preprocess-only",
+               f"limits={options.limits.seconds:g}s,{options.limits.memory}B"),  # a raised limit re-checks
         python_abi=workspace.manifest.bundle.python_abi,
     )
     key = parts.digest()
@@ -368,20 +370,20 @@ def _check_unit(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, options: 
         passes: list[Pass] = nvcc.passes(plan.flags, unit)
     else:
         passes = [compilers.cxx_pass(tools.cxx, plan.flags, unit, std)]
-    classify(unit, [run_pass(scan, plan.checkout) for scan in passes], plan.reader, result)
+    classify(unit, [run_pass(scan, plan.checkout, options.limits) for scan in passes], plan.reader, result)
     clean = not (result.unstable or result.not_limited or result.missing or result.errors)
     if options.syntax and unit.language == CXX and clean:
-        _syntax(plan, unit, tools, result, std)
+        _syntax(plan, unit, tools, result, std, options.limits)
     result.decide()
     return result
 
 
-def _syntax(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, result: UnitResult, std: str) -> None:
+def _syntax(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, result: UnitResult, std: str, limits: Limits) -> None:
     """Shim functions and stable wrappers newer than the torch-target vanish behind
     TORCH_FEATURE_VERSION guards: the preprocessor is happy, the compiler is not. When the
     same pass with the build torch's own version as target compiles, the names it missed are
     what the torch-target hides (UNSTABLE); otherwise the unit simply does not compile (INCOMPLETE)."""
-    output = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit, std), plan.checkout)
+    output = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit, std), plan.checkout, limits)
     result.passes.append("syntax")
     result.seconds += output.seconds
     if not output.errors:
@@ -389,7 +391,7 @@ def _syntax(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, result: UnitR
     target = plan.dep.torch_target
     if tools.torch_release != target:
         newest = (f"TORCH_TARGET_VERSION={torch_target_version(tools.torch_release)}", plan.flags.defines[1])
-        again = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit, std, newest), plan.checkout)
+        again = run_pass(compilers.syntax_pass(tools.cxx, plan.flags, unit, std, newest), plan.checkout, limits)
         result.passes.append(f"syntax (target {tools.torch_release})")
         result.seconds += again.seconds
         if not again.errors:  # the target alone makes the difference

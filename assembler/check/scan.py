@@ -33,7 +33,24 @@ _UNDECLARED = re.compile(
     r"|'[^']+' has no member named '(?P<member>[A-Za-z_]\w*)'"
 )
 C_ENV = {"LC_ALL": "C", "LANG": "C"}  # ASCII quotes and English messages, which the parser reads
-TIMEOUT = 600.0
+TIMEOUT = 600.0  # seconds one compiler process of a scan may run
+MEMORY = 4 << 30  # bytes of address space each compiler process of a scan may take
+# What gcc, its driver and the C++ runtime print when the address-space limit stops them.
+_OUT_OF_MEMORY = re.compile(r"out of memory|virtual memory exhausted|std::bad_alloc|Cannot allocate memory|memory exhausted")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one compiler process of a scan may use: a unit that reads ``/dev/zero`` or
+    instantiates without end is stopped and reported INCOMPLETE with the reason, not allowed to
+    take the machine."""
+
+    seconds: float = TIMEOUT
+    memory: int = MEMORY  # bytes (ulimit -v: every process the compiler starts has its own)
+
+    def wrap(self, command: Sequence[str]) -> list[str]:
+        """``command`` under ``ulimit -v`` (a shell's, not preexec_fn: the scans run on threads)."""
+        return ["/bin/sh", "-c", f'ulimit -v {max(self.memory >> 10, 1)} && exec "$@"', "sh", *command]
 
 
 @dataclass
@@ -48,20 +65,26 @@ class ScanOutput:
     errors: list[Diagnostic] = field(default_factory=list)
 
 
-def run_pass(scan: Pass, cwd: Path) -> ScanOutput:
+def run_pass(scan: Pass, cwd: Path, limits: Limits = Limits()) -> ScanOutput:
     started = time.monotonic()
     try:
-        result = subprocess.run(list(scan.command), cwd=cwd, capture_output=True, text=True, errors="replace",
-                                env={**os.environ, **C_ENV}, timeout=TIMEOUT, check=False)
+        result = subprocess.run(limits.wrap(scan.command), cwd=cwd, capture_output=True, text=True, errors="replace",
+                                env={**os.environ, **C_ENV}, timeout=limits.seconds, check=False)
     except subprocess.TimeoutExpired:
         output = ScanOutput(scan.name, -1, time.monotonic() - started)
-        output.errors.append(Diagnostic(scan.command[-1], 0, f"the {scan.name} pass ran past {TIMEOUT:.0f} s", ()))
+        output.errors.append(Diagnostic(scan.command[-1], 0, f"the {scan.name} pass ran past its time limit of {limits.seconds:g} s "
+                                        "(the unit was not checked)", ()))
         return output
     except OSError as error:
         output = ScanOutput(scan.name, -1, time.monotonic() - started)
         output.errors.append(Diagnostic(scan.command[0], 0, f"cannot run {scan.command[0]}: {error.strerror or error}", ()))
         return output
     output = ScanOutput(scan.name, result.returncode, time.monotonic() - started)
+    if result.returncode != 0 and (memory := _OUT_OF_MEMORY.search(result.stderr)) is not None:
+        line = next(line.strip() for line in result.stderr.splitlines() if memory.group(0) in line)
+        output.errors.append(Diagnostic(scan.command[-1], 0, f"the {scan.name} pass ran out of its memory limit of "
+                                        f"{limits.memory >> 20} MiB ({line}; the unit was not checked)", ()))
+        return output
     output.dependencies = parse_make_rule(result.stdout)
     output.tree, output.errors = parse_diagnostics(result.stderr)
     if result.returncode != 0 and not output.errors:  # a failure that printed no "error:" line

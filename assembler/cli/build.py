@@ -95,9 +95,9 @@ def _print_failures(failure: BuildFailed, console: Console) -> None:
         if outcome.unstable:
             continue  # the error line names each include
         if console.is_terminal:
-            console.rule(f"{outcome.dep}: last lines of {outcome.log}", style="red")
+            console.rule(f"{outcome.dep}: first error in {outcome.log}", style="red")
         else:  # a rule fills the (wide, piped) width: a plain heading instead
-            console.print(f"--- {outcome.dep}: last lines of {outcome.log} ---", markup=False, highlight=False)
+            console.print(f"--- {outcome.dep}: first error in {outcome.log} ---", markup=False, highlight=False)
         console.print(format_failure(outcome), markup=False, highlight=False)
 
 
