@@ -165,8 +165,8 @@ def first_failure(log: str) -> FirstFailure | None:
         command = next((line.strip() for line in lines[start + 1:] if line.strip()), None)
         if command is not None and len(command) > 2000:
             command = command[:2000] + " ..."
-    first = start or 0
-    at = next((i for i in range(first, len(lines)) if _ERROR_LINE.search(lines[i]) and i != first + 1), None)
+    first = 0 if start is None else start + 2  # past the FAILED line and the command itself
+    at = next((i for i in range(first, len(lines)) if _ERROR_LINE.search(lines[i])), None)
     if at is None and start is not None:  # the command printed no error line: its last output says why
         at = next((i for i in range(len(lines) - 1, start + 1, -1) if lines[i].strip()), None)
     if at is None:
