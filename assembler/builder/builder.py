@@ -153,7 +153,8 @@ def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: s
         source=head if dirty is None else f"{head}+{dirty}",
         series=series_digest,
         recipe=prepared.recipe,
-        toolchain=ctx.toolchain.versions(prepared.uses_cuda) + prepared.tools,
+        toolchain=ctx.toolchain.versions(prepared.uses_cuda) + prepared.tools
+        + ((("cuda-components", " ".join(dep.cuda_components)),) if prepared.uses_cuda and dep.cuda_components else ()),
         torch=ctx.toolchain.env.torch,
         torch_target=dep.torch_target,
         archs=archs,
