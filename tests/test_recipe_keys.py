@@ -107,3 +107,18 @@ def test_flags_that_look_owned_but_are_not_are_accepted(tmp_path: Path) -> None:
     dep = _load(tmp_path, HEAD + EXTENSION + 'cuda-flags = ["-lineinfo", "--use_fast_math", "-Xcompiler=-fno-strict-aliasing"]\n'
                 'cxx-flags = ["-march=x86-64-v3", "-Wno-unused"]\n').deps["kern"]
     assert dep.build.extensions[0].cuda_flags == ("-lineinfo", "--use_fast_math", "-Xcompiler=-fno-strict-aliasing")
+
+
+def test_the_hermetic_toolkit_is_the_cuda_toolkit_wheel_with_its_extras() -> None:
+    from assembler.toolchain import cuda
+
+    assert cuda.toolkit_requirement("13.2", ("curand", "nvrtc")) == "cuda-toolkit[nvcc,cccl,cudart,curand,nvrtc]==13.2.*"
+    assert cuda.toolkit_dir_name("13.2", ()).startswith("cuda-13.2-")
+    assert cuda.toolkit_dir_name("13.2", ("curand", "nvrtc")).endswith("-curand+nvrtc")
+    assert cuda._minor_versions(["0.0.1", "12.8.0", "12.8.1", "12.9.2.0", "13.0.0"]) == ["12.8", "12.9", "13.0"]
+    # NVIDIA's CUDA 12 nvcc wheels hold only ptxas: said as such, with what works instead
+    error = cuda._no_nvcc("12.9", {"nvidia-cuda-nvcc-cu12": "12.9.86", "nvidia-cuda-runtime-cu12": "12.9.79"})
+    assert "nvidia-cuda-nvcc-cu12 12.9.86 holds only ptxas" in error.message and "13.0" in (error.hint or "")
+    from assembler.manifest.model import CUDA_COMPONENTS
+
+    assert set(cuda.COMPONENT_FILES) == set(CUDA_COMPONENTS)  # every component a manifest names can be proven present
