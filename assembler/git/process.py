@@ -23,9 +23,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from assembler.errors import InputError, ToolchainError, environment_failure
-from assembler.git.runner import COMMITTER_ENV, END_OF_OPTIONS, GIT_ENV, git_error_line
+from assembler.git.runner import COMMITTER_ENV, END_OF_OPTIONS, GIT_ENV, git_error_line, is_full_sha
 
-__all__ = ["DIFF_CONFIG", "END_OF_OPTIONS", "SOUND_REPO_HINT", "GitFailed", "GitView", "WorkTree", "isolated_env", "object_dir", "subcommand"]
+__all__ = ["DIFF_CONFIG", "END_OF_OPTIONS", "SOUND_REPO_HINT", "GitFailed", "GitView", "WorkTree", "isolated_env",
+           "object_dir", "object_id", "subcommand"]
 # Trial commits are throwaway; a fixed identity keeps commit-tree working without user config.
 IDENTITY_ENV = {
     "GIT_AUTHOR_NAME": "assemble", "GIT_AUTHOR_EMAIL": "assemble@localhost",
@@ -39,6 +40,15 @@ _INHERITED = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTOR
 SOUND_REPO_HINT = "check that the repository is readable and not damaged (git fsck), and that no other git holds its lock"
 
 Result = subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str]
+
+
+def object_id(text: str, where: str) -> str:
+    """``text`` when it is a full object name (runner.is_full_sha), the only shape a commit read
+    from git's output may have before it goes back to git or into a todo list; otherwise an
+    error naming ``where`` (a damaged repository, or a record forged by data)."""
+    if not is_full_sha(text):
+        raise InputError(f"{where}: git gave {text[:80]!r} where a commit name belongs", hint=SOUND_REPO_HINT)
+    return text
 
 
 class GitFailed(InputError):

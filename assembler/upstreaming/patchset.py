@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView, WorkTree
+from assembler.errors import InputError
+from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, SOUND_REPO_HINT, GitView, WorkTree, object_id
 from assembler.git.runner import operation_in
 from assembler.git.scratch import Scratch
 from assembler.git.state import CheckoutState, pinned_state
@@ -19,9 +20,13 @@ from assembler.workspace import Workspace
 
 _TRAILER_RE = re.compile(rf"^(?P<key>{'|'.join(DEP3_FIELDS)}):\s*(?P<value>.*)$")
 _DIFF_START = re.compile(rb"^diff --git ", re.MULTILINE)
-# One record per commit: a marker, six NUL-separated fields, then (--name-only) its files.
-_MARK = "\x01\x02\x03"
-META_FORMAT = "%x01%x02%x03%H%x00%P%x00%an <%ae>%x00%aD%x00%s%x00%B"
+# One record per commit, read with ``git log -z --raw``: six fixed NUL-terminated fields, then
+# one ":<modes> <blobs> <status>" entry and one path per file it changes. git prints a commit's
+# fields as C strings (a NUL in a message ends it), so no field can hold a NUL: the framing is
+# by position, and nothing a message says can start a record of its own.
+META_FORMAT = "%H%x00%P%x00%an <%ae>%x00%aD%x00%s%x00%B"
+_META_FIELDS = 6
+_RAW_ENTRY = re.compile(r"\n?:[0-7]{6} [0-7]{6} [0-9a-f]{40,64} [0-9a-f]{40,64} [A-Z][0-9]*")
 # Diffs as ``git format-patch`` writes them, so patch-ids and applies agree with the files.
 DIFF_ARGS = ("log", "-p", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff")
 
@@ -101,16 +106,31 @@ def load_commits(scratch: GitView, options: Sequence[str], revs: Sequence[str],
                  names: dict[str, str] | None = None) -> list[Patch]:
     """Commits as patches, from one ``git log`` (diffs are loaded later, when needed); a
     commit named in ``names`` (commit -> patch file) keeps that name, others get a short SHA."""
-    output = scratch.run("log", "-z", "--name-only", "--no-renames", f"--format={META_FORMAT}", *options, END_OF_OPTIONS,
-                         *revs).stdout
+    output = scratch.run(*DIFF_CONFIG, "log", "-z", "--raw", "--no-abbrev", "--no-renames", f"--format={META_FORMAT}", *options,
+                         END_OF_OPTIONS, *revs).stdout
+    tokens = output.decode(errors="replace").split("\0")
+    if tokens and tokens[-1] in ("", "\n"):
+        tokens.pop()
+    where = f"{scratch.where}: git log"
     patches = []
-    for record in output.decode(errors="replace").split(_MARK)[1:]:
-        sha, parents, author, date, subject, body, *rest = record.split("\0")
-        files = tuple(f for f in "\0".join(rest).lstrip("\n").split("\0") if f)
+    at = 0
+    while at < len(tokens):
+        if at + _META_FIELDS > len(tokens):
+            raise InputError(f"{where}: a commit record ends early", hint=SOUND_REPO_HINT)
+        sha, parents, author, date, subject, body = tokens[at:at + _META_FIELDS]
+        object_id(sha, where)
+        parent_ids = [object_id(parent, where) for parent in parents.split(" ") if parent]
+        at += _META_FIELDS
+        files: list[str] = []
+        while at < len(tokens) and _RAW_ENTRY.fullmatch(tokens[at]):
+            if at + 1 >= len(tokens):
+                raise InputError(f"{where}: a changed file without a path", hint=SOUND_REPO_HINT)
+            files.append(tokens[at + 1])
+            at += 2
         header = PatchHeader(file=(names or {}).get(sha, sha[:12]), subject=subject, author=author, date=date, fields=trailers(body))
         key = hashlib.sha256(f"{author}\0{date}\0{body}".encode()).hexdigest()
-        patches.append(Patch(header=header, diff=None, commit=sha, parent=parents.split()[0] if parents else None,
-                             files=files, key=key))
+        patches.append(Patch(header=header, diff=None, commit=sha, parent=parent_ids[0] if parent_ids else None,
+                             files=tuple(dict.fromkeys(files)), key=key))
     return patches
 
 

@@ -32,7 +32,7 @@ import git
 from assembler.errors import ConflictError, InputError, WouldLoseWorkError
 from assembler.git import mirrors
 from assembler.git.checkout import checkout, refuse_to_lose_work
-from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitFailed, GitView, WorkTree
+from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitFailed, GitView, WorkTree, object_id
 from assembler.git.runner import conflicted_files, in_progress_operation, repo_at
 from assembler.git.scratch import Scratch
 from assembler.git.state import CheckoutState, CheckoutStatus, pinned_state, read_head
@@ -464,7 +464,9 @@ def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> set[str
     empty; otherwise None, and the journal says "stopped", or "replaying" again when picks
     found upstream were dropped."""
     todo = jr.journal_dir(workspace, journal.dep) / "todo"
-    todo.write_text("".join(f"pick {p.commit} {p.subject}\n" for p in journal.picks) or "noop\n")
+    # Only full object names go into the todo list: a subject is text from a patch, and a
+    # newline in it would be a line of git's own (an ``exec``).
+    todo.write_text("".join(f"pick {object_id(p.commit, str(todo))}\n" for p in journal.picks) or "noop\n")
     result = fork.run(
         *SEQUENCER_CONFIG, "rebase", "--interactive", "--empty=drop", "--reapply-cherry-picks",
         "--committer-date-is-author-date", "--no-autosquash", "--onto", journal.onto, END_OF_OPTIONS, journal.replay_base,

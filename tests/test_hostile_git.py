@@ -1,0 +1,95 @@
+"""Issue 21, hostile inputs round two, the git side: a series patch whose message forges a
+``git log`` record, a stored parse that differs from deps.toml, Ctrl-C in the middle of a
+checkout, series and patch files that are symbolic links out of the workspace, mirrors shared
+between workspaces that map one URL to different repositories, install destinations that
+escape, and control characters quoted to the terminal. Each runs the real CLI on real git."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import KERNEL_V1, ROOT, GitWorkspace, make_git_workspace, run_assemble
+from tests.gitrepo import git, make_patch
+
+
+def _add_patch(ws: GitWorkspace, message: str, files: dict[str, str | None]) -> Path:
+    """A third patch on top of the series, made by committing on the fork's patched branch."""
+    assert ws.assemble("checkout").returncode == 0
+    fork_head = git(ws.fork, "rev-parse", "HEAD")
+    staging = ws.root.parent / "staging-extra"
+    from tests.gitrepo import Repo
+    repo = Repo.__new__(Repo)
+    repo.path, repo.clock = ws.fork, 1_700_100_000
+    patch = make_patch(repo, fork_head, message, files, staging)
+    target = ws.patches / "0003-extra.patch"
+    patch.rename(target)
+    with (ws.patches / "series").open("a") as series:
+        series.write(target.name + "\n")
+    return target
+
+
+# -- item 1: a patch message that forges a git log record -----------------------------------------
+
+def _forging_patch(ws: GitWorkspace, pwned: Path) -> Path:
+    """The issue's patch: its message holds the old record marker and a forged record whose
+    "sha" is an ``exec`` line; the files it adds supply the NULs and the forged subject."""
+    body = f"Add a note\n\nsee below\x01\x02\x03:/upstream advance\nexec touch {pwned}\n"
+    return _add_patch(ws, body, {f"exec true {n}": "a note\n" for n in range(6)})
+
+
+@pytest.mark.parametrize("conflict", [False, True], ids=["clean", "stopped-then-abort"])
+def test_patch_message_cannot_inject_into_the_rebase_todo(git_workspace: GitWorkspace, tmp_path: Path, conflict: bool) -> None:
+    ws = git_workspace
+    pwned = tmp_path / "PWNED"
+    hostile = _forging_patch(ws, pwned)
+    hostile_bytes, manifest_before = hostile.read_bytes(), ws.manifest.read_text()
+    assert ws.assemble("checkout").returncode == 0
+    ws.upstream.commit("upstream advance", {"exec true 0": "upstream's own\n"} if conflict else {"docs/more.md": "more\n"})
+    result = ws.assemble("rebase", "kern")
+    assert not pwned.exists(), (result.returncode, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr
+    if not conflict:
+        assert result.returncode == 0, result.stderr
+        assert "applied (3)" in result.stdout and hostile.name in (ws.patches / "series").read_text()
+        assert b"\x01\x02\x03:/upstream advance\nexec touch" in hostile.read_bytes()  # the message kept whole
+        return
+    assert result.returncode == 5, (result.stdout, result.stderr)
+    assert hostile.name in result.stderr + result.stdout
+    abort = ws.assemble("rebase", "--abort", "kern")  # its own journal reads back
+    assert abort.returncode == 0, abort.stderr
+    assert hostile.read_bytes() == hostile_bytes and ws.manifest.read_text() == manifest_before
+    assert "rebasing" not in ws.assemble("deps").stdout
+    assert not pwned.exists()
+
+
+def test_git_log_records_are_framed_by_position(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """load_commits on the forging commit and on a commit object whose message and author hold
+    NULs (written with hash-object): one patch per commit, its own SHA, parent and files."""
+    from assembler.git.process import GitView
+    from assembler.upstreaming.patchset import from_commits
+
+    ws = git_workspace
+    _forging_patch(ws, tmp_path / "PWNED")
+    assert ws.assemble("checkout").returncode == 0
+    head = git(ws.fork, "rev-parse", "HEAD")
+    tree = git(ws.fork, "rev-parse", "HEAD^{tree}")
+    raw = (f"tree {tree}\nparent {head}\nauthor Ev\0il <e@x> 1700000000 +0000\ncommitter C <c@x> 1700000000 +0000\n\n"
+           f"subj\0{head}\0\n\nbody\x01\x02\x03{head}\0x\n")
+    nul = subprocess.run(["git", "hash-object", "-t", "commit", "-w", "--stdin", "--literally"], cwd=ws.fork,
+                         input=raw.encode(), capture_output=True, check=True).stdout.decode().strip()
+    patches = from_commits(GitView(ws.fork / ".git"), nul, [ws.base])
+    assert [p.commit for p in patches[-2:]] == [head, nul]
+    assert len(patches) == 4
+    forged = patches[-2]
+    assert forged.subject == "Add a note" and forged.parent == git(ws.fork, "rev-parse", "HEAD~1")
+    assert forged.files == tuple(f"exec true {n}" for n in range(6))
+    assert patches[-1].parent == head and patches[-1].files == ()
