@@ -93,3 +93,29 @@ def test_git_log_records_are_framed_by_position(git_workspace: GitWorkspace, tmp
     assert forged.subject == "Add a note" and forged.parent == git(ws.fork, "rev-parse", "HEAD~1")
     assert forged.files == tuple(f"exec true {n}" for n in range(6))
     assert patches[-1].parent == head and patches[-1].files == ()
+
+
+# -- item 2: a stored parse added by a pull request -------------------------------------------------
+
+def test_a_stored_parse_in_the_workspace_is_never_used(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """The issue's pull request: it adds .assemble/deps.toml.json holding deps.toml's exact text
+    but another upstream and commit. assemble uses what deps.toml says."""
+    ws = git_workspace
+    import tomllib
+    text = ws.manifest.read_text()
+    data = tomllib.loads(text)
+    evil = tmp_path / "evil"
+    from tests.gitrepo import Repo
+    other = Repo(evil).commit("not what the reviewer saw", {"x": "x\n"})
+    data["deps"]["kern"].update(upstream=str(evil), commit=other)
+    (ws.root / ".assemble").mkdir(exist_ok=True)
+    (ws.root / ".assemble" / "deps.toml.json").write_text(
+        json.dumps({"format": 1, "python": sys.version, "text": text, "data": data}))
+    listed = ws.assemble("deps", "--json")
+    assert listed.returncode == 0, listed.stderr
+    row = json.loads(listed.stdout)["deps"][0]
+    assert other not in listed.stdout and str(evil) not in listed.stdout, row
+    assert ws.base in listed.stdout
+    assert ws.assemble("checkout").returncode == 0
+    assert git(ws.fork, "rev-parse", f"{ws.base}^{{commit}}") == ws.base
+    assert git(ws.fork, "cat-file", "-t", other, check=False) != "commit"

@@ -149,19 +149,20 @@ def test_mirror_origin_read_without_git_agrees_with_git(tmp_path: Path, url: str
     assert _origin_url(repo) == url
 
 
-def test_the_stored_parse_of_deps_toml_never_hides_an_edit(tmp_path: Path) -> None:
-    """load_manifest reuses the last parse (.assemble/deps.toml.json) only for the very same
-    text: an edit of the same size, with the file's times put back, is still seen; a damaged
-    or foreign record is ignored."""
-    from assembler.manifest.load import PARSED_NAME, STATE_DIR, load_manifest
+def test_the_stored_parse_of_deps_toml_never_hides_an_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_manifest reuses the last parse (in the user cache, keyed by the text's digest) only
+    for the very same text: an edit of the same size, with the file's times put back, is still
+    seen; a damaged or foreign record is ignored."""
+    from assembler.manifest.load import _parse_record, load_manifest
 
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     workspace = tmp_path / "ws"
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
     manifest = workspace / "deps.toml"
-    (workspace / STATE_DIR).mkdir()
-    record = workspace / STATE_DIR / PARSED_NAME
     first = load_manifest(manifest)
+    record = _parse_record(manifest.read_text())
     assert record.is_file() and '"text"' in record.read_text()
+    assert not (workspace / ".assemble").exists()  # nothing of it in the workspace
     assert load_manifest(manifest) == first  # from the record
 
     times = manifest.stat()
@@ -173,6 +174,7 @@ def test_the_stored_parse_of_deps_toml_never_hides_an_edit(tmp_path: Path) -> No
     os.utime(manifest, ns=(times.st_atime_ns, times.st_mtime_ns))
     assert load_manifest(manifest).bundle.version == "9.9.9"
 
+    record = _parse_record(edited)
     for damage in ("{", "[]", json.dumps({"format": 1, "python": sys.version, "text": "other", "data": {}})):
         record.write_text(damage)
         assert load_manifest(manifest).bundle.version == "9.9.9"

@@ -43,8 +43,9 @@ from assembler.series.seriesfile import parse_series
 
 MANIFEST_NAME = "deps.toml"
 STATE_DIR = ".assemble"  # the workspace's state directory, next to deps.toml (workspace.Workspace.state_dir)
-PARSED_NAME = "deps.toml.json"  # in STATE_DIR: the last parse of deps.toml with its text (_parse_text)
+PARSED_DIR = "manifests"  # in the user cache: <digest of the text>.json, a parse of deps.toml with its text (_parse_text)
 PARSED_FORMAT = 1
+PARSED_KEPT = 64  # parses kept in the cache, the most recently written (one per distinct deps.toml text)
 # Set to 1 by whoever runs assemble (never by the manifest, which may come from a pull request)
 # to allow a `patches` directory outside the workspace (absolute, '..', or a symlink out).
 PATCHES_OUTSIDE_ENV = "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE"
@@ -269,7 +270,7 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any], bool]:
     if not path.exists() and not path.is_symlink():
         raise ManifestError(f"{path}: no such manifest", hint="create deps.toml or pass --workspace DIR")
     text = read_utf8(path, "a manifest")
-    stored = _stored_parse(path, text)
+    stored = _stored_parse(text)
     if stored is not None:
         return text, stored, True
     import tomllib
@@ -291,13 +292,24 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any], bool]:
     return text, data, False
 
 
-def _stored_parse(path: Path, text: str) -> dict[str, Any] | None:
-    """The parse of deps.toml kept by the last run, when it was of exactly this text: every
+def _parse_record(text: str) -> Path:
+    """Where the parse of ``text`` is kept: the user cache (trusted, like the mirrors), keyed by
+    the text's digest; never the workspace, whose files may come from a pull request (a stored
+    parse there could say what no reviewer sees in deps.toml). OSError when there is no cache."""
+    from assembler.cache import cache_root
+    from assembler.fsutil import sha256
+
+    digest = sha256(f"{PARSED_FORMAT}\0{sys.version}\0{text}".encode()).hexdigest()
+    return cache_root() / PARSED_DIR / f"{digest}.json"
+
+
+def _stored_parse(text: str) -> dict[str, Any] | None:
+    """The parse of deps.toml kept by an earlier run, when it was of exactly this text: every
     command reads the manifest, and tomllib's import alone is ~7 ms of the 100 ms start-up
     budget (benchmarks/startup.py), where reading back its JSON costs well under one. The text
     is compared whole, so an edit is never missed, whatever the file's times say."""
     try:
-        record = json.loads((path.parent / STATE_DIR / PARSED_NAME).read_text(encoding="utf-8"))
+        record = json.loads(_parse_record(text).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if (isinstance(record, dict) and record.get("format") == PARSED_FORMAT and record.get("python") == sys.version
@@ -306,21 +318,26 @@ def _stored_parse(path: Path, text: str) -> dict[str, Any] | None:
     return None
 
 
-def _store_parse(path: Path, text: str, data: dict[str, Any]) -> None:
+def _store_parse(text: str, data: dict[str, Any]) -> None:
     """Keep ``data`` for _stored_parse, once it proved a valid manifest (a command that fails
-    writes nothing), when JSON holds it exactly (TOML dates do not round-trip) and the
-    workspace can be written (best effort: a read-only one parses every time)."""
-    state = path.parent / STATE_DIR
+    writes nothing), when JSON holds it exactly (TOML dates do not round-trip) and the cache
+    can be written (best effort: without one, every run parses); the oldest records beyond
+    PARSED_KEPT are removed."""
     try:
         encoded = json.dumps({"format": PARSED_FORMAT, "python": sys.version, "text": text, "data": data})
         if json.loads(encoded)["data"] != data:
             return
     except (TypeError, ValueError):
         return
-    from assembler.fsutil import atomic_write_if_changed, ignored_dir
+    from assembler.fsutil import atomic_write_if_changed
 
     with contextlib.suppress(OSError):
-        atomic_write_if_changed(ignored_dir(state) / PARSED_NAME, encoded)
+        record = _parse_record(text)
+        record.parent.mkdir(exist_ok=True)
+        atomic_write_if_changed(record, encoded)
+        kept = sorted(record.parent.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[PARSED_KEPT:]:
+            old.unlink(missing_ok=True)
 
 
 def load_manifest(path: Path) -> Manifest:
@@ -337,7 +354,7 @@ def load_manifest(path: Path) -> Manifest:
         deps[name] = _dependency(v, path.parent, name, raw, bundle)
     manifest = Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps, cache=_cache(v, top.get("cache", {})))
     if not stored:
-        _store_parse(path, text, data)
+        _store_parse(text, data)
     return manifest
 
 
