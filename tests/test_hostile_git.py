@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import KERNEL_V1, ROOT, GitWorkspace, make_git_workspace, run_assemble
+from tests.conftest import GitWorkspace
 from tests.gitrepo import git, make_patch
 
 
@@ -119,3 +118,69 @@ def test_a_stored_parse_in_the_workspace_is_never_used(git_workspace: GitWorkspa
     assert ws.assemble("checkout").returncode == 0
     assert git(ws.fork, "rev-parse", f"{ws.base}^{{commit}}") == ws.base
     assert git(ws.fork, "cat-file", "-t", other, check=False) != "commit"
+
+
+# -- item 5: Ctrl-C in the middle of the series' git am ---------------------------------------------
+
+def _long_series(ws: GitWorkspace, count: int) -> None:
+    """Replace the series by ``count`` small patches (made in one fast-import, one format-patch)."""
+    lines = [f"reset refs/heads/long\nfrom {ws.base}\n"]
+    for n in range(count):
+        message = f"Add note {n}\n"
+        data = f"note {n}\n"
+        lines.append(f"commit refs/heads/long\ncommitter Dev <dev@x> {1_700_000_000 + n} +0000\n"
+                     f"data {len(message)}\n{message}M 100644 inline notes/{n}.txt\ndata {len(data)}\n{data}\n")
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=ws.upstream.path, input="".join(lines).encode(), check=True)
+    for old in ws.patches.iterdir():
+        old.unlink()
+    git(ws.upstream.path, "format-patch", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-q",
+        "-o", str(ws.patches), f"{ws.base}..long")
+    names = sorted(p.name for p in ws.patches.iterdir())
+    (ws.patches / "series").write_text("\n".join(names) + "\n")
+    git(ws.upstream.path, "branch", "-q", "-D", "long")
+
+
+def test_ctrl_c_during_the_series_is_recovered_by_a_re_run(git_workspace: GitWorkspace) -> None:
+    """SIGINT to the process group (what Ctrl-C does) while `git am` applies a 300-patch series:
+    exit 130, the checkout is left in the middle of git's am; the re-run aborts that am (it is
+    assemble's own: the state says applying, the am began at the pinned commit and HEAD is its
+    last commit) and applies the series again."""
+    ws = git_workspace
+    _long_series(ws, 300)
+    env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "200"}
+    process = subprocess.Popen([sys.executable, "-m", "assembler", "-C", str(ws.root), "checkout"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    applying = ws.fork / ".git" / "rebase-apply" / "applying"
+    next_patch = ws.fork / ".git" / "rebase-apply" / "next"
+    deadline = time.monotonic() + 120  # a bound on waiting for the am, not a measured duration
+    while process.poll() is None and time.monotonic() < deadline:
+        if applying.exists() and next_patch.exists() and next_patch.read_text().strip() not in ("", "1"):
+            break  # git am has committed some patches: Ctrl-C now
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "re-run the same command" in stderr
+    assert applying.exists(), "the interrupt left git am in progress (else this test shows nothing)"
+    assert "interrupted" in ws.assemble("deps").stdout
+
+    again = ws.assemble("checkout")
+    assert again.returncode == 0, again.stderr
+    assert not (ws.fork / ".git" / "rebase-apply").exists()
+    assert git(ws.fork, "rev-list", "--count", f"{ws.base}..HEAD") == "300"
+    assert "ready" in ws.assemble("deps").stdout
+
+
+def test_a_git_am_the_user_started_is_not_aborted(git_workspace: GitWorkspace) -> None:
+    """The recovery aborts only its own am: a stopped series (a conflict left for the user) is
+    still exit 5, with the user's am in place."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    first = sorted(ws.patches.glob("0001-*.patch"))[0]
+    first.write_text(first.read_text().replace("-at::Tensor add_one(const at::Tensor& x) {",
+                                               "-at::Tensor add_one(const at::Tensor& y) {"))
+    stopped = ws.assemble("checkout")
+    assert stopped.returncode == 5, stopped.stderr
+    again = ws.assemble("checkout")
+    assert again.returncode == 5 and "in the middle of a git am" in again.stderr, again.stderr
+    assert (ws.fork / ".git" / "rebase-apply").is_dir()

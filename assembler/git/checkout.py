@@ -23,6 +23,7 @@ from assembler.git.state import (
     CheckoutState,
     CheckoutStatus,
     branch_name,
+    interrupted_series_am,
     is_up_to_date,
     series_digest,
 )
@@ -47,6 +48,9 @@ def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], Non
         if is_up_to_date(state, dep, digest):
             # Nothing to change: local edits and commits stay where they are (build uses them).
             return CheckoutResult.unchanged(dep, path, state)
+        if interrupted_series_am(path, state):  # our own am, cut short: drop it, the series is applied again below
+            on_step("abort interrupted git am")
+            WorkTree(path).run("am", "--quit")
         refuse_to_lose_work(repo_at(path), dep, path, state)
     on_step("mirror")
     mirror, fetched = mirrors.ensure_commit(workspace.manifest, dep.source, dep.commit)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from assembler.git.process import WorkTree
 from assembler.git.runner import operation_in
-from assembler.git.state import CheckoutCondition, CheckoutState, CheckoutStatus, series_digest
+from assembler.git.state import CheckoutCondition, CheckoutState, CheckoutStatus, interrupted_series_am, series_digest
 
 if TYPE_CHECKING:
     from assembler.manifest import Dependency
@@ -59,7 +59,7 @@ def inspect(workspace: Workspace, dep: Dependency) -> CheckoutCondition:
     if not tree.git_dir.is_dir():
         raise InputError(f"{path} is not a git checkout", hint="move it away and run `assemble checkout` again")
     if operation_in(tree.git_dir):
-        return CheckoutCondition.STOPPED
+        return CheckoutCondition.INTERRUPTED if interrupted_series_am(path, state) else CheckoutCondition.STOPPED
     # One process for both HEAD and the edits (porcelain v2 names the head commit).
     lines = tree.out("status", "--porcelain=v2", "--branch", "--untracked-files=normal").splitlines()
     head = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), None)

@@ -126,6 +126,24 @@ def pinned_state(checkout: Path, dep: Dependency) -> CheckoutState | None:
     return state if state is not None and is_up_to_date(state, dep, series_digest(dep)) else None
 
 
+def interrupted_series_am(checkout: Path, state: CheckoutState) -> bool:
+    """The ``git am`` in ``checkout`` is assemble's own, cut short (Ctrl-C, a kill): the state
+    still says applying (a conflict would have made it stopped), git's am session began at the
+    pinned commit (ORIG_HEAD) and HEAD is still the last commit that am made (its
+    abort-safety). Only such an am may be aborted and redone without asking."""
+    from assembler.git.runner import operation_in
+
+    git_dir = checkout / ".git"
+    if state.status != CheckoutStatus.APPLYING or operation_in(git_dir) != "am":
+        return False
+    try:
+        began = (git_dir / "ORIG_HEAD").read_text(encoding="utf-8").strip()
+        last = (git_dir / "rebase-apply" / "abort-safety").read_text(encoding="utf-8").strip()
+    except OSError:
+        return False
+    return began == state.base and is_full_sha(last) and last == read_head(checkout)
+
+
 def read_head(checkout: Path) -> str:
     """The commit checked out: from .git/HEAD and the ref files (no process: the no-op
     `assemble checkout` reads one per dependency), else from `git rev-parse`."""
