@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GitWorkspace
+from tests.conftest import GitWorkspace, run_assemble
 from tests.gitrepo import git, make_patch
 
 
@@ -184,3 +184,43 @@ def test_a_git_am_the_user_started_is_not_aborted(git_workspace: GitWorkspace) -
     again = ws.assemble("checkout")
     assert again.returncode == 5 and "in the middle of a git am" in again.stderr, again.stderr
     assert (ws.fork / ".git" / "rebase-apply").is_dir()
+
+
+# -- item 6: a series or patch file that is a symbolic link out of the workspace -------------------
+
+@pytest.mark.parametrize("which", ["series", "patch"])
+def test_a_series_or_patch_linked_out_of_the_workspace_is_refused(git_workspace: GitWorkspace, tmp_path: Path,
+                                                                   which: str) -> None:
+    ws = git_workspace
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if which == "series":
+        target = outside / "series"
+        (ws.patches / "series").rename(target)
+        (ws.patches / "series").symlink_to(target)
+        needle = "patches/kern/series: deps.kern.patches: the series is a symbolic link out of the workspace"
+    else:
+        patch = sorted(ws.patches.glob("0001-*.patch"))[0]
+        target = outside / patch.name
+        patch.rename(target)
+        patch.symlink_to(target)
+        needle = f"patches/kern/series:2:1: deps.kern.patches: {patch.name} is a symbolic link out of the workspace"
+    for words in (["deps"], ["checkout"]):
+        result = ws.assemble(*words)
+        assert result.returncode == 2, (result.stdout, result.stderr)
+        assert needle in result.stderr and str(target) in result.stderr and "Traceback" not in result.stderr
+        assert "hint: copy the file into" in result.stderr and "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE=1" in result.stderr
+    assert not ws.fork.exists()
+    allowed = run_assemble("-C", str(ws.root), "checkout",
+                           env={"ASSEMBLE_CACHE": str(ws.cache), "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE": "1"})
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_links_inside_the_workspace_are_fine(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    shared = ws.root / "shared-patches"
+    shared.mkdir()
+    patch = sorted(ws.patches.glob("0001-*.patch"))[0]
+    patch.rename(shared / patch.name)
+    patch.symlink_to(Path("..") / ".." / "shared-patches" / patch.name)
+    assert ws.assemble("checkout").returncode == 0

@@ -505,7 +505,7 @@ def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) 
             raise v.fail((*key, "submodules"), f"{_shown(sub)} is not a submodule path: {problem}", "use the path from .gitmodules, relative to the checkout")
     torch_target = _torch_target(v, table, (*key, "torch-target"), bundle.torch_target)
     patches_dir = _patches_dir(v, root, (*key, "patches"), table.get("patches"), name)
-    series = _series(v, (*key, "patches"), patches_dir, explicit="patches" in table)
+    series = _series(v, (*key, "patches"), patches_dir, explicit="patches" in table, root=root)
     build = _build(v, table.get("build", {}), (*key, "build"))
     install = _install(v, table.get("install", {}), (*key, "install"))
     verify = _verify(v, table.get("verify", {}), (*key, "verify"))
@@ -553,7 +553,23 @@ def _patches_dir(v: _Validator, root: Path, keys: tuple[str, ...], value: Any, n
     return patches_dir
 
 
-def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path, *, explicit: bool) -> tuple[str, ...]:
+def _link_out_of(root: Path, path: Path) -> Path | None:
+    """Where ``path`` leads when it is a symbolic link out of the workspace ``root`` (or into
+    a directory assemble writes), unless ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE=1; else None. A
+    series or patch file is read like the directory that holds it: a link must not reach a
+    file of the machine that no reviewer of the workspace sees."""
+    if not path.is_symlink() or os.environ.get(PATCHES_OUTSIDE_ENV) == "1":
+        return None
+    root = root.resolve()
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return None  # a dangling link or a loop: reported as missing or unreadable where it is read
+    inside = target.is_relative_to(root) and target != root
+    return None if inside and target.relative_to(root).parts[0] not in RESERVED_DIRS else target
+
+
+def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path, *, explicit: bool, root: Path | None = None) -> tuple[str, ...]:
     """The series must name exactly the *.patch files present: a missing file or an orphan
     patch is the classic way a series silently loses a change. Entries are plain file names in
     ``patches_dir``. A missing directory is an empty series only when ``patches`` is not set."""
@@ -575,6 +591,9 @@ def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path, *, explicit
                             hint=f"move the file away and put the series in {patches_dir}/series")
     series_file = patches_dir / "series"
     listed_file = series_file.exists() or series_file.is_symlink()
+    outside_hint = f"copy the file into {patches_dir} instead of linking it (or set {PATCHES_OUTSIDE_ENV}=1 to allow it)"
+    if root is not None and (target := _link_out_of(root, series_file)) is not None:
+        raise ManifestError(f"{series_file}: {dotted}: the series is a symbolic link out of the workspace ({target})", hint=outside_hint)
     entries = parse_series(read_utf8(series_file, "a series")) if listed_file else []
     for number, entry in entries:
         if (problem := file_name_problem(entry)) is not None:
@@ -585,6 +604,9 @@ def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path, *, explicit
                 f"{series_file}:{number}:1: {dotted}: series names {entry}, which does not exist",
                 hint=f"restore {patches_dir / entry} or remove the line from the series",
             )
+        if root is not None and (target := _link_out_of(root, patches_dir / entry)) is not None:
+            raise ManifestError(f"{series_file}:{number}:1: {dotted}: {entry} is a symbolic link out of the workspace ({target})",
+                                hint=outside_hint)
     listed = {entry for _, entry in entries}
     for orphan in sorted(p.name for p in patches_dir.glob("*.patch")):
         if orphan not in listed:
