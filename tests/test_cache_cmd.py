@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from assembler.git.mirrors import mirror_path
+from assembler.manifest.load import load_manifest
 from assembler.toolchain import venv
 from tests.conftest import run_assemble
 
@@ -48,6 +49,16 @@ def env_dir(cache: Path, label: str) -> Path:
     return next(path for path in (cache / "venvs").glob(f"{label}-*") if path.is_dir())
 
 
+class _NoMirrors:
+    """A manifest without [mirrors], for mirror_path: every URL is fetched as written."""
+
+    def resolve_url(self, url: str) -> str:
+        return url
+
+
+NO_MIRRORS: Any = _NoMirrors()
+
+
 def names(entries: list[dict[str, Any]]) -> set[str]:
     return {entry["name"] for entry in entries}
 
@@ -60,7 +71,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     venv.ensure_venv(["tomli==2.0.1"], label="verify-torch2.13.0")  # the name the example's verify env has
     venv.ensure_venv(["tomli==2.0.1"], label="verify-torch9.9.9")
     for url in ("https://example.invalid/stable-abi/vecadd.git", "https://example.invalid/elsewhere.git"):
-        subprocess.run(["git", "init", "-q", "--bare", str(mirror_path(url))], check=True)
+        subprocess.run(["git", "init", "-q", "--bare", str(mirror_path(NO_MIRRORS, url))], check=True)
     artifact = root / "artifacts" / "vecadd" / ("a" * 32)
     (artifact / "files").mkdir(parents=True)
     (artifact / "files" / "lib.so").write_bytes(b"\0" * 100_000)
@@ -131,14 +142,18 @@ def test_prune_keep_spares_the_workspaces_entries(cache: Path, tmp_path: Path) -
     (stored / "artifact.json").write_text(json.dumps(record))
     shutil.copytree(stored, workspace / ".assemble" / "artifacts" / "vecadd")
     other_env = env_dir(cache, "verify-torch9.9.9").name
+    # the workspace's own vecadd mirror: keyed by the URL [mirrors] maps it to (issue 21)
+    own_mirror = mirror_path(load_manifest(workspace / "deps.toml"), "https://example.invalid/stable-abi/vecadd.git")
+    subprocess.run(["git", "init", "-q", "--bare", str(own_mirror)], check=True)
     result = run_assemble("-C", str(workspace), "cache", "prune", "--keep", "--json", env={"ASSEMBLE_CACHE": str(cache)})
     assert result.returncode == 0, result.stderr
     pruned = json.loads(result.stdout)
     kept = names(pruned["kept"])
     assert any(name.startswith("verify-torch2.13.0-") for name in kept)  # [bundle] verify-torch
-    assert mirror_path("https://example.invalid/stable-abi/vecadd.git").name in kept
+    assert own_mirror.name in kept
     assert "vecadd/" + "a" * 32 in kept and "cuda-13.2-00000000" in kept
-    assert names(pruned["removed"]) == {other_env, mirror_path("https://example.invalid/elsewhere.git").name}
+    assert names(pruned["removed"]) == {other_env, *(mirror_path(NO_MIRRORS, url).name for url in (
+        "https://example.invalid/elsewhere.git", "https://example.invalid/stable-abi/vecadd.git"))}
 
 
 def test_compiler_cache_and_symbol_tables_are_entries_and_a_held_store_is_kept(cache: Path) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GitWorkspace, run_assemble
+from tests.conftest import GitWorkspace, make_git_workspace, run_assemble
 from tests.gitrepo import git, make_patch
 
 
@@ -224,3 +224,50 @@ def test_links_inside_the_workspace_are_fine(git_workspace: GitWorkspace) -> Non
     patch.rename(shared / patch.name)
     patch.symlink_to(Path("..") / ".." / "shared-patches" / patch.name)
     assert ws.assemble("checkout").returncode == 0
+
+
+# -- item 7: one URL mapped to different repositories by two workspaces ------------------------------
+
+def test_workspaces_mapping_one_url_elsewhere_share_no_mirror(tmp_path: Path) -> None:
+    """Workspaces A and B both say upstream = "https://git.invalid/kern"; each maps it through
+    [mirrors] to a repository of its own. A's upstream gains a commit; B, offline, is not
+    "1 commit behind": the mirrors are keyed by the URL fetched, not the one written."""
+    a, b = make_git_workspace(tmp_path / "a"), make_git_workspace(tmp_path / "b")
+    b.cache = a.cache  # one user, one cache
+    assert b.assemble("checkout").returncode == 0
+    assert a.assemble("checkout").returncode == 0
+    a.upstream.commit("Only in A's repository", {"a.txt": "a\n"})
+    assert a.assemble("patches", "--json").returncode == 0  # A fetches its repository
+    a_base = json.loads(a.assemble("patches", "--offline", "--json").stdout)["deps"][0]["base"]
+    assert a_base["behind"] == 1
+    report = b.assemble("patches", "--offline", "--json")
+    assert report.returncode == 0, report.stderr
+    assert json.loads(report.stdout)["deps"][0]["base"]["behind"] == 0, report.stdout
+    mirrors = sorted(p.name for p in (a.cache / "git").iterdir() if p.name.endswith(".git"))
+    assert len(mirrors) == 2, mirrors
+
+
+def test_a_mirror_of_the_old_layout_forgets_the_other_repositorys_branches(tmp_path: Path) -> None:
+    """A mirror made by an older assemble (keyed by the written URL) whose origin is another
+    repository: opened for this fetch URL, its branches and fetch stamp are dropped first."""
+    from assembler.git import mirrors
+    from assembler.manifest.load import load_manifest
+
+    a, b = make_git_workspace(tmp_path / "a"), make_git_workspace(tmp_path / "b")
+    b.cache = a.cache
+    assert a.assemble("checkout").returncode == 0
+    a.upstream.commit("Only in A's repository", {"a.txt": "a\n"})
+    assert a.assemble("patches", "--json").returncode == 0
+    os.environ["ASSEMBLE_CACHE"] = str(a.cache)
+    try:
+        manifest_b = load_manifest(b.manifest)
+        stale = mirrors.mirror_path(load_manifest(a.manifest), "https://git.invalid/kern")
+        ours = mirrors.mirror_path(manifest_b, "https://git.invalid/kern")
+        assert stale != ours
+        stale.rename(ours)  # as the old layout would have it: B's key, A's repository
+        mirror = mirrors.open_mirror(manifest_b, "https://git.invalid/kern")
+    finally:
+        del os.environ["ASSEMBLE_CACHE"]
+    assert mirror.path == ours and mirror.last_fetched() is None
+    assert git(ours, "for-each-ref") == ""
+    assert git(ours, "config", "remote.origin.url") == str((b.root / "remotes" / "kern").resolve())

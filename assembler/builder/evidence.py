@@ -77,7 +77,7 @@ def workspace_keys(workspace: Workspace, root: Path | None = None) -> list[Path]
     keep: list[Path] = []
     cudas: set[str] = set()
     for dep in manifest.deps.values():
-        keep += [mirror_path(url) for url in {dep.source, dep.upstream} if url]
+        keep += [mirror_path(manifest, url) for url in {dep.source, dep.upstream} if url]
         artifact = stored_artifact(default_artifacts(workspace) / dep.name)
         if artifact is not None:
             keep.append(root / KINDS["artifacts"] / dep.name / artifact.key)

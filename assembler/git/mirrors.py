@@ -1,5 +1,5 @@
-"""One bare mirror per repository URL in the cache, shared by every workspace and dependency
-(flash-attn-2 and flash-attn-3 share one). Fetches happen only when a needed commit is absent."""
+"""One bare mirror per repository fetched (its URL after [mirrors]) in the cache, shared by every
+workspace and dependency (flash-attn-2 and flash-attn-3 share one). Fetches happen only when a needed commit is absent."""
 
 from __future__ import annotations
 
@@ -67,9 +67,13 @@ class Mirror(NamedTuple):
         (self.path / FETCHED_STAMP).touch()  # an existing stamp gets the current time
 
 
-def mirror_path(url: str) -> Path:
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", url.rstrip("/").split("://")[-1])[-60:]
-    digest = sha256(url.encode()).hexdigest()[:12]
+def mirror_path(manifest: Manifest, url: str) -> Path:
+    """The mirror of ``url`` (as deps.toml or a .gitmodules writes it): keyed by the URL it is
+    fetched from, after [mirrors], so two workspaces that map one URL to different
+    repositories never share a mirror (nor its branches)."""
+    fetch_url = manifest.resolve_url(url)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", fetch_url.rstrip("/").split("://")[-1])[-60:]
+    digest = sha256(fetch_url.encode()).hexdigest()[:12]
     return cache_root() / "git" / f"{slug}-{digest}.git"
 
 
@@ -84,7 +88,7 @@ def open_mirror(manifest: Manifest, url: str) -> Mirror:
         if (problem := url_problem(value)) is not None:
             raise InputError(f"{value!r} is not a repository URL: {problem}",
                              hint="fix the URL in deps.toml ([deps.X] upstream/source, [mirrors]) or in the .gitmodules it came from")
-    path = mirror_path(url)
+    path = mirror_path(manifest, url)
     fetch_url = manifest.resolve_url(url)
     if _origin_url(path) == fetch_url:
         return Mirror(url=url, fetch_url=fetch_url, path=path)
@@ -93,12 +97,27 @@ def open_mirror(manifest: Manifest, url: str) -> Mirror:
         origin = _origin_url(path)
         if origin is None:
             _create(path, fetch_url)
-        elif origin != fetch_url:
-            import git
-
-            with git.Repo(path).config_writer() as config:
-                config.set_value('remote "origin"', "url", fetch_url)
+        elif origin != fetch_url:  # made by an older assemble, which keyed mirrors by the manifest URL
+            _repoint(path, fetch_url)
     return Mirror(url=url, fetch_url=fetch_url, path=path)
+
+
+def _repoint(path: Path, fetch_url: str) -> None:
+    """Point a mirror that fetched another repository at ``fetch_url`` and forget every ref
+    and the fetch stamp it had from there (its objects stay: checkouts borrow them, and an
+    object is the same whoever fetched it), so nothing of the other repository is reported
+    as this one's branches; the next use fetches."""
+    import git
+
+    from assembler.git.process import GitView
+
+    with git.Repo(path).config_writer() as config:
+        config.set_value('remote "origin"', "url", fetch_url)
+    view = GitView(path)
+    refs = view.run("for-each-ref", "--format=%(refname)").stdout.split(b"\n")
+    view.run("update-ref", "--stdin", input=b"".join(b"delete " + ref + b"\n" for ref in refs if ref))
+    with contextlib.suppress(FileNotFoundError):
+        (path / FETCHED_STAMP).unlink()
 
 
 def _origin_url(path: Path) -> str | None:
