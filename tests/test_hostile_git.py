@@ -271,3 +271,36 @@ def test_a_mirror_of_the_old_layout_forgets_the_other_repositorys_branches(tmp_p
     assert mirror.path == ours and mirror.last_fetched() is None
     assert git(ours, "for-each-ref") == ""
     assert git(ours, "config", "remote.origin.url") == str((b.root / "remotes" / "kern").resolve())
+
+
+# -- item 8: install destinations --------------------------------------------------------------------
+
+@pytest.mark.parametrize(("dest", "reason"), [
+    ("pkg\\\\..\\\\..\\\\evil", "contains a backslash"),
+    ("pkg\\nx/", "control character '\\n'"),
+    ("pkg\\u202ex/", "control character"),
+    ("name-1.0.data/data/etc/", "inside a .data directory"),
+    ("./Other-2.0.DATA/scripts/", "inside a .data directory"),
+    ("kern-1.0.dist-info/", "inside a .dist-info directory"),
+    ("C:/Windows/", "leaves the wheel"),
+    ("/abs/", "leaves the wheel"),
+])
+def test_install_destinations_that_escape_or_mislead_are_refused(git_workspace: GitWorkspace, dest: str, reason: str) -> None:
+    ws = git_workspace
+    ws.manifest.write_text(ws.manifest.read_text() + f'\n[deps.kern.install]\n"*.so" = "{dest}"\n')
+    line = len(ws.manifest.read_text().splitlines())
+    result = ws.assemble("deps")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert f"deps.toml:{line}:1: deps.kern.install.*.so: destination" in result.stderr, result.stderr
+    assert reason in result.stderr and "Traceback" not in result.stderr
+    error = result.stderr.splitlines()[0]
+    assert all(ord(c) >= 0x20 and c != "\u202e" for c in error), error  # the error line is one line, escaped
+    assert result.stderr.splitlines()[1].startswith("hint: ")
+
+
+@pytest.mark.parametrize("dest", ["", "pkg/", "pkg/lib/", "kern_data/", "pkg/x.data/"])
+def test_ordinary_install_destinations_are_accepted(git_workspace: GitWorkspace, dest: str) -> None:
+    ws = git_workspace
+    ws.manifest.write_text(ws.manifest.read_text() + f'\n[deps.kern.install]\n"*.so" = "{dest}"\n')
+    result = ws.assemble("deps")
+    assert result.returncode == 0, result.stderr

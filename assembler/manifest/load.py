@@ -35,6 +35,7 @@ from assembler.manifest.values import (
     MAX_VALUE_CHARS,
     control_character,
     file_name_problem,
+    install_destination_problem,
     relative_path_problem,
     text_problem,
     url_problem,
@@ -794,7 +795,9 @@ def _install(v: _Validator, raw: Any, keys: tuple[str, ...]) -> dict[str, str]:
             raise ManifestError(f"{where}: {'.'.join(keys)}: {_shown(pattern)}: {problem}",
                                 hint='write a glob such as "pkg/*.so" ([a-z] ranges go low to high; "**" spans directories)')
         v.check(isinstance(dest, str), (*keys, pattern), f"destination must be a string, got {dest!r}", f'write "{pattern}" = "pkg/"')
-        v.check(not str(dest).startswith("/") and ".." not in Path(str(dest)).parts, (*keys, pattern), f"destination {dest!r} leaves the wheel", "use a relative path inside the wheel")
+        problem = install_destination_problem(str(dest))
+        v.check(problem is None, (*keys, pattern), f"destination {_shown(str(dest))}: {problem}",
+                'install under a package directory inside the wheel, e.g. "pkg/" or "pkg/lib/"')
     return {str(k): str(val) for k, val in raw.items()}
 
 

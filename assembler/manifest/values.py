@@ -93,3 +93,39 @@ def relative_path_problem(path: str) -> str | None:
     if ".." in path.split("/"):
         return "it climbs out with '..'"
     return None
+
+
+def install_destination_problem(dest: str) -> str | None:
+    """Why ``dest`` (an [install] destination: a directory inside the wheel, "" for its root)
+    is not one: it leaves the wheel (absolute, '..', a drive), holds a backslash (a separator
+    on Windows, where pip would climb with it) or a control character (a newline splits
+    RECORD), or lands in a directory an installer treats specially: a ``*.dist-info`` (the
+    merge writes the only one) or a ``*.data`` scheme directory (its ``data/``, ``scripts/``,
+    ``headers/`` are installed outside site-packages)."""
+    if not dest:
+        return None
+    if len(dest) > MAX_VALUE_CHARS:
+        return f"it is {len(dest)} characters long (at most {MAX_VALUE_CHARS})"
+    if (char := control_character(dest) or _format_character(dest)) is not None:
+        return f"it contains the control character {char}"
+    if "\\" in dest:
+        return "it contains a backslash (write '/' between directories)"
+    parts = dest.split("/")
+    if dest.startswith("/") or ".." in parts or re.match(r"^[A-Za-z]:", dest):
+        return "it leaves the wheel"
+    top = next((part for part in parts if part not in ("", ".")), "").lower()
+    if top.endswith(".dist-info"):
+        return "it is inside a .dist-info directory, which the merge writes itself"
+    if top.endswith(".data"):
+        return "it is inside a .data directory, whose schemes (data, scripts, headers) install outside site-packages"
+    return None
+
+
+def _format_character(value: str) -> str | None:
+    """The first C1 control, line or paragraph separator, or bidirectional override in
+    ``value`` (a name that reads differently from what it is), shown escaped."""
+    for char in value:
+        code = ord(char)
+        if 0x80 <= code <= 0x9F or code in (0x2028, 0x2029) or 0x202A <= code <= 0x202E or 0x2066 <= code <= 0x2069:
+            return ascii(char)
+    return None
