@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from filelock import FileLock
 
 
-def cache_root() -> Path:
-    """$ASSEMBLE_CACHE, else the platform's user cache directory (~/.cache/assembler)."""
+def cache_root(create: bool = True) -> Path:
+    """$ASSEMBLE_CACHE, else the platform's user cache directory (~/.cache/assembler); made
+    unless ``create`` is false (a read that finds nothing must leave no directory behind)."""
     override = os.environ.get("ASSEMBLE_CACHE")
     if override:
         root = Path(override)
@@ -34,7 +35,8 @@ def cache_root() -> Path:
         import platformdirs
 
         root = Path(platformdirs.user_cache_dir("assembler"))
-    root.mkdir(parents=True, exist_ok=True)
+    if create:
+        root.mkdir(parents=True, exist_ok=True)
     return root
 
 

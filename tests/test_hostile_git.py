@@ -304,3 +304,55 @@ def test_ordinary_install_destinations_are_accepted(git_workspace: GitWorkspace,
     ws.manifest.write_text(ws.manifest.read_text() + f'\n[deps.kern.install]\n"*.so" = "{dest}"\n')
     result = ws.assemble("deps")
     assert result.returncode == 0, result.stderr
+
+
+# -- item 12: control characters never reach the terminal --------------------------------------------
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\r"  # a title change, a screen clear, a carriage return
+
+
+def _raw_controls(text: str) -> list[str]:
+    return [c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F]
+
+
+def test_an_error_quoting_a_gitmodules_url_is_escaped(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    sub = ws.upstream.path.parent / "sub"
+    from tests.gitrepo import Repo
+    sub_head = Repo(sub).commit("sub", {"s.txt": "s\n"})
+    (ws.upstream.path / ".gitmodules").write_text(f'[submodule "sub"]\n\tpath = sub\n\turl = https://git.invalid/sub{ESCAPES}\n')
+    ws.upstream.git("add", ".gitmodules")
+    ws.upstream.git("update-index", "--add", "--cacheinfo", f"160000,{sub_head},sub")
+    ws.upstream.git("commit", "-q", "-m", "Add a submodule")
+    head = ws.upstream.head()
+    text = ws.manifest.read_text().replace(ws.base, head).replace('track = "main"', 'track = "main"\nsubmodules = ["sub"]')
+    ws.manifest.write_text(text)
+    (ws.patches / "series").write_text("")
+    for old in ws.patches.glob("*.patch"):
+        old.unlink()
+    result = ws.assemble("checkout")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "submodule sub" in result.stderr and "\\x1b" in result.stderr
+    assert _raw_controls(result.stderr) == [], repr(result.stderr)
+
+
+def test_markdown_subjects_are_escaped(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    _add_patch(ws, f"Evil {ESCAPES}subject\n\nbody\n", {"evil.txt": "x\n"})
+    assert ws.assemble("checkout").returncode == 0
+    result = ws.assemble("patches", "--offline", "--format", "markdown")
+    assert result.returncode == 0, result.stderr
+    assert "Evil \\x1b]0;owned\\x07" in result.stdout, result.stdout
+    assert _raw_controls(result.stdout) == [], repr(result.stdout)
+
+
+def test_rebase_dry_run_dropped_lines_are_escaped(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    first = sorted(ws.patches.glob("0001-*.patch"))[0]
+    assert ws.assemble("checkout").returncode == 0
+    ws.upstream.git("am", "-q", str(first))
+    ws.upstream.git("commit", "-q", "--amend", "-m", f"Landed {ESCAPES}as is")  # same change (patch-id), hostile subject
+    result = ws.assemble("rebase", "kern", "--dry-run")
+    assert result.returncode == 0, result.stderr
+    assert "dropped as upstream" in result.stdout and "Landed \\x1b]0;owned\\x07" in result.stdout, result.stdout
+    assert _raw_controls(result.stdout + result.stderr) == [], repr(result.stdout)

@@ -306,14 +306,16 @@ def _report(error: AssembleError) -> None:
     """``error: MESSAGE`` and ``hint: HINT`` on stderr, each one line (never wrapped), red when
     colour is on; without rich when colour is off (start-up)."""
     from assembler.report import output
+    from assembler.report.output import clean
 
     stream = sys.stderr
+    message, hint = clean(error.message), clean(error.hint) if error.hint else None  # a quoted URL or subject is data
     if not output.color_enabled(stream.isatty()):
-        stream.write(f"error: {error.message}\n" + (f"hint: {error.hint}\n" if error.hint else ""))
+        stream.write(f"error: {message}\n" + (f"hint: {hint}\n" if hint else ""))
         return
     from rich.markup import escape
 
     err = output.err_console
-    err.print(f"[bold red]error:[/] {escape(error.message)}", markup=True, emoji=False, soft_wrap=True)
-    if error.hint:
-        err.print(f"[bold]hint:[/] {escape(error.hint)}", markup=True, emoji=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, emoji=False, soft_wrap=True)
+    if hint:
+        err.print(f"[bold]hint:[/] {escape(hint)}", markup=True, emoji=False, soft_wrap=True)

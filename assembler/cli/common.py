@@ -88,8 +88,10 @@ def open_workspace(args: argparse.Namespace) -> Workspace:
 def print_failures(failures: Mapping[str, AssembleError]) -> None:
     """Keep going: each dependency's failure as ``error: DEP: ...`` (and ``hint: ...``) on
     stderr, also with --json (whose document lists them too, see failures_json)."""
+    from assembler.report.output import clean
+
     for name, error in failures.items():
-        print(f"error: {name}: {error.message}" + (f"\nhint: {error.hint}" if error.hint else ""), file=sys.stderr)
+        print(f"error: {name}: {clean(error.message)}" + (f"\nhint: {clean(error.hint)}" if error.hint else ""), file=sys.stderr)
 
 
 def failures_json(failures: Mapping[str, AssembleError]) -> list[dict[str, str | int | None]]:

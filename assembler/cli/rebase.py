@@ -101,11 +101,11 @@ def run(args: argparse.Namespace) -> int:
 def print_report(report: RebaseReport) -> None:
     from rich.markup import escape
 
-    from assembler.report.output import console, short
+    from assembler.report.output import clean, console, short
     from assembler.upstreaming.rebase import RebaseStatus
 
     def say(text: str) -> None:
-        console.print(escape(text))
+        console.print(escape(clean(text)))  # subjects and names are data: no control character reaches the terminal
 
     verb = {RebaseStatus.DONE: "rebased", RebaseStatus.DRY_RUN: "would rebase", RebaseStatus.STOPPED: "stopped rebasing",
             RebaseStatus.UP_TO_DATE: "up to date with", RebaseStatus.ABORTED: "aborted the rebase onto",

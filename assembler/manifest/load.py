@@ -293,7 +293,7 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any], bool]:
     return text, data, False
 
 
-def _parse_record(text: str) -> Path:
+def _parse_record(text: str, create: bool = False) -> Path:
     """Where the parse of ``text`` is kept: the user cache (trusted, like the mirrors), keyed by
     the text's digest; never the workspace, whose files may come from a pull request (a stored
     parse there could say what no reviewer sees in deps.toml). OSError when there is no cache."""
@@ -301,7 +301,7 @@ def _parse_record(text: str) -> Path:
     from assembler.fsutil import sha256
 
     digest = sha256(f"{PARSED_FORMAT}\0{sys.version}\0{text}".encode()).hexdigest()
-    return cache_root() / PARSED_DIR / f"{digest}.json"
+    return cache_root(create) / PARSED_DIR / f"{digest}.json"
 
 
 def _stored_parse(text: str) -> dict[str, Any] | None:
@@ -333,7 +333,7 @@ def _store_parse(text: str, data: dict[str, Any]) -> None:
     from assembler.fsutil import atomic_write_if_changed
 
     with contextlib.suppress(OSError):
-        record = _parse_record(text)
+        record = _parse_record(text, create=True)
         record.parent.mkdir(exist_ok=True)
         atomic_write_if_changed(record, encoded)
         kept = sorted(record.parent.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)

@@ -99,11 +99,21 @@ def __getattr__(name: str) -> Console:
     raise AttributeError(name)
 
 
+def clean(text: str) -> str:
+    """``text`` safe to print (the one escape for data shown to people: table cells, error and
+    hint lines, notes, Markdown cells, rebase lines): whitespace other than a space (newline, tab) becomes a space, any
+    other character that is not printable (ESC, DEL, C1 controls, bidi overrides) is shown
+    escaped as Python writes it (``\\x1b``, ``\\u202e``)."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else " " if ch.isspace() else ascii(ch)[1:-1] for ch in text)
+
+
 def note(message: str, level: int = 0) -> None:
     """A progress or status line on stderr, unless -q brought the verbosity below ``level``
     (level 1: only with -v). Plain text, never markup; one line, never wrapped when piped."""
     if settings.verbosity >= level:
-        _console(True).print(message, markup=False, highlight=False, soft_wrap=True)
+        _console(True).print(clean(message), markup=False, highlight=False, soft_wrap=True)
 
 
 def status(message: str, active: bool = True) -> AbstractContextManager[Any]:

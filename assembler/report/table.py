@@ -24,6 +24,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from assembler.report.output import clean as clean  # re-exported: cells and the commands that draw them
+
 if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import TextIO
@@ -38,15 +40,6 @@ HEAD = ("┃", "┃", "┃")  # left edge, between columns, right edge
 HEAD_RULE = ("┡", "━", "╇", "┩")
 BODY = ("│", "│", "│")
 BOTTOM = ("└", "─", "┴", "┘")
-
-
-def clean(text: str) -> str:
-    """``text`` safe to print: whitespace other than a space (newline, tab) becomes a space, any
-    other character that is not printable (ESC, DEL, C1 controls, bidi overrides) is shown
-    escaped as Python writes it (``\\x1b``, ``\\u202e``)."""
-    if text.isprintable():
-        return text
-    return "".join(ch if ch.isprintable() else " " if ch.isspace() else ascii(ch)[1:-1] for ch in text)
 
 
 def cell_width(text: str) -> int:

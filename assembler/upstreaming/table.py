@@ -4,7 +4,7 @@ than in the CLI so that other reports (and tests) get the same text."""
 
 from __future__ import annotations
 
-from assembler.report.output import short
+from assembler.report.output import clean, short
 from assembler.series.headers import PatchStatus
 from assembler.upstreaming.verdicts import DepStatus, Evidence, Migration, PatchVerdict
 
@@ -38,7 +38,8 @@ def migration_line(status: DepStatus) -> str:
 
 
 def _row(cells: tuple[str, ...]) -> str:
-    return "| " + " | ".join(cell.replace("|", "\\|").replace("\n", " ") for cell in cells) + " |"
+    """One Markdown table row; a cell's control characters are escaped (report.output.clean)."""
+    return "| " + " | ".join(clean(cell).replace("|", "\\|") for cell in cells) + " |"
 
 
 def markdown(results: list[DepStatus]) -> str:
@@ -48,7 +49,7 @@ def markdown(results: list[DepStatus]) -> str:
     for status in results:
         lines.append(_row((status.name, _cell_fork(status), _cell_upstream(status))))
     for status in results:
-        lines += ["", f"### {status.name}", "", summary_line(status).replace("|", "\\|")]
+        lines += ["", f"### {status.name}", "", clean(summary_line(status)).replace("|", "\\|")]
         if not status.verdicts:
             continue
         lines += ["", "| patch | subject | status | evidence | link |", "| --- | --- | --- | --- | --- |"]
