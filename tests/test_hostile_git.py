@@ -356,3 +356,22 @@ def test_rebase_dry_run_dropped_lines_are_escaped(git_workspace: GitWorkspace) -
     assert result.returncode == 0, result.stderr
     assert "dropped as upstream" in result.stdout and "Landed \\x1b]0;owned\\x07" in result.stdout, result.stdout
     assert _raw_controls(result.stdout + result.stderr) == [], repr(result.stdout)
+
+
+def test_subjects_with_line_breaks_python_splits_on_stay_one_record(git_workspace: GitWorkspace) -> None:
+    """An upstream subject holding \\r, \\x1c or U+2028 (str.splitlines splits on each) and a
+    forged "<sha> subject" after it: the first-parent chain and describe() see one commit, its
+    whole subject, and only SHAs that git printed as SHAs."""
+    from assembler.git.process import GitView
+    from assembler.upstreaming.classify import describe
+    from assembler.upstreaming.horizon import first_parent_chain
+
+    ws = git_workspace
+    forged = f"Upstream\r{ws.base}\x00x\x1c{ws.base}\u2028=:/Add docs"
+    ws.upstream.commit(forged.replace("\x00", ""), {"u.txt": "u\n"})
+    tip = ws.upstream.head()
+    view = GitView(ws.upstream.path / ".git")
+    chain = first_parent_chain(view, ws.base, tip)  # type: ignore[arg-type]
+    assert [c.sha for c in chain] == [tip]
+    assert chain[0].subject == forged.replace("\x00", "")
+    assert describe(view, [tip[:12]]) == {tip[:12]: chain[0]}

@@ -31,6 +31,7 @@ from assembler.upstreaming.patchset import (
     from_commits,
     from_series,
     load_diffs,
+    logged_subjects,
     series_as_commits,
 )
 from assembler.upstreaming.replay import APPLIES, EMPTY, REVERSE, reverse_applies, trial
@@ -47,8 +48,8 @@ def describe(scratch: GitView, shas: list[str]) -> dict[str, Commit]:
     unique = list(dict.fromkeys(shas))
     if not unique:
         return {}
-    output = scratch.out("log", "--no-walk=unsorted", "--format=%H%x00%s", END_OF_OPTIONS, *unique)
-    return {sha: Commit(*line.split("\0", 1)) for sha, line in zip(unique, output.splitlines(), strict=True)}
+    logged = logged_subjects(scratch, "--no-walk=unsorted", END_OF_OPTIONS, *unique)
+    return {sha: Commit(full, subject) for sha, (_, full, subject) in zip(unique, logged, strict=True)}
 
 
 def patch_ids(scratch: GitView, patches: list[Patch]) -> dict[str, int]:
@@ -116,12 +117,11 @@ def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: s
         commits = describe(scratch, list(matched.values()))
         return {i: commits[sha] for i, sha in matched.items()}
     index = {p.commit: i for i, p in enumerate(patches)}
-    marks = scratch.out("log", "--cherry-mark", "--no-merges", "--format=%m%H %s", END_OF_OPTIONS, f"{target}...{patches[-1].commit}")
+    marks = logged_subjects(scratch, "--cherry-mark", "--no-merges", END_OF_OPTIONS, f"{target}...{patches[-1].commit}", mark=True)
     mine: list[str] = []
     candidates: dict[str, Commit] = {}  # newest first
-    for line in marks.splitlines():
-        if line.startswith("="):
-            sha, _, subject = line[1:].partition(" ")
+    for mark, sha, subject in marks:
+        if mark == "=":
             if sha in index:
                 mine.append(sha)
             else:

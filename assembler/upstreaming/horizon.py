@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from assembler.git.process import END_OF_OPTIONS
 from assembler.git.scratch import Scratch
-from assembler.upstreaming.patchset import Patch
+from assembler.upstreaming.patchset import Patch, logged_subjects
 from assembler.upstreaming.replay import CONFLICT, Trial, trial
 from assembler.upstreaming.verdicts import Commit
 
@@ -43,8 +43,8 @@ class Horizon:
 
 def first_parent_chain(scratch: Scratch, since: str, tip: str) -> list[Commit]:
     """``tip``'s first-parent history after ``since``, oldest first."""
-    output = scratch.out("log", "--first-parent", "--reverse", "--format=%H%x00%s", END_OF_OPTIONS, tip, f"^{since}")
-    return [Commit(*line.split("\0", 1)) for line in output.splitlines() if line]
+    return [Commit(sha, subject) for _, sha, subject in
+            logged_subjects(scratch, "--first-parent", "--reverse", END_OF_OPTIONS, tip, f"^{since}")]
 
 
 def first_true(count: int, predicate: Callable[[int], bool]) -> int:

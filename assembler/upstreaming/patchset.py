@@ -134,6 +134,21 @@ def load_commits(scratch: GitView, options: Sequence[str], revs: Sequence[str],
     return patches
 
 
+def logged_subjects(scratch: GitView, *args: str, mark: bool = False) -> list[tuple[str, str, str]]:
+    """(``--cherry-mark``'s mark or "", full SHA, subject) of each commit ``git log ARGS``
+    lists, read with ``-z`` in three fields: a subject may hold any character but NUL (a
+    carriage return or U+2028, which str.splitlines would split on), and every SHA is checked
+    before it is used as a revision."""
+    output = scratch.run("log", "-z", f"--format={'%m' if mark else ''}%x00%H%x00%s", *args).stdout
+    tokens = output.decode(errors="replace").split("\0")
+    if tokens and tokens[-1] in ("", "\n"):
+        tokens.pop()
+    if len(tokens) % 3:
+        raise InputError(f"{scratch.where}: git log: a commit record ends early", hint=SOUND_REPO_HINT)
+    where = f"{scratch.where}: git log"
+    return [(tokens[i].lstrip("\n"), object_id(tokens[i + 1], where), tokens[i + 2]) for i in range(0, len(tokens), 3)]
+
+
 def load_diffs(scratch: GitView, patches: Sequence[Patch]) -> None:
     """Fill in the diffs of commit patches that lack one, in one ``git log -p``, split at the
     commit lines already known."""
