@@ -375,3 +375,23 @@ def test_subjects_with_line_breaks_python_splits_on_stay_one_record(git_workspac
     assert [c.sha for c in chain] == [tip]
     assert chain[0].subject == forged.replace("\x00", "")
     assert describe(view, [tip[:12]]) == {tip[:12]: chain[0]}
+
+
+def test_a_stored_classification_in_the_workspace_is_never_used(git_workspace: GitWorkspace) -> None:
+    """Like the stored parse: a classification record a pull request adds under .assemble/
+    (with the right key, and every patch "upstream") is not what `patches` reports."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    honest = json.loads(ws.assemble("patches", "--json").stdout)["deps"][0]
+    assert {v["status"] for v in honest["patches"]} != {"upstream"}
+    stored = [*(ws.cache / "classifications").glob("*.json"), *(ws.root / ".assemble" / "patches").glob("*.json")]
+    record = json.loads(stored[0].read_text())
+    for verdict in record["verdicts"]:
+        verdict.update(status="upstream", how="patch-id", commit=[ws.base, "claimed"])
+    planted = ws.root / ".assemble" / "patches" / "kern.json"
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text(json.dumps(record))
+    for old in (ws.cache / "classifications").glob("*.json"):
+        old.unlink()
+    again = json.loads(ws.assemble("patches", "--offline", "--json").stdout)["deps"][0]
+    assert [v["status"] for v in again["patches"]] == [v["status"] for v in honest["patches"]]

@@ -9,9 +9,11 @@ unchanged `assemble patches --offline` starts no git process to classify (issue 
 budget). What is not classification is read fresh every time: the mirror's age, the last
 build's audit, the last `assemble check`.
 
-The record lives in ``.assemble/patches/<dep>.json``; writing it is best effort (a read-only
-workspace still gets its answer, computed). A record that does not parse, or whose key differs,
-is ignored and rewritten.
+The record lives in the user cache, ``classifications/<key>.json`` (the key names everything
+it was computed from, so it is found from any workspace), never in the workspace: a record a
+pull request added there could claim a patch is upstream. Writing it is best effort (a
+read-only cache still gets its answer, computed); the newest KEPT are kept. A record that does
+not parse, or whose key differs, is ignored and rewritten.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ if TYPE_CHECKING:
     from assembler.workspace import Workspace
 
 FORMAT = 1  # of the record; bump it when classify.py decides differently: older records are then recomputed
-DIRECTORY = "patches"  # under the workspace's .assemble/
+DIRECTORY = "classifications"  # in the user cache
+KEPT = 256  # records kept, the most recently written
 
 
 def key(workspace: Workspace, dep: Dependency, upstream_mirror: Path, tip: str) -> str | None:
@@ -51,14 +54,17 @@ def key(workspace: Workspace, dep: Dependency, upstream_mirror: Path, tip: str) 
     return sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
 
 
-def _path(workspace: Workspace, dep: Dependency) -> Path:
-    return workspace.state_dir / DIRECTORY / f"{dep.name}.json"
+def record_path(digest: str, create: bool = False) -> Path:
+    """Where the classification of key ``digest`` is kept (OSError when there is no cache)."""
+    from assembler.cache import cache_root
+
+    return cache_root(create) / DIRECTORY / f"{digest}.json"
 
 
-def load(workspace: Workspace, dep: Dependency, digest: str) -> dict[str, Any] | None:
+def load(digest: str) -> dict[str, Any] | None:
     """The stored classification when its key is ``digest``, else None."""
     try:
-        record = json.loads(_path(workspace, dep).read_text(encoding="utf-8"))
+        record = json.loads(record_path(digest).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if not isinstance(record, dict) or record.get("format") != FORMAT or record.get("key") != digest:
@@ -66,13 +72,17 @@ def load(workspace: Workspace, dep: Dependency, digest: str) -> dict[str, Any] |
     return record
 
 
-def store(workspace: Workspace, dep: Dependency, digest: str, record: dict[str, Any]) -> None:
-    """Keep ``record`` under ``digest`` (atomically; silently not when the workspace is read-only)."""
-    from assembler.fsutil import atomic_write, ignored_dir
+def store(digest: str, record: dict[str, Any]) -> None:
+    """Keep ``record`` under ``digest`` (atomically; silently not when the cache is read-only)."""
+    from assembler.fsutil import atomic_write
 
     try:
-        ignored_dir(workspace.state_dir)
-        atomic_write(_path(workspace, dep), json.dumps({"format": FORMAT, "key": digest, **record}, indent=1) + "\n")
+        path = record_path(digest, create=True)
+        path.parent.mkdir(exist_ok=True)
+        atomic_write(path, json.dumps({"format": FORMAT, "key": digest, **record}, indent=1) + "\n")
+        kept = sorted(path.parent.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        for old in kept[KEPT:]:
+            old.unlink(missing_ok=True)
     except OSError:
         pass
 

@@ -74,7 +74,7 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
     manifest = workspace.manifest
     upstream, tip = tracked_tip(manifest, dep.upstream_url, dep.track, offline)
     digest = classified.key(workspace, dep, upstream.path, tip)
-    record = classified.load(workspace, dep, digest) if digest is not None else None
+    record = classified.load(digest) if digest is not None else None
     found = None
     if record is not None:
         with contextlib.suppress(KeyError, TypeError, ValueError, IndexError):
@@ -89,7 +89,7 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         source = upstream if dep.source == dep.upstream_url else source_mirror(manifest, dep, offline)
         base, origin, broken, verdicts = classify_dependency(workspace, dep, upstream, source, tip)
         if digest is not None:
-            classified.store(workspace, dep, digest, classified.to_record(base, origin, broken, verdicts, at))
+            classified.store(digest, classified.to_record(base, origin, broken, verdicts, at))
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
                      base, origin, verdicts, broken, last_build_verdicts(workspace, dep),
                      last_build_time(workspace), check_evidence(workspace, dep), classified_at=at, reused=found is not None)
