@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GitWorkspace, make_git_workspace, run_assemble
+from tests.conftest import KERNEL_V1, GitWorkspace, make_git_workspace, run_assemble
 from tests.gitrepo import git, make_patch
 
 
@@ -395,3 +395,46 @@ def test_a_stored_classification_in_the_workspace_is_never_used(git_workspace: G
         old.unlink()
     again = json.loads(ws.assemble("patches", "--offline", "--json").stdout)["deps"][0]
     assert [v["status"] for v in again["patches"]] == [v["status"] for v in honest["patches"]]
+
+
+def test_a_rebase_backup_naming_paths_out_of_patches_is_refused(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """A journal directory is not necessarily assemble's own (a pull request can add
+    .assemble/rebase/<dep>/): a backup.tar member "patches/../../.." would make --abort write
+    outside patches/<dep>/. The archive is refused, naming it, and nothing is written."""
+    import io
+    import tarfile
+
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    ws.upstream.commit("Rename the argument", {"csrc/kern.cpp": KERNEL_V1.replace("x + 1", "x.add(1)").replace("& x", "& input")})
+    assert ws.assemble("rebase", "kern").returncode == 5
+    journal_dir = ws.root / ".assemble" / "rebase" / "kern"
+    backup = journal_dir / "backup.tar"
+    escaped = tmp_path / "escaped.txt"
+    relative = os.path.relpath(escaped, ws.root / ".assemble" / "rebase" / "kern" / "restore")
+    with tarfile.open(backup) as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]  # type: ignore[union-attr]
+    with tarfile.open(backup, "w", format=tarfile.GNU_FORMAT) as tar:
+        for member, data in members:
+            if member.name == ".mtimes.json":
+                mtimes = json.loads(data or b"{}")
+                mtimes[f"patches/{relative}"] = 0
+                data = json.dumps(mtimes).encode()
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+        evil = tarfile.TarInfo(f"patches/{relative}")
+        evil.size = 5
+        tar.addfile(evil, io.BytesIO(b"owned"))
+    from assembler.upstreaming.journal import digest
+
+    with tarfile.open(backup) as tar:  # what the planted journal says the rebase wrote over: the archive's own
+        planted = {m.name[len("patches/"):]: tar.extractfile(m).read() for m in tar.getmembers()  # type: ignore[union-attr]
+                   if m.isfile() and m.name.startswith("patches/")}
+    journal = json.loads((journal_dir / "journal.json").read_text())
+    journal["wrote"] = {"patches": [digest(planted), None]}
+    (journal_dir / "journal.json").write_text(json.dumps(journal))
+    result = ws.assemble("rebase", "--abort", "kern")
+    assert not escaped.exists()
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "backup.tar: cannot read the journal of the rebase of kern" in result.stderr
+    assert "is not a name this backup holds" in result.stderr and "Traceback" not in result.stderr

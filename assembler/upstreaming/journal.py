@@ -257,6 +257,18 @@ def begin(workspace: Workspace, journal: Journal, patches_dir: Path, checkout_fi
     _fsync_dir(root)
 
 
+def _backup_name(name: str) -> bool:
+    """A member name ``begin`` writes: deps.toml, patches (the directory), patches/<relative
+    path>, checkout/<label>. Anything else (an absolute name, '..', a backslash, a control
+    character) is not this archive's: the journal directory may not be assemble's own."""
+    if name in ("deps.toml", "patches"):
+        return True
+    head, _, rest = name.partition("/")
+    parts = rest.split("/")
+    return (head in ("patches", "checkout") and bool(rest) and "\\" not in rest and name.isprintable()
+            and all(part not in ("", ".", "..") for part in parts))
+
+
 class Backup:
     """The archive ``begin`` wrote, read back."""
 
@@ -267,6 +279,9 @@ class Backup:
                 self.files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
                 self.dirs = [m.name for m in tar.getmembers() if m.isdir()]
             self.mtimes: dict[str, int] = json.loads(self.files.pop(MTIMES))
+            for member in [*self.files, *self.dirs]:
+                if not _backup_name(member):  # restore_patches writes patches/<relative> below its staging directory
+                    raise ValueError(f"{member!r} is not a name this backup holds")
         except (OSError, tarfile.TarError, ValueError, KeyError) as exc:
             raise _unreadable(self.dir / BACKUP, name, exc) from None
 
