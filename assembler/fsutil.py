@@ -10,6 +10,7 @@ import errno
 import functools
 import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -244,3 +245,47 @@ def ignored_dir(path: Path) -> Path:
         path.mkdir(parents=True, exist_ok=True)
         atomic_write(ignore, "# created by assemble: nothing here belongs in git\n*\n")
     return path
+
+
+class UnsafeFile(ValueError):
+    """A file that must be data is something else: a symbolic link, a FIFO, a device, a socket, a
+    directory, or larger than its bound. Reading it could hang (a FIFO), never end (a device),
+    fill memory or the disk, or read a file of this machine that the input does not own."""
+
+
+def open_regular(path: Path) -> tuple[int, os.stat_result]:
+    """``path`` opened for reading, and its ``fstat``, only when it is a regular file and not a
+    symbolic link: opened with ``O_NOFOLLOW | O_NONBLOCK`` (a FIFO does not block the open) and
+    checked on the descriptor (no race between the check and the read). UnsafeFile otherwise;
+    OSError as it came when the path cannot be opened at all."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as error:
+        if error.errno == errno.ELOOP and os.path.islink(path):
+            raise UnsafeFile(f"{path} is a symbolic link") from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise UnsafeFile(f"{path} is {_file_kind(info.st_mode)}, not a regular file")
+    return fd, info
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (see open_regular), refused unread when it is over
+    ``limit`` bytes, and never more than ``limit`` read however it grows meanwhile."""
+    fd, info = open_regular(path)
+    with os.fdopen(fd, "rb") as handle:
+        if info.st_size > limit:
+            raise UnsafeFile(f"{path} is {info.st_size} bytes, over the limit of {limit}")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeFile(f"{path} grew past the limit of {limit} bytes while being read")
+    return data
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISLNK, "a symbolic link"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")

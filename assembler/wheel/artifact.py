@@ -4,11 +4,17 @@ An artifact is a directory ``<dep>/`` holding ``artifact.json`` (provenance and 
 written by the build) and its payload, in one of two forms:
 
 * ``files.zip`` or a single ``*.whl`` (preferred when present): an archive whose deflated
-  members the merge copies as they are, with the sha256 digests from the archive's
-  ``*.dist-info/RECORD``. Any top-level ``*.dist-info/`` directory in the archive is metadata,
-  not payload. ``pack_files`` makes one from ``files/``; a scikit-build-core wheel qualifies
-  as it is. Packing once per artifact is what makes merging as fast as copying.
+  members the merge copies as they are. Any top-level ``*.dist-info/`` directory in the
+  archive is metadata, not payload. ``pack_files`` makes one from ``files/``; a
+  scikit-build-core wheel qualifies as it is. Packing once per artifact is what makes merging
+  as fast as copying.
 * ``files/``: loose files; every merge deflates them again (tens of MB/s per core).
+
+An artifact is data, never trusted: the merge computes every digest from the bytes it writes
+and checks each copied member's CRC and size (``writer.ReproducibleZip.verified``); the digests
+of the archive's ``*.dist-info/RECORD`` (at most ``RECORD_LIMIT`` bytes) must agree with them.
+Archives, ``artifact.json`` and loose files must be regular files: a symbolic link, FIFO or
+device is refused, never followed to a file of the merging machine or read until it ends.
 """
 
 from __future__ import annotations
@@ -18,12 +24,14 @@ import io
 import json
 import os
 import zipfile
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from assembler.errors import InputError
+from assembler.fsutil import UnsafeFile, open_regular, read_regular
 from assembler.wheel.metadata import record_text
 from assembler.wheel.writer import ZIP_EPOCH, RawMember, ReproducibleZip
 
@@ -31,6 +39,10 @@ ARTIFACT_JSON = "artifact.json"
 FILES_DIR = "files"
 PACK_NAME = "files.zip"
 PACK_RECORD = "payload.dist-info/RECORD"
+# A RECORD line is ~100 bytes: 64 MiB is over 600,000 files, ~200x the RECORD of the torch 2.13
+# CUDA wheel (about 3,300 lines, 330 KB), so any real artifact fits and a bomb is refused unread.
+RECORD_LIMIT = 64 << 20
+ARTIFACT_JSON_LIMIT = 16 << 20  # artifact.json is a few KB
 
 
 @dataclass(frozen=True)
@@ -41,7 +53,7 @@ class PayloadFile:
     size: int
     path: Path | None = None  # a loose file
     member: RawMember | None = None  # or a member of an archive
-    sha256: str | None = None  # known digest (archive RECORD), urlsafe base64
+    sha256: str | None = None  # the digest the archive's RECORD claims (checked when copied), urlsafe base64
 
 
 @dataclass(frozen=True)
@@ -73,10 +85,12 @@ class Artifact:
     def payload(self) -> list[PayloadFile]:
         """The packed form when there is one (its members are copied, not deflated again), else
         the loose files."""
-        archives = sorted(p for p in self.root.iterdir() if p.is_file() and (p.name == PACK_NAME or p.suffix == ".whl"))
+        archives = sorted(p for p in self.root.iterdir() if p.name == PACK_NAME or p.suffix == ".whl")
         if len(archives) == 1:
             return archive_payload(archives[0])
         files = self.root / FILES_DIR
+        if not archives and files.is_symlink():
+            raise InputError(f"{files} is a symbolic link", hint="artifacts hold regular files only; rebuild that artifact")
         if not archives and files.is_dir():
             return _loose_payload(files)
         found = ", ".join(p.name for p in archives) or "nothing"
@@ -114,7 +128,7 @@ def read_artifact(root: Path) -> Artifact:
     """``root``/artifact.json, checked field by field; InputError naming the file otherwise."""
     where = root / ARTIFACT_JSON
     try:
-        data = json.loads(where.read_text(encoding="utf-8"))
+        data = json.loads(read_regular(where, ARTIFACT_JSON_LIMIT).decode("utf-8"))
     except (OSError, ValueError) as exc:
         raise InputError(f"{where}: unreadable ({exc})", hint="rebuild that dependency") from None
 
@@ -156,48 +170,80 @@ def _safe_relpath(name: str, where: Path) -> str:
 
 
 def _loose_payload(files: Path) -> list[PayloadFile]:
-    """Every file below ``files/`` (symlinks followed to their content; a dangling one is an error)."""
+    """Every file below ``files/``, walked without recursion (any depth) and sorted. Only regular
+    files and directories: a symbolic link (to a file or a directory, inside or out), a FIFO, a
+    socket or a device is an error, so no file of the merging machine reaches the wheel."""
     out = []
-    for directory, dirnames, filenames in os.walk(files):
-        dirnames.sort()
-        for filename in sorted(filenames):
-            path = Path(directory, filename)
-            try:
-                info = path.stat()
-            except FileNotFoundError:
-                raise InputError(f"{path}: dangling symlink in an artifact", hint="fix the build so it ships the file itself") from None
-            relpath = path.relative_to(files).as_posix()
-            out.append(PayloadFile(relpath=relpath, size=info.st_size, path=path))
-    return out
+    pending = [files]
+    while pending:
+        directory = pending.pop()
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as exc:
+            raise InputError(f"{directory}: unreadable ({exc.strerror or exc})", hint="rebuild that artifact") from None
+        subdirectories = []
+        for entry in entries:
+            path = Path(entry.path)
+            if entry.is_symlink():
+                raise InputError(f"{path}: a symbolic link in an artifact", hint="artifacts hold regular files only; fix the build so it ships the file itself")
+            if entry.is_dir(follow_symlinks=False):
+                subdirectories.append(path)
+            elif entry.is_file(follow_symlinks=False):
+                out.append(PayloadFile(relpath=path.relative_to(files).as_posix(), size=entry.stat(follow_symlinks=False).st_size, path=path))
+            else:
+                raise InputError(f"{path}: not a regular file (a FIFO, socket or device) in an artifact", hint="artifacts hold regular files only")
+        pending.extend(reversed(subdirectories))
+    return sorted(out, key=lambda f: f.relpath)
 
 
-def _record_digests(archive: zipfile.ZipFile) -> dict[str, str]:
-    """path -> urlsafe sha256 from every top-level ``*.dist-info/RECORD``."""
+def _record_digests(archive: zipfile.ZipFile, path: Path) -> dict[str, str]:
+    """path -> urlsafe sha256 claimed by every top-level ``*.dist-info/RECORD``: what the merge
+    checks the digests it computes against. A RECORD over RECORD_LIMIT is refused unread, and
+    zipfile never inflates past the declared size and checks the CRC."""
     digests: dict[str, str] = {}
     for info in archive.infolist():
         parts = info.filename.split("/")
         if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "RECORD":
-            text = archive.read(info).decode("utf-8")
-            for row in csv.reader(io.StringIO(text)):
-                if len(row) >= 2 and row[1].startswith("sha256="):
-                    digests[row[0]] = row[1].removeprefix("sha256=")
+            if info.file_size > RECORD_LIMIT:
+                raise InputError(f"{path}: {info.filename} declares {info.file_size} bytes, over the limit of {RECORD_LIMIT}",
+                                 hint="rebuild or re-download that artifact")
+            with archive.open(info) as handle:
+                raw = handle.read(RECORD_LIMIT + 1)
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise InputError(f"{path}: {info.filename} is not UTF-8 ({exc.reason} at byte {exc.start})", hint="rebuild or re-download that artifact") from None
+            try:
+                for row in csv.reader(io.StringIO(text)):
+                    if len(row) >= 2 and row[1].startswith("sha256="):
+                        digests[row[0]] = row[1].removeprefix("sha256=")
+            except csv.Error as exc:
+                raise InputError(f"{path}: {info.filename} is not a CSV file ({exc})", hint="rebuild or re-download that artifact") from None
     return digests
 
 
 def archive_payload(path: Path) -> list[PayloadFile]:
     try:
-        with zipfile.ZipFile(path) as archive:
-            digests = _record_digests(archive)
-            out = []
+        fd, _ = open_regular(path)
+    except UnsafeFile as unsafe:
+        raise InputError(f"{unsafe}: an artifact's archive must be a regular file", hint="rebuild or re-download that artifact") from None
+    except OSError as exc:
+        raise InputError(f"{path}: unreadable ({exc.strerror or exc})", hint="rebuild or re-download that artifact") from None
+    try:
+        with os.fdopen(fd, "rb") as handle, zipfile.ZipFile(handle) as archive:
+            digests = _record_digests(archive, path)
+            out: dict[str, PayloadFile] = {}
             for info in archive.infolist():
                 if info.is_dir() or info.filename.split("/")[0].endswith(".dist-info"):
                     continue
                 relpath = _safe_relpath(info.filename, path)
+                if relpath in out:
+                    raise InputError(f"{path}: {relpath} is in the archive twice", hint="rebuild or re-download that artifact")
                 member = RawMember(path, info.header_offset, info.compress_type, info.compress_size, info.file_size, info.CRC)
-                out.append(PayloadFile(relpath=relpath, size=info.file_size, member=member, sha256=digests.get(info.filename)))
-    except (OSError, zipfile.BadZipFile) as exc:
+                out[relpath] = PayloadFile(relpath=relpath, size=info.file_size, member=member, sha256=digests.get(info.filename))
+    except (OSError, zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
         raise InputError(f"{path}: not a readable zip ({exc})", hint="rebuild or re-download that artifact") from None
-    return sorted(out, key=lambda f: f.relpath)
+    return sorted(out.values(), key=lambda f: f.relpath)
 
 
 def pack_files(files: Path, dest: Path, *, jobs: int = 1) -> Path:

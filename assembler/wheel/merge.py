@@ -244,7 +244,9 @@ def merge_wheel(
     tmp = temporary_path(out_dir / stem)
     try:
         with ReproducibleZip(tmp, epoch=epoch, jobs=jobs or default_jobs()) as archive:
-            payload: list[Written] = [_add(archive, p) for p in placements]
+            for p in placements:
+                _add(archive, p)
+            payload: list[Written] = archive.verified()  # every digest from the bytes written, CRCs checked
             archive.flush()  # the platform check copies the ELF members out of this file
             verdict = platform_verdict([w for w in payload if w.head == ELF_MAGIC], exclude)
             provenance = {a.dep: a.provenance() for a in artifacts}
@@ -327,6 +329,6 @@ def _sbom(manifest: Manifest, artifacts: Sequence[Artifact], version: str, cuda:
 def _add(archive: ReproducibleZip, placement: Placement) -> Written:
     item = placement.file
     if item.member is not None:
-        return archive.copy_member(placement.path, item.member, item.sha256)
+        return archive.copy_member(placement.path, item.member, item.sha256, item.relpath)
     assert item.path is not None
     return archive.write_file(placement.path, item.path)

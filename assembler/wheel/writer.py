@@ -4,8 +4,10 @@ added, never on the clock, the umask, the machine's thread count or the order wo
 Three ways in, cheapest first:
 
 * ``copy_member`` copies an already deflated member of another zip (a packed artifact, a
-  scikit-build-core wheel) byte for byte, kernel to kernel, with its CRC and size from that
-  zip's directory and its sha256 from that zip's RECORD: no inflate, no deflate, no hashing.
+  scikit-build-core wheel) byte for byte, kernel to kernel: no deflate. What was written is
+  then read back and inflated on the thread pool (``verified``): its CRC and size must be the
+  ones the source zip declares, and its sha256, the digest RECORD gets, is computed from those
+  bytes; a digest the source's RECORD claims must agree. The source is data, never trusted.
 * ``write_file`` deflates a loose file in 1 MiB chunks on a thread pool (zlib releases the GIL).
   Each chunk is primed with the previous chunk's last 32 KiB and ends on a sync flush, so the
   chunks concatenate into one ordinary deflate stream (the pigz layout). The chunk size is a
@@ -19,6 +21,7 @@ because zipfile can neither copy compressed bytes nor compress one member on sev
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import os
 import stat
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from assembler.errors import InputError
+from assembler.fsutil import UnsafeFile, open_regular
 
 # Measured with benchmarks/merge_throughput.py --levels on the vllm 0.33.0 extensions (one core):
 # level 1 37.8 MB/s, 0.556 of the input; 3: 32.1, 0.545; 6: 19.6, 0.525; 9: 3.2, 0.522.
@@ -47,6 +51,11 @@ WINDOW = 32 * 1024  # deflate's history window: the dictionary handed to the nex
 ZIP_EPOCH = 315532800  # 1980-01-01T00:00:00Z, the earliest time a zip entry can hold
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")
 _INLINE = 256 * 1024  # files below this are deflated on the calling thread (no pool round trip)
+# Deflate cannot expand data by more than 1032:1, so a member declaring more is a lie refused
+# before a byte is copied; with it, verifying a member inflates at most 1032x what the source
+# holds (the audit's limit too, assembler/audit/limits.py).
+MAX_DEFLATE_RATIO = 1032
+REBUILD = "rebuild or re-download that artifact"
 
 
 def resolve_epoch(epoch: int | None = None) -> int:
@@ -105,11 +114,45 @@ def _deflate_chunk(level: int, history: bytes, chunk: bytes | memoryview, last: 
     return compressor.compress(chunk) + compressor.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
+def _inflated_digest(fd: int, offset: int, compress_size: int, file_size: int, crc: int, where: str) -> str:
+    """The RECORD digest of the deflated member at ``offset`` of the file ``fd``, read back as it
+    was written: inflated in bounded steps, never past ``file_size``; InputError unless it
+    inflates to exactly ``file_size`` bytes with CRC ``crc`` (what the source zip declared)."""
+    inflater, digest, seen, found = zlib.decompressobj(-15), hashlib.sha256(), 0, 0
+    position, end = offset, offset + compress_size
+    try:
+        while position < end and not inflater.eof:
+            block = os.pread(fd, min(end - position, CHUNK), position)
+            if not block:
+                raise InputError(f"{where}: truncated", hint=REBUILD)
+            position += len(block)
+            while block and not inflater.eof:
+                out = inflater.decompress(block, CHUNK)
+                seen += len(out)
+                if seen > file_size:
+                    raise InputError(f"{where}: inflates to more than the {file_size} bytes its zip declares", hint=REBUILD)
+                digest.update(out)
+                found = zlib.crc32(out, found)
+                block = inflater.unconsumed_tail
+        out = inflater.flush(CHUNK)
+        seen += len(out)
+        digest.update(out)
+        found = zlib.crc32(out, found)
+    except zlib.error as error:
+        raise InputError(f"{where}: corrupt deflate data ({error})", hint=REBUILD) from None
+    if not inflater.eof or seen != file_size:
+        raise InputError(f"{where}: inflates to {seen}{'' if inflater.eof else '+'} bytes, its zip declares {file_size}", hint=REBUILD)
+    if found != crc:
+        raise InputError(f"{where}: CRC-32 {found:08x} of its bytes, its zip declares {crc:08x}", hint=REBUILD)
+    return urlsafe_digest(digest.digest())
+
+
 def _data_offset(handle: BinaryIO, member: RawMember) -> int:
     handle.seek(member.header_offset)
-    fields = _LOCAL_HEADER.unpack(handle.read(_LOCAL_HEADER.size))
+    raw = handle.read(_LOCAL_HEADER.size)
+    fields = _LOCAL_HEADER.unpack(raw) if len(raw) == _LOCAL_HEADER.size else (b"",) * 12
     if fields[0] != b"PK\x03\x04":
-        raise InputError(f"{member.archive}: corrupt zip (no local header at offset {member.header_offset})", hint="rebuild or re-download that artifact")
+        raise InputError(f"{member.archive}: corrupt zip (no local header at offset {member.header_offset})", hint=REBUILD)
     return member.header_offset + _LOCAL_HEADER.size + int(fields[10]) + int(fields[11])
 
 
@@ -126,15 +169,24 @@ class ReproducibleZip:
         self._pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="deflate") if self.jobs > 1 else None
         self._sources: dict[Path, BinaryIO] = {}
         self._readers: dict[Path, tuple[zipfile.ZipFile, dict[int, zipfile.ZipInfo]]] = {}
+        self._output_fd: int | None = None
+        self._pending: list[tuple[int, Future[str], str | None, str]] = []
         self.written: list[Written] = []
 
     def __enter__(self) -> ReproducibleZip:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: object, *exc: object) -> None:
+        try:
+            if kind is None:
+                self.verified()  # no archive is finished with a member unchecked
+        finally:
+            self.close()
 
     def close(self) -> None:
+        for _, future, _, _ in self._pending:
+            future.cancel()
+        self._pending.clear()
         for handle in self._sources.values():
             handle.close()
         self._sources.clear()
@@ -144,6 +196,9 @@ class ReproducibleZip:
         if self._pool is not None:
             self._pool.shutdown()
             self._pool = None
+        if self._output_fd is not None:
+            os.close(self._output_fd)
+            self._output_fd = None
         self._zip.close()
 
     def flush(self) -> None:
@@ -160,27 +215,70 @@ class ReproducibleZip:
         return self._member(name, len(data), zlib.crc32(data), digest, data[:4], pieces)
 
     def write_file(self, name: str, source: Path) -> Written:
-        size = source.stat().st_size
-        if size < _INLINE or self._pool is None:
-            return self._write_stream(name, size, source, self._inline_deflate(source, size))
-        return self._write_stream(name, size, source, self._pool_deflate(source, size))
+        """Deflate the regular file ``source``; a symbolic link, FIFO or device is refused, never
+        followed or read (a payload is data, not a way to ship this machine's files)."""
+        try:
+            fd, info = open_regular(source)
+        except UnsafeFile as unsafe:
+            raise InputError(f"{unsafe} in an artifact", hint="artifacts hold regular files only; fix the build so it ships the file itself") from None
+        with os.fdopen(fd, "rb") as handle:
+            size = info.st_size
+            if size < _INLINE or self._pool is None:
+                return self._write_stream(name, size, source, self._inline_deflate(handle, size))
+            return self._write_stream(name, size, source, self._pool_deflate(handle, size))
 
-    def copy_member(self, name: str, member: RawMember, sha256: str | None) -> Written:
-        """Copy ``member``'s compressed bytes as they are. A deflated member keeps its bytes; any
-        other compression is inflated and deflated again (wheels hold deflate or stored only)."""
+    def copy_member(self, name: str, member: RawMember, sha256: str | None, source_name: str | None = None) -> Written:
+        """Copy ``member``'s compressed bytes as they are. A deflated member keeps its bytes (its
+        check runs on the pool and ends in ``verified``); any other compression is inflated,
+        checked and deflated again (wheels hold deflate or stored only). ``sha256`` is the digest
+        the source's RECORD claims (None: it has none), ``source_name`` the member's name there."""
+        where = f"{member.archive}: member {source_name or name}"
+        if member.compress_type == zipfile.ZIP_STORED and member.compress_size != member.file_size:
+            raise InputError(f"{where} is stored but declares {member.file_size} bytes in {member.compress_size}", hint=REBUILD)
+        if member.file_size > MAX_DEFLATE_RATIO * member.compress_size + 1024:
+            raise InputError(f"{where} declares {member.file_size} bytes from {member.compress_size} compressed, "
+                             f"more than deflate's {MAX_DEFLATE_RATIO}:1", hint=REBUILD)
         source = self._source(member.archive)
         if member.compress_type != zipfile.ZIP_DEFLATED:
-            return self._write_stream(name, member.file_size, member.archive, self._recompress(member))
+            written = self._write_stream(name, member.file_size, member.archive, self._recompress(member, where))
+            return self._expect(len(self.written) - 1, written.sha256, sha256, where)
         offset = _data_offset(source, member)
-        head = self._head(source, offset, member)
-        if sha256 is None:
-            sha256 = urlsafe_digest(self._inflate_digest(source, offset, member))
+        head = self._head(source, offset, member, where)
         zinfo = self._zinfo(name)
         zinfo.file_size, zinfo.compress_size, zinfo.CRC = member.file_size, member.compress_size, member.crc
         zinfo.header_offset = self._fp.tell()
         self._fp.write(zinfo.FileHeader(self._zip64(member.file_size)))
+        data_at = self._fp.tell()
         self._copy_range(source, offset, member.compress_size)
-        return self._register(zinfo, sha256, head)
+        self._fp.flush()  # the check reads the output file through its own descriptor
+        written = self._register(zinfo, "", head)
+        check = (self._output(), data_at, member.compress_size, member.file_size, member.crc, where)
+        index = len(self.written) - 1
+        if self._pool is None:
+            return self._expect(index, _inflated_digest(*check), sha256, where)
+        self._pending.append((index, self._pool.submit(_inflated_digest, *check), sha256, where))
+        return written
+
+    def verified(self) -> list[Written]:
+        """Every member written so far, once the checks of the copied ones have passed (their
+        sha256 filled in); InputError naming the member and its archive for the first that fails."""
+        pending, self._pending = self._pending, []
+        try:
+            for index, future, claimed, where in pending:
+                self._expect(index, future.result(), claimed, where)
+        finally:
+            for _, future, _, _ in pending:
+                future.cancel()
+        return list(self.written)
+
+    def _expect(self, index: int, computed: str, claimed: str | None, where: str) -> Written:
+        """Record ``computed`` as member ``index``'s digest; a different ``claimed`` one is an error."""
+        if claimed is not None and claimed != computed:
+            raise InputError(f"{where}: its bytes have sha256={computed}, its archive's RECORD says sha256={claimed}",
+                             hint=f"the artifact is corrupt or was altered; {REBUILD}")
+        written = dataclasses.replace(self.written[index], sha256=computed)
+        self.written[index] = written
+        return written
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -245,29 +343,29 @@ class ReproducibleZip:
         self.written.append(written)
         return written
 
-    def _chunks(self, source: Path, size: int) -> Iterator[tuple[bytes, bytes, bool]]:
-        """(history, chunk, last) for each CHUNK of ``source``; one empty chunk for an empty file."""
+    @staticmethod
+    def _chunks(handle: BinaryIO, size: int) -> Iterator[tuple[bytes, bytes, bool]]:
+        """(history, chunk, last) for each CHUNK of ``handle``; one empty chunk for an empty file."""
         history = b""
-        with source.open("rb") as handle:
-            offset = 0
-            while True:
-                chunk = handle.read(CHUNK)
-                offset += len(chunk)
-                last = offset >= size or len(chunk) < CHUNK
-                yield history, chunk, last
-                if last:
-                    return
-                history = chunk[-WINDOW:]
+        offset = 0
+        while True:
+            chunk = handle.read(CHUNK)
+            offset += len(chunk)
+            last = offset >= size or len(chunk) < CHUNK
+            yield history, chunk, last
+            if last:
+                return
+            history = chunk[-WINDOW:]
 
-    def _inline_deflate(self, source: Path, size: int) -> Iterator[tuple[bytes, bytes]]:
-        for history, chunk, last in self._chunks(source, size):
+    def _inline_deflate(self, handle: BinaryIO, size: int) -> Iterator[tuple[bytes, bytes]]:
+        for history, chunk, last in self._chunks(handle, size):
             yield chunk, _deflate_chunk(self.level, history, chunk, last)
 
-    def _pool_deflate(self, source: Path, size: int) -> Iterator[tuple[bytes, bytes]]:
+    def _pool_deflate(self, handle: BinaryIO, size: int) -> Iterator[tuple[bytes, bytes]]:
         """Keep 2 chunks per thread in flight; yield results in order."""
         assert self._pool is not None
         pending: deque[tuple[bytes, Future[bytes]]] = deque()
-        for history, chunk, last in self._chunks(source, size):
+        for history, chunk, last in self._chunks(handle, size):
             pending.append((chunk, self._pool.submit(_deflate_chunk, self.level, history, chunk, last)))
             while len(pending) > 2 * self.jobs:
                 chunk_done, future = pending.popleft()
@@ -276,45 +374,48 @@ class ReproducibleZip:
             chunk_done, future = pending.popleft()
             yield chunk_done, future.result()
 
-    def _recompress(self, member: RawMember) -> Iterator[tuple[bytes, bytes]]:
-        """Inflate a member zlib cannot copy (stored, bzip2, lzma) and deflate it like a file."""
+    def _recompress(self, member: RawMember, where: str) -> Iterator[tuple[bytes, bytes]]:
+        """Inflate a member zlib cannot copy (stored, bzip2, lzma) and deflate it like a file;
+        zipfile stops at the declared size and checks the CRC at the end."""
         if member.archive not in self._readers:
-            reader = zipfile.ZipFile(member.archive)
+            reader = zipfile.ZipFile(self._source(member.archive))
             self._readers[member.archive] = (reader, {i.header_offset: i for i in reader.infolist()})
         reader, by_offset = self._readers[member.archive]
-        with reader.open(by_offset[member.header_offset]) as handle:
-            history = b""
-            chunk = handle.read(CHUNK)
-            while True:
-                following = handle.read(CHUNK)
-                yield chunk, _deflate_chunk(self.level, history, chunk, not following)
-                if not following:
-                    return
-                history, chunk = chunk[-WINDOW:], following
+        try:
+            with reader.open(by_offset[member.header_offset]) as handle:
+                history = b""
+                chunk = handle.read(CHUNK)
+                while True:
+                    following = handle.read(CHUNK)
+                    yield chunk, _deflate_chunk(self.level, history, chunk, not following)
+                    if not following:
+                        return
+                    history, chunk = chunk[-WINDOW:], following
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError, KeyError) as error:
+            raise InputError(f"{where}: corrupt ({error})", hint=REBUILD) from None
 
     def _source(self, archive: Path) -> BinaryIO:
         if archive not in self._sources:
-            self._sources[archive] = archive.open("rb")
+            try:
+                fd, _ = open_regular(archive)
+            except UnsafeFile as unsafe:
+                raise InputError(f"{unsafe}: an artifact's archive must be a regular file", hint=REBUILD) from None
+            self._sources[archive] = os.fdopen(fd, "rb")
         return self._sources[archive]
 
-    @staticmethod
-    def _head(source: BinaryIO, offset: int, member: RawMember) -> bytes:
-        source.seek(offset)
-        return zlib.decompressobj(-15).decompress(source.read(min(member.compress_size, 4096)), 4)
+    def _output(self) -> int:
+        """A read-only descriptor of the archive being written, for the checks (pread: no shared offset)."""
+        if self._output_fd is None:
+            self._output_fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return self._output_fd
 
     @staticmethod
-    def _inflate_digest(source: BinaryIO, offset: int, member: RawMember) -> bytes:
-        """sha256 of a member whose archive has no RECORD entry for it (the slow path)."""
+    def _head(source: BinaryIO, offset: int, member: RawMember, where: str) -> bytes:
         source.seek(offset)
-        inflater, digest, left = zlib.decompressobj(-15), hashlib.sha256(), member.compress_size
-        while left:
-            block = source.read(min(left, CHUNK))
-            if not block:
-                raise InputError(f"{member.archive}: truncated zip member at offset {member.header_offset}", hint="rebuild or re-download that artifact")
-            left -= len(block)
-            digest.update(inflater.decompress(block))
-        digest.update(inflater.flush())
-        return digest.digest()
+        try:
+            return zlib.decompressobj(-15).decompress(source.read(min(member.compress_size, 4096)), 4)
+        except zlib.error as error:
+            raise InputError(f"{where}: corrupt deflate data ({error})", hint=REBUILD) from None
 
     def _copy_range(self, source: BinaryIO, offset: int, length: int) -> None:
         """Kernel-side copy (copy_file_range) where the OS has it; a buffered copy otherwise."""
