@@ -195,3 +195,122 @@ def test_two_runners_build_halves_and_a_third_merges(tmp_path: Path, toolchains:
     [dep] = json.loads(done.stdout)["deps"]
     assert (dep["status"], dep["shared"]) == ("built", "uploaded")
     assert SharedStore(FileBackend(store)).fetch("vecadd", planned["vecadd"]["key"], tmp_path / "check") == (True, "downloaded")
+
+
+# --- a hostile store (issue 21, item 4) -----------------------------------------------------------
+
+
+def _key_object(shared: Path, entry: object = None) -> Path:
+    keys = shared / "keys" / "vecadd"
+    keys.mkdir(parents=True, exist_ok=True)
+    path = keys / f"{KEY}.json"
+    if entry is not None:
+        path.write_text(json.dumps(entry))
+    return path
+
+
+def _fetch_guarded(store: SharedStore, staging: Path, unblock: Path | None = None) -> tuple[bool, str]:
+    """fetch on a thread, so that a read that blocks fails this test instead of hanging the suite
+    (``unblock``: a FIFO to open for writing if it does)."""
+    import threading
+
+    result: list[tuple[bool, str]] = []
+    worker = threading.Thread(target=lambda: result.append(store.fetch("vecadd", KEY, staging)), daemon=True)
+    worker.start()
+    worker.join(60)
+    if worker.is_alive() and unblock is not None:
+        with unblock.open("wb"):
+            pass
+        worker.join(60)
+    assert result, "fetch blocked on the store"
+    return result[0]
+
+
+def test_a_key_object_that_is_a_fifo_does_not_hang(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    fifo = _key_object(shared)
+    os.mkfifo(fifo)
+    found, note = _fetch_guarded(SharedStore(FileBackend(shared)), tmp_path / "got", unblock=fifo)
+    assert not found and "is a FIFO, not a regular file" in note and note.endswith("rebuilt")
+    assert not SharedStore(FileBackend(shared)).has("vecadd", KEY)
+
+
+def test_a_huge_sparse_key_object_is_not_read(tmp_path: Path) -> None:
+    """The issue's was 6 GB and read whole; 256 MiB shows the same (refused from its size)."""
+    import tracemalloc
+
+    shared = tmp_path / "shared"
+    key = _key_object(shared, {"digest": "ab" * 32, "size": 10})
+    with key.open("r+b") as handle:
+        handle.truncate(256 << 20)
+    tracemalloc.start()
+    try:
+        found, note = SharedStore(FileBackend(shared)).fetch("vecadd", KEY, tmp_path / "got")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not found and f"is {256 << 20} bytes, over the limit of 65536" in note
+    assert peak < 8 << 20
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "elsewhere"])
+def test_a_blob_that_is_a_link_is_not_followed(tmp_path: Path, target: str) -> None:
+    """A blob linked to /dev/zero was copied until the disk was full; a link to a file of this
+    machine would be read. Neither is followed, and nothing is written."""
+    shared = tmp_path / "shared"
+    store = SharedStore(FileBackend(shared))
+    store.upload(_artifact(tmp_path / "local"), "vecadd", KEY)
+    [blob] = (shared / "blobs").iterdir()
+    moved = tmp_path / "moved.tar"
+    blob.rename(moved)
+    blob.symlink_to(target if target.startswith("/") else moved)
+    found, note = store.fetch("vecadd", KEY, tmp_path / "got" / "x")
+    assert not found and "is a symbolic link" in note
+    assert not (tmp_path / "got").exists() or not any((tmp_path / "got").iterdir())
+
+
+@pytest.mark.parametrize("entry", [
+    {"digest": "ab" * 32, "size": 1 << 50},
+    {"digest": "ab" * 32, "size": "4096"},
+    {"digest": "ab" * 32, "size": True},
+    {"digest": ["ab" * 32], "size": 1},
+    ["not", "an", "object"],
+])
+def test_a_key_object_declaring_nonsense_is_refused_before_downloading(tmp_path: Path, entry: object) -> None:
+    shared = tmp_path / "shared"
+    _key_object(shared, entry)
+    (shared / "blobs").mkdir()
+    (shared / "blobs" / f"{'ab' * 32}.tar").symlink_to("/dev/zero")  # would be read if asked for
+    found, note = SharedStore(FileBackend(shared)).fetch("vecadd", KEY, tmp_path / "got")
+    assert not found and note.endswith("rebuilt") and "symbolic link" not in note, note
+
+
+def test_the_declared_size_bounds_the_copy(tmp_path: Path) -> None:
+    """A blob larger than its key object says is refused from its size, not copied whole."""
+    shared = tmp_path / "shared"
+    store = SharedStore(FileBackend(shared))
+    store.upload(_artifact(tmp_path / "local"), "vecadd", KEY)
+    [blob] = (shared / "blobs").iterdir()
+    with blob.open("ab") as grown:
+        grown.truncate(blob.stat().st_size + (64 << 20))
+    found, note = store.fetch("vecadd", KEY, tmp_path / "got")
+    assert not found and "corrupt or partial" in note and "its key object says" in note
+    assert not list(tmp_path.glob("got*"))
+
+
+def test_s3_objects_are_bounded_by_their_length(tmp_path: Path, s3_endpoint: str) -> None:
+    import boto3
+
+    store = open_store("s3://artifacts/hostile", s3_endpoint)
+    assert store is not None
+    client = boto3.client("s3", endpoint_url=s3_endpoint)
+    key = f"hostile/keys/vecadd/{KEY}.json"
+    client.put_object(Bucket="artifacts", Key=key, Body=b" " * (128 << 10) + b"{}")
+    found, note = store.fetch("vecadd", KEY, tmp_path / "got")
+    assert not found and ("over the limit of 65536" in note or "the limit is 65536" in note), note
+    digest = "cd" * 32
+    client.put_object(Bucket="artifacts", Key=key, Body=json.dumps({"digest": digest, "size": 10}).encode())
+    client.put_object(Bucket="artifacts", Key=f"hostile/blobs/{digest}.tar", Body=b"\0" * (1 << 20))
+    found, note = store.fetch("vecadd", KEY, tmp_path / "got")
+    assert not found and "corrupt or partial" in note and "its key object says 10" in note, note
+    assert not list(tmp_path.glob("got*"))

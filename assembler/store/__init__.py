@@ -17,6 +17,14 @@ concurrent runner sees either no artifact or a whole one. A download is checked 
 digest and size the key object names: a truncated or corrupt one is discarded, and the
 dependency is rebuilt and uploaded again. Unpacking accepts only regular files and directories
 below the artifact, so a store's content is data, never a path that escapes.
+
+A store may be hostile (anyone who can write to it) or broken, and must not stop or fill a
+build. Every object read must be a regular file (a FIFO does not hang the read, a symbolic link
+is not followed, on a file:// store) and is bounded before it is read: a key object by
+``KEY_OBJECT_LIMIT``, a blob by the size its key object declares (at most ``BLOB_LIMIT``, and
+no more than the free space of the local store), so a blob that is ``/dev/zero`` or grows is
+never copied past that size. An S3 request times out (``S3_READ_TIMEOUT_S``). Any of these is
+an unusable artifact: the dependency is rebuilt, with a note saying why.
 """
 
 from __future__ import annotations
@@ -32,8 +40,16 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from assembler.errors import InputError
+from assembler.fsutil import read_regular
 
 STORE_ENV = "ASSEMBLE_ARTIFACT_STORE"  # overrides [cache] artifacts
+# A key object is ~150 bytes of JSON ({"dep", "key", "digest", "size"}); anything over 64 KiB is
+# not one and is refused unread.
+KEY_OBJECT_LIMIT = 64 << 10
+# The largest artifact we know, vllm's 13 extensions for every arch, is under 1 GB packed; a blob
+# declared over 16 GiB is refused before a byte is downloaded.
+BLOB_LIMIT = 16 << 30
+CHUNK = 1 << 20
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -41,16 +57,30 @@ class StoreUnavailable(Exception):
     """The store could not be read or written (network, permissions); the build goes on without it."""
 
 
+class UnusableObject(ValueError):
+    """An object of the store is not what it must be (not a regular file, over its bound, not the
+    declared size): the artifact is unusable and the dependency is rebuilt."""
+
+
+class WrongSize(UnusableObject):
+    """A blob that is not the size its key object declares: corrupt or partial."""
+
+
 class Backend(Protocol):
     """Named objects; ``put_file`` and ``put`` replace an object in one step."""
 
     url: str
 
-    def get(self, name: str) -> bytes | None: ...
+    def get(self, name: str, limit: int) -> bytes | None:
+        """The object (None when missing); UnusableObject when it is over ``limit`` bytes."""
+        ...
 
     def put(self, name: str, data: bytes) -> None: ...
 
-    def get_file(self, name: str, target: Path) -> bool: ...
+    def get_file(self, name: str, target: Path, size: int) -> bool:
+        """Download the object to ``target`` (False when missing); UnusableObject when it is not
+        ``size`` bytes, and never more than ``size`` bytes written."""
+        ...
 
     def put_file(self, name: str, source: Path) -> None: ...
 
@@ -83,18 +113,27 @@ class SharedStore:
         there now, what happened, for the report)."""
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            raw = self.backend.get(self.key_object(dep, key))
+            raw = self.backend.get(self.key_object(dep, key), KEY_OBJECT_LIMIT)
             if raw is None:
                 return False, "not in the shared store"
             entry = json.loads(raw)
-            digest, size = str(entry["digest"]), int(entry["size"])
-            if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            digest, size = entry["digest"], entry["size"]
+            if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
                 return False, f"shared store: key object for {dep} names no digest; rebuilt"
+            if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= BLOB_LIMIT:
+                return False, f"shared store: key object for {dep} declares size {size!r}, not 0 to {BLOB_LIMIT} bytes; rebuilt"
             staging.parent.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(staging.parent).free
+            if 2 * size > free:  # the blob, then its unpacked copy
+                return False, f"shared store: {dep}'s artifact is {size} bytes, {staging.parent} has {free} free; rebuilt"
             blob = staging.with_name(f"{staging.name}.tar")
             try:
-                if not self.backend.get_file(f"blobs/{digest}.tar", blob):
-                    return False, f"shared store: blob {digest[:12]} is missing; rebuilt"
+                try:
+                    if not self.backend.get_file(f"blobs/{digest}.tar", blob, size):
+                        return False, f"shared store: blob {digest[:12]} is missing; rebuilt"
+                except WrongSize as wrong:
+                    shutil.rmtree(staging, ignore_errors=True)
+                    return False, f"shared store: download of {dep} is corrupt or partial ({wrong}); rebuilt"
                 found, length = file_digest(blob)
                 if found != digest or length != size:
                     return False, f"shared store: download of {dep} is corrupt or partial (sha256 {found[:12]}, {length} bytes; " \
@@ -102,7 +141,7 @@ class SharedStore:
                 unpack(blob, staging)
             finally:
                 blob.unlink(missing_ok=True)
-            recorded = json.loads((staging / "artifact.json").read_text())
+            recorded = json.loads(read_regular(staging / "artifact.json", KEY_OBJECT_LIMIT << 8))
             if recorded.get("key") != key or recorded.get("dep") != dep:
                 shutil.rmtree(staging, ignore_errors=True)
                 return False, f"shared store: blob under {dep}/{key} holds {recorded.get('dep')}/{recorded.get('key')}; rebuilt"
@@ -110,7 +149,7 @@ class SharedStore:
         except StoreUnavailable as error:
             shutil.rmtree(staging, ignore_errors=True)
             return False, f"shared store unavailable: {error}"
-        except (OSError, ValueError, KeyError, TypeError, tarfile.TarError) as error:
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, tarfile.TarError) as error:
             shutil.rmtree(staging, ignore_errors=True)
             return False, f"shared store: unusable artifact for {dep} ({type(error).__name__}: {error}); rebuilt"
 
@@ -173,7 +212,7 @@ def unpack(blob: Path, target: Path) -> None:
             if member.isdir():
                 path.mkdir(parents=True, exist_ok=True)
                 continue
-            if not member.isreg():
+            if not member.isreg() or member.issparse():
                 raise ValueError(f"member {member.name!r} is not a regular file")
             path.parent.mkdir(parents=True, exist_ok=True)
             source = archive.extractfile(member)
@@ -205,4 +244,4 @@ def open_store(url: str | None, s3_endpoint: str | None = None, environ: dict[st
                      hint=f"fix [cache] artifacts in deps.toml or {STORE_ENV}")
 
 
-__all__ = ["STORE_ENV", "Backend", "SharedStore", "StoreUnavailable", "open_store", "pack", "unpack"]
+__all__ = ["BLOB_LIMIT", "KEY_OBJECT_LIMIT", "STORE_ENV", "Backend", "SharedStore", "StoreUnavailable", "UnusableObject", "WrongSize", "open_store", "pack", "unpack"]

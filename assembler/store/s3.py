@@ -2,7 +2,9 @@
 
 The endpoint is ``[cache] s3-endpoint``, else ``AWS_ENDPOINT_URL``, else AWS; credentials and
 region come from boto3's usual chain (``AWS_ACCESS_KEY_ID``, profiles, instance roles). A PUT
-replaces an object in one step, so the blob is uploaded before the key object that names it."""
+replaces an object in one step, so the blob is uploaded before the key object that names it.
+Every request times out (connect 10 s, each read ``S3_READ_TIMEOUT_S``), and a GET is bounded by
+the object's ``Content-Length``, checked before the body is read and again while it streams."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from assembler.errors import ToolchainError
-from assembler.store import StoreUnavailable
+from assembler.store import CHUNK, StoreUnavailable, UnusableObject, WrongSize
 
 MISSING = ("404", "NoSuchKey", "NotFound")
+S3_READ_TIMEOUT_S = 60  # one socket read, not the whole download
 T = TypeVar("T")
 
 
@@ -27,7 +30,8 @@ class S3Backend:
         self.bucket, self.prefix = bucket, prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         self.client: Any = boto3.client("s3", endpoint_url=endpoint,
-                                        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10))
+                                        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10,
+                                                      read_timeout=S3_READ_TIMEOUT_S))
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}/{name}" if self.prefix else name
@@ -56,16 +60,40 @@ class S3Backend:
 
         return self._request(name, head, missing=lambda: False)
 
-    def get(self, name: str) -> bytes | None:
+    def _body(self, name: str, most: int, exact: bool) -> Any:
+        """The streaming body of ``name``, once its Content-Length is ``most`` (``exact``) or at most it."""
+        response = self.client.get_object(Bucket=self.bucket, Key=self._key(name))
+        body, length = response["Body"], int(response.get("ContentLength", -1))
+        if (length != most) if exact else not 0 <= length <= most:
+            body.close()
+            want = f"its key object says {most}" if exact else f"the limit is {most}"
+            raise (WrongSize if exact else UnusableObject)(f"{self.url}/{name} is {length} bytes, {want}")
+        return body
+
+    def get(self, name: str, limit: int) -> bytes | None:
         def read() -> bytes | None:
-            body: bytes = self.client.get_object(Bucket=self.bucket, Key=self._key(name))["Body"].read()
-            return body
+            body = self._body(name, limit, exact=False)
+            with body:
+                data: bytes = body.read(limit + 1)
+            if len(data) > limit:
+                raise UnusableObject(f"{self.url}/{name} sent more than the limit of {limit} bytes")
+            return data
 
         return self._request(name, read, missing=lambda: None)
 
-    def get_file(self, name: str, target: Path) -> bool:
+    def get_file(self, name: str, target: Path, size: int) -> bool:
         def download() -> bool:
-            self.client.download_file(self.bucket, self._key(name), str(target))
+            body = self._body(name, size, exact=True)
+            copied = 0
+            with body, target.open("wb") as out:
+                while copied <= size:
+                    block = body.read(min(CHUNK, size + 1 - copied))
+                    if not block:
+                        break
+                    out.write(block)
+                    copied += len(block)
+            if copied != size:
+                raise WrongSize(f"{self.url}/{name} sent {copied} bytes, its key object says {size}")
             return True
 
         return self._request(name, download, missing=lambda: False)
