@@ -168,3 +168,53 @@ def test_compile_commands_name_the_real_compiler_not_the_shim(tmp_path: Path) ->
     command = [extra["PYTORCH_NVCC"], "-c", "a.cu"]
     assert sccache.unshimmed(command) == [str(nvcc), "-c", "a.cu"]
     assert sccache.unshimmed(["c++", "-c", "a.cpp"]) == ["c++", "-c", "a.cpp"]
+
+
+BUILD_THAT_HANGS = """
+import sys, time
+from pathlib import Path
+from assembler.toolchain import sccache
+cache = sccache.configure("sccache", None, Path(sys.argv[1]), (), None, environ={})
+with sccache.server(cache, sys.argv[2]) as running:
+    print(running.port, flush=True)
+    time.sleep(600)
+"""
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start_build(local: Path, label: str) -> tuple[subprocess.Popen[str], int]:
+    """A process that holds one real sccache server, as `assemble build` does, and its port."""
+    build = subprocess.Popen([sys.executable, "-c", BUILD_THAT_HANGS, str(local), label], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert build.stdout is not None
+    return build, int(build.stdout.readline())
+
+
+def test_the_next_build_stops_servers_whose_build_was_killed(tmp_path: Path) -> None:
+    """Issue 21, item 13: each SIGKILL of a build left its sccache server listening. The next
+    build stops those, and only those: a server whose build still runs is left alone."""
+    local = tmp_path / "local"
+    killed = [_start_build(local, f"killed{n}") for n in range(2)]
+    alive, alive_port = _start_build(local, "alive")
+    for build, _ in killed:
+        build.kill()
+        build.wait()
+    try:
+        assert all(_listening(port) for _, port in killed)  # what SIGKILL leaves
+        cache = sccache.configure("sccache", None, local, (), None, environ={})
+        sccache._reaped.discard(cache.binary)  # type: ignore[arg-type]  # a new build process
+        with sccache.server(cache, "next") as server:
+            assert server is not None
+            assert not any(_listening(port) for _, port in killed)
+            assert _listening(alive_port) and alive.poll() is None
+            servers = sccache_processes_under(local)
+            assert len(servers) == 2, servers  # the live build's and ours
+    finally:
+        alive.kill()
+        alive.wait()
+        assert sccache.stop_orphans(cache.binary)  # type: ignore[arg-type]  # its server, now orphaned
+    assert not _listening(alive_port)
+    assert sccache_processes_under(local) == []

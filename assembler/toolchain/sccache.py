@@ -12,8 +12,16 @@ sccache counts per server, so each build gets its own server, on a free loopback
 dependency's hits and misses, exactly, with no zeroing races. A server costs ~50 ms to start.
 Every server we start carries a marker variable (``ASSEMBLE_SCCACHE_OWNER``); stopping it also
 ends any sccache process still carrying that marker (a server a client restarted after ours
-died), by its id, so none is left running. ``SCCACHE_IDLE_TIMEOUT`` bounds one that outlives a
-killed `assemble` anyway.
+died), by its id, so none is left running.
+
+**Servers of a killed build.** A build killed with SIGKILL cannot stop its servers. Each
+server therefore also carries its owner, ``ASSEMBLE_SCCACHE_PARENT=PID:START`` (the assemble
+process that started it and its start time in clock ticks since boot, from ``/proc``, so a
+reused PID is not taken for the owner). Before its first server, every build finds the sccache
+processes that carry that record (this user's; ``/proc/PID/environ`` of others is not
+readable) and stops those whose owner is gone: ``--stop-server`` on the server's own port, then
+SIGKILL by id for whatever still runs. A live owner's servers (another build running now) are
+left alone. ``SCCACHE_IDLE_TIMEOUT`` stays as the backstop for servers nobody reaps.
 
 **Where sccache cannot look.** Paths differ between workspaces and machines, so the workspace
 and the assembler cache are ``SCCACHE_BASEDIRS``: a fresh workspace on another runner hits what
@@ -52,6 +60,7 @@ from typing import Any
 from assembler.errors import InputError, ToolchainError
 
 OWNER_ENV = "ASSEMBLE_SCCACHE_OWNER"
+PARENT_ENV = "ASSEMBLE_SCCACHE_PARENT"  # PID:START of the process that owns the server
 SWITCH_ENV = "ASSEMBLE_SCCACHE"  # 0: off, 1: on, whatever deps.toml says
 IDLE_TIMEOUT_S = 1800  # a backstop only: we stop every server ourselves
 START_TIMEOUT_S = 60
@@ -151,6 +160,7 @@ class SccacheServer:
         assert cache.binary is not None
         self.cache, self.label, self.binary = cache, label, cache.binary
         self.owner = uuid.uuid4().hex
+        self.parent = owner_record(os.getpid())
         self.port = 0
 
     def server_environment(self) -> dict[str, str]:
@@ -158,7 +168,7 @@ class SccacheServer:
         self.cache.local_dir.mkdir(parents=True, exist_ok=True)
         env.update(
             SCCACHE_SERVER_PORT=str(self.port), SCCACHE_DIR=str(self.cache.local_dir),
-            SCCACHE_IDLE_TIMEOUT=str(IDLE_TIMEOUT_S), **{OWNER_ENV: self.owner},
+            SCCACHE_IDLE_TIMEOUT=str(IDLE_TIMEOUT_S), **{OWNER_ENV: self.owner, PARENT_ENV: self.parent},
         )
         if self.cache.basedirs:
             env["SCCACHE_BASEDIRS"] = os.pathsep.join(str(path) for path in self.cache.basedirs)
@@ -173,7 +183,7 @@ class SccacheServer:
     def client_environment(self) -> dict[str, str]:
         """What the build's compiler launchers need: our server's port (and the marker, so a
         server a client might start in its place is ours to stop too)."""
-        return {"SCCACHE_SERVER_PORT": str(self.port), OWNER_ENV: self.owner}
+        return {"SCCACHE_SERVER_PORT": str(self.port), OWNER_ENV: self.owner, PARENT_ENV: self.parent}
 
     def start(self) -> None:
         last = ""
@@ -218,6 +228,92 @@ class SccacheServer:
                 os.kill(pid, signal.SIGKILL)
 
 
+def owner_record(pid: int) -> str:
+    """``PID:START`` of process ``pid``: its start time tells it from a later process given the
+    same id. START is empty where /proc cannot say (then the id alone decides)."""
+    return f"{pid}:{_start_time(pid) or ''}"
+
+
+def _start_time(pid: int) -> str | None:
+    """Field 22 of /proc/PID/stat (start time, clock ticks after boot); None when gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    fields = raw[raw.rfind(b")") + 2:].split()  # the name in parentheses may hold spaces
+    return fields[19].decode() if len(fields) > 19 else None
+
+
+def _owner_alive(record: str) -> bool:
+    pid_text, _, start = record.partition(":")
+    if not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OverflowError:
+        return False
+    except PermissionError:
+        return True  # a process of another user has that id now: leave the server be
+    return not start or _start_time(pid) == start
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` is still running (a zombie nobody has reaped yet is not)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return raw[raw.rfind(b")") + 2:raw.rfind(b")") + 3] not in (b"Z", b"X")
+
+
+def _environment_of(pid: int) -> dict[bytes, bytes]:
+    items = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.split(b"=", 1) for item in items if b"=" in item)
+
+
+def orphaned_servers(binary: Path) -> dict[int, str]:
+    """The sccache processes (pid -> their SCCACHE_SERVER_PORT) that a build of ours started and
+    whose owner process is gone: what builds killed with SIGKILL left listening."""
+    found: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if Path(os.readlink(entry / "exe")).name != binary.name:
+                continue
+            env = _environment_of(int(entry.name))
+        except OSError:
+            continue
+        record = env.get(PARENT_ENV.encode())
+        if record is not None and OWNER_ENV.encode() in env and not _owner_alive(record.decode(errors="replace")):
+            found[int(entry.name)] = env.get(b"SCCACHE_SERVER_PORT", b"").decode(errors="replace")
+    return found
+
+
+def stop_orphans(binary: Path, grace_s: float = 5.0) -> list[int]:
+    """Stop every server of ``orphaned_servers``: asked on its own port first (sccache writes
+    its cache out), then SIGKILL by id for what still runs after ``grace_s``. The ids stopped."""
+    orphans = orphaned_servers(binary)
+    for port in sorted(set(orphans.values())):
+        if port.isdigit():
+            with contextlib.suppress(OSError, subprocess.SubprocessError):
+                subprocess.run([str(binary), "--stop-server"], env={**os.environ, "SCCACHE_SERVER_PORT": port},
+                               capture_output=True, timeout=10, check=False)
+    deadline = time.monotonic() + grace_s
+    while any(_running(pid) for pid in orphans) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in orphans:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    return sorted(orphans)
+
+
+_reaped: set[Path] = set()  # binaries whose orphans this process has stopped already
+
+
 def owned_processes(owner: str, binary: Path) -> list[int]:
     """Ids of the sccache processes whose environment carries ``owner`` as the marker."""
     marker = f"{OWNER_ENV}={owner}".encode()
@@ -245,6 +341,9 @@ def server(cache: CompilerCache | None, label: str) -> Iterator[SccacheServer | 
 
     running = SccacheServer(cache, label)
     with in_use(cache.local_dir):  # `assemble cache prune` leaves a store in use alone
+        if running.binary not in _reaped:  # once per process: a killed build's servers
+            _reaped.add(running.binary)
+            stop_orphans(running.binary)
         running.start()
         try:
             yield running
