@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from assembler.errors import InputError, LockedError, ManifestError
+from assembler.errors import InputError, LockedError
 from assembler.fsutil import ignored_dir
 from assembler.manifest import MANIFEST_NAME, Dependency, Manifest, find_workspace, load_manifest
 from assembler.manifest.load import STATE_DIR
@@ -179,12 +179,8 @@ def locked(function: Callable[Concatenate[Workspace, _P], _R]) -> Callable[Conca
 
 
 def open_workspace(directory: Path | None, on_lock_wait: LockWait | None = None) -> Workspace:
-    """The workspace at ``directory`` (``--workspace``), else the nearest one above the cwd.
-    ``on_lock_wait``: told when its lock is held by another assemble process (then it waits)."""
-    if directory is None:
-        root = find_workspace(Path.cwd())
-    else:
-        root = directory.resolve()
-        if not (root / MANIFEST_NAME).is_file():
-            raise ManifestError(f"{root}: no {MANIFEST_NAME} here", hint="pass the directory that holds deps.toml")
+    """The nearest workspace at or above ``directory`` (``-C DIR``, searched upward as git does),
+    else at or above the cwd. ``on_lock_wait``: told when its lock is held by another assemble
+    process (then it waits)."""
+    root = find_workspace(Path.cwd() if directory is None else directory)
     return Workspace(root=root, manifest=load_manifest(root / MANIFEST_NAME), on_lock_wait=on_lock_wait)

@@ -84,7 +84,8 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
 
     group = parser.add_argument_group("global options (before or after the command)")
     group.add_argument("-C", "--workspace", type=Path, default=default(None), metavar="DIR",
-                       help="workspace directory (default: nearest directory upward holding deps.toml)")
+                       help="run as if started in DIR, like git -C: the workspace is the nearest deps.toml upward from DIR, "
+                       "and relative paths are read against DIR")
     group.add_argument("-v", "--verbose", action="count", default=default(0),
                        help="more detail (repeatable; audit: the offending and version-setting symbols)")
     group.add_argument("-q", "--quiet", action="count", default=default(0), help="less on stderr: no progress notes")
@@ -218,6 +219,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise _unknown_command(command)
             args = build_parser(command if command in COMMAND_MODULES and command != "completion" else None).parse_args(words)
             _configure(args)
+            from assembler.cli.common import resolve_paths
+
+            resolve_paths(args)  # against -C DIR or the caller's directory, before any command changes directory
             as_json = getattr(args, "format", None) == "json"
             args.json = as_json
             code = int(args.handler(args))
