@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 
 
 CUDA_VERSION_RE = re.compile(r"^\d+\.\d+$")
-# A torch release as pip names it: 2.13.0, 2.11.0+cu130, 2.14.0rc1, 2.15.0.dev20260101.
-TORCH_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?((a|b|rc)\d+|\.post\d+|\.dev\d+)*(\+[A-Za-z0-9.]+)?$")
 
 N = TypeVar("N", int, float)  # what number() reads
 
@@ -42,9 +40,13 @@ def cuda_version(text: str) -> str:
 
 
 def torch_version(text: str) -> str:
-    """argparse type for --torch: a torch release (X.Y.Z, optionally +local), checked before anything is fetched."""
-    if not TORCH_VERSION_RE.match(text):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a torch version: expected X.Y.Z, e.g. 2.13.0 or 2.11.0+cu130")
+    """argparse type for --torch: a torch release (X.Y.Z, optionally +local), checked before
+    anything is fetched (manifest.values.torch_release_problem, the rule deps.toml follows too)."""
+    from assembler.manifest.values import torch_release_problem
+
+    problem = torch_release_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{problem[0]}; {problem[1]}")
     return text
 
 
