@@ -379,8 +379,8 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
         if dry_run:
             assert isinstance(scratch, Scratch)
             pinned = pinned_state(fork_path, dep)
-            in_pin = pinned is not None and bool(already_applied(dep, pinned))  # then classify finds them (applies-empty)
-            if target.onto == dep.commit and not switched and not in_pin and not known_upstream(scratch, patches, fork_point, target.onto):
+            pin_holds = pinned is not None and bool(already_applied(dep, pinned))  # then classify finds them (applies-empty)
+            if target.onto == dep.commit and not switched and not pin_holds and not known_upstream(scratch, patches, fork_point, target.onto):
                 report.status, report.applied = RebaseStatus.UP_TO_DATE, [p.name for p in patches]
                 return report
             return _dry_run(scratch, report, patches, fork_point, target)
