@@ -43,3 +43,6 @@ def test_a_pin_moved_past_a_landed_patch_is_reconciled_at_checkout(git_workspace
     assert not (ws.patches / first).exists()
     final = ws.assemble("checkout")
     assert final.returncode == 0 and first not in final.stderr
+    undone = ws.assemble("rebase", "kern", "--undo")  # the journal of that rebase reads back
+    assert undone.returncode == 0, undone.stderr
+    assert (ws.patches / first).exists()

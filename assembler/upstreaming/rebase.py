@@ -416,8 +416,9 @@ def _already_in_pin(scratch: GitView, dep: Dependency, state: CheckoutState) -> 
     if not names:
         return []
     pin_subject = scratch.out("log", "-1", "--format=%s", END_OF_OPTIONS, dep.commit).strip()
-    return [Dropped(name, parse_patch_header(dep.patches_dir / name).subject, Evidence.APPLIES_EMPTY, "", dep.commit, pin_subject)
-            for name in names]
+    # no commit of the checkout was made from them: the pin stands for the pick (a full SHA, as the journal requires)
+    return [Dropped(name, parse_patch_header(dep.patches_dir / name).subject, Evidence.APPLIES_EMPTY, dep.commit, dep.commit,
+                    pin_subject) for name in names]
 
 
 def _current_branch(checkout: Path) -> str | None:
