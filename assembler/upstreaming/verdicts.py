@@ -119,6 +119,18 @@ class Base(NamedTuple):
                 "fork_point": self.fork_point}
 
 
+def migration_on_fork(built: tuple[str, ...] | None, check: CheckEvidence | None, broken_on_base: str | None) -> Migration:
+    """"Migrated on fork", from evidence only (see DepStatus.migrated_on_fork): the one rule for
+    `assemble patches` and `assemble status`."""
+    if broken_on_base:
+        return Migration.IN_PROGRESS
+    if (built and all(passes(v) for v in built)) or (check is not None and check.done):
+        return Migration.DONE
+    if built or check is not None:
+        return Migration.IN_PROGRESS
+    return Migration.NOT_CHECKED
+
+
 class DepStatus(NamedTuple):
     name: str
     upstream: str
@@ -149,14 +161,7 @@ class DepStatus(NamedTuple):
         audited STABLE. in progress: a check or build found work left, or the series does not
         apply on its base; not checked: no such evidence, also when nothing is carried (the
         pinned source itself may still need the migration)."""
-        built = self.build_verdicts
-        if self.broken_on_base:
-            return Migration.IN_PROGRESS
-        if (built and all(passes(v) for v in built)) or (self.check is not None and self.check.done):
-            return Migration.DONE
-        if built or self.check is not None:
-            return Migration.IN_PROGRESS
-        return Migration.NOT_CHECKED
+        return migration_on_fork(self.build_verdicts, self.check, self.broken_on_base)
 
     @property
     def migration_evidence(self) -> str:
