@@ -127,7 +127,13 @@ def _point_remotes(workspace: Workspace, dep: Dependency, repo: git.Repo, mirror
     with repo.config_writer() as config:
         config.set_value('remote "origin"', "url", str(mirror.path))
     if dep.is_fork:
-        _set_remote(repo, "upstream", mirrors.open_mirror(workspace.manifest, dep.upstream_url))
+        upstream = mirrors.open_mirror(workspace.manifest, dep.upstream_url)
+        if upstream.last_fetched() is None:  # once, so `upstream/<track>` and `patches --offline` have the tracked branch
+            try:
+                mirrors.fetch(upstream)
+            except AssembleError:  # unreachable upstream: the fork still checks out; `patches` fetches it again
+                pass
+        _set_remote(repo, "upstream", upstream)
         _set_remote(repo, "fork", mirror)
 
 
