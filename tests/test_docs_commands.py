@@ -64,3 +64,9 @@ def test_docs_ci_describes_the_matrix_document_as_printed() -> None:
     documented = set(re.findall(r'"(\w+)":', example[1]))
     assert documented == {"include", *entry.to_json()}
     assert "jq -c '{include}'" not in CI and "may carry other top-level keys" not in CI
+
+
+def test_the_repository_ignores_what_make_test_writes() -> None:
+    """`make test` runs ruff, mypy and pytest in the clone; none of their caches shows up in git status (item 18)."""
+    ignored = set((ROOT / ".gitignore").read_text().split())
+    assert {".mypy_cache/", ".ruff_cache/", ".pytest_cache/"} <= ignored
