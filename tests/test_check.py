@@ -57,7 +57,7 @@ def _truncate_series(ws: Path, dep: str, keep: int) -> None:
 
 
 def _migrated(ws: Path, cache: Path) -> dict[str, tuple[str, dict]]:
-    """`assemble patches`' "migrated on our side" per dependency, with the evidence it rests on."""
+    """`assemble patches`' "migrated on fork" per dependency, with the evidence it rests on."""
     result = assemble("-C", str(ws), "patches", "--format", "json", cache=cache)
     assert result.returncode == 0, result.stderr[-3000:]
     return {d["name"]: (d["migrated_on_fork"], d["migration_evidence"]) for d in json.loads(result.stdout)["deps"]}

@@ -70,3 +70,9 @@ def test_the_repository_ignores_what_make_test_writes() -> None:
     """`make test` runs ruff, mypy and pytest in the clone; none of their caches shows up in git status (item 18)."""
     ignored = set((ROOT / ".gitignore").read_text().split())
     assert {".mypy_cache/", ".ruff_cache/", ".pytest_cache/"} <= ignored
+
+
+def test_the_readme_names_the_migration_verdict_as_the_output_does() -> None:
+    """One phrase (item 19): `patches` prints "migrated on fork" (JSON migrated_on_fork)."""
+    assert "| dependency | migrated on fork | migrated upstream |" in (ROOT / "assembler" / "upstreaming" / "table.py").read_text()
+    assert "our side" not in README and '"migrated on fork"' in README

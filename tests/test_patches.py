@@ -45,7 +45,7 @@ def test_status_evidence_summary_and_release_table(git_workspace: GitWorkspace) 
     assert [(p["file"], p["status"]) for p in dep["patches"]] == [(first.name, "upstream"), (second.name, "local")]
     assert dep["patches"][0]["evidence"] == {"how": "patch-id", "commit": landed, "subject": "Use stable tensor type"}
     assert dep["patches"][1]["evidence"] == {"how": "header", "note": "Forwarded: no"}
-    # nothing was checked or built: "migrated on our side" is never done by default
+    # nothing was checked or built: "migrated on fork" is never done by default
     assert dep["migrated_on_fork"] == "not checked" and dep["migrated_upstream"] == "in progress"
     assert dep["migration_evidence"] == {"summary": "no check or build of this pin and series", "check": None, "build": None}
 

@@ -1,6 +1,6 @@
 """What `assemble patches` says of each carried patch and each dependency: the verdicts, the
 evidence each rests on (``Evidence``), the per-dependency summary and the two release-table
-columns ("migrated on our side / migrated upstream"). Data only: classify.py computes the
+columns ("migrated on fork / migrated upstream"). Data only: classify.py computes the
 verdicts, classified.py stores them, status.py puts a report together."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Migration(StrEnum):
     IN_PROGRESS = "in progress"
     NO = "no"
     NOT_APPLICABLE = "n.a."
-    NOT_CHECKED = "not checked"  # migrated on our side: no check or build of this pin + series yet
+    NOT_CHECKED = "not checked"  # migrated on fork: no check or build of this pin + series yet
 
 
 class Commit(NamedTuple):
@@ -165,7 +165,7 @@ class DepStatus(NamedTuple):
 
     @property
     def migration_evidence(self) -> str:
-        """What the "migrated on our side" verdict rests on, in a few words."""
+        """What the "migrated on fork" verdict rests on, in a few words."""
         parts = []
         if self.check is not None:
             parts.append(f"check: {self.check.summary}, {self.check.obtained[:10]}")
