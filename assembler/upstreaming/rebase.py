@@ -39,6 +39,7 @@ from assembler.git.state import CheckoutState, CheckoutStatus, already_applied, 
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
 from assembler.series.headers import PatchStatus, forwarded_status, parse_patch_header
+from assembler.series.seriesfile import find_patch
 from assembler.upstreaming import journal as jr
 from assembler.upstreaming.classify import classify, find_carriers, in_pull_requests, known_upstream
 from assembler.upstreaming.floors import floor_warnings
@@ -872,10 +873,19 @@ def drop(workspace: Workspace, name: str | None, patches: list[str],
 def _find_pick(journal: Journal, wanted: str) -> Pick:
     """A pick of the plan (or one skipped by hand) by patch file name, name without
     ``.patch``, or commit SHA prefix."""
-    for pick in [*journal.picks, *journal.skipped]:
+    candidates = [*journal.picks, *journal.skipped]
+    if wanted == "":  # `--skip` alone, as git's: the patch the rebase stopped at
+        if journal.stopped is None or journal.stopped.index >= len(journal.picks):
+            raise InputError(f"{journal.dep}: the rebase is not stopped at a patch, so --skip has nothing to skip",
+                             hint="name the patch: --drop PATCH")
+        return journal.picks[journal.stopped.index]
+    for pick in candidates:
         if wanted in (pick.name, pick.name.removesuffix(".patch")) or (len(wanted) >= 7 and pick.commit.startswith(wanted)):
             return pick
-    names = ", ".join(p.name for p in [*journal.picks, *journal.skipped]) or "none"
+    found = find_patch([pick.name for pick in candidates], wanted)  # its number (0002) or a part of its name
+    if found is not None:
+        return next(pick for pick in candidates if pick.name == found)
+    names = ", ".join(p.name for p in candidates) or "none"
     raise InputError(f"{journal.dep}: no patch {wanted!r} left in this rebase", hint=f"patches that can be dropped: {names}")
 
 
