@@ -108,3 +108,18 @@ def test_editing_a_patch_in_the_middle_of_a_series_as_the_readme_says(git_worksp
     assert "+call torch.ops.kern.add_one on a stable tensor" in ws.assemble("show", "kern", "1").stdout
     assert second.read_bytes() == second_bytes
     assert [p.name for p in patch_files(ws)] == [first.name, second.name]
+
+
+def test_a_no_op_checkout_lists_the_edits_it_keeps_like_git_checkout(git_workspace: GitWorkspace) -> None:
+    """Item 10: a dirty fork, then `checkout`, printed "up-to-date" and said nothing of the edit."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    quiet = ws.assemble("checkout", "--json")
+    assert json.loads(quiet.stdout)["deps"][0]["edits"] == []
+    (ws.fork / "README.md").write_text("edited\n")
+    (ws.fork / "docs" / "usage.md").unlink()
+    result = ws.assemble("checkout")
+    assert result.returncode == 0, result.stderr
+    assert "up-to-date" in result.stdout and "  M README.md\n" in result.stdout and "  D docs/usage.md\n" in result.stdout
+    assert json.loads(ws.assemble("checkout", "--json").stdout)["deps"][0]["edits"] == ["M README.md", "D docs/usage.md"]
+    assert (ws.fork / "README.md").read_text() == "edited\n"  # kept

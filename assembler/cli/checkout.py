@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             "ok": not failures,
             "deps": [
                 {"name": r.dep, "path": str(r.path), "action": r.action, "head": r.head, "patches": r.applied, "fetched": r.fetched,
-                 "already_applied": list(r.already_applied)}
+                 "already_applied": list(r.already_applied), "edits": list(r.edits)}
                 for r in results
             ],
             "failures": failures_json(failures),
@@ -59,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         fetched = ", fetched" if r.fetched else ""
         print(f"{r.dep}: {r.action} at {r.head[:12]} ({r.applied} patches{fetched}) -> {r.path}")
+        for edit in r.edits:  # kept, as `git checkout` keeps and lists them
+            print(f"  {edit}")
     return code
 
 

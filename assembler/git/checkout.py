@@ -7,6 +7,7 @@ re-run knows it is up to date, and how user commits or edits are told apart from
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -129,10 +130,8 @@ def _point_remotes(workspace: Workspace, dep: Dependency, repo: git.Repo, mirror
     if dep.is_fork:
         upstream = mirrors.open_mirror(workspace.manifest, dep.upstream_url)
         if upstream.last_fetched() is None:  # once, so `upstream/<track>` and `patches --offline` have the tracked branch
-            try:
+            with contextlib.suppress(AssembleError):  # unreachable: the fork still checks out; `patches` fetches it
                 mirrors.fetch(upstream)
-            except AssembleError:  # unreachable upstream: the fork still checks out; `patches` fetches it again
-                pass
         _set_remote(repo, "upstream", upstream)
         _set_remote(repo, "fork", mirror)
 
