@@ -47,6 +47,8 @@ FAILING = {
     "sbom": ["sbom", "missing.whl"],
     "size": ["size", "missing.whl"],
     "cache": ["cache", "prune", "--keep", "--dry-run"],
+    "status": ["status"],
+    "show": ["show", "kern"],
 }
 
 

@@ -87,7 +87,7 @@ def test_offline_uses_the_mirror_as_fetched(git_workspace: GitWorkspace) -> None
     offline = ws.assemble("patches", "--offline", "--format", "json")
     dep = json.loads(offline.stdout)["deps"][0]
     assert dep["tip"] == ws.base and dep["counts"]["upstream"] == 0
-    assert dep["mirror"].startswith("fetched ") and dep["mirror"].endswith(" ago")
+    assert dep["mirror_fetched_at"].endswith("+00:00") and "mirror" not in dep  # a timestamp, not "fetched 3 s ago"
     assert "(offline: mirror fetched" in ws.assemble("patches", "--offline").stdout
     assert status_json(ws)["deps"][0]["counts"]["upstream"] == 1  # online again: sees the landing
 

@@ -146,6 +146,7 @@ class DepStatus(NamedTuple):
     check: CheckEvidence | None = None  # the last `assemble check` of this pin + series
     classified_at: str = ""  # when the verdicts were computed (ISO 8601, UTC)
     reused: bool = False  # the verdicts are the stored ones of that time: nothing they depend on changed since
+    fetched_at: str | None = None  # when the upstream mirror was last fetched (ISO 8601, UTC); None: never
 
     def counts(self) -> dict[PatchStatus, int]:
         return {status: sum(v.status == status for v in self.verdicts) for status in PatchStatus}
@@ -191,7 +192,7 @@ class DepStatus(NamedTuple):
 
     def to_json(self) -> dict[str, object]:
         return {
-            "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip, "mirror": self.fetched,
+            "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip, "mirror_fetched_at": self.fetched_at,
             "base": self.base.to_json(), "patches_from": self.patches_from, "counts": {str(k): n for k, n in self.counts().items()},
             "migrated_on_fork": self.migrated_on_fork, "migrated_upstream": self.migrated_upstream,
             "broken_on_base": self.broken_on_base, "conflicts_on_tip": self.conflicts_on_tip,
