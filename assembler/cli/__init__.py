@@ -118,6 +118,11 @@ class _HelpFormatter(argparse.HelpFormatter):
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
         super().__init__(prog, indent_increment, max_help_position, _help_width() if width is None else width)
 
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:\n"):  # a subcommand's examples (cli/examples.py): one per line, as written
+            return "".join(indent + line + "\n" for line in text.splitlines()).rstrip("\n")
+        return super()._fill_text(text, width, indent)
+
 
 class _RawDescriptionFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
     pass
@@ -138,6 +143,11 @@ class _Parser(argparse.ArgumentParser):
 
 class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        from assembler.cli.examples import epilog
+
+        if kwargs.get("help") and "description" not in kwargs:  # every --help page says what the command does
+            kwargs["description"] = kwargs["help"][0].upper() + kwargs["help"][1:] + "."
+        kwargs.setdefault("epilog", epilog(name) if self.dest == "command" else None)
         parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
         add_global_options(parser, top=False)
         return parser

@@ -36,7 +36,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "as in use. `assemble cache clean` removes everything.",
         epilog="examples:\n  assemble cache prune --dry-run      what would go\n"
                "  assemble cache prune --older-than 0  every entry the workspace does not use",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     prune.add_argument("--older-than", type=_days, default=PRUNE_DAYS, metavar="DAYS",
                        help=f"only entries not used for this many days (default {PRUNE_DAYS:g}; fractions allowed; 0: any age)")
@@ -50,8 +49,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Remove every cache entry, of any age and whichever workspace uses it: mirrors, toolchains, "
                     "environments and artifacts are made again when next needed. An entry a running assemble holds is "
                     "kept and listed as in use.",
-        epilog="example:\n  assemble cache clean --dry-run      list everything that would go, with its size",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  assemble cache clean --dry-run      list everything that would go, with its size",
     )
     clean.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     add_format(clean)

@@ -15,17 +15,10 @@ PATCH is a file name of the series, its number (0002 or 2) or a part of its name
 patch only. --range-diff prints the full `git range-diff` of the last rebase of DEP (of the
 rebase in progress, else of the last one finished), which the rebase report summarises."""
 
-EXAMPLES = """\
-examples:
-  assemble show vecadd                 the series
-  assemble show vecadd 2               0002-*.patch: message and diff
-  assemble show vecadd --range-diff    the last rebase: old series against new, patch by patch"""
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "show", help="print a dependency's series, one patch's diff, or the last rebase's range-diff",
-        description=DESCRIPTION, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION,
     )
     parser.add_argument("name", metavar="DEP", help="the dependency")
     parser.add_argument("patch", nargs="?", metavar="PATCH", help="a patch of its series: file name, number or part of the name")

@@ -19,16 +19,10 @@ not exported to patches/<dep>/ yet, patches already in the pin, an `assemble reb
 progress, and the last `check` and build of this pin and series ("migrated on fork").
 Reads the workspace only: no fetch, no classification (that is `assemble patches`)."""
 
-EXAMPLES = """\
-examples:
-  assemble status                 every dependency
-  assemble status vecadd --json   one, as JSON (schema: status.schema.json)"""
-
-
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "status", help="per dependency: pin, branch, edits, unexported commits, rebase, evidence",
-        description=DESCRIPTION, epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description=DESCRIPTION,
     )
     parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to show (default: all)")
     add_format(parser)
