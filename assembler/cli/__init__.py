@@ -33,7 +33,8 @@ COMMAND_MODULES = {
 
 EXIT_CODES = {
     ExitCode.OK: "success",
-    ExitCode.CHECK_FAILED: "a gate said no (audit --check, a verify FAIL, a size budget, check not CLEAN)",
+    ExitCode.CHECK_FAILED: "a gate said no (audit --check, a verify FAIL, a size budget, check not CLEAN, "
+                           "a rebase --dry-run that would conflict)",
     ExitCode.BAD_INPUT: "bad input: manifest, series, arguments, missing or corrupt files",
     ExitCode.NETWORK: "a repository or package index could not be reached",
     ExitCode.WOULD_LOSE_WORK: "uncommitted edits or unexported commits in forks/ would be lost",
