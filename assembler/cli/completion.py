@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     from assembler.cli import build_parser
 
     if args.list is not None:
-        sys.stdout.write("".join(f"{value}\n" for value in listed(args.list)))
+        sys.stdout.write("".join(f"{value}\n" for value in listed(args.list, args.directory)))
         return 0
     if args.shell is None:
         from assembler.errors import InputError
@@ -92,8 +92,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def listed(kind: str) -> list[str]:
-    """The values of ``kind`` here and now; nothing (never an error) outside a workspace."""
+def listed(kind: str, directory: Path) -> list[str]:
+    """The values of ``kind`` here and now (deps: of the workspace at or above ``directory``, -C
+    DIR or the cwd); nothing, never an error, outside a workspace."""
     if kind == "cuda":
         from assembler.toolchain.cuda import versions_on_machine
 
@@ -102,7 +103,7 @@ def listed(kind: str) -> list[str]:
     from assembler.manifest import MANIFEST_NAME, find_workspace, load_manifest
 
     try:
-        return list(load_manifest(find_workspace(Path.cwd()) / MANIFEST_NAME).deps)
+        return list(load_manifest(find_workspace(directory) / MANIFEST_NAME).deps)
     except AssembleError:
         return []
 
