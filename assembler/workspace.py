@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
-from assembler.errors import InputError, LockedError
+from assembler.errors import InputError, LockedError, ManifestError
 from assembler.fsutil import ignored_dir
 from assembler.manifest import MANIFEST_NAME, Dependency, Manifest, find_workspace, load_manifest
 from assembler.manifest.load import STATE_DIR
@@ -184,3 +184,22 @@ def open_workspace(directory: Path | None, on_lock_wait: LockWait | None = None)
     process (then it waits)."""
     root = find_workspace(Path.cwd() if directory is None else directory)
     return Workspace(root=root, manifest=load_manifest(root / MANIFEST_NAME), on_lock_wait=on_lock_wait)
+
+
+@locked
+def add_dependency(workspace: Workspace, name: str, values: dict[str, str], comment: str | None = None) -> Dependency:
+    """`assemble add`: a [deps.<name>] table appended to deps.toml (tomlkit: comments and order
+    kept), then the whole manifest validated as every command does; when that fails the file is
+    put back as it was and the error is raised (nothing invalid stays written)."""
+    from assembler.fsutil import atomic_write
+    from assembler.manifest.edit import add_dependency as append
+
+    before = workspace.manifest_path.read_text(encoding="utf-8")
+    append(workspace.manifest_path, name, values, comment)
+    try:
+        workspace.reload()
+    except ManifestError:
+        atomic_write(workspace.manifest_path, before)
+        workspace.reload()
+        raise
+    return workspace.manifest.deps[name]

@@ -48,6 +48,8 @@ FAILING = {
     "size": ["size", "missing.whl"],
     "cache": ["cache", "prune", "--keep", "--dry-run"],
     "status": ["status"],
+    "init": ["init", "--name=bad name"],
+    "add": ["add", "kern", "https://git.invalid/kern", "--commit", "a" * 40],
     "show": ["show", "kern"],
 }
 
