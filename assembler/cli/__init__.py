@@ -28,7 +28,7 @@ COMMAND_MODULES = {
     "deps": "deps", "checkout": "checkout", "export": "export", "patches": "patches", "rebase": "rebase",
     "check": "check", "build": "build", "plan": "plan", "verify": "verify", "merge": "merge", "audit": "audit",
     "sbom": "sbom", "size": "size", "cache": "cache", "completion": "completion",
-    "status": "status", "show": "show", "init": "init", "add": "add",
+    "status": "status", "show": "show", "init": "init", "add": "add", "ci": "ci",
 }
 
 EXIT_CODES = {

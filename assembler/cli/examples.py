@@ -46,6 +46,8 @@ EXAMPLES = {
     "init": ["assemble init --name my-kernels   deps.toml with [bundle] in this directory"],
     "add": ["assemble add vecadd https://github.com/org/vecadd --commit SHA",
             "assemble add kern URL --fork FORK_URL --commit SHA --checkout   built from a fork"],
+    "ci": ["assemble ci github -o .github/workflows/release.yml",
+           "assemble ci buildkite -o .buildkite/release.yml   uploads one build step per dependency"],
     "show": ["assemble show vecadd               the series",
              "assemble show vecadd 2             0002-*.patch: message and diff",
              "assemble show vecadd --range-diff  the last rebase: old series against new"],
