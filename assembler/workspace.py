@@ -179,12 +179,27 @@ def locked(function: Callable[Concatenate[Workspace, _P], _R]) -> Callable[Conca
 
 
 def open_workspace(directory: Path | None, on_lock_wait: LockWait | None = None) -> Workspace:
-    """The workspace at ``directory`` (``--workspace``), else the nearest one above the cwd.
-    ``on_lock_wait``: told when its lock is held by another assemble process (then it waits)."""
-    if directory is None:
-        root = find_workspace(Path.cwd())
-    else:
-        root = directory.resolve()
-        if not (root / MANIFEST_NAME).is_file():
-            raise ManifestError(f"{root}: no {MANIFEST_NAME} here", hint="pass the directory that holds deps.toml")
+    """The nearest workspace at or above ``directory`` (``-C DIR``, searched upward as git does),
+    else at or above the cwd. ``on_lock_wait``: told when its lock is held by another assemble
+    process (then it waits)."""
+    root = find_workspace(Path.cwd() if directory is None else directory)
     return Workspace(root=root, manifest=load_manifest(root / MANIFEST_NAME), on_lock_wait=on_lock_wait)
+
+
+@locked
+def add_dependency(workspace: Workspace, name: str, values: dict[str, str], comment: str | None = None) -> Dependency:
+    """`assemble add`: a [deps.<name>] table appended to deps.toml (tomlkit: comments and order
+    kept), then the whole manifest validated as every command does; when that fails the file is
+    put back as it was and the error is raised (nothing invalid stays written)."""
+    from assembler.fsutil import atomic_write
+    from assembler.manifest.edit import add_dependency as append
+
+    before = workspace.manifest_path.read_text(encoding="utf-8")
+    append(workspace.manifest_path, name, values, comment)
+    try:
+        workspace.reload()
+    except ManifestError:
+        atomic_write(workspace.manifest_path, before)
+        workspace.reload()
+        raise
+    return workspace.manifest.deps[name]

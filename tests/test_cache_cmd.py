@@ -38,7 +38,8 @@ with in_use(entry):
 
 
 def cache_cli(cache: Path, *args: str, cwd: Path | None = None) -> dict[str, Any]:
-    result = run_assemble("cache", *args, "--json", cwd=cwd, env={"ASSEMBLE_CACHE": str(cache)})
+    # outside any workspace by default (prune keeps what the workspace at hand uses)
+    result = run_assemble("cache", *args, "--json", cwd=cwd or cache.parent, env={"ASSEMBLE_CACHE": str(cache)})
     assert result.returncode == 0, result.stderr
     data: dict[str, Any] = json.loads(result.stdout)
     assert data["schema"] == 1 and data["command"] == "cache" and data["ok"] is True
@@ -116,6 +117,30 @@ def test_prune_older_than_goes_by_last_use(cache: Path) -> None:
     assert names(cache_cli(cache, "prune", "--older-than", "5")["removed"]) == set()
 
 
+def test_prune_removes_only_unused_entries_and_clean_removes_everything(cache: Path, tmp_path: Path) -> None:
+    """As uv (issue 22, item 4): `prune` with no option removed every entry; now it removes what
+    is unused (not used for 30 days, and not the workspace's), and `clean` removes everything."""
+    stale, fresh = env_dir(cache, "verify-torch9.9.9"), env_dir(cache, "verify-torch2.13.0")
+    long_ago = time.time() - 40 * DAY
+    for entry in (stale, fresh):
+        os.utime(entry / venv.MARKER, (long_ago, long_ago))
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "deps.toml").write_text('[bundle]\nname = "b"\nversion = "1"\nverify-torch = ["2.13.0"]\n')
+    everything = names(cache_cli(cache, "info")["entries"])
+
+    pruned = cache_cli(cache, "prune", cwd=workspace)
+    assert names(pruned["removed"]) == {stale.name} and not stale.exists()  # old and not the workspace's
+    assert names(pruned["kept"]) == {fresh.name} and fresh.is_dir()  # old, but the workspace's verify-torch
+    assert len(pruned["recent"]) == len(everything) - 2 and pruned["older_than_days"] == 30
+
+    dry = cache_cli(cache, "clean", "--dry-run", cwd=workspace)
+    assert names(dry["removed"]) == everything - {stale.name} and fresh.is_dir()
+    cleaned = cache_cli(cache, "clean", cwd=workspace)
+    assert names(cleaned["removed"]) == everything - {stale.name}
+    assert cache_cli(cache, "info")["entries"] == []
+
+
 @pytest.mark.parametrize("mode", ["create", "use"])
 def test_prune_never_removes_what_a_running_command_holds(cache: Path, mode: str) -> None:
     held = env_dir(cache, "verify-torch9.9.9")
@@ -123,13 +148,13 @@ def test_prune_never_removes_what_a_running_command_holds(cache: Path, mode: str
                               env={**os.environ, "ASSEMBLE_CACHE": str(cache)})
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        pruned = cache_cli(cache, "prune")
+        pruned = cache_cli(cache, "clean")
         assert names(pruned["in_use"]) == {held.name} and held.is_dir()
         assert held.name not in names(pruned["removed"]) and len(pruned["removed"]) == 5
     finally:
         holder.kill()
         holder.wait()
-    assert names(cache_cli(cache, "prune")["removed"]) == {held.name} and not held.exists()
+    assert names(cache_cli(cache, "clean")["removed"]) == {held.name} and not held.exists()
 
 
 def test_prune_keep_spares_the_workspaces_entries(cache: Path, tmp_path: Path) -> None:
@@ -145,7 +170,7 @@ def test_prune_keep_spares_the_workspaces_entries(cache: Path, tmp_path: Path) -
     # the workspace's own vecadd mirror: keyed by the URL [mirrors] maps it to (issue 21)
     own_mirror = mirror_path(load_manifest(workspace / "deps.toml"), "https://example.invalid/stable-abi/vecadd.git")
     subprocess.run(["git", "init", "-q", "--bare", str(own_mirror)], check=True)
-    result = run_assemble("-C", str(workspace), "cache", "prune", "--keep", "--json", env={"ASSEMBLE_CACHE": str(cache)})
+    result = run_assemble("-C", str(workspace), "cache", "prune", "--keep", "--older-than", "0", "--json", env={"ASSEMBLE_CACHE": str(cache)})
     assert result.returncode == 0, result.stderr
     pruned = json.loads(result.stdout)
     kept = names(pruned["kept"])
@@ -170,7 +195,7 @@ def test_compiler_cache_and_symbol_tables_are_entries_and_a_held_store_is_kept(c
     kinds = cache_cli(cache, "info")["kinds"]
     assert kinds["compiler-cache"] == {"count": 1, "bytes": 5000} and kinds["symbol-tables"] == {"count": 1, "bytes": 700}
     with in_use(store):  # a build's sccache server is running
-        pruned = cache_cli(cache, "prune")
+        pruned = cache_cli(cache, "clean")
     assert "sccache" in names(pruned["in_use"]) and (store / "a" / "object").is_file()
     assert "2.13.0-abc.json.gz" in names(pruned["removed"]) and not (tables / "2.13.0-abc.json.gz").exists()
     assert not [p for p in tables.iterdir() if not p.name.endswith(".lock")]  # nothing left aside

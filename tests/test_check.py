@@ -40,7 +40,11 @@ EXTRA_SOURCES = {
 def _check(ws: Path, cache: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict]:
     result = assemble("-C", str(ws), "check", "--cuda", HERMETIC_CUDA, "--json", *args, cache=cache)
     assert result.stdout, result.stderr[-3000:]
-    return result, json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    if "deps" in document:  # schema 2: a list keyed "name", as in every command; by name for the assertions
+        assert document["schema"] == 2 and all("name" in entry for entry in document["deps"])
+        document["deps"] = {entry["name"]: entry for entry in document["deps"]}
+    return result, document
 
 
 def _units(report: dict, dep: str) -> dict[str, dict]:
@@ -57,7 +61,7 @@ def _truncate_series(ws: Path, dep: str, keep: int) -> None:
 
 
 def _migrated(ws: Path, cache: Path) -> dict[str, tuple[str, dict]]:
-    """`assemble patches`' "migrated on our side" per dependency, with the evidence it rests on."""
+    """`assemble patches`' "migrated on fork" per dependency, with the evidence it rests on."""
     result = assemble("-C", str(ws), "patches", "--format", "json", cache=cache)
     assert result.returncode == 0, result.stderr[-3000:]
     return {d["name"]: (d["migrated_on_fork"], d["migration_evidence"]) for d in json.loads(result.stdout)["deps"]}
@@ -66,7 +70,7 @@ def _migrated(ws: Path, cache: Path) -> dict[str, tuple[str, dict]]:
 def test_example_is_clean_cached_and_leaves_evidence(example_ws: Path, private_cache: Path) -> None:
     result, report = _check(example_ws, private_cache)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert report["schema"] == 1 and report["command"] == "check" and report["ok"] is True and report["exit_code"] == 0
+    assert report["schema"] == 2 and report["command"] == "check" and report["ok"] is True and report["exit_code"] == 0
     assert report["torch"].startswith("2.13.0") and report["nvcc"].startswith(HERMETIC_CUDA + ".")
     assert {entry["verdict"] for entry in report["deps"].values()} == {"CLEAN"}  # every dependency of the example
     for dep, source in (("vecadd", "csrc/add_scaled.cpp"), ("scalekit", "csrc/scale.cu")):

@@ -29,7 +29,7 @@ from tests.example import EXAMPLE, make_upstreams
 from tests.hostile_wheels import compile_seed
 from tests.json_contract import SCHEMAS, schema_for, validate_document
 
-JSON_COMMANDS = [name for name in COMMAND_MODULES if name != "completion"]  # completion prints a shell script
+JSON_COMMANDS = [name for name in COMMAND_MODULES if name not in ("completion", "ci")]  # they print a script, a workflow file
 
 # Per command: arguments that fail (exit 2) outside any workspace, before touching the network.
 FAILING = {
@@ -47,6 +47,10 @@ FAILING = {
     "sbom": ["sbom", "missing.whl"],
     "size": ["size", "missing.whl"],
     "cache": ["cache", "prune", "--keep", "--dry-run"],
+    "status": ["status"],
+    "init": ["init", "--name=bad name"],
+    "add": ["add", "kern", "https://git.invalid/kern", "--commit", "a" * 40],
+    "show": ["show", "kern"],
 }
 
 

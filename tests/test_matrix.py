@@ -55,7 +55,7 @@ def test_plan_matrix_of_the_example(tmp_path: Path, toolchains: Path) -> None:
     done = assemble("plan", "--matrix", "--json", "--cuda", "13.2")
     assert done.returncode == 0, done.stderr[-2000:]
     entries = {e["dep"]: e for e in json.loads(done.stdout)["include"]}
-    plan = json.loads(assemble("build", "--plan", "--json").stdout)["deps"]
+    plan = {entry["name"]: entry for entry in json.loads(assemble("build", "--plan", "--json").stdout)["deps"]}
     assert set(entries) == set(plan) == {"vecadd", "scalekit", "rowsum"}
     for name, entry in entries.items():
         assert len(entry["key"]) == 32 and not entry["cached"] and not entry["in_store"]

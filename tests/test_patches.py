@@ -45,7 +45,7 @@ def test_status_evidence_summary_and_release_table(git_workspace: GitWorkspace) 
     assert [(p["file"], p["status"]) for p in dep["patches"]] == [(first.name, "upstream"), (second.name, "local")]
     assert dep["patches"][0]["evidence"] == {"how": "patch-id", "commit": landed, "subject": "Use stable tensor type"}
     assert dep["patches"][1]["evidence"] == {"how": "header", "note": "Forwarded: no"}
-    # nothing was checked or built: "migrated on our side" is never done by default
+    # nothing was checked or built: "migrated on fork" is never done by default
     assert dep["migrated_on_fork"] == "not checked" and dep["migrated_upstream"] == "in progress"
     assert dep["migration_evidence"] == {"summary": "no check or build of this pin and series", "check": None, "build": None}
 
@@ -87,7 +87,7 @@ def test_offline_uses_the_mirror_as_fetched(git_workspace: GitWorkspace) -> None
     offline = ws.assemble("patches", "--offline", "--format", "json")
     dep = json.loads(offline.stdout)["deps"][0]
     assert dep["tip"] == ws.base and dep["counts"]["upstream"] == 0
-    assert dep["mirror"].startswith("fetched ") and dep["mirror"].endswith(" ago")
+    assert dep["mirror_fetched_at"].endswith("+00:00") and "mirror" not in dep  # a timestamp, not "fetched 3 s ago"
     assert "(offline: mirror fetched" in ws.assemble("patches", "--offline").stdout
     assert status_json(ws)["deps"][0]["counts"]["upstream"] == 1  # online again: sees the landing
 

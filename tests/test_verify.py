@@ -201,12 +201,13 @@ def test_missing_wheel_is_exit_2(workspace: Path) -> None:
     assert "nope.whl: no such wheel" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_uninstallable_torch_version_is_exit_2_naming_it(workspace: Path, tmp_path: Path) -> None:
+def test_uninstallable_torch_version_is_exit_7_naming_it(workspace: Path, tmp_path: Path) -> None:
+    """"Not available" is exit 7 (toolchain), as in `check` and `build` (issue 22, item 3)."""
     result = run_assemble(
         "-C", str(workspace), "verify", str(wheel(workspace / "stable")), "--torch", "1.0.99",
         env={"ASSEMBLE_CACHE": str(tmp_path / "cache")},
     )
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == 7, result.stderr
     assert "torch==1.0.99" in result.stderr and "Traceback" not in result.stderr
     venvs = tmp_path / "cache" / "venvs"
     assert not [p for p in venvs.iterdir() if p.is_dir()], "a failed creation left an environment behind"

@@ -118,6 +118,7 @@ class BuildReport:
         data["verify"] = self.verified.to_json() if self.verified is not None else None
         data["error"] = None if self.error is None else self.error.to_json()
         summary: dict[str, Any] = json.loads(json.dumps(data, default=str))
+        summary["deps"] = [{"name": dep["dep"], **dep} for dep in summary["deps"]]  # "name", as in every command; "dep" kept
         return summary
 
 

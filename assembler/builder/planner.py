@@ -23,7 +23,7 @@ from assembler.manifest.model import CUDA
 from assembler.toolchain.cxx import cxx_name
 from assembler.workspace import Workspace
 
-PLAN_SCHEMA = 1
+PLAN_SCHEMA = 2  # 2: deps is a list of {"name", ...}, as in every command (1: a dict by name)
 
 
 @dataclass
@@ -72,7 +72,7 @@ class BuildPlan:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": PLAN_SCHEMA, "command": "build-plan", "ok": self.ok,
-                "deps": {plan.dep: plan.to_json() for plan in self.deps}}
+                "deps": [{"name": plan.dep, **plan.to_json()} for plan in self.deps]}
 
 
 def plan_build(workspace: Workspace, only: tuple[str, ...] = (), note: Callable[[str], None] = lambda _: None) -> BuildPlan:

@@ -123,10 +123,11 @@ class CheckReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "schema": 1, "command": "check", "ok": self.ok, "exit_code": self.exit_code,
+            # schema 2: deps is a list of {"name", ...}, as in every command (1: a dict by name)
+            "schema": 2, "command": "check", "ok": self.ok, "exit_code": self.exit_code,
             "torch": self.torch, "cxx": self.cxx, "cuda": self.cuda, "nvcc": self.nvcc,
             "seconds": round(self.seconds, 3),
-            "deps": {dep.dep: dep.to_json() for dep in self.deps},
+            "deps": [{"name": dep.dep, **dep.to_json()} for dep in self.deps],
         }
 
 

@@ -28,11 +28,13 @@ COMMAND_MODULES = {
     "deps": "deps", "checkout": "checkout", "export": "export", "patches": "patches", "rebase": "rebase",
     "check": "check", "build": "build", "plan": "plan", "verify": "verify", "merge": "merge", "audit": "audit",
     "sbom": "sbom", "size": "size", "cache": "cache", "completion": "completion",
+    "status": "status", "show": "show", "init": "init", "add": "add", "ci": "ci",
 }
 
 EXIT_CODES = {
     ExitCode.OK: "success",
-    ExitCode.CHECK_FAILED: "a gate said no (audit --check, a verify FAIL, a size budget, check not CLEAN)",
+    ExitCode.CHECK_FAILED: "a gate said no (audit --check, a verify FAIL, a size budget, check not CLEAN, "
+                           "a rebase --dry-run that would conflict)",
     ExitCode.BAD_INPUT: "bad input: manifest, series, arguments, missing or corrupt files",
     ExitCode.NETWORK: "a repository or package index could not be reached",
     ExitCode.WOULD_LOSE_WORK: "uncommitted edits or unexported commits in forks/ would be lost",
@@ -84,7 +86,8 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
 
     group = parser.add_argument_group("global options (before or after the command)")
     group.add_argument("-C", "--workspace", type=Path, default=default(None), metavar="DIR",
-                       help="workspace directory (default: nearest directory upward holding deps.toml)")
+                       help="run as if started in DIR, like git -C: the workspace is the nearest deps.toml upward from DIR, "
+                       "and relative paths are read against DIR")
     group.add_argument("-v", "--verbose", action="count", default=default(0),
                        help="more detail (repeatable; audit: the offending and version-setting symbols)")
     group.add_argument("-q", "--quiet", action="count", default=default(0), help="less on stderr: no progress notes")
@@ -116,6 +119,11 @@ class _HelpFormatter(argparse.HelpFormatter):
     def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
         super().__init__(prog, indent_increment, max_help_position, _help_width() if width is None else width)
 
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:\n"):  # a subcommand's examples (cli/examples.py): one per line, as written
+            return "".join(indent + line + "\n" for line in text.splitlines()).rstrip("\n")
+        return super()._fill_text(text, width, indent)
+
 
 class _RawDescriptionFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
     pass
@@ -136,6 +144,11 @@ class _Parser(argparse.ArgumentParser):
 
 class _SubParsers(argparse._SubParsersAction):  # type: ignore[type-arg]
     def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+        from assembler.cli.examples import epilog
+
+        if kwargs.get("help") and "description" not in kwargs:  # every --help page says what the command does
+            kwargs["description"] = kwargs["help"][0].upper() + kwargs["help"][1:] + "."
+        kwargs.setdefault("epilog", epilog(name) if self.dest == "command" else None)
         parser: argparse.ArgumentParser = super().add_parser(name, **kwargs)
         add_global_options(parser, top=False)
         return parser
@@ -218,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
                 raise _unknown_command(command)
             args = build_parser(command if command in COMMAND_MODULES and command != "completion" else None).parse_args(words)
             _configure(args)
+            from assembler.cli.common import resolve_paths
+
+            resolve_paths(args)  # against -C DIR or the caller's directory, before any command changes directory
             as_json = getattr(args, "format", None) == "json"
             args.json = as_json
             code = int(args.handler(args))

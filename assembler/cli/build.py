@@ -206,7 +206,7 @@ class _Progress:
 def _emit(report: BuildReport, as_json: bool) -> None:
     from rich.markup import escape
 
-    from assembler.report.output import add_columns, console, emit_json, err_console
+    from assembler.report.output import add_columns, console, emit_json, err_console, short
 
     if as_json:
         emit_json(report.as_dict())
@@ -222,7 +222,7 @@ def _emit(report: BuildReport, as_json: bool) -> None:
         build = {BuildOutcome.CACHED: "cached", BuildOutcome.BUILT: f"built {dep.seconds:.1f}s"}.get(dep.status, f"[red]{dep.status}[/]")
         verdict = dep.verdict or "-"
         style = verdict_style(verdict)
-        table.add_row(dep.dep, dep.commit[:10], str(dep.patches), build, " ".join(dep.archs) or "-",
+        table.add_row(dep.dep, short(dep.commit), str(dep.patches), build, " ".join(dep.archs) or "-",
                       dep.min_torch or dep.torch_target, f"[{style}]{verdict}[/]")
     console.print(table)
     for name in report.allowed_unstable:

@@ -1,5 +1,6 @@
-"""`assemble cache dir|info|prune`: where the shared cache is, what it holds, and making it smaller
-without touching what a running command holds."""
+"""`assemble cache dir|info|prune|clean`: where the shared cache is, what it holds, and making it
+smaller without touching what a running command holds: prune removes what is unused, clean
+everything (uv's two words)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ if TYPE_CHECKING:
     from assembler.cache import Entry, PruneResult
 
 SCHEMA = 1
+PRUNE_DAYS = 30.0  # `cache prune`: an entry not used for this long counts as unused
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -27,17 +29,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         sub = actions.add_parser(name, help=text)
         add_format(sub)
     prune = actions.add_parser(
-        "prune", help="remove entries (never one a running command holds)",
-        description="Remove cache entries: all of them, or those not used for --older-than DAYS. An entry a running "
-                    "assemble holds (its lock) is kept and listed as in use.",
+        "prune", help="remove unused entries: not used for 30 days and not the workspace's (as uv's prune)",
+        description="Remove the cache entries nobody uses: leftovers of killed runs, and entries not used for "
+                    f"--older-than DAYS (default {PRUNE_DAYS:g}) that the current workspace (the nearest deps.toml "
+                    "upward, if any) does not use. An entry a running assemble holds (its lock) is kept and listed "
+                    "as in use. `assemble cache clean` removes everything.",
+        epilog="examples:\n  assemble cache prune --dry-run      what would go\n"
+               "  assemble cache prune --older-than 0  every entry the workspace does not use",
     )
-    prune.add_argument("--older-than", type=_days, default=None, metavar="DAYS",
-                       help="only entries not used for this many days (fractions allowed)")
+    prune.add_argument("--older-than", type=_days, default=PRUNE_DAYS, metavar="DAYS",
+                       help=f"only entries not used for this many days (default {PRUNE_DAYS:g}; fractions allowed; 0: any age)")
     prune.add_argument("--keep", action="store_true",
-                       help="keep what the current workspace uses (its mirrors, last build's artifacts and toolchain, "
-                            "its torch environments)")
+                       help="require a workspace and keep what it uses (its mirrors, last build's artifacts and toolchain, "
+                            "its torch environments); without --keep they are kept when there is one")
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     add_format(prune)
+    clean = actions.add_parser(
+        "clean", help="remove every entry (never one a running command holds), as uv's cache clean",
+        description="Remove every cache entry, of any age and whichever workspace uses it: mirrors, toolchains, "
+                    "environments and artifacts are made again when next needed. An entry a running assemble holds is "
+                    "kept and listed as in use.",
+        epilog="examples:\n  assemble cache clean --dry-run      list everything that would go, with its size",
+    )
+    clean.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
+    add_format(clean)
     parser.set_defaults(handler=run)
 
 
@@ -79,18 +94,32 @@ def run(args: argparse.Namespace) -> int:
             _info_table(root, totals, entries, result["uv_cache"])
         return 0
     keep: list[Path] = []
-    if args.keep:
-        from assembler.builder.evidence import workspace_keys
-        from assembler.cli.common import open_workspace
-
-        keep = workspace_keys(open_workspace(args), root)
-    pruned = cache.prune(args.older_than, keep, dry_run=args.dry_run, root=root)
-    result.update(dry_run=args.dry_run, older_than_days=args.older_than, **pruned.to_json())
+    older_than = None if args.action == "clean" else args.older_than
+    if args.action == "prune":
+        keep = _workspace_entries(args, root)
+    pruned = cache.prune(older_than, keep, dry_run=args.dry_run, root=root)
+    result.update(dry_run=args.dry_run, older_than_days=older_than, **pruned.to_json())
     if args.format == "json":
         emit_json(result)
     else:
         _prune_table(pruned, args.dry_run)
     return 0
+
+
+def _workspace_entries(args: argparse.Namespace, root: Path) -> list[Path]:
+    """What the workspace at hand uses, which prune keeps: the nearest deps.toml upward from -C
+    DIR or the cwd; none outside a workspace, unless --keep asked for one (then an error)."""
+    from assembler.builder.evidence import workspace_keys
+    from assembler.cli.common import open_workspace
+    from assembler.errors import ManifestError
+    from assembler.manifest import find_workspace
+
+    if args.workspace is None and not args.keep:
+        try:
+            find_workspace(Path.cwd())
+        except ManifestError:  # no deps.toml here or above (a deps.toml that does not load is an error below)
+            return []
+    return workspace_keys(open_workspace(args), root)
 
 
 def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Entry], uv_cache: str | None) -> None:

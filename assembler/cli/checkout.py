@@ -13,6 +13,8 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from assembler.errors import AssembleError
+    from assembler.git.state import CheckoutResult
+    from assembler.workspace import Workspace
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     # keep going: every dependency is tried; the exit code is the first failure's
     code = int(next(iter(failures.values())).exit_code) if failures else 0
     _report_failures(failures, len(deps))
+    _report_already_applied(workspace, results)
     if args.json:
         from assembler.report.output import emit_json
 
@@ -46,7 +49,8 @@ def run(args: argparse.Namespace) -> int:
             "seconds": round(elapsed, 3),
             "ok": not failures,
             "deps": [
-                {"name": r.dep, "path": str(r.path), "action": r.action, "head": r.head, "patches": r.applied, "fetched": r.fetched}
+                {"name": r.dep, "path": str(r.path), "action": r.action, "head": r.head, "patches": r.applied, "fetched": r.fetched,
+                 "already_applied": list(r.already_applied), "edits": list(r.edits)}
                 for r in results
             ],
             "failures": failures_json(failures),
@@ -55,7 +59,22 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         fetched = ", fetched" if r.fetched else ""
         print(f"{r.dep}: {r.action} at {r.head[:12]} ({r.applied} patches{fetched}) -> {r.path}")
+        for edit in r.edits:  # kept, as `git checkout` keeps and lists them
+            print(f"  {edit}")
     return code
+
+
+def _report_already_applied(workspace: Workspace, results: list[CheckoutResult]) -> None:
+    """Patches that changed nothing at the pin (a pin moved by hand past them): named on stderr
+    with the rebase that drops them from the series; the checkout itself is complete."""
+    from assembler.report.output import note
+
+    for r in results:
+        if r.already_applied:
+            pin = workspace.manifest.deps[r.dep].commit
+            note(f"{r.dep}: already in the pinned commit {pin[:12]}, so git am skipped: {', '.join(r.already_applied)}; "
+                 f"`assemble rebase {r.dep} --onto {pin[:12]}` drops {'it' if len(r.already_applied) == 1 else 'them'} "
+                 f"from patches/{r.dep}/")
 
 
 def _report_failures(failures: dict[str, AssembleError], total: int) -> None:

@@ -18,8 +18,6 @@ if TYPE_CHECKING:
 
 
 CUDA_VERSION_RE = re.compile(r"^\d+\.\d+$")
-# A torch release as pip names it: 2.13.0, 2.11.0+cu130, 2.14.0rc1, 2.15.0.dev20260101.
-TORCH_VERSION_RE = re.compile(r"^\d+\.\d+(\.\d+)?((a|b|rc)\d+|\.post\d+|\.dev\d+)*(\+[A-Za-z0-9.]+)?$")
 
 N = TypeVar("N", int, float)  # what number() reads
 
@@ -42,9 +40,13 @@ def cuda_version(text: str) -> str:
 
 
 def torch_version(text: str) -> str:
-    """argparse type for --torch: a torch release (X.Y.Z, optionally +local), checked before anything is fetched."""
-    if not TORCH_VERSION_RE.match(text):
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a torch version: expected X.Y.Z, e.g. 2.13.0 or 2.11.0+cu130")
+    """argparse type for --torch: a torch release (X.Y.Z, optionally +local), checked before
+    anything is fetched (manifest.values.torch_release_problem, the rule deps.toml follows too)."""
+    from assembler.manifest.values import torch_release_problem
+
+    problem = torch_release_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"{problem[0]}; {problem[1]}")
     return text
 
 
@@ -78,8 +80,32 @@ def say_waiting(root: Path) -> None:
     err_console.print(f"waiting for another assemble process on {root} ...")
 
 
+def resolve_paths(args: argparse.Namespace) -> None:
+    """Make every path argument absolute before any command runs, as git's ``-C DIR`` does:
+    relative paths are read against DIR (``-C``/``--workspace``), else the caller's directory,
+    so a command that later works in another directory (verify installs from a scratch
+    directory) still finds ``dist/X.whl``. ``args.directory`` is that base; ``args.workspace``
+    stays None when -C was not given (commands such as ``size`` read a workspace only then)."""
+    caller = Path.cwd()
+    base = caller if args.workspace is None else caller / args.workspace
+    if args.workspace is not None and not base.is_dir():
+        from assembler.errors import InputError
+
+        raise InputError(f"-C {args.workspace}: no such directory", hint="pass an existing directory (-C works like git's -C)")
+    args.directory = base
+    if args.workspace is not None:
+        args.workspace = base
+    for key, value in vars(args).items():
+        if key in ("workspace", "directory"):
+            continue
+        if isinstance(value, Path):
+            setattr(args, key, base / value)
+        elif isinstance(value, list) and value and all(isinstance(item, Path) for item in value):
+            setattr(args, key, [base / item for item in value])
+
+
 def open_workspace(args: argparse.Namespace) -> Workspace:
-    """The workspace of ``--workspace`` (else the nearest one up from the cwd)."""
+    """The workspace found upward from ``-C DIR`` (else from the cwd), like git finds ``.git``."""
     from assembler.workspace import open_workspace as open_at
 
     return open_at(args.workspace, on_lock_wait=say_waiting)

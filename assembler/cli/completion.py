@@ -15,6 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SHELLS = ("bash", "zsh", "fish")
+# Values the scripts ask `assemble completion --list KIND` for, as they change: the workspace's
+# dependency names (the nearest deps.toml upward) and the CUDA versions on this machine.
+LISTS = ("deps", "cuda")
+DYNAMIC_METAVARS = {"DEP": "deps", "X.Y": "cuda"}
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,7 +27,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description='Print a completion script for SHELL on stdout: eval "$(assemble completion bash)" in ~/.bashrc, '
                     'eval "$(assemble completion zsh)" in ~/.zshrc, `assemble completion fish | source` in fish.',
     )
-    parser.add_argument("shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish")
+    parser.add_argument("shell", choices=SHELLS, metavar="SHELL", nargs="?", help="bash, zsh or fish")
+    parser.add_argument("--list", choices=LISTS, help=argparse.SUPPRESS)  # what the scripts call for values that change
     parser.set_defaults(handler=run)
 
 
@@ -34,6 +39,7 @@ class Option:
     takes_value: bool
     choices: list[str]
     paths: bool  # its value is a file or directory
+    dynamic: str | None = None  # a LISTS kind whose values complete it (--only DEP, --cuda X.Y)
 
 
 @dataclass
@@ -45,6 +51,7 @@ class Command:
     options: list[Option] = field(default_factory=list)
     commands: dict[str, Command] = field(default_factory=dict)
     path_positionals: bool = False
+    dep_positionals: bool = False  # its positionals are dependency names (DEP)
 
 
 def command_tree(parser: argparse.ArgumentParser, name: str = "assemble", help_text: str = "") -> Command:
@@ -61,19 +68,44 @@ def command_tree(parser: argparse.ArgumentParser, name: str = "assemble", help_t
             node.options.append(Option(
                 flags=list(action.option_strings), help=(action.help or "").split(";")[0].split(" (")[0][:80],
                 takes_value=action.nargs != 0, choices=[str(c) for c in action.choices or ()],
-                paths=action.type is Path,
+                paths=action.type is Path, dynamic=DYNAMIC_METAVARS.get(str(action.metavar)),
             ))
         elif action.type is Path:
             node.path_positionals = True
+        elif action.metavar == "DEP":
+            node.dep_positionals = True
     return node
 
 
 def run(args: argparse.Namespace) -> int:
     from assembler.cli import build_parser
 
+    if args.list is not None:
+        sys.stdout.write("".join(f"{value}\n" for value in listed(args.list, args.directory)))
+        return 0
+    if args.shell is None:
+        from assembler.errors import InputError
+
+        raise InputError("assemble completion: which shell?", hint="assemble completion bash|zsh|fish")
     tree = command_tree(build_parser())
     sys.stdout.write({"bash": bash, "zsh": zsh, "fish": fish}[args.shell](tree))
     return 0
+
+
+def listed(kind: str, directory: Path) -> list[str]:
+    """The values of ``kind`` here and now (deps: of the workspace at or above ``directory``, -C
+    DIR or the cwd); nothing, never an error, outside a workspace."""
+    if kind == "cuda":
+        from assembler.toolchain.cuda import versions_on_machine
+
+        return versions_on_machine()
+    from assembler.errors import AssembleError
+    from assembler.manifest import MANIFEST_NAME, find_workspace, load_manifest
+
+    try:
+        return list(load_manifest(find_workspace(directory) / MANIFEST_NAME).deps)
+    except AssembleError:
+        return []
 
 
 def _words(items: list[str]) -> str:
@@ -93,6 +125,9 @@ def _bash_command(node: Command, indent: str) -> list[str]:
         pattern = "|".join(option.flags)
         if option.choices:
             lines.append(f"{indent}  {pattern}) COMPREPLY=($(compgen -W {shlex.quote(_words(option.choices))} -- \"$cur\")); return;;")
+        elif option.dynamic:
+            lines.append(f"{indent}  {pattern}) COMPREPLY=($(compgen -W \"$(assemble completion --list {option.dynamic} 2>/dev/null)\" "
+                         f"-- \"$cur\")); return;;")
         elif option.paths:
             lines.append(f"{indent}  {pattern}) COMPREPLY=($(compgen -f -- \"$cur\")); return;;")
         else:
@@ -102,6 +137,8 @@ def _bash_command(node: Command, indent: str) -> list[str]:
     lines.append(f"{indent}opts={shlex.quote(_words(words))}")
     if node.path_positionals:
         lines.append(f"{indent}files=1")
+    if node.dep_positionals:
+        lines.append(f"{indent}[[ \"$cur\" != -* ]] && opts=\"$(assemble completion --list deps 2>/dev/null)\"")
     return lines
 
 
@@ -165,6 +202,8 @@ def _fish_option(option: Option, condition: str) -> str:
         parts.append(f"-l {flag[2:]}" if flag.startswith("--") else f"-s {flag[1:]}")
     if option.choices:
         parts.append(f"-xa {shlex.quote(_words(option.choices))}")
+    elif option.dynamic:
+        parts.append(f"-xa {shlex.quote(f'(assemble completion --list {option.dynamic} 2>/dev/null)')}")
     elif option.takes_value and not option.paths:
         parts.append("-x")
     elif option.paths:
@@ -187,6 +226,8 @@ def fish(tree: Command) -> str:
                 lines.append(_fish_option(option, inside))
         if node.path_positionals:
             lines.append(f"complete -c assemble -n {shlex.quote(inside)} -F")
+        if node.dep_positionals:
+            lines.append(f"complete -c assemble -n {shlex.quote(inside)} -a '(assemble completion --list deps 2>/dev/null)'")
         subs = _words(list(node.commands))
         for sub_name, sub_node in node.commands.items():
             lines.append(f"complete -c assemble -n {shlex.quote(f'{inside}; and not __fish_seen_subcommand_from {subs}')} "

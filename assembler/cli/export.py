@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
 
     results = export_deps(open_workspace(args), args.names)
     if args.json:
-        emit_json({"deps": [vars(r) for r in results]})
+        emit_json({"deps": [{"name": r.dep, **vars(r)} for r in results]})  # "name", as in every command; "dep" kept
         return 0
     for r in results:
         console.print(

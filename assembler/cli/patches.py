@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     code = int(next(iter(failures.values())).exit_code) if failures else 0
     print_failures(failures)
     if args.format == "json":
-        emit_json({"workspace": str(workspace.root), "offline": args.offline, "deps": [r.to_json() for r in results],
+        emit_json({"schema": 2, "workspace": str(workspace.root), "offline": args.offline, "deps": [r.to_json() for r in results],
                    "failures": failures_json(failures)})
     elif args.format == "markdown":
         from assembler.upstreaming.table import markdown

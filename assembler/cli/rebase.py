@@ -27,8 +27,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     mode.add_argument("--abort", action="store_true", help="restore the checkout, deps.toml and patches/ as they were")
     mode.add_argument("--undo", action="store_true",
                       help="put back the state before the last finished rebase of DEP (kept until its next rebase)")
-    mode.add_argument("--drop", "--skip", dest="drop", metavar="PATCH", action="append",
-                      help="during a stopped rebase: leave PATCH out of the new series (recorded as dropped by you); repeatable")
+    mode.add_argument("--drop", dest="drop", metavar="PATCH", action="append",
+                      help="during a stopped rebase: leave PATCH (file name, number or part of the name) out of the new "
+                           "series (recorded as dropped by you); repeatable")
+    mode.add_argument("--skip", dest="drop", metavar="PATCH", action="append", nargs="?", const="",
+                      help="like git rebase --skip: drop the patch the rebase stopped at (or PATCH, as --drop)")
     add_format(parser)
     parser.set_defaults(handler=run)
 
@@ -87,6 +90,15 @@ def run(args: argparse.Namespace) -> int:
         print_report(report)
     for warning in report.warnings:
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
+    if report.status == RebaseStatus.DRY_RUN and report.conflicts:  # as `git merge-tree`: exit 1 when it would conflict
+        from assembler.errors import CheckFailed
+
+        names = ", ".join(conflict.name for conflict in report.conflicts)
+        raise CheckFailed(
+            f"{report.dep}: a rebase onto {report.onto_label} would stop: {names} "
+            f"{'conflicts' if len(report.conflicts) == 1 else 'conflict'}",
+            hint=f"`assemble rebase {report.dep} --onto horizon` goes as far as the series applies; or rebase and resolve",
+        )
     if report.status == RebaseStatus.STOPPED:
         conflict = report.conflicts[0]
         raise ConflictError(

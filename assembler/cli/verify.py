@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="torch version to verify on (repeatable; default: [bundle] verify-torch)",
     )
     parser.add_argument(
-        "--python", action="append", default=[], type=Path, metavar="PATH", dest="pythons",
+        "--python", action="append", default=[], metavar="PATH", dest="pythons",
         help="an interpreter that already has torch: verify on its torch, creating and downloading nothing (repeatable)",
     )
     parser.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECONDS", help="seconds one probe may run (default 600)")
@@ -31,9 +31,10 @@ def run(args: argparse.Namespace) -> int:
     from assembler.report.output import console, emit_json, err_console
     from assembler.verify import verify_wheel, workspace_manifest
 
-    manifest = workspace_manifest(args.workspace, Path.cwd())  # used only when the wheel is its bundle's (see verify.specs)
+    # used only when the wheel is its bundle's (see verify.specs); searched from -C DIR, else the cwd
+    manifest = workspace_manifest(args.workspace, args.directory)
     report = verify_wheel(
-        manifest, args.wheel, args.torch, timeout=args.timeout, pythons=args.pythons,
+        manifest, args.wheel, args.torch, timeout=args.timeout, pythons=[interpreter(args.directory, p) for p in args.pythons],
         progress=lambda msg: err_console.print(msg, markup=False, highlight=False, soft_wrap=True),
     )
     if args.json:
@@ -41,3 +42,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         report.render(console)
     return 1 if report.failed else 0
+
+
+def interpreter(base: Path, text: str) -> Path:
+    """``--python``: a bare name (``python3``) is looked up on PATH as a shell would; a path with a
+    directory in it is read against -C DIR or the caller's directory (resolve_paths)."""
+    return base / text if "/" in text else Path(text)

@@ -7,6 +7,7 @@ re-run knows it is up to date, and how user commits or edits are told apart from
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from assembler.git.state import (
     CheckoutResult,
     CheckoutState,
     CheckoutStatus,
+    already_applied,
     branch_name,
     interrupted_series_am,
     is_up_to_date,
@@ -72,7 +74,8 @@ def checkout(workspace: Workspace, dep: Dependency, on_step: Callable[[str], Non
     state.head = repo.head.commit.hexsha
     state.status = CheckoutStatus.READY
     state.save(path)
-    return CheckoutResult(dep.name, path, action, state.head, len(state.applied), fetched=fetched)
+    return CheckoutResult(dep.name, path, action, state.head, len(state.applied), fetched=fetched,
+                          already_applied=already_applied(dep, state))
 
 
 def refuse_to_lose_work(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutState) -> None:
@@ -125,7 +128,11 @@ def _point_remotes(workspace: Workspace, dep: Dependency, repo: git.Repo, mirror
     with repo.config_writer() as config:
         config.set_value('remote "origin"', "url", str(mirror.path))
     if dep.is_fork:
-        _set_remote(repo, "upstream", mirrors.open_mirror(workspace.manifest, dep.upstream_url))
+        upstream = mirrors.open_mirror(workspace.manifest, dep.upstream_url)
+        if upstream.last_fetched() is None:  # once, so `upstream/<track>` and `patches --offline` have the tracked branch
+            with contextlib.suppress(AssembleError):  # unreachable: the fork still checks out; `patches` fetches it
+                mirrors.fetch(upstream)
+        _set_remote(repo, "upstream", upstream)
         _set_remote(repo, "fork", mirror)
 
 
@@ -212,7 +219,39 @@ def apply_series(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutSta
             ),
         ) from None
     commits = repo.git.rev_list("--reverse", END_OF_OPTIONS, f"{state.base}..HEAD").split()
-    return dict(zip(commits, dep.series, strict=True))
+    if len(commits) == len(dep.series):
+        return dict(zip(commits, dep.series, strict=True))
+    return _match_commits(repo, dep, path, state, commits)
+
+
+def _match_commits(repo: git.Repo, dep: Dependency, path: Path, state: CheckoutState, commits: list[str]) -> dict[str, str]:
+    """Commit SHA -> patch file name when ``git am`` made fewer commits than the series has
+    patches: it skips a patch that changes nothing at the pin ("Patch already applied"), as
+    after a pin edited by hand to an upstream commit where that patch landed. Each commit keeps
+    its patch's author and author date (and subject), so the commits are matched to the series
+    in order; the patches left over are the ones already in the pinned commit, which
+    ``CheckoutResult.already_applied`` reports and `assemble rebase DEP --onto PIN` drops."""
+    from assembler.series.headers import parse_patch_header
+
+    listed = repo.git.log("--reverse", "--format=%an <%ae>%x00%aD%x00%s", END_OF_OPTIONS, f"{state.base}..HEAD").splitlines()
+    identities = [tuple(line.split("\0")) for line in listed]
+    mapping: dict[str, str] = {}
+    index = 0
+    for name in dep.series:
+        header = parse_patch_header(dep.patches_dir / name)
+        if index < len(commits) and (identities[index][:2] == (header.author, header.date) or identities[index][2:] == (header.subject,)):
+            mapping[commits[index]] = name
+            index += 1
+    if index == len(commits):
+        return mapping
+    state.status = CheckoutStatus.STOPPED  # not "applying": a re-run must not redo this for ever
+    state.save(path)
+    raise ConflictError(
+        f"{dep.name}: git am made {len(commits)} commits from {len(dep.series)} patches, and commit "
+        f"{commits[index][:12]} matches no patch of the series by author, date or subject",
+        hint=f"`assemble rebase {dep.name} --onto {dep.commit[:12]}` replays the series onto the pin and drops what is already "
+             f"there; or `git -C {path} reset --hard {state.base[:12]}`, fix the series and re-run `assemble checkout`",
+    )
 
 
 def _files_in_patch(patch: Path) -> list[str]:

@@ -172,7 +172,20 @@ class CheckoutResult(NamedTuple):
     head: str
     applied: int
     fetched: bool
+    # Patches of the series that changed nothing at the pin (git am skipped them): already in
+    # the pinned commit, e.g. after the pin was moved by hand; `rebase --onto PIN` drops them.
+    already_applied: tuple[str, ...] = ()
+    edits: tuple[str, ...] = ()  # tracked files with uncommitted edits, "M path" as `git checkout` lists them
 
     @classmethod
     def unchanged(cls, dep: Dependency, path: Path, state: CheckoutState) -> CheckoutResult:
-        return cls(dep.name, path, "up-to-date", read_head(path), len(state.applied), fetched=False)
+        from assembler.git.index import modified_files
+
+        return cls(dep.name, path, "up-to-date", read_head(path), len(state.applied), fetched=False,
+                   already_applied=already_applied(dep, state), edits=modified_files(path))
+
+
+def already_applied(dep: Dependency, state: CheckoutState) -> tuple[str, ...]:
+    """The patches of ``dep``'s series that made no commit in this checkout (see CheckoutResult)."""
+    made = set(state.applied.values())
+    return tuple(name for name in dep.series if name not in made)

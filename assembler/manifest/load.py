@@ -38,6 +38,7 @@ from assembler.manifest.values import (
     install_destination_problem,
     relative_path_problem,
     text_problem,
+    torch_release_problem,
     url_problem,
 )
 from assembler.series.seriesfile import parse_series
@@ -366,6 +367,13 @@ def _torch_target(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], d
     return value
 
 
+def _torch_release(v: _Validator, keys: tuple[str, ...], value: str) -> None:
+    """A torch release, X.Y.Z: the rule of --torch too (values.torch_release_problem)."""
+    problem = torch_release_problem(value)
+    if problem is not None:
+        raise v.fail(keys, *problem)
+
+
 def _version(v: _Validator, keys: tuple[str, ...], value: str) -> None:
     """A PEP 440 version. Plain release numbers (``1.2.3``, the usual case) are valid PEP 440
     as they stand; packaging is imported only for anything else (its import and patterns are
@@ -398,13 +406,13 @@ def _bundle(v: _Validator, raw: Any) -> Bundle:
     torch_target = _torch_target(v, table, (*key, "torch-target"), "2.10")
     torch = v.string(table, (*key, "torch"))
     if torch is not None:
-        _version(v, (*key, "torch"), torch)
+        _torch_release(v, (*key, "torch"), torch)
     archs = v.strings(table, (*key, "cuda-archs"))
     for arch in archs:
         v.check(bool(ARCH_RE.match(arch)), (*key, "cuda-archs"), f"{arch!r} is not a CUDA architecture", 'write e.g. cuda-archs = ["9.0a"]')
     verify_torch = v.strings(table, (*key, "verify-torch"))
     for item in verify_torch:
-        _version(v, (*key, "verify-torch"), item)
+        _torch_release(v, (*key, "verify-torch"), item)
     return Bundle(name, version, python_abi, torch_target, torch, archs, verify_torch,
                   max_wheel_size=_size(v, table, (*key, "max-wheel-size")),
                   cuda_components=_cuda_components(v, table, (*key, "cuda-components")))

@@ -17,6 +17,26 @@ _SCP_RE = re.compile(r"^(?:(?P<user>[^@/:]+)@)?(?P<host>[^@/:]+):(?P<path>.*)$")
 MAX_VALUE_CHARS = 4096  # any longer URL, ref or file name is a mistake or an attack
 
 
+# A torch release as pip names it, always MAJOR.MINOR.PATCH: 2.13.0, 2.11.0+cu130, 2.14.0rc1,
+# 2.15.0.dev20260101. The one spelling of --torch, [bundle] torch and verify-torch: a build
+# environment, a verify environment and the build's check ("holds torch 2.13.0+cpu") all name
+# torch by it, so "2.13" would be a second name for the same environment, or a mismatch.
+TORCH_RELEASE_RE = re.compile(r"^\d+\.\d+\.\d+((a|b|rc)\d+|\.post\d+|\.dev\d+)*(\+[A-Za-z0-9.]+)?$")
+_SHORT_TORCH_RE = re.compile(r"^(\d+\.\d+)(\+[A-Za-z0-9.]+)?$")
+
+
+def torch_release_problem(value: str) -> tuple[str, str] | None:
+    """Why ``value`` is not a torch release (X.Y.Z), and the fix; None when it is one. A short
+    ``2.13`` is refused rather than read as 2.13.0: pip would take it as 2.13.0 but a reader may
+    mean the newest 2.13.x, and one spelling keeps one environment per torch."""
+    if TORCH_RELEASE_RE.match(value):
+        return None
+    short = _SHORT_TORCH_RE.match(value)
+    example = f"{short[1]}.0{short[2] or ''}" if short else "2.13.0"
+    return (f"{value[:40]!r} is not a torch release: expected MAJOR.MINOR.PATCH (X.Y.Z)",
+            f"write {example}" + (" (the full release, as pip names it)" if short else ", or e.g. 2.11.0+cu130"))
+
+
 def control_character(value: str) -> str | None:
     """The first ASCII control character (or DEL) in ``value``, shown escaped."""
     for char in value:

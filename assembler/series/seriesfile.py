@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 def parse_series(text: str) -> list[tuple[int, str]]:
     """(line number, file name) for every entry of a series' text; options after the name
@@ -24,3 +26,20 @@ def render_series(names: list[str], previous: str | None = None) -> str:
             else:
                 break
     return "\n".join([*header, *names]) + "\n"
+
+
+def find_patch(names: Sequence[str], wanted: str) -> str | None:
+    """The patch of ``names`` that ``wanted`` names: its file name, its number (``0002`` or
+    ``2``), or a prefix or part of its name found in one patch only (``Port-add``), as quilt
+    and gbp pq let you name one; None when none or several match."""
+    if wanted in names:
+        return wanted
+    if wanted.isdigit():
+        numbered = [name for name in names if name.split("-", 1)[0].isdigit() and int(name.split("-", 1)[0]) == int(wanted)]
+        return numbered[0] if len(numbered) == 1 else None
+    for matches in ([n for n in names if n.startswith(wanted)], [n for n in names if wanted.lower() in n.lower()]):
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            return None
+    return None

@@ -12,6 +12,7 @@ only when it has every component's headers."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assembler.cache import cache_root, creating, touch
+from assembler.cache import KINDS, cache_root, creating, touch
 from assembler.errors import NetworkError, ToolchainError
 from assembler.toolchain.installer import install, installer
 from assembler.toolchain.venv import dist_versions
@@ -310,3 +311,18 @@ def _complete_layout(toolkit: Path) -> None:
             plain.symlink_to(versioned.name)
     if not (toolkit / "lib64").exists():
         (toolkit / "lib64").symlink_to("lib")
+
+
+def versions_on_machine() -> list[str]:
+    """The CUDA X.Y versions `--cuda` finds here without a download: hermetic toolkits in the
+    cache and local ``/usr/local/cuda-X.Y`` (shell completion; read from directory names, no nvcc)."""
+    found: set[str] = set()
+    toolchains = cache_root() / KINDS["toolchains"]
+    local = Path("/usr/local")
+    for base, prefix in ((toolchains, "cuda-"), (local, "cuda-")):
+        with contextlib.suppress(OSError):
+            for path in base.iterdir():
+                version = path.name.removeprefix(prefix).split("-", 1)[0]
+                if path.name.startswith(prefix) and path.is_dir() and re.fullmatch(r"\d+\.\d+", version):
+                    found.add(version)
+    return sorted(found, key=lambda v: tuple(int(part) for part in v.split(".")))

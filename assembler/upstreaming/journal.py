@@ -163,6 +163,17 @@ def load(workspace: Workspace, name: str, directory: Path | None = None) -> Jour
         raise _unreadable(path, name, exc) from None
 
 
+def last_range_diff(workspace: Workspace, name: str) -> tuple[str, bool] | None:
+    """The full `git range-diff` of the last rebase of ``name`` and whether that rebase is still
+    in progress (`assemble show DEP --range-diff`): the pending journal's, else the one kept
+    for --undo; None when neither holds one."""
+    for directory, pending in ((journal_dir(workspace, name), True), (undo_dir(workspace, name), False)):
+        journal = load(workspace, name, directory)
+        if journal is not None and journal.range_diff is not None:
+            return journal.range_diff, pending
+    return None
+
+
 def _unreadable(path: Path, name: str, exc: Exception) -> InputError:
     """A journal (or backup) that this version cannot read: damaged, or from another version."""
     directory = path.parent

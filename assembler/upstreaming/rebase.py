@@ -35,10 +35,11 @@ from assembler.git.checkout import checkout, refuse_to_lose_work
 from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitFailed, GitView, WorkTree, object_id
 from assembler.git.runner import conflicted_files, in_progress_operation, repo_at
 from assembler.git.scratch import Scratch
-from assembler.git.state import CheckoutState, CheckoutStatus, pinned_state, read_head
+from assembler.git.state import CheckoutState, CheckoutStatus, already_applied, pinned_state, read_head
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
-from assembler.series.headers import PatchStatus, forwarded_status
+from assembler.series.headers import PatchStatus, forwarded_status, parse_patch_header
+from assembler.series.seriesfile import find_patch
 from assembler.upstreaming import journal as jr
 from assembler.upstreaming.classify import classify, find_carriers, in_pull_requests, known_upstream
 from assembler.upstreaming.floors import floor_warnings
@@ -378,16 +379,20 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
                               horizon=horizon)
         if dry_run:
             assert isinstance(scratch, Scratch)
-            if target.onto == dep.commit and not switched and not known_upstream(scratch, patches, fork_point, target.onto):
+            pinned = pinned_state(fork_path, dep)
+            pin_holds = pinned is not None and bool(already_applied(dep, pinned))  # then classify finds them (applies-empty)
+            if target.onto == dep.commit and not switched and not pin_holds and not known_upstream(scratch, patches, fork_point, target.onto):
                 report.status, report.applied = RebaseStatus.UP_TO_DATE, [p.name for p in patches]
                 return report
             return _dry_run(scratch, report, patches, fork_point, target)
         known = known_upstream(scratch, patches, fork_point, target.onto)
-        if target.onto == dep.commit and not known and not switched:
+        assert state is not None
+        in_pin = _already_in_pin(scratch, dep, state)
+        if target.onto == dep.commit and not known and not switched and not in_pin:
             report.status, report.applied = RebaseStatus.UP_TO_DATE, [p.name for p in patches]
             return report
         dropped = [Dropped(p.name, p.subject, known[i][0], p.commit or "", known[i][1].sha, known[i][1].subject)
-                   for i, p in enumerate(patches) if i in known]
+                   for i, p in enumerate(patches) if i in known] + in_pin
     assert state is not None
     planned = [Pick(p.commit or "", p.name, p.subject, p.key) for p in patches]
     journal = Journal(
@@ -402,6 +407,19 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
     with jr.running(workspace, dep.name) as fd:
         on_step("replay")
         return _drive(workspace, journal, _Fork(fork_path, fd), fresh=True, on_step=on_step)
+
+
+def _already_in_pin(scratch: GitView, dep: Dependency, state: CheckoutState) -> list[Dropped]:
+    """Patches of the series that made no commit in the checkout: ``git am`` found them already
+    in the pinned commit (a pin moved by hand past them, git.state.already_applied). Dropped
+    as upstream, the pin named as what carries them; the export then leaves them out."""
+    names = already_applied(dep, state)
+    if not names:
+        return []
+    pin_subject = scratch.out("log", "-1", "--format=%s", END_OF_OPTIONS, dep.commit).strip()
+    # no commit of the checkout was made from them: the pin stands for the pick (a full SHA, as the journal requires)
+    return [Dropped(name, parse_patch_header(dep.patches_dir / name).subject, Evidence.APPLIES_EMPTY, dep.commit, dep.commit,
+                    pin_subject) for name in names]
 
 
 def _current_branch(checkout: Path) -> str | None:
@@ -855,10 +873,19 @@ def drop(workspace: Workspace, name: str | None, patches: list[str],
 def _find_pick(journal: Journal, wanted: str) -> Pick:
     """A pick of the plan (or one skipped by hand) by patch file name, name without
     ``.patch``, or commit SHA prefix."""
-    for pick in [*journal.picks, *journal.skipped]:
+    candidates = [*journal.picks, *journal.skipped]
+    if wanted == "":  # `--skip` alone, as git's: the patch the rebase stopped at
+        if journal.stopped is None or journal.stopped.index >= len(journal.picks):
+            raise InputError(f"{journal.dep}: the rebase is not stopped at a patch, so --skip has nothing to skip",
+                             hint="name the patch: --drop PATCH")
+        return journal.picks[journal.stopped.index]
+    for pick in candidates:
         if wanted in (pick.name, pick.name.removesuffix(".patch")) or (len(wanted) >= 7 and pick.commit.startswith(wanted)):
             return pick
-    names = ", ".join(p.name for p in [*journal.picks, *journal.skipped]) or "none"
+    found = find_patch([pick.name for pick in candidates], wanted)  # its number (0002) or a part of its name
+    if found is not None:
+        return next(pick for pick in candidates if pick.name == found)
+    names = ", ".join(p.name for p in candidates) or "none"
     raise InputError(f"{journal.dep}: no patch {wanted!r} left in this rebase", hint=f"patches that can be dropped: {names}")
 
 

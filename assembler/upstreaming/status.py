@@ -92,4 +92,14 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
             classified.store(digest, classified.to_record(base, origin, broken, verdicts, at))
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
                      base, origin, verdicts, broken, last_build_verdicts(workspace, dep),
-                     last_build_time(workspace), check_evidence(workspace, dep), classified_at=at, reused=found is not None)
+                     last_build_time(workspace), check_evidence(workspace, dep), classified_at=at, reused=found is not None,
+                     fetched_at=_utc(upstream.last_fetched()))
+
+
+def _utc(timestamp: float | None) -> str | None:
+    """A Unix time as ISO 8601 UTC (the JSON's timestamps), None for none."""
+    if timestamp is None:
+        return None
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(timestamp, UTC).isoformat(timespec="seconds")

@@ -1,6 +1,6 @@
 """What `assemble patches` says of each carried patch and each dependency: the verdicts, the
 evidence each rests on (``Evidence``), the per-dependency summary and the two release-table
-columns ("migrated on our side / migrated upstream"). Data only: classify.py computes the
+columns ("migrated on fork / migrated upstream"). Data only: classify.py computes the
 verdicts, classified.py stores them, status.py puts a report together."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ class Migration(StrEnum):
     IN_PROGRESS = "in progress"
     NO = "no"
     NOT_APPLICABLE = "n.a."
-    NOT_CHECKED = "not checked"  # migrated on our side: no check or build of this pin + series yet
+    NOT_CHECKED = "not checked"  # migrated on fork: no check or build of this pin + series yet
 
 
 class Commit(NamedTuple):
@@ -119,6 +119,18 @@ class Base(NamedTuple):
                 "fork_point": self.fork_point}
 
 
+def migration_on_fork(built: tuple[str, ...] | None, check: CheckEvidence | None, broken_on_base: str | None) -> Migration:
+    """"Migrated on fork", from evidence only (see DepStatus.migrated_on_fork): the one rule for
+    `assemble patches` and `assemble status`."""
+    if broken_on_base:
+        return Migration.IN_PROGRESS
+    if (built and all(passes(v) for v in built)) or (check is not None and check.done):
+        return Migration.DONE
+    if built or check is not None:
+        return Migration.IN_PROGRESS
+    return Migration.NOT_CHECKED
+
+
 class DepStatus(NamedTuple):
     name: str
     upstream: str
@@ -134,6 +146,7 @@ class DepStatus(NamedTuple):
     check: CheckEvidence | None = None  # the last `assemble check` of this pin + series
     classified_at: str = ""  # when the verdicts were computed (ISO 8601, UTC)
     reused: bool = False  # the verdicts are the stored ones of that time: nothing they depend on changed since
+    fetched_at: str | None = None  # when the upstream mirror was last fetched (ISO 8601, UTC); None: never
 
     def counts(self) -> dict[PatchStatus, int]:
         return {status: sum(v.status == status for v in self.verdicts) for status in PatchStatus}
@@ -149,18 +162,11 @@ class DepStatus(NamedTuple):
         audited STABLE. in progress: a check or build found work left, or the series does not
         apply on its base; not checked: no such evidence, also when nothing is carried (the
         pinned source itself may still need the migration)."""
-        built = self.build_verdicts
-        if self.broken_on_base:
-            return Migration.IN_PROGRESS
-        if (built and all(passes(v) for v in built)) or (self.check is not None and self.check.done):
-            return Migration.DONE
-        if built or self.check is not None:
-            return Migration.IN_PROGRESS
-        return Migration.NOT_CHECKED
+        return migration_on_fork(self.build_verdicts, self.check, self.broken_on_base)
 
     @property
     def migration_evidence(self) -> str:
-        """What the "migrated on our side" verdict rests on, in a few words."""
+        """What the "migrated on fork" verdict rests on, in a few words."""
         parts = []
         if self.check is not None:
             parts.append(f"check: {self.check.summary}, {self.check.obtained[:10]}")
@@ -186,7 +192,7 @@ class DepStatus(NamedTuple):
 
     def to_json(self) -> dict[str, object]:
         return {
-            "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip, "mirror": self.fetched,
+            "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip, "mirror_fetched_at": self.fetched_at,
             "base": self.base.to_json(), "patches_from": self.patches_from, "counts": {str(k): n for k, n in self.counts().items()},
             "migrated_on_fork": self.migrated_on_fork, "migrated_upstream": self.migrated_upstream,
             "broken_on_base": self.broken_on_base, "conflicts_on_tip": self.conflicts_on_tip,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from assembler.errors import AssembleError, InputError, NetworkError
+from assembler.errors import AssembleError, InputError, NetworkError, ToolchainError
 from assembler.toolchain.torchenv import torch_requirement
 from assembler.toolchain.venv import ensure_venv, installed_versions, venv_python
 
@@ -68,16 +68,16 @@ def interpreter_env(python: Path) -> TorchEnv:
 def ensure_torch_env(version: str, progress: Callable[[str], None] = lambda _: None) -> TorchEnv:
     """The verify venv for torch ``version``, created on first use.
 
-    A version that cannot be installed is an operational error of the verify run (exit 2),
-    named in the message, whatever the toolchain layer calls it; an unreachable package index
-    stays a network error (exit 3).
+    A version that cannot be installed is "not available" (ToolchainError, exit 7), as for
+    `build` and `check`: one exit code for it, named in the message; an unreachable package
+    index stays a network error (exit 3).
     """
     try:
         path = ensure_venv([torch_requirement(version)], label=f"verify-torch{version}", progress=progress)
     except NetworkError:
         raise
     except AssembleError as error:
-        raise InputError(f"torch {version}: {error.message}", hint=error.hint) from None
+        raise ToolchainError(f"torch {version}: {error.message}", hint=error.hint) from None
     installed = installed_versions(path).get("torch")
     if installed is None:
         raise InputError(f"the verify environment {path} holds no torch", hint=f"delete {path} and re-run")

@@ -1,0 +1,102 @@
+"""`assemble status [DEP...]`: per dependency, the pin, the fork's branch, its uncommitted edits
+(``M file``, as git status), commits not exported yet, a rebase in progress, and the check and
+build evidence, with the command that moves each one on. Offline; exit 0."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from assembler.cli.common import add_format
+
+if TYPE_CHECKING:
+    from assembler.upstreaming.overview import DepOverview
+
+DESCRIPTION = """\
+What `git status` and `quilt applied` say, per dependency of the workspace: the pin, the
+branch assemble/<dep> in forks/<dep> and its condition, uncommitted edits (M file), commits
+not exported to patches/<dep>/ yet, patches already in the pin, an `assemble rebase` in
+progress, and the last `check` and build of this pin and series ("migrated on fork").
+Reads the workspace only: no fetch, no classification (that is `assemble patches`)."""
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "status", help="per dependency: pin, branch, edits, unexported commits, rebase, evidence",
+        description=DESCRIPTION,
+    )
+    parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to show (default: all)")
+    add_format(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from assembler.cli.common import open_workspace
+    from assembler.report.output import emit_json
+    from assembler.upstreaming.overview import workspace_overview
+
+    workspace = open_workspace(args)
+    found = workspace_overview(workspace, workspace.manifest.select(args.names))
+    if args.json:
+        emit_json({"workspace": str(workspace.root), "deps": [item.to_json() for item in found]})
+        return 0
+    for index, item in enumerate(found):
+        if index:
+            print()
+        print("\n".join(lines(item)))
+    return 0
+
+
+def lines(item: DepOverview) -> list[str]:
+    """One dependency as `git status` would put it: a head line, then one line per fact, each
+    with the command that deals with it. Identifiers are never cut; SHAs are 12 characters."""
+    from assembler.git.state import CheckoutCondition
+    from assembler.report.output import short
+
+    name = item.name
+    out = [f"{name}: pin {short(item.pin)} ({item.kind}, track {item.track}), {_count(item.series, 'patch')}"]
+    condition = item.condition
+    if condition == CheckoutCondition.ABSENT:
+        return [*out, f"  not checked out: `assemble checkout {name}`", *_evidence(item)]
+    if condition == CheckoutCondition.FOREIGN:
+        return [*out, f"  forks/{name} was not made by assemble: move it away, then `assemble checkout {name}`"]
+    if condition == CheckoutCondition.INTERRUPTED:
+        return [*out, f"  checkout interrupted: re-run `assemble checkout {name}`"]
+    where = f"branch {item.branch}" if item.branch else "detached HEAD"
+    out.append(f"  {where} at {short(item.head)}: {condition}, {item.applied} of {_count(item.series, 'patch')} applied")
+    if item.already_applied:
+        out.append(f"  already in the pin (git am skipped): {', '.join(item.already_applied)}")
+        out.append(f"    `assemble rebase {name} --onto {short(item.pin)}` drops them from the series")
+    if condition == CheckoutCondition.STALE:
+        out.append(f"  deps.toml or patches/{name}/ changed since: `assemble checkout {name}`")
+    if item.operation is not None and item.rebase is None:
+        out.append(f"  stopped in git {item.operation}: finish it in forks/{name} (git {item.operation} --continue), "
+                   f"then `assemble export {name}`")
+    if item.rebase is not None:
+        rebase = item.rebase
+        stop = f", stopped at {rebase.stopped_at}" if rebase.stopped_at else ""
+        files = f" (conflicts in {', '.join(rebase.conflicts)})" if rebase.conflicts else ""
+        out.append(f"  rebase in progress onto {short(rebase.onto)} ({rebase.onto_label}): {rebase.phase}{stop}{files}")
+        out.append(f"    `assemble rebase {name} --continue`, or `--abort`")
+    if item.edits:
+        out.append(f"  uncommitted edits ({len(item.edits)}): commit them, then `assemble export {name}`")
+        out += [f"    {edit.code:<2} {edit.path}" for edit in item.edits]
+    if item.unexported:
+        out.append(f"  not exported ({len(item.unexported)}): `assemble export {name}` writes them to patches/{name}/")
+        out += [f"    {short(commit.sha)} {commit.subject}" for commit in item.unexported]
+    return out + _evidence(item)
+
+
+def _evidence(item: DepOverview) -> list[str]:
+    check = item.check
+    built = item.build_verdicts
+    out = [f"  check: {check.summary} ({check.obtained})" if check is not None else "  check: none of this pin and series"]
+    if built is not None:
+        out.append(f"  build: audit {', '.join(sorted(set(built))) or 'no extensions'} ({item.build_obtained or 'time unknown'})")
+    else:
+        out.append("  build: none of this pin and series")
+    out.append(f"  migrated on fork: {item.migrated_on_fork}")
+    return out
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}" + ("" if number == 1 else "es" if noun.endswith("ch") else "s")
