@@ -39,6 +39,8 @@ FAILING = {
     "patches": ["patches", "--offline"],
     "rebase": ["rebase", "kern", "--dry-run"],
     "check": ["check"],
+    "assess": ["assess"],
+    "review": ["review", "kern"],
     "build": ["build", "--cuda", "13.2"],
     "plan": ["plan", "--matrix", "--cuda", "13.2"],
     "verify": ["verify", "missing.whl", "--python", sys.executable],

@@ -179,3 +179,13 @@ def test_cli_prints_the_heads(tmp_path: Path, upstreams: tuple[Path, dict[str, s
     )
     printed = dict(line.split()[:2] for line in result.stdout.splitlines())
     assert printed == heads
+
+
+def test_the_migration_example_pins_normkit(upstreams: tuple[Path, dict[str, str]]) -> None:
+    """examples/stable-abi/migrate/deps.toml (the unmigrated normkit) pins upstream's head too."""
+    from assembler.manifest.load import load_manifest
+
+    _, heads = upstreams
+    manifest = load_manifest(EXAMPLE / "migrate" / "deps.toml")
+    assert manifest.deps["normkit"].commit == heads["normkit"]
+    assert manifest.deps["normkit"].series == ()

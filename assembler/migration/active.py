@@ -55,7 +55,7 @@ def active_lines(scans: list[Pass], cwd: Path, root: Path) -> ActiveLines:
         for scan in scans:
             command = directives_only(scan)
             for _ in range(MAX_STAND_INS):
-                output, error = _run(command + ["-idirafter", stand_in_dir], cwd)
+                output, error = _run([*command, "-idirafter", stand_in_dir], cwd)
                 missing = _MISSING.search(error)
                 if missing is None or len(result.stand_ins) >= MAX_STAND_INS:
                     break

@@ -119,7 +119,7 @@ class DepAssessment:
             by_rule[use.rule].append(use)
         families = []
         for family, description in ruleset.families.items():
-            apis = []
+            apis: list[dict[str, Any]] = []
             for rule in ruleset.rules:
                 if rule.family != family or rule.id not in by_rule:
                     continue
@@ -336,7 +336,9 @@ def _signature(codes: dict[Path, str], name: str) -> tuple[str, list[str]] | Non
 
 
 def _parameters(code: str, start: int) -> list[str] | None:
-    depth, angle, current, out = 1, 0, [], []
+    depth, angle = 1, 0
+    current: list[str] = []
+    out: list[str] = []
     for index in range(start, min(len(code), start + 4000)):
         char = code[index]
         if char == "(":

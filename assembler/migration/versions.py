@@ -48,9 +48,8 @@ def declaration_version(text: str, declares: re.Pattern[str] | None, baseline: V
         elif _ELSE.match(stripped):
             if stack:
                 stack[-1] = None  # the other branch is not "added in X"
-        elif _CLOSE.match(stripped):
-            if stack:
-                stack.pop()
+        elif _CLOSE.match(stripped) and stack:
+            stack.pop()
         if declares.search(line):
             guards = [v for v in stack if v is not None]
             found = max(guards) if guards else baseline

@@ -1,6 +1,7 @@
-import torch
+"""Checks normkit's operators against the same arithmetic in plain torch."""
 
 import normkit
+import torch
 
 
 def test_rms_norm() -> None:
