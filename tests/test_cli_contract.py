@@ -40,6 +40,7 @@ FAILING = {
     "rebase": ["rebase", "kern", "--dry-run"],
     "check": ["check"],
     "assess": ["assess"],
+    "migrate": ["migrate", "kern"],
     "review": ["review", "kern"],
     "build": ["build", "--cuda", "13.2"],
     "plan": ["plan", "--matrix", "--cuda", "13.2"],

@@ -89,6 +89,7 @@ class DepAssessment:
     units: list[UnitUses] = field(default_factory=list)
     versions: dict[str, Provided] = field(default_factory=dict)
     pybind11: Pybind11Surface = field(default_factory=Pybind11Surface)
+    active: dict[Path, set[int]] = field(default_factory=dict)  # the lines the build compiles, per file of the checkout
     error: AssembleError | None = None
     seconds: float = 0.0
 
@@ -180,9 +181,10 @@ class AssessReport:
 
 
 def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str | None = None,
-               note: Note = lambda _: None) -> AssessReport:
+               note: Note = lambda _: None, sync: bool = True) -> AssessReport:
     """Assess the named dependencies (all when none); a dependency that cannot be read is
-    reported with its error and the others go on."""
+    reported with its error and the others go on. ``sync``: bring the checkout up to date
+    first (migrate assesses the checkout as it stands)."""
     from assembler.builder.diagnose import torch_include_roots
     from assembler.check.compilers import Flags
     from assembler.check.run import CheckOptions, _Toolchain
@@ -203,7 +205,8 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
             report.deps.append(assessment)
             began = time.monotonic()
             try:
-                checkout = sync_checkouts(workspace, [dep], lambda name, step: note(f"{name}: {step}"))[dep.name].path
+                checkout = (sync_checkouts(workspace, [dep], lambda name, step: note(f"{name}: {step}"))[dep.name].path
+                            if sync else workspace.fork_path(dep))
                 units = translation_units(workspace, dep, checkout)
                 has_cu = any(unit.language == CUDA for unit in units)
                 system = list(torch_include_roots(tools.env.torch_dir))[::-1]
@@ -240,6 +243,7 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
     for lines in kept:
         for path, numbers in lines.lines.items():
             merged[path] |= numbers
+    assessment.active = dict(merged)
     matches: dict[Path, list[Match]] = {}
     codes: dict[Path, str] = {}
     for path in sorted(merged):
