@@ -1,0 +1,87 @@
+"""`assemble migrate` end to end on the example's own libraries, with real git, g++, nvcc and
+torch. vecadd's upstream (unmigrated: ATen, TORCH_LIBRARY, at:: calls) becomes three generated
+commits that `check` proves CLEAN (UNSTABLE -> CLEAN), `review` passes hunk by hunk, and which,
+with the one manual patch the bundle needs (the package-relative import), build, audit STABLE
+and pass `verify` on torch 2.13.0 and 2.14.1. normkit (pybind11) in a dry run: nothing is
+written, and what is not mechanical is reported by file:line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from tests.build_support import HERMETIC_CUDA, assemble, example_copy
+
+pytestmark = pytest.mark.slow
+
+MANUAL = "0003-Import-the-extension-module-relative-to-the-package.patch"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def _vecadd_only_unmigrated(ws: Path) -> None:
+    """The example with vecadd alone and no series: upstream as it is."""
+    manifest = tomlkit.parse((ws / "deps.toml").read_text())
+    for name in ("scalekit", "rowsum"):
+        del manifest["deps"][name]  # type: ignore[union-attr]
+    (ws / "deps.toml").write_text(tomlkit.dumps(manifest))
+    shutil.move(ws / "patches" / "vecadd", ws / "vecadd-manual")
+
+
+def test_migrate_turns_vecadd_upstream_into_a_stable_series(tmp_path: Path, private_cache: Path) -> None:
+    ws = example_copy(tmp_path / "ws")
+    _vecadd_only_unmigrated(ws)
+    result = assemble("-C", str(ws), "migrate", "vecadd", "--json", cache=private_cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms"]
+    assert report["steps"][0]["subject"] == "Register operators with STABLE_TORCH_LIBRARY and TORCH_BOX (2 torch-library, 1 impl-box)"
+    assert report["steps"][2]["made"] == {"data-ptr": 3, "view": 3, "contiguous": 2, "empty-like": 1}
+    assert report["declined"] == [] and report["remaining"] == []
+    assert report["check"] == {"before": {"verdict": "UNSTABLE", "clean": 0, "total": 1},
+                               "after": {"verdict": "CLEAN", "clean": 1, "total": 1}, "went_clean": 1}
+    fork = ws / "forks" / "vecadd"
+    subjects = _git(fork, "log", "--format=%s", "-3").splitlines()
+    assert subjects == [step["subject"] for step in reversed(report["steps"])]
+    assert _git(fork, "status", "--porcelain") == ""
+    # Only touched lines change: the registration commit changes exactly the three lines it rewrote.
+    numstat = _git(fork, "show", "--numstat", "--format=", report["steps"][0]["commit"]).split()
+    assert numstat[:2] == ["3", "3"]
+
+    assert assemble("-C", str(ws), "export", "vecadd", cache=private_cache).returncode == 0
+    reviewed = assemble("-C", str(ws), "review", "vecadd", "--json", cache=private_cache)
+    assert reviewed.returncode == 0, reviewed.stdout
+    verdicts = {h["verdict"] for p in json.loads(reviewed.stdout)["patches"] for h in p["hunks"]}
+    assert verdicts == {"api-only"}
+
+    # The manual step, a committed patch after the generated ones: import the module relative to the package.
+    shutil.copy(ws / "vecadd-manual" / MANUAL, ws / "patches" / "vecadd" / f"0004-{MANUAL[5:]}")
+    with (ws / "patches" / "vecadd" / "series").open("a") as series:
+        series.write(f"0004-{MANUAL[5:]}\n")
+    built = assemble("-C", str(ws), "build", "--cuda", HERMETIC_CUDA, "--verify", "--json", cache=private_cache)
+    assert built.returncode == 0, built.stderr[-3000:]
+    document = json.loads(built.stdout)
+    assert [dep["verdict"] for dep in document["deps"]] == ["STABLE"]
+    assert {r["status"] for r in document["verify"]["results"]} == {"PASS"}
+    assert {r["torch"].split("+")[0] for r in document["verify"]["results"]} == {"2.13.0", "2.14.1"}
+
+
+def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_path: Path, private_cache: Path) -> None:
+    ws = example_copy(tmp_path / "ws") / "migrate"
+    result = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--json", cache=private_cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["dry_run"] and all(step["commit"] is None for step in report["steps"])
+    assert _git(ws / "forks" / "normkit", "status", "--porcelain") == ""
+    assert [step["step"] for step in report["steps"]] == ["headers-and-types", "call-forms"]  # pybind11 is not TORCH_LIBRARY
+    left = {(item["rule"], item["kind"]) for item in report["remaining"]}
+    assert {("pybind11-module", "judgment"), ("tensor-options", "none"), ("device-guard", "judgment"), ("empty", "judgment")} <= left
+    assert [(d["rewrite"], d["reason"].split(":")[0]) for d in report["declined"]] == [("contiguous", "called through a pointer")]
+    assert report["check"] == {"before": None, "after": None, "went_clean": None}
