@@ -330,7 +330,9 @@ def _signature(codes: dict[Path, str], name: str) -> tuple[str, list[str]] | Non
     pattern = re.compile(rf"(?P<ret>(?:[\w:]+(?:\s*<[^;{{}}()]*>)?[\s&*]+)+?)(?:\w+::)*{re.escape(name)}\s*\(")
     for code in codes.values():
         for found in pattern.finditer(code):
-            returns = " ".join(found.group("ret").split())
+            written = found.group("ret")
+            last_line = written[written.rfind("\n") + 1:]
+            returns = " ".join((last_line if last_line.strip() else written).split())  # not a directive line above it
             if returns.split()[-1:] in (["return"], ["new"]) or "=" in returns:
                 continue
             parameters = _parameters(code, found.end())

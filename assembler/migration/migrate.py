@@ -13,6 +13,7 @@ pybind11 modules are not converted here yet: they are reported (the pybind11 sur
 from __future__ import annotations
 
 import difflib
+import re
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -21,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import InputError, WouldLoseWorkError
+from assembler.manifest import Dependency
 from assembler.migration.lexer import blank_comments_and_strings
+from assembler.migration.pybind import GENERATED_MARK, ModuleEdit
 from assembler.migration.rewrite import (
     Declined,
     FileRewrite,
@@ -69,6 +72,7 @@ class MigrateReport:
     dry_run: bool
     steps: list[StepResult] = field(default_factory=list)
     declined: list[dict[str, Any]] = field(default_factory=list)
+    schemas: list[str] = field(default_factory=list)  # the generated operator schemas, each parsed by torch
     remaining: list[dict[str, Any]] = field(default_factory=list)
     before: CheckSummary | None = None
     after: CheckSummary | None = None
@@ -82,7 +86,7 @@ class MigrateReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"dep": self.dep, "rewrites_version": self.rewrites_version, "dry_run": self.dry_run,
-                "steps": [s.to_json() for s in self.steps], "declined": self.declined, "remaining": self.remaining,
+                "steps": [s.to_json() for s in self.steps], "declined": self.declined, "schemas": self.schemas, "remaining": self.remaining,
                 "check": {"before": None if self.before is None else self.before.to_json(),
                           "after": None if self.after is None else self.after.to_json(), "went_clean": self.went_clean},
                 "seconds": round(self.seconds, 3)}
@@ -130,12 +134,15 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         if check and not dry_run:
             report.before = _check(workspace, dep.name, note)
         files = {path: FileRewrite(path.read_text(encoding="utf-8"), _flags(path, lines)) for path, lines in sorted(assessed.active.items())}
-        needed, keep_unstable = _plan(files, rewrites, dep.torch_target, style, ruleset)
+        modules = _pybind11_modules(workspace, dep, files, report, checkout)
+        needed, keep_unstable = _plan(files, rewrites, dep.torch_target, style, ruleset, modules)
         for step, subject in rewrites.steps.items():
             result = StepResult(step, subject)
             for path, file in files.items():
                 before = file.text
                 made_before = Counter(file.made)
+                if step == "registration" and path in modules:
+                    _apply_modules(file, modules[path])
                 apply_step(rewrites.of_step(step), file, dep.torch_target, style)
                 if step == "headers-and-types":
                     rewrite_includes(file, needed[path], rewrites.unstable_includes, keep_unstable)
@@ -152,6 +159,10 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
             if not dry_run:
                 tree.run("add", "--", *result.files)
                 tree.run("commit", "--quiet", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites), env=AUTHOR)
+                trailers = _generated_registrations(tree.out("show", "--format=", "HEAD")) if step == "registration" else []
+                if trailers:  # the converted modules are review's to flag: name them, so a person knows what to read
+                    tree.run("commit", "--quiet", "--amend", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites),
+                             "-m", "\n".join(trailers), env=AUTHOR)
                 result.commit = tree.out("rev-parse", "HEAD")
             report.steps.append(result)
         for path, file in files.items():
@@ -168,13 +179,79 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
     return report
 
 
+def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, FileRewrite], report: MigrateReport,
+                      checkout: Path) -> dict[Path, list[ModuleEdit]]:
+    """The pybind11 modules to convert, per file, each schema parsed by the build torch; a
+    module with a binding that cannot be converted, or a schema torch refuses, is reported and
+    left whole."""
+    from assembler.migration.assess import _active_only, _signature
+    from assembler.migration.pybind import convert_modules, parse_schemas
+    from assembler.toolchain.torchenv import ensure_build_env
+
+    codes = {path: _active_only(blank_comments_and_strings(file.text), {i + 1 for i, f in enumerate(file.active) if f})
+             for path, file in files.items()}
+    every = {path: blank_comments_and_strings(file.text) for path, file in files.items()}  # a guarded binding's function too
+    namespace = re.sub(r"\W", "_", dep.name)
+    found: dict[Path, list[ModuleEdit]] = {}
+    for path, file in files.items():
+        if "PYBIND11_MODULE" not in codes[path]:
+            continue
+        key = "CUDA" if path.suffix in (".cu", ".cuh") else "CPU"
+        edits, declined = convert_modules(file.text, namespace, key, dep.build.backend == "setuptools",
+                                          lambda name: _signature(codes, name) or _signature(every, name))
+        rel = path.relative_to(checkout).as_posix()
+        report.declined += [{"at": f"{rel}:{line}", "rewrite": "pybind11-module", "reason": reason} for line, reason in declined]
+        if not edits:
+            continue
+        torch = workspace.manifest.bundle.torch
+        python = ensure_build_env(torch).python if torch else None
+        kept = []
+        for edit in edits:
+            refused = [] if python is None else [(s, e) for s, e in parse_schemas(python, edit.schemas) if e is not None]
+            if python is None:
+                refused = [(s, "no [bundle] torch to parse the schema with") for s in edit.schemas]
+            if refused:
+                report.declined += [{"at": f"{rel}:{edit.line}", "rewrite": "pybind11-module",
+                                     "reason": f"torch._C.parse_schema refused {schema!r}: {error}"} for schema, error in refused]
+            else:
+                kept.append(edit)
+                report.schemas += edit.schemas
+        if kept:
+            found[path] = kept
+    return found
+
+
+def _generated_registrations(diff: str) -> list[str]:
+    """``Migration-Review:`` trailers for the hunks that hold a converted pybind11 module:
+    review's criterion flags them (new code), and this says where they came from."""
+    from assembler.migration.review import parse_patch
+
+    _, _, hunks = parse_patch(diff)
+    return [f"Migration-Review: {hunk.id} the pybind11 module, converted by assemble migrate; each schema parsed by "
+            "torch._C.parse_schema: check the names, defaults and the wrappers" for hunk in hunks
+            if any(GENERATED_MARK in line for line in hunk.added)]
+
+
+def _apply_modules(file: FileRewrite, edits: list[ModuleEdit]) -> None:
+    """Replace each module's text; the new lines are compiled as the module's were."""
+    for edit in sorted(edits, key=lambda e: e.start, reverse=True):
+        first = file.text.count("\n", 0, edit.start)
+        last = file.text.count("\n", 0, edit.end)
+        file.text = file.text[:edit.start] + edit.replacement + file.text[edit.end:]
+        file.active[first:last + 1] = [True] * (edit.replacement.count("\n") + 1)
+        file.made["pybind11-module"] += 1
+        file.includes.add("torch/csrc/stable/library.h")
+        if "PyModule_Create" in edit.replacement:
+            file.includes.add("Python.h")
+
+
 def _flags(path: Path, lines: set[int]) -> list[bool]:
     count = path.read_text(encoding="utf-8").count("\n") + 1
     return [number + 1 in lines for number in range(count)]
 
 
 def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, style: dict[str, str],
-          ruleset: RuleSet) -> tuple[dict[Path, set[str]], bool]:
+          ruleset: RuleSet, modules: dict[Path, list[ModuleEdit]]) -> tuple[dict[Path, set[str]], bool]:
     """A trial run of every step on copies: the stable headers each file will need, and
     whether any use is left anywhere (then the unstable includes stay, so what is not yet
     migrated still compiles)."""
@@ -182,6 +259,8 @@ def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, sty
     left = False
     for path, file in files.items():
         trial = FileRewrite(file.text, list(file.active))
+        if path in modules:
+            _apply_modules(trial, modules[path])
         for step in rewrites.steps:
             apply_step(rewrites.of_step(step), trial, target, style)
         needed[path] = set(trial.includes)
