@@ -54,11 +54,17 @@ def active_lines(scans: list[Pass], cwd: Path, root: Path) -> ActiveLines:
     with tempfile.TemporaryDirectory(prefix="assemble-assess-") as stand_in_dir:
         for scan in scans:
             command = directives_only(scan)
+            scanned = False
             for _ in range(MAX_STAND_INS):
                 output, error = _run([*command, "-idirafter", stand_in_dir], cwd)
                 missing = _MISSING.search(error)
                 if missing is None or len(result.stand_ins) >= MAX_STAND_INS:
                     break
+                if not scanned:  # all the missing headers at once, then one more pass
+                    scanned = True
+                    _stand_ins_from_scan(scan, cwd, Path(stand_in_dir), result)
+                    if missing["name"].strip() in result.stand_ins:
+                        continue
                 name = missing["name"].strip()
                 stand_in = Path(stand_in_dir) / name
                 if ".." in Path(name).parts or Path(name).is_absolute() or stand_in.exists():
@@ -73,6 +79,24 @@ def active_lines(scans: list[Pass], cwd: Path, root: Path) -> ActiveLines:
             _collect(output, cwd, root, result.lines)
     result.seconds = time.monotonic() - started
     return result
+
+
+def _stand_ins_from_scan(scan: Pass, cwd: Path, stand_in_dir: Path, result: ActiveLines) -> None:
+    """Every header the unit names that this machine lacks, found at once by check's own
+    ``-M -MG`` scan, gets its empty stand-in before the directives-only pass (one pass, not
+    one retry per missing header: a real tree without its CUTLASS submodule lacks dozens)."""
+    from assembler.check.scan import parse_make_rule
+
+    output, _ = _run([*scan.command, "-idirafter", str(stand_in_dir)], cwd)
+    for name in parse_make_rule(output.decode(errors="replace")):
+        path = Path(name)
+        if path.is_absolute() or (cwd / path).exists() or ".." in path.parts or len(result.stand_ins) >= MAX_STAND_INS:
+            continue
+        stand_in = stand_in_dir / path
+        if not stand_in.exists():
+            stand_in.parent.mkdir(parents=True, exist_ok=True)
+            stand_in.write_text("")
+            result.stand_ins.append(name)
 
 
 def _run(command: list[str], cwd: Path) -> tuple[bytes, str]:
