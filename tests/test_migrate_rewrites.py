@@ -100,3 +100,31 @@ def test_includes_swap_only_when_nothing_unstable_is_left() -> None:
     rewrite_includes(kept, kept.includes, REWRITES.unstable_includes, keep_unstable=True)
     assert kept.text.splitlines()[:4] == ["#include <torch/extension.h>", "#include <vector>", "#include <ATen/ATen.h>",
                                           "#include <torch/csrc/stable/tensor.h>"]
+
+
+@pytest.mark.parametrize(("parameters", "args", "returns", "schema", "wrapped"), [
+    (["const at::Tensor& x", "double eps"], [("x", None), ("eps", "1e-6")], "at::Tensor", "f(Tensor x, float eps=1e-6) -> Tensor", False),
+    (["const at::Tensor& x", "const int& groups"], [], "at::Tensor", "f(Tensor x, int groups) -> Tensor", True),
+    (["const std::tuple<at::Tensor, std::optional<at::Tensor>>& affine"], [("affine", None)], "std::tuple<at::Tensor, at::Tensor>",
+     "f(Tensor affine_0, Tensor? affine_1) -> (Tensor, Tensor)", True),
+    (["std::optional<int> n", "bool flag"], [("n", "py::none()"), ("flag", "true")], "void", "f(int? n=None, bool flag=True) -> ()", True),
+])
+def test_a_pybind11_binding_becomes_a_schema(parameters: list[str], args: list[tuple[str, str | None]], returns: str,
+                                             schema: str, wrapped: bool) -> None:
+    from assembler.migration.pybind import Binding, operator_for
+
+    operator = operator_for(Binding("f", "ns::f", args), returns, parameters)
+    assert operator.schema == schema
+    assert (operator.wrapper is not None) == wrapped
+    assert operator.impl == ("&f_boxed" if wrapped else "&ns::f")
+
+
+@pytest.mark.parametrize(("parameters", "returns", "reason"), [
+    (["const std::vector<at::Tensor>& xs"], "at::Tensor", "std::vector"),
+    (["const at::Tensor& x"], "at::Tensor*", "return type"),
+])
+def test_a_binding_without_a_schema_type_is_refused(parameters: list[str], returns: str, reason: str) -> None:
+    from assembler.migration.pybind import Binding, Unconvertible, operator_for
+
+    with pytest.raises(Unconvertible, match=reason):
+        operator_for(Binding("f", "ns::f", []), returns, parameters)

@@ -132,6 +132,15 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
             call_args.append(f"{base}({', '.join(pieces)})")
             needs_wrapper = True
             continue
+        optional = re.fullmatch(r"(?:std|c10)::optional<(.+)>", base)
+        if optional and not _OPTIONAL_TENSOR.match(base):  # an optional scalar: int? float? bool?
+            inner = optional.group(1).strip()
+            schema_type, wrapper_type, converts = _scalar(inner, False)
+            schema_args.append(f"{schema_type}? {name}{default}")
+            wrapper_params.append(f"std::optional<{wrapper_type}> {name}")
+            call_args.append(f"{name} ? std::optional<{inner}>(static_cast<{inner}>(*{name})) : std::nullopt" if converts else name)
+            needs_wrapper = needs_wrapper or converts or reference
+            continue
         schema_type, wrapper_type, converts = _scalar(base, reference)
         schema_args.append(f"{schema_type} {name}{default}")
         wrapper_params.append(f"{wrapper_type} {name}")
