@@ -20,6 +20,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "scalar-type": ("x.scalar_type() == at::kHalf || y == torch::kInt64",
                     "x.scalar_type() == torch::headeronly::ScalarType::Half || y == torch::headeronly::ScalarType::Long"),
     "scalar-type-enum": ("c10::ScalarType::BFloat16", "torch::headeronly::ScalarType::BFloat16"),
+    "bfloat16": ("auto p = x.data_ptr<at::BFloat16>();", "auto p = x.mutable_data_ptr<torch::headeronly::BFloat16>();"),
+    "half": ("c10::Half h;", "torch::headeronly::Half h;"),
     "torch-check": ('TORCH_CHECK(ok, "message");', 'STD_TORCH_CHECK(ok, "message");'),
     "contiguous": ("auto y = x.contiguous();", "auto y = torch::stable::contiguous(x);"),
     "view": ("auto y = x.contiguous().view({-1});", "auto y = torch::stable::view(torch::stable::contiguous(x), {-1});"),
@@ -108,6 +110,8 @@ def test_includes_swap_only_when_nothing_unstable_is_left() -> None:
     (["const std::tuple<at::Tensor, std::optional<at::Tensor>>& affine"], [("affine", None)], "std::tuple<at::Tensor, at::Tensor>",
      "f(Tensor affine_0, Tensor? affine_1) -> (Tensor, Tensor)", True),
     (["std::optional<int> n", "bool flag"], [("n", "py::none()"), ("flag", "true")], "void", "f(int? n=None, bool flag=True) -> ()", True),
+    (["int64_t T", "int64_t H"], [("T", None), ("H", None)], "int64_t", "f(int T, int H) -> int", False),
+    (["std::optional<torch::Tensor> state = std::nullopt"], [("state", "py::none()")], "torch::Tensor", "f(Tensor? state=None) -> Tensor", False),
 ])
 def test_a_pybind11_binding_becomes_a_schema(parameters: list[str], args: list[tuple[str, str | None]], returns: str,
                                              schema: str, wrapped: bool) -> None:

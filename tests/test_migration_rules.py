@@ -33,6 +33,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "tensor-type": ("at::Tensor x;", "torch::stable::Tensor x;"),
     "scalar-type": ("x.scalar_type() == at::kHalf", "torch::headeronly::ScalarType::Half"),
     "scalar-type-e8m0": ("at::kFloat8_e8m0fnu", "torch::headeronly::ScalarType::Float8_e8m0fnu"),
+    "element-type": ("x.mutable_data_ptr<at::BFloat16>()", "x.mutable_data_ptr<torch::headeronly::BFloat16>()"),
     "tensor-options": ("x.options().dtype(at::kFloat)", "x.optionsFor()"),
     "device-guard": ("const at::DeviceGuard g(x.device());", "torch::stable::accelerator::DeviceGuard g(0);"),
     "cuda-stream": ("auto s = at::cuda::getCurrentCUDAStream();", "aoti_torch_get_current_cuda_stream(0, &s);"),
@@ -51,7 +52,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "sum": ("at::sum_out(dk, x, {3})", "torch::stable::sum_out(dk, x, dims)"),
     "has-storage": ("x.has_storage()", "x.storage_offset()"),
     "aten-function": ("at::softmax(x, -1)", "torch::stable::amax(x, 1)"),
-    "libtorch-name": ("c10::Half h;", "torch::headeronly::Half h;"),
+    "libtorch-name": ("c10::SymInt n;", "torch::headeronly::HeaderOnlyArrayRef<int64_t> n;"),
 }
 
 
@@ -79,7 +80,7 @@ def test_comments_strings_and_inactive_lines_are_not_uses() -> None:
 
 
 def test_a_fallback_yields_to_the_specific_rule() -> None:
-    assert _rules_matching("at::empty_like(x); at::softmax(x, 1); c10::Half h;") == ["empty-like", "aten-function", "libtorch-name"]
+    assert _rules_matching("at::empty_like(x); at::softmax(x, 1); c10::SymInt n;") == ["empty-like", "aten-function", "libtorch-name"]
     assert _rules_matching("#include <torch/extension.h>\nat::Tensor t;") == ["include-torch-extension", "tensor-type"]
 
 

@@ -36,6 +36,7 @@ class Binding:
     function: str  # as written after &, e.g. normkit::rms_norm
     args: list[tuple[str, str | None]]  # py::arg names and default texts
     guard: list[str] = field(default_factory=list)  # preprocessor lines open around it
+    cast: tuple[str, list[str]] | None = None  # a static_cast to the overload's pointer type: (returns, parameters)
 
 
 @dataclass
@@ -112,7 +113,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
     wrapper_params: list[str] = []
     call_args: list[str] = []
     needs_wrapper = False
-    for index, parameter in enumerate(parameters):
+    for index, written in enumerate(parameters):
+        parameter = written.split("=", 1)[0].strip()  # a C++ default argument: the py::arg default is the schema's
         cxx_type, _, cxx_name = parameter.rpartition(" ")
         if not cxx_type or "&" in cxx_name:
             cxx_type, cxx_name = parameter.rsplit("&", 1)[0] + "&", parameter.rsplit("&", 1)[1].strip()
@@ -153,6 +155,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
         schema_ret = "(" + ", ".join("Tensor" for _ in _split_template(ret_base)) + ")"
     elif ret_base == "void":
         schema_ret = "()"
+    elif ret_base in ("int64_t", "std::int64_t", "double", "bool"):
+        schema_ret = _scalar(ret_base, False)[0]
     else:
         raise Unconvertible(f"return type {ret_base} has no schema type this step knows")
     schema = f"{binding.name}({', '.join(schema_args)}) -> {schema_ret}"
@@ -180,11 +184,19 @@ def parse_bindings(code: str, text: str, body_start: int, body_end: int, var: st
         at = body_start + found.end() - 1
         close = _close(code, at)
         call = text[at + 1:close]
-        head = re.match(r'\s*"(\w+)"\s*,\s*&?\s*([\w:]+)', call)
-        if head is None:
+        head = re.match(r'\s*"(\w+)"\s*,\s*', call)
+        cast = re.match(r"static_cast\s*<\s*(.+?)\s*\(\s*\*\s*\)\s*\((.*?)\)\s*>\s*\(\s*&?\s*([\w:]+)\s*\)",
+                        call[head.end():] if head else "", re.S)
+        target = re.match(r"&?\s*([\w:]+)", call[head.end():]) if head else None
+        if head is None or (cast is None and target is None):
             raise Unconvertible(f"{var}.def without a name and a function pointer")
         args = [(m.group(1), m.group(2)) for m in _ARG.finditer(call)]
-        bindings.append(Binding(head.group(1), head.group(2), args, _guard_at(text, body_start, at)))
+        binding = Binding(head.group(1), cast.group(3) if cast else target.group(1) if target else "", args,
+                          _guard_at(text, body_start, at))
+        if cast:  # the overload is spelt out: its types are the signature, the py::arg names its names
+            types = [t.strip() for t in cast.group(2).split(",") if t.strip()]
+            binding.cast = (cast.group(1).strip(), [f"{t} {name}" for t, (name, _) in zip(types, args or [(f"arg{i}", None) for i in range(len(types))], strict=False)])
+        bindings.append(binding)
     return bindings
 
 
@@ -232,7 +244,7 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool,
             bindings = parse_bindings(code, text, module.end(), close, module.group(2))
             operators = []
             for binding in bindings:
-                found = signature(binding.function.split("::")[-1])  # type: ignore[operator]
+                found = binding.cast or signature(binding.function.split("::")[-1])  # type: ignore[operator]
                 if found is None:
                     raise Unconvertible(f"no declaration of {binding.function} found")
                 operators.append(operator_for(binding, found[0], found[1]))
