@@ -110,6 +110,7 @@ def test_includes_swap_only_when_nothing_unstable_is_left() -> None:
     (["const std::tuple<at::Tensor, std::optional<at::Tensor>>& affine"], [("affine", None)], "std::tuple<at::Tensor, at::Tensor>",
      "f(Tensor affine_0, Tensor? affine_1) -> (Tensor, Tensor)", True),
     (["std::optional<int> n", "bool flag"], [("n", "py::none()"), ("flag", "true")], "void", "f(int? n=None, bool flag=True) -> ()", True),
+    (["const std::vector<at::Tensor>& xs"], [], "std::vector<at::Tensor>", "f(Tensor[] xs) -> Tensor[]", False),
     (["int64_t T", "int64_t H"], [("T", None), ("H", None)], "int64_t", "f(int T, int H) -> int", False),
     (["std::optional<torch::Tensor> state = std::nullopt"], [("state", "py::none()")], "torch::Tensor", "f(Tensor? state=None) -> Tensor", False),
 ])
@@ -124,7 +125,7 @@ def test_a_pybind11_binding_becomes_a_schema(parameters: list[str], args: list[t
 
 
 @pytest.mark.parametrize(("parameters", "returns", "reason"), [
-    (["const std::vector<at::Tensor>& xs"], "at::Tensor", "std::vector"),
+    (["const std::vector<std::string>& names"], "at::Tensor", "std::vector"),
     (["const at::Tensor& x"], "at::Tensor*", "return type"),
 ])
 def test_a_binding_without_a_schema_type_is_refused(parameters: list[str], returns: str, reason: str) -> None:

@@ -78,6 +78,8 @@ def _scalar(base: str, reference: bool) -> tuple[str, str, bool]:
         return "Tensor", "const at::Tensor&", False
     if _OPTIONAL_TENSOR.match(base):
         return "Tensor?", "const std::optional<at::Tensor>&", False
+    if re.fullmatch(rf"std::vector<{_TENSOR}>", base):
+        return "Tensor[]", "const std::vector<at::Tensor>&", False
     if base == "double":
         return "float", "double", reference
     if base == "float":
@@ -153,6 +155,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
         schema_ret = "Tensor"
     elif ret_base.startswith("std::tuple<") and all(re.fullmatch(_TENSOR, e) for e in _split_template(ret_base)):
         schema_ret = "(" + ", ".join("Tensor" for _ in _split_template(ret_base)) + ")"
+    elif re.fullmatch(rf"std::vector<{_TENSOR}>", ret_base):
+        schema_ret = "Tensor[]"
     elif ret_base == "void":
         schema_ret = "()"
     elif ret_base in ("int64_t", "std::int64_t", "double", "bool"):
