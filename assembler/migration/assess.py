@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assembler.builder.units import TranslationUnit, translation_units
+from assembler.builder.units import CUDA_ROOT, TORCH_ROOT, TranslationUnit, translation_units
 from assembler.errors import AssembleError
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
@@ -208,11 +208,16 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
                 checkout = (sync_checkouts(workspace, [dep], lambda name, step: note(f"{name}: {step}"))[dep.name].path
                             if sync else workspace.fork_path(dep))
                 units = translation_units(workspace, dep, checkout)
+                # check's own toolchain and flags (check/run.py _plan), less the dependency-wide guards
                 has_cu = any(unit.language == CUDA for unit in units)
+                components = dep.cuda_components
+                needs_cuda = has_cu or any(root == CUDA_ROOT for unit in units for root, _ in unit.system_includes or ())
+                toolkit = tools.cuda(components) if needs_cuda else None
                 system = list(torch_include_roots(tools.env.torch_dir))[::-1]
-                system += tools.cuda_includes(required=has_cu or any(e.language == CUDA for e in dep.build.extensions),
-                                              wanted=dep.build.backend != "helper")
-                flags = Flags(defines=(), system_includes=tuple(system), python_include=tools.python_include)
+                system += tools.cuda_includes(required=needs_cuda, wanted=dep.build.backend != "helper", components=components)
+                flags = Flags(defines=(), system_includes=tuple(system), python_include=tools.python_include,
+                              roots=((TORCH_ROOT, tools.env.torch_dir),
+                                     *(((CUDA_ROOT, toolkit.root),) if toolkit is not None else ())))
                 archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
                 note(f"{dep.name}: preprocessing {len(units)} units")
                 _assess(assessment, dep, checkout, units, flags, tools, archs, ruleset, jobs or available_cpus())
@@ -233,7 +238,7 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
     def scans(unit: TranslationUnit) -> list[Pass]:
         std = unit.std or default_std
         if unit.language == CUDA:
-            return list(tools.nvcc_passes(archs).passes(flags, unit, std))
+            return list(tools.nvcc_passes(dep.cuda_components, archs, std, unit.flags).passes(flags, unit))
         return [compilers.cxx_pass(tools.cxx, flags, unit, std)]
 
     planned = [(unit, scans(unit)) for unit in units]
