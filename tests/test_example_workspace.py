@@ -73,7 +73,7 @@ def test_make_upstreams_is_deterministic_and_matches_the_pins(
     monkeypatch.setenv("GIT_COMMITTER_DATE", "2001-01-01T00:00:00+00:00")
     monkeypatch.setenv("TZ", "America/New_York")
     assert make_upstreams(tmp_path / "again") == heads
-    assert set(heads) == {"vecadd", "scalekit", "scalekit-fork", "rowsum"}
+    assert set(heads) == {"vecadd", "scalekit", "scalekit-fork", "rowsum", "normkit"}
     for dep in manifest.deps.values():
         assert dep.commit == heads[_repo_name(dep.source)], f"deps.toml pin of {dep.name} is stale"
 
@@ -179,3 +179,13 @@ def test_cli_prints_the_heads(tmp_path: Path, upstreams: tuple[Path, dict[str, s
     )
     printed = dict(line.split()[:2] for line in result.stdout.splitlines())
     assert printed == heads
+
+
+def test_the_migration_example_pins_normkit(upstreams: tuple[Path, dict[str, str]]) -> None:
+    """examples/stable-abi/migrate/deps.toml (the unmigrated normkit) pins upstream's head too."""
+    from assembler.manifest.load import load_manifest
+
+    _, heads = upstreams
+    manifest = load_manifest(EXAMPLE / "migrate" / "deps.toml")
+    assert manifest.deps["normkit"].commit == heads["normkit"]
+    assert manifest.deps["normkit"].series == ()

@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("verify",),  # loading wheels on several torch versions
     ("builder",),  # builds, the pipeline, build evidence
     ("check",),  # source-level Stable-ABI check (compiles, maps results through audit.gate)
+    ("migration",),  # helping write a migration: assess (the inventory of LibTorch uses), review (the token criterion)
     ("upstreaming",),  # patch status, rebase
     ("cli",),  # argument parsing and printing only
     ("__main__",),

@@ -26,7 +26,7 @@ from assembler.errors import AssembleError, ExitCode, InputError, environment_fa
 # Command name -> module under assembler.cli, in the order `assemble --help` lists them.
 COMMAND_MODULES = {
     "deps": "deps", "checkout": "checkout", "export": "export", "patches": "patches", "rebase": "rebase",
-    "check": "check", "build": "build", "plan": "plan", "verify": "verify", "merge": "merge", "audit": "audit",
+    "check": "check", "assess": "assess", "migrate": "migrate", "review": "review", "build": "build", "plan": "plan", "verify": "verify", "merge": "merge", "audit": "audit",
     "sbom": "sbom", "size": "size", "cache": "cache", "completion": "completion",
     "status": "status", "show": "show", "init": "init", "add": "add", "ci": "ci",
 }

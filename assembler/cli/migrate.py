@@ -1,0 +1,55 @@
+"""`assemble migrate DEP [--style FILE] [--dry-run]`: the mechanical part of a Stable-ABI
+migration as commits on assemble/DEP (one per step), with a report of what is left by
+file:line and check's verdict before and after."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from assembler.cli.common import add_format, open_workspace
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("migrate", help="rewrite a dependency mechanically towards the Stable ABI, one commit per step")
+    parser.add_argument("dep", metavar="DEP", help="the dependency whose checkout is migrated (forks/DEP)")
+    parser.add_argument("--style", metavar="FILE", type=Path, help='per-project choices, a TOML file: data-ptr = "const-mutable" | "mutable"')
+    parser.add_argument("--dry-run", action="store_true", help="print each step's diff; write and commit nothing")
+    parser.add_argument("--no-check", action="store_true", help="do not run `assemble check` before and after")
+    add_format(parser)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from assembler.migration.migrate import read_style, run_migrate
+    from assembler.report.output import emit_json, note, status
+
+    workspace = open_workspace(args)
+    style = read_style(args.style)
+    with status("migrating", active=args.format == "table"):
+        report = run_migrate(workspace, args.dep, style, dry_run=args.dry_run, check=not args.no_check, note=note)
+    if args.format == "json":
+        emit_json(report.to_json())
+        return 0
+    out: list[str] = []
+    for step in report.steps:
+        commit = step.commit[:12] if step.commit else "(dry run)"
+        out.append(f"{commit} {step.subject}")
+        if report.dry_run:
+            out.append(step.diff)
+    if not report.steps:
+        out.append(f"{report.dep}: nothing to rewrite mechanically")
+    for item in report.declined:
+        out.append(f"declined {item['at']}: {item['rewrite']}: {item['reason']}")
+    for item in report.remaining:
+        out.append(f"left {item['at']}: {item['api']} ({item['kind']}): {item['approach']}")
+    if report.before is not None and report.after is not None:
+        out.append(f"check: {report.before.clean} of {report.before.total} units CLEAN before ({report.before.verdict}), "
+                   f"{report.after.clean} of {report.after.total} after ({report.after.verdict}): "
+                   f"{report.went_clean} went from UNSTABLE to CLEAN")
+    if not report.dry_run and report.steps:
+        out.append(f"next: review with `assemble review {report.dep}` after `assemble export {report.dep}`")
+    sys.stdout.write("\n".join(out) + "\n")
+    return 0

@@ -1,0 +1,76 @@
+"""`assemble review DEP [PATCH...]`: every hunk of a migration series judged by the token
+criterion (format only, API-only, or FLAGGED with the tokens that differ); exit 1 while a
+flagged hunk is not acknowledged by a ``Migration-Review:`` trailer."""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+from assembler.cli.common import add_format, open_workspace
+
+if TYPE_CHECKING:
+    from assembler.migration.review import ReviewReport
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("review", help="token review of a migration series: flags hunks that change more than the torch API")
+    parser.add_argument("dep", metavar="DEP", help="the dependency whose series is reviewed")
+    parser.add_argument("patches", nargs="*", metavar="PATCH", help="patch files of the series (default: all of them)")
+    add_format(parser, markdown=True)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import sys
+
+    from assembler.migration.review import run_review
+    from assembler.report.output import emit_json
+
+    workspace = open_workspace(args)
+    dep = workspace.manifest.select([args.dep])[0]
+    report = run_review(dep.name, dep.patches_dir, dep.series, list(args.patches))
+    if args.format == "json":
+        emit_json(report.to_json())
+    else:
+        sys.stdout.write(render(report, markdown=args.format == "markdown", base=f"forks/{dep.name}/"))
+    return report.exit_code
+
+
+def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
+    """One table per patch: each hunk, its verdict, the tokens that differ, the acknowledgement."""
+    from assembler.migration.review import HunkVerdict
+
+    out: list[str] = []
+    for patch in report.patches:
+        counts = {v: sum(1 for h in patch.hunks if h.verdict is v) for v in HunkVerdict}
+        out.append(f"{'## ' if markdown else ''}{patch.patch}: {patch.subject}")
+        out.append("")
+        out.append(f"{len(patch.hunks)} hunks: {counts[HunkVerdict.API]} API-only, {counts[HunkVerdict.FORMAT]} format/comment only, "
+                   f"{counts[HunkVerdict.FLAGGED]} flagged ({len(patch.unacknowledged)} not acknowledged)")
+        out.append("")
+        if not patch.hunks:
+            out += ["no C/C++/CUDA hunks", ""]
+            continue
+        rows = [["hunk", "verdict", "removed tokens", "added tokens", "acknowledged"]]
+        for hunk in patch.hunks:
+            name = f"[{hunk.id}]({base}{hunk.file}#L{hunk.new_start})" if markdown else f"{hunk.id} (+{hunk.new_start})"
+            rows.append([name, hunk.verdict.words, " ".join(hunk.removed_tokens), " ".join(hunk.added_tokens), hunk.acknowledged or ""])
+        if markdown:
+            out.append("| " + " | ".join(rows[0]) + " |")
+            out.append("|" + "---|" * len(rows[0]))
+            out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows[1:]]
+        else:
+            from assembler.report.table import TextTable
+
+            table = TextTable(*rows[0], text=("removed tokens", "added tokens", "acknowledged"))
+            for row in rows[1:]:
+                table.add_row(*row)
+            out.append(table.render(width=160))
+        for ack in patch.unknown_acknowledgements:
+            out.append(f"{'- ' if markdown else ''}Migration-Review: {ack}: names no hunk of this patch (write FILE#N or FILE:LINE)")
+        out.append("")
+    flagged = sum(len(p.unacknowledged) for p in report.patches)
+    out.append(f"{report.dep}: {flagged} flagged hunks not acknowledged" if flagged else f"{report.dep}: every hunk is API-only, "
+               "format-only or acknowledged")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,296 @@
+"""The registration step for pybind11 modules: ``PYBIND11_MODULE(name, m) { m.def("op", &fn,
+py::arg("x"), ...); }`` becomes a ``STABLE_TORCH_LIBRARY`` fragment with each operator's
+schema made from the C++ signature (``const int&`` -> ``int``, a ``std::tuple`` parameter split
+into one argument per element, through a generated wrapper), a ``STABLE_TORCH_LIBRARY_IMPL``
+with ``TORCH_BOX``, and, for a setuptools build, a limited-API ``PyInit`` for the module
+Python imports. Preprocessor lines inside the module body are carried over around the
+registrations they guarded. Every schema is parsed by the build torch
+(``torch._C.parse_schema``) before anything is written; a module with a binding that cannot be
+converted is left whole and reported."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from assembler.migration.lexer import blank_comments_and_strings
+
+GENERATED_MARK = "Registered with the Stable ABI by `assemble migrate`"  # what review's trailer looks for
+_MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{")
+_ARG = re.compile(r'py::arg\s*\(\s*"(\w+)"\s*\)(?:\s*=\s*([^,]+?))?\s*(?=,|$)', re.S)
+_TENSOR = r"(?:at|torch)::Tensor"
+_OPTIONAL_TENSOR = re.compile(rf"^(?:std|c10)::optional\s*<\s*{_TENSOR}\s*>$")
+_NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlL]?$")
+
+
+class Unconvertible(Exception):
+    """A binding this step cannot convert; the message says why."""
+
+
+@dataclass
+class Binding:
+    name: str
+    function: str  # as written after &, e.g. normkit::rms_norm
+    args: list[tuple[str, str | None]]  # py::arg names and default texts
+    guard: list[str] = field(default_factory=list)  # preprocessor lines open around it
+    cast: tuple[str, list[str]] | None = None  # a static_cast to the overload's pointer type: (returns, parameters)
+
+
+@dataclass
+class Operator:
+    schema: str
+    impl: str  # what TORCH_BOX boxes
+    wrapper: str | None = None
+    guard: list[str] = field(default_factory=list)
+
+
+def _base(cxx_type: str) -> tuple[str, bool]:
+    """A parameter type without const and &, and whether it was a reference."""
+    text = " ".join(cxx_type.replace("&", " & ").split())
+    reference = "&" in text
+    text = text.replace("&", "").replace("const ", "").replace(" const", "").strip()
+    return re.sub(r"\s*([<>,])\s*", r"\1", text).replace(",", ", "), reference
+
+
+def _split_template(text: str) -> list[str]:
+    inner = text[text.index("<") + 1:text.rindex(">")]
+    parts, depth, current = [], 0, ""
+    for char in inner:
+        if char == "<":
+            depth += 1
+        elif char == ">":
+            depth -= 1
+        if char == "," and depth == 0:
+            parts.append(current.strip())
+            current = ""
+        else:
+            current += char
+    parts.append(current.strip())
+    return parts
+
+
+def _scalar(base: str, reference: bool) -> tuple[str, str, bool]:
+    """(schema type, wrapper parameter type, needs a wrapper)"""
+    if re.fullmatch(_TENSOR, base):
+        return "Tensor", "const at::Tensor&", False
+    if _OPTIONAL_TENSOR.match(base):
+        return "Tensor?", "const std::optional<at::Tensor>&", False
+    if re.fullmatch(rf"std::vector<{_TENSOR}>", base):
+        return "Tensor[]", "const std::vector<at::Tensor>&", False
+    if base == "double":
+        return "float", "double", reference
+    if base == "float":
+        return "float", "double", True
+    if base in ("int64_t", "std::int64_t"):
+        return "int", "int64_t", reference
+    if base in ("int", "int32_t", "long", "size_t", "std::size_t", "long long", "unsigned", "uint32_t"):
+        return "int", "int64_t", True
+    if base == "bool":
+        return "bool", "bool", reference
+    raise Unconvertible(f"parameter type {base} has no schema type this step knows")
+
+
+def _default(text: str | None) -> str:
+    if text is None:
+        return ""
+    value = text.strip()
+    if value in ("true", "false"):
+        return "=" + value.capitalize()
+    if value in ("py::none()", "std::nullopt", "c10::nullopt"):
+        return "=None"
+    if _NUMBER.match(value):
+        return "=" + value.rstrip("fFlL")
+    raise Unconvertible(f"default {value!r} is not a literal")
+
+
+def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Operator:
+    """The schema, and a wrapper when the C++ signature is not what TORCH_BOX takes."""
+    names = [name for name, _ in binding.args]
+    if names and len(names) != len(parameters):
+        raise Unconvertible(f"{len(names)} py::arg for {len(parameters)} parameters")
+    schema_args: list[str] = []
+    wrapper_params: list[str] = []
+    call_args: list[str] = []
+    needs_wrapper = False
+    for index, written in enumerate(parameters):
+        parameter = written.split("=", 1)[0].strip()  # a C++ default argument: the py::arg default is the schema's
+        cxx_type, _, cxx_name = parameter.rpartition(" ")
+        if not cxx_type or "&" in cxx_name:
+            cxx_type, cxx_name = parameter.rsplit("&", 1)[0] + "&", parameter.rsplit("&", 1)[1].strip()
+        name = names[index] if names else cxx_name.strip()
+        default = _default(binding.args[index][1]) if names else ""
+        base, reference = _base(cxx_type)
+        if base.startswith("std::tuple<"):
+            elements = _split_template(base)
+            if default:
+                raise Unconvertible("a tuple parameter with a default")
+            pieces = []
+            for position, element in enumerate(elements):
+                schema_type, wrapper_type, _ = _scalar(element, False)
+                schema_args.append(f"{schema_type} {name}_{position}")
+                wrapper_params.append(f"{wrapper_type} {name}_{position}")
+                pieces.append(f"{name}_{position}")
+            call_args.append(f"{base}({', '.join(pieces)})")
+            needs_wrapper = True
+            continue
+        optional = re.fullmatch(r"(?:std|c10)::optional<(.+)>", base)
+        if optional and not _OPTIONAL_TENSOR.match(base):  # an optional scalar: int? float? bool?
+            inner = optional.group(1).strip()
+            schema_type, wrapper_type, converts = _scalar(inner, False)
+            schema_args.append(f"{schema_type}? {name}{default}")
+            wrapper_params.append(f"std::optional<{wrapper_type}> {name}")
+            call_args.append(f"{name} ? std::optional<{inner}>(static_cast<{inner}>(*{name})) : std::nullopt" if converts else name)
+            needs_wrapper = needs_wrapper or converts or reference
+            continue
+        schema_type, wrapper_type, converts = _scalar(base, reference)
+        schema_args.append(f"{schema_type} {name}{default}")
+        wrapper_params.append(f"{wrapper_type} {name}")
+        call_args.append(f"static_cast<{base}>({name})" if converts and schema_type != "Tensor" else name)
+        needs_wrapper = needs_wrapper or converts
+    ret_base, _ = _base(returns.replace("inline", "").replace("static", ""))
+    if re.fullmatch(_TENSOR, ret_base):
+        schema_ret = "Tensor"
+    elif ret_base.startswith("std::tuple<") and all(re.fullmatch(_TENSOR, e) for e in _split_template(ret_base)):
+        schema_ret = "(" + ", ".join("Tensor" for _ in _split_template(ret_base)) + ")"
+    elif re.fullmatch(rf"std::vector<{_TENSOR}>", ret_base):
+        schema_ret = "Tensor[]"
+    elif ret_base == "void":
+        schema_ret = "()"
+    elif ret_base in ("int64_t", "std::int64_t", "double", "bool"):
+        schema_ret = _scalar(ret_base, False)[0]
+    else:
+        raise Unconvertible(f"return type {ret_base} has no schema type this step knows")
+    schema = f"{binding.name}({', '.join(schema_args)}) -> {schema_ret}"
+    if not needs_wrapper:
+        return Operator(schema, f"&{binding.function}", guard=binding.guard)
+    wrapper_name = f"{binding.name}_boxed"
+    body = f"return {binding.function}({', '.join(call_args)});" if ret_base != "void" else f"{binding.function}({', '.join(call_args)});"
+    wrapper = f"{ret_base} {wrapper_name}({', '.join(wrapper_params)}) {{\n  {body}\n}}"
+    return Operator(schema, f"&{wrapper_name}", wrapper, guard=binding.guard)
+
+
+@dataclass
+class ModuleEdit:
+    start: int
+    end: int  # the module's text, closing brace included
+    line: int
+    replacement: str
+    schemas: list[str]
+
+
+def parse_bindings(code: str, text: str, body_start: int, body_end: int, var: str) -> list[Binding]:
+    """The ``var.def(...)`` calls between the braces, with the preprocessor lines open around each."""
+    bindings: list[Binding] = []
+    for found in re.finditer(rf"\b{re.escape(var)}\s*\.\s*def\s*\(", code[body_start:body_end]):
+        at = body_start + found.end() - 1
+        close = _close(code, at)
+        call = text[at + 1:close]
+        head = re.match(r'\s*"(\w+)"\s*,\s*', call)
+        cast = re.match(r"static_cast\s*<\s*(.+?)\s*\(\s*\*\s*\)\s*\((.*?)\)\s*>\s*\(\s*&?\s*([\w:]+)\s*\)",
+                        call[head.end():] if head else "", re.S)
+        target = re.match(r"&?\s*([\w:]+)", call[head.end():]) if head else None
+        if head is None or (cast is None and target is None):
+            raise Unconvertible(f"{var}.def without a name and a function pointer")
+        args = [(m.group(1), m.group(2)) for m in _ARG.finditer(call)]
+        binding = Binding(head.group(1), cast.group(3) if cast else target.group(1) if target else "", args,
+                          _guard_at(text, body_start, at))
+        if cast:  # the overload is spelt out: its types are the signature, the py::arg names its names
+            types = [t.strip() for t in cast.group(2).split(",") if t.strip()]
+            binding.cast = (cast.group(1).strip(), [f"{t} {name}" for t, (name, _) in zip(types, args or [(f"arg{i}", None) for i in range(len(types))], strict=False)])
+        bindings.append(binding)
+    return bindings
+
+
+def _guard_at(text: str, body_start: int, at: int) -> list[str]:
+    guard: list[str] = []
+    for raw in text[body_start:at].split("\n"):
+        stripped = raw.strip()
+        if re.match(r"#\s*(if|ifdef|ifndef)\b", stripped):
+            guard.append(stripped)
+        elif re.match(r"#\s*endif\b", stripped) and guard:
+            guard.pop()
+    return guard
+
+
+def _close(code: str, opening: int) -> int:
+    depth = 0
+    for index in range(opening, len(code)):
+        if code[index] in "([{":
+            depth += 1
+        elif code[index] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return index
+    raise Unconvertible("unbalanced brackets")
+
+
+def _guarded(lines: list[str], guard: list[str]) -> list[str]:
+    if not guard:
+        return lines
+    return [*guard, *lines, *("#endif" for _ in guard)]
+
+
+def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool,
+                    signature: object) -> tuple[list[ModuleEdit], list[tuple[int, str]]]:
+    """The edits that turn each pybind11 module of ``text`` into a stable registration, and
+    (line, reason) for each module left as it is. ``signature(name)`` finds a bound
+    function's (return type, parameters)."""
+    code = blank_comments_and_strings(text)
+    edits: list[ModuleEdit] = []
+    declined: list[tuple[int, str]] = []
+    for module in _MODULE.finditer(code):
+        line = code.count("\n", 0, module.start()) + 1
+        try:
+            close = _close(code, module.end() - 1)
+            bindings = parse_bindings(code, text, module.end(), close, module.group(2))
+            operators = []
+            for binding in bindings:
+                found = binding.cast or signature(binding.function.split("::")[-1])  # type: ignore[operator]
+                if found is None:
+                    raise Unconvertible(f"no declaration of {binding.function} found")
+                operators.append(operator_for(binding, found[0], found[1]))
+        except Unconvertible as error:
+            declined.append((line, str(error)))
+            continue
+        wrappers = [op.wrapper for op in operators if op.wrapper]
+        out = [f"// {GENERATED_MARK} (was a pybind11 module)."]
+        if wrappers:
+            out += ["namespace {", "", "// What TORCH_BOX takes: int64_t for ints, one argument per tuple element."]
+            for op in operators:
+                if op.wrapper:
+                    out += _guarded(op.wrapper.split("\n"), op.guard)
+            out += ["", "}  // namespace", ""]
+        out.append(f"STABLE_TORCH_LIBRARY({namespace}, m) {{")
+        for op in operators:
+            out += _guarded([f'  m.def("{op.schema}");'], op.guard)
+        out += ["}", "", f"STABLE_TORCH_LIBRARY_IMPL({namespace}, {dispatch_key}, m) {{"]
+        for op, binding in zip(operators, bindings, strict=True):
+            out += _guarded([f'  m.impl("{binding.name}", TORCH_BOX({op.impl}));'], op.guard)
+        out.append("}")
+        if pyinit:
+            out += ["", "// The module Python imports, with the limited API only (pybind11 needs the full one).",
+                    "#define ASSEMBLE_STR_(x) #x", "#define ASSEMBLE_STR(x) ASSEMBLE_STR_(x)",
+                    "#define ASSEMBLE_PYINIT_(name) PyInit_##name", "#define ASSEMBLE_PYINIT(name) ASSEMBLE_PYINIT_(name)",
+                    f"extern \"C\" PyObject* ASSEMBLE_PYINIT({module.group(1)})(void) {{",
+                    f"  static PyModuleDef module = {{PyModuleDef_HEAD_INIT, ASSEMBLE_STR({module.group(1)}), nullptr, -1, nullptr,"
+                    " nullptr, nullptr, nullptr, nullptr};",
+                    "  return PyModule_Create(&module);", "}"]
+        edits.append(ModuleEdit(module.start(), close + 1, line, "\n".join(out), [op.schema for op in operators]))
+    return edits, declined
+
+
+def parse_schemas(python: Path, schemas: list[str]) -> list[tuple[str, str | None]]:
+    """(schema, error or None) for each, as the build torch's ``torch._C.parse_schema`` says."""
+    script = ("import json, sys, torch\nout = []\nfor s in json.load(sys.stdin):\n"
+              "    try:\n        torch._C.parse_schema(s); out.append(None)\n"
+              "    except Exception as e:\n        out.append(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)\n"
+              "print(json.dumps(out))\n")
+    result = subprocess.run([str(python), "-c", script], input=json.dumps(schemas), capture_output=True, text=True,
+                            timeout=300, check=False)
+    if result.returncode != 0:
+        return [(schema, f"torch could not be asked: {result.stderr.strip().splitlines()[-1:]}") for schema in schemas]
+    errors = json.loads(result.stdout.strip().splitlines()[-1])
+    return list(zip(schemas, errors, strict=True))

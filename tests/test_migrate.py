@@ -1,0 +1,119 @@
+"""`assemble migrate` end to end on the example's own libraries, with real git, g++, nvcc and
+torch. vecadd's upstream (unmigrated: ATen, TORCH_LIBRARY, at:: calls) becomes three generated
+commits that `check` proves CLEAN (UNSTABLE -> CLEAN) and `review` passes hunk by hunk.
+normkit (a pybind11 module, TensorOptions, a device guard): a dry run writes nothing and
+reports what is not mechanical by file:line; the real run's three commits plus the committed
+manual patch (examples/stable-abi/migrate/manual/) are CLEAN, pass review, build, audit STABLE
+and pass `verify` on torch 2.13.0 and 2.14.1, the operators' schemas made from the C++
+signatures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import tomlkit
+
+from tests.build_support import EXAMPLE, HERMETIC_CUDA, assemble, example_copy
+
+pytestmark = pytest.mark.slow
+
+MANUAL = next((EXAMPLE / "migrate" / "manual").glob("0004-*.patch"))
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def _vecadd_only_unmigrated(ws: Path) -> None:
+    """The example with vecadd alone and no series: upstream as it is."""
+    manifest = tomlkit.parse((ws / "deps.toml").read_text())
+    for name in ("scalekit", "rowsum"):
+        del manifest["deps"][name]  # type: ignore[union-attr]
+    (ws / "deps.toml").write_text(tomlkit.dumps(manifest))
+    shutil.move(ws / "patches" / "vecadd", ws / "vecadd-manual")
+
+
+def test_migrate_turns_vecadd_upstream_into_a_stable_series(tmp_path: Path, private_cache: Path) -> None:
+    ws = example_copy(tmp_path / "ws")
+    _vecadd_only_unmigrated(ws)
+    result = assemble("-C", str(ws), "migrate", "vecadd", "--json", cache=private_cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms"]
+    assert report["steps"][0]["subject"] == "Register operators with STABLE_TORCH_LIBRARY and TORCH_BOX (2 torch-library, 1 impl-box)"
+    assert report["steps"][2]["made"] == {"data-ptr": 3, "view": 3, "contiguous": 2, "empty-like": 1}
+    assert report["declined"] == [] and report["remaining"] == []
+    assert report["check"] == {"before": {"verdict": "UNSTABLE", "clean": 0, "total": 1},
+                               "after": {"verdict": "CLEAN", "clean": 1, "total": 1}, "went_clean": 1}
+    fork = ws / "forks" / "vecadd"
+    subjects = _git(fork, "log", "--format=%s", "-3").splitlines()
+    assert subjects == [step["subject"] for step in reversed(report["steps"])]
+    assert _git(fork, "status", "--porcelain") == ""
+    # Only touched lines change: the registration commit changes exactly the three lines it rewrote.
+    numstat = _git(fork, "show", "--numstat", "--format=", report["steps"][0]["commit"]).split()
+    assert numstat[:2] == ["3", "3"]
+
+    assert assemble("-C", str(ws), "export", "vecadd", cache=private_cache).returncode == 0
+    reviewed = assemble("-C", str(ws), "review", "vecadd", "--json", cache=private_cache)
+    assert reviewed.returncode == 0, reviewed.stdout
+    verdicts = {h["verdict"] for p in json.loads(reviewed.stdout)["patches"] for h in p["hunks"]}
+    assert verdicts == {"api-only"}
+
+
+
+def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_path: Path, private_cache: Path) -> None:
+    ws = example_copy(tmp_path / "ws") / "migrate"
+    result = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--json", cache=private_cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert report["dry_run"] and all(step["commit"] is None for step in report["steps"])
+    assert _git(ws / "forks" / "normkit", "status", "--porcelain") == ""
+    assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms"]
+    left = {(item["rule"], item["kind"]) for item in report["remaining"]}
+    # <torch/extension.h> stays while those are left, so what is not migrated yet still finds its declarations
+    assert left == {("tensor-options", "none"), ("device-guard", "judgment"), ("empty", "judgment"), ("zeros", "judgment"),
+                    ("include-torch-extension", "mechanical")}
+    assert all(item["approach"] for item in report["remaining"])
+    assert [(d["rewrite"], d["reason"].split(":")[0]) for d in report["declined"]] == [("contiguous", "called through a pointer")]
+    assert report["check"] == {"before": None, "after": None, "went_clean": None}
+
+
+def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Path, private_cache: Path) -> None:
+    ws = example_copy(tmp_path / "ws") / "migrate"
+    result = assemble("-C", str(ws), "migrate", "normkit", "--json", cache=private_cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms"]
+    assert report["schemas"] == [
+        "rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor",
+        "rms_norm_stats(Tensor x, float eps=1e-6) -> (Tensor, Tensor)",
+        "group_sum(Tensor x, int groups) -> Tensor",  # const int& -> int, through a wrapper
+        "scale_shift(Tensor x, Tensor affine_0, Tensor? affine_1) -> Tensor",  # the tuple, split
+        "rms_norm_unit(Tensor x) -> Tensor",  # behind #ifndef NORMKIT_NO_LEGACY, carried over with its guard
+    ]
+    assert report["check"]["before"]["verdict"] == report["check"]["after"]["verdict"] == "UNSTABLE"  # the manual part is left
+    fork = ws / "forks" / "normkit"
+    source = (fork / "csrc" / "normkit.cpp").read_text()
+    assert "PYBIND11_MODULE" not in source and "TORCH_BOX(&group_sum_boxed)" in source
+    assert "#ifndef NORMKIT_NO_LEGACY\n  m.def(\"rms_norm_unit(Tensor x) -> Tensor\");\n#endif" in source
+    assert "Migration-Review: csrc/normkit.cpp#1 the pybind11 module" in _git(fork, "log", "-1", "--format=%B", report["steps"][0]["commit"])
+
+    assert assemble("-C", str(ws), "export", "normkit", cache=private_cache).returncode == 0
+    shutil.copy(MANUAL, ws / "patches" / "normkit" / MANUAL.name)
+    with (ws / "patches" / "normkit" / "series").open("a") as series:
+        series.write(f"{MANUAL.name}\n")
+    reviewed = assemble("-C", str(ws), "review", "normkit", "--json", cache=private_cache)
+    assert reviewed.returncode == 0, reviewed.stdout[-3000:]
+    assert json.loads(reviewed.stdout)["acknowledged"] == 6  # the generated registration and the manual patch's five
+    checked = assemble("-C", str(ws), "check", "normkit", "--json", cache=private_cache)
+    assert checked.returncode == 0 and json.loads(checked.stdout)["deps"]["normkit"]["verdict"] == "CLEAN"
+    built = assemble("-C", str(ws), "build", "--cuda", HERMETIC_CUDA, "--verify", "--json", cache=private_cache)
+    assert built.returncode == 0, built.stderr[-3000:]
+    document = json.loads(built.stdout)
+    assert [dep["verdict"] for dep in document["deps"]] == ["STABLE"]
+    results = document["verify"]["results"]
+    assert {r["status"] for r in results} == {"PASS"} and {r["torch"].split("+")[0] for r in results} == {"2.13.0", "2.14.1"}

@@ -1,0 +1,135 @@
+"""The rewrites of `assemble migrate` (assembler/data/migration_rewrites.json) on text: each
+rewrite turns its old form into the stable one, only on the lines the build compiles and
+never in comments or strings; the hazards (a braced literal into std::optional<IntHeaderOnlyArrayRef>,
+an API newer than torch-target, a receiver behind a pointer) are declined and reported; the
+includes are swapped only when nothing unstable is left."""
+
+from __future__ import annotations
+
+import pytest
+
+from assembler.migration.rewrite import FileRewrite, apply_step, load_rewrites, rewrite_includes
+
+REWRITES = load_rewrites()
+
+# rewrite id -> (before, after), each alone through every step, torch-target 2.10
+EXAMPLES: dict[str, tuple[str, str]] = {
+    "torch-library": ("TORCH_LIBRARY_IMPL(ns, CPU, m) {}", "STABLE_TORCH_LIBRARY_IMPL(ns, CPU, m) {}"),
+    "impl-box": ('m.impl("op", &ns::op);', 'm.impl("op", TORCH_BOX(&ns::op));'),
+    "tensor-type": ("torch::Tensor f(const at::Tensor& x);", "torch::stable::Tensor f(const torch::stable::Tensor& x);"),
+    "scalar-type": ("x.scalar_type() == at::kHalf || y == torch::kInt64",
+                    "x.scalar_type() == torch::headeronly::ScalarType::Half || y == torch::headeronly::ScalarType::Long"),
+    "scalar-type-enum": ("c10::ScalarType::BFloat16", "torch::headeronly::ScalarType::BFloat16"),
+    "bfloat16": ("auto p = x.data_ptr<at::BFloat16>();", "auto p = x.mutable_data_ptr<torch::headeronly::BFloat16>();"),
+    "half": ("c10::Half h;", "torch::headeronly::Half h;"),
+    "torch-check": ('TORCH_CHECK(ok, "message");', 'STD_TORCH_CHECK(ok, "message");'),
+    "contiguous": ("auto y = x.contiguous();", "auto y = torch::stable::contiguous(x);"),
+    "view": ("auto y = x.contiguous().view({-1});", "auto y = torch::stable::view(torch::stable::contiguous(x), {-1});"),
+    "reshape": ("auto y = t[0].reshape(s);", "auto y = torch::stable::reshape(t[0], s);"),
+    "transpose": ("auto y = ns::make(x).transpose(0, 1);", "auto y = torch::stable::transpose(ns::make(x), 0, 1);"),
+    "clone": ("auto y = x.clone();", "auto y = torch::stable::clone(x);"),
+    "zero": ("out.zero_();", "torch::stable::zero_(out);"),
+    "empty-like": ("auto y = at::empty_like(x);", "auto y = torch::stable::empty_like(x);"),
+    "sum": ("auto s = at::sum(x, dims, true);", "auto s = torch::stable::sum(x, dims, true);"),
+    "sum-out": ("at::sum_out(dk, x, dims);", "torch::stable::sum_out(dk, x, dims);"),
+    "data-ptr": ("const float* p = x.data_ptr<float>();\nfloat* q = y.data_ptr<float>();",
+                 "const float* p = x.const_data_ptr<float>();\nfloat* q = y.mutable_data_ptr<float>();"),
+}
+
+
+def _run(text: str, target: str = "2.10", active: list[bool] | None = None, style: dict[str, str] | None = None) -> FileRewrite:
+    file = FileRewrite(text, active if active is not None else [True] * (text.count("\n") + 1))
+    for step in REWRITES.steps:
+        apply_step(REWRITES.of_step(step), file, target, style or {})
+    return file
+
+
+def test_every_rewrite_has_an_example() -> None:
+    assert set(EXAMPLES) == {rewrite.id for rewrite in REWRITES.rewrites}
+
+
+@pytest.mark.parametrize("rewrite_id", sorted(EXAMPLES))
+def test_each_rewrite(rewrite_id: str) -> None:
+    before, after = EXAMPLES[rewrite_id]
+    file = _run(before)
+    assert file.text == after
+    assert file.made[rewrite_id] >= 1 and not file.declined
+
+
+def test_comments_strings_and_lines_the_build_skips_are_left_alone() -> None:
+    text = '// at::Tensor x.contiguous()\nconst char* s = "TORCH_CHECK(x.view({1}))";\nat::Tensor t = u.contiguous();\n'
+    assert _run(text).text == ('// at::Tensor x.contiguous()\nconst char* s = "TORCH_CHECK(x.view({1}))";\n'
+                               "torch::stable::Tensor t = torch::stable::contiguous(u);\n")
+    assert _run(text, active=[True, True, False, True]).text == text  # the third line is behind an #ifdef the build does not set
+
+
+def test_a_braced_literal_into_an_optional_array_ref_is_declined() -> None:
+    file = _run("at::sum_out(dk, x, {3});\nauto s = at::sum(x, {0, 1});")
+    assert file.text == "at::sum_out(dk, x, {3});\nauto s = at::sum(x, {0, 1});"
+    assert sorted((d.line, d.rewrite) for d in file.declined) == [(1, "sum-out"), (2, "sum")]
+    assert "dangle" in file.declined[0].reason
+
+
+def test_nothing_newer_than_the_torch_target() -> None:
+    file = _run("auto y = x.contiguous();\nTORCH_CHECK(ok);", target="2.9")
+    assert file.text == "auto y = x.contiguous();\nSTD_TORCH_CHECK(ok);"  # STD_TORCH_CHECK is 2.9, contiguous 2.10
+    assert [(d.line, d.rewrite) for d in file.declined] == [(1, "contiguous")]
+    assert "torch-target 2.9" in file.declined[0].reason
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("auto y = p->contiguous();", "pointer"),
+    ("auto y = x.contiguous(at::MemoryFormat::ChannelsLast);", "more than 0 arguments"),
+    ("auto y = at::empty_like(x, x.options());", "TensorOptions"),
+])
+def test_what_is_not_mechanical_is_declined_with_the_reason(text: str, reason: str) -> None:
+    file = _run(text)
+    assert reason in file.declined[0].reason
+    assert "contiguous(" in file.text or "empty_like(" in file.text
+    assert "torch::stable::contiguous" not in file.text and "torch::stable::empty_like" not in file.text
+
+
+def test_data_ptr_style_mutable() -> None:
+    assert _run("const float* p = x.data_ptr<float>();", style={"data-ptr": "mutable"}).text == "const float* p = x.mutable_data_ptr<float>();"
+
+
+def test_includes_swap_only_when_nothing_unstable_is_left() -> None:
+    text = "#include <torch/extension.h>\n#include <vector>\n#include <ATen/ATen.h>\nat::Tensor f();"
+    file = _run(text)
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, keep_unstable=False)
+    assert file.text == "#include <torch/csrc/stable/tensor.h>\n#include <vector>\ntorch::stable::Tensor f();"
+    kept = _run(text)
+    rewrite_includes(kept, kept.includes, REWRITES.unstable_includes, keep_unstable=True)
+    assert kept.text.splitlines()[:4] == ["#include <torch/extension.h>", "#include <vector>", "#include <ATen/ATen.h>",
+                                          "#include <torch/csrc/stable/tensor.h>"]
+
+
+@pytest.mark.parametrize(("parameters", "args", "returns", "schema", "wrapped"), [
+    (["const at::Tensor& x", "double eps"], [("x", None), ("eps", "1e-6")], "at::Tensor", "f(Tensor x, float eps=1e-6) -> Tensor", False),
+    (["const at::Tensor& x", "const int& groups"], [], "at::Tensor", "f(Tensor x, int groups) -> Tensor", True),
+    (["const std::tuple<at::Tensor, std::optional<at::Tensor>>& affine"], [("affine", None)], "std::tuple<at::Tensor, at::Tensor>",
+     "f(Tensor affine_0, Tensor? affine_1) -> (Tensor, Tensor)", True),
+    (["std::optional<int> n", "bool flag"], [("n", "py::none()"), ("flag", "true")], "void", "f(int? n=None, bool flag=True) -> ()", True),
+    (["const std::vector<at::Tensor>& xs"], [], "std::vector<at::Tensor>", "f(Tensor[] xs) -> Tensor[]", False),
+    (["int64_t T", "int64_t H"], [("T", None), ("H", None)], "int64_t", "f(int T, int H) -> int", False),
+    (["std::optional<torch::Tensor> state = std::nullopt"], [("state", "py::none()")], "torch::Tensor", "f(Tensor? state=None) -> Tensor", False),
+])
+def test_a_pybind11_binding_becomes_a_schema(parameters: list[str], args: list[tuple[str, str | None]], returns: str,
+                                             schema: str, wrapped: bool) -> None:
+    from assembler.migration.pybind import Binding, operator_for
+
+    operator = operator_for(Binding("f", "ns::f", args), returns, parameters)
+    assert operator.schema == schema
+    assert (operator.wrapper is not None) == wrapped
+    assert operator.impl == ("&f_boxed" if wrapped else "&ns::f")
+
+
+@pytest.mark.parametrize(("parameters", "returns", "reason"), [
+    (["const std::vector<std::string>& names"], "at::Tensor", "std::vector"),
+    (["const at::Tensor& x"], "at::Tensor*", "return type"),
+])
+def test_a_binding_without_a_schema_type_is_refused(parameters: list[str], returns: str, reason: str) -> None:
+    from assembler.migration.pybind import Binding, Unconvertible, operator_for
+
+    with pytest.raises(Unconvertible, match=reason):
+        operator_for(Binding("f", "ns::f", []), returns, parameters)
