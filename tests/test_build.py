@@ -49,6 +49,9 @@ def _statuses(report: dict) -> dict[str, str]:
 def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild(example_ws: Path, private_cache: Path, build_env_path: Path) -> None:
     first = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--verify", "--json", cache=private_cache)
     assert first.returncode == 0, first.stderr[-4000:]
+    # --json keeps the progress on stderr, a line per unit: CMake's ninja and setuptools' (cpp_extension's ninja)
+    assert re.search(r"^scalekit: compiling \d+/\d+ scale\.cu \(", first.stderr, re.M), first.stderr
+    assert re.search(r"^rowsum: compiling 1/1 rowsum\.cpp \(", first.stderr, re.M), first.stderr
     report = json.loads(first.stdout)
     assert _statuses(report) == {"vecadd": "built", "scalekit": "built", "rowsum": "built"}
     assert report["error"] is None
@@ -299,3 +302,31 @@ def _keys(workspace: Workspace, cuda: str) -> dict[str, str]:
     deps = workspace.manifest.select([])
     checkouts = sync_checkouts(workspace, deps)
     return {dep.name: builder.prepare(ctx, dep, checkouts[dep.name].path, series_digest(dep)).key for dep in deps}
+
+
+def test_piped_progress_names_each_unit_and_a_failing_compiler_cache_is_a_warning(example_ws: Path, private_cache: Path) -> None:
+    """--json keeps stderr's progress: one line per unit ninja finished, in order; a compiler
+    cache whose writes fail (its directory holds files where sccache wants directories) is a
+    warning that names sccache's error; a reuse reports the figures of the build that made it."""
+    local = private_cache / "sccache"
+    local.mkdir()
+    for name in "0123456789abcdef":
+        (local / name).write_text("a file where sccache wants a directory\n")
+    built = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json", cache=private_cache)
+    assert built.returncode == 0, built.stderr[-4000:]
+    steps = [re.fullmatch(r"vecadd: compiling (\d+)/(\d+) (.+?) \(\d+\.\d s\)", line) for line in built.stderr.splitlines()
+             if line.startswith("vecadd: compiling")]
+    assert steps and all(steps), built.stderr
+    total = int(steps[0][2])  # type: ignore[index]
+    assert total >= 2 and [int(step[1]) for step in steps] == list(range(1, total + 1)), built.stderr  # type: ignore[index]
+    assert "add_scaled.cpp" in [step[3] for step in steps], built.stderr  # type: ignore[index]
+    warning = next(line for line in built.stderr.splitlines() if line.startswith("warning: vecadd: the compiler cache failed"))
+    assert "cache read/write error" in warning and "Not a directory" in warning, warning
+    [dep] = json.loads(built.stdout)["deps"]
+    assert "Not a directory" in dep["compiler_cache"]["problem"] and dep["compiler_cache"]["cache_errors"] > 0
+
+    again = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json", cache=private_cache)
+    assert again.returncode == 0, again.stderr[-4000:]
+    [reused] = json.loads(again.stdout)["deps"]
+    assert reused["status"] == "cached" and reused["compiler_cache"] == {**dep["compiler_cache"], "reused": True}
+    assert "the compiler cache failed" not in again.stderr  # nothing was compiled this time

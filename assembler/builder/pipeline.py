@@ -23,7 +23,7 @@ from assembler.builder import builder, scheduler
 from assembler.builder.builder import BuildContext, Outcome, Toolchain
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
-from assembler.builder.outcome import BuildOutcome
+from assembler.builder.outcome import BuildOutcome, Event
 from assembler.cache import in_use
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from assembler.wheel.merge import MergeResult
 
 Note = Callable[[str], None]
-Event = Callable[[str, str, int | None, int | None], None]
 
 
 @dataclass(frozen=True)
@@ -87,7 +86,7 @@ class DepReport:
     verdict: str | None = None  # from the audit of the merged wheel
     min_torch: str | None = None
     extensions: list[ExtensionVerdict] = field(default_factory=list)
-    compiler_cache: dict[str, Any] | None = None  # sccache's requests, hits, misses of this build (None: not compiled)
+    compiler_cache: dict[str, Any] | None = None  # sccache's requests, hits, misses, problem of this build, or of the build that made a reused artifact ("reused": true); None: built without it
     shared: str | None = None  # the shared artifact store: "downloaded", "uploaded", or what went wrong
     cuda_components: list[str] = field(default_factory=list)  # its cuda-components (their wheels are in its artifact.json)
 
@@ -105,7 +104,7 @@ class BuildReport:
     deps: list[DepReport] = field(default_factory=list)
     wheel: Path | None = None
     allowed_unstable: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # the merge's: unshipped files, local work in forks/, ...
+    warnings: list[str] = field(default_factory=list)  # a failing compiler cache; the merge's: unshipped files, local work in forks/, ...
     size: dict[str, Any] | None = None  # the wheel per dependency and CUDA arch, with deps.toml's budgets (assembler.wheel.size)
     seconds: float = 0.0
     verified: VerifyReport | None = None  # with --verify, once the gate passed
@@ -242,6 +241,9 @@ def build_artifacts(
             compiler_cache=outcome.compiler_cache, shared=outcome.shared,
             cuda_components=list(request.dep.cuda_components) if request.cuda else [],
         ))
+    report.warnings.extend(  # a crashed or failing sccache: the compiles ran, uncached
+        f"{dep.dep}: the compiler cache failed: {dep.compiler_cache['problem']}" for dep in report.deps
+        if dep.status != BuildOutcome.CACHED and dep.compiler_cache and dep.compiler_cache.get("problem"))
     report.seconds = time.monotonic() - started
     failed = [outcomes[r.dep.name] for r in requests if outcomes[r.dep.name].status == BuildOutcome.FAILED]
     if failed:
@@ -291,16 +293,18 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
     state_path = merge_state_path(workspace)
     last = _last_merge(state_path, key)
     if last is not None:
-        report.wheel, audits, report.warnings = last
+        report.wheel, audits, merged = last
+        report.warnings.extend(merged)
     else:
         from assembler.wheel.merge import merge_wheel
 
         result = merge_wheel(manifest, [dep.artifact for dep in report.deps if dep.artifact is not None], output, options.cuda)
-        report.wheel, report.warnings = result.wheel, list(result.warnings)
+        report.wheel = result.wheel
+        report.warnings.extend(result.warnings)
         note(f"merged {result.wheel.name}; auditing")
         audits = _audit_wheel(result.wheel, result.files)
         atomic_write(state_path, json.dumps({
-            "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel), "warnings": report.warnings,
+            "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel), "warnings": list(result.warnings),
             "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
         }, indent=2, sort_keys=True) + "\n")
     error = _gate(report, audits, options.allow_unstable)
