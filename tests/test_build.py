@@ -169,7 +169,8 @@ def test_unstable_header_is_reported_as_the_include_to_change(example_ws: Path, 
 
 @pytest.mark.parametrize(("args", "complaint"), [
     (("--jobs", "-1"), "argument --jobs/-j: -1 is negative"),
-    (("--only", "vecadd", "--verify"), "argument --verify: not allowed with argument --only"),
+    (("--only", "vecadd", "--verify"), "--verify needs the merged wheel, and --only builds artifacts without merging"),
+    (("--partial",), "--partial needs --only"),
 ])
 def test_arguments_that_could_never_work_are_refused(example_ws: Path, args: tuple[str, ...], complaint: str) -> None:
     result = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, *args, cache=example_ws / "no-cache")
@@ -330,3 +331,18 @@ def test_piped_progress_names_each_unit_and_a_failing_compiler_cache_is_a_warnin
     [reused] = json.loads(again.stdout)["deps"]
     assert reused["status"] == "cached" and reused["compiler_cache"] == {**dep["compiler_cache"], "reused": True}
     assert "the compiler cache failed" not in again.stderr  # nothing was compiled this time
+
+
+def test_a_partial_build_merges_gates_and_verifies_only_what_was_built(example_ws: Path, private_cache: Path) -> None:
+    """`build --only DEP --partial --verify`: the dependencies built, merged into a wheel labelled
+    partial, gated and verified; the others are not rows of the verify matrix."""
+    built = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial", "--verify",
+                     "--json", cache=private_cache)
+    assert built.returncode == 0, built.stderr[-4000:]
+    report = json.loads(built.stdout)
+    wheel = Path(report["wheel"])
+    assert wheel.parent == example_ws / "dist" / "partial"
+    assert "+cu132.partial.vecadd-" in wheel.name and report["partial"] == ["scalekit", "rowsum"]
+    assert [(d["dep"], d["verdict"]) for d in report["deps"]] == [("vecadd", "STABLE")]
+    assert {r["dep"] for r in report["verify"]["results"]} == {"vecadd"} and report["verify"]["ok"]
+    assert not list((example_ws / "dist").glob("*.whl"))  # a release job's dist/*.whl finds none

@@ -33,12 +33,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="compiler processes in all (default 0: one per CPU)")
     parser.add_argument("--memory-gb", type=positive_float, default=None, metavar="GB",
                         help="memory the compilers may use together (default: 80%% of what is available)")
-    # --verify needs the merged wheel, which --only does not make (verify after `assemble merge`)
-    only_or_verify = parser.add_mutually_exclusive_group()
-    only_or_verify.add_argument("--only", action="append", default=[], metavar="DEP",
-                                help="build just this dependency's artifact, no merge (repeatable)")
-    only_or_verify.add_argument("--verify", action="store_true",
-                                help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on any FAIL)")
+    # --verify needs the merged wheel, which --only makes only with --partial (else: verify after `assemble merge`)
+    parser.add_argument("--only", action="append", default=[], metavar="DEP",
+                        help="build just this dependency's artifact, no merge unless --partial (repeatable)")
+    parser.add_argument("--partial", action="store_true",
+                        help="with --only: merge, gate (and --verify) just those into a wheel labelled +cuXY.partial.DEP "
+                             "in dist/partial/, never a release")
+    parser.add_argument("--verify", action="store_true",
+                        help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on any FAIL)")
     parser.add_argument("--artifacts", type=Path, metavar="DIR", help="artifact directory (default: .assemble/artifacts)")
     parser.add_argument("--output", "-o", type=Path, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
     parser.add_argument("--allow-unstable", action="append", default=[], metavar="DEP",
@@ -61,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("build needs --cuda X.Y (the CUDA toolkit to compile with)", hint="pass e.g. --cuda 13.2, or --plan to compile nothing")
     options = BuildOptions(
         cuda=args.cuda, torch=args.torch, jobs=args.jobs, only=tuple(args.only), artifacts=args.artifacts,
-        output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify,
+        output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify, partial=args.partial,
         memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None,
     )
     with _Progress(logs=workspace.state_dir) as progress:
@@ -273,7 +275,9 @@ def _emit(report: BuildReport, as_json: bool) -> None:
 
         for line in summary_lines(report.size):
             console.print(escape(line), highlight=False, soft_wrap=True)
-    if report.wheel is not None:
+    if report.wheel is not None and report.partial:
+        console.print(f"partial wheel (not a release; lacks {', '.join(report.partial)}): {report.wheel}", highlight=False, soft_wrap=True)
+    elif report.wheel is not None:
         console.print(f"wheel: {report.wheel}", highlight=False, soft_wrap=True)
     elif report.error is not None:
         console.print("[red]no wheel[/] (see the error below)")
