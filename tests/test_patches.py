@@ -136,3 +136,20 @@ def test_two_landed_patches_are_paired_with_their_own_commits(git_workspace: Git
         patches = status_json(ws)["deps"][0]["patches"]
         assert [(p["evidence"]["how"], p["evidence"]["commit"], p["evidence"]["subject"]) for p in patches] == expected
         assert ws.assemble("checkout").returncode == 0
+
+
+def test_the_release_table_lists_a_dependency_that_failed_with_its_error(git_workspace: GitWorkspace) -> None:
+    """A dependency whose upstream cannot be read keeps its row and says why; the others are
+    reported, and the exit code is the failure's."""
+    ws = git_workspace
+    ws.manifest.write_text(ws.manifest.read_text() + (
+        '\n[deps.ghost]\nupstream = "https://git.invalid/ghost"\n'
+        f'commit = "{"a" * 40}"\ntrack = "main"\n'))
+    result = ws.assemble("patches", "--format", "markdown")
+    assert result.returncode != 0
+    rows = parse_markdown(result.stdout)
+    assert [row["dependency"] for row in rows] == ["kern", "ghost"]
+    assert rows[1]["migrated on fork"].startswith("not checked (error: ") and rows[1]["migrated upstream"] == "not checked"
+    assert "### ghost\n\nerror: " in result.stdout
+    only_ghost = ws.assemble("patches", "ghost", "--format", "markdown")  # every one failed: still the table
+    assert only_ghost.returncode == result.returncode and [row["dependency"] for row in parse_markdown(only_ghost.stdout)] == ["ghost"]
