@@ -37,7 +37,7 @@ def summary_line(status: DepStatus) -> str:
 def migration_line(status: DepStatus) -> str:
     """The two release-table verdicts, and what keeps them from "done"."""
     line = (f"migrated on fork: {status.migrated_on_fork} ({status.migration_evidence}); "
-            f"migrated upstream: {status.migrated_upstream}")
+            f"migrated upstream: {status.migrated_upstream} ({status.upstream_evidence})")
     if status.conflicts_on_tip:
         line += f"; conflicts on {short(status.tip)}: {', '.join(status.conflicts_on_tip)}"
     return line
@@ -104,12 +104,15 @@ def _cell_fork(status: DepStatus) -> str:
 
 def _cell_upstream(status: DepStatus) -> str:
     """The verdict, then how many patches are upstream and links to those forwarded."""
-    counts = status.counts()
-    relevant = len(status.verdicts) - counts[PatchStatus.NOT_NEEDED]
-    links = [f"[{v.name}]({v.url})" for v in status.verdicts if v.status == PatchStatus.FORWARDED and v.url]
-    if status.migrated_upstream in (Migration.NOT_APPLICABLE, Migration.NO) and not links:
+    patches = status.migration_patches
+    if not patches:  # nothing carried is migration work: it rests on the pinned source's evidence
+        return f"{status.migrated_upstream} ({status.upstream_evidence})"
+    upstream = sum(v.status == PatchStatus.UPSTREAM for v in patches)
+    forwarded = [v for v in patches if v.status == PatchStatus.FORWARDED]
+    links = [f"[{v.name}]({v.url})" for v in forwarded if v.url]
+    if status.migrated_upstream == Migration.NO and not links:
         return status.migrated_upstream
-    detail = f"{counts[PatchStatus.UPSTREAM]} of {relevant} upstream"
-    if counts[PatchStatus.FORWARDED]:
-        detail += f", {counts[PatchStatus.FORWARDED]} forwarded" + (f": {', '.join(links)}" if links else "")
+    detail = f"{upstream} of {len(patches)} upstream"
+    if forwarded:
+        detail += f", {len(forwarded)} forwarded" + (f": {', '.join(links)}" if links else "")
     return f"{status.migrated_upstream} ({detail})"

@@ -50,11 +50,11 @@ class PatchVerdict:
     """One patch's status and what it rests on. Filled in by classify(), so mutable; a plain
     class, not a dataclass (see report.output.Settings: start-up)."""
 
-    __slots__ = ("commit", "conflicts", "how", "name", "note", "on_target", "status", "subject", "url")
+    __slots__ = ("commit", "conflicts", "how", "migration", "name", "note", "on_target", "status", "subject", "url")
 
     def __init__(self, name: str, subject: str, status: PatchStatus | None, how: Evidence | None,
                  commit: Commit | None = None, url: str | None = None, note: str = "", on_target: str | None = None,
-                 conflicts: list[str] | None = None) -> None:
+                 conflicts: list[str] | None = None, migration: bool = True) -> None:
         self.name = name
         self.subject = subject
         self.status = status  # None only while classify() fills it in
@@ -64,6 +64,7 @@ class PatchVerdict:
         self.note = note
         self.on_target = on_target  # trial replay outcome on the target (see replay.py)
         self.conflicts: list[str] = [] if conflicts is None else conflicts
+        self.migration = migration  # migration work: its diff changes a line naming a torch API (classify.touches_torch_api)
 
     def __repr__(self) -> str:
         return f"PatchVerdict({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
@@ -85,7 +86,7 @@ class PatchVerdict:
         if self.note:
             evidence["note"] = self.note
         return {"file": self.name, "subject": self.subject, "status": self.status, "evidence": evidence,
-                "on_target": self.on_target, "conflicts": self.conflicts}
+                "on_target": self.on_target, "conflicts": self.conflicts, "migration": self.migration}
 
 
 def pull_request_link(upstream_url: str, number: int) -> str | None:
@@ -172,23 +173,46 @@ class DepStatus(NamedTuple):
         return "; ".join(parts) or "no check or build of this pin and series"
 
     @property
+    def migration_patches(self) -> list[PatchVerdict]:
+        """The carried patches that are migration work (they change torch API lines) and meant
+        for upstream (not not-needed): what "migrated upstream" counts."""
+        return [v for v in self.verdicts if v.migration and v.status != PatchStatus.NOT_NEEDED]
+
+    @property
     def migrated_upstream(self) -> Migration:
-        """done: every patch that should go upstream is there; in progress: some are upstream or
-        forwarded; no: none sent; n.a.: nothing that should go upstream."""
-        relevant = [v.status for v in self.verdicts if v.status != PatchStatus.NOT_NEEDED]
-        if not relevant:
-            return Migration.NOT_APPLICABLE
-        if all(status == PatchStatus.UPSTREAM for status in relevant):
-            return Migration.DONE
-        if any(status in (PatchStatus.UPSTREAM, PatchStatus.FORWARDED) for status in relevant):
-            return Migration.IN_PROGRESS
-        return Migration.NO
+        """From what upstream contains. With migration patches: done when every one is found
+        upstream, in progress when some are upstream or forwarded, no when none was sent. With
+        none (nothing carried, or only changes that touch no torch API: a fork's sync or build
+        commits are not migration work): upstream holds the migration exactly when the pinned
+        source is migrated, so this follows "migrated on our side": done when a check or build
+        of the pin is clean, no when it found work left, not checked without either."""
+        relevant = [v.status for v in self.migration_patches]
+        if relevant:
+            if all(status == PatchStatus.UPSTREAM for status in relevant):
+                return Migration.DONE
+            if any(status in (PatchStatus.UPSTREAM, PatchStatus.FORWARDED) for status in relevant):
+                return Migration.IN_PROGRESS
+            return Migration.NO
+        ours = self.migrated_on_fork
+        return {Migration.DONE: Migration.DONE, Migration.IN_PROGRESS: Migration.NO}.get(ours, Migration.NOT_CHECKED)
+
+    @property
+    def upstream_evidence(self) -> str:
+        """What the "migrated upstream" verdict rests on, in a few words."""
+        patches = self.migration_patches
+        if patches:
+            upstream = sum(v.status == PatchStatus.UPSTREAM for v in patches)
+            return f"{upstream} of {len(patches)} migration patches found upstream"
+        carried = f"{len(self.verdicts)} carried, none a torch API change; " if self.verdicts else "no patches; "
+        where = "the upstream commit" if self.base.on == "upstream" else f"fork point {self.base.fork_point[:12]} plus the fork's non-torch commits"
+        return f"{carried}{where}: {self.migration_evidence}"
 
     def to_json(self) -> dict[str, object]:
         return {
             "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip, "mirror": self.fetched,
             "base": self.base.to_json(), "patches_from": self.patches_from, "counts": {str(k): n for k, n in self.counts().items()},
             "migrated_on_fork": self.migrated_on_fork, "migrated_upstream": self.migrated_upstream,
+            "migrated_upstream_evidence": self.upstream_evidence,
             "broken_on_base": self.broken_on_base, "conflicts_on_tip": self.conflicts_on_tip,
             "build_verdicts": list(self.build_verdicts) if self.build_verdicts is not None else None,
             "migration_evidence": {
