@@ -346,3 +346,41 @@ def test_a_partial_build_merges_gates_and_verifies_only_what_was_built(example_w
     assert [(d["dep"], d["verdict"]) for d in report["deps"]] == [("vecadd", "STABLE")]
     assert {r["dep"] for r in report["verify"]["results"]} == {"vecadd"} and report["verify"]["ok"]
     assert not list((example_ws / "dist").glob("*.whl"))  # a release job's dist/*.whl finds none
+
+
+def test_a_stable_audit_is_done_only_when_the_wheel_also_passed_verify_and_this_gate(example_ws: Path, private_cache: Path) -> None:
+    """The build publishes its gate verdicts and verify results as evidence about the pin,
+    series and recipe: STABLE with a verify FAIL is "in progress", STABLE and verified is
+    "done", and evidence from another assembler's gate counts for nothing."""
+    manifest = example_ws / "deps.toml"
+    original = manifest.read_text()
+    smoke = "import stable_abi_example.vecadd as vecadd\n"
+    assert smoke in original
+    manifest.write_text(original.replace('verify-torch = ["2.13.0", "2.14.1"]', 'verify-torch = ["2.13.0"]')
+                        .replace(smoke, smoke + "raise SystemExit('this wheel does not work')\n", 1))
+    failed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial", "--verify",
+                      "--json", cache=private_cache)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert json.loads(failed.stdout)["deps"][0]["verdict"] == "STABLE"
+
+    def migrated() -> tuple[str, dict]:
+        result = assemble("-C", str(example_ws), "patches", "vecadd", "--format", "json", cache=private_cache)
+        assert result.returncode == 0, result.stderr[-3000:]
+        [dep] = json.loads(result.stdout)["deps"]
+        return dep["migrated_on_fork"], dep["migration_evidence"]
+
+    verdict, evidence = migrated()
+    assert verdict == "in progress" and evidence["build"]["verify_failed"] == ["2.13.0"], evidence
+    assert "build audit: STABLE, verify FAIL on torch 2.13.0" in evidence["summary"]
+
+    manifest.write_text(original.replace('verify-torch = ["2.13.0", "2.14.1"]', 'verify-torch = ["2.13.0"]'))
+    passed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial", "--verify",
+                      "--json", cache=private_cache)
+    assert passed.returncode == 0, passed.stderr[-3000:]
+    verdict, evidence = migrated()
+    assert verdict == "done" and evidence["build"]["passes"] and evidence["build"]["verified"] == ["2.13.0"], evidence
+
+    [record] = (private_cache / "evidence" / "vecadd").glob("*-build.json")
+    record.write_text(record.read_text().replace(json.loads(record.read_text())["audit"], "0" * 32))  # an older gate's
+    verdict, evidence = migrated()
+    assert verdict == "not checked" and "by another assembler's gate" in evidence["summary"], evidence

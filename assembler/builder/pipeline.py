@@ -191,7 +191,28 @@ def run_build(
                     f"{', '.join(info.requested for info in report.verified.torch)}",
                     hint=f"the verify table names each failure; rerun with `assemble verify {report.wheel}`",
                 )
+        publish_evidence(workspace, report)
     return report
+
+
+def publish_evidence(workspace: Workspace, report: BuildReport) -> None:
+    """Each gated dependency's verdicts (and verify results) as the evidence about its pin,
+    series and recipe that `assemble patches` reads in every workspace (builder.evidence)."""
+    from assembler.builder.evidence import publish_build
+
+    manifest = workspace.manifest
+    for dep in report.deps:
+        if dep.verdict is None or dep.artifact is None or dep.dep not in manifest.deps:
+            continue
+        passed: list[str] = []
+        failed: list[str] = []
+        if report.verified is not None:
+            from assembler.verify import Status
+
+            for (name, torch), cell in report.verified.cells.items():
+                if name == dep.dep and cell.status in (Status.PASS, Status.FAIL):
+                    (passed if cell.status is Status.PASS else failed).append(torch)
+        publish_build(workspace, manifest.deps[dep.dep], dep.artifact, [item.verdict for item in dep.extensions], passed, failed)
 
 
 def build_artifacts(

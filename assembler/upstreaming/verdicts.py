@@ -8,7 +8,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import NamedTuple
 
-from assembler.audit.gate import passes
+from assembler.builder.evidence import BuildEvidence
 from assembler.check.evidence import CheckEvidence
 from assembler.series.headers import PatchStatus
 
@@ -130,11 +130,14 @@ class DepStatus(NamedTuple):
     patches_from: str  # "series", "fork commits" or "none"
     verdicts: list[PatchVerdict]
     broken_on_base: str | None  # first series patch that does not apply on the pinned base
-    build_verdicts: tuple[str, ...] | None = None  # the last build's audit of this pin + series
-    build_obtained: str | None = None  # when that build's audit ran (ISO 8601, UTC)
-    check: CheckEvidence | None = None  # the last `assemble check` of this pin + series
+    build: BuildEvidence | None = None  # the last gated build of this pin + series + recipe (any workspace)
+    check: CheckEvidence | None = None  # the last `assemble check` of this pin + series + recipe (any workspace)
     classified_at: str = ""  # when the verdicts were computed (ISO 8601, UTC)
     reused: bool = False  # the verdicts are the stored ones of that time: nothing they depend on changed since
+
+    @property
+    def build_verdicts(self) -> tuple[str, ...] | None:
+        return self.build.verdicts if self.build is not None else None
 
     def counts(self) -> dict[PatchStatus, int]:
         return {status: sum(v.status == status for v in self.verdicts) for status in PatchStatus}
@@ -145,17 +148,21 @@ class DepStatus(NamedTuple):
 
     @property
     def migrated_on_fork(self) -> Migration:
-        """Only evidence makes it done: every translation unit CLEAN in the last `assemble
-        check` of this pin + series, or every extension of the last build of this pin + series
-        audited STABLE. in progress: a check or build found work left, or the series does not
-        apply on its base; not checked: no such evidence, also when nothing is carried (the
-        pinned source itself may still need the migration)."""
-        built = self.build_verdicts
+        """Only evidence makes it done, about this pin + series + recipe from any workspace:
+        the last `assemble check` found every translation unit CLEAN, or the last build's every
+        extension passed this assembler's gate (the load check included) and none FAILed
+        verify; and neither found work left (an UNSTABLE unit, a failing extension, a verify
+        FAIL). in progress: work left, evidence that proves nothing (INCOMPLETE units), or a
+        series that does not apply on its base; not checked: no such evidence, also when nothing
+        is carried (the pinned source itself may still need the migration)."""
         if self.broken_on_base:
             return Migration.IN_PROGRESS
-        if (built and all(passes(v) for v in built)) or (self.check is not None and self.check.done):
+        build = self.build if self.build is not None and self.build.current else None  # another gate's word counts for nothing
+        left = (build is not None and build.work_left) or (self.check is not None and self.check.work_left)
+        proved = (build is not None and build.passes) or (self.check is not None and self.check.done)
+        if proved and not left:
             return Migration.DONE
-        if built or self.check is not None:
+        if build is not None or self.check is not None:
             return Migration.IN_PROGRESS
         return Migration.NOT_CHECKED
 
@@ -165,9 +172,8 @@ class DepStatus(NamedTuple):
         parts = []
         if self.check is not None:
             parts.append(f"check: {self.check.summary}, {self.check.obtained[:10]}")
-        if self.build_verdicts:
-            verdicts = ", ".join(sorted(set(self.build_verdicts)))
-            parts.append(f"build audit: {verdicts}" + (f", {self.build_obtained[:10]}" if self.build_obtained else ""))
+        if self.build is not None:
+            parts.append(self.build.summary())
         if self.broken_on_base:
             parts.append(f"series does not apply from {self.broken_on_base}")
         return "; ".join(parts) or "no check or build of this pin and series"
@@ -218,10 +224,7 @@ class DepStatus(NamedTuple):
             "migration_evidence": {
                 "summary": self.migration_evidence,
                 "check": self.check.to_json() if self.check is not None else None,
-                "build": None if self.build_verdicts is None else {
-                    "source": "audit of the last build", "verdicts": list(self.build_verdicts),
-                    "obtained": self.build_obtained,
-                },
+                "build": None if self.build is None else self.build.to_json(),
             },
             "patches": [v.to_json() for v in self.verdicts],
             "classified": {"at": self.classified_at, "reused": self.reused},
