@@ -37,7 +37,7 @@ CHECK, BUILD = "check", "build"  # the two kinds of evidence
 def recipe_digest(dep: Dependency) -> str:
     """The recipe as evidence is keyed by it (a change of sources, include dirs, flags or
     defines, or of torch-target, is evidence about something else)."""
-    from assembler.builder.cache import digest_texts
+    from assembler.fsutil import digest_texts
 
     return digest_texts(json.dumps(dep.build.to_dict(), sort_keys=True, default=str), dep.torch_target)
 
@@ -45,7 +45,7 @@ def recipe_digest(dep: Dependency) -> str:
 def evidence_key(dep: Dependency) -> str | None:
     """What evidence about ``dep`` is about: its source repository and pinned commit, the
     content of its series, its recipe. None when the series cannot be read (no evidence then)."""
-    from assembler.builder.cache import digest_texts
+    from assembler.fsutil import digest_texts
     from assembler.git.state import series_digest
 
     try:
@@ -104,7 +104,7 @@ def is_exactly_pinned(workspace: Workspace, dep: Dependency, head: str | None, s
 def audit_digest() -> str:
     """The code of the audit and its gate: build evidence counts only when this assembler's
     gate gave it (a newer gate may fail what an older one passed, as the load check does)."""
-    from assembler.builder.cache import digest_texts
+    from assembler.fsutil import digest_texts
 
     audit = Path(__file__).resolve().parent.parent / "audit"
     return digest_texts(*(path.read_bytes() for path in sorted(audit.glob("*.py"))))
