@@ -73,9 +73,10 @@ def positive_float(text: str) -> float:
 
 def say_waiting(root: Path) -> None:
     """The workspace lock is held by another assemble process: say so once, on stderr."""
-    from assembler.report.output import err_console
+    from assembler.report.output import note
+    from assembler.workspace import lock_holder
 
-    err_console.print(f"waiting for another assemble process on {root} ...")
+    note(f"waiting for the workspace lock of {root}, held by {lock_holder(root) or 'another assemble process'} ...")
 
 
 def open_workspace(args: argparse.Namespace) -> Workspace:
