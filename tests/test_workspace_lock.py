@@ -62,14 +62,9 @@ def test_the_lock_timeout_names_the_holder_and_how_long_it_waited(git_workspace:
     """A real assemble process holds the lock (its workspace's lock file says who); another
     gives up after ASSEMBLE_LOCK_TIMEOUT naming how long it waited and which command holds it."""
     ws = git_workspace
-    holding = (
-        "import sys, time\n"
-        "from assembler.workspace import open_workspace\n"
-        "sys.argv = ['assemble', 'build', '--cuda', '13.2']\n"
-        "with open_workspace(__import__('pathlib').Path(%r)).lock():\n"
-        "    print('held', flush=True)\n"
-        "    time.sleep(60)\n" % str(ws.root)
-    )
+    holding = ("import sys, time, pathlib\nfrom assembler.workspace import open_workspace\n"
+               "sys.argv = ['assemble', 'build', '--cuda', '13.2']\n"
+               f"with open_workspace(pathlib.Path({str(ws.root)!r})).lock():\n    print('held', flush=True)\n    time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", holding], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
