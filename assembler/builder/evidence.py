@@ -56,7 +56,7 @@ def evidence_key(dep: Dependency) -> str | None:
 
 
 def evidence_path(dep: Dependency, kind: str, key: str, root: Path | None = None) -> Path:
-    return (root or cache_root()) / KINDS["evidence"] / dep.name / f"{key}-{kind}.json"
+    return (root or cache_root(create=False)) / KINDS["evidence"] / dep.name / f"{key}-{kind}.json"
 
 
 def publish(dep: Dependency, kind: str, record: dict[str, Any]) -> None:

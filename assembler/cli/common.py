@@ -93,8 +93,7 @@ def print_failures(failures: Mapping[str, AssembleError]) -> None:
 
     for name, error in failures.items():
         message = error.message.removeprefix(f"{name}: ")  # an error that names its dependency already: once
-        print(f"error: {name}: {clean(message)}" + (f"
-hint: {clean(error.hint)}" if error.hint else ""), file=sys.stderr)
+        print(f"error: {name}: {clean(message)}" + (f"\nhint: {clean(error.hint)}" if error.hint else ""), file=sys.stderr)
 
 
 def failures_json(failures: Mapping[str, AssembleError]) -> list[dict[str, str | int | None]]:
