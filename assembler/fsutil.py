@@ -37,6 +37,16 @@ def sha256(data: bytes = b"") -> _Hash:
     return openssl(data)
 
 
+def digest_texts(*texts: str | bytes) -> str:
+    """The hex SHA-256 of ``texts``, each followed by NUL: every key of the build, the check
+    and the evidence (builder.cache re-exports it); import-light for the start-up paths."""
+    digest = sha256()
+    for text in texts:
+        digest.update(text.encode() if isinstance(text, str) else text)
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
 def atomic_write(path: Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` through a fsynced temporary file in the same directory."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
@@ -132,22 +132,58 @@ class Workspace:
 
     def _acquire(self, fd: int) -> None:
         timeout = lock_timeout()
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         waiting = False
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                _write_holder(fd)
                 return
             except BlockingIOError:
                 if time.monotonic() >= deadline:
+                    holder = self.lock_holder()
                     raise LockedError(
-                        f"{self.root}: another assemble process has held the workspace lock for {timeout:g} s",
-                        hint="wait for it to finish, or raise ASSEMBLE_LOCK_TIMEOUT",
+                        f"{self.root}: waited {time.monotonic() - started:.1f} s for the workspace lock, held by "
+                        + (holder or "another assemble process"),
+                        hint=f"wait for it to finish, or raise {LOCK_TIMEOUT_ENV} (now {timeout:g} s)",
                     ) from None
                 if not waiting and self.on_lock_wait is not None:
                     self.on_lock_wait(self.root)
                 waiting = True
                 time.sleep(0.05)
+
+
+    def lock_holder(self) -> str | None:
+        return lock_holder(self.root)
+
+
+def lock_holder(root: Path) -> str | None:
+    """Who holds the lock of the workspace at ``root``, as the holder wrote it into the lock
+    file: ``pid 123 (`assemble build --cuda 13.2`, since 21:04:05)``; None when it did not say
+    (an older assemble, a read-only workspace) or that process is gone."""
+    try:
+        text = (root / STATE_DIR / "lock").read_text(errors="replace")
+        pid, since, command = text.split("\n", 2)[:3]
+        if not Path(f"/proc/{int(pid)}").exists():
+            return None
+    except (OSError, ValueError):
+        return None
+    clock = time.strftime("%H:%M:%S", time.localtime(float(since)))
+    return f"pid {int(pid)} (`{command.strip()[:200]}`, since {clock})"
+
+
+def _write_holder(fd: int) -> None:
+    """Say in the lock file who holds it (pid, start time, command line), for a process that
+    has to wait; a lock opened read-only says nothing."""
+    import sys
+
+    words = [os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "assemble", *sys.argv[1:]]
+    if words[0] in ("__main__.py", "-m", "-c"):
+        words[0] = "assemble"
+    with suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n{time.time():.0f}\n{' '.join(words)}\n".encode(errors="replace"), 0)
 
 
 LOCK_TIMEOUT_ENV = "ASSEMBLE_LOCK_TIMEOUT"

@@ -49,6 +49,9 @@ def _statuses(report: dict) -> dict[str, str]:
 def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild(example_ws: Path, private_cache: Path, build_env_path: Path) -> None:
     first = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--verify", "--json", cache=private_cache)
     assert first.returncode == 0, first.stderr[-4000:]
+    # --json keeps the progress on stderr, a line per unit: CMake's ninja and setuptools' (cpp_extension's ninja)
+    assert re.search(r"^scalekit: compiling \d+/\d+ scale\.cu \(", first.stderr, re.M), first.stderr
+    assert re.search(r"^rowsum: compiling 1/1 rowsum\.cpp \(", first.stderr, re.M), first.stderr
     report = json.loads(first.stdout)
     assert _statuses(report) == {"vecadd": "built", "scalekit": "built", "rowsum": "built"}
     assert report["error"] is None
@@ -166,7 +169,8 @@ def test_unstable_header_is_reported_as_the_include_to_change(example_ws: Path, 
 
 @pytest.mark.parametrize(("args", "complaint"), [
     (("--jobs", "-1"), "argument --jobs/-j: -1 is negative"),
-    (("--only", "vecadd", "--verify"), "argument --verify: not allowed with argument --only"),
+    (("--only", "vecadd", "--verify"), "--verify needs the merged wheel, and --only builds artifacts without merging"),
+    (("--partial",), "--partial needs --only"),
 ])
 def test_arguments_that_could_never_work_are_refused(example_ws: Path, args: tuple[str, ...], complaint: str) -> None:
     result = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, *args, cache=example_ws / "no-cache")
@@ -299,3 +303,84 @@ def _keys(workspace: Workspace, cuda: str) -> dict[str, str]:
     deps = workspace.manifest.select([])
     checkouts = sync_checkouts(workspace, deps)
     return {dep.name: builder.prepare(ctx, dep, checkouts[dep.name].path, series_digest(dep)).key for dep in deps}
+
+
+def test_piped_progress_names_each_unit_and_a_failing_compiler_cache_is_a_warning(example_ws: Path, private_cache: Path) -> None:
+    """--json keeps stderr's progress: one line per unit ninja finished, in order; a compiler
+    cache whose writes fail (its directory holds files where sccache wants directories) is a
+    warning that names sccache's error; a reuse reports the figures of the build that made it."""
+    local = private_cache / "sccache"
+    local.mkdir()
+    for name in "0123456789abcdef":
+        (local / name).write_text("a file where sccache wants a directory\n")
+    built = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json", cache=private_cache)
+    assert built.returncode == 0, built.stderr[-4000:]
+    steps = [re.fullmatch(r"vecadd: compiling (\d+)/(\d+) (.+?) \(\d+\.\d s\)", line) for line in built.stderr.splitlines()
+             if line.startswith("vecadd: compiling")]
+    assert steps and all(steps), built.stderr
+    total = int(steps[0][2])  # type: ignore[index]
+    assert total >= 2 and [int(step[1]) for step in steps] == list(range(1, total + 1)), built.stderr  # type: ignore[index]
+    assert "add_scaled.cpp" in [step[3] for step in steps], built.stderr  # type: ignore[index]
+    warning = next(line for line in built.stderr.splitlines() if line.startswith("warning: vecadd: the compiler cache failed"))
+    assert "cache read/write error" in warning and "Not a directory" in warning, warning
+    [dep] = json.loads(built.stdout)["deps"]
+    assert "Not a directory" in dep["compiler_cache"]["problem"] and dep["compiler_cache"]["cache_errors"] > 0
+
+    again = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json", cache=private_cache)
+    assert again.returncode == 0, again.stderr[-4000:]
+    [reused] = json.loads(again.stdout)["deps"]
+    assert reused["status"] == "cached" and reused["compiler_cache"] == {**dep["compiler_cache"], "reused": True}
+    assert "the compiler cache failed" not in again.stderr  # nothing was compiled this time
+
+
+def test_a_partial_build_merges_gates_and_verifies_only_what_was_built(example_ws: Path, private_cache: Path) -> None:
+    """`build --only DEP --partial --verify`: the dependencies built, merged into a wheel labelled
+    partial, gated and verified; the others are not rows of the verify matrix."""
+    built = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial", "--verify",
+                     "--json", cache=private_cache)
+    assert built.returncode == 0, built.stderr[-4000:]
+    report = json.loads(built.stdout)
+    wheel = Path(report["wheel"])
+    assert wheel.parent == example_ws / "dist" / "partial"
+    assert "+cu132.partial.vecadd-" in wheel.name and report["partial"] == ["scalekit", "rowsum"]
+    assert [(d["dep"], d["verdict"]) for d in report["deps"]] == [("vecadd", "STABLE")]
+    assert {r["dep"] for r in report["verify"]["results"]} == {"vecadd"} and report["verify"]["ok"]
+    assert not list((example_ws / "dist").glob("*.whl"))  # a release job's dist/*.whl finds none
+
+
+def test_a_stable_audit_is_done_only_when_the_wheel_also_passed_verify_and_this_gate(example_ws: Path, private_cache: Path) -> None:
+    """The build publishes its gate verdicts and verify results as evidence about the pin,
+    series and recipe: STABLE with a verify FAIL is "in progress", STABLE and verified is
+    "done", and evidence from another assembler's gate counts for nothing."""
+    manifest = example_ws / "deps.toml"
+    original = manifest.read_text()
+    smoke = "import stable_abi_example.vecadd as vecadd\n"
+    assert smoke in original
+    manifest.write_text(original.replace('verify-torch = ["2.13.0", "2.14.1"]', 'verify-torch = ["2.13.0"]')
+                        .replace(smoke, smoke + "raise SystemExit('this wheel does not work')\n", 1))
+    failed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial", "--verify",
+                      "--json", cache=private_cache)
+    assert failed.returncode == 1, failed.stderr[-3000:]
+    assert json.loads(failed.stdout)["deps"][0]["verdict"] == "STABLE"
+
+    def migrated() -> tuple[str, dict]:
+        result = assemble("-C", str(example_ws), "patches", "vecadd", "--format", "json", cache=private_cache)
+        assert result.returncode == 0, result.stderr[-3000:]
+        [dep] = json.loads(result.stdout)["deps"]
+        return dep["migrated_on_fork"], dep["migration_evidence"]
+
+    verdict, evidence = migrated()
+    assert verdict == "in progress" and evidence["build"]["verify_failed"] == ["2.13.0"], evidence
+    assert "build audit: STABLE, verify FAIL on torch 2.13.0" in evidence["summary"]
+
+    manifest.write_text(original.replace('verify-torch = ["2.13.0", "2.14.1"]', 'verify-torch = ["2.13.0"]'))
+    passed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial", "--verify",
+                      "--json", cache=private_cache)
+    assert passed.returncode == 0, passed.stderr[-3000:]
+    verdict, evidence = migrated()
+    assert verdict == "done" and evidence["build"]["passes"] and evidence["build"]["verified"] == ["2.13.0"], evidence
+
+    [record] = (private_cache / "evidence" / "vecadd").glob("*-build.json")
+    record.write_text(record.read_text().replace(json.loads(record.read_text())["audit"], "0" * 32))  # an older gate's
+    verdict, evidence = migrated()
+    assert verdict == "not checked" and "by another assembler's gate" in evidence["summary"], evidence

@@ -111,3 +111,32 @@ def test_plan_refuses_an_unknown_dependency(example_ws: Path, cache: Path) -> No
 def test_build_without_plan_still_needs_cuda(example_ws: Path, cache: Path) -> None:
     result = assemble("-C", str(example_ws), "build", cache=cache)
     assert result.returncode == 2 and "--cuda" in result.stderr
+
+
+def test_a_plan_does_not_wait_for_the_workspace_lock(example_ws: Path, cache: Path) -> None:
+    """A running build holds the lock for minutes: `build --plan` of checked-out dependencies
+    reads them without it; one that still needs a checkout waits for it (and says who holds it)."""
+    import os
+    import subprocess
+    import sys
+
+    code, _ = _plan(example_ws, cache, "--only", "vecadd")  # checks vecadd out
+    assert code == 0
+    holding = ("import sys, time, pathlib\nfrom assembler.workspace import open_workspace\n"
+               "sys.argv = ['assemble', 'build', '--cuda', '13.2']\n"
+               f"with open_workspace(pathlib.Path({str(example_ws)!r})).lock():\n    print('held', flush=True)\n    time.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", holding], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "ASSEMBLE_CACHE": str(cache)})
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        os.environ["ASSEMBLE_LOCK_TIMEOUT"] = "0.5"
+        try:
+            code, plan = _plan(example_ws, cache, "--only", "vecadd")
+            assert code == 0 and plan["deps"]["vecadd"]["units"], plan
+            waiting = assemble("-C", str(example_ws), "build", "--plan", "--only", "rowsum", cache=cache)
+        finally:
+            del os.environ["ASSEMBLE_LOCK_TIMEOUT"]
+        assert waiting.returncode == 8 and f"held by pid {holder.pid} (`assemble build --cuda 13.2`" in waiting.stderr, waiting.stderr
+    finally:
+        holder.kill()
+        holder.wait()

@@ -18,7 +18,7 @@ from assembler.builder.units import TranslationUnit, compile_commands_path, tran
 from assembler.check.evidence import check_evidence
 from assembler.errors import InputError
 from assembler.workspace import open_workspace
-from tests.build_support import HERMETIC_CUDA, assemble
+from tests.build_support import HERMETIC_CUDA, assemble, example_copy
 
 pytestmark = pytest.mark.slow
 
@@ -108,13 +108,21 @@ def test_example_is_clean_cached_and_leaves_evidence(example_ws: Path, private_c
     assert check_evidence(changed, changed.manifest.deps["scalekit"]) is None  # a check of another recipe
     manifest.write_text(original)
 
-    # a local edit is checked (a new key), but it is not evidence about the pinned series
+    # evidence is keyed by pin, series and recipe: another workspace with the same deps.toml and
+    # patches (not even checked out) reads the same, and `patches` there says the same
+    other = open_workspace(example_copy(example_ws.parent / "other"))
+    assert check_evidence(other, other.manifest.deps["scalekit"]) == evidence
+    assert _migrated(other.root, private_cache)["scalekit"] == status["scalekit"]
+
+    # a local edit is checked (a new key), but it is not evidence about the pinned series: the
+    # evidence stays the check of the pin and series
     source = example_ws / "forks" / "vecadd" / "csrc" / "add_scaled.cpp"
     source.write_text(source.read_text() + "\n// local edit\n")
     edited, third = _check(example_ws, private_cache, "vecadd")
     assert edited.returncode == 0 and list(third["deps"]) == ["vecadd"]
     assert third["deps"]["vecadd"]["cached"] is False and third["deps"]["vecadd"]["key"] != report["deps"]["vecadd"]["key"]
-    assert check_evidence(workspace, workspace.manifest.deps["vecadd"]) is None
+    kept = check_evidence(workspace, workspace.manifest.deps["vecadd"])
+    assert kept is not None and kept.obtained == report["deps"]["vecadd"]["obtained"]
 
 
 def test_half_migrated_series_is_unstable_and_the_build_agrees(example_ws: Path, private_cache: Path) -> None:

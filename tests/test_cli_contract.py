@@ -329,8 +329,9 @@ def test_uv_installs_a_working_assemble_without_pip(tmp_path: Path) -> None:
 
 
 def test_build_progress_in_a_ci_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """Without a terminal: one line per phase change as it happens (elapsed time, no redraw);
-    under CI each finished dependency's log in a ::group::, its workflow commands switched off."""
+    """Without a terminal: one line per phase change and per unit finished as it happens
+    (elapsed time, no redraw); under CI each finished dependency's log in a ::group::, its
+    workflow commands switched off; silent only under -q."""
     from assembler.builder.builder import build_log
     from assembler.cli.build import _Progress
     from assembler.report import output
@@ -340,11 +341,14 @@ def test_build_progress_in_a_ci_log(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     log.write_text("-- Configuring done\n::error file=x::injected by the build output\n[2/2] Linking kern.so\n")
     monkeypatch.setenv("GITHUB_ACTIONS", "true")
     output.configure()
-    with _Progress(quiet=False, logs=tmp_path) as progress:
+    with _Progress(logs=tmp_path) as progress:
         progress.event("kern", "checking", None, None)
-        progress.event("kern", "compiling", 1, 2)
-        progress.event("kern", "compiling", 2, 2)  # the same phase: no second line
-        assert re.fullmatch(r"kern: checking \(\d+\.\d s\)\nkern: compiling 1/2 \(\d+\.\d s\)\n", capsys.readouterr().err)
+        progress.event("kern", "compiling", 1, 2, "a.cu")
+        progress.event("kern", "compiling", 1, 2, "a.cu")  # the same step again: no second line
+        progress.event("kern", "compiling", 2, 2, "link kern.so")  # one line per unit finished
+        assert re.fullmatch(r"kern: checking \(\d+\.\d s\)\nkern: compiling 1/2 a\.cu \(\d+\.\d s\)\n"
+                            r"kern: compiling 2/2 link kern\.so \(\d+\.\d s\)\n", capsys.readouterr().err)
+        assert [line.split(": still")[0] for line in progress.still_running()] == ["kern: compiling (2/2 done)"]
         progress.event("kern", "built", None, None)
         built = capsys.readouterr().err  # printed when it finished, not at the end
         progress.event("other", "cached", None, None)
@@ -357,9 +361,11 @@ def test_build_progress_in_a_ci_log(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert re.fullmatch(r"other: cached \(\d+\.\d s\)\n", capsys.readouterr().err)  # nothing built: no group
     monkeypatch.delenv("GITHUB_ACTIONS")
     monkeypatch.delenv("CI", raising=False)
-    with _Progress(quiet=False, logs=tmp_path) as progress:
+    with _Progress(logs=tmp_path) as progress:
         progress.event("kern", "built", None, None)
     assert "::group::" not in capsys.readouterr().err
-    with _Progress(quiet=True, logs=tmp_path) as progress:  # --json
+    output.configure(verbosity=-1)  # -q
+    with _Progress(logs=tmp_path) as progress:
         progress.event("kern", "built", None, None)
     assert capsys.readouterr().err == ""
+    output.configure()

@@ -68,5 +68,30 @@ def test_missing_submodule_mirror_names_dependency_path_url_and_fix(git_workspac
     assert result.returncode in (2, 3), result.stderr
     message = result.stderr
     assert "kern: submodule third-party/cutlass (https://git.invalid/cutlass at " in message, message
-    assert '[mirrors] "https://git.invalid/cutlass"' in message, message
+    # [mirrors] maps the URL already: the fix is the mapped path, not another mapping; the
+    # dependency is named once
+    assert "[mirrors] maps https://git.invalid/cutlass there" in message and "give the submodule a mirror" not in message, message
+    assert "kern: kern:" not in message and "error: kern: submodule" in message, message
     assert git(ws.fork, "rev-parse", "HEAD") == new_base or not (ws.fork / "third-party" / "cutlass" / "include").exists()
+
+
+def test_a_submodule_mirror_missing_objects_is_said_to_be_incomplete(git_workspace: GitWorkspace) -> None:
+    """The mapped copy exists but lacks an object its branch needs (a damaged or partial copy):
+    "the mirror is incomplete (missing object X)", not "give the submodule a mirror"."""
+    ws = git_workspace
+    sub = Repo(ws.root / "remotes" / "cutlass")
+    sub.commit("cutlass headers", {"include/cute.h": "// cute\n"})
+    upstream = ws.upstream
+    upstream.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub.path), "third-party/cutlass")
+    upstream.git("config", "-f", ".gitmodules", "submodule.third-party/cutlass.url", "https://git.invalid/cutlass")
+    upstream.git("add", ".gitmodules")
+    new_base = upstream.commit("Add cutlass submodule", {})
+    sub.commit("more headers", {"include/tensor.h": "// a blob this copy loses\n"})
+    blob = git(sub.path, "rev-parse", "HEAD:include/tensor.h")
+    (sub.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    ws.manifest.write_text(ws.manifest.read_text().replace(ws.base, new_base)
+                           .replace('track = "main"\n', 'track = "main"\nsubmodules = ["third-party/cutlass"]\n'))
+    result = ws.assemble("checkout")
+    assert result.returncode == 3, result.stderr
+    assert f"the mirror is incomplete (missing object {blob})" in result.stderr, result.stderr
+    assert "give the submodule a mirror" not in result.stderr and "kern: kern:" not in result.stderr

@@ -115,7 +115,11 @@ def test_fork_pinned_without_series_lists_its_own_commits(git_workspace: GitWork
     assert [(p["file"], p["status"]) for p in dep["patches"]] == [
         (landed_in_fork[:12], "upstream"), (git(fork.path, "rev-parse", "HEAD~1")[:12], "not-needed"), (fork_tip[:12], "forwarded")]
     assert dep["patches"][0]["evidence"]["commit"] == landed
-    assert dep["migrated_upstream"] == "in progress"
+    # only the torch API change is migration work, and upstream has it: the forwarded kernel and
+    # the build script touch no torch API, so they do not make the migration "in progress"
+    assert [p["migration"] for p in dep["patches"]] == [True, False, False]
+    assert dep["migrated_upstream"] == "done"
+    assert dep["migrated_upstream_evidence"] == "1 of 1 migration patches found upstream"
     rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
     assert [row["dependency"] for row in rows] == ["kern", "kernfork"]
     assert rows[1]["migrated on fork"] == f"not checked (3 patches on {fork_tip[:12]}; no check or build of this pin and series)"
@@ -136,3 +140,47 @@ def test_two_landed_patches_are_paired_with_their_own_commits(git_workspace: Git
         patches = status_json(ws)["deps"][0]["patches"]
         assert [(p["evidence"]["how"], p["evidence"]["commit"], p["evidence"]["subject"]) for p in patches] == expected
         assert ws.assemble("checkout").returncode == 0
+
+
+def test_the_release_table_lists_a_dependency_that_failed_with_its_error(git_workspace: GitWorkspace) -> None:
+    """A dependency whose upstream cannot be read keeps its row and says why; the others are
+    reported, and the exit code is the failure's."""
+    ws = git_workspace
+    ws.manifest.write_text(ws.manifest.read_text() + (
+        '\n[deps.ghost]\nupstream = "https://git.invalid/ghost"\n'
+        f'commit = "{"a" * 40}"\ntrack = "main"\n'))
+    result = ws.assemble("patches", "--format", "markdown")
+    assert result.returncode != 0
+    rows = parse_markdown(result.stdout)
+    assert [row["dependency"] for row in rows] == ["kern", "ghost"]
+    assert rows[1]["migrated on fork"].startswith("not checked (error: ") and rows[1]["migrated upstream"] == "not checked"
+    assert "### ghost\n\nerror: " in result.stdout
+    only_ghost = ws.assemble("patches", "ghost", "--format", "markdown")  # every one failed: still the table
+    assert only_ghost.returncode == result.returncode and [row["dependency"] for row in parse_markdown(only_ghost.stdout)] == ["ghost"]
+
+
+def test_migrated_upstream_without_migration_patches_follows_the_evidence_on_the_pin() -> None:
+    """An upstream pin that carries nothing (QuTLASS at a commit after its migration merged):
+    upstream is migrated exactly when the pin is clean; a series of non-torch patches only is
+    the same; n.a. is never the answer."""
+    from assembler.check.evidence import CheckEvidence
+    from assembler.series.headers import PatchStatus
+    from assembler.upstreaming.verdicts import Base, DepStatus, Evidence, PatchVerdict
+
+    base = Base("e" * 40, "2026-01-01", "upstream", 0, 0, "e" * 40)
+
+    def status(check: CheckEvidence | None, verdicts: list[PatchVerdict] | None = None) -> DepStatus:
+        return DepStatus("qutlass", "https://example.invalid/q.git", "main", "e" * 40, "fetched now", base,
+                         "none" if not verdicts else "series", verdicts or [], None, check=check)
+
+    def check(clean: int, total: int) -> CheckEvidence:
+        return CheckEvidence("qutlass", clean, total, {}, "2026-01-02T00:00:00+00:00", "k", "2.13.0", "2.10")
+
+    assert status(None).migrated_upstream == "not checked"
+    assert status(check(11, 11)).migrated_upstream == "done"
+    assert "the upstream commit: check: 11 of 11" in status(check(11, 11)).upstream_evidence
+    assert status(check(7, 9)).migrated_upstream == "no"
+    build_fix = PatchVerdict("0001-cmake.patch", "Build with CUDA 13", PatchStatus.LOCAL, Evidence.HEADER, migration=False)
+    assert status(check(11, 11), [build_fix]).migrated_upstream == "done"
+    migration = PatchVerdict("0002-stable.patch", "Stable ABI", PatchStatus.FORWARDED, Evidence.HEADER, migration=True)
+    assert status(check(11, 11), [build_fix, migration]).migrated_upstream == "in progress"

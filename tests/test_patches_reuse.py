@@ -90,9 +90,13 @@ def test_a_damaged_record_is_computed_again(git_workspace: GitWorkspace) -> None
     records = list((ws.cache / "classifications").glob("*.json"))  # in the user cache (issue 21)
     assert len(records) == 1 and not (ws.root / ".assemble" / "patches").exists()
     record = records[0]
-    assert json.loads(record.read_text())["format"] == 1
+    from assembler.upstreaming.classified import FORMAT
+
+    assert json.loads(record.read_text())["format"] == FORMAT
     for damage in ("{not json", json.dumps({"format": 1, "key": json.loads(record.read_text())["key"], "verdicts": "x"}), "[]"):
         record.write_text(damage)
         dep = report(ws, "--offline")
         assert dep["classified"]["reused"] is False and without_time(dep) == without_time(first)
-        assert json.loads(record.read_text())["format"] == 1  # rewritten whole
+        from assembler.upstreaming.classified import FORMAT
+
+    assert json.loads(record.read_text())["format"] == FORMAT  # rewritten whole

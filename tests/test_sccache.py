@@ -218,3 +218,23 @@ def test_the_next_build_stops_servers_whose_build_was_killed(tmp_path: Path) -> 
         assert sccache.stop_orphans(cache.binary)  # type: ignore[arg-type]  # its server, now orphaned
     assert not _listening(alive_port)
     assert sccache_processes_under(local) == []
+
+
+def test_a_server_that_dies_during_the_build_is_a_problem_named(tmp_path: Path) -> None:
+    """A real server killed mid-build (as the one that crashed with "Failed to bind socket"):
+    the problem says it stopped; a healthy server that compiled has none."""
+    import signal
+
+    cache = sccache.configure("sccache", None, tmp_path / "local", (tmp_path,), tmp_path / "logs", environ={})
+    (tmp_path / "a.cpp").write_text("int f() { return 1; }\n")
+    with sccache.server(cache, "kern") as running:
+        assert running is not None and running.pids
+        env = {**os.environ, **running.client_environment()}
+        subprocess.run([str(cache.binary), "c++", "-c", "a.cpp", "-o", "a.o"], cwd=tmp_path, env=env, check=True)
+        healthy = running.stats()
+        assert healthy.requests == 1 and running.problem(healthy) is None
+        for pid in running.pids:
+            os.kill(pid, signal.SIGKILL)
+        problem = running.problem(running.stats())
+    assert problem is not None and f"the sccache server (pid {running.pids[0]}) stopped during the build" in problem
+    assert sccache_processes_under(tmp_path) == []

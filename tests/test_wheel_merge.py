@@ -359,7 +359,7 @@ def test_merge_waits_for_the_workspace_lock(workspace: Path) -> None:
         cli = run_assemble("merge", "artifacts", cwd=workspace, subprocess=True,
                            env={"ASSEMBLE_CACHE": str(workspace / "cache"), "ASSEMBLE_LOCK_TIMEOUT": "0.5"})
     assert cli.returncode == 8, cli.stderr
-    assert "another assemble process" in cli.stderr
+    assert f"for the workspace lock, held by pid {os.getpid()} (" in cli.stderr, cli.stderr  # the holder is named
     assert not (workspace / "dist").exists()
 
 
@@ -385,3 +385,41 @@ def test_cli_json(workspace: Path) -> None:
 ])
 def test_install_globs(pattern: str, path: str, matches: bool) -> None:
     assert bool(glob_regex(pattern).fullmatch(path)) is matches
+
+
+def test_a_partial_merge_is_labelled_partial_and_a_release_merge_refuses_one(workspace: Path) -> None:
+    """Iterating on one dependency: `merge --partial` makes a wheel of what was built, marked
+    partial in its version (a PEP 440 local label after +cuXY), assembler.json, SBOM and place
+    (dist/partial/, out of a release job's dist/*.whl); `merge` without it refuses."""
+    from packaging.version import Version
+
+    env = {"ASSEMBLE_CACHE": str(workspace / "cache")}
+    vecadd = str(workspace / "artifacts" / "vecadd")
+    release = run_assemble("-C", str(workspace), "merge", vecadd, "--cuda", "13.2", env=env)
+    assert release.returncode == 2, release.stderr
+    assert "no artifact for ops: a release wheel holds every dependency" in release.stderr
+    assert "--partial" in release.stderr and not (workspace / "dist").exists()
+
+    partial = run_assemble("-C", str(workspace), "merge", vecadd, "--cuda", "13.2", "--partial", "--json", env=env)
+    assert partial.returncode == 0, partial.stderr
+    data = json.loads(partial.stdout)
+    wheel = Path(data["wheel"])
+    assert wheel.parent == workspace / "dist" / "partial"
+    version = Version(data["version"])
+    assert version.local == "cu132.partial.vecadd" and wheel.name.startswith(f"merge_demo-{version}-")
+    assert data["partial"] == {"deps": ["vecadd"], "missing": ["ops"]}
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        record = json.loads(archive.read(next(n for n in names if n.endswith(".dist-info/assembler.json"))))
+        sbom = json.loads(archive.read(next(n for n in names if n.endswith(".cdx.json"))))
+        metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert record["partial"] == {"deps": ["vecadd"], "missing": ["ops"]} and set(record["deps"]) == {"vecadd"}
+    assert f"Version: {version}" in metadata
+    properties = {p["name"]: p["value"] for p in sbom["metadata"]["properties"]}
+    assert properties["assembler:partial"] == "true" and properties["assembler:partial:missing"] == "ops"
+    assert "PARTIAL, not a release" in sbom["metadata"]["component"]["description"]
+    assert not any(n.startswith("merge_demo/ops/") for n in names)
+
+    full = run_assemble("-C", str(workspace), "merge", str(workspace / "artifacts"), "--json", env=env)
+    assert full.returncode == 0, full.stderr
+    assert json.loads(full.stdout)["partial"] is None and Version(json.loads(full.stdout)["version"]).local == "cu132"

@@ -56,3 +56,25 @@ def test_the_lock_is_reentrant(git_workspace: GitWorkspace) -> None:
         with workspace.lock():
             inner(workspace, 2)
     assert calls == [1, 2]
+
+
+def test_the_lock_timeout_names_the_holder_and_how_long_it_waited(git_workspace: GitWorkspace, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real assemble process holds the lock (its workspace's lock file says who); another
+    gives up after ASSEMBLE_LOCK_TIMEOUT naming how long it waited and which command holds it."""
+    ws = git_workspace
+    holding = ("import sys, time, pathlib\nfrom assembler.workspace import open_workspace\n"
+               "sys.argv = ['assemble', 'build', '--cuda', '13.2']\n"
+               f"with open_workspace(pathlib.Path({str(ws.root)!r})).lock():\n    print('held', flush=True)\n    time.sleep(60)\n")
+    holder = subprocess.Popen([sys.executable, "-c", holding], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        monkeypatch.setenv("ASSEMBLE_LOCK_TIMEOUT", "0.5")
+        result = ws.assemble("checkout")
+        assert result.returncode == ExitCode.LOCKED, result.stderr
+        assert f"held by pid {holder.pid} (`assemble build --cuda 13.2`, since " in result.stderr, result.stderr
+        assert "waiting for the workspace lock of" in result.stderr and f"pid {holder.pid}" in result.stderr
+        float(result.stderr.split(": waited ", 1)[1].split(" s for the workspace lock", 1)[0])  # how long, in seconds
+        assert "ASSEMBLE_LOCK_TIMEOUT (now 0.5 s)" in result.stderr
+    finally:
+        holder.kill()
+        holder.wait()

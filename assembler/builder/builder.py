@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -39,9 +38,6 @@ from assembler.wheel.artifact import ARTIFACT_JSON, FILES_DIR, Artifact, stored_
 
 if TYPE_CHECKING:
     from assembler.store import SharedStore
-
-NINJA_STEP = re.compile(r"^\[(\d+)/(\d+)\] ")
-
 
 @dataclass(frozen=True)
 class Toolchain:
@@ -202,7 +198,8 @@ def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
     target = ctx.artifacts / request.dep.name
     current = stored_artifact(target)
     if current is not None and current.key == request.key:
-        return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=current)
+        return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=current,
+                       compiler_cache=recorded_compiler_cache(target))
     stored = ctx.store.lookup(request.dep.name, request.key)
     shared = None
     if stored is None and ctx.shared is not None:  # another runner's, via [cache] artifacts
@@ -218,7 +215,27 @@ def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
     if stored is None:
         return None
     materialize(stored, target)
-    return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=stored_artifact(target), shared=shared)
+    return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=stored_artifact(target), shared=shared,
+                   compiler_cache=recorded_compiler_cache(target))
+
+
+def _compiler_cache_figures(server: sccache.SccacheServer | None) -> dict[str, Any] | None:
+    """The compiler cache's counts for this build, with ``problem``: what went wrong with it
+    (the server died, cache reads or writes failed), or null."""
+    if server is None:
+        return None
+    stats = server.stats()
+    return {**stats.to_json(), "problem": server.problem(stats)}
+
+
+def recorded_compiler_cache(artifact: Path) -> dict[str, Any] | None:
+    """The compiler cache's counts of the build that made a reused artifact, marked
+    ``reused``; None when it was built without one (or by an assembler that did not record them)."""
+    try:
+        recorded = json.loads((artifact / ARTIFACT_JSON).read_text()).get("compiler_cache")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return {**recorded, "reused": True} if isinstance(recorded, dict) else None
 
 
 def _shared_has(shared: SharedStore, dep: str, key: str) -> bool:
@@ -270,7 +287,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
             failure = None
         except backends.BuildFailure as failed:
             failure = failed
-        compiled = server.stats().to_json() if server is not None else None
+        compiled = _compiler_cache_figures(server)
     if failure is not None:
         shutil.rmtree(staging, ignore_errors=True)
         seconds = time.monotonic() - started
@@ -284,6 +301,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
 
     pack_files(staging / FILES_DIR, staging / PACK_NAME)
     record = artifact_record(ctx, request, seconds)
+    record["compiler_cache"] = compiled  # what a reuse of this artifact reports
     (staging / ARTIFACT_JSON).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
     stored = ctx.store.publish(staging, dep.name, request.key)
     shared = ctx.shared.upload(stored, dep.name, request.key) if ctx.shared is not None else None
@@ -338,11 +356,6 @@ def _run_logged(command: list[str], cwd: Path, env: dict[str, str], log_path: Pa
             log.write(line)
             on_line(line.rstrip("\n"))
         return process.wait()
-
-
-def ninja_progress(line: str) -> tuple[int, int] | None:
-    match = NINJA_STEP.match(line)
-    return (int(match.group(1)), int(match.group(2))) if match else None
 
 
 def format_failure(outcome: Outcome, tail_lines: int = 30) -> str:

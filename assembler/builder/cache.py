@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from assembler.cache import cache_root, touch
+from assembler.fsutil import digest_texts as digest_texts  # re-exported: the one digest of every key
 from assembler.fsutil import replace_dir
 from assembler.wheel.artifact import stored_artifact
 
@@ -38,14 +39,6 @@ class KeyParts:
     def digest(self) -> str:
         payload = json.dumps({"schema": KEY_SCHEMA, **asdict(self)}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
-
-
-def digest_texts(*texts: str | bytes) -> str:
-    digest = hashlib.sha256()
-    for text in texts:
-        digest.update(text.encode() if isinstance(text, str) else text)
-        digest.update(b"\0")
-    return digest.hexdigest()
 
 
 class ArtifactStore:

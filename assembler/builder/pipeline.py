@@ -23,7 +23,7 @@ from assembler.builder import builder, scheduler
 from assembler.builder.builder import BuildContext, Outcome, Toolchain
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
-from assembler.builder.outcome import BuildOutcome
+from assembler.builder.outcome import BuildOutcome, Event
 from assembler.cache import in_use
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from assembler.wheel.merge import MergeResult
 
 Note = Callable[[str], None]
-Event = Callable[[str, str, int | None, int | None], None]
 
 
 @dataclass(frozen=True)
@@ -56,6 +55,12 @@ class BuildOptions:
     allow_unstable: tuple[str, ...] = ()
     memory: int | None = None  # bytes; default 80 % of what is available
     verify: bool = False  # run `assemble verify` on [bundle] verify-torch after the gate
+    partial: bool = False  # with --only: merge, gate (and verify) just those, into a wheel labelled partial
+
+    @property
+    def merges(self) -> bool:
+        """Whether this build makes a wheel: every build but a plain --only (a CI runner's artifact)."""
+        return not self.only or self.partial
 
 
 @dataclass
@@ -87,7 +92,7 @@ class DepReport:
     verdict: str | None = None  # from the audit of the merged wheel
     min_torch: str | None = None
     extensions: list[ExtensionVerdict] = field(default_factory=list)
-    compiler_cache: dict[str, Any] | None = None  # sccache's requests, hits, misses of this build (None: not compiled)
+    compiler_cache: dict[str, Any] | None = None  # sccache's requests, hits, misses, problem of this build, or of the build that made a reused artifact ("reused": true); None: built without it
     shared: str | None = None  # the shared artifact store: "downloaded", "uploaded", or what went wrong
     cuda_components: list[str] = field(default_factory=list)  # its cuda-components (their wheels are in its artifact.json)
 
@@ -104,8 +109,9 @@ class BuildReport:
     artifacts: Path | None = None
     deps: list[DepReport] = field(default_factory=list)
     wheel: Path | None = None
+    partial: list[str] = field(default_factory=list)  # a partial wheel's missing dependencies (empty: every one, or no wheel)
     allowed_unstable: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # the merge's: unshipped files, local work in forks/, ...
+    warnings: list[str] = field(default_factory=list)  # a failing compiler cache; the merge's: unshipped files, local work in forks/, ...
     size: dict[str, Any] | None = None  # the wheel per dependency and CUDA arch, with deps.toml's budgets (assembler.wheel.size)
     seconds: float = 0.0
     verified: VerifyReport | None = None  # with --verify, once the gate passed
@@ -155,10 +161,14 @@ def run_build(
     merge and gate them; with --verify, verify the wheel. What fails after the arguments were
     accepted (a dependency that did not build, the gate, a verify FAIL) does not raise: it is
     the report's ``error``, which the caller raises once it has shown the report."""
+    if options.partial and not options.only:
+        raise InputError("--partial needs --only: it makes a wheel of the dependencies named there",
+                         hint="assemble build --only DEP --partial (a build of every dependency is the release wheel)")
     if options.verify:
-        if options.only:
+        if not options.merges:
             raise InputError("--verify needs the merged wheel, and --only builds artifacts without merging",
-                             hint="verify after `assemble merge` with `assemble verify WHEEL`")
+                             hint="add --partial to merge, gate and verify just those (a wheel labelled partial), "
+                                  "or verify after `assemble merge` with `assemble verify WHEEL`")
         if not workspace.manifest.bundle.verify_torch:
             raise InputError("deps.toml: [bundle] verify-torch is not set, so --verify has no torch to verify on",
                              hint='set verify-torch = ["2.13.0", "2.14.1"] in [bundle] of deps.toml')
@@ -168,7 +178,7 @@ def run_build(
         except BuildFailed as failure:
             failure.report.error = failure
             return failure.report
-        if options.only:
+        if not options.merges:
             return report
         report.error = merge_and_gate(workspace, options, report, note)
         if report.error is None and options.verify and report.wheel is not None:
@@ -182,7 +192,28 @@ def run_build(
                     f"{', '.join(info.requested for info in report.verified.torch)}",
                     hint=f"the verify table names each failure; rerun with `assemble verify {report.wheel}`",
                 )
+        publish_evidence(workspace, report)
     return report
+
+
+def publish_evidence(workspace: Workspace, report: BuildReport) -> None:
+    """Each gated dependency's verdicts (and verify results) as the evidence about its pin,
+    series and recipe that `assemble patches` reads in every workspace (builder.evidence)."""
+    from assembler.builder.evidence import publish_build
+
+    manifest = workspace.manifest
+    for dep in report.deps:
+        if dep.verdict is None or dep.artifact is None or dep.dep not in manifest.deps:
+            continue
+        passed: list[str] = []
+        failed: list[str] = []
+        if report.verified is not None:
+            from assembler.verify import Status
+
+            for (name, torch), cell in report.verified.cells.items():
+                if name == dep.dep and cell.status in (Status.PASS, Status.FAIL):
+                    (passed if cell.status is Status.PASS else failed).append(torch)
+        publish_build(workspace, manifest.deps[dep.dep], dep.artifact, [item.verdict for item in dep.extensions], passed, failed)
 
 
 def build_artifacts(
@@ -243,6 +274,9 @@ def build_artifacts(
             compiler_cache=outcome.compiler_cache, shared=outcome.shared,
             cuda_components=list(request.dep.cuda_components) if request.cuda else [],
         ))
+    report.warnings.extend(  # a crashed or failing sccache: the compiles ran, uncached
+        f"{dep.dep}: the compiler cache failed: {dep.compiler_cache['problem']}" for dep in report.deps
+        if dep.status != BuildOutcome.CACHED and dep.compiler_cache and dep.compiler_cache.get("problem"))
     report.seconds = time.monotonic() - started
     failed = [outcomes[r.dep.name] for r in requests if outcomes[r.dep.name].status == BuildOutcome.FAILED]
     if failed:
@@ -268,15 +302,23 @@ class BuildFailed(BuildError):
         self.failed = failed
 
 
+def wheel_dir(workspace: Workspace, output: Path | None, partial: bool) -> Path:
+    """Where the merged wheel goes: ``output``, else <workspace>/dist, and a partial wheel's
+    <workspace>/dist/partial, so no `dist/*.whl` of a release job ever picks one up."""
+    if output is not None:
+        return output.resolve()
+    return (workspace.root / "dist" / ("partial" if partial else "")).resolve()
+
+
 @locked
 def merge_artifacts(workspace: Workspace, dirs: Sequence[Path], out: Path | None, cuda: str, exclude: Sequence[str],
-                    jobs: int = 0) -> MergeResult:
+                    jobs: int = 0, partial: bool = False) -> MergeResult:
     """`assemble merge`: artifacts (from CI runners) into one wheel in ``out`` (default
-    <workspace>/dist), under the workspace lock since dist/ is the build's too."""
+    <workspace>/dist, a partial wheel's dist/partial), under the workspace lock since dist/ is the build's too."""
     from assembler.wheel.merge import merge_wheel
 
-    output = (out or workspace.root / "dist").resolve()
-    return merge_wheel(workspace.manifest, list(dirs), output, cuda, exclude=tuple(exclude), jobs=jobs)
+    output = wheel_dir(workspace, out, partial)
+    return merge_wheel(workspace.manifest, list(dirs), output, cuda, exclude=tuple(exclude), jobs=jobs, partial=partial)
 
 
 def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildReport, note: Note = lambda _: None) -> CheckFailed | None:
@@ -287,21 +329,25 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
     install maps, CUDA, SOURCE_DATE_EPOCH, the merge and audit code) and the wheel is still there
     untouched, the merge and the audit are not redone: that is most of a no-op build."""
     manifest = workspace.manifest
-    output = (options.output or workspace.root / "dist").resolve()
+    output = wheel_dir(workspace, options.output, options.partial)
     key = _merge_key(workspace, report, options.cuda, output)
     state_path = merge_state_path(workspace)
     last = _last_merge(state_path, key)
     if last is not None:
-        report.wheel, audits, report.warnings = last
+        report.wheel, audits, merged, report.partial = last
+        report.warnings.extend(merged)
     else:
         from assembler.wheel.merge import merge_wheel
 
-        result = merge_wheel(manifest, [dep.artifact for dep in report.deps if dep.artifact is not None], output, options.cuda)
-        report.wheel, report.warnings = result.wheel, list(result.warnings)
+        result = merge_wheel(manifest, [dep.artifact for dep in report.deps if dep.artifact is not None], output, options.cuda,
+                             partial=options.partial)
+        report.wheel, report.partial = result.wheel, list(result.missing)
+        report.warnings.extend(result.warnings)
         note(f"merged {result.wheel.name}; auditing")
         audits = _audit_wheel(result.wheel, result.files)
         atomic_write(state_path, json.dumps({
-            "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel), "warnings": report.warnings,
+            "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel), "warnings": list(result.warnings),
+            "partial": list(result.missing),
             "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
         }, indent=2, sort_keys=True) + "\n")
     error = _gate(report, audits, options.allow_unstable)
@@ -336,7 +382,7 @@ def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Pat
     return digest_texts(json.dumps(payload, sort_keys=True, default=str), *(name + "\0" for name, _ in code), *(data for _, data in code))
 
 
-def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[ExtensionVerdict]], list[str]] | None:
+def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[ExtensionVerdict]], list[str], list[str]] | None:
     """The wheel, audit and warnings of the last merge when its key is ``key`` and the wheel is
     still there untouched; None otherwise (then: merge again), also for a state that does not parse."""
     try:
@@ -344,7 +390,8 @@ def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[Extens
         if state["key"] != key or not _same_file(Path(state["wheel"]), state["stat"]):
             return None
         audits = {dep: [ExtensionVerdict(**item) for item in items] for dep, items in state["audit"].items()}
-        return Path(state["wheel"]), audits, [str(warning) for warning in state["warnings"]]
+        return (Path(state["wheel"]), audits, [str(warning) for warning in state["warnings"]],
+                [str(name) for name in state.get("partial", [])])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 

@@ -76,19 +76,34 @@ class BuildPlan:
 
 
 def plan_build(workspace: Workspace, only: tuple[str, ...] = (), note: Callable[[str], None] = lambda _: None) -> BuildPlan:
-    """Check out (as `build` does), then plan every selected dependency."""
-    from assembler.git.sync import sync_each
+    """Check out (as `build` does), then plan every selected dependency. Checkouts already at
+    the pin with the series are read as they are, without the workspace lock: a plan never
+    waits for a running build; only a dependency that needs checking out takes the lock."""
+    from assembler.errors import AssembleError
+    from assembler.git.state import pinned_state
+    from assembler.git.sync import refuse_during_rebase, sync_each
 
     deps = workspace.manifest.select(list(only))
-    with workspace.lock():
-        checkouts, failures = sync_each(workspace, deps, lambda dep, step: note(f"{dep}: {step}"))
+    refuse_during_rebase(workspace, deps)
+    paths: dict[str, Path] = {}
+    for dep in deps:
+        try:
+            if pinned_state(workspace.fork_path(dep), dep) is not None:
+                paths[dep.name] = workspace.fork_path(dep)
+        except AssembleError:
+            continue  # the checkout below reports it
+    stale = [dep for dep in deps if dep.name not in paths]
+    failures: dict[str, AssembleError] = {}
+    if stale:
+        checkouts, failures = sync_each(workspace, stale, lambda dep, step: note(f"{dep}: {step}"))  # under the lock
+        paths.update({name: result.path for name, result in checkouts.items()})
     plans = []
     for dep in deps:
         if dep.name in failures:  # keep going: the others are still planned
             plans.append(DepPlan(dep.name, dep.build.backend, workspace.fork_path(dep), dep.torch_target,
                                  error=failures[dep.name]))
         else:
-            plans.append(plan_dep(workspace, dep, checkouts[dep.name].path))
+            plans.append(plan_dep(workspace, dep, paths[dep.name]))
     return BuildPlan(plans)
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from assembler.builder import builder
 from assembler.builder.builder import BuildContext, BuildRequest, Outcome
+from assembler.builder.outcome import Event
+from assembler.builder.progress import compile_command, ninja_step
 from assembler.builder.units import GLOB_CHARS
 from assembler.manifest.model import CUDA, CXX
 
@@ -86,10 +87,11 @@ def run_builds(
     requests: list[BuildRequest],
     jobs: int,
     memory: int,
-    on_event: Callable[[str, str, int | None, int | None], None] = lambda *_: None,
+    on_event: Event = lambda *_: None,
 ) -> list[Outcome]:
     """Build every request (none is skipped when another fails). ``on_event(dep, phase, done,
-    total)`` reports progress: phase is queued, configuring, compiling, installing, built, failed."""
+    total, unit)`` reports progress: phase is queued, configuring, compiling (a unit done: done of
+    total, total None when not known), installing, built, failed."""
     pool = ResourcePool(jobs, memory)
 
     def one(request: BuildRequest) -> Outcome:
@@ -99,7 +101,7 @@ def run_builds(
         granted = pool.acquire(min(jobs, compile_units(request)), per_job)
         try:
             on_event(name, "configuring", None, None)
-            outcome = builder.build(ctx, request, granted, lambda line: _line_event(name, line, on_event))
+            outcome = builder.build(ctx, request, granted, _LineEvents(name, on_event))
         finally:
             pool.release(granted, per_job)
         on_event(name, outcome.status, None, None)
@@ -111,9 +113,23 @@ def run_builds(
         return list(executor.map(one, requests))
 
 
-def _line_event(name: str, line: str, on_event: Callable[[str, str, int | None, int | None], None]) -> None:
-    step = builder.ninja_progress(line)
-    if step is not None:
-        on_event(name, "compiling", *step)
-    elif line.startswith("*** Installing"):
-        on_event(name, "installing", None, None)
+class _LineEvents:
+    """A build's output lines as progress events: a ninja ``[k/N]`` step or a compiler command
+    (setuptools without ninja, counted here) is ``compiling`` with the unit it made; the wheel
+    install of scikit-build-core is ``installing``."""
+
+    def __init__(self, name: str, on_event: Event) -> None:
+        self.name, self.on_event = name, on_event
+        self.commands = 0
+
+    def __call__(self, line: str) -> None:
+        step = ninja_step(line)
+        if step is not None:
+            self.on_event(self.name, "compiling", step.done, step.total, step.unit)
+        elif line.startswith("*** Installing"):
+            self.on_event(self.name, "installing", None, None)
+        else:
+            source = compile_command(line)
+            if source is not None:
+                self.commands += 1
+                self.on_event(self.name, "compiling", self.commands, None, source)

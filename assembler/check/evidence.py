@@ -2,18 +2,17 @@
 
 Evidence counts only for the source that is pinned now: the check must have scanned the
 checkout at the manifest's commit with the current series applied and nothing else (no local
-commits, no uncommitted edits), under the current recipe and torch-target. Reading it costs a
-few file reads and no compiler, git or torch.
+commits, no uncommitted edits), under the current recipe and torch-target. Such a check is
+published in the assembler cache keyed by pin, series and recipe (builder.evidence), so every
+workspace reads the same. Reading it costs a few file reads and no compiler, git or torch.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from assembler.audit.gate import Verdict
-from assembler.errors import AssembleError
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
 
@@ -32,6 +31,11 @@ class CheckEvidence(NamedTuple):
     def done(self) -> bool:
         """Every unit CLEAN (and there is at least one)."""
         return self.total > 0 and self.clean == self.total
+
+    @property
+    def work_left(self) -> bool:
+        """A unit is UNSTABLE or NOT-LIMITED: the migration is not done (INCOMPLETE proves nothing either way)."""
+        return any(v in (Verdict.UNSTABLE, Verdict.NOT_LIMITED) for v in self.verdicts.values())
 
     @property
     def summary(self) -> str:
@@ -60,39 +64,46 @@ def record_path(workspace: Workspace, dep: str) -> Path:
 
 
 def recipe_digest(dep: Dependency) -> str:
-    """The recipe as check reads it (a change of sources, include dirs or defines is a new check)."""
-    from assembler.builder.cache import digest_texts
+    """The recipe as check reads it (a change of sources, include dirs or defines is a new
+    check): the one evidence is keyed by (builder.evidence.recipe_digest)."""
+    from assembler.builder.evidence import recipe_digest as digest
 
-    return digest_texts(json.dumps(dep.build.to_dict(), sort_keys=True, default=str), dep.torch_target)
+    return digest(dep)
+
+
+def publish_check(workspace: Workspace, dep: Dependency, record: dict[str, Any]) -> None:
+    """Publish a finished check (its workspace record) as the evidence about ``dep``'s pin,
+    series and recipe, for every workspace, when it scanned exactly the pin plus the series."""
+    from assembler.builder.evidence import CHECK, is_exactly_pinned, publish
+
+    try:
+        exact = record["commit"] == dep.commit and record["recipe"] == recipe_digest(dep) and is_exactly_pinned(
+            workspace, dep, record["head"], record["series_head"], bool(record["dirty"]))
+        if not exact:
+            return
+        publish(dep, CHECK, {
+            "verdicts": {str(unit["source"]): str(Verdict(unit["verdict"])) for unit in record["result"]["units"]},
+            "obtained": str(record["obtained"]), "check_key": str(record["key"]), "torch": str(record["torch"]),
+            "torch_target": str(record["torch_target"]), "workspace": str(workspace.root),
+        })
+    except (KeyError, TypeError, ValueError):
+        return
 
 
 def check_evidence(workspace: Workspace, dep: Dependency) -> CheckEvidence | None:
-    """The last check of ``dep`` when it scanned exactly the pinned commit plus the current
-    series under the current recipe; None when there is none or it is about something else."""
-    from assembler.git.state import pinned_state
+    """The last check of ``dep``'s pinned commit plus its series under its recipe, from any
+    workspace sharing the cache (builder.evidence); None when there is none."""
+    from assembler.builder.evidence import CHECK, read_evidence
 
-    try:
-        record = json.loads(record_path(workspace, dep.name).read_text())
-    except (OSError, ValueError):
+    record = read_evidence(dep, CHECK)
+    if record is None:
         return None
     try:
-        state = pinned_state(workspace.fork_path(dep), dep)
-    except AssembleError:  # an unreadable checkout state is no evidence; checkout reports it
-        return None
-    try:
-        if (
-            state is None or record["schema"] != RECORD_SCHEMA
-            or record["commit"] != dep.commit or record["series"] != state.series_digest
-            or not state.is_exactly_pin_and_series(record["head"], record["series_head"], bool(record["dirty"]))
-            or record["recipe"] != recipe_digest(dep) or record["torch_target"] != dep.torch_target
-        ):
-            return None
-        units = record["result"]["units"]
-        verdicts = {str(unit["source"]): str(Verdict(unit["verdict"])) for unit in units}
+        verdicts = {str(unit): str(Verdict(verdict)) for unit, verdict in record["verdicts"].items()}
         return CheckEvidence(
             dep=dep.name, clean=sum(v == Verdict.CLEAN for v in verdicts.values()), total=len(verdicts),
-            verdicts=verdicts, obtained=str(record["obtained"]), key=str(record["key"]),
+            verdicts=verdicts, obtained=str(record["obtained"]), key=str(record["check_key"]),
             torch=str(record["torch"]), torch_target=str(record["torch_target"]),
         )
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, AttributeError):
         return None

@@ -28,7 +28,7 @@ from assembler.builder.diagnose import torch_include_roots
 from assembler.builder.units import CUDA_ROOT, TORCH_ROOT, TranslationUnit, compile_commands_path, translation_units
 from assembler.check import compilers
 from assembler.check.compilers import Flags, NvccPasses, Pass
-from assembler.check.evidence import RECORD_SCHEMA, recipe_digest, record_path, units_summary
+from assembler.check.evidence import RECORD_SCHEMA, publish_check, recipe_digest, record_path, units_summary
 from assembler.check.scan import Limits, Reader, UnitResult, classify, run_pass, undeclared
 from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
 from assembler.fsutil import atomic_write, ignored_dir
@@ -360,6 +360,7 @@ def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: 
     except OSError as exc:  # a read-only workspace: the result stands, it is just not kept
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
+    publish_check(workspace, plan.dep, record)  # the evidence every workspace reads
     on_dep(check)
 
 

@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"assemble {__version__}")
         return 0
     as_json = _wants_json(words)
-    with output.json_session(command if command in COMMAND_MODULES else "assemble") as session:
+    with output.json_session(command if command in COMMAND_MODULES else "assemble") as session, output.heartbeat():
         code: int
         error: AssembleError | None = None
         try:

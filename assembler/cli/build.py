@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from assembler.builder.pipeline import BuildFailed, BuildReport
+    from assembler.report.output import Heartbeat
     from assembler.workspace import Workspace
 
 PHASE_STYLE = {
@@ -32,12 +33,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="compiler processes in all (default 0: one per CPU)")
     parser.add_argument("--memory-gb", type=positive_float, default=None, metavar="GB",
                         help="memory the compilers may use together (default: 80%% of what is available)")
-    # --verify needs the merged wheel, which --only does not make (verify after `assemble merge`)
-    only_or_verify = parser.add_mutually_exclusive_group()
-    only_or_verify.add_argument("--only", action="append", default=[], metavar="DEP",
-                                help="build just this dependency's artifact, no merge (repeatable)")
-    only_or_verify.add_argument("--verify", action="store_true",
-                                help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on any FAIL)")
+    # --verify needs the merged wheel, which --only makes only with --partial (else: verify after `assemble merge`)
+    parser.add_argument("--only", action="append", default=[], metavar="DEP",
+                        help="build just this dependency's artifact, no merge unless --partial (repeatable)")
+    parser.add_argument("--partial", action="store_true",
+                        help="with --only: merge, gate (and --verify) just those into a wheel labelled +cuXY.partial.DEP "
+                             "in dist/partial/, never a release")
+    parser.add_argument("--verify", action="store_true",
+                        help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on any FAIL)")
     parser.add_argument("--artifacts", type=Path, metavar="DIR", help="artifact directory (default: .assemble/artifacts)")
     parser.add_argument("--output", "-o", type=Path, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
     parser.add_argument("--allow-unstable", action="append", default=[], metavar="DEP",
@@ -60,10 +63,10 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("build needs --cuda X.Y (the CUDA toolkit to compile with)", hint="pass e.g. --cuda 13.2, or --plan to compile nothing")
     options = BuildOptions(
         cuda=args.cuda, torch=args.torch, jobs=args.jobs, only=tuple(args.only), artifacts=args.artifacts,
-        output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify,
+        output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify, partial=args.partial,
         memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None,
     )
-    with _Progress(quiet=args.json, logs=workspace.state_dir) as progress:
+    with _Progress(logs=workspace.state_dir) as progress:
         report = run_build(workspace, options, note=progress.note, on_event=progress.event)
     if isinstance(report.error, BuildFailed):
         _print_failures(report.error, err_console)
@@ -102,24 +105,31 @@ def _print_failures(failure: BuildFailed, console: Console) -> None:
 
 
 class _Progress:
-    """Per-dependency progress on stderr while building; silent with --json or -q.
+    """Per-dependency progress on stderr while building; silent only under -q (--json keeps
+    stderr's progress: the document goes to stdout).
 
     On a terminal: one live rich row per dependency. Otherwise (a CI log, a file): one line per
-    phase change as it happens, with the elapsed time, never a redraw; and under CI
-    (GITHUB_ACTIONS, CI) each finished dependency's build log in a ``::group::`` section."""
+    phase change and per unit finished (ninja's ``[k/N]``, setuptools' compile lines), with the
+    elapsed time, never a redraw; when nothing was printed for ``output.HEARTBEAT_S``, a line per
+    dependency still at work; and under CI (GITHUB_ACTIONS, CI) each finished dependency's
+    build log in a ``::group::`` section."""
 
-    def __init__(self, quiet: bool, logs: Path) -> None:
+    def __init__(self, logs: Path) -> None:
         import sys
+        import threading
         import time
 
         from assembler.report import output
 
-        self.quiet = quiet or output.settings.verbosity < 0
+        self.quiet = output.settings.verbosity < 0
+        self.guard = threading.Lock()  # events come from every build's thread, beats from the heartbeat's
         self.logs = logs
         self.started = time.monotonic()
-        self.phases: dict[str, str] = {}
+        self.phases: dict[str, tuple[str, int | None]] = {}  # each dependency's last line: phase, units done
+        self.lines: dict[str, str] = {}  # ... and what a heartbeat says of it
         self.tasks: dict[str, TaskID] = {}
         self.progress: Progress | None = None
+        self.beat: Heartbeat | None = None
         if not self.quiet and sys.stderr.isatty():
             from rich.progress import (
                 BarColumn,
@@ -136,36 +146,65 @@ class _Progress:
             )
 
     def __enter__(self) -> _Progress:
+        from assembler.report import output
+
         if self.progress is not None:
             self.progress.start()
+        elif not self.quiet:
+            self.beat = output.current_heartbeat()
+            self.beat.describe = self.still_running
         return self
 
     def __exit__(self, *exc: object) -> None:
         if self.progress is not None:
             self.progress.stop()
+        if self.beat is not None:
+            self.beat.describe = None
 
     def note(self, message: str) -> None:
         from assembler.report import output
 
         if not self.quiet:
+            with self.guard:
+                self.lines.clear()  # the checkout and toolchain steps: the heartbeat repeats the note
             output.note(message)
 
-    def event(self, dep: str, phase: str, done: int | None, total: int | None) -> None:
+    def still_running(self) -> list[str]:
+        """The heartbeat's lines: each dependency at work, its phase and units done, with the time
+        now; before any build began (a fetch, an environment install), the last note."""
+        import time
+
+        from assembler.builder.outcome import BuildOutcome
+
+        now = time.monotonic()
+        with self.guard:
+            lines = list(self.lines.items())
+            phases = dict(self.phases)
+        if not lines:
+            return self.beat.repeat(now) if self.beat is not None else []
+        return [f"{line}: still running ({now - self.started:.1f} s)" for dep, line in lines
+                if phases[dep][0] not in (*BuildOutcome, "checking", "queued")]
+
+    def event(self, dep: str, phase: str, done: int | None, total: int | None, unit: str | None = None) -> None:
         from assembler.builder.outcome import BuildOutcome
 
         finished = phase in tuple(BuildOutcome)
         if self.progress is not None:
             self._row(dep, phase, done, total, finished)
             return
-        if self.quiet or self.phases.get(dep) == phase:
+        if self.quiet or self.phases.get(dep) == (phase, done):
             return
         import time
 
         from assembler.report import output
 
-        self.phases[dep] = phase
-        counts = f" {done}/{total}" if done is not None and total else ""
-        output.note(f"{dep}: {phase}{counts} ({time.monotonic() - self.started:.1f} s)")
+        counts = f" {done}/{total}" if done is not None and total else f" unit {done}" if done is not None else ""
+        line = f"{dep}: {phase}{counts}" + (f" {unit}" if unit else "")
+        with self.guard:
+            self.phases[dep] = (phase, done)
+            self.lines[dep] = f"{dep}: {phase}" + (f" ({done}/{total} done)" if done is not None and total
+                                                   else f" ({done} done)" if done is not None else "")
+        output.note(f"{line} ({time.monotonic() - self.started:.1f} s)")
         if finished and phase != BuildOutcome.CACHED and output.in_ci():
             self._group(dep)
 
@@ -209,6 +248,8 @@ def _emit(report: BuildReport, as_json: bool) -> None:
     from assembler.report.output import add_columns, console, emit_json, err_console, short
 
     if as_json:
+        for warning in report.warnings:  # stderr is the log's, whatever stdout carries
+            err_console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
         emit_json(report.as_dict())
         return
     from rich.table import Table
@@ -234,7 +275,9 @@ def _emit(report: BuildReport, as_json: bool) -> None:
 
         for line in summary_lines(report.size):
             console.print(escape(line), highlight=False, soft_wrap=True)
-    if report.wheel is not None:
+    if report.wheel is not None and report.partial:
+        console.print(f"partial wheel (not a release; lacks {', '.join(report.partial)}): {report.wheel}", highlight=False, soft_wrap=True)
+    elif report.wheel is not None:
         console.print(f"wheel: {report.wheel}", highlight=False, soft_wrap=True)
     elif report.error is not None:
         console.print("[red]no wheel[/] (see the error below)")

@@ -75,9 +75,10 @@ def positive_float(text: str) -> float:
 
 def say_waiting(root: Path) -> None:
     """The workspace lock is held by another assemble process: say so once, on stderr."""
-    from assembler.report.output import err_console
+    from assembler.report.output import note
+    from assembler.workspace import lock_holder
 
-    err_console.print(f"waiting for another assemble process on {root} ...")
+    note(f"waiting for the workspace lock of {root}, held by {lock_holder(root) or 'another assemble process'} ...")
 
 
 def resolve_paths(args: argparse.Namespace) -> None:
@@ -117,7 +118,8 @@ def print_failures(failures: Mapping[str, AssembleError]) -> None:
     from assembler.report.output import clean
 
     for name, error in failures.items():
-        print(f"error: {name}: {clean(error.message)}" + (f"\nhint: {clean(error.hint)}" if error.hint else ""), file=sys.stderr)
+        message = error.message.removeprefix(f"{name}: ")  # an error that names its dependency already: once
+        print(f"error: {name}: {clean(message)}" + (f"\nhint: {clean(error.hint)}" if error.hint else ""), file=sys.stderr)
 
 
 def failures_json(failures: Mapping[str, AssembleError]) -> list[dict[str, str | int | None]]:

@@ -25,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="another shared library provided at run time, left out of the manylinux check (repeatable; "
         "libtorch*, libc10*, libcudart*, libcuda.so*, libpython* always are)",
     )
+    parser.add_argument("--partial", action="store_true",
+                        help="merge the artifacts given though some dependencies have none: a wheel labelled "
+                             "+cuXY.partial.DEP in dist/partial/, never a release (without it, every dependency must be there)")
     parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
                         help="threads compressing loose files (default 0: one per CPU, up to 4)")
     add_format(parser)
@@ -41,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     from assembler.wheel.platform import DEFAULT_EXCLUDES
 
     workspace = open_workspace(args)
-    result = merge_artifacts(workspace, args.dirs, args.output, args.cuda, (*DEFAULT_EXCLUDES, *args.exclude), args.jobs)
+    result = merge_artifacts(workspace, args.dirs, args.output, args.cuda, (*DEFAULT_EXCLUDES, *args.exclude), args.jobs,
+                             partial=args.partial)
     if args.json:
         emit_json(result.to_json())
         return 0
@@ -58,5 +62,8 @@ def run(args: argparse.Namespace) -> int:
     size = f"{result.size / 1e6:.1f} MB" if result.size >= 100_000 else f"{result.size / 1e3:.0f} kB"
     cached = ", platform verdict cached" if result.platform.cached else ""
     console.print(f"merged in {result.seconds:.2f} s ({size}{cached})", soft_wrap=True)
-    console.print(f"wheel: {result.wheel}", soft_wrap=True)
+    if result.missing:
+        console.print(f"partial wheel (not a release; lacks {', '.join(result.missing)}): {result.wheel}", soft_wrap=True)
+    else:
+        console.print(f"wheel: {result.wheel}", soft_wrap=True)
     return 0

@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
                 results.append(dependency_status(workspace, dep, offline=args.offline, on_classify=spinner.start))
             except AssembleError as failed:
                 failures[dep.name] = failed
-    if failures and not results:
+    if failures and not results and args.format != "markdown":  # the release table lists failures too
         raise next(iter(failures.values()))
     code = int(next(iter(failures.values())).exit_code) if failures else 0
     print_failures(failures)
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "markdown":
         from assembler.upstreaming.table import markdown
 
-        print(markdown(results), end="")
+        print(markdown(results, failures, [dep.name for dep in workspace.manifest.select(args.names)]), end="")
     else:
         for result in results:
             print_table(result, args.offline)

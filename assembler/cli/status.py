@@ -88,10 +88,9 @@ def lines(item: DepOverview) -> list[str]:
 
 def _evidence(item: DepOverview) -> list[str]:
     check = item.check
-    built = item.build_verdicts
     out = [f"  check: {check.summary} ({check.obtained})" if check is not None else "  check: none of this pin and series"]
-    if built is not None:
-        out.append(f"  build: audit {', '.join(sorted(set(built))) or 'no extensions'} ({item.build_obtained or 'time unknown'})")
+    if item.build is not None:
+        out.append(f"  build: {item.build.summary()}")
     else:
         out.append("  build: none of this pin and series")
     out.append(f"  migrated on fork: {item.migrated_on_fork}")

@@ -170,10 +170,13 @@ def _init_submodules(workspace: Workspace, dep: Dependency, repo: git.Repo) -> N
         try:
             sub_mirror, _ = mirrors.ensure_commit(workspace.manifest, url, sha)
         except AssembleError as error:  # name the dependency, the submodule and where it was looked for
+            mapped = workspace.manifest.resolve_url(url) != url
             raise type(error)(
                 f"{dep.name}: submodule {sub} ({url} at {sha[:12]}): {error.message}",
-                hint=f'give the submodule a mirror: [mirrors] "{url}" = "/path/to/a/copy" in deps.toml '
-                     "(submodule URLs are rewritten like any other; with and without .git are different URLs)",
+                # a mapping that exists but serves an incomplete copy needs that copy fixed, not another mapping
+                hint=error.hint if mapped or "the mirror is incomplete" in error.message else
+                f'give the submodule a mirror: [mirrors] "{url}" = "/path/to/a/copy" in deps.toml '
+                "(submodule URLs are rewritten like any other; with and without .git are different URLs)",
             ) from None
         repo.git.config(f"submodule.{name}.url", str(sub_mirror.path))
         repo.git.execute(["git", "-c", "protocol.file.allow=always", "submodule", "update", "--init", "--quiet", "--", sub])

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from assembler.cache import cache_root, creating
 from assembler.errors import InputError, ManifestError, NetworkError
 from assembler.fsutil import remove_stale, sha256, temporary_path
-from assembler.git.runner import END_OF_OPTIONS, QUIET_ENV, git_error_line
+from assembler.git.runner import END_OF_OPTIONS, QUIET_ENV, git_error_line, missing_object
 from assembler.manifest import Manifest
 from assembler.manifest.refname import branch_problem
 from assembler.manifest.values import url_problem
@@ -250,6 +250,13 @@ def network_error(mirror: Mirror, exc: git.GitCommandError) -> NetworkError:
     reason = git_error_line(exc.stderr, exc.status if isinstance(exc.status, int | str) else None)
     via = f" (via [mirrors]: {mirror.url})" if mirror.fetch_url != mirror.url else ""
     prefix = "/".join(mirror.url.split("/")[:3]) + "/" if "://" in mirror.url else mirror.url
+    if missing_object(exc.stderr) is not None:  # the repository answered, but lacks objects: no network fix
+        return NetworkError(
+            f"cannot fetch {mirror.fetch_url}{via}: {reason}",
+            hint=f"{mirror.fetch_url} lacks objects its branches need (a partial or damaged copy): complete it "
+                 f"(`git -C {mirror.fetch_url} fetch` from its origin, `git fsck` to list what is missing), "
+                 "or point [mirrors] at a complete copy",
+        )
     return NetworkError(
         f"cannot fetch {mirror.fetch_url}{via}: {reason}",
         hint=f'point [mirrors] at a local copy, e.g. "{prefix}" = "/srv/git-mirrors/" in deps.toml',

@@ -4,6 +4,7 @@ every machine, whatever the user's git configuration says."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -143,9 +144,28 @@ def conflicted_files(repo: git.Repo) -> list[str]:
     return [line for line in output.splitlines() if line]
 
 
-def git_error_line(output: str | bytes | None, status: int | str | None) -> str:
-    """git's first meaningful error line (hints dropped), for one-line error messages."""
+# What git says when a repository lacks an object its refs need (a damaged or partial copy, a
+# checkout whose borrowed objects are gone): "unable to read X", "missing tree X", "bad object X", ...
+MISSING_OBJECT = re.compile(
+    r"(?:unable to read(?: tree| sha1 file of \S+)?|could not read|missing (?:blob|tree|commit|tag)(?: object)?|bad object"
+    r"|did not receive expected object|invalid object)\s+\(?'?([0-9a-f]{40}(?:[0-9a-f]{24})?)\b",
+    re.IGNORECASE)
+
+
+def missing_object(output: str | bytes | None) -> str | None:
+    """The object git said it could not find, from its error output; None when it said no such thing."""
     text = output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+    match = MISSING_OBJECT.search(text)
+    return match.group(1) if match else None
+
+
+def git_error_line(output: str | bytes | None, status: int | str | None) -> str:
+    """git's first meaningful error line (hints dropped), for one-line error messages; a
+    repository missing objects is said as such, whichever line git put first."""
+    text = output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+    missing = missing_object(text)
+    if missing is not None:
+        return f"the mirror is incomplete (missing object {missing})"
     text = text.strip().replace("stderr: ", "").strip("'\n ")
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
     return lines[0] if lines else f"git exited with {status}"

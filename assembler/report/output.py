@@ -18,7 +18,7 @@ import functools
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
@@ -111,17 +111,132 @@ def clean(text: str) -> str:
 
 def note(message: str, level: int = 0) -> None:
     """A progress or status line on stderr, unless -q brought the verbosity below ``level``
-    (level 1: only with -v). Plain text, never markup; one line, never wrapped when piped."""
+    (level 1: only with -v). Plain text, never markup; one line, never wrapped when piped.
+    The line is also what the heartbeat repeats while nothing else is said."""
     if settings.verbosity >= level:
         _console(True).print(clean(message), markup=False, highlight=False, soft_wrap=True)
+        _heartbeat.said(message)
 
 
 def status(message: str, active: bool = True) -> AbstractContextManager[Any]:
-    """A spinner on stderr while a step runs: only on a terminal, and not under -q (a CI log
-    gets the notes instead, never a redraw)."""
-    if not active or settings.verbosity < 0 or not sys.stderr.isatty():
+    """A spinner on stderr while a step runs: only on a terminal, and not under -q. A CI log
+    gets no redraw: while the step runs, the heartbeat says every HEARTBEAT_S that it still does."""
+    if settings.verbosity < 0 or not sys.stderr.isatty():
+        return _heartbeat.step(message)
+    if not active:
         return nullcontext()
     return _console(True).status(message, spinner="dots")
+
+
+# ---------------------------------------------------------------------------------------------
+# The heartbeat: a CI log never goes silent for long
+
+
+HEARTBEAT_S = 30.0  # at most this long without a line on a piped stderr while a command runs
+
+
+class Heartbeat:
+    """While a command runs with stderr piped (a CI log, a file), a line every ``HEARTBEAT_S``
+    in which nothing else was printed: the step in progress and how long it has run, e.g.
+    ``vecadd: mirror: still running (61 s)``. The step is the innermost ``status()`` block, else
+    the last ``note()``; a command with several things in flight (a build) says them all
+    through ``describe``. A terminal has spinners instead, and -q silences it."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last = 0.0  # when a line was last printed (monotonic)
+        self._message: str | None = None  # what the heartbeat repeats
+        self._since = 0.0  # when that step began
+        self.describe: Callable[[], list[str]] | None = None  # the lines to print instead
+
+    def said(self, message: str | None) -> None:
+        import time
+
+        with self._lock:
+            self._last = time.monotonic()
+            if message is not None:
+                self._message, self._since = message, self._last
+
+    @contextmanager
+    def step(self, message: str) -> Iterator[None]:
+        """A step that prints nothing while it runs (``status`` off a terminal)."""
+        with self._lock:
+            outer = (self._message, self._since)
+        self.said(message)
+        try:
+            yield None
+        finally:
+            with self._lock:
+                self._message, self._since = outer
+
+    def lines(self, now: float) -> list[str]:
+        """What a beat at ``now`` prints: nothing when a line went out within HEARTBEAT_S."""
+        with self._lock:
+            if now - self._last < HEARTBEAT_S:
+                return []
+            describe, message, since = self.describe, self._message, self._since
+        if describe is not None:
+            return list(describe())
+        return [] if message is None else [f"{message.rstrip('.…')}: still running ({now - since:.0f} s)"]
+
+    def repeat(self, now: float) -> list[str]:
+        """The line that says the last step still runs (what ``describe`` may fall back to)."""
+        with self._lock:
+            message, since = self._message, self._since
+        return [] if message is None else [f"{message.rstrip('.…')}: still running ({now - since:.0f} s)"]
+
+    def _run(self) -> None:
+        import time
+
+        while not self._stopped.wait(min(HEARTBEAT_S, 5.0) / 2):
+            if settings.verbosity < 0:
+                continue
+            now = time.monotonic()
+            beat = self.lines(now)
+            for line in beat:
+                _console(True).print(clean(line), markup=False, highlight=False, soft_wrap=True)
+            if beat:
+                with self._lock:
+                    self._last = now
+
+    @contextmanager
+    def running(self) -> Iterator[Heartbeat]:
+        """Beat while the block runs, when stderr is not a terminal."""
+        import threading
+        import time
+
+        if sys.stderr.isatty() or self._thread is not None:
+            yield self
+            return
+        self._stopped.clear()
+        with self._lock:
+            self._last = self._since = time.monotonic()
+            self._message, self.describe = None, None
+        self._thread = threading.Thread(target=self._run, name="assemble-heartbeat", daemon=True)
+        self._thread.start()
+        try:
+            yield self
+        finally:
+            self._stopped.set()
+            self._thread.join()
+            self._thread = None
+
+
+_heartbeat = Heartbeat()
+
+
+def current_heartbeat() -> Heartbeat:
+    """The heartbeat a command's progress display may tell what is running (``describe``)."""
+    return _heartbeat
+
+
+def heartbeat() -> AbstractContextManager[Heartbeat]:
+    """The command's heartbeat (``cli.main`` runs every command inside it)."""
+    return _heartbeat.running()
 
 
 class DeferredStatus:

@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -65,6 +66,9 @@ SWITCH_ENV = "ASSEMBLE_SCCACHE"  # 0: off, 1: on, whatever deps.toml says
 IDLE_TIMEOUT_S = 1800  # a backstop only: we stop every server ourselves
 START_TIMEOUT_S = 60
 LANGUAGES = ("C", "CXX", "CUDA")
+UNAVAILABLE = "(stats unavailable)"
+LOG_PREFIX = re.compile(r"^\[[^\]]*\]\s*")  # env_logger's "[2026-12-01T21:04:20Z DEBUG sccache::server] "
+ERROR_LINE = re.compile(r"\b(error|Error|ERROR|panicked|failed|Failed)\b")
 
 
 @dataclass(frozen=True)
@@ -125,6 +129,7 @@ class CompileStats:
     not_cacheable: int = 0
     errors: int = 0
     location: str = ""
+    cache_errors: int = 0  # reads and writes the cache itself failed (a part of ``errors``; the rest: failed compiles)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CompileStats:
@@ -136,14 +141,16 @@ class CompileStats:
 
         not_cacheable = sum(int(stats.get(name, 0)) for name in (
             "requests_not_cacheable", "requests_unsupported_compiler", "non_cacheable_compilations"))
-        errors = total("cache_errors") + int(stats.get("cache_read_errors", 0)) + int(stats.get("cache_write_errors", 0)) \
-            + int(stats.get("compile_fails", 0))
+        cache_errors = total("cache_errors") + int(stats.get("cache_read_errors", 0)) + int(stats.get("cache_write_errors", 0))
+        errors = cache_errors + int(stats.get("compile_fails", 0))
         return cls(requests=int(stats.get("compile_requests", 0)), hits=total("cache_hits"), misses=total("cache_misses"),
-                   not_cacheable=not_cacheable, errors=errors, location=str(data.get("cache_location", "")))
+                   not_cacheable=not_cacheable, errors=errors, location=str(data.get("cache_location", "")),
+                   cache_errors=cache_errors)
 
     def to_json(self) -> dict[str, Any]:
         return {"requests": self.requests, "hits": self.hits, "misses": self.misses,
-                "not_cacheable": self.not_cacheable, "errors": self.errors, "location": self.location}
+                "not_cacheable": self.not_cacheable, "errors": self.errors, "cache_errors": self.cache_errors,
+                "location": self.location}
 
 
 def free_port() -> int:
@@ -162,6 +169,7 @@ class SccacheServer:
         self.owner = uuid.uuid4().hex
         self.parent = owner_record(os.getpid())
         self.port = 0
+        self.pids: list[int] = []  # the server's process, once started
 
     def server_environment(self) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items() if key not in ("SCCACHE_DIR", "SCCACHE_REDIS")}
@@ -176,9 +184,14 @@ class SccacheServer:
             env["SCCACHE_REDIS_ENDPOINT"] = self.cache.remote
         if self.cache.logs is not None:
             self.cache.logs.mkdir(parents=True, exist_ok=True)
-            env["SCCACHE_ERROR_LOG"] = str(self.cache.logs / f"sccache-{self.label}.log")
-            env.setdefault("SCCACHE_LOG", "warn")
+            env["SCCACHE_ERROR_LOG"] = str(self.error_log)
+            # the server logs a failed cache read or write only at debug level: those lines, not all of its debug
+            env.setdefault("SCCACHE_LOG", "warn,sccache::server=debug")
         return env
+
+    @property
+    def error_log(self) -> Path | None:
+        return None if self.cache.logs is None else self.cache.logs / f"sccache-{self.label}.log"
 
     def client_environment(self) -> dict[str, str]:
         """What the build's compiler launchers need: our server's port (and the marker, so a
@@ -187,6 +200,9 @@ class SccacheServer:
 
     def start(self) -> None:
         last = ""
+        if self.error_log is not None:  # this build's server's alone, as the build log is the build's
+            with contextlib.suppress(OSError):
+                self.error_log.unlink()
         for _attempt in range(3):  # the free port can be taken between probe and bind
             self.port = free_port()
             try:
@@ -196,6 +212,7 @@ class SccacheServer:
                 self.stop()
                 raise ToolchainError(f"sccache did not start within {START_TIMEOUT_S} s", hint=f"build without it: {SWITCH_ENV}=0") from None
             if done.returncode == 0:
+                self.pids = owned_processes(self.owner, self.binary)
                 return
             lines = (done.stderr or done.stdout).strip().splitlines()
             last = lines[-1] if lines else f"exit status {done.returncode}"
@@ -210,7 +227,41 @@ class SccacheServer:
                                   timeout=30, check=True)
             return CompileStats.from_json(json.loads(done.stdout))
         except (OSError, subprocess.SubprocessError, ValueError):
-            return CompileStats(location="(stats unavailable)")
+            return CompileStats(location=UNAVAILABLE)
+
+    def problem(self, stats: CompileStats) -> str | None:
+        """What went wrong with the compiler cache during the build, in one line naming the
+        error, or None: the server died (a client may have started another in its place), or
+        reads and writes of the cache failed (the compiles still ran, uncached)."""
+        gone = [pid for pid in self.pids if not _alive(pid, self.owner)]
+        what = []
+        if self.pids and len(gone) == len(self.pids):
+            what.append(f"the sccache server (pid {gone[0]}) stopped during the build")
+        if stats.location == UNAVAILABLE:
+            what.append("its statistics could not be read")
+        if stats.cache_errors:
+            what.append(f"{stats.cache_errors} cache read/write error{'s' if stats.cache_errors != 1 else ''}")
+        if not what:
+            return None
+        errors = self.logged_errors()
+        where = f" (log: {self.error_log})" if self.error_log is not None else ""
+        return "; ".join(what) + (f": {errors[0]}" if errors else "") + where
+
+    def logged_errors(self) -> list[str]:
+        """The errors this server wrote to its error log, without the log's prefix, first first."""
+        if self.error_log is None:
+            return []
+        try:
+            with self.error_log.open("rb") as log:
+                text = log.read(1 << 20).decode(errors="replace")
+        except OSError:
+            return []
+        found: list[str] = []
+        for line in text.splitlines():
+            message = LOG_PREFIX.sub("", line).strip()
+            if ERROR_LINE.search(message) and not message.startswith(("Couldn't open config file", "Attempting to read config")):
+                found.append(message[:300])
+        return list(dict.fromkeys(found))
 
     def stop(self) -> None:
         """Stop the server, then end any sccache process that still carries our marker."""
@@ -312,6 +363,14 @@ def stop_orphans(binary: Path, grace_s: float = 5.0) -> list[int]:
 
 
 _reaped: set[Path] = set()  # binaries whose orphans this process has stopped already
+
+
+def _alive(pid: int, owner: str) -> bool:
+    """Whether process ``pid`` still runs and is the server we started (not a reused id)."""
+    try:
+        return f"{OWNER_ENV}={owner}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
 
 
 def owned_processes(owner: str, binary: Path) -> list[int]:

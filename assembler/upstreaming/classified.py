@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from assembler.upstreaming.verdicts import Base, PatchVerdict
     from assembler.workspace import Workspace
 
-FORMAT = 1  # of the record; bump it when classify.py decides differently: older records are then recomputed
+FORMAT = 2  # of the record; bump it when classify.py decides differently: older records are then recomputed
 DIRECTORY = "classifications"  # in the user cache
 KEPT = 256  # records kept, the most recently written
 
@@ -92,7 +92,8 @@ def to_record(base: Base, patches_from: str, broken_on_base: str | None, verdict
         "at": at, "base": base.to_json(), "patches_from": patches_from, "broken_on_base": broken_on_base,
         "verdicts": [{"name": v.name, "subject": v.subject, "status": v.status, "how": v.how,
                       "commit": None if v.commit is None else [v.commit.sha, v.commit.subject], "url": v.url,
-                      "note": v.note, "on_target": v.on_target, "conflicts": v.conflicts} for v in verdicts],
+                      "note": v.note, "on_target": v.on_target, "conflicts": v.conflicts, "migration": v.migration}
+                     for v in verdicts],
     }
 
 
@@ -107,7 +108,7 @@ def from_record(record: dict[str, Any]) -> tuple[Base, str, str | None, list[Pat
     verdicts = [
         PatchVerdict(str(v["name"]), str(v["subject"]), PatchStatus(v["status"]), Evidence(v["how"]),
                      None if v["commit"] is None else Commit(str(v["commit"][0]), str(v["commit"][1])),
-                     v["url"], str(v["note"]), v["on_target"], [str(c) for c in v["conflicts"]])
+                     v["url"], str(v["note"]), v["on_target"], [str(c) for c in v["conflicts"]], bool(v["migration"]))
         for v in record["verdicts"]
     ]
     broken = record["broken_on_base"]

@@ -15,6 +15,7 @@ Imported only when a classification is computed (status.dependency_status, rebas
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 
 from assembler.errors import InputError
@@ -39,6 +40,18 @@ from assembler.upstreaming.verdicts import Base, Commit, Evidence, PatchVerdict,
 from assembler.workspace import Workspace
 
 _MAX_PATHSPEC = 2000
+# A changed line that names a torch API: its headers (torch/, ATen/, c10/), namespaces, the
+# shim (aoti_torch_*), the registration macros, Tensor, or the pybind11 binding the Stable ABI replaces.
+TORCH_API = re.compile(rb"torch[/:_.]|\bATen\b|\bc10\b|\bat::|\baoti_torch|\bTORCH_|\bTensor\b|pybind11|PYBIND11|\bPy_LIMITED_API\b")
+
+
+def touches_torch_api(diff: bytes) -> bool:
+    """Whether a patch is migration work: a line it adds or removes names a torch API. A fork's
+    sync commits, build scripts or kernels that touch none are not (see DepStatus.migrated_upstream)."""
+    for line in diff.splitlines():
+        if line[:1] in (b"+", b"-") and not line.startswith((b"+++ ", b"--- ")) and TORCH_API.search(line):
+            return True
+    return False
 
 
 # -- layers --------------------------------------------------------------------------------
@@ -262,4 +275,7 @@ def classify_dependency(workspace: Workspace, dep: Dependency, upstream: mirrors
             verdict = verdicts[i]
             verdict.url = pull_request_link(dep.upstream_url, number) or verdict.url  # else the Forwarded URL, if any
             verdict.status, verdict.how, verdict.note = PatchStatus.FORWARDED, Evidence.PULL_REQUEST, f"pull/{number}"
+        load_diffs(scratch, patches)
+        for verdict, patch in zip(verdicts, patches, strict=True):
+            verdict.migration = patch.diff is None or touches_torch_api(patch.diff)  # no diff to read: counted
     return base, origin, broken, verdicts

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from assembler.builder.evidence import last_build_time, last_build_verdicts
+from assembler.builder.evidence import BuildEvidence, build_evidence
 from assembler.check.evidence import CheckEvidence, check_evidence
 from assembler.git.condition import inspect
 from assembler.git.process import END_OF_OPTIONS, WorkTree
@@ -67,13 +67,12 @@ class DepOverview(NamedTuple):
     operation: str | None  # a git operation the checkout is stopped in (am, rebase, merge, cherry-pick)
     rebase: Rebase | None  # an `assemble rebase` in progress
     check: CheckEvidence | None
-    build_verdicts: tuple[str, ...] | None
-    build_obtained: str | None
+    build: BuildEvidence | None  # the last gated build of this pin + series + recipe (any workspace)
 
     @property
     def migrated_on_fork(self) -> Migration:
         """The rule `assemble patches` uses (verdicts.migration_on_fork), on the same evidence."""
-        return migration_on_fork(self.build_verdicts, self.check, None)
+        return migration_on_fork(self.build, self.check, None)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -83,8 +82,7 @@ class DepOverview(NamedTuple):
             "unexported": [commit.to_json() for commit in self.unexported], "operation": self.operation,
             "rebase": self.rebase.to_json() if self.rebase is not None else None,
             "check": self.check.to_json() if self.check is not None else None,
-            "build": None if self.build_verdicts is None else {
-                "source": "audit of the last build", "verdicts": list(self.build_verdicts), "obtained": self.build_obtained},
+            "build": self.build.to_json() if self.build is not None else None,
             "migrated_on_fork": self.migrated_on_fork,
         }
 
@@ -112,14 +110,12 @@ def overview(workspace: Workspace, dep: Dependency) -> DepOverview:
         rebase = Rebase(str(journal.phase), journal.onto, journal.onto_label,
                         journal.picks[stopped.index].name if stopped is not None and stopped.index < len(journal.picks) else None,
                         tuple(stopped.files) if stopped is not None else ())
-    built = last_build_verdicts(workspace, dep)
     return DepOverview(
         name=dep.name, kind=dep.kind, pin=dep.commit, track=dep.track, series=len(dep.series),
         condition=condition, branch=branch, head=head, applied=len(state.applied) if state is not None else 0,
         already_applied=already_applied(dep, state) if state is not None and state.base == dep.commit else (),
         edits=edits, unexported=unexported, operation=operation, rebase=rebase,
-        check=check_evidence(workspace, dep), build_verdicts=built,
-        build_obtained=last_build_time(workspace) if built is not None else None,
+        check=check_evidence(workspace, dep), build=build_evidence(dep),
     )
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from assembler.builder.evidence import last_build_time, last_build_verdicts
+from assembler.builder.evidence import build_evidence
 from assembler.check.evidence import check_evidence
 from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
@@ -91,8 +91,7 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         if digest is not None:
             classified.store(digest, classified.to_record(base, origin, broken, verdicts, at))
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
-                     base, origin, verdicts, broken, last_build_verdicts(workspace, dep),
-                     last_build_time(workspace), check_evidence(workspace, dep), classified_at=at, reused=found is not None,
+                     base, origin, verdicts, broken, build_evidence(dep), check_evidence(workspace, dep), classified_at=at, reused=found is not None,
                      fetched_at=_utc(upstream.last_fetched()))
 
 

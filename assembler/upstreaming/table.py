@@ -4,9 +4,15 @@ than in the CLI so that other reports (and tests) get the same text."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 from assembler.report.output import clean, short
 from assembler.series.headers import PatchStatus
 from assembler.upstreaming.verdicts import DepStatus, Evidence, Migration, PatchVerdict
+
+if TYPE_CHECKING:
+    from assembler.errors import AssembleError
 
 
 def plural(count: int, noun: str) -> str:
@@ -31,7 +37,7 @@ def summary_line(status: DepStatus) -> str:
 def migration_line(status: DepStatus) -> str:
     """The two release-table verdicts, and what keeps them from "done"."""
     line = (f"migrated on fork: {status.migrated_on_fork} ({status.migration_evidence}); "
-            f"migrated upstream: {status.migrated_upstream}")
+            f"migrated upstream: {status.migrated_upstream} ({status.upstream_evidence})")
     if status.conflicts_on_tip:
         line += f"; conflicts on {short(status.tip)}: {', '.join(status.conflicts_on_tip)}"
     return line
@@ -42,13 +48,29 @@ def _row(cells: tuple[str, ...]) -> str:
     return "| " + " | ".join(clean(cell).replace("|", "\\|") for cell in cells) + " |"
 
 
-def markdown(results: list[DepStatus]) -> str:
+def markdown(results: list[DepStatus], failures: Mapping[str, AssembleError] | None = None,
+             order: list[str] | None = None) -> str:
     """The release-post table (dependency | migrated on fork | migrated upstream), then one
-    table per dependency with each patch's status, evidence and link."""
+    table per dependency with each patch's status, evidence and link. A dependency that could
+    not be reported (``failures``) keeps its row, saying so with its error, and its section
+    says what failed; ``order`` (the manifest's) places the rows."""
+    failed = dict(failures or {})
+    by_name = {status.name: status for status in results}
+    names = [name for name in (order or [*by_name, *failed]) if name in by_name or name in failed]
     lines = ["| dependency | migrated on fork | migrated upstream |", "| --- | --- | --- |"]
-    for status in results:
-        lines.append(_row((status.name, _cell_fork(status), _cell_upstream(status))))
-    for status in results:
+    for name in names:
+        if name in failed:
+            lines.append(_row((name, f"{Migration.NOT_CHECKED} (error: {failed[name].message})", str(Migration.NOT_CHECKED))))
+        else:
+            lines.append(_row((name, _cell_fork(by_name[name]), _cell_upstream(by_name[name]))))
+    for name in names:
+        if name in failed:
+            error = failed[name]
+            lines += ["", f"### {clean(name)}", "", clean(f"error: {error.message}").replace("|", "\\|")]
+            if error.hint:
+                lines.append(clean(f"hint: {error.hint}").replace("|", "\\|"))
+            continue
+        status = by_name[name]
         lines += ["", f"### {status.name}", "", clean(summary_line(status)).replace("|", "\\|")]
         if not status.verdicts:
             continue
@@ -82,12 +104,15 @@ def _cell_fork(status: DepStatus) -> str:
 
 def _cell_upstream(status: DepStatus) -> str:
     """The verdict, then how many patches are upstream and links to those forwarded."""
-    counts = status.counts()
-    relevant = len(status.verdicts) - counts[PatchStatus.NOT_NEEDED]
-    links = [f"[{v.name}]({v.url})" for v in status.verdicts if v.status == PatchStatus.FORWARDED and v.url]
-    if status.migrated_upstream in (Migration.NOT_APPLICABLE, Migration.NO) and not links:
+    patches = status.migration_patches
+    if not patches:  # nothing carried is migration work: it rests on the pinned source's evidence
+        return f"{status.migrated_upstream} ({status.upstream_evidence})"
+    upstream = sum(v.status == PatchStatus.UPSTREAM for v in patches)
+    forwarded = [v for v in patches if v.status == PatchStatus.FORWARDED]
+    links = [f"[{v.name}]({v.url})" for v in forwarded if v.url]
+    if status.migrated_upstream == Migration.NO and not links:
         return status.migrated_upstream
-    detail = f"{counts[PatchStatus.UPSTREAM]} of {relevant} upstream"
-    if counts[PatchStatus.FORWARDED]:
-        detail += f", {counts[PatchStatus.FORWARDED]} forwarded" + (f": {', '.join(links)}" if links else "")
+    detail = f"{upstream} of {len(patches)} upstream"
+    if forwarded:
+        detail += f", {len(forwarded)} forwarded" + (f": {', '.join(links)}" if links else "")
     return f"{status.migrated_upstream} ({detail})"

@@ -106,8 +106,12 @@ def resolve_specs(manifest: Manifest | None, wheel: Path) -> Specs:
     bundle = str(record["bundle"].get("name", ""))
     wheel_torch = tuple(str(v) for v in record["bundle"].get("verify_torch", ()))
     if manifest is not None and _canonical(manifest.bundle.name) == _canonical(bundle):
-        return Specs(_from_manifest(manifest), "workspace", f"{manifest.path} (bundle {bundle}, the wheel's)", bundle, recorded,
-                     manifest.bundle.verify_torch)
+        specs = _from_manifest(manifest)
+        detail = f"{manifest.path} (bundle {bundle}, the wheel's)"
+        if isinstance(record.get("partial"), dict):  # a partial wheel: the dependencies it lacks are not rows
+            specs = [spec for spec in specs if spec.name in recorded]
+            detail += f"; a partial wheel of {', '.join(spec.name for spec in specs)}"
+        return Specs(specs, "workspace", detail, bundle, recorded, manifest.bundle.verify_torch)
     embedded = any(isinstance(entry, dict) and "verify" in entry for entry in deps.values())
     elsewhere = f"; the workspace {manifest.path} is bundle {manifest.bundle.name}" if manifest is not None else ""
     if embedded:

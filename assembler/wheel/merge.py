@@ -66,6 +66,7 @@ class MergeResult:
     unshipped: dict[str, tuple[str, ...]]  # dep -> payload paths no install pattern matched
     warnings: tuple[str, ...] = field(default=())
     seconds: float = 0.0
+    missing: tuple[str, ...] = ()  # a partial wheel's: the dependencies it lacks (empty: a release wheel)
 
     @property
     def size(self) -> int:
@@ -81,6 +82,7 @@ class MergeResult:
             "files": {k: list(v) for k, v in self.files.items()},
             "unshipped": {k: list(v) for k, v in self.unshipped.items()},
             "warnings": list(self.warnings),
+            "partial": {"deps": sorted(self.provenance), "missing": list(self.missing)} if self.missing else None,
         }
 
 
@@ -153,8 +155,9 @@ def _claim(placed: dict[str, Placement], new: Placement, dist_info: str) -> None
         )
 
 
-def check_artifacts(manifest: Manifest, artifacts: Sequence[Artifact]) -> None:
-    """Every dependency has an artifact built from what deps.toml pins now, and nothing else."""
+def check_artifacts(manifest: Manifest, artifacts: Sequence[Artifact], partial: bool = False) -> None:
+    """Every dependency has an artifact built from what deps.toml pins now, and nothing else
+    (``partial``: the artifacts given are built from what deps.toml pins, some may be missing)."""
     have = {a.dep for a in artifacts}
     for artifact in artifacts:
         dep = manifest.deps.get(artifact.dep)
@@ -169,11 +172,14 @@ def check_artifacts(manifest: Manifest, artifacts: Sequence[Artifact]) -> None:
         if abi is not None and abi != manifest.bundle.python_abi:
             raise InputError(f"{artifact.root}: {dep.name} targets Python {abi}, [bundle] python-abi is {manifest.bundle.python_abi}", hint=f"rebuild it: {rebuild}")
     missing = [name for name in manifest.deps if name not in have]
-    if missing:
+    if missing and not partial:
         raise InputError(
-            f"no artifact for {', '.join(missing)}",
-            hint="build each with `assemble build --only DEP --artifacts DIR` and pass every DIR to merge",
+            f"no artifact for {', '.join(missing)}: a release wheel holds every dependency",
+            hint="build each with `assemble build --only DEP --artifacts DIR` and pass every DIR to merge; "
+                 "to try only what you built, `--partial` makes a wheel labelled partial, never a release",
         )
+    if partial and not artifacts:
+        raise InputError("no artifact to merge", hint="build one with `assemble build --only DEP`")
 
 
 def resolve_cuda(requested: str | None, artifacts: Sequence[Artifact]) -> str:
@@ -225,15 +231,19 @@ def merge_wheel(
     *,
     exclude: Sequence[str] = DEFAULT_EXCLUDES,
     jobs: int | None = None,
+    partial: bool = False,
 ) -> MergeResult:
-    """Merge the artifacts under ``artifact_paths`` into one wheel in ``out_dir``."""
+    """Merge the artifacts under ``artifact_paths`` into one wheel in ``out_dir``. ``partial``:
+    the dependencies without an artifact are left out, and the wheel says so (its version's
+    local label, assembler.json and SBOM), so it is never taken for a release."""
     started = time.perf_counter()
     bundle = manifest.bundle
     artifacts = load_artifacts(artifact_paths)
-    check_artifacts(manifest, artifacts)
+    check_artifacts(manifest, artifacts, partial)
     check_same_release(manifest, artifacts)  # one release: series contents and toolchain agree
     cuda = resolve_cuda(cuda, artifacts)
-    version = wheel_version(bundle, cuda)
+    missing = tuple(name for name in manifest.deps if name not in {a.dep for a in artifacts})
+    version = wheel_version(bundle, cuda, [a.dep for a in artifacts] if missing else ())
     stem = f"{dist_name(bundle.name)}-{version}"
     dist_info = f"{stem}.dist-info"
     placements, unshipped = place(artifacts, {name: dep.install for name, dep in manifest.deps.items()}, dist_info)
@@ -258,9 +268,10 @@ def merge_wheel(
             archive.write_bytes(f"{dist_info}/WHEEL", wheel_text(python_tag(bundle), verdict.platforms).encode())
             archive.write_bytes(f"{dist_info}/assembler.json", provenance_json(
                 bundle, version, cuda, verdict.platforms, exclude, provenance, files,
-                verify={a.dep: manifest.deps[a.dep].verify_record() for a in artifacts}).encode())
+                verify={a.dep: manifest.deps[a.dep].verify_record() for a in artifacts}, missing=missing).encode())
             digests = {w.name: w.sha256 for w in payload}
-            sbom = _sbom(manifest, artifacts, version, cuda, epoch, {dep: file_hashes([(p, digests[p]) for p in paths]) for dep, paths in files.items()})
+            sbom = _sbom(manifest, artifacts, version, cuda, epoch, {dep: file_hashes([(p, digests[p]) for p in paths]) for dep, paths in files.items()},
+                         missing)
             archive.write_bytes(sbom_path(dist_info, dist_name(bundle.name)), sbom.encode())
             record = f"{dist_info}/RECORD"
             archive.write_bytes(record, record_text(archive.written, record).encode())
@@ -271,7 +282,7 @@ def merge_wheel(
     return MergeResult(
         wheel=wheel, version=version, cuda=cuda, platform=verdict, provenance=provenance,
         files={dep: tuple(paths) for dep, paths in files.items()}, unshipped=unshipped,
-        warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started,
+        warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started, missing=missing,
     )
 
 
@@ -311,7 +322,7 @@ def torch_floor(manifest: Manifest, artifacts: Sequence[Artifact], symbols: Symb
 
 
 def _sbom(manifest: Manifest, artifacts: Sequence[Artifact], version: str, cuda: str, epoch: int,
-          hashes: Mapping[str, tuple[tuple[str, str], ...]]) -> str:
+          hashes: Mapping[str, tuple[tuple[str, str], ...]], missing: Sequence[str] = ()) -> str:
     """The wheel's CycloneDX document (see assembler.wheel.sbom)."""
     entries = []
     for a in artifacts:
@@ -323,7 +334,7 @@ def _sbom(manifest: Manifest, artifacts: Sequence[Artifact], version: str, cuda:
         ))
     bundle = manifest.bundle
     return sbom_json(name=bundle.name, version=version, wheel_purl_name=dist_name(bundle.name).replace("_", "-"),
-                     epoch=epoch, deps=entries, cuda=cuda)
+                     epoch=epoch, deps=entries, cuda=cuda, missing=missing)
 
 
 def _add(archive: ReproducibleZip, placement: Placement) -> Written:

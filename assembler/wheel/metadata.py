@@ -44,8 +44,17 @@ def cuda_label(cuda: str) -> str:
     return f"cu{int(parts[0])}{int(parts[1])}"
 
 
-def wheel_version(bundle: Bundle, cuda: str) -> str:
-    return str(Version(f"{bundle.version}+{cuda_label(cuda)}"))
+PARTIAL_LABEL = "partial"  # the local version segment that marks a wheel of some dependencies only
+
+
+def wheel_version(bundle: Bundle, cuda: str, partial: Sequence[str] = ()) -> str:
+    """``0.1.0+cu132``; a partial wheel (only the dependencies in ``partial``) is
+    ``0.1.0+cu132.partial.vecadd``: PEP 440 local segments, never a release (PyPI refuses local
+    versions, and `assemble merge` without --partial never makes one)."""
+    label = cuda_label(cuda)
+    if partial:
+        label += "." + ".".join([PARTIAL_LABEL, *(re.sub(r"[^a-z0-9]", "", name.lower()) or "dep" for name in partial)])
+    return str(Version(f"{bundle.version}+{label}"))
 
 
 def python_tag(bundle: Bundle) -> str:
@@ -89,9 +98,10 @@ def metadata_text(bundle: Bundle, version: str, cuda: str, min_torch: str, prove
 
 def provenance_json(bundle: Bundle, version: str, cuda: str, platforms: Sequence[str], excluded: Sequence[str],
                     provenance: Mapping[str, Mapping[str, Any]], files: Mapping[str, Sequence[str]],
-                    verify: Mapping[str, Mapping[str, Any]] | None = None) -> str:
+                    verify: Mapping[str, Mapping[str, Any]] | None = None, missing: Sequence[str] = ()) -> str:
     """``<dist-info>/assembler.json``: per dependency the commit, patches, toolchain and files, and
-    the verify specs (ops, smoke call), so `assemble verify` can check the wheel outside its workspace."""
+    the verify specs (ops, smoke call), so `assemble verify` can check the wheel outside its workspace;
+    a partial wheel's ``partial`` names the dependencies it holds and those it lacks."""
     data = {
         "assembler": __version__,
         "bundle": {"name": bundle.name, "version": version, "python_abi": bundle.python_abi, "cuda": cuda,
@@ -103,6 +113,8 @@ def provenance_json(bundle: Bundle, version: str, cuda: str, platforms: Sequence
             for dep, record in provenance.items()
         },
     }
+    if missing:
+        data["partial"] = {"deps": sorted(provenance), "missing": sorted(missing)}
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 

@@ -126,8 +126,10 @@ _TOOLS = (  # toolchain key in artifact.json -> tool name in the BOM
 )
 
 
-def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps: Sequence[DepEntry], cuda: str | None) -> str:
-    """The CycloneDX 1.6 document for the merged wheel, as deterministic JSON text."""
+def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps: Sequence[DepEntry], cuda: str | None,
+              missing: Sequence[str] = ()) -> str:
+    """The CycloneDX 1.6 document for the merged wheel, as deterministic JSON text. A partial
+    wheel (``missing`` the dependencies it lacks) says so in its description and properties."""
     from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
     from cyclonedx.model.bom import Bom, BomMetaData
     from cyclonedx.model.component import Commit, Component, ComponentType, Diff, Patch, PatchClassification, Pedigree
@@ -138,7 +140,8 @@ def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps
     root = Component(
         name=name, version=version, type=ComponentType.LIBRARY, bom_ref="wheel",
         purl=PackageURL("pypi", None, wheel_purl_name, version),
-        description=f"{name} kernels bundled by assembler (abi3, LibTorch Stable ABI" + (f", CUDA {cuda})" if cuda else ")"),
+        description=f"{name} kernels bundled by assembler (abi3, LibTorch Stable ABI" + (f", CUDA {cuda})" if cuda else ")")
+        + (f"; PARTIAL, not a release: lacks {', '.join(missing)}" if missing else ""),
     )
     tools: dict[tuple[str, str], Component] = {}
     tools[("assembler", __version__)] = Component(name="assembler", version=__version__, type=ComponentType.APPLICATION, bom_ref="tool:assembler")
@@ -188,7 +191,9 @@ def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps
     metadata = BomMetaData(
         timestamp=datetime.fromtimestamp(epoch, UTC), component=root,
         tools=ToolRepository(components=sorted(tools.values(), key=lambda c: (c.name, c.version or ""))),
-        properties=[Property(name=f"{PROPERTY}patch-status-source", value=STATUS_SOURCE)],
+        properties=[Property(name=f"{PROPERTY}patch-status-source", value=STATUS_SOURCE)]
+        + ([Property(name=f"{PROPERTY}partial", value="true"), Property(name=f"{PROPERTY}partial:missing", value=" ".join(missing))]
+           if missing else []),
     )
     bom = Bom(components=components, metadata=metadata, serial_number=uuid.UUID(int=0))
     bom.register_dependency(root, components)
