@@ -99,7 +99,7 @@ def run_builds(
         granted = pool.acquire(min(jobs, compile_units(request)), per_job)
         try:
             on_event(name, "configuring", None, None)
-            outcome = builder.build(ctx, request, granted, lambda line: _line_event(name, line, on_event))
+            outcome = builder.build(ctx, request, granted, lambda line: line_event(name, line, on_event))
         finally:
             pool.release(granted, per_job)
         on_event(name, outcome.status, None, None)
@@ -111,7 +111,7 @@ def run_builds(
         return list(executor.map(one, requests))
 
 
-def _line_event(name: str, line: str, on_event: Callable[[str, str, int | None, int | None], None]) -> None:
+def line_event(name: str, line: str, on_event: Callable[[str, str, int | None, int | None], None]) -> None:
     step = builder.ninja_progress(line)
     if step is not None:
         on_event(name, "compiling", *step)
