@@ -19,6 +19,7 @@ an estimate, since kernels differ far more than units do.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,24 +106,38 @@ def shard_id(dep: str, index: int, count: int) -> str:
     return f"{dep}-shard-{index}-of-{count}"
 
 
+def shard_count(runners: int, cost: float, largest: float, jobs: int) -> int:
+    """How many of ``runners`` shards a dependency gets: its share by cost against the largest
+    dependency's (which gets all of them), never more than its compile jobs. A dependency of
+    one shard is built whole by its final job: a shard job of its own would only add a runner's
+    fixed costs (checkout, configure) in front of it."""
+    if largest <= 0:
+        return 1
+    return max(1, min(runners, jobs, math.ceil(runners * cost / largest - 1e-9)))
+
+
 def plan_shards(workspace: Workspace, plans: dict[str, DepPlan], entries: list[MatrixEntry], count: int) -> list[ShardEntry]:
-    """Each dependency still to compile whose units are known and more than one, split over
-    ``count`` shards (fewer when it has fewer compile jobs)."""
+    """Each dependency still to compile whose units are known, split over up to ``count`` shards
+    (``shard_count``)."""
     from assembler.builder import shards
 
     out = []
+    largest = max((entry.cost for entry in entries), default=0.0)
     for entry in entries:
         plan = plans[entry.dep]
-        if entry.cost == 0 or plan.units is None or plan.jobs < 2:
+        if entry.cost == 0 or plan.units is None:
             continue
         dep = workspace.manifest.deps[entry.dep]
         extensions = tuple(ext.name for ext in dep.build.extensions) if dep.build.backend == "helper" else ()
         jobs = shards.compile_jobs(plan, extensions, shards.unit_times(workspace.state_dir, entry.dep))
-        split = shards.split(jobs, count)  # build --shard k/N splits with the same N; empty shards are harmless
+        mine = shard_count(count, entry.cost, largest, len(jobs))
+        if mine < 2:
+            continue
+        split = shards.split(jobs, mine)  # build --shard k/N splits with the same N
         digest = shards.split_digest(split)
         for index, share in enumerate(split, 1):
             if share:
-                out.append(ShardEntry(entry.dep, entry.key, index, count, tuple(job.unit for job in share),
+                out.append(ShardEntry(entry.dep, entry.key, index, mine, tuple(job.unit for job in share),
                                       sum(job.cost for job in share), digest))
     return sorted(out, key=lambda shard: (-shard.cost, shard.id))
 
