@@ -199,9 +199,10 @@ def shapes_from_manifest(manifest: Path) -> tuple[list[Shape], list[str]]:
 
 
 def shapes_from_plan(plan: Path) -> list[Shape]:
-    data = json.loads(plan.read_text())["deps"]
+    data = json.loads(plan.read_text())["deps"]  # schema 2: a list of {"name", ...}; 1: a dict by name
+    items = [(item["name"], item) for item in data] if isinstance(data, list) else list(data.items())
     shapes = []
-    for name, item in data.items():
+    for name, item in items:
         units = item.get("units") or []
         cuda = sum(1 for unit in units if unit["language"] == "cuda")
         shapes.append(Shape(name, item.get("jobs", len(units)) - cuda, cuda, len(item.get("archs", []))))
