@@ -63,7 +63,7 @@ ENVIRONMENT_VARIABLES = {
 INTERNAL_VARIABLES = ("ASSEMBLE_CUDA_HOME", "ASSEMBLE_NINJA_SAVE", "ASSEMBLE_REAL_NINJA", "ASSEMBLE_SCCACHE_OWNER",
                       "ASSEMBLE_TEST_SUBPROCESS",
                       # set by a build for its compiler launcher (toolchain/launch.py)
-                      "ASSEMBLE_PATH_ROOTS", "ASSEMBLE_SHARD", "ASSEMBLE_CHECKOUT", "ASSEMBLE_UNIT_TIMES")
+                      "ASSEMBLE_PATH_ROOTS", "ASSEMBLE_SHARD", "ASSEMBLE_CHECKOUT", "ASSEMBLE_UNIT_TIMES", "ASSEMBLE_SCCACHE_PARENT")
 
 # Global options that take a value (so the word after them is not the subcommand).
 _VALUED_GLOBALS = ("-C", "--workspace", "--color")
