@@ -29,7 +29,7 @@ def commands(text: str) -> list[str]:
 
 
 def parse(command: str) -> None:
-    words = shlex.split(command.replace("${{ matrix.dep }}", "vecadd"))[1:]
+    words = shlex.split(command.replace("${{ matrix.dep }}", "vecadd").replace("${{ matrix.shard }}", "1/2"))[1:]
     build_parser(words[0]).parse_args(words)
 
 

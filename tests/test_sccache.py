@@ -47,7 +47,9 @@ def test_switch_and_manifest_choose_whether_sccache_runs(tmp_path: Path) -> None
     assert sccache.configure("none", None, tmp_path, (), None, environ={"ASSEMBLE_SCCACHE": "1"}).enabled
     with pytest.raises(InputError, match="ASSEMBLE_SCCACHE='yes'"):
         sccache.configure("sccache", None, tmp_path, (), None, environ={"ASSEMBLE_SCCACHE": "yes"})
-    assert sccache.cmake_launcher_defines(on)["cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER"] == str(on.binary)
+    defines = sccache.cmake_launcher_defines(on)
+    assert defines["cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER"].split(";")[-2:] == [str(sccache.LAUNCH_SCRIPT), str(on.binary)]
+    assert defines["cmake.define.CMAKE_CXX_LINKER_LAUNCHER"].split(";")[-1] == "-"  # a link: the launcher alone
     assert set(sccache.cmake_launcher_defines(None).values()) == {""}  # a reused build tree forgets the launcher
 
 
@@ -133,13 +135,14 @@ def _build(ws: Path, cache: Path, *args: str, **env: str) -> dict[str, dict[str,
 
 @pytest.mark.slow
 def test_second_runner_hits_everything_from_redis(tmp_path: Path, toolchains: Path, redis_url: str) -> None:
-    """Two runners, one after the other, at the same paths (as CI runners are) with nothing
-    local in common: the second compiles nothing itself."""
-    root = tmp_path / "runner"
-    ws, cache = _runner(root, toolchains, redis_url)
+    """Two runners, one after the other, at different paths (a laptop and CI; a workspace and an
+    ASSEMBLE_CACHE elsewhere each) with nothing local in common: the second compiles nothing
+    itself, for the C++ unit (helper), the CUDA unit (helper, nvcc) and the setuptools backend."""
+    ws, cache = _runner(tmp_path / "runner", toolchains, redis_url)
     first = _build(ws, cache)
     assert sccache_processes_under(tmp_path) == []
-    ws, cache = _runner(root, toolchains, redis_url)  # a fresh runner: empty artifact store and local sccache dir
+    # a fresh runner somewhere else: empty artifact store and local sccache dir, other paths
+    ws, cache = _runner(tmp_path / "elsewhere" / "deeper" / "laptop", toolchains, redis_url)
     second = _build(ws, cache)
     assert sccache_processes_under(tmp_path) == []
     assert set(first) == set(second) == {"vecadd", "scalekit", "rowsum"}

@@ -261,9 +261,15 @@ def build_log(state_dir: Path, dep: str) -> Path:
     return state_dir / "logs" / f"{dep}.log"
 
 
-def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable[[str], None] = lambda _: None) -> Outcome:
+def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable[[str], None] = lambda _: None,
+          shard: frozenset[str] | None = None) -> Outcome:
     """Compile ``request`` with ``jobs`` parallel compiler processes through its backend; never
-    raises for a compiler failure (the Outcome says what failed, with the log)."""
+    raises for a compiler failure (the Outcome says what failed, with the log). With ``shard``
+    (``builder.shards``: the units of one shard), compile only those into the compiler cache,
+    link nothing, publish nothing, and drop the build tree (status COMPILED)."""
+    from assembler.builder.shards import TIMES_DIR, record_unit_times
+    from assembler.toolchain.launch import CHECKOUT_ENV, SHARD_ENV, TIMES_ENV
+
     dep = request.dep
     if request.toolchain is not None:  # its CUDA toolkit, with its cuda-components
         ctx = replace(ctx, toolchain=request.toolchain)
@@ -272,9 +278,19 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     staging = ctx.store.root / dep.name / f".tmp-{request.key}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     log_path.write_text("")
+    tree = ctx.state_dir / "build" / dep.name
+    if shard is not None:  # a tree a full build left would skip the compiles; one a shard left holds stand-ins
+        shutil.rmtree(tree, ignore_errors=True)
+    times = ctx.state_dir / TIMES_DIR / f".{dep.name}.{os.getpid()}.jsonl"
+    times.parent.mkdir(parents=True, exist_ok=True)
+    times.unlink(missing_ok=True)
     started = time.monotonic()
     with sccache.server(ctx.compiler_cache, dep.name) as server:  # one per build: its stats are this dep's
         client = server.client_environment() if server is not None else {}
+        if server is not None:  # what our launcher reads (toolchain/launch.py)
+            client.update({CHECKOUT_ENV: str(request.checkout), TIMES_ENV: str(times)})
+            if shard is not None:
+                client[SHARD_ENV] = json.dumps(sorted(shard))
         work = backends.Work(
             tree=ctx.state_dir / "build" / dep.name,
             files=staging / FILES_DIR,
@@ -288,6 +304,12 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
         except backends.BuildFailure as failed:
             failure = failed
         compiled = _compiler_cache_figures(server)
+    record_unit_times(ctx.state_dir, dep.name, times)
+    if shard is not None:
+        shutil.rmtree(tree, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+        if failure is None:
+            return Outcome(dep.name, BuildOutcome.COMPILED, time.monotonic() - started, log=log_path, compiler_cache=compiled)
     if failure is not None:
         shutil.rmtree(staging, ignore_errors=True)
         seconds = time.monotonic() - started

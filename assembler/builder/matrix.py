@@ -1,6 +1,9 @@
 """`assemble plan --matrix`: a release fanned out over CI runners, as a GitHub Actions
 ``strategy.matrix`` document (``{"include": [...]}``): one entry per dependency with its artifact
-key, whether the local or the shared store already holds it, and an estimated cost.
+key, whether the local or the shared store already holds it, and an estimated cost. With
+``--shards N`` a dependency's compile jobs are also split over N shard jobs (``builder.shards``)
+that run before the job that builds it whole (``sharded_document`` for GitHub Actions,
+``buildkite_pipeline`` for Buildkite).
 
 One entry per dependency, not per dependency x arch group: an artifact is one module per
 extension whose fatbin holds every architecture, and its key covers them all, so a split would
@@ -16,6 +19,7 @@ an estimate, since kernels differ far more than units do.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,10 +81,72 @@ def entry_for(plan: DepPlan, key: str, cached: bool, in_store: bool | None) -> M
     return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), len(units) - cuda + stubs, cuda, cached, in_store)
 
 
+@dataclass(frozen=True)
+class ShardEntry:
+    """One shard job: ``assemble build --only DEP --shard K/N`` (``builder.shards``)."""
+
+    dep: str
+    key: str
+    index: int
+    count: int
+    units: tuple[str, ...]
+    cost: float
+    split: str  # builder.shards.split_digest: the build prints the same when it splits the same
+
+    @property
+    def id(self) -> str:
+        return shard_id(self.dep, self.index, self.count)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dep": self.dep, "key": self.key, "job": "shard", "id": self.id, "shard": f"{self.index}/{self.count}",
+                "units": len(self.units), "cost": round(self.cost, 1), "split": self.split}
+
+
+def shard_id(dep: str, index: int, count: int) -> str:
+    return f"{dep}-shard-{index}-of-{count}"
+
+
+def shard_count(runners: int, cost: float, largest: float, jobs: int) -> int:
+    """How many of ``runners`` shards a dependency gets: its share by cost against the largest
+    dependency's (which gets all of them), never more than its compile jobs. A dependency of
+    one shard is built whole by its final job: a shard job of its own would only add a runner's
+    fixed costs (checkout, configure) in front of it."""
+    if largest <= 0:
+        return 1
+    return max(1, min(runners, jobs, math.ceil(runners * cost / largest - 1e-9)))
+
+
+def plan_shards(workspace: Workspace, plans: dict[str, DepPlan], entries: list[MatrixEntry], count: int) -> list[ShardEntry]:
+    """Each dependency still to compile whose units are known, split over up to ``count`` shards
+    (``shard_count``)."""
+    from assembler.builder import shards
+
+    out = []
+    largest = max((entry.cost for entry in entries), default=0.0)
+    for entry in entries:
+        plan = plans[entry.dep]
+        if entry.cost == 0 or plan.units is None:
+            continue
+        dep = workspace.manifest.deps[entry.dep]
+        extensions = tuple(ext.name for ext in dep.build.extensions) if dep.build.backend == "helper" else ()
+        jobs = shards.compile_jobs(plan, extensions, shards.unit_times(workspace.state_dir, entry.dep))
+        mine = shard_count(count, entry.cost, largest, len(jobs))
+        if mine < 2:
+            continue
+        split = shards.split(jobs, mine)  # build --shard k/N splits with the same N
+        digest = shards.split_digest(split)
+        for index, share in enumerate(split, 1):
+            if share:
+                out.append(ShardEntry(entry.dep, entry.key, index, mine, tuple(job.unit for job in share),
+                                      sum(job.cost for job in share), digest))
+    return sorted(out, key=lambda shard: (-shard.cost, shard.id))
+
+
 def plan_matrix(workspace: Workspace, cuda: str, torch: str | None = None, only: tuple[str, ...] = (),
-                note: Callable[[str], None] = lambda _: None) -> list[MatrixEntry]:
+                note: Callable[[str], None] = lambda _: None, shards: int = 0) -> tuple[list[MatrixEntry], list[ShardEntry]]:
     """Check out, resolve the toolchain (the key depends on it), then one entry per dependency,
-    most expensive first. Raises the plan's error when a dependency cannot be planned."""
+    most expensive first, and with ``shards`` its shard jobs. Raises the plan's error when a
+    dependency cannot be planned."""
     from assembler.builder.evidence import default_artifacts
     from assembler.builder.pipeline import BuildOptions, resolve_toolchain
 
@@ -106,9 +172,44 @@ def plan_matrix(workspace: Workspace, cuda: str, torch: str | None = None, only:
                 note(f"{dep.name}: the shared artifact store could not be asked ({unreachable}); planned as not in it")
                 in_store = None
         entries.append(entry_for(item, request.key, cached, in_store))
-    return sorted(entries, key=lambda entry: (-entry.cost, entry.dep))
+    entries.sort(key=lambda entry: (-entry.cost, entry.dep))
+    split = plan_shards(workspace, {item.dep: item for item in plan.deps}, entries, shards) if shards > 0 else []
+    return entries, split
 
 
 def matrix_document(entries: list[MatrixEntry]) -> dict[str, Any]:
     """GitHub Actions ``strategy.matrix``: ``{"include": [{"dep": ..., ...}, ...]}``."""
     return {"include": [entry.to_json() for entry in entries]}
+
+
+def final_entries(entries: list[MatrixEntry], split: list[ShardEntry]) -> list[dict[str, Any]]:
+    """The jobs that build each dependency whole: after its shards (``needs``), every compile a hit."""
+    out = []
+    for entry in entries:
+        needs = [shard.id for shard in split if shard.dep == entry.dep]
+        out.append({**entry.to_json(), "job": "final" if needs else "build", "id": f"{entry.dep}-final", "needs": needs})
+    return out
+
+
+def sharded_document(entries: list[MatrixEntry], split: list[ShardEntry]) -> dict[str, Any]:
+    """With --shards: two GitHub Actions matrices, ``shards`` (each ``build --shard``) and
+    ``final`` (each dependency built whole, in a job that ``needs:`` the shards job), and how
+    many shard entries there are (an empty matrix is an error in GitHub Actions: skip the job)."""
+    return {"shard_count": len(split), "shards": {"include": [shard.to_json() for shard in split]},
+            "final": {"include": final_entries(entries, split)}}
+
+
+def buildkite_pipeline(entries: list[MatrixEntry], split: list[ShardEntry], cuda: str) -> dict[str, Any]:
+    """A Buildkite pipeline (``buildkite-agent pipeline upload``): a step per shard, a final step
+    per dependency that ``depends_on`` exactly its shards, then the merge that depends on all."""
+    steps: list[dict[str, Any]] = []
+    for shard in split:
+        steps.append({"label": f"{shard.dep} shard {shard.index}/{shard.count}", "key": shard.id,
+                      "command": f"assemble build --cuda {cuda} --only {shard.dep} --shard {shard.index}/{shard.count} --json"})
+    finals = final_entries(entries, split)
+    for final in finals:
+        steps.append({"label": f"{final['dep']} ({final['job']})", "key": final["id"], "depends_on": final["needs"],
+                      "command": f"assemble build --cuda {cuda} --only {final['dep']} --json"})
+    steps.append({"label": "merge", "key": "merge", "depends_on": [final["id"] for final in finals],
+                  "command": f"assemble build --cuda {cuda} --json"})
+    return {"steps": steps}

@@ -10,6 +10,7 @@ class BuildOutcome(StrEnum):
     CACHED = "cached"  # an artifact with the same key was reused
     BUILT = "built"  # compiled now
     FAILED = "failed"  # the build (or its include check) failed; see the log
+    COMPILED = "compiled"  # `build --shard k/N`: its compile jobs went into the compiler cache; no artifact
 
 
 class Event(Protocol):

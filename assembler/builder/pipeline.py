@@ -24,6 +24,7 @@ from assembler.builder.builder import BuildContext, Outcome, Toolchain
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
 from assembler.builder.outcome import BuildOutcome, Event
+from assembler.builder.shards import Shard
 from assembler.cache import in_use
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
@@ -55,6 +56,7 @@ class BuildOptions:
     allow_unstable: tuple[str, ...] = ()
     memory: int | None = None  # bytes; default 80 % of what is available
     verify: bool = False  # run `assemble verify` on [bundle] verify-torch after the gate
+    shard: Shard | None = None  # --shard k/N: compile one shard of the one --only dependency (builder.shards)
     partial: bool = False  # with --only: merge, gate (and verify) just those, into a wheel labelled partial
 
     @property
@@ -95,6 +97,7 @@ class DepReport:
     compiler_cache: dict[str, Any] | None = None  # sccache's requests, hits, misses, problem of this build, or of the build that made a reused artifact ("reused": true); None: built without it
     shared: str | None = None  # the shared artifact store: "downloaded", "uploaded", or what went wrong
     cuda_components: list[str] = field(default_factory=list)  # its cuda-components (their wheels are in its artifact.json)
+    shard: dict[str, Any] | None = None  # --shard: {shard, count, split, units, cost} (builder.shards)
 
 
 @dataclass
@@ -136,7 +139,7 @@ def compiler_cache(workspace: Workspace) -> CompilerCache:
     settings = workspace.manifest.cache
     root = cache_root()
     return sccache.configure(settings.compiler, settings.remote, root / "sccache", (workspace.root, root),
-                             workspace.state_dir / "logs")
+                             workspace.state_dir / "logs", roots=sccache.path_roots(workspace.root, workspace.state_dir, root))
 
 
 def resolve_toolchain(workspace: Workspace, options: BuildOptions, note: Note) -> Toolchain:
@@ -224,6 +227,8 @@ def build_artifacts(
     started = time.monotonic()
     manifest = workspace.manifest
     deps = manifest.select(list(options.only))
+    if options.shard is not None:
+        _check_shard_options(workspace, options)
     for name in options.allow_unstable:
         manifest.select([name])  # unknown names fail here, with a suggestion
     with workspace.lock(), contextlib.ExitStack() as held:
@@ -255,6 +260,12 @@ def build_artifacts(
                 on_event(request.dep.name, BuildOutcome.CACHED, None, None)
         jobs = options.jobs or available_cpus()
         memory = options.memory or scheduler.default_memory_budget()
+        shard_of: dict[str, dict[str, Any]] = {}
+        if options.shard is not None:
+            for request in pending:
+                outcome, shard_of[request.dep.name] = _compile_shard(workspace, ctx, request, options.shard, jobs, on_event)
+                outcomes[request.dep.name] = outcome
+            pending = []
         for outcome in scheduler.run_builds(ctx, pending, jobs, memory, on_event):
             outcomes[outcome.dep] = outcome
     report = BuildReport(
@@ -271,7 +282,7 @@ def build_artifacts(
             dep=request.dep.name, commit=request.dep.commit, head=request.head, key=request.key, patches=len(request.dep.series),
             status=outcome.status, seconds=outcome.seconds if outcome.status != BuildOutcome.CACHED else built_in,
             archs=list(request.archs), torch_target=request.dep.torch_target, artifact=outcome.artifact, log=outcome.log,
-            compiler_cache=outcome.compiler_cache, shared=outcome.shared,
+            compiler_cache=outcome.compiler_cache, shared=outcome.shared, shard=shard_of.get(request.dep.name),
             cuda_components=list(request.dep.cuda_components) if request.cuda else [],
         ))
     report.warnings.extend(  # a crashed or failing sccache: the compiles ran, uncached
@@ -282,6 +293,38 @@ def build_artifacts(
     if failed:
         raise BuildFailed(report, failed)
     return report
+
+
+def _check_shard_options(workspace: Workspace, options: BuildOptions) -> None:
+    """--shard splits one dependency, and only the compiler cache carries a shard's work on."""
+    if len(options.only) != 1:
+        raise InputError("--shard compiles a share of one dependency: name it with exactly one --only DEP",
+                         hint="e.g. assemble build --only DEP --shard 1/4, as the shard entries of `assemble plan --matrix --shards 4` say")
+    if not compiler_cache(workspace).enabled:
+        raise InputError("--shard compiles into the compiler cache for the final build to find, and the compiler cache is off",
+                         hint='set [cache] compiler = "sccache" and remote = "redis://HOST:PORT/0" (shared by the runners), '
+                         "and leave ASSEMBLE_SCCACHE unset or 1")
+
+
+def _compile_shard(workspace: Workspace, ctx: BuildContext, request: builder.BuildRequest, shard: Shard, jobs: int,
+                   on_event: Event) -> tuple[Outcome, dict[str, Any]]:
+    """Compile the share ``shard`` of ``request``'s compile jobs (builder.shards) into the cache."""
+    from assembler.builder import shards
+    from assembler.builder.planner import plan_dep
+
+    dep = request.dep
+    plan = plan_dep(workspace, dep, request.checkout)
+    if plan.error is not None:
+        raise plan.error
+    extensions = tuple(ext.name for ext in dep.build.extensions) if dep.build.backend == "helper" else ()
+    split = shards.split(shards.compile_jobs(plan, extensions, shards.unit_times(workspace.state_dir, dep.name)), shard.count)
+    mine = split[shard.index - 1]
+    on_event(dep.name, "configuring", None, None)
+    outcome = builder.build(ctx, request, jobs, scheduler.LineEvents(dep.name, on_event),
+                            shard=frozenset(job.unit for job in mine))
+    on_event(dep.name, outcome.status, None, None)
+    return outcome, {"shard": shard.index, "count": shard.count, "split": shards.split_digest(split),
+                     "units": [job.unit for job in mine], "cost": round(sum(job.cost for job in mine), 1)}
 
 
 class BuildFailed(BuildError):

@@ -101,7 +101,7 @@ def run_builds(
         granted = pool.acquire(min(jobs, compile_units(request)), per_job)
         try:
             on_event(name, "configuring", None, None)
-            outcome = builder.build(ctx, request, granted, _LineEvents(name, on_event))
+            outcome = builder.build(ctx, request, granted, LineEvents(name, on_event))
         finally:
             pool.release(granted, per_job)
         on_event(name, outcome.status, None, None)
@@ -113,7 +113,7 @@ def run_builds(
         return list(executor.map(one, requests))
 
 
-class _LineEvents:
+class LineEvents:
     """A build's output lines as progress events: a ninja ``[k/N]`` step or a compiler command
     (setuptools without ninja, counted here) is ``compiling`` with the unit it made; the wheel
     install of scikit-build-core is ``installing``."""

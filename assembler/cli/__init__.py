@@ -61,7 +61,9 @@ ENVIRONMENT_VARIABLES = {
 
 # Variables read by assemble's own child processes, not meant to be set by hand.
 INTERNAL_VARIABLES = ("ASSEMBLE_CUDA_HOME", "ASSEMBLE_NINJA_SAVE", "ASSEMBLE_REAL_NINJA", "ASSEMBLE_SCCACHE_OWNER",
-                      "ASSEMBLE_TEST_SUBPROCESS")
+                      "ASSEMBLE_TEST_SUBPROCESS",
+                      # set by a build for its compiler launcher (toolchain/launch.py)
+                      "ASSEMBLE_PATH_ROOTS", "ASSEMBLE_SHARD", "ASSEMBLE_CHECKOUT", "ASSEMBLE_UNIT_TIMES", "ASSEMBLE_SCCACHE_PARENT")
 
 # Global options that take a value (so the word after them is not the subcommand).
 _VALUED_GLOBALS = ("-C", "--workspace", "--color")

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 PHASE_STYLE = {
     "checking": "dim", "queued": "dim", "configuring": "cyan", "compiling": "cyan", "installing": "cyan",
-    "cached": "green", "built": "green", "failed": "bold red",
+    "cached": "green", "built": "green", "compiled": "green", "failed": "bold red",
 }
 
 
@@ -41,6 +41,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                              "in dist/partial/, never a release")
     parser.add_argument("--verify", action="store_true",
                         help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on any FAIL)")
+    parser.add_argument("--shard", metavar="K/N", help="with one --only: compile only shard K of N of its compile jobs into the "
+                        "compiler cache, link nothing (`assemble plan --matrix --shards N`); a final build then links")
     parser.add_argument("--artifacts", type=Path, metavar="DIR", help="artifact directory (default: .assemble/artifacts)")
     parser.add_argument("--output", "-o", type=Path, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
     parser.add_argument("--allow-unstable", action="append", default=[], metavar="DEP",
@@ -61,7 +63,10 @@ def run(args: argparse.Namespace) -> int:
         from assembler.errors import InputError
 
         raise InputError("build needs --cuda X.Y (the CUDA toolkit to compile with)", hint="pass e.g. --cuda 13.2, or --plan to compile nothing")
+    from assembler.builder.shards import parse_shard
+
     options = BuildOptions(
+        shard=parse_shard(args.shard) if args.shard is not None else None,
         cuda=args.cuda, torch=args.torch, jobs=args.jobs, only=tuple(args.only), artifacts=args.artifacts,
         output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify, partial=args.partial,
         memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None,
@@ -260,7 +265,9 @@ def _emit(report: BuildReport, as_json: bool) -> None:
     table = Table(title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}", title_justify="left")
     add_columns(table, "dep", "commit", "patches", "build", "archs", "min torch", "verdict")
     for dep in report.deps:
-        build = {BuildOutcome.CACHED: "cached", BuildOutcome.BUILT: f"built {dep.seconds:.1f}s"}.get(dep.status, f"[red]{dep.status}[/]")
+        build = {BuildOutcome.CACHED: "cached", BuildOutcome.BUILT: f"built {dep.seconds:.1f}s",
+                 BuildOutcome.COMPILED: f"shard {dep.shard['shard']}/{dep.shard['count']} compiled {dep.seconds:.1f}s" if dep.shard else "compiled",
+                 }.get(dep.status, f"[red]{dep.status}[/]")
         verdict = dep.verdict or "-"
         style = verdict_style(verdict)
         table.add_row(dep.dep, short(dep.commit), str(dep.patches), build, " ".join(dep.archs) or "-",

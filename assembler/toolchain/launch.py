@@ -1,0 +1,224 @@
+"""The compiler launcher in front of sccache: path-free arguments, and a shard's compile filter.
+
+Run as a script (``python -I launch.py SCCACHE COMPILER ARGS...``), once per compiler process,
+so it imports only the standard library. It does two things, each steered by the environment
+the build gives it:
+
+**Path-free arguments** (``ASSEMBLE_PATH_ROOTS``: JSON ``[[prefix, anchor], ...]``). sccache
+0.16 strips ``SCCACHE_BASEDIRS`` from the preprocessed output, not from the arguments it hashes:
+``-ffile-prefix-map=/home/a/ws/...=x`` or ``-DDIR=/home/a/...`` made every key hold the
+workspace's path. So every argument that names a path below a root (the workspace, the
+assembler cache and the real directories its toolchains link to) is rewritten relative to the
+compiler's working directory, which lies inside the workspace at a fixed place
+(``.assemble/build/<dep>/...``): the workspace is spelled ``../../..`` and the cache through
+the link ``.assemble/roots/cache``. The same sources and flags then make the same arguments from
+any workspace path and any ``ASSEMBLE_CACHE``. Every occurrence is rewritten, also inside
+``-ffile-prefix-map=OLD=NEW``, so a prefix map still matches the paths gcc sees (the binaries
+keep their path-free ``__FILE__``), and depfiles name paths relative to where ninja runs.
+
+**A shard's filter** (``ASSEMBLE_SHARD``: JSON ``[unit, ...]``, set by ``assemble build
+--shard k/N``; ``ASSEMBLE_CHECKOUT`` names the checkout). A compile of a translation unit of
+the checkout (or of a
+generated stub) that is not in ``units`` does not run: its object is left empty. A link of a
+shared object does not run either (the shard links nothing). The shard's build tree is thrown
+away afterwards, so no empty object is ever linked.
+
+nvcc needs one more step: it hands its sub-tools (cudafe++, cicc), whose arguments sccache hashes
+one by one, the input's real absolute path (``--orig_src_path_name``), which no relative
+spelling changes. So a CUDA unit is compiled through a one-line stub at a path that is the same
+everywhere, ``/tmp/assemble-units/<digest>/unit.cu``, which includes the source by its file name
+through an ``-I`` of the source's directory (spelled relatively like every other path); the
+digest covers only the path-free spelling of the source, so every workspace writes the same
+stub there (atomically), and the bytes nvcc compiles are the source's own. nvcc itself runs by
+its real path, since it adds include directories relative to where it is called from.
+
+``ASSEMBLE_UNIT_TIMES``: a file each compile appends ``{"unit": ..., "seconds": ...}`` to,
+from which ``plan --matrix --shards`` estimates the next split (``builder.shards``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+
+ROOTS_ENV = "ASSEMBLE_PATH_ROOTS"
+SHARD_ENV = "ASSEMBLE_SHARD"
+CHECKOUT_ENV = "ASSEMBLE_CHECKOUT"
+TIMES_ENV = "ASSEMBLE_UNIT_TIMES"
+SOURCE_SUFFIXES = (".c", ".cc", ".cpp", ".cxx", ".cu")
+STUB_PREFIX = "assembler_pyinit_"  # the helper's generated PyInit stubs (AssemblerStableExtension.cmake)
+STUB_ROOT = "/tmp/assemble-units"  # the same on every machine: nvcc's sub-tools see it (through_stub)
+NO_LAUNCHER = "-"  # a link: the compiler itself, no sccache
+NOT_LINKS = ("-c", "-E", "-S", "-M", "-MM", "--version", "-dryrun", "--dryrun")
+
+
+def relative_spellings(roots: list[tuple[str, str]], cwd: str) -> list[tuple[str, str]]:
+    """(absolute prefix, its spelling from ``cwd``), longest prefix first. An anchor below the
+    workspace is spelled as the way up from ``cwd`` to the workspace plus the anchor's place in
+    it, never shortened, so every path keeps the same shape from the same ``cwd``."""
+    spelled = []
+    for prefix, anchor in roots:
+        spelled.append((prefix.rstrip("/") or "/", os.path.relpath(anchor, cwd)))
+    return sorted(spelled, key=lambda pair: -len(pair[0]))
+
+
+def rewrite(argument: str, spellings: list[tuple[str, str]]) -> str:
+    """``argument`` with each absolute path below a root spelled relatively (a prefix matches
+    only whole path components). A define keeps its value: a path there may be read from
+    somewhere else than the working directory."""
+    if argument.startswith(("-D", "-U")):
+        return argument
+    out, i = [], 0
+    while i < len(argument):
+        if argument[i] == "/" and (i == 0 or argument[i - 1] in "=,:;\"'" or argument[:i].lstrip("-").isalpha()):
+            for prefix, relative in spellings:
+                end = i + len(prefix)
+                if argument.startswith(prefix, i) and (end == len(argument) or argument[end] in "/=,:;"):
+                    out.append(relative)
+                    i = end
+                    break
+            else:
+                out.append(argument[i])
+                i += 1
+            continue
+        out.append(argument[i])
+        i += 1
+    return "".join(out)
+
+
+def unit_key(path: str, checkout: str) -> str | None:
+    """How a shard names a compiled file: its path in the checkout, or a stub's file name;
+    None for anything else (a configure probe), which always compiles."""
+    full = os.path.realpath(path)
+    base = os.path.basename(full)
+    if base.startswith(STUB_PREFIX):
+        return base
+    root = os.path.realpath(checkout)
+    if full.startswith(root + os.sep):
+        return os.path.relpath(full, root)
+    return None
+
+
+def compiled_sources(arguments: list[str]) -> list[str]:
+    return [arg for arg in arguments if arg.endswith(SOURCE_SUFFIXES) and not arg.startswith("-")]
+
+
+def output_of(arguments: list[str]) -> str | None:
+    for index, arg in enumerate(arguments):
+        if arg == "-o" and index + 1 < len(arguments):
+            return arguments[index + 1]
+        if arg.startswith("-o") and len(arg) > 2 and not arg.startswith("-o="):
+            return arg[2:]
+    return None
+
+
+def skipped(arguments: list[str], units: set[str], checkout: str) -> bool:
+    """Whether a shard leaves this compiler process out (and only touches its output)."""
+    output = output_of(arguments)
+    if output is None:
+        return False
+    is_link = not any(arg in NOT_LINKS for arg in arguments)
+    if is_link:
+        return output.endswith(".so")
+    if "-c" not in arguments:
+        return False
+    keys = [unit_key(source, checkout) for source in compiled_sources(arguments)]
+    return any(key is not None and key not in units for key in keys)
+
+
+def stand_in(compiler: str, arguments: list[str]) -> int:
+    """What a shard leaves in place of a compile or link it skips: an empty object (and depfile),
+    or for a link an empty shared library, so the backend's packing steps still run. None of it
+    is ever used: the shard's build tree is removed and it publishes no artifact."""
+    output = output_of(arguments)
+    assert output is not None
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+    if "-c" not in arguments:
+        driver = "c++" if "nvcc" in os.path.basename(compiler) else compiler
+        os.execvp(driver, [driver, "-shared", "-x", "c", os.devnull, "-o", output])
+    open(output, "wb").close()
+    for index, arg in enumerate(arguments[:-1]):
+        if arg in ("-MF", "--dependency-output"):
+            with open(arguments[index + 1], "w") as depfile:
+                depfile.write(f"{output}:\n")
+    return 0
+
+
+def through_stub(compiler: str, arguments: list[str], spellings: list[tuple[str, str]]) -> list[str]:
+    """nvcc's ``arguments`` with its one CUDA source under a root replaced by the stub that
+    includes it (see the module's docstring); unchanged when that does not apply or the stub
+    directory cannot be written."""
+    if os.path.basename(compiler) != "nvcc" or "-c" not in arguments:
+        return arguments
+    sources = [index for index, arg in enumerate(arguments) if arg.endswith(".cu") and not arg.startswith("-")]
+    if len(sources) != 1:
+        return arguments
+    source = os.path.abspath(arguments[sources[0]])
+    spelled = rewrite(source, spellings)  # relative to the working directory, which has the same place everywhere
+    if spelled == source:  # not below a root: its path is not the workspace's
+        return arguments
+    import hashlib
+
+    text = (f"// Written by assemble (toolchain/launch.py): {spelled}, compiled from a path that is the same everywhere.\n"
+            f'#include "{os.path.basename(source)}"\n')
+    directory = os.path.join(STUB_ROOT, hashlib.sha256(text.encode()).hexdigest()[:20])
+    stub = os.path.join(directory, "unit.cu")
+    try:
+        current = None
+        if os.path.isfile(stub):
+            with open(stub) as existing:
+                current = existing.read()
+        if current != text:
+            os.makedirs(STUB_ROOT, mode=0o777, exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.chmod(STUB_ROOT, 0o1777)  # shared by every user, like /tmp
+            os.makedirs(directory, exist_ok=True)
+            temporary = f"{stub}.{os.getpid()}.tmp"
+            with open(temporary, "w") as written:
+                written.write(text)
+            os.replace(temporary, stub)
+    except OSError:
+        return arguments
+    changed = list(arguments)
+    changed[sources[0]] = stub
+    return [f"-I{os.path.dirname(source)}", *changed]
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3:
+        print("usage: launch.py SCCACHE|- COMPILER ARGS...", file=sys.stderr)
+        return 2
+    launcher, compiler, arguments = argv[1], argv[2], argv[3:]
+    checkout = os.environ.get(CHECKOUT_ENV, "")
+    shard_text = os.environ.get(SHARD_ENV)
+    if shard_text and skipped(arguments, set(json.loads(shard_text)), checkout):
+        return stand_in(compiler, arguments)
+    roots_text = os.environ.get(ROOTS_ENV)
+    if roots_text and "-c" in arguments:  # compiles only: a link's arguments are not a cache key
+        cwd = os.getcwd()
+        spellings = relative_spellings([(str(p), str(a)) for p, a in json.loads(roots_text)], cwd)
+        arguments = [rewrite(arg, spellings) for arg in through_stub(compiler, arguments, spellings)]
+        if os.path.basename(compiler) == "nvcc":
+            compiler = os.path.realpath(compiler)
+    command = [compiler, *arguments] if launcher == NO_LAUNCHER else [launcher, compiler, *arguments]
+    times = os.environ.get(TIMES_ENV)
+    if not times or "-c" not in arguments:
+        os.execv(command[0], command)
+    started = time.monotonic()
+    import subprocess
+
+    status = subprocess.call(command)
+    if status == 0:
+        record = [{"unit": key, "seconds": round(time.monotonic() - started, 3)}
+                  for key in (unit_key(source, checkout) for source in compiled_sources(argv[3:])) if key is not None]
+        if record:
+            with open(times, "a") as out:  # one short append per compile: whole lines even side by side
+                out.write("".join(json.dumps(item) + "\n" for item in record))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
