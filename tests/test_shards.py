@@ -100,6 +100,31 @@ def test_launcher_skips_what_the_shard_does_not_compile(tmp_path: Path) -> None:
     assert not launch.skipped(["a.o", "-o", "a.out"], mine, checkout)  # a configure probe's executable links
 
 
+def test_nvcc_stub_is_used_only_where_no_other_user_can_change_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A quoted include looks in the stub's directory first: a stub directory someone else may
+    write (planted, as another user of the machine could), or a stub that is a link, means the
+    unit compiles from its own path, never through what was planted."""
+    monkeypatch.setattr(launch, "STUB_ROOT", str(tmp_path / "units"))
+    source = tmp_path / "ws" / "forks" / "kern" / "csrc" / "a.cu"
+    source.parent.mkdir(parents=True)
+    source.write_text("__global__ void k() {}\n")
+    spellings = launch.relative_spellings([(str(tmp_path / "ws"), str(tmp_path / "ws"))], str(tmp_path / "ws" / "b"))
+    arguments = ["-c", str(source), "-o", "a.o"]
+    stubbed = launch.through_stub("nvcc", arguments, spellings)
+    stub = Path(stubbed[stubbed.index("-c") + 1])
+    assert stub.name == "unit.cu" and stub.read_text().endswith('#include "a.cu"\n')
+    assert launch.through_stub("nvcc", arguments, spellings) == stubbed  # in place: reused
+
+    stub.parent.chmod(0o777)  # writable by others: someone could plant csrc/a.cu's namesake next to it
+    (stub.parent / "a.cu").write_text("planted\n")
+    assert launch.through_stub("nvcc", arguments, spellings) == arguments
+    stub.parent.chmod(0o755)
+    stub.unlink()
+    stub.symlink_to(tmp_path / "elsewhere.cu")  # a link: not ours to trust
+    assert launch.through_stub("nvcc", arguments, spellings) == arguments
+    assert not (tmp_path / "elsewhere.cu").exists()  # nothing written through it
+
+
 def _assemble(ws: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), *args],
                           env={**os.environ, "ASSEMBLE_CACHE": str(cache)}, capture_output=True, text=True, check=False)

@@ -167,24 +167,51 @@ def through_stub(compiler: str, arguments: list[str], spellings: list[tuple[str,
     directory = os.path.join(STUB_ROOT, hashlib.sha256(text.encode()).hexdigest()[:20])
     stub = os.path.join(directory, "unit.cu")
     try:
-        current = None
-        if os.path.isfile(stub):
-            with open(stub) as existing:
-                current = existing.read()
-        if current != text:
-            os.makedirs(STUB_ROOT, mode=0o777, exist_ok=True)
-            with contextlib.suppress(OSError):
-                os.chmod(STUB_ROOT, 0o1777)  # shared by every user, like /tmp
-            os.makedirs(directory, exist_ok=True)
-            temporary = f"{stub}.{os.getpid()}.tmp"
-            with open(temporary, "w") as written:
-                written.write(text)
-            os.replace(temporary, stub)
+        if not _stub_in_place(directory, stub, text):
+            return arguments
     except OSError:
         return arguments
     changed = list(arguments)
     changed[sources[0]] = stub
     return [f"-I{os.path.dirname(source)}", *changed]
+
+
+def _private(path: str, is_dir: bool) -> bool:
+    """Whether ``path`` itself (never a link) is a directory or regular file of this user that
+    nobody else may write: what another user of the machine cannot change under us."""
+    import stat
+
+    info = os.lstat(path)
+    kind = stat.S_ISDIR(info.st_mode) if is_dir else stat.S_ISREG(info.st_mode)
+    return kind and info.st_uid == os.getuid() and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _stub_in_place(directory: str, stub: str, text: str) -> bool:
+    """Write ``stub`` (atomically) unless it already holds ``text``. The shared root is sticky
+    like /tmp; the stub's own directory and file must be this user's and writable by nobody
+    else, since a quoted include looks in the stub's directory first: a directory another user
+    made (or a link) means no stub, and the unit is compiled from its own path (cached by path).
+    """
+    if not os.path.isdir(STUB_ROOT):
+        os.makedirs(STUB_ROOT, mode=0o777, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(STUB_ROOT, 0o1777)  # shared by every user, like /tmp
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o755)
+    if not _private(directory, is_dir=True):
+        return False
+    if os.path.lexists(stub):
+        if not _private(stub, is_dir=False):
+            return False
+        with open(stub) as existing:
+            if existing.read() == text:
+                return True
+    temporary = f"{stub}.{os.getpid()}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    with os.fdopen(fd, "w") as written:
+        written.write(text)
+    os.replace(temporary, stub)
+    return True
 
 
 def main(argv: list[str]) -> int:
