@@ -20,10 +20,11 @@ from packaging.version import Version
 
 from assembler.audit.gate import CheckKind, findings, object_verdict, passes, summarize
 from assembler.builder import builder, scheduler
-from assembler.builder.builder import BuildContext, Outcome, Toolchain
+from assembler.builder.builder import Outcome
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
 from assembler.builder.outcome import BuildOutcome
+from assembler.builder.request import BuildContext, Toolchain
 from assembler.cache import in_use
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write

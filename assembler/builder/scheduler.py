@@ -14,7 +14,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from assembler.builder import builder
-from assembler.builder.builder import BuildContext, BuildRequest, Outcome
+from assembler.builder.builder import Outcome
+from assembler.builder.request import BuildContext, BuildRequest
 from assembler.builder.units import GLOB_CHARS
 from assembler.manifest.model import CUDA, CXX
 
