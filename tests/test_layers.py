@@ -73,14 +73,29 @@ def runtime_imports(tree: ast.AST) -> Iterator[tuple[str, int]]:
         yield from runtime_imports(node)
 
 
-def import_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], int]]:
-    """module -> modules it imports (assembler's own only), and where each edge is written."""
+def type_checking_imports(tree: ast.AST) -> Iterator[tuple[str, int]]:
+    """(module, line) of every assembler import inside ``if TYPE_CHECKING:`` blocks."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.body:
+                yield from runtime_imports(ast.Module(body=[child], type_ignores=[]))
+
+
+def import_graph(within_package_types: bool = False) -> tuple[dict[str, set[str]], dict[tuple[str, str], int]]:
+    """module -> modules it imports (assembler's own only), and where each edge is written.
+    ``within_package_types``: also the ``if TYPE_CHECKING:`` imports between modules of one
+    top-level package (a package's own modules must not need each other both ways, even for
+    types: the shared types belong one module lower)."""
     files = {module_name(path): path for path in PACKAGE.rglob("*.py")}
     graph: dict[str, set[str]] = {module: set() for module in files}
     lines: dict[tuple[str, str], int] = {}
     for module, path in files.items():
         is_package = path.name == "__init__.py"
-        for target, line in runtime_imports(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        found = list(runtime_imports(tree))
+        if within_package_types:
+            found += [(target, line) for target, line in type_checking_imports(tree) if layer_of(target) == layer_of(module)]
+        for target, line in found:
             if target not in files:
                 continue  # a name imported from a module (its module is listed as well)
             if target == module or (is_package and target.startswith(module + ".")):
@@ -145,6 +160,14 @@ def test_no_import_cycle() -> None:
     assert cycles(graph) == []
 
 
+def test_no_import_cycle_within_a_package_counting_type_imports() -> None:
+    """A TYPE_CHECKING import is not run, but a package whose modules import each other both
+    ways, one of them for types, has its shared types in the wrong module (#22: builder.builder
+    and its backends, audit.gate and audit.model)."""
+    graph, _ = import_graph(within_package_types=True)
+    assert cycles(graph) == []
+
+
 def test_no_import_from_a_higher_layer() -> None:
     graph, lines = import_graph()
     upward = sorted(
@@ -162,4 +185,5 @@ def test_the_checker_sees_cycles_and_upward_imports() -> None:
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import assembler.cli\n"
                      "def f():\n    from assembler.upstreaming import rebase\n")
     assert [name for name, _ in runtime_imports(tree)] == ["assembler.upstreaming", "assembler.upstreaming.rebase"]
+    assert [name for name, _ in type_checking_imports(tree)] == ["assembler.cli"]
     assert RANK[layer_of("assembler.git.sync")] < RANK[layer_of("assembler.upstreaming.journal")]

@@ -12,7 +12,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from assembler.audit.model import AuditReport, ElfReport
+    from assembler.audit.shapes import AuditReport, ElfReport
 
 
 class Verdict(StrEnum):

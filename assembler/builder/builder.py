@@ -21,39 +21,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assembler.builder import backends
-from assembler.builder.cache import ArtifactStore, KeyParts, digest_texts, materialize
+from assembler.builder.cache import KeyParts, digest_texts, materialize
 from assembler.builder.diagnose import UnstableInclude, first_failure, log_tail, torch_include_roots, unstable_includes
 from assembler.builder.outcome import BuildOutcome
+from assembler.builder.request import BuildContext, BuildRequest, Toolchain
 from assembler.builder.units import compile_commands_path
 from assembler.errors import InputError, ToolchainError
 from assembler.git.state import CheckoutState
-from assembler.manifest import Bundle, Dependency
+from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
 from assembler.toolchain import sccache
-from assembler.toolchain.cuda import CudaToolkit
 from assembler.toolchain.cxx import INSTALL_HINT, cxx_name
-from assembler.toolchain.sccache import CompilerCache
-from assembler.toolchain.torchenv import BuildEnv
 from assembler.wheel.artifact import ARTIFACT_JSON, FILES_DIR, Artifact, stored_artifact
 
 if TYPE_CHECKING:
     from assembler.store import SharedStore
 
-@dataclass(frozen=True)
-class Toolchain:
-    """What every dependency of one build is compiled with."""
-
-    cuda: CudaToolkit
-    env: BuildEnv
-    cxx: str  # the host C++ compiler's --version line
-
-    def versions(self, with_cuda: bool) -> tuple[tuple[str, str], ...]:
-        tools = [("c++", self.cxx), ("cmake", self.env.cmake), ("ninja", self.env.ninja),
-                 ("scikit-build-core", self.env.scikit_build_core)]
-        if with_cuda:
-            tools.append(("nvcc", self.cuda.release))
-            tools.extend(sorted(self.cuda.packages.items()))
-        return tuple(tools)
 
 
 def host_compiler_version(environ: dict[str, str]) -> str:
@@ -63,38 +46,6 @@ def host_compiler_version(environ: dict[str, str]) -> str:
     except (OSError, subprocess.CalledProcessError):
         raise ToolchainError(f"no working C++ compiler ({compiler})", hint=INSTALL_HINT) from None
     return out.splitlines()[0].strip()
-
-
-@dataclass(frozen=True)
-class BuildContext:
-    state_dir: Path  # <workspace>/.assemble: build trees and logs
-    artifacts: Path  # <artifacts>/<dep>/
-    store: ArtifactStore
-    toolchain: Toolchain
-    bundle: Bundle
-    compiler_cache: CompilerCache | None = None  # sccache, one server per dependency build (toolchain.sccache)
-    shared: SharedStore | None = None  # [cache] artifacts: the store runners share (assembler.store)
-
-
-@dataclass(frozen=True)
-class BuildRequest:
-    dep: Dependency
-    checkout: Path
-    head: str
-    dirty: bool
-    series_head: str | None  # what applying the series produced; HEAD differs when commits were added
-    parts: KeyParts
-    archs: tuple[str, ...]
-    cuda: bool  # nvcc takes part (the backend says)
-    toolchain: Toolchain | None = None  # what this dependency compiles with: the build's, its CUDA with its cuda-components
-
-    @property
-    def key(self) -> str:
-        return self.parts.digest()
-
-    @property
-    def backend(self) -> str:
-        return self.dep.build.backend
 
 
 @dataclass

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from assembler.builder import builder
-from assembler.builder.builder import BuildContext
 from assembler.builder.cache import ArtifactStore
 from assembler.builder.planner import DepPlan, plan_build
+from assembler.builder.request import BuildContext
 from assembler.git.state import series_digest
 from assembler.manifest.model import CUDA, CXX
 from assembler.store import SharedStore, StoreUnavailable, open_store

@@ -20,10 +20,11 @@ from packaging.version import Version
 
 from assembler.audit.gate import CheckKind, findings, object_verdict, passes, summarize
 from assembler.builder import builder, scheduler
-from assembler.builder.builder import BuildContext, Outcome, Toolchain
+from assembler.builder.builder import Outcome
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
 from assembler.builder.outcome import BuildOutcome, Event
+from assembler.builder.request import BuildContext, BuildRequest, Toolchain
 from assembler.builder.shards import Shard
 from assembler.cache import in_use
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
@@ -306,7 +307,7 @@ def _check_shard_options(workspace: Workspace, options: BuildOptions) -> None:
                          "and leave ASSEMBLE_SCCACHE unset or 1")
 
 
-def _compile_shard(workspace: Workspace, ctx: BuildContext, request: builder.BuildRequest, shard: Shard, jobs: int,
+def _compile_shard(workspace: Workspace, ctx: BuildContext, request: BuildRequest, shard: Shard, jobs: int,
                    on_event: Event) -> tuple[Outcome, dict[str, Any]]:
     """Compile the share ``shard`` of ``request``'s compile jobs (builder.shards) into the cache."""
     from assembler.builder import shards

@@ -13,9 +13,10 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from assembler.builder import builder
-from assembler.builder.builder import BuildContext, BuildRequest, Outcome
+from assembler.builder.builder import Outcome
 from assembler.builder.outcome import Event
 from assembler.builder.progress import compile_command, ninja_step
+from assembler.builder.request import BuildContext, BuildRequest
 from assembler.builder.units import GLOB_CHARS
 from assembler.manifest.model import CUDA, CXX
 

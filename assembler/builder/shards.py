@@ -23,15 +23,21 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from assembler.errors import InputError
 from assembler.fsutil import atomic_write, sha256
 from assembler.manifest.model import CUDA, CXX
 from assembler.toolchain.launch import STUB_PREFIX
 
-if TYPE_CHECKING:
-    from assembler.builder.planner import DepPlan
+
+class PlannedUnits(Protocol):
+    """What a split reads of a dependency's plan (``planner.DepPlan``; a Protocol, so this
+    module, which ``builder`` imports, does not point back up at the planner)."""
+
+    dep: str
+    checkout: Path | None
+    units: list[dict[str, Any]] | None
 
 TIMES_DIR = "unit-times"
 SHARD_RE = re.compile(r"^([1-9][0-9]{0,3})/([1-9][0-9]{0,3})$")
@@ -78,7 +84,7 @@ def model_seconds(language: str, archs: int) -> float:
     return UNIT_SECONDS[CXX]
 
 
-def compile_jobs(plan: DepPlan, extensions: tuple[str, ...], times: dict[str, float]) -> list[CompileJob]:
+def compile_jobs(plan: PlannedUnits, extensions: tuple[str, ...], times: dict[str, float]) -> list[CompileJob]:
     """Every compiler process of ``plan``, each with its cost. ``extensions``: the helper's
     extension names (one generated stub each); ``times``: measured seconds per unit."""
     if plan.units is None:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 from assembler.manifest import Dependency
 
 if TYPE_CHECKING:
-    from assembler.builder.builder import BuildContext, BuildRequest
+    from assembler.builder.request import BuildContext, BuildRequest
 
 RunLogged = Callable[[list[str], Path, dict[str, str]], int]
 

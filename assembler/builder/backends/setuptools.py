@@ -49,7 +49,7 @@ from assembler.toolchain.sccache import setuptools_environment, unshimmed
 from assembler.toolchain.venv import installed_versions
 
 if TYPE_CHECKING:
-    from assembler.builder.builder import BuildContext, BuildRequest
+    from assembler.builder.request import BuildContext, BuildRequest
 
 PROJECT_FILES = ("pyproject.toml", "setup.py")
 # What CUDAExtension links beyond libtorch_cpu; a CPU-only torch lacks them (see cuda_stand_ins).

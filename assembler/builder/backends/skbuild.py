@@ -21,7 +21,7 @@ from assembler.manifest import Dependency
 from assembler.toolchain.sccache import cmake_launcher_defines
 
 if TYPE_CHECKING:
-    from assembler.builder.builder import BuildContext, BuildRequest
+    from assembler.builder.request import BuildContext, BuildRequest
 
 DRIVER = (
     "import json, sys\n"
