@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from assembler.audit.torchdata import format_version, load_table
+from assembler.audit.torchlibs import EXPORTS_DIR
+from assembler.audit.torchlibs import read_lib_dir as torch_exports
 from assembler.toolchain.venv import site_packages
-from assembler.verify.diagnose import EXPORTS_DIR, ProbedTorch, diagnose, missing_symbol, torch_exports
+from assembler.verify.diagnose import ProbedTorch, diagnose, missing_symbol
 from assembler.verify.envs import TorchEnv
 from tests.conftest import run_assemble
 from tests.test_verify import NEW, OLD, cells, demo, libraries, torch_envs, wheel, workspace  # noqa: F401  (session fixtures)
@@ -85,7 +87,7 @@ def test_export_table_is_cached_per_torch_and_reread(torch_envs: dict[str, Torch
     assert len(said) == 1 and "reading the symbols" in said[0]
     [cached] = (tmp_path / EXPORTS_DIR).glob("*.json.gz")
     assert cached.name.startswith(env.installed)
-    assert CHOLESKY in json.loads(gzip.decompress(cached.read_bytes()))["libs"]["libtorch_cpu.so"]
+    assert CHOLESKY in json.loads(gzip.decompress(cached.read_bytes()))["libs"]["libtorch_cpu.so"]["exports"]
     again = torch_exports(env.installed, torch_lib(env), said.append)
     assert len(said) == 1, "the cached table was read again from the libraries"
     assert again is not None and again.libs == first.libs

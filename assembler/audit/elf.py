@@ -28,13 +28,14 @@ PT_LOAD, PT_DYNAMIC = 1, 2
 SHT_DYNAMIC, SHT_DYNSYM = 6, 11
 DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_SONAME = 0, 1, 4, 5, 6, 10, 11, 14
 DT_GNU_HASH = 0x6FFFFEF5
-STB_LOCAL = 0
+STB_LOCAL, STB_WEAK = 0, 2
 
 
 class DynSymbol(NamedTuple):
     name: str
     defined: bool
     local: bool
+    weak: bool = False  # a weak reference: the object loads without a definition
 
 
 @dataclass(frozen=True)
@@ -175,7 +176,8 @@ def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> Dynami
         defined = st[shndx_at] != 0
         if defined and defined_prefixes is not None and not strings.startswith(defined_prefixes, st[name_at]):
             continue
-        symbols.append(DynSymbol(_string(src, strings, st[name_at]), defined, st[info_at] >> 4 == STB_LOCAL))
+        bind = st[info_at] >> 4
+        symbols.append(DynSymbol(_string(src, strings, st[name_at]), defined, bind == STB_LOCAL, bind == STB_WEAK))
     soname = entries.get(DT_SONAME)
     return DynamicInfo(
         symbols=tuple(symbols),

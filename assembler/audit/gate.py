@@ -22,6 +22,7 @@ class Verdict(StrEnum):
     STABLE = "STABLE"  # only stable C-shim symbols
     UNSTABLE = "UNSTABLE"  # at least one LibTorch C++ symbol
     NO_TORCH = "NO-TORCH"  # no torch symbol at all
+    UNRESOLVED = "UNRESOLVED"  # imports a torch symbol that no library of its DT_NEEDED tree exports: it cannot load
     # CPython ABI
     ABI3 = "ABI3"  # limited API only, within the abi3 tag
     NON_ABI3 = "NON-ABI3"  # CPython API outside the limited API (or a wheel without an abi3 tag)
@@ -40,7 +41,7 @@ class Verdict(StrEnum):
 class CheckKind(StrEnum):
     """What `--check` gates on."""
 
-    TORCH = "torch"  # unstable LibTorch C++ symbols; Requires-Dist torch below the symbol floor
+    TORCH = "torch"  # unstable LibTorch C++ symbols; unresolvable torch symbols; Requires-Dist torch below the symbol floor
     ABI3 = "abi3"  # outside the limited API, newer than the abi3 tag, no abi3 tag while using CPython; Requires-Python too low
     ALL = "all"  # both
 
@@ -79,6 +80,14 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
                     Verdict.UNSTABLE, report.path, e.path, e.unstable_symbols,
                     f"{report.path}: {e.path} uses the unstable LibTorch C++ ABI "
                     f"({e.unstable} symbols: {_listing(e.unstable_symbols)})",
+                ))
+            if e.unresolved:
+                providers = sorted(set(e.unresolved.values()))
+                found.append(Finding(
+                    Verdict.UNRESOLVED, report.path, e.path, tuple(f"{s} ({lib})" for s, lib in e.unresolved.items()),
+                    f"{report.path}: {e.path} imports {_listing(f'{s} (from {lib})' for s, lib in e.unresolved.items())} "
+                    f"but {', '.join(providers)} is not in its DT_NEEDED tree ({_listing(e.needed, 6) or 'none'}): "
+                    f"it fails to load with \"undefined symbol\"; link {', '.join(p.removeprefix('lib').split('.so')[0] for p in providers)}",
                 ))
         found += _torch_floor(report)
     if kind in (CheckKind.ABI3, CheckKind.ALL):

@@ -35,7 +35,10 @@ One object per PATH (a JSON array when several PATHs are given)::
           "min_python_symbols": ["..."],
           "newer_than_tag": {},        # limited-API symbols added after abi3_floor: {symbol: version}
           "needed": ["libtorch.so", "libc10.so", "..."],  # DT_NEEDED, in order
-          "python_api": "limited"      # limited (abi3 object) | full (built for one CPython) | none (NO-PYTHON)
+          "python_api": "limited",     # limited (abi3 object) | full (built for one CPython) | none (NO-PYTHON)
+          "unresolved": {"aoti_torch_get_current_cuda_stream": "libtorch_cuda.so"}
+                                       # UNRESOLVED: torch symbols no library of its DT_NEEDED tree (nor the
+                                       # global scope `import torch` makes) exports, with the library that does
         }
       ]
     }
@@ -54,7 +57,7 @@ and ``min_python``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, Verdict, floor_findings, worst_torch
@@ -83,6 +86,8 @@ class ElfReport:
     # min_python is the limited-API floor; full: built for one CPython's full API, no limited-API
     # floor is reported (min_python null); none: uses no CPython symbol (NO-PYTHON)
     python_api: str = PYTHON_LIMITED
+    # torch symbols its DT_NEEDED tree cannot resolve: symbol -> the torch library that exports it
+    unresolved: dict[str, str] = field(default_factory=dict)
 
     @property
     def uses_python(self) -> bool:
@@ -107,6 +112,7 @@ class ElfReport:
             "newer_than_tag": dict(self.newer_than_tag),
             "needed": list(self.needed),
             "python_api": self.python_api,
+            "unresolved": dict(self.unresolved),
         }
 
 

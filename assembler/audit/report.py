@@ -19,7 +19,7 @@ VERDICT_STYLE: dict[Verdict, str] = {
     Verdict.STABLE: "green", Verdict.UNSTABLE: "bold red", Verdict.NO_TORCH: "dim",
     Verdict.ABI3: "green", Verdict.NON_ABI3: "bold red", Verdict.ABI3_MISMATCH: "yellow", Verdict.NO_PYTHON: "dim",
     Verdict.CLEAN: "green", Verdict.NOT_LIMITED: "bold red", Verdict.INCOMPLETE: "yellow",
-    Verdict.NO_EXTENSIONS: "dim", Verdict.FLOOR_TOO_LOW: "bold red",
+    Verdict.NO_EXTENSIONS: "dim", Verdict.FLOOR_TOO_LOW: "bold red", Verdict.UNRESOLVED: "bold red",
 }
 
 
@@ -53,6 +53,7 @@ def _details(e: ElfReport) -> list[str]:
             lines.append(f"  [bold]{escape(e.path)}[/] {label}: " + escape(", ".join(items)))
 
     add("[red]unstable[/]", e.unstable_symbols)
+    add("[red]unresolved[/]", [f"{s} (in {lib})" for s, lib in e.unresolved.items()])
     add(f"min torch {e.min_torch} set by", e.min_torch_symbols)
     add("[yellow]shim symbols unknown to the table[/]", e.unknown_shim_symbols)
     add("[red]outside the limited API[/]", e.abi3_violations)
@@ -87,7 +88,7 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
         table.add_row(
             escape(e.path),
             "ext" if e.kind == "extension" else "lib",
-            f"[{VERDICT_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
+            f"[{VERDICT_STYLE[Verdict.UNRESOLVED]}]{Verdict.UNRESOLVED}[/]" if e.unresolved else f"[{VERDICT_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
             str(e.stable_shim),
             f"[red]{e.unstable}[/]" if e.unstable else "0",
             min_torch,

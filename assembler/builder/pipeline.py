@@ -298,7 +298,7 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
         result = merge_wheel(manifest, [dep.artifact for dep in report.deps if dep.artifact is not None], output, options.cuda)
         report.wheel, report.warnings = result.wheel, list(result.warnings)
         note(f"merged {result.wheel.name}; auditing")
-        audits = _audit_wheel(result.wheel, result.files)
+        audits = _audit_wheel(result.wheel, result.files, _build_torch_lib(workspace, options))
         atomic_write(state_path, json.dumps({
             "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel), "warnings": report.warnings,
             "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
@@ -357,12 +357,19 @@ def _same_file(path: Path, recorded: list[int]) -> bool:
     return path.is_file() and _stat(path) == list(recorded)
 
 
-def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]]) -> dict[str, list[ExtensionVerdict]]:
+def _build_torch_lib(workspace: Workspace, options: BuildOptions) -> Path | None:
+    """torch/lib of the build environment: the gate resolves each object's torch symbols against
+    the libraries it was built against (over the shipped table for the CUDA ones a CPU torch lacks)."""
+    torch = options.torch or workspace.manifest.bundle.torch
+    return ensure_build_env(torch).torch_dir / "lib" if torch else None
+
+
+def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]], torch_lib: Path | None = None) -> dict[str, list[ExtensionVerdict]]:
     """The audit's verdict on every shared object of the wheel, grouped by the dependency that
     shipped it (the merge says which files each one placed)."""
     from assembler.audit import audit_paths
 
-    [report] = audit_paths([wheel])
+    [report] = audit_paths([wheel], torch_lib=torch_lib)
     found = [finding for finding in findings(report, CheckKind.ALL) if finding.member is not None]
     owner = {path: dep for dep, paths in files.items() for path in paths}
     verdicts: dict[str, list[ExtensionVerdict]] = {dep: [] for dep in files}

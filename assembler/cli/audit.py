@@ -24,10 +24,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_format(parser)
     parser.add_argument(
         "--check", choices=[kind.value for kind in CheckKind], default=None,
-        help="exit 1 when an object uses unstable LibTorch symbols or Requires-Dist torch is below the symbol floor "
+        help="exit 1 when an object uses unstable LibTorch symbols, imports a torch symbol its DT_NEEDED libraries do not "
+        "provide (UNRESOLVED), or Requires-Dist torch is below the symbol floor "
         "(torch); when an object leaves the limited API, needs a newer Python than the abi3 tag, uses CPython in a "
         "wheel not tagged abi3, or Requires-Python is too low (abi3; objects without CPython symbols always pass); "
         "or any of them (all)",
+    )
+    parser.add_argument(
+        "--torch-lib", type=Path, default=None, metavar="DIR",
+        help="resolve each object's torch symbols against this torch's libraries (site-packages/torch/lib), over the "
+        "shipped table of a CUDA torch's libraries (default: the shipped table alone); UNRESOLVED fails --check torch/all",
     )
     parser.add_argument(
         "--torch-table", type=Path, default=None, metavar="JSON",
@@ -62,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     # Output modules (rich) load while the audit inflates members: start-up is most of the budget.
     loader = threading.Thread(target=_import_output, args=(args.json,), daemon=True)
     loader.start()
-    reports = audit_paths(args.paths, table_path=table)
+    reports = audit_paths(args.paths, table_path=table, torch_lib=args.torch_lib)
     loader.join()
     from assembler.report.output import console, emit_json, err_console
 
