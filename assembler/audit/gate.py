@@ -28,6 +28,8 @@ class Verdict(StrEnum):
     NON_ABI3 = "NON-ABI3"  # CPython API outside the limited API (or a wheel without an abi3 tag)
     ABI3_MISMATCH = "ABI3-MISMATCH"  # limited API, but newer than the abi3 tag
     NO_PYTHON = "NO-PYTHON"  # no CPython symbol at all
+    # the wheel's member names
+    UNSAFE_PATH = "UNSAFE-PATH"  # a member name that installs outside the target directory (absolute, '..', drive, backslash)
     # declared metadata against the symbols
     FLOOR_TOO_LOW = "FLOOR-TOO-LOW"  # Requires-Dist torch / Requires-Python below what the symbols need
     # source level (`assemble check`, one translation unit)
@@ -72,7 +74,12 @@ def _listing(names: Iterable[str], limit: int = 3) -> str:
 def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
     """The gate: every finding of ``kind`` in ``report``; empty means it passes."""
     kind = CheckKind(kind)
-    found: list[Finding] = []
+    # every check kind: a wheel that writes outside its install directory is refused whatever it holds
+    found: list[Finding] = [
+        Finding(Verdict.UNSAFE_PATH, report.path, name.split(" (")[0], (name,),
+                f"{report.path}: member {name} installs outside the target directory (pip refuses the wheel)")
+        for name in report.unsafe_names
+    ]
     if kind in (CheckKind.TORCH, CheckKind.ALL):
         for e in report.extensions:
             if e.torch_abi == Verdict.UNSTABLE:

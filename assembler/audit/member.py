@@ -323,6 +323,26 @@ def _data_offset(fd: int, info: MemberInfo, wheel_size: int) -> int:
     return base
 
 
+_PEEK_DEFLATE = 4096  # compressed bytes enough for any deflate block header and the first bytes after it
+
+
+def peek(fd: int, info: MemberInfo, length: int = 4) -> bytes:
+    """The first ``length`` bytes of a member of the wheel open at ``fd``: one local-header read
+    and a few KB of deflate at most, so every member can be judged by content, not by name.
+    InputError when its header or data are corrupt (the caller decides whether that matters)."""
+    wheel_size = os.fstat(fd).st_size
+    base = _data_offset(fd, info, wheel_size)
+    want = min(length, info.file_size)
+    if info.compress_type == 0:
+        return os.pread(fd, want, base)
+    if info.compress_type != 8:
+        raise InputError(f"{info.wheel}: member {info.name} uses zip compression method {info.compress_type}")
+    try:
+        return zlib.decompressobj(-15).decompress(os.pread(fd, min(info.compress_size, _PEEK_DEFLATE), base), want)
+    except zlib.error as error:
+        raise InputError(f"{info.wheel}: {info.name}: corrupt deflate data ({error})") from None
+
+
 def read_small_member(info: MemberInfo, limit: int) -> bytes:
     """The whole of a small member (the WHEEL file), refused over ``limit`` bytes declared or inflated."""
     if info.file_size > limit:

@@ -15,6 +15,8 @@ One object per PATH (a JSON array when several PATHs are given)::
       "requires_torch": "torch>=2.11", # the wheel's Requires-Dist on torch (METADATA); null if none
       "requires_python": ">=3.8",      # its Requires-Python; null if none
       "floor_too_low": ["..."],        # FLOOR-TOO-LOW: a declared floor below what the symbols need
+      "not_elf": ["pkg/notes.so"],     # named like a shared object but not ELF: not audited (objects are found by content)
+      "unsafe_names": ["../x.so (a '..' component)"],  # UNSAFE-PATH: members that install outside the target
       "sources": {"torch": "...", "cpython": "..."},   # where the version tables came from
       "extensions": [                  # every ELF shared object, Python extension or not
         {
@@ -130,6 +132,8 @@ class AuditReport:
     sources: dict[str, str]
     requires_torch: str | None = None  # the wheel's Requires-Dist on torch ("torch>=2.11"), without extras
     requires_python: str | None = None  # its Requires-Python (">=3.9")
+    not_elf: tuple[str, ...] = ()  # named like a shared object but not ELF (a text x.so): not audited
+    unsafe_names: tuple[str, ...] = ()  # UNSAFE-PATH: member names that install outside the target
 
     @property
     def declared_torch(self) -> str | None:
@@ -176,6 +180,8 @@ class AuditReport:
             "requires_torch": self.requires_torch,
             "requires_python": self.requires_python,
             "floor_too_low": [f.line for f in floor_findings(self)],
+            "not_elf": list(self.not_elf),
+            "unsafe_names": list(self.unsafe_names),
         }
 
 

@@ -20,6 +20,7 @@ VERDICT_STYLE: dict[Verdict, str] = {
     Verdict.ABI3: "green", Verdict.NON_ABI3: "bold red", Verdict.ABI3_MISMATCH: "yellow", Verdict.NO_PYTHON: "dim",
     Verdict.CLEAN: "green", Verdict.NOT_LIMITED: "bold red", Verdict.INCOMPLETE: "yellow",
     Verdict.NO_EXTENSIONS: "dim", Verdict.FLOOR_TOO_LOW: "bold red", Verdict.UNRESOLVED: "bold red",
+    Verdict.UNSAFE_PATH: "bold red",
 }
 
 
@@ -98,8 +99,14 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
     if not report.extensions:
         console.print(table.title)
         console.print("  no ELF shared objects found")
+        for name in report.unsafe_names:
+            console.print(f"  [{VERDICT_STYLE[Verdict.UNSAFE_PATH]}]{Verdict.UNSAFE_PATH}[/]: {escape(name)}", soft_wrap=True)
         return
     console.print(table)
+    for name in report.unsafe_names:
+        console.print(f"  [{VERDICT_STYLE[Verdict.UNSAFE_PATH]}]{Verdict.UNSAFE_PATH}[/]: {escape(name)}", soft_wrap=True)
+    if report.not_elf:
+        console.print(f"  [dim]not ELF, not audited: {escape(', '.join(report.not_elf))}[/]", soft_wrap=True)
     for finding in floor_findings(report):
         console.print(f"  [{VERDICT_STYLE[Verdict.FLOOR_TOO_LOW]}]{Verdict.FLOOR_TOO_LOW}[/]: {escape(finding.line)}", soft_wrap=True)
     details = [line for e in report.extensions for line in _details(e)] if verbose else []

@@ -124,6 +124,8 @@ def audit_paths(
                 sources=sources,
                 requires_torch=target.requires_torch,
                 requires_python=target.requires_python,
+                not_elf=target.not_elf,
+                unsafe_names=target.unsafe_names,
             )
         )
     return reports

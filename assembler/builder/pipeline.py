@@ -377,6 +377,11 @@ def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]], torch_lib: Path
         offending = [symbol for finding in found if finding.member == elf.path for symbol in finding.offending]
         verdicts.setdefault(owner.get(elf.path, "(unknown)"), []).append(
             ExtensionVerdict(elf.path, object_verdict(elf, found), elf.min_torch, offending))
+    objects = {elf.path for elf in report.extensions}
+    for finding in found:  # a finding about a member that is no object (UNSAFE-PATH): gated all the same
+        if finding.member not in objects:
+            verdicts.setdefault(owner.get(finding.member or "", "(unknown)"), []).append(
+                ExtensionVerdict(finding.member or report.path, finding.verdict.value, None, list(finding.offending)))
     return verdicts
 
 
