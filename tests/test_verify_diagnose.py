@@ -102,14 +102,14 @@ def test_a_symbol_only_the_newer_torch_exports_is_first_seen_there(torch_envs: d
     assert old is not None and new is not None
     added = sorted(s for s in new.libs["libtorch_cpu.so"] - old.all() if s.startswith("_ZN2at"))
     assert added, "torch 2.14.1's libtorch_cpu.so exports no at:: symbol that 2.13.0 lacks"
-    failing = ProbedTorch(old.torch, Path(old.lib_dir), tmp_path)
+    failing = ProbedTorch(old.torch, Path(old.source), tmp_path)
     found = diagnose(added[0], "pkg/libx.so", "pkg/libx.so", "x", failing, {t: e for t, e in tables.items() if e}, {"pkg/libx.so": "x"})
     assert found.last_seen is None and found.first_seen == NEW
     assert found.verdict == f"first exported by torch {NEW} among those verified"
     assert found.present_in == (new.torch,) and found.absent_in == (old.torch,)
     # The object's other imports that 2.13.0 lacks and 2.14.1 has: libtorch_cuda.so of 2.14.1
     # stands for an extension built against 2.14.1 (it imports 2.14.1's libtorch_cpu).
-    cuda = ProbedTorch(old.torch, Path(old.lib_dir), Path(new.lib_dir))
+    cuda = ProbedTorch(old.torch, Path(old.source), Path(new.source))
     symbol = sorted(s for s in new.libs["libtorch_cpu.so"] - old.all())[0]
     found = diagnose(symbol, "libtorch_cuda.so", "libtorch_cuda.so", None, cuda, {t: e for t, e in tables.items() if e}, {})
     assert found.also_missing_count > 0 and len(found.also_missing) == min(found.also_missing_count, 20)

@@ -79,6 +79,9 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
         Finding(Verdict.UNSAFE_PATH, report.path, name.split(" (")[0], (name,),
                 f"{report.path}: member {name} installs outside the target directory (pip refuses the wheel)")
         for name in report.unsafe_names
+    ] + [
+        Finding(Verdict.INCOMPLETE, report.path, e.path, (), f"{report.path}: {e.path} could not be audited: {e.error}")
+        for e in report.extensions if e.error is not None
     ]
     if kind in (CheckKind.TORCH, CheckKind.ALL):
         for e in report.extensions:
@@ -196,9 +199,13 @@ def summarize(verdicts: Sequence[str], allow: bool = False) -> str:
 
 
 def worst_torch(verdicts: Iterable[str]) -> Verdict:
-    """A PATH's torch verdict from its objects': UNSTABLE if any is, else STABLE if any is, else NO-TORCH."""
+    """A PATH's torch verdict from its objects': UNSTABLE if any is, else INCOMPLETE if one could not
+    be read, else STABLE if any is, else NO-TORCH."""
     seen = set(verdicts)
-    return Verdict.UNSTABLE if Verdict.UNSTABLE in seen else Verdict.STABLE if Verdict.STABLE in seen else Verdict.NO_TORCH
+    for verdict in (Verdict.UNSTABLE, Verdict.INCOMPLETE, Verdict.STABLE):
+        if verdict in seen:
+            return verdict
+    return Verdict.NO_TORCH
 
 
 def worst_source(verdicts: Iterable[str]) -> Verdict:

@@ -38,7 +38,8 @@ One object per PATH (a JSON array when several PATHs are given)::
           "newer_than_tag": {},        # limited-API symbols added after abi3_floor: {symbol: version}
           "needed": ["libtorch.so", "libc10.so", "..."],  # DT_NEEDED, in order
           "python_api": "limited",     # limited (abi3 object) | full (built for one CPython) | none (NO-PYTHON)
-          "unresolved": {"aoti_torch_get_current_cuda_stream": "libtorch_cuda.so"}
+          "unresolved": {"aoti_torch_get_current_cuda_stream": "libtorch_cuda.so"},
+          "error": "..."               # only for an object that could not be read (torch_abi INCOMPLETE, kind unknown)
                                        # UNRESOLVED: torch symbols no library of its DT_NEEDED tree (nor the
                                        # global scope `import torch` makes) exports, with the library that does
         }
@@ -62,7 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, Verdict, floor_findings, worst_torch
+from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, PYTHON_NONE, Verdict, floor_findings, worst_torch
 
 SCHEMA = 1
 
@@ -90,6 +91,14 @@ class ElfReport:
     python_api: str = PYTHON_LIMITED
     # torch symbols its DT_NEEDED tree cannot resolve: symbol -> the torch library that exports it
     unresolved: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # INCOMPLETE: why it could not be read (a limit, corruption); the other fields are empty
+
+    @classmethod
+    def unreadable(cls, path: str, error: str) -> ElfReport:
+        """An object the audit could not read: INCOMPLETE, with the reason, so the others still report."""
+        return cls(path=path, kind="unknown", torch_abi=Verdict.INCOMPLETE, stable_shim=0, unstable=0, unstable_symbols=(),
+                   min_torch=None, min_torch_symbols=(), unknown_shim_symbols=(), abi3_compliant=False, abi3_violations=(),
+                   min_python=None, min_python_symbols=(), newer_than_tag={}, needed=(), python_api=PYTHON_NONE, error=error)
 
     @property
     def uses_python(self) -> bool:
@@ -115,6 +124,7 @@ class ElfReport:
             "needed": list(self.needed),
             "python_api": self.python_api,
             "unresolved": dict(self.unresolved),
+            **({"error": self.error} if self.error is not None else {}),
         }
 
 

@@ -53,6 +53,8 @@ def _details(e: ElfReport) -> list[str]:
         if items:
             lines.append(f"  [bold]{escape(e.path)}[/] {label}: " + escape(", ".join(items)))
 
+    if e.error is not None:
+        lines.append(f"  [bold]{escape(e.path)}[/] [yellow]not audited[/]: " + escape(e.error))
     add("[red]unstable[/]", e.unstable_symbols)
     add("[red]unresolved[/]", [f"{s} (in {lib})" for s, lib in e.unresolved.items()])
     add(f"min torch {e.min_torch} set by", e.min_torch_symbols)
@@ -88,7 +90,7 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
         min_torch = (e.min_torch or "-") + ("+?" if e.unknown_shim_symbols else "")
         table.add_row(
             escape(e.path),
-            "ext" if e.kind == "extension" else "lib",
+            "ext" if e.kind == "extension" else "lib" if e.kind == "library" else "?",
             f"[{VERDICT_STYLE[Verdict.UNRESOLVED]}]{Verdict.UNRESOLVED}[/]" if e.unresolved else f"[{VERDICT_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
             str(e.stable_shim),
             f"[red]{e.unstable}[/]" if e.unstable else "0",

@@ -78,15 +78,32 @@ def _cost(job: Job) -> int:
     return 0 if isinstance(job, FileJob) or job.compress_type == 0 else job.compress_size
 
 
+def _audit_or_report(job: Job, floor: PyVersion | None, table: TorchTable, libraries: TorchLibraries | None) -> ElfReport:
+    """audit_object, with an object that cannot be read reported INCOMPLETE (its reason kept)."""
+    try:
+        return audit_object(job, floor, table, libraries)
+    except InputError as error:
+        return ElfReport.unreadable(job.name, error.message)
+
+
+def unreadable(reports: Iterable[AuditReport]) -> list[str]:
+    """The reasons objects of ``reports`` could not be read, one line each."""
+    return [f"{e.error}" for report in reports for e in report.extensions if e.error is not None]
+
+
 def audit_paths(
     paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers: int | None = None, torch_lib: Path | None = None,
+    keep_going: bool = False,
 ) -> list[AuditReport]:
     """One report per path; InputError (exit 2) for a missing path, a bad wheel or a broken ELF.
+    With ``keep_going``, an object that cannot be read (a limit, corruption) is reported
+    INCOMPLETE with its reason and the others are still audited (see :func:`unreadable`).
 
     Torch symbols are resolved against ``torch_lib`` (a torch's ``torch/lib``) over the shipped
     library table, or against the shipped table alone (:mod:`assembler.audit.torchlibs`)."""
     table = load_table(table_path)
     libraries = resolver(torch_lib)
+    audit = _audit_or_report if keep_going else audit_object
     targets = [open_target(Path(p)) for p in paths]
     work = [(t, job) for t in targets for job in t.jobs]
     floors = {t.path: t.abi3_floor for t in targets}
@@ -98,7 +115,7 @@ def audit_paths(
         with ThreadPoolExecutor(max_workers=workers) as pool:
             pool.submit(limited_api)  # import abi3info while the first members inflate
             pool.submit(describe_source)
-            futures = {i: pool.submit(audit_object, work[i][1], floors[work[i][0].path], table, libraries) for i in order}
+            futures = {i: pool.submit(audit, work[i][1], floors[work[i][0].path], table, libraries) for i in order}
             try:
                 for i, future in futures.items():
                     results[i] = future.result()
@@ -107,7 +124,7 @@ def audit_paths(
                 raise
     else:
         for i in order:
-            results[i] = audit_object(work[i][1], floors[work[i][0].path], table, libraries)
+            results[i] = audit(work[i][1], floors[work[i][0].path], table, libraries)
     sources = {"torch": table.describe(), "cpython": describe_source()}
     if libraries is not None:
         sources["torch_libraries"] = libraries.describe()

@@ -157,6 +157,8 @@ def open_target(path: Path) -> Target:
         os.close(fd)
     if path.suffix == ".whl" or magic == b"PK\x03\x04":
         return _wheel(path)
+    if magic != ELF_MAGIC and is_shared_object_name(path.name):  # a text x.so: no object, as in a wheel or a tree
+        return Target(str(path), "file", (), (), not_elf=(path.name,))
     return Target(str(path), "file", (), (FileJob(str(path), path.name),))
 
 

@@ -68,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     # Output modules (rich) load while the audit inflates members: start-up is most of the budget.
     loader = threading.Thread(target=_import_output, args=(args.json,), daemon=True)
     loader.start()
-    reports = audit_paths(args.paths, table_path=table, torch_lib=args.torch_lib)
+    from assembler.audit.scan import unreadable
+
+    reports = audit_paths(args.paths, table_path=table, torch_lib=args.torch_lib, keep_going=True)
     loader.join()
     from assembler.report.output import console, emit_json, err_console
 
@@ -80,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
 
         for report in reports:
             render(report, console, verbose=args.verbose)
+    broken = unreadable(reports)
+    if broken:  # every other object's verdict is in the report above; the run still says no
+        more = f" (and {len(broken) - 1} more object(s))" if len(broken) > 1 else ""
+        raise InputError(broken[0] + more, hint="the report lists every other object's verdict")
     if args.check:
         failed = [finding for r in reports for finding in findings(r, args.check)]
         for finding in failed:
