@@ -46,8 +46,11 @@ LIBRARY_INIT_SYMBOLS = frozenset({"aoti_torch_library_init_def", "aoti_torch_lib
 def scan(site: Path) -> list[ExtensionFile]:
     """Every ELF shared object under ``site``, in path order (files that are not sound ELF are
     not extensions: the loader would refuse them as well)."""
+    from assembler.fsutil import walk
+
     found = []
-    for path in sorted(site.rglob("*.so*")):
+    candidates = [Path(top, name) for top, _, names in walk(site) for name in names if ".so" in name]  # no recursion
+    for path in sorted(candidates):
         if not path.is_file() or path.is_symlink():
             continue
         rel = path.relative_to(site).as_posix()
