@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from assembler.audit.deflate import Tail, read_tail
+from assembler.audit.inflate import decompressobj, errors
 from assembler.audit.limits import DEFLATE_MAX_RATIO, HEAD_MAX, PIECE, TAIL_MAX
 from assembler.errors import InputError
 
@@ -179,7 +180,7 @@ class DeflatedMember:
 
     def _restart(self) -> None:
         self._head.clear()
-        self._decoder = zlib.decompressobj(-15)
+        self._decoder = decompressobj()
         self._fed = 0  # compressed bytes handed to the decoder
         self._pos = 0  # uncompressed bytes produced
         self._last = (0, b"")  # the most recent output piece, served again if asked
@@ -208,7 +209,7 @@ class DeflatedMember:
                 n = min(_FEED, self._info.compress_size - self._fed)
                 try:
                     extra = decoder.decompress(self._read_compressed(self._fed, n), 1)
-                except zlib.error as error:
+                except errors() as error:
                     raise InputError(f"{self.name}: corrupt deflate data ({error})") from None
                 self._fed += n
             if extra:
@@ -278,7 +279,7 @@ class DeflatedMember:
                 n = min(_FEED, self._info.compress_size - self._fed)
                 try:
                     piece = decoder.decompress(self._read_compressed(self._fed, n), _PIECE)
-                except zlib.error as error:
+                except errors() as error:
                     raise InputError(f"{self.name}: corrupt deflate data ({error})") from None
                 self._fed += n
             start = self._pos
