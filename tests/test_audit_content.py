@@ -220,3 +220,19 @@ def test_a_wrong_typed_assembler_json_is_exit_2_in_size_and_verify(tmp_path: Pat
         assert "deps" in message or "bundle" in message, message
     if not size_reads_it:
         assert run_assemble("size", str(wheel), cwd=tmp_path).returncode == 0
+
+
+def test_every_inflater_gives_the_same_audit_and_size(built: dict[str, bytes], tmp_path: Path) -> None:
+    """zlib-ng (the default when installed), ISA-L and the zlib fallback: identical outputs."""
+    from assembler.audit.inflate import CHOICES, _module
+
+    wheel = make_wheel(tmp_path / "inf-1.0-cp39-abi3-linux_x86_64.whl",
+                       {"inf/_U.abi3.so": built["unstable"], "inf/_p.abi3.so": built["plain"], "inf/blob.bin": bytes(3 << 20)})
+    seen: dict[str, tuple[object, object]] = {}
+    for name in (n for n in CHOICES if _module(n) is not None):
+        audited = run_assemble("audit", "--json", str(wheel), env={"ASSEMBLE_INFLATER": name}, subprocess=True)
+        sized = run_assemble("size", "--json", str(wheel), env={"ASSEMBLE_INFLATER": name}, subprocess=True)
+        size = json.loads(sized.stdout)
+        size.pop("seconds")
+        seen[name] = (json.loads(audited.stdout)["extensions"], size)
+    assert "zlib" in seen and len({json.dumps(v, sort_keys=True) for v in seen.values()}) == 1, list(seen)
