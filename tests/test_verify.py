@@ -92,7 +92,8 @@ def test_stable_passes_on_both_unstable_fails_on_new_torch(demo: subprocess.Comp
     for version in (OLD, NEW):
         stable = matrix[("demo-stable", version)]
         assert stable["status"] == "PASS", stable
-        assert [c["kind"] for c in stable["checks"]] == ["load", "op", "smoke"]
+        assert [c["kind"] for c in stable["checks"]] == ["load", "registered", "op", "smoke"]
+        assert stable["checks"][1]["ops"] == ["verifydemo::scaled_add"]
     assert matrix[("demo-unstable", OLD)]["status"] == "PASS", matrix[("demo-unstable", OLD)]
     broken = matrix[("demo-unstable", NEW)]
     assert broken["status"] == "FAIL"
@@ -112,7 +113,7 @@ def test_cuda_only_library_is_skipped_never_passed(demo: subprocess.CompletedPro
     assert [c["kind"] for c in cpu["checks"]] == ["cuda"]  # not even loaded
     cuda = matrix[("demo-cuda", NEW)]
     assert cuda["status"] == "SKIPPED"
-    assert {c["kind"]: c["status"] for c in cuda["checks"]} == {"load": "PASS", "op": "PASS", "smoke": "SKIPPED"}
+    assert {c["kind"]: c["status"] for c in cuda["checks"]} == {"load": "PASS", "registered": "PASS", "op": "PASS", "smoke": "SKIPPED"}
     assert "torch.cuda.is_available() is False" in cuda["reason"]
     data = json.loads(demo.stdout)
     assert data["summary"] == {"PASS": 3, "FAIL": 1, "SKIPPED": 2}

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from assembler.audit.torchdata import format_version, load_table
+from assembler.audit.torchlibs import EXPORTS_DIR
+from assembler.audit.torchlibs import read_lib_dir as torch_exports
 from assembler.toolchain.venv import site_packages
-from assembler.verify.diagnose import EXPORTS_DIR, ProbedTorch, diagnose, missing_symbol, torch_exports
+from assembler.verify.diagnose import ProbedTorch, diagnose, missing_symbol
 from assembler.verify.envs import TorchEnv
 from tests.conftest import run_assemble
 from tests.test_verify import NEW, OLD, cells, demo, libraries, torch_envs, wheel, workspace  # noqa: F401  (session fixtures)
@@ -85,7 +87,7 @@ def test_export_table_is_cached_per_torch_and_reread(torch_envs: dict[str, Torch
     assert len(said) == 1 and "reading the symbols" in said[0]
     [cached] = (tmp_path / EXPORTS_DIR).glob("*.json.gz")
     assert cached.name.startswith(env.installed)
-    assert CHOLESKY in json.loads(gzip.decompress(cached.read_bytes()))["libs"]["libtorch_cpu.so"]
+    assert CHOLESKY in json.loads(gzip.decompress(cached.read_bytes()))["libs"]["libtorch_cpu.so"]["exports"]
     again = torch_exports(env.installed, torch_lib(env), said.append)
     assert len(said) == 1, "the cached table was read again from the libraries"
     assert again is not None and again.libs == first.libs
@@ -100,14 +102,14 @@ def test_a_symbol_only_the_newer_torch_exports_is_first_seen_there(torch_envs: d
     assert old is not None and new is not None
     added = sorted(s for s in new.libs["libtorch_cpu.so"] - old.all() if s.startswith("_ZN2at"))
     assert added, "torch 2.14.1's libtorch_cpu.so exports no at:: symbol that 2.13.0 lacks"
-    failing = ProbedTorch(old.torch, Path(old.lib_dir), tmp_path)
+    failing = ProbedTorch(old.torch, Path(old.source), tmp_path)
     found = diagnose(added[0], "pkg/libx.so", "pkg/libx.so", "x", failing, {t: e for t, e in tables.items() if e}, {"pkg/libx.so": "x"})
     assert found.last_seen is None and found.first_seen == NEW
     assert found.verdict == f"first exported by torch {NEW} among those verified"
     assert found.present_in == (new.torch,) and found.absent_in == (old.torch,)
     # The object's other imports that 2.13.0 lacks and 2.14.1 has: libtorch_cuda.so of 2.14.1
     # stands for an extension built against 2.14.1 (it imports 2.14.1's libtorch_cpu).
-    cuda = ProbedTorch(old.torch, Path(old.lib_dir), Path(new.lib_dir))
+    cuda = ProbedTorch(old.torch, Path(old.source), Path(new.source))
     symbol = sorted(s for s in new.libs["libtorch_cpu.so"] - old.all())[0]
     found = diagnose(symbol, "libtorch_cuda.so", "libtorch_cuda.so", None, cuda, {t: e for t, e in tables.items() if e}, {})
     assert found.also_missing_count > 0 and len(found.also_missing) == min(found.also_missing_count, 20)

@@ -19,7 +19,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from assembler.audit.limits import MAX_STRING_TABLE, MAX_TABLE
+from assembler.audit.limits import MAX_NAME, MAX_STRING_TABLE, MAX_TABLE, PIECE, STRING_TABLE_IN_MEMORY
 from assembler.audit.member import ByteSource
 from assembler.errors import InputError
 
@@ -28,13 +28,14 @@ PT_LOAD, PT_DYNAMIC = 1, 2
 SHT_DYNAMIC, SHT_DYNSYM = 6, 11
 DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_SONAME = 0, 1, 4, 5, 6, 10, 11, 14
 DT_GNU_HASH = 0x6FFFFEF5
-STB_LOCAL = 0
+STB_LOCAL, STB_WEAK = 0, 2
 
 
 class DynSymbol(NamedTuple):
     name: str
     defined: bool
     local: bool
+    weak: bool = False  # a weak reference: the object loads without a definition
 
 
 @dataclass(frozen=True)
@@ -167,21 +168,92 @@ def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> Dynami
 
     if syment != lay.size(lay.sym):
         raise InputError(f"{src.name}: unexpected dynamic symbol size {syment} (corrupt ELF)")
-    strings = _table(src, strtab, strsz, "dynamic string table (DT_STRSZ)", MAX_STRING_TABLE)
+    if strsz > MAX_STRING_TABLE:
+        raise InputError(
+            f"{src.name}: dynamic string table (DT_STRSZ) of {strsz} bytes is over the {MAX_STRING_TABLE}-byte limit "
+            "(corrupt or hostile ELF)"
+        )
     table = _table(src, symtab, count * syment, "dynamic symbol table")
-    symbols = []
     name_at, info_at, shndx_at = (0, 1, 3) if lay.word == 8 else (0, 3, 5)
-    for st in struct.iter_unpack(lay.endian + lay.sym, table[syment:]):
+    entries_ = list(struct.iter_unpack(lay.endian + lay.sym, table[syment:]))
+    soname = entries.get(DT_SONAME)
+    strings: _Strings
+    if strsz <= STRING_TABLE_IN_MEMORY:
+        strings = _WholeStrings(src, src.read(strtab, strsz))
+    else:  # large (intel-extension-for-pytorch's is 40.9 MB): read only around the names used, in order
+        offsets = [st[name_at] for st in entries_]
+        offsets += entries.get(DT_NEEDED, []) + (soname or [])
+        strings = _StreamedStrings(src, strtab, strsz, offsets)
+    symbols = []
+    for st in entries_:
         defined = st[shndx_at] != 0
         if defined and defined_prefixes is not None and not strings.startswith(defined_prefixes, st[name_at]):
             continue
-        symbols.append(DynSymbol(_string(src, strings, st[name_at]), defined, st[info_at] >> 4 == STB_LOCAL))
-    soname = entries.get(DT_SONAME)
+        bind = st[info_at] >> 4
+        symbols.append(DynSymbol(strings.get(st[name_at]), defined, bind == STB_LOCAL, bind == STB_WEAK))
     return DynamicInfo(
         symbols=tuple(symbols),
-        needed=tuple(_string(src, strings, v) for v in entries.get(DT_NEEDED, [])),
-        soname=_string(src, strings, soname[0]) if soname else None,
+        needed=tuple(strings.get(v) for v in entries.get(DT_NEEDED, [])),
+        soname=strings.get(soname[0]) if soname else None,
     )
+
+
+class _Strings:
+    """Names from ``.dynstr`` by offset."""
+
+    def get(self, offset: int) -> str:
+        raise NotImplementedError
+
+    def startswith(self, prefixes: tuple[bytes, ...], offset: int) -> bool:
+        raise NotImplementedError
+
+
+class _WholeStrings(_Strings):
+    """The table read whole (every real object but the very largest)."""
+
+    def __init__(self, src: ByteSource, data: bytes) -> None:
+        self._src, self._data = src, data
+
+    def get(self, offset: int) -> str:
+        return _string(self._src, self._data, offset)
+
+    def startswith(self, prefixes: tuple[bytes, ...], offset: int) -> bool:
+        return self._data.startswith(prefixes, offset)
+
+
+class _StreamedStrings(_Strings):
+    """A large table read forward once, a window at a time, keeping only the names asked for.
+
+    Memory is one window (PIECE, grown to the longest name, at most MAX_NAME) plus the names."""
+
+    def __init__(self, src: ByteSource, base: int, size: int, offsets: list[int]) -> None:
+        self._src = src
+        self._names: dict[int, bytes] = {}
+        start, window = 0, b""
+        for offset in sorted(set(offsets)):
+            if offset >= size:
+                continue  # get() reports it
+            if not start <= offset < start + len(window):
+                start, window = offset, src.read(base + offset, min(PIECE, size - offset))
+            end = window.find(b"\0", offset - start)
+            while end < 0:
+                if start + len(window) >= size:
+                    raise InputError(f"{src.name}: string at offset {offset} runs past the end of .dynstr (corrupt ELF)")
+                if start + len(window) - offset > MAX_NAME:
+                    raise InputError(f"{src.name}: a symbol name over the {MAX_NAME}-byte limit at .dynstr offset {offset} (corrupt or hostile ELF)")
+                window = window[offset - start :] + src.read(base + start + len(window), min(PIECE, size - start - len(window)))
+                start = offset
+                end = window.find(b"\0")
+            self._names[offset] = window[offset - start : end]
+
+    def get(self, offset: int) -> str:
+        name = self._names.get(offset)
+        if name is None:
+            raise InputError(f"{self._src.name}: string offset {offset} outside .dynstr (corrupt ELF)")
+        return name.decode("utf-8", "replace")
+
+    def startswith(self, prefixes: tuple[bytes, ...], offset: int) -> bool:
+        return self._names.get(offset, b"").startswith(prefixes)
 
 
 def _dynamic_entries(src: ByteSource, lay: _Layout, dynamic: _Segment) -> dict[int, list[int]]:

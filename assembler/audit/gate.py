@@ -22,11 +22,14 @@ class Verdict(StrEnum):
     STABLE = "STABLE"  # only stable C-shim symbols
     UNSTABLE = "UNSTABLE"  # at least one LibTorch C++ symbol
     NO_TORCH = "NO-TORCH"  # no torch symbol at all
+    UNRESOLVED = "UNRESOLVED"  # imports a torch symbol that no library of its DT_NEEDED tree exports: it cannot load
     # CPython ABI
     ABI3 = "ABI3"  # limited API only, within the abi3 tag
     NON_ABI3 = "NON-ABI3"  # CPython API outside the limited API (or a wheel without an abi3 tag)
     ABI3_MISMATCH = "ABI3-MISMATCH"  # limited API, but newer than the abi3 tag
     NO_PYTHON = "NO-PYTHON"  # no CPython symbol at all
+    # the wheel's member names
+    UNSAFE_PATH = "UNSAFE-PATH"  # a member name that installs outside the target directory (absolute, '..', drive, backslash)
     # declared metadata against the symbols
     FLOOR_TOO_LOW = "FLOOR-TOO-LOW"  # Requires-Dist torch / Requires-Python below what the symbols need
     # source level (`assemble check`, one translation unit)
@@ -40,7 +43,7 @@ class Verdict(StrEnum):
 class CheckKind(StrEnum):
     """What `--check` gates on."""
 
-    TORCH = "torch"  # unstable LibTorch C++ symbols; Requires-Dist torch below the symbol floor
+    TORCH = "torch"  # unstable LibTorch C++ symbols; unresolvable torch symbols; Requires-Dist torch below the symbol floor
     ABI3 = "abi3"  # outside the limited API, newer than the abi3 tag, no abi3 tag while using CPython; Requires-Python too low
     ALL = "all"  # both
 
@@ -71,7 +74,15 @@ def _listing(names: Iterable[str], limit: int = 3) -> str:
 def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
     """The gate: every finding of ``kind`` in ``report``; empty means it passes."""
     kind = CheckKind(kind)
-    found: list[Finding] = []
+    # every check kind: a wheel that writes outside its install directory is refused whatever it holds
+    found: list[Finding] = [
+        Finding(Verdict.UNSAFE_PATH, report.path, name.split(" (")[0], (name,),
+                f"{report.path}: member {name} installs outside the target directory (pip refuses the wheel)")
+        for name in report.unsafe_names
+    ] + [
+        Finding(Verdict.INCOMPLETE, report.path, e.path, (), f"{report.path}: {e.path} could not be audited: {e.error}")
+        for e in report.extensions if e.error is not None
+    ]
     if kind in (CheckKind.TORCH, CheckKind.ALL):
         for e in report.extensions:
             if e.torch_abi == Verdict.UNSTABLE:
@@ -79,6 +90,14 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
                     Verdict.UNSTABLE, report.path, e.path, e.unstable_symbols,
                     f"{report.path}: {e.path} uses the unstable LibTorch C++ ABI "
                     f"({e.unstable} symbols: {_listing(e.unstable_symbols)})",
+                ))
+            if e.unresolved:
+                providers = sorted(set(e.unresolved.values()))
+                found.append(Finding(
+                    Verdict.UNRESOLVED, report.path, e.path, tuple(f"{s} ({lib})" for s, lib in e.unresolved.items()),
+                    f"{report.path}: {e.path} imports {_listing(f'{s} (from {lib})' for s, lib in e.unresolved.items())} "
+                    f"but {', '.join(providers)} is not in its DT_NEEDED tree ({_listing(e.needed, 6) or 'none'}): "
+                    f"it fails to load with \"undefined symbol\"; link {', '.join(p.removeprefix('lib').split('.so')[0] for p in providers)}",
                 ))
         found += _torch_floor(report)
     if kind in (CheckKind.ABI3, CheckKind.ALL):
@@ -180,9 +199,13 @@ def summarize(verdicts: Sequence[str], allow: bool = False) -> str:
 
 
 def worst_torch(verdicts: Iterable[str]) -> Verdict:
-    """A PATH's torch verdict from its objects': UNSTABLE if any is, else STABLE if any is, else NO-TORCH."""
+    """A PATH's torch verdict from its objects': UNSTABLE if any is, else INCOMPLETE if one could not
+    be read, else STABLE if any is, else NO-TORCH."""
     seen = set(verdicts)
-    return Verdict.UNSTABLE if Verdict.UNSTABLE in seen else Verdict.STABLE if Verdict.STABLE in seen else Verdict.NO_TORCH
+    for verdict in (Verdict.UNSTABLE, Verdict.INCOMPLETE, Verdict.STABLE):
+        if verdict in seen:
+            return verdict
+    return Verdict.NO_TORCH
 
 
 def worst_source(verdicts: Iterable[str]) -> Verdict:

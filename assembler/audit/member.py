@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from assembler.audit.deflate import Tail, read_tail
+from assembler.audit.inflate import decompressobj, errors
 from assembler.audit.limits import DEFLATE_MAX_RATIO, HEAD_MAX, PIECE, TAIL_MAX
 from assembler.errors import InputError
 
@@ -179,7 +180,7 @@ class DeflatedMember:
 
     def _restart(self) -> None:
         self._head.clear()
-        self._decoder = zlib.decompressobj(-15)
+        self._decoder = decompressobj()
         self._fed = 0  # compressed bytes handed to the decoder
         self._pos = 0  # uncompressed bytes produced
         self._last = (0, b"")  # the most recent output piece, served again if asked
@@ -208,7 +209,7 @@ class DeflatedMember:
                 n = min(_FEED, self._info.compress_size - self._fed)
                 try:
                     extra = decoder.decompress(self._read_compressed(self._fed, n), 1)
-                except zlib.error as error:
+                except errors() as error:
                     raise InputError(f"{self.name}: corrupt deflate data ({error})") from None
                 self._fed += n
             if extra:
@@ -278,7 +279,7 @@ class DeflatedMember:
                 n = min(_FEED, self._info.compress_size - self._fed)
                 try:
                     piece = decoder.decompress(self._read_compressed(self._fed, n), _PIECE)
-                except zlib.error as error:
+                except errors() as error:
                     raise InputError(f"{self.name}: corrupt deflate data ({error})") from None
                 self._fed += n
             start = self._pos
@@ -321,6 +322,26 @@ def _data_offset(fd: int, info: MemberInfo, wheel_size: int) -> int:
             f"{'member area' if end < wheel_size else 'wheel'} (corrupt or truncated wheel)"
         )
     return base
+
+
+_PEEK_DEFLATE = 4096  # compressed bytes enough for any deflate block header and the first bytes after it
+
+
+def peek(fd: int, info: MemberInfo, length: int = 4) -> bytes:
+    """The first ``length`` bytes of a member of the wheel open at ``fd``: one local-header read
+    and a few KB of deflate at most, so every member can be judged by content, not by name.
+    InputError when its header or data are corrupt (the caller decides whether that matters)."""
+    wheel_size = os.fstat(fd).st_size
+    base = _data_offset(fd, info, wheel_size)
+    want = min(length, info.file_size)
+    if info.compress_type == 0:
+        return os.pread(fd, want, base)
+    if info.compress_type != 8:
+        raise InputError(f"{info.wheel}: member {info.name} uses zip compression method {info.compress_type}")
+    try:
+        return zlib.decompressobj(-15).decompress(os.pread(fd, min(info.compress_size, _PEEK_DEFLATE), base), want)
+    except zlib.error as error:
+        raise InputError(f"{info.wheel}: {info.name}: corrupt deflate data ({error})") from None
 
 
 def read_small_member(info: MemberInfo, limit: int) -> bytes:

@@ -15,6 +15,8 @@ One object per PATH (a JSON array when several PATHs are given)::
       "requires_torch": "torch>=2.11", # the wheel's Requires-Dist on torch (METADATA); null if none
       "requires_python": ">=3.8",      # its Requires-Python; null if none
       "floor_too_low": ["..."],        # FLOOR-TOO-LOW: a declared floor below what the symbols need
+      "not_elf": ["pkg/notes.so"],     # named like a shared object but not ELF: not audited (objects are found by content)
+      "unsafe_names": ["../x.so (a '..' component)"],  # UNSAFE-PATH: members that install outside the target
       "sources": {"torch": "...", "cpython": "..."},   # where the version tables came from
       "extensions": [                  # every ELF shared object, Python extension or not
         {
@@ -35,7 +37,11 @@ One object per PATH (a JSON array when several PATHs are given)::
           "min_python_symbols": ["..."],
           "newer_than_tag": {},        # limited-API symbols added after abi3_floor: {symbol: version}
           "needed": ["libtorch.so", "libc10.so", "..."],  # DT_NEEDED, in order
-          "python_api": "limited"      # limited (abi3 object) | full (built for one CPython) | none (NO-PYTHON)
+          "python_api": "limited",     # limited (abi3 object) | full (built for one CPython) | none (NO-PYTHON)
+          "unresolved": {"aoti_torch_get_current_cuda_stream": "libtorch_cuda.so"},
+          "error": "..."               # only for an object that could not be read (torch_abi INCOMPLETE, kind unknown)
+                                       # UNRESOLVED: torch symbols no library of its DT_NEEDED tree (nor the
+                                       # global scope `import torch` makes) exports, with the library that does
         }
       ]
     }
@@ -54,10 +60,10 @@ and ``min_python``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, Verdict, floor_findings, worst_torch
+from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, PYTHON_NONE, Verdict, floor_findings, worst_torch
 
 SCHEMA = 1
 
@@ -83,6 +89,16 @@ class ElfReport:
     # min_python is the limited-API floor; full: built for one CPython's full API, no limited-API
     # floor is reported (min_python null); none: uses no CPython symbol (NO-PYTHON)
     python_api: str = PYTHON_LIMITED
+    # torch symbols its DT_NEEDED tree cannot resolve: symbol -> the torch library that exports it
+    unresolved: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # INCOMPLETE: why it could not be read (a limit, corruption); the other fields are empty
+
+    @classmethod
+    def unreadable(cls, path: str, error: str) -> ElfReport:
+        """An object the audit could not read: INCOMPLETE, with the reason, so the others still report."""
+        return cls(path=path, kind="unknown", torch_abi=Verdict.INCOMPLETE, stable_shim=0, unstable=0, unstable_symbols=(),
+                   min_torch=None, min_torch_symbols=(), unknown_shim_symbols=(), abi3_compliant=False, abi3_violations=(),
+                   min_python=None, min_python_symbols=(), newer_than_tag={}, needed=(), python_api=PYTHON_NONE, error=error)
 
     @property
     def uses_python(self) -> bool:
@@ -107,6 +123,8 @@ class ElfReport:
             "newer_than_tag": dict(self.newer_than_tag),
             "needed": list(self.needed),
             "python_api": self.python_api,
+            "unresolved": dict(self.unresolved),
+            **({"error": self.error} if self.error is not None else {}),
         }
 
 
@@ -124,6 +142,8 @@ class AuditReport:
     sources: dict[str, str]
     requires_torch: str | None = None  # the wheel's Requires-Dist on torch ("torch>=2.11"), without extras
     requires_python: str | None = None  # its Requires-Python (">=3.9")
+    not_elf: tuple[str, ...] = ()  # named like a shared object but not ELF (a text x.so): not audited
+    unsafe_names: tuple[str, ...] = ()  # UNSAFE-PATH: member names that install outside the target
 
     @property
     def declared_torch(self) -> str | None:
@@ -170,6 +190,8 @@ class AuditReport:
             "requires_torch": self.requires_torch,
             "requires_python": self.requires_python,
             "floor_too_low": [f.line for f in floor_findings(self)],
+            "not_elf": list(self.not_elf),
+            "unsafe_names": list(self.unsafe_names),
         }
 
 

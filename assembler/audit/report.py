@@ -19,7 +19,8 @@ VERDICT_STYLE: dict[Verdict, str] = {
     Verdict.STABLE: "green", Verdict.UNSTABLE: "bold red", Verdict.NO_TORCH: "dim",
     Verdict.ABI3: "green", Verdict.NON_ABI3: "bold red", Verdict.ABI3_MISMATCH: "yellow", Verdict.NO_PYTHON: "dim",
     Verdict.CLEAN: "green", Verdict.NOT_LIMITED: "bold red", Verdict.INCOMPLETE: "yellow",
-    Verdict.NO_EXTENSIONS: "dim", Verdict.FLOOR_TOO_LOW: "bold red",
+    Verdict.NO_EXTENSIONS: "dim", Verdict.FLOOR_TOO_LOW: "bold red", Verdict.UNRESOLVED: "bold red",
+    Verdict.UNSAFE_PATH: "bold red",
 }
 
 
@@ -52,7 +53,10 @@ def _details(e: ElfReport) -> list[str]:
         if items:
             lines.append(f"  [bold]{escape(e.path)}[/] {label}: " + escape(", ".join(items)))
 
+    if e.error is not None:
+        lines.append(f"  [bold]{escape(e.path)}[/] [yellow]not audited[/]: " + escape(e.error))
     add("[red]unstable[/]", e.unstable_symbols)
+    add("[red]unresolved[/]", [f"{s} (in {lib})" for s, lib in e.unresolved.items()])
     add(f"min torch {e.min_torch} set by", e.min_torch_symbols)
     add("[yellow]shim symbols unknown to the table[/]", e.unknown_shim_symbols)
     add("[red]outside the limited API[/]", e.abi3_violations)
@@ -86,8 +90,8 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
         min_torch = (e.min_torch or "-") + ("+?" if e.unknown_shim_symbols else "")
         table.add_row(
             escape(e.path),
-            "ext" if e.kind == "extension" else "lib",
-            f"[{VERDICT_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
+            "ext" if e.kind == "extension" else "lib" if e.kind == "library" else "?",
+            f"[{VERDICT_STYLE[Verdict.UNRESOLVED]}]{Verdict.UNRESOLVED}[/]" if e.unresolved else f"[{VERDICT_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
             str(e.stable_shim),
             f"[red]{e.unstable}[/]" if e.unstable else "0",
             min_torch,
@@ -97,8 +101,14 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
     if not report.extensions:
         console.print(table.title)
         console.print("  no ELF shared objects found")
+        for name in report.unsafe_names:
+            console.print(f"  [{VERDICT_STYLE[Verdict.UNSAFE_PATH]}]{Verdict.UNSAFE_PATH}[/]: {escape(name)}", soft_wrap=True)
         return
     console.print(table)
+    for name in report.unsafe_names:
+        console.print(f"  [{VERDICT_STYLE[Verdict.UNSAFE_PATH]}]{Verdict.UNSAFE_PATH}[/]: {escape(name)}", soft_wrap=True)
+    if report.not_elf:
+        console.print(f"  [dim]not ELF, not audited: {escape(', '.join(report.not_elf))}[/]", soft_wrap=True)
     for finding in floor_findings(report):
         console.print(f"  [{VERDICT_STYLE[Verdict.FLOOR_TOO_LOW]}]{Verdict.FLOOR_TOO_LOW}[/]: {escape(finding.line)}", soft_wrap=True)
     details = [line for e in report.extensions for line in _details(e)] if verbose else []

@@ -18,6 +18,7 @@ from assembler.audit.elf import read_dynamic
 from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, PYTHON_NONE, CheckKind, findings
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.audit.torchdata import DEFAULT_TABLE, TorchTable, load_table
+from assembler.audit.torchlibs import TorchLibraries, resolver
 from assembler.audit.wheelsource import FileJob, Job, PyVersion, open_job, open_target
 from assembler.errors import InputError
 from assembler.system import available_cpus
@@ -27,8 +28,9 @@ _PARALLEL_FROM = 16 << 20  # compressed bytes of deflated members worth a thread
 CHECKS = tuple(kind.value for kind in CheckKind)
 
 
-def audit_object(job: Job, floor: PyVersion | None, table: TorchTable) -> ElfReport:
-    """Read one shared object's dynamic section and classify it."""
+def audit_object(job: Job, floor: PyVersion | None, table: TorchTable, libraries: TorchLibraries | None = None) -> ElfReport:
+    """Read one shared object's dynamic section and classify it; with ``libraries``, also which
+    of its torch symbols its DT_NEEDED tree cannot resolve."""
     source = open_job(job)
     try:
         info = read_dynamic(source, defined_prefixes=(b"Py", b"_Py"))
@@ -37,6 +39,7 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable) -> ElfRep
     finally:
         source.close()
     undefined = [s.name for s in info.symbols if not s.defined]
+    unresolved = libraries.unresolved((s.name for s in info.symbols if not s.defined and not s.weak), info.needed) if libraries else {}
     extension = any(s.defined and not s.local and is_entry_point(s.name) for s in info.symbols)
     torch = classify_torch(undefined, table)
     python = classify_cpython(info.symbols, floor)
@@ -60,6 +63,7 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable) -> ElfRep
         newer_than_tag=python.newer_than_tag,
         needed=info.needed,
         python_api=api,
+        unresolved=unresolved,
     )
 
 
@@ -74,9 +78,32 @@ def _cost(job: Job) -> int:
     return 0 if isinstance(job, FileJob) or job.compress_type == 0 else job.compress_size
 
 
-def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers: int | None = None) -> list[AuditReport]:
-    """One report per path; InputError (exit 2) for a missing path, a bad wheel or a broken ELF."""
+def _audit_or_report(job: Job, floor: PyVersion | None, table: TorchTable, libraries: TorchLibraries | None) -> ElfReport:
+    """audit_object, with an object that cannot be read reported INCOMPLETE (its reason kept)."""
+    try:
+        return audit_object(job, floor, table, libraries)
+    except InputError as error:
+        return ElfReport.unreadable(job.name, error.message)
+
+
+def unreadable(reports: Iterable[AuditReport]) -> list[str]:
+    """The reasons objects of ``reports`` could not be read, one line each."""
+    return [f"{e.error}" for report in reports for e in report.extensions if e.error is not None]
+
+
+def audit_paths(
+    paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers: int | None = None, torch_lib: Path | None = None,
+    keep_going: bool = False,
+) -> list[AuditReport]:
+    """One report per path; InputError (exit 2) for a missing path, a bad wheel or a broken ELF.
+    With ``keep_going``, an object that cannot be read (a limit, corruption) is reported
+    INCOMPLETE with its reason and the others are still audited (see :func:`unreadable`).
+
+    Torch symbols are resolved against ``torch_lib`` (a torch's ``torch/lib``) over the shipped
+    library table, or against the shipped table alone (:mod:`assembler.audit.torchlibs`)."""
     table = load_table(table_path)
+    libraries = resolver(torch_lib)
+    audit = _audit_or_report if keep_going else audit_object
     targets = [open_target(Path(p)) for p in paths]
     work = [(t, job) for t in targets for job in t.jobs]
     floors = {t.path: t.abi3_floor for t in targets}
@@ -88,7 +115,7 @@ def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers
         with ThreadPoolExecutor(max_workers=workers) as pool:
             pool.submit(limited_api)  # import abi3info while the first members inflate
             pool.submit(describe_source)
-            futures = {i: pool.submit(audit_object, work[i][1], floors[work[i][0].path], table) for i in order}
+            futures = {i: pool.submit(audit, work[i][1], floors[work[i][0].path], table, libraries) for i in order}
             try:
                 for i, future in futures.items():
                     results[i] = future.result()
@@ -97,8 +124,10 @@ def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers
                 raise
     else:
         for i in order:
-            results[i] = audit_object(work[i][1], floors[work[i][0].path], table)
+            results[i] = audit(work[i][1], floors[work[i][0].path], table, libraries)
     sources = {"torch": table.describe(), "cpython": describe_source()}
+    if libraries is not None:
+        sources["torch_libraries"] = libraries.describe()
     reports = []
     for target in targets:
         floor = target.abi3_floor
@@ -112,6 +141,8 @@ def audit_paths(paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers
                 sources=sources,
                 requires_torch=target.requires_torch,
                 requires_python=target.requires_python,
+                not_elf=target.not_elf,
+                unsafe_names=target.unsafe_names,
             )
         )
     return reports

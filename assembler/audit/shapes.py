@@ -34,6 +34,12 @@ class ElfReport(Protocol):
     def newer_than_tag(self) -> Mapping[str, str]: ...
     @property
     def uses_python(self) -> bool: ...
+    @property
+    def needed(self) -> tuple[str, ...]: ...  # DT_NEEDED
+    @property
+    def unresolved(self) -> Mapping[str, str]: ...  # torch symbol -> the torch library that exports it (UNRESOLVED)
+    @property
+    def error(self) -> str | None: ...  # INCOMPLETE: why it could not be read
 
 
 class AuditReport(Protocol):
@@ -61,3 +67,5 @@ class AuditReport(Protocol):
     def min_torch(self) -> str | None: ...
     @property
     def min_python(self) -> str | None: ...
+    @property
+    def unsafe_names(self) -> tuple[str, ...]: ...  # UNSAFE-PATH: member names that install outside the target

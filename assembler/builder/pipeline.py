@@ -388,7 +388,7 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
         report.wheel, report.partial = result.wheel, list(result.missing)
         report.warnings.extend(result.warnings)
         note(f"merged {result.wheel.name}; auditing")
-        audits = _audit_wheel(result.wheel, result.files)
+        audits = _audit_wheel(result.wheel, result.files, _build_torch_lib(workspace, options))
         atomic_write(state_path, json.dumps({
             "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel), "warnings": list(result.warnings),
             "partial": list(result.missing),
@@ -449,12 +449,19 @@ def _same_file(path: Path, recorded: list[int]) -> bool:
     return path.is_file() and _stat(path) == list(recorded)
 
 
-def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]]) -> dict[str, list[ExtensionVerdict]]:
+def _build_torch_lib(workspace: Workspace, options: BuildOptions) -> Path | None:
+    """torch/lib of the build environment: the gate resolves each object's torch symbols against
+    the libraries it was built against (over the shipped table for the CUDA ones a CPU torch lacks)."""
+    torch = options.torch or workspace.manifest.bundle.torch
+    return ensure_build_env(torch).torch_dir / "lib" if torch else None
+
+
+def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]], torch_lib: Path | None = None) -> dict[str, list[ExtensionVerdict]]:
     """The audit's verdict on every shared object of the wheel, grouped by the dependency that
     shipped it (the merge says which files each one placed)."""
     from assembler.audit import audit_paths
 
-    [report] = audit_paths([wheel])
+    [report] = audit_paths([wheel], torch_lib=torch_lib)
     found = [finding for finding in findings(report, CheckKind.ALL) if finding.member is not None]
     owner = {path: dep for dep, paths in files.items() for path in paths}
     verdicts: dict[str, list[ExtensionVerdict]] = {dep: [] for dep in files}
@@ -462,6 +469,11 @@ def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]]) -> dict[str, li
         offending = [symbol for finding in found if finding.member == elf.path for symbol in finding.offending]
         verdicts.setdefault(owner.get(elf.path, "(unknown)"), []).append(
             ExtensionVerdict(elf.path, object_verdict(elf, found), elf.min_torch, offending))
+    objects = {elf.path for elf in report.extensions}
+    for finding in found:  # a finding about a member that is no object (UNSAFE-PATH): gated all the same
+        if finding.member not in objects:
+            verdicts.setdefault(owner.get(finding.member or "", "(unknown)"), []).append(
+                ExtensionVerdict(finding.member or report.path, finding.verdict.value, None, list(finding.offending)))
     return verdicts
 
 

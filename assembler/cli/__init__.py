@@ -54,6 +54,7 @@ ENVIRONMENT_VARIABLES = {
     "ASSEMBLE_ARTIFACT_STORE": "the shared artifact store (file://, s3://), overriding [cache] artifacts; empty: none",
     "ASSEMBLE_PULL_REQUESTS": "0 stops mirrors fetching pull-request heads (used to recognise patches sent upstream)",
     "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE": "1 lets a series name patch files outside the workspace",
+    "ASSEMBLE_INFLATER": "zlib-ng (default when installed), isal or zlib: what inflates wheel members in audit and size",
     "SOURCE_DATE_EPOCH": "the timestamp of files in built wheels (default 1980-01-01)",
     "NO_COLOR": "no colour (unless --color always)",
     "GITHUB_ACTIONS, CI": "CI logs: per-dependency build logs in ::group:: sections, one line per phase change",

@@ -24,10 +24,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add_format(parser)
     parser.add_argument(
         "--check", choices=[kind.value for kind in CheckKind], default=None,
-        help="exit 1 when an object uses unstable LibTorch symbols or Requires-Dist torch is below the symbol floor "
+        help="exit 1 when an object uses unstable LibTorch symbols, imports a torch symbol its DT_NEEDED libraries do not "
+        "provide (UNRESOLVED), or Requires-Dist torch is below the symbol floor "
         "(torch); when an object leaves the limited API, needs a newer Python than the abi3 tag, uses CPython in a "
         "wheel not tagged abi3, or Requires-Python is too low (abi3; objects without CPython symbols always pass); "
         "or any of them (all)",
+    )
+    parser.add_argument(
+        "--torch-lib", type=Path, default=None, metavar="DIR",
+        help="resolve each object's torch symbols against this torch's libraries (site-packages/torch/lib), over the "
+        "shipped table of a CUDA torch's libraries (default: the shipped table alone); UNRESOLVED fails --check torch/all",
     )
     parser.add_argument(
         "--torch-table", type=Path, default=None, metavar="JSON",
@@ -62,7 +68,9 @@ def run(args: argparse.Namespace) -> int:
     # Output modules (rich) load while the audit inflates members: start-up is most of the budget.
     loader = threading.Thread(target=_import_output, args=(args.json,), daemon=True)
     loader.start()
-    reports = audit_paths(args.paths, table_path=table)
+    from assembler.audit.scan import unreadable
+
+    reports = audit_paths(args.paths, table_path=table, torch_lib=args.torch_lib, keep_going=True)
     loader.join()
     from assembler.report.output import console, emit_json, err_console
 
@@ -74,6 +82,10 @@ def run(args: argparse.Namespace) -> int:
 
         for report in reports:
             render(report, console, verbose=args.verbose)
+    broken = unreadable(reports)
+    if broken:  # every other object's verdict is in the report above; the run still says no
+        more = f" (and {len(broken) - 1} more object(s))" if len(broken) > 1 else ""
+        raise InputError(broken[0] + more, hint="the report lists every other object's verdict")
     if args.check:
         failed = [finding for r in reports for finding in findings(r, args.check)]
         for finding in failed:

@@ -36,13 +36,21 @@ class ExtensionFile:
     path: str  # relative to the install directory, "/"-separated
     module: str | None  # dotted Python name when it exports PyInit_<name>, else None (op library)
     cuda_libs: tuple[str, ...]
+    defines_ops: bool = False  # imports the shim calls behind STABLE_TORCH_LIBRARY(_FRAGMENT): it must register ops
+
+
+# what STABLE_TORCH_LIBRARY and STABLE_TORCH_LIBRARY_FRAGMENT call (torch/csrc/stable/library.h)
+LIBRARY_INIT_SYMBOLS = frozenset({"aoti_torch_library_init_def", "aoti_torch_library_init_fragment"})
 
 
 def scan(site: Path) -> list[ExtensionFile]:
     """Every ELF shared object under ``site``, in path order (files that are not sound ELF are
     not extensions: the loader would refuse them as well)."""
+    from assembler.fsutil import walk
+
     found = []
-    for path in sorted(site.rglob("*.so*")):
+    candidates = [Path(top, name) for top, _, names in walk(site) for name in names if ".so" in name]  # no recursion
+    for path in sorted(candidates):
         if not path.is_file() or path.is_symlink():
             continue
         rel = path.relative_to(site).as_posix()
@@ -63,6 +71,7 @@ def scan(site: Path) -> list[ExtensionFile]:
             path=rel,
             module=_module_name(rel, exported),
             cuda_libs=tuple(sorted(lib for lib in info.needed if CUDA_LIB_RE.match(lib))),
+            defines_ops=any(not symbol.defined and symbol.name in LIBRARY_INIT_SYMBOLS for symbol in info.symbols),
         ))
     return found
 

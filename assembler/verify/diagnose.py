@@ -3,8 +3,9 @@ resolve, in C++; the extension and dependency that need it; and which of the tor
 verify run used still export it ("last seen in torch 2.13.0").
 
 The export table is read, without network, from the torch libraries (``torch/lib/*.so``) of the
-environments the run actually used, with the audit's own ELF reader, and cached per torch build
-under ``<cache>/torch-exports`` (about 1 MB each, gzip'd): a later run reads it in milliseconds.
+environments the run actually used, by the audit's :mod:`assembler.audit.torchlibs` (the same
+tables the gate resolves against), and cached per torch build under ``<cache>/torch-exports``
+(about 1 MB each, gzip'd): a later run reads it in milliseconds.
 Only a run with a load failure that names an undefined symbol reads it at all. Stable-ABI shim
 symbols (``aoti_torch_*``, ``torch_*``) also get the release that introduced them, from the
 audit's shim table.
@@ -12,10 +13,6 @@ audit's shim table.
 
 from __future__ import annotations
 
-import contextlib
-import gzip
-import hashlib
-import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -25,16 +22,13 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from assembler.audit.classify import SHIM_PREFIXES, demangle
-from assembler.audit.elf import ELF_MAGIC, read_dynamic
+from assembler.audit.elf import read_dynamic
 from assembler.audit.member import FileSource
 from assembler.audit.torchdata import format_version, load_table
-from assembler.cache import cache_root
+from assembler.audit.torchlibs import TorchLibraries, read_lib_dir
 from assembler.errors import InputError
-from assembler.fsutil import atomic_write
 from assembler.verify.report import Check, Diagnosis, Status
 
-EXPORTS_DIR = "torch-exports"
-_SCHEMA = 1
 # The loader's words ("<object>: undefined symbol: <name>[, version V]"), after the runner has
 # put the C++ name before the mangled one ("<C++ name> [<mangled>]").
 _UNDEFINED = re.compile(r"(?:(?P<object>\S+): )?undefined symbol: (?:.*\[(?P<mangled>_Z[^\]\s]+)\]|(?P<plain>[^\s,]+))")
@@ -48,70 +42,6 @@ def missing_symbol(detail: str) -> tuple[str, str | None] | None:
     if match is None:
         return None
     return match.group("mangled") or match.group("plain"), match.group("object")
-
-
-@dataclass(frozen=True)
-class TorchExports:
-    """Every defined dynamic symbol of one torch build's libraries, by library file name."""
-
-    torch: str  # the installed version, e.g. "2.13.0+cpu"
-    lib_dir: str
-    libs: Mapping[str, frozenset[str]]
-
-    def exporter(self, symbol: str) -> str | None:
-        """The library of this torch that exports ``symbol``, or None."""
-        return next((name for name, symbols in sorted(self.libs.items()) if symbol in symbols), None)
-
-    def all(self) -> frozenset[str]:
-        return frozenset().union(*self.libs.values())
-
-
-def _libraries(lib_dir: Path) -> list[Path]:
-    return sorted(p for p in lib_dir.glob("lib*.so*") if p.is_file() and not p.is_symlink())
-
-
-def _cache_file(torch: str, libs: list[Path]) -> Path:
-    """One file per torch build: the version and the name and size of each of its libraries."""
-    key = hashlib.sha256("\0".join(f"{p.name}:{p.stat().st_size}" for p in libs).encode()).hexdigest()[:16]
-    safe = re.sub(r"[^A-Za-z0-9.+_-]", "_", torch)[:64]
-    return cache_root() / EXPORTS_DIR / f"{safe}-{key}.json.gz"
-
-
-def _read_exports(lib_dir: Path, libs: list[Path]) -> dict[str, list[str]]:
-    table: dict[str, list[str]] = {}
-    for path in libs:
-        try:
-            source = FileSource(str(path), path.name)
-        except (InputError, OSError):
-            continue
-        try:
-            if source.size < len(ELF_MAGIC) or source.read(0, len(ELF_MAGIC)) != ELF_MAGIC:
-                continue
-            info = read_dynamic(source)
-        except (InputError, OSError):
-            continue
-        finally:
-            source.close()
-        table[path.name] = sorted({s.name for s in info.symbols if s.defined and not s.local})
-    return table
-
-
-def torch_exports(torch: str, lib_dir: Path, progress: Callable[[str], None] = lambda _: None) -> TorchExports | None:
-    """The export table of the torch in ``lib_dir`` (cached); None when there is no such directory."""
-    libs = _libraries(lib_dir)
-    if not libs:
-        return None
-    cached = _cache_file(torch, libs)
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError, EOFError):
-        data = json.loads(gzip.decompress(cached.read_bytes()))
-        if data["schema"] == _SCHEMA and data["torch"] == torch:
-            return TorchExports(torch, str(lib_dir), {name: frozenset(names) for name, names in data["libs"].items()})
-    progress(f"reading the symbols torch {torch} exports ({lib_dir}; once, cached in {cached.parent})")
-    table = _read_exports(lib_dir, libs)
-    payload = gzip.compress(json.dumps({"schema": _SCHEMA, "torch": torch, "lib_dir": str(lib_dir), "libs": table}).encode(), 6, mtime=0)
-    with contextlib.suppress(OSError):  # a read-only cache: the table is simply read again next time
-        atomic_write(cached, payload)
-    return TorchExports(torch, str(lib_dir), {name: frozenset(names) for name, names in table.items()})
 
 
 @dataclass
@@ -148,7 +78,7 @@ def _undefined(path: Path) -> list[str]:
 
 def diagnose(
     symbol: str, needed_by: str | None, extension: str, dependency: str | None, failing: ProbedTorch,
-    exports: Mapping[str, TorchExports], owners: Mapping[str, str],
+    exports: Mapping[str, TorchLibraries], owners: Mapping[str, str],
 ) -> Diagnosis:
     """The diagnosis of one load failure: ``exports`` holds the table of every torch of the run,
     by installed version; ``owners`` maps wheel paths to the dependency that shipped them."""
@@ -205,7 +135,7 @@ def diagnose_loads(
     exports = {
         torch.installed: table
         for torch in torches
-        if torch.lib_dir is not None and (table := torch_exports(torch.installed, torch.lib_dir, progress)) is not None
+        if torch.lib_dir is not None and (table := read_lib_dir(torch.installed, torch.lib_dir, progress)) is not None
     }
     owners = owners_of(plan, deps)
     for torch, dep, index, (symbol, needed_by) in failures:

@@ -26,8 +26,8 @@ class Recorder:
         self.out.write(json.dumps(event) + "\n")
         self.out.flush()
 
-    def check(self, dep: str, kind: str, target: str, status: str, detail: str = "") -> None:
-        self.emit(event="check", dep=dep, kind=kind, target=target, status=status, detail=detail)
+    def check(self, dep: str, kind: str, target: str, status: str, detail: str = "", **extra: Any) -> None:
+        self.emit(event="check", dep=dep, kind=kind, target=target, status=status, detail=detail, **extra)
 
 
 def first_line(error: BaseException) -> str:
@@ -46,6 +46,28 @@ def load_extension(torch: Any, site_dir: str, ext: dict[str, Any]) -> None:
         importlib.import_module(ext["module"])
     else:
         torch.ops.load_library(os.path.join(site_dir, ext["path"]))
+
+
+def registered_ops(torch: Any) -> set[str]:
+    """Every operator name the dispatcher knows ("ns::name"): what a load adds is what it registered."""
+    try:
+        return set(torch._C._dispatch_get_all_op_names())
+    except (AttributeError, RuntimeError):
+        return set()
+
+
+def report_registered(rec: Recorder, dep: str, ext: dict[str, Any], ops: list[str]) -> None:
+    """The ops an extension's load registered (its STABLE_TORCH_LIBRARY namespace), with or without
+    a [verify] section; an extension built to define ops that registered none FAILs."""
+    if not ops and not ext.get("defines_ops"):
+        return  # no torch library in it (a plain Python module, a helper library)
+    namespaces = sorted({op.split("::", 1)[0] for op in ops})
+    if ops:
+        listing = ", ".join(ops[:8]) + (f", +{len(ops) - 8} more" if len(ops) > 8 else "")
+        rec.check(dep, "registered", ext["path"], "PASS", f"{len(ops)} op(s) in {', '.join(namespaces)}: {listing}", ops=ops)
+    else:
+        rec.check(dep, "registered", ext["path"], "FAIL",
+                  "registers no op: it calls STABLE_TORCH_LIBRARY's shim, but loading it added no operator to the dispatcher", ops=[])
 
 
 def check_op(torch: Any, spec: str) -> str:
@@ -119,12 +141,15 @@ def verify_dep(torch: Any, rec: Recorder, site_dir: str, dep: dict[str, Any], ha
     loaded = True
     for ext in dep["extensions"]:
         rec.emit(event="start", dep=name, step=f"loading {ext['path']}")
+        before = registered_ops(torch)
         try:
             load_extension(torch, site_dir, ext)
             rec.check(name, "load", ext["path"], "PASS", "import" if ext["module"] else "torch.ops.load_library")
         except BaseException as error:  # an extension can raise anything, SystemExit included
             loaded = False
             rec.check(name, "load", ext["path"], "FAIL", first_line(error))
+            continue
+        report_registered(rec, name, ext, sorted(registered_ops(torch) - before))
     for spec in dep["ops"]:
         if not loaded:
             rec.check(name, "op", spec, "SKIPPED", "not checked: an extension failed to load")

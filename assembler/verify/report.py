@@ -88,14 +88,17 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class Check:
-    kind: str  # "load", "op", "smoke", "cuda" (a whole-dependency skip) or "process"
+    kind: str  # "load", "registered" (the ops an extension's load registered), "op", "smoke", "cuda" (a whole-dependency skip) or "process"
     target: str  # extension path, op schema, or ""
     status: Status
     detail: str = ""
     diagnosis: Diagnosis | None = None  # a load that failed on an undefined symbol
+    ops: tuple[str, ...] = ()  # "registered": the operators that appeared in the dispatcher when it loaded
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": self.kind, "target": self.target, "status": self.status.value, "detail": self.detail}
+        if self.kind == "registered":
+            data["ops"] = list(self.ops)
         if self.diagnosis is not None:
             data["diagnosis"] = self.diagnosis.to_json()
         return data
@@ -128,7 +131,7 @@ class Cell:
             return _passed(self.checks)
         first = next(check for check in self.checks if check.status is status)
         target = "" if first.target in first.detail else f" {first.target}"
-        where = {"load": f"load{target}: ", "smoke": "smoke: "}.get(first.kind, "")
+        where = {"load": f"load{target}: ", "registered": f"ops of{target}: ", "smoke": "smoke: "}.get(first.kind, "")
         text = where + first.detail
         if first.diagnosis is not None:
             text += f"; {first.diagnosis.verdict}: {first.diagnosis.evidence}"
@@ -146,9 +149,12 @@ class Cell:
 
 def _passed(checks: list[Check]) -> str:
     counts = {kind: sum(1 for c in checks if c.kind == kind) for kind in ("load", "op", "smoke")}
+    registered = sum(len(c.ops) for c in checks if c.kind == "registered")
     parts = []
     if counts["load"]:
         parts.append(f"{counts['load']} loaded")
+    if registered:
+        parts.append(f"{registered} registered")
     if counts["op"]:
         parts.append(f"{counts['op']} ops")
     if counts["smoke"]:

@@ -157,7 +157,7 @@ def _plan(specs: Specs, files: list[ExtensionFile]) -> list[dict[str, Any]]:
     owned, orphans = attribute(specs.deps, files, specs.recorded)
 
     def extensions(items: list[ExtensionFile]) -> list[dict[str, Any]]:
-        return [{"path": f.path, "module": f.module, "cuda_libs": list(f.cuda_libs)} for f in items]
+        return [{"path": f.path, "module": f.module, "cuda_libs": list(f.cuda_libs), "defines_ops": f.defines_ops} for f in items]
 
     rows = [
         {
@@ -237,7 +237,8 @@ def _read_events(out_file: Path, state: _ProbeState, site: Path) -> tuple[str | 
             state.env = event
         elif kind == "check":
             detail = _readable(event["detail"], site)
-            state.checks.setdefault(event["dep"], []).append(Check(event["kind"], event["target"], Status(event["status"]), detail))
+            state.checks.setdefault(event["dep"], []).append(Check(event["kind"], event["target"], Status(event["status"]), detail,
+                                                                    ops=tuple(map(str, event.get("ops") or ()))))
         elif kind == "done":
             state.done.add(event["dep"])
             step = (None, "between dependencies")

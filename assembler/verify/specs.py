@@ -62,7 +62,31 @@ def wheel_record(wheel: Path) -> dict[str, Any] | None:
         raise InputError(f"{wheel}: its {RECORD_NAME} cannot be read ({error})", hint="rebuild the wheel with assemble merge") from None
     if not isinstance(data, dict) or not isinstance(data.get("deps"), dict) or not isinstance(data.get("bundle"), dict):
         raise InputError(f"{wheel}: its {RECORD_NAME} has no bundle or deps table", hint="rebuild the wheel with assemble merge")
+    problem = _record_problem(data)
+    if problem is not None:
+        raise InputError(f"{wheel}: its {RECORD_NAME} is malformed: {problem}", hint="rebuild the wheel with assemble merge")
     return data
+
+
+def _record_problem(data: dict[str, Any]) -> str | None:
+    """What has the wrong type in an assembler.json (data from the wheel, checked before use), or None."""
+
+    def strings(value: Any) -> bool:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+    bundle = data["bundle"]
+    if not isinstance(bundle.get("name", ""), str):
+        return "bundle.name is not a string"
+    if not strings(bundle.get("verify_torch", [])):
+        return "bundle.verify_torch is not a list of versions"
+    for name, entry in data["deps"].items():
+        if not isinstance(entry, dict):
+            return f"deps.{name} is {type(entry).__name__}, not an object"
+        if not strings(entry.get("files", [])):
+            return f"deps.{name}.files is not a list of paths"
+        if "verify" in entry and entry["verify"] is not None and not isinstance(entry["verify"], dict):
+            return f"deps.{name}.verify is {type(entry['verify']).__name__}, not an object"
+    return None
 
 
 def _canonical(name: str) -> str:

@@ -23,7 +23,6 @@ the uncompressed size in the header). Containers are 8-byte aligned with zero pa
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 import time
@@ -38,6 +37,7 @@ from assembler.audit.limits import MAX_JSON_DOCUMENT
 from assembler.audit.member import DeflatedMember, FileSource, MemberInfo, StoredMember, open_member, read_small_member
 from assembler.audit.zipindex import read_index
 from assembler.errors import CheckFailed, InputError
+from assembler.fsutil import walk
 from assembler.system import available_cpus
 
 if TYPE_CHECKING:
@@ -55,7 +55,6 @@ _ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")  # kind, ?, header size, payload size,
 _ELF64_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _ELF64_SECTION = struct.Struct("<IIQQQQIIQQ")
 _PARALLEL_FROM = 16 << 20  # compressed bytes of shared objects worth a thread pool
-_SHARED_OBJECT = re.compile(r"\.so(\.\d+)*$")
 METADATA, UNATTRIBUTED, ZIP_STRUCTURE = "(wheel metadata)", "(unattributed)", "(zip structure)"
 
 
@@ -259,10 +258,22 @@ class _Member:
     file: Path | None = None  # in a directory
 
 
-def owners_from_record(record: Mapping[str, Any]) -> dict[str, str]:
-    """wheel path -> dependency, from an assembler.json document."""
+def owners_from_record(record: Mapping[str, Any], where: str = "assembler.json") -> dict[str, str]:
+    """wheel path -> dependency, from an assembler.json document; InputError (exit 2) naming the
+    key when a field has the wrong type (the document is data from the wheel, never trusted)."""
     deps = record.get("deps", {}) if isinstance(record, dict) else {}
-    return {str(path): str(dep) for dep, entry in deps.items() if isinstance(entry, dict) for path in entry.get("files", [])}
+    hint = "rebuild the wheel with `assemble build` (assembler.json is written by the merge)"
+    if not isinstance(deps, dict):
+        raise InputError(f"{where}: deps is {type(deps).__name__}, not an object of dependencies", hint=hint)
+    owners: dict[str, str] = {}
+    for dep, entry in deps.items():
+        if not isinstance(entry, dict):
+            raise InputError(f"{where}: deps.{dep} is {type(entry).__name__}, not an object", hint=hint)
+        files = entry.get("files", [])
+        if not isinstance(files, list) or not all(isinstance(path, str) for path in files):
+            raise InputError(f"{where}: deps.{dep}.files is not a list of paths", hint=hint)
+        owners.update((path, str(dep)) for path in files)
+    return owners
 
 
 def _owner(path: str, owners: Mapping[str, str], rules: Mapping[str, Sequence[Any]] | None) -> str:
@@ -294,7 +305,7 @@ def measure(path: Path, *, installs: Mapping[str, Mapping[str, str]] | None = No
         kind = "wheel"
     else:
         raise InputError(f"{path}: no such wheel or directory", hint="pass a .whl file or an unpacked wheel directory")
-    owners = owners_from_record(record) if record else {}
+    owners = owners_from_record(record, f"{path}: assembler.json") if record else {}
     rules = None
     if owners:
         attribution = "assembler.json"
@@ -307,13 +318,14 @@ def measure(path: Path, *, installs: Mapping[str, Mapping[str, str]] | None = No
         attribution = "top-level directory"
     groups: dict[str, GroupSize] = {}
     shared: list[tuple[_Member, str]] = []
+    elves = _elf_paths(path, members, kind)
     for member in members:
         dep = _owner(member.path, owners, rules)
         group = groups.setdefault(dep, GroupSize(dep))
         group.files += 1
         group.compressed += member.compressed
         group.uncompressed += member.uncompressed
-        if _SHARED_OBJECT.search(member.path):
+        if member.path in elves:
             shared.append((member, dep))
     fatbins = _fatbins([member for member, _ in shared])
     objects = [ObjectSize(m.path, dep, m.compressed, m.uncompressed, fatbin) for (m, dep), fatbin in zip(shared, fatbins, strict=True)]
@@ -326,6 +338,17 @@ def measure(path: Path, *, installs: Mapping[str, Mapping[str, str]] | None = No
     ordered += [groups[name] for name in special if name in groups]
     return SizeReport(path=str(path), kind=kind, size=size, attribution=attribution, deps=ordered, objects=objects,
                       budget=budget, seconds=time.perf_counter() - started)
+
+
+def _elf_paths(path: Path, members: Sequence[_Member], kind: str) -> set[str]:
+    """The members that are shared objects, by content (the ELF magic) as the audit finds them:
+    a text file named ``x.so`` is no object, an ELF named ``_V`` is one."""
+    from assembler.audit.wheelsource import elf_members, is_elf_file
+
+    if kind == "wheel":
+        found, _ = elf_members(str(path), [m.info for m in members if m.info is not None])
+        return {info.name for info in found}
+    return {m.path for m in members if m.file is not None and is_elf_file(str(m.file))}
 
 
 def _fatbins(members: Sequence[_Member]) -> list[Fatbin | None]:
@@ -370,7 +393,7 @@ def _wheel(path: Path) -> tuple[list[_Member], int, dict[str, Any] | None]:
 def _directory(root: Path) -> tuple[list[_Member], int, dict[str, Any] | None]:
     members = []
     record = None
-    for directory, dirnames, filenames in os.walk(root):
+    for directory, dirnames, filenames in walk(root):  # no recursion: a 1,200-deep tree is walked too
         dirnames.sort()
         for filename in sorted(filenames):
             full = Path(directory, filename)
