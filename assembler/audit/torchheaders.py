@@ -17,6 +17,7 @@ import struct
 import subprocess
 import zipfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,28 +41,36 @@ _DECLARED = re.compile(r"\b((?:aoti_torch|torch)_\w+)\s*\(")
 _COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 
 
+def feature_guarded_lines(text: str) -> Iterator[tuple[str, Version | None]]:
+    """Each line of a header (comments already removed by the caller, stripped) with the
+    release its innermost enclosing ``TORCH_FEATURE_VERSION >=`` guards add it in: the newest
+    of them, None when no such guard encloses it. The one reading of torch's version guards, for
+    the shim table and for `assemble assess` (``migration/versions.py``). An ``#else`` branch
+    is not "added in X"."""
+    stack: list[Version | None] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if guard := _GUARD.match(line):
+            stack.append((int(guard[1]), int(guard[2]), int(guard[3])))
+        elif _CONDITIONAL.match(line):
+            stack.append(None)
+        elif _ELSE.match(line):
+            if stack:
+                stack[-1] = None
+        elif _ENDIF.match(line) and stack:
+            stack.pop()
+        guards = [v for v in stack if v is not None]
+        yield line, max(guards) if guards else None
+
+
 def parse_shim_headers(headers: list[tuple[str, str]]) -> dict[str, Version]:
     """Shim functions declared inside ``TORCH_FEATURE_VERSION`` guards of ``(name, text)`` headers."""
     found: dict[str, Version] = {}
     for _name, text in headers:
-        stack: list[Version | None] = []
-        for line in _COMMENT.sub("", text).splitlines():
-            line = line.strip()
-            if guard := _GUARD.match(line):
-                stack.append((int(guard[1]), int(guard[2]), int(guard[3])))
-            elif _CONDITIONAL.match(line):
-                stack.append(None)
-            elif _ELSE.match(line):
-                if stack:
-                    stack[-1] = None  # the other branch is not "added in X"
-            elif _ENDIF.match(line):
-                if stack:
-                    stack.pop()
-            elif not line.startswith("#"):
-                guards = [v for v in stack if v is not None]
+        for line, since in feature_guarded_lines(_COMMENT.sub("", text)):
+            if since is not None and not line.startswith("#"):
                 for name in _DECLARED.findall(line):
-                    if guards:
-                        found[name] = max(max(guards), found.get(name, (0, 0, 0)))
+                    found[name] = max(since, found.get(name, (0, 0, 0)))
     return found
 
 

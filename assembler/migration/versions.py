@@ -10,13 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assembler.audit.torchdata import Version, load_table
+from assembler.audit.torchheaders import feature_guarded_lines
 from assembler.migration.lexer import strip_comments
 from assembler.migration.rules import Rule, RuleSet
-
-_GUARD = re.compile(r"#\s*if\s+TORCH_FEATURE_VERSION\s*>=\s*TORCH_VERSION_(\d+)_(\d+)_(\d+)\b")
-_OPEN = re.compile(r"#\s*(?:if|ifdef|ifndef)\b")
-_ELSE = re.compile(r"#\s*(?:else|elif)\b")
-_CLOSE = re.compile(r"#\s*endif\b")
 
 
 @dataclass(frozen=True)
@@ -38,21 +34,9 @@ def declaration_version(text: str, declares: re.Pattern[str] | None, baseline: V
     if declares is None:
         return baseline
     best: Version | None = None
-    stack: list[Version | None] = []
-    for line in strip_comments(text).splitlines():
-        stripped = line.strip()
-        if guard := _GUARD.match(stripped):
-            stack.append((int(guard[1]), int(guard[2]), int(guard[3])))
-        elif _OPEN.match(stripped):
-            stack.append(None)
-        elif _ELSE.match(stripped):
-            if stack:
-                stack[-1] = None  # the other branch is not "added in X"
-        elif _CLOSE.match(stripped) and stack:
-            stack.pop()
+    for line, since in feature_guarded_lines(strip_comments(text)):
         if declares.search(line):
-            guards = [v for v in stack if v is not None]
-            found = max(guards) if guards else baseline
+            found = since or baseline
             best = found if best is None else min(best, found)
     return best
 
