@@ -110,7 +110,7 @@ def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Pat
     assert reviewed.returncode == 0, reviewed.stdout[-3000:]
     assert json.loads(reviewed.stdout)["acknowledged"] == 6  # the generated registration and the manual patch's five
     checked = assemble("-C", str(ws), "check", "normkit", "--json", cache=private_cache)
-    assert checked.returncode == 0 and json.loads(checked.stdout)["deps"]["normkit"]["verdict"] == "CLEAN"
+    assert checked.returncode == 0 and {d["name"]: d for d in json.loads(checked.stdout)["deps"]}["normkit"]["verdict"] == "CLEAN"
     built = assemble("-C", str(ws), "build", "--cuda", HERMETIC_CUDA, "--verify", "--json", cache=private_cache)
     assert built.returncode == 0, built.stderr[-3000:]
     document = json.loads(built.stdout)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from assembler.builder.progress import Step, compile_command, ninja_step
-from assembler.builder.scheduler import _LineEvents
+from assembler.builder.scheduler import LineEvents
 from assembler.report import output
 
 CMAKE_LINES = [
@@ -43,7 +43,7 @@ def test_setuptools_compile_lines_are_counted_units() -> None:
     assert compile_command("g++ -shared a.o -o _x.abi3.so") is None  # a link, not a unit
     assert compile_command("running build_ext") is None
     events: list[tuple[object, ...]] = []
-    lines = _LineEvents("rowsum", lambda *event: events.append(event))
+    lines = LineEvents("rowsum", lambda *event: events.append(event))
     for line in ["running build_ext", DISTUTILS_LINE, DISTUTILS_LINE.replace("rowsum.cpp", "other.cpp"),
                  "[3/4] Linking CXX shared module x.abi3.so", "*** Installing project into wheel..."]:
         lines(line)

@@ -92,7 +92,7 @@ def test_python_verifies_on_the_interpreters_torch_and_creates_nothing(
     assert labels == [f"{envs[OLD].installed} ({old})", f"{envs[NEW].installed} ({new})"]
     assert [info["python"] for info in data["torch"]] == [str(old), str(new)]
     assert [info["cuda"] is None for info in data["torch"]] == [True, False]  # 2.14.1 is the CUDA build
-    assert checks(data, "demo-stable") == {labels[0]: ["load", "op", "smoke"], labels[1]: ["load", "op", "smoke"]}
+    assert checks(data, "demo-stable") == {labels[0]: ["load", "registered", "op", "smoke"], labels[1]: ["load", "registered", "op", "smoke"]}
     assert not (cache / "venvs").exists(), "--python created an environment"
     table = verify(merged.parent.parent, str(merged), "--python", str(old), cache=cache)
     assert table.returncode == 0 and f"torch {envs[OLD].installed}" in table.stdout
@@ -130,7 +130,7 @@ def test_wheel_of_another_bundle_is_verified_with_its_own_specs(merged: Path, en
     data = report(result)
     assert data["specs"]["source"] == "wheel" and data["specs"]["bundle"] == "verifydemo"
     assert "someone-else" in data["specs"]["detail"]
-    assert list(checks(data, "demo-stable").values()) == [["load", "op", "smoke"]]
+    assert list(checks(data, "demo-stable").values()) == [["load", "registered", "op", "smoke"]]
     ops = [c["target"] for cell in data["results"] for c in cell["checks"] if c["kind"] == "op"]
     assert ops == ["verifydemo::scaled_add(Tensor a, Tensor b, float alpha) -> Tensor"]
 
@@ -163,4 +163,4 @@ def test_wheel_of_another_bundle_without_specs_is_a_clear_error(merged: Path, en
     assert outside.returncode == 0, outside.stderr
     data = report(outside)
     assert data["specs"]["source"] == "wheel" and "each extension must load" in data["specs"]["detail"]
-    assert list(checks(data, "demo-stable").values()) == [["load"]]  # its rows, loading only
+    assert list(checks(data, "demo-stable").values()) == [["load", "registered"]]  # its rows: loading, and the ops that registered

@@ -212,6 +212,16 @@ def build_log(state_dir: Path, dep: str) -> Path:
     return state_dir / "logs" / f"{dep}.log"
 
 
+def _working_dirs(tree: Path, depth: int = 3) -> list[Path]:
+    """The directories of a build tree, shallowest first, to depth ``depth``: where its
+    compilers ran, so the relative paths in their diagnostics can be read back."""
+    found, level = [], [tree]
+    for _ in range(depth):
+        level = sorted(child for parent in level if parent.is_dir() for child in parent.iterdir() if child.is_dir())
+        found.extend(level)
+    return found
+
+
 def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable[[str], None] = lambda _: None,
           shard: frozenset[str] | None = None) -> Outcome:
     """Compile ``request`` with ``jobs`` parallel compiler processes through its backend; never
@@ -266,7 +276,8 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
         seconds = time.monotonic() - started
         if failure.error is not None:
             return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, error=failure.error, compiler_cache=compiled)
-        unstable = unstable_includes(log_path.read_text(errors="replace"), request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir))
+        unstable = unstable_includes(log_path.read_text(errors="replace"), request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir),
+                                     _working_dirs(tree))
         return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, unstable=unstable, compiler_cache=compiled)
     seconds = time.monotonic() - started
     # Deflated once here, so every merge copies the compressed members instead of recompressing.

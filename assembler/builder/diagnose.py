@@ -95,15 +95,19 @@ def torch_include_roots(torch_dir: Path) -> list[Path]:
     return [torch_dir / "include" / "torch" / "csrc" / "api" / "include", torch_dir / "include"]
 
 
-def unstable_includes(log: str, source_root: Path, include_roots: Sequence[Path]) -> list[UnstableInclude]:
+def unstable_includes(log: str, source_root: Path, include_roots: Sequence[Path],
+                      work_dirs: Sequence[Path] = ()) -> list[UnstableInclude]:
     """Each (header, file, line) where the dependency reaches a header that TORCH_TARGET_VERSION
-    forbids, in log order, once."""
+    forbids, in log order, once. A relative path in the log is the compiler's, from its working
+    directory: the checkout, or one of ``work_dirs`` (the build trees, where the path-free
+    launcher of ``toolchain/launch.py`` spells every path relatively)."""
     source_root = source_root.resolve()
+    bases = (source_root, *work_dirs)
     roots = both_ways(include_roots)
     found: list[UnstableInclude] = []
     for error in parse_diagnostics(log)[1]:
         if error.is_stable_guard:
-            item = _culprit(Path(error.file), error.chain, source_root, roots, guard_message(error.text))
+            item = _culprit(_absolute(error.file, bases), error.chain, source_root, roots, guard_message(error.text), bases)
             if item is not None and item not in found:
                 found.append(item)
     return found
@@ -115,21 +119,28 @@ def guard_message(text: str) -> str:
 
 
 def _culprit(erroring: Path, chain: Sequence[tuple[str, int]], source_root: Path, roots: list[Path],
-             guard: str = "") -> UnstableInclude | None:
+             guard: str = "", bases: Sequence[Path] = ()) -> UnstableInclude | None:
     """The innermost include-chain entry inside the dependency names the line to change; the
     header it includes is the next entry inward (or the erroring header itself)."""
     included = erroring
     for file, line in chain:  # innermost first
-        path = _absolute(file, source_root)
+        path = _absolute(file, bases or (source_root,))
         if path.is_relative_to(source_root):
             return UnstableInclude(torch_header(included, roots) or str(included), str(path.relative_to(source_root)), line, guard)
         included = path
     return None
 
 
-def _absolute(file: str, source_root: Path) -> Path:
+def _absolute(file: str, bases: Sequence[Path]) -> Path:
+    """``file`` as the compiler meant it: absolute, or relative to the first of ``bases`` (its
+    possible working directories) where it exists (else to the first)."""
     path = Path(file)
-    return (path if path.is_absolute() else source_root / path).resolve()
+    if path.is_absolute():
+        return path.resolve()
+    for base in bases:
+        if (base / path).exists():
+            return (base / path).resolve()
+    return (bases[0] / path).resolve()
 
 
 def log_tail(log: str, lines: int = 40) -> str:

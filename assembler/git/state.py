@@ -141,7 +141,17 @@ def interrupted_series_am(checkout: Path, state: CheckoutState) -> bool:
         last = (git_dir / "rebase-apply" / "abort-safety").read_text(encoding="utf-8").strip()
     except OSError:
         return False
-    return began == state.base and is_full_sha(last) and last == read_head(checkout)
+    if began != state.base or not is_full_sha(last):
+        return False
+    head = read_head(checkout)
+    return last == head or _parent(checkout, head) == last  # interrupted between am's commit and its abort-safety write
+
+
+def _parent(checkout: Path, commit: str) -> str | None:
+    """The first parent of ``commit`` (a full SHA), None where git cannot say."""
+    from assembler.git.process import WorkTree
+
+    return WorkTree(checkout).rev(f"{commit}^") if is_full_sha(commit) else None
 
 
 def read_head(checkout: Path) -> str:
