@@ -120,6 +120,7 @@ class UnitResult:
     not_limited: list[dict[str, Any]] = field(default_factory=list)  # {"header", "reason", "chain"}
     missing: list[dict[str, Any]] = field(default_factory=list)  # {"header", "included_from"}
     errors: list[str] = field(default_factory=list)  # any other error, "file:line: text"
+    scanned_as: str | None = None  # the unit whose scans answered for this one (check.share); None: its own
 
     def decide(self) -> None:
         """The worst of what was found (:func:`assembler.audit.gate.worst_source`)."""
@@ -132,14 +133,14 @@ class UnitResult:
             "source": self.source, "language": self.language, "extension": self.extension, "origin": self.origin,
             "verdict": self.verdict.value, "passes": self.passes, "seconds": round(self.seconds, 3),
             "unstable": self.unstable, "symbols": self.symbols, "not_limited": self.not_limited,
-            "missing": self.missing, "errors": self.errors,
+            "missing": self.missing, "errors": self.errors, "scanned_as": self.scanned_as,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> UnitResult:
         fields = {k: data[k] for k in ("source", "language", "extension", "origin", "passes", "seconds",
                                        "unstable", "symbols", "not_limited", "missing", "errors")}
-        return cls(verdict=Verdict(data["verdict"]), **fields)
+        return cls(verdict=Verdict(data["verdict"]), scanned_as=data.get("scanned_as"), **fields)
 
     def lines(self) -> list[str]:
         """The findings in words, one per line."""
