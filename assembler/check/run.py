@@ -30,7 +30,7 @@ from assembler.check import compilers
 from assembler.check.compilers import Flags, NvccPasses, Pass
 from assembler.check.evidence import RECORD_SCHEMA, publish_check, recipe_digest, record_path, units_summary
 from assembler.check.scan import Limits, Reader, ScanOutput, UnitResult, classify, run_pass, undeclared
-from assembler.check.share import Sharing, derive, unit_key
+from assembler.check.share import Sharing, derive, unit_key, uses
 from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
 from assembler.fsutil import atomic_write, ignored_dir
 from assembler.git.state import CheckoutState
@@ -357,11 +357,15 @@ def _scan(plans: list[_Plan], tools: _Toolchain, options: CheckOptions, workspac
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 plan, group = pending.pop(future)
-                result, outputs = future.result()
+                result, outputs, poisoned = future.result()
                 done(plan, group[0], result)
                 for unit in group[1:]:  # shared: classify its output; else the unit scans itself
-                    theirs = None if outputs is None else derive(outputs, str(group[0].path), str(unit.path))
-                    pending[pool.submit(_scan_group, plan, [unit], tools, options, sharing, theirs, group[0].source)] = (plan, [unit])
+                    if outputs is None or uses(unit.path, poisoned):
+                        job = pool.submit(_scan_group, plan, [unit], tools, options, sharing)
+                    else:
+                        theirs = derive(outputs, str(group[0].path), str(unit.path))
+                        job = pool.submit(_scan_group, plan, [unit], tools, options, sharing, theirs, group[0].source)
+                    pending[job] = (plan, [unit])
 
 
 def _groups(plan: _Plan, tools: _Toolchain, options: CheckOptions) -> list[list[TranslationUnit]]:
@@ -401,16 +405,17 @@ def _passes(plan: _Plan, unit: TranslationUnit, tools: _Toolchain) -> list[Pass]
 def _scan_group(
     plan: _Plan, group: list[TranslationUnit], tools: _Toolchain, options: CheckOptions, sharing: Sharing,
     outputs: list[ScanOutput] | None = None, scanned_as: str | None = None,
-) -> tuple[UnitResult, list[ScanOutput] | None]:
+) -> tuple[UnitResult, list[ScanOutput] | None, frozenset[str]]:
     """The first unit of ``group`` checked (from ``outputs``, another unit's scans, when given),
-    and its scans when they can answer for the rest of the group."""
+    its scans when they can answer for the rest of the group, and the names its headers poison
+    (a unit whose text uses one scans itself)."""
     unit = group[0]
     if outputs is None:
         outputs = [run_pass(scan, plan.checkout, options.limits) for scan in _passes(plan, unit, tools)]
     result = _check_unit(plan, unit, tools, options, outputs)
     result.scanned_as = scanned_as
-    shared = len(group) > 1 and sharing.reusable(outputs, str(unit.path))
-    return result, outputs if shared else None
+    poisoned = sharing.reusable(outputs, str(unit.path)) if len(group) > 1 else None
+    return result, (outputs if poisoned is not None else None), poisoned or frozenset()
 
 
 def _check_unit(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, options: CheckOptions, outputs: list[ScanOutput]) -> UnitResult:

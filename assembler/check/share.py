@@ -34,7 +34,9 @@ _DIRECTIVES = {"include", "include_next", "define", "undef", "if", "ifdef", "ifn
 _TEXT_NAMES = {"_Pragma", "__VA_ARGS__", "__VA_OPT__", "__has_include", "__has_include_next",
                "__FILE__", "__BASE_FILE__", "__FILE_NAME__", "__TIMESTAMP__"}
 # In any file a scan read: what could make the unit's own text or name matter.
-_HEADER_RISK = re.compile(rb"__BASE_FILE__|__FILE_NAME__|__TIMESTAMP__|#\s*pragma\s+(?:GCC\s+)?poison|_Pragma\s*\(\s*\"(?:GCC\s+)?poison")
+_HEADER_RISK = re.compile(rb"__BASE_FILE__|__FILE_NAME__|__TIMESTAMP__")
+# A poisoned name is an error wherever a unit's text uses it: such a unit scans itself.
+_POISON = re.compile(rb"#[ \t]*pragma[ \t]+(?:GCC[ \t]+)?poison([^\n]*)|_Pragma\s*\(\s*\"(?:GCC\s+)?poison([^\"]*)\"")
 _TRIGRAPH = re.compile(r"\?\?[=/'()!<>\-]")
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _NUMBER = re.compile(r"\.?[0-9](?:[eEpP][+-]|'[0-9A-Za-z_]|[0-9A-Za-z_.])*")
@@ -208,35 +210,55 @@ class Sharing:
     """Decides whether one unit's scans can answer for another's (reads each header once a run)."""
 
     def __init__(self) -> None:
-        self._risky: dict[str, bool] = {}
+        self._read: dict[str, tuple[bool, frozenset[str]]] = {}  # path: (names the main file, names it poisons)
         self._lock = threading.Lock()
 
-    def _header_risk(self, file: str) -> bool:
+    def _header(self, file: str) -> tuple[bool, frozenset[str]]:
         with self._lock:
-            known = self._risky.get(file)
+            known = self._read.get(file)
         if known is None:
             try:
-                known = _HEADER_RISK.search(Path(file).read_bytes()) is not None
+                data = Path(file).read_bytes()
             except OSError:
-                known = False  # a missing header is read by nobody
+                data = b""  # a missing header is read by nobody
+            poisoned = {name.decode("latin-1") for match in _POISON.finditer(data)
+                        for name in re.findall(rb"[A-Za-z_$][\w$]*", match.group(1) or match.group(2) or b"")}
+            known = (_HEADER_RISK.search(data) is not None, frozenset(poisoned))
             with self._lock:
-                self._risky[file] = known
+                self._read[file] = known
         return known
 
-    def reusable(self, outputs: list[ScanOutput], spelled: str) -> bool:
-        """Whether the outputs name the unit only where :func:`derive` puts another one's path:
-        every pass ran to its end, the unit is read once (not included by itself), no message
-        quotes its path, and no header read can make its name or text matter."""
+    def reusable(self, outputs: list[ScanOutput], spelled: str) -> frozenset[str] | None:
+        """The names the headers poison, when the outputs name the unit only where :func:`derive`
+        puts another one's path: every pass ran to its end, the unit is read once (not included
+        by itself), no message quotes its path, and no header read names the main file. None:
+        every unit scans itself."""
+        poisoned: set[str] = set()
         for output in outputs:
             if output.returncode < 0 or not output.dependencies or output.dependencies[0] != spelled:
-                return False
+                return None
             if spelled in output.dependencies[1:] or any(path == spelled for _, path in output.tree):
-                return False
+                return None
             if any(spelled in error.text for error in output.errors):
-                return False
-            if any(self._header_risk(path) for path in output.dependencies[1:] if path.startswith("/")):
-                return False
+                return None
+            for path in output.dependencies[1:]:
+                if path.startswith("/"):
+                    risky, names = self._header(path)
+                    if risky:
+                        return None
+                    poisoned |= names
+        return frozenset(poisoned)
+
+
+def uses(path: Path, names: frozenset[str]) -> bool:
+    """Whether the unit's text names any of ``names`` (it then scans itself: the error is its own)."""
+    if not names:
+        return False
+    try:
+        words = set(re.findall(r"[A-Za-z_$][\w$]*", path.read_bytes().decode("latin-1")))
+    except OSError:
         return True
+    return not words.isdisjoint(names)
 
 
 def derive(outputs: list[ScanOutput], spelled: str, other: str) -> list[ScanOutput]:
