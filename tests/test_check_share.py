@@ -81,7 +81,9 @@ def _tree(csrc: Path, cuda: Path) -> int:
 def _check(ws: Path, cache: Path, *args: str) -> dict:
     result = assemble("-C", str(ws), "check", "--cuda", HERMETIC_CUDA, "--json", *args, cache=cache)
     assert result.stdout, result.stderr[-3000:]
-    return json.loads(result.stdout)
+    document = json.loads(result.stdout)
+    document["deps"] = {entry["name"]: entry for entry in document["deps"]}
+    return document
 
 
 def _findings(report: dict) -> dict[str, dict]:
