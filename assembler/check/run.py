@@ -15,7 +15,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +29,8 @@ from assembler.builder.units import CUDA_ROOT, TORCH_ROOT, TranslationUnit, comp
 from assembler.check import compilers
 from assembler.check.compilers import Flags, NvccPasses, Pass
 from assembler.check.evidence import RECORD_SCHEMA, publish_check, recipe_digest, record_path, units_summary
-from assembler.check.scan import Limits, Reader, UnitResult, classify, run_pass, undeclared
+from assembler.check.scan import Limits, Reader, ScanOutput, UnitResult, classify, run_pass, undeclared
+from assembler.check.share import Sharing, derive, unit_key, uses
 from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
 from assembler.fsutil import atomic_write, ignored_dir
 from assembler.git.state import CheckoutState
@@ -54,6 +55,7 @@ class CheckOptions:
     jobs: int = 0  # 0: one per CPU
     syntax: bool = True  # a -fsyntax-only pass on C++ units the preprocessor found clean
     limits: Limits = field(default_factory=Limits)  # each compiler process's time and memory (a unit past them is INCOMPLETE)
+    share: bool = True  # units with one directive skeleton share one scan (check.share); False: every unit scans itself
 
 
 @dataclass
@@ -294,7 +296,7 @@ def _plan(
         torch=tools.env.torch,
         torch_target=dep.torch_target,
         archs=archs if toolkit else (),
-        flags=("check", "syntax" if options.syntax else "preprocess-only",
+        flags=("check", "syntax" if options.syntax else "preprocess-only", "shared-scans" if options.share else "every-unit",
                f"limits={options.limits.seconds:g}s,{options.limits.memory}B"),  # a raised limit re-checks
         python_abi=workspace.manifest.bundle.python_abi,
     )
@@ -331,21 +333,50 @@ def _stored(path: Path, key: str) -> dict[str, Any] | None:
 
 def _scan(plans: list[_Plan], tools: _Toolchain, options: CheckOptions, workspace: Workspace, on_dep: DepDone) -> None:
     """All units of all plans on one pool of ``--jobs`` workers; a dependency is reported (and
-    its record written) as soon as its last unit is done."""
+    its record written) as soon as its last unit is done. Units that share a scan
+    (:mod:`assembler.check.share`) are scanned once; the others then only read its output."""
     jobs = options.jobs or available_cpus()
     remaining = {id(plan): len(plan.units) for plan in plans}
     results: dict[int, dict[Path, UnitResult]] = {id(plan): {} for plan in plans}
+    sharing = Sharing()
+
+    def done(plan: _Plan, unit: TranslationUnit, result: UnitResult) -> None:
+        results[id(plan)][unit.path] = result
+        remaining[id(plan)] -= 1
+        if remaining[id(plan)] == 0:
+            _finish(plan, [results[id(plan)][u.path] for u in plan.units], workspace, on_dep)
+
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="check") as pool:
-        futures = {pool.submit(_check_unit, plan, unit, tools, options): (plan, unit) for plan in plans for unit in plan.units}
+        pending: dict[Future[Any], tuple[_Plan, list[TranslationUnit]]] = {}
         for plan in plans:
             if not plan.units:
                 _finish(plan, [], workspace, on_dep)
-        for future in as_completed(futures):
-            plan, unit = futures[future]
-            results[id(plan)][unit.path] = future.result()
-            remaining[id(plan)] -= 1
-            if remaining[id(plan)] == 0:
-                _finish(plan, [results[id(plan)][u.path] for u in plan.units], workspace, on_dep)
+            for group in _groups(plan, tools, options):
+                pending[pool.submit(_scan_group, plan, group, tools, options, sharing)] = (plan, group)
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                plan, group = pending.pop(future)
+                result, outputs, poisoned = future.result()
+                done(plan, group[0], result)
+                for unit in group[1:]:  # shared: classify its output; else the unit scans itself
+                    if outputs is None or uses(unit.path, poisoned):
+                        job = pool.submit(_scan_group, plan, [unit], tools, options, sharing)
+                    else:
+                        theirs = derive(outputs, str(group[0].path), str(unit.path))
+                        job = pool.submit(_scan_group, plan, [unit], tools, options, sharing, theirs, group[0].source)
+                    pending[job] = (plan, [unit])
+
+
+def _groups(plan: _Plan, tools: _Toolchain, options: CheckOptions) -> list[list[TranslationUnit]]:
+    """The plan's units, those with one sharing key (check.share.unit_key) together, in order."""
+    if not options.share:
+        return [[unit] for unit in plan.units]
+    groups: dict[object, list[TranslationUnit]] = {}
+    for unit in plan.units:
+        key = unit_key(unit.path, _passes(plan, unit, tools))
+        groups.setdefault(unit.path if key is None else key, []).append(unit)
+    return list(groups.values())
 
 
 def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: DepDone) -> None:
@@ -364,15 +395,33 @@ def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: 
     on_dep(check)
 
 
-def _check_unit(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, options: CheckOptions) -> UnitResult:
-    result = UnitResult(unit.source, unit.language, unit.extension, unit.origin)
+def _passes(plan: _Plan, unit: TranslationUnit, tools: _Toolchain) -> list[Pass]:
     std = unit.std or plan.default_std
     if unit.language == CUDA:  # nvcc's passes for this unit's standard and flags (read by _plan)
-        nvcc = tools.nvcc_passes(plan.dep.cuda_components, plan.archs, std, unit.flags)
-        passes: list[Pass] = nvcc.passes(plan.flags, unit)
-    else:
-        passes = [compilers.cxx_pass(tools.cxx, plan.flags, unit, std)]
-    classify(unit, [run_pass(scan, plan.checkout, options.limits) for scan in passes], plan.reader, result)
+        return tools.nvcc_passes(plan.dep.cuda_components, plan.archs, std, unit.flags).passes(plan.flags, unit)
+    return [compilers.cxx_pass(tools.cxx, plan.flags, unit, std)]
+
+
+def _scan_group(
+    plan: _Plan, group: list[TranslationUnit], tools: _Toolchain, options: CheckOptions, sharing: Sharing,
+    outputs: list[ScanOutput] | None = None, scanned_as: str | None = None,
+) -> tuple[UnitResult, list[ScanOutput] | None, frozenset[str]]:
+    """The first unit of ``group`` checked (from ``outputs``, another unit's scans, when given),
+    its scans when they can answer for the rest of the group, and the names its headers poison
+    (a unit whose text uses one scans itself)."""
+    unit = group[0]
+    if outputs is None:
+        outputs = [run_pass(scan, plan.checkout, options.limits) for scan in _passes(plan, unit, tools)]
+    result = _check_unit(plan, unit, tools, options, outputs)
+    result.scanned_as = scanned_as
+    poisoned = sharing.reusable(outputs, str(unit.path)) if len(group) > 1 else None
+    return result, (outputs if poisoned is not None else None), poisoned or frozenset()
+
+
+def _check_unit(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, options: CheckOptions, outputs: list[ScanOutput]) -> UnitResult:
+    result = UnitResult(unit.source, unit.language, unit.extension, unit.origin)
+    std = unit.std or plan.default_std
+    classify(unit, outputs, plan.reader, result)
     clean = not (result.unstable or result.not_limited or result.missing or result.errors)
     if options.syntax and unit.language == CXX and clean:
         _syntax(plan, unit, tools, result, std, options.limits)

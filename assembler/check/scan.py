@@ -120,6 +120,7 @@ class UnitResult:
     not_limited: list[dict[str, Any]] = field(default_factory=list)  # {"header", "reason", "chain"}
     missing: list[dict[str, Any]] = field(default_factory=list)  # {"header", "included_from"}
     errors: list[str] = field(default_factory=list)  # any other error, "file:line: text"
+    scanned_as: str | None = None  # the unit whose scans answered for this one (check.share); None: its own
 
     def decide(self) -> None:
         """The worst of what was found (:func:`assembler.audit.gate.worst_source`)."""
@@ -132,14 +133,14 @@ class UnitResult:
             "source": self.source, "language": self.language, "extension": self.extension, "origin": self.origin,
             "verdict": self.verdict.value, "passes": self.passes, "seconds": round(self.seconds, 3),
             "unstable": self.unstable, "symbols": self.symbols, "not_limited": self.not_limited,
-            "missing": self.missing, "errors": self.errors,
+            "missing": self.missing, "errors": self.errors, "scanned_as": self.scanned_as,
         }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> UnitResult:
         fields = {k: data[k] for k in ("source", "language", "extension", "origin", "passes", "seconds",
                                        "unstable", "symbols", "not_limited", "missing", "errors")}
-        return cls(verdict=Verdict(data["verdict"]), **fields)
+        return cls(verdict=Verdict(data["verdict"]), scanned_as=data.get("scanned_as"), **fields)
 
     def lines(self) -> list[str]:
         """The findings in words, one per line."""
@@ -164,6 +165,15 @@ class Reader:
         self.torch_roots = both_ways(torch_roots)
         self.python_include = python_include.resolve()
         self._texts: dict[Path, list[str]] = {}
+        self._present: dict[str, bool] = {}  # a scan's dependency, absolute and there (the same for every unit of a run)
+
+    def present(self, written: str) -> bool:
+        """Whether a dependency a scan listed is a file that exists (else it is missing, as written)."""
+        found = self._present.get(written)
+        if found is None:
+            path = Path(written)
+            found = self._present[written] = path.is_absolute() and path.exists()
+        return found
 
     def absolute(self, file: str, cwd: Path) -> Path:
         path = Path(file)
@@ -234,8 +244,12 @@ def _not_limited(unit: TranslationUnit, output: ScanOutput, reader: Reader, resu
     """pybind11 (which cannot be built with Py_LIMITED_API), or Python.h read without the limited
     API: Python.h includes cpython/object.h only when Py_LIMITED_API is not defined."""
     cpython_object = reader.python_include / "cpython" / "object.h"
+    cpython_spelled = str(cpython_object)
     for depth_path in output.tree:
-        path = Path(os.path.normpath(depth_path[1]))
+        normal = os.path.normpath(depth_path[1])
+        if "pybind11" not in normal and normal != cpython_spelled:  # neither, without building a Path (thousands a unit)
+            continue
+        path = Path(normal)
         if "pybind11" in path.parts:
             reason = "includes pybind11, which cannot be built with Py_LIMITED_API"
         elif path == cpython_object:
@@ -284,11 +298,14 @@ def _tree_chain(unit: TranslationUnit, tree: list[tuple[int, str]], target: tupl
 
 def _missing(unit: TranslationUnit, output: ScanOutput, reader: Reader, result: UnitResult) -> None:
     known = {item["header"] for item in result.missing}
-    present = [Path(p) for p in output.dependencies if Path(p).is_absolute() and Path(p).exists()]
+    absent = [written for written in output.dependencies if not reader.present(written)]
+    if not absent:
+        return
+    present = [Path(p) for p in output.dependencies if reader.present(p)]
     own = [p for p in present if reader.in_checkout(p) is not None]
-    for written in output.dependencies:
+    for written in absent:
         path = Path(written)
-        if (path.is_absolute() and path.exists()) or written in known:
+        if written in known:
             continue
         known.add(written)
         found_in = []

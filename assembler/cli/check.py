@@ -23,6 +23,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="translation units scanned at once (default 0: one per CPU)")
     parser.add_argument("--preprocess-only", action="store_true",
                         help="skip the -fsyntax-only pass on clean C++ units (it finds calls hidden by TORCH_FEATURE_VERSION)")
+    parser.add_argument("--every-unit", action="store_true",
+                        help="scan every unit itself (default: units with the same directives share one scan)")
     add_format(parser)
     parser.set_defaults(handler=run)
 
@@ -35,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from assembler.report.output import emit_json, err_console, note, status
 
     workspace = open_workspace(args)
-    options = CheckOptions(cuda=args.cuda, torch=args.torch, jobs=args.jobs, syntax=not args.preprocess_only)
+    options = CheckOptions(cuda=args.cuda, torch=args.torch, jobs=args.jobs, syntax=not args.preprocess_only,
+                           share=not args.every_unit)
 
     def done(check: DepCheck) -> None:  # one line per dependency as it finishes
         how = "cached" if check.cached else f"{check.seconds:.1f} s"
