@@ -35,10 +35,10 @@ from assembler.report.output import clean as clean  # re-exported: cells and the
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from typing import TextIO
+    from typing import IO
 
 # SGR codes of the styles a cell may carry.
-STYLES = {"bold": "1", "italic": "3", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
+STYLES = {"bold": "1", "dim": "2", "italic": "3", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
 RESET = "\x1b[0m"
 
 # rich's box.HEAVY_HEAD: a heavy top and header, a light body.
@@ -151,7 +151,7 @@ class TextTable:
     def widths(self, width: int | None, plain: bool = False) -> list[int]:
         """Each column's width: as wide as its content, then, when the table is wider than
         ``width``, the widest free-text columns narrowed one column at a time down to their
-        header or longest word; if that is not enough and breaking long words after a ``/``
+        longest word (their header's words count; the header wraps too); if that is not enough and breaking long words after a ``/``
         makes the table fit, down to their longest path component."""
         natural, by_word, by_piece = [], [], []
         for index, header in enumerate(self.headers):
@@ -162,8 +162,9 @@ class TextTable:
                 by_word.append(natural[-1])
                 by_piece.append(natural[-1])
                 continue
-            by_word.append(max([cell_width(header), *(cell_width(word) for word in words)]))
-            by_piece.append(max([cell_width(header), *(cell_width(part) for word in words for part in pieces(word))]))
+            words += header.split()  # a free-text column's header wraps too
+            by_word.append(max([1, *(cell_width(word) for word in words)]))
+            by_piece.append(max([1, *(cell_width(part) for word in words for part in pieces(word))]))
         if width is None:
             return natural
         limit = width - self.overhead(plain)
@@ -192,8 +193,12 @@ class TextTable:
             lines.append(paint(self.title, "italic") if colour else self.title)
         if self.edge and not plain:
             lines.append(self._rule(TOP, widths))
-        header = [Cell(text, "bold") for text in self.headers]
-        lines.append(self._line(HEAD, [cell.text for cell in header], widths, [cell.styles for cell in header], colour, plain))
+        bold: list[tuple[str, ...]] = [("bold",)] * len(self.headers)
+        folded_header = [wrap(header, size) if free else [header]
+                         for header, size, free in zip(self.headers, widths, self.free, strict=True)]
+        for number in range(max(len(header_lines) for header_lines in folded_header)):
+            texts = [header_lines[number] if number < len(header_lines) else "" for header_lines in folded_header]
+            lines.append(self._line(HEAD, texts, widths, bold, colour, plain))
         if not plain:
             lines.append(self._rule(HEAD_RULE, widths))
         for row in self.rows:
@@ -226,7 +231,7 @@ class TextTable:
             return left + " " + f" {between} ".join(cells) + " " + right
         return f" {between} ".join(cells).rstrip(" ")
 
-    def print(self, stream: TextIO | None = None) -> None:
+    def print(self, stream: IO[str] | None = None) -> None:
         """Write the table to ``stream`` (stdout): boxed and fitted to a terminal, plain columns
         elsewhere (fitted only when COLUMNS is set), coloured as --color and NO_COLOR say."""
         stream = stream or sys.stdout
@@ -234,7 +239,7 @@ class TextTable:
         write(self.render(width, colour, plain=not is_terminal(stream)), stream)
 
 
-def write(text: str, stream: TextIO | None = None) -> None:
+def write(text: str, stream: IO[str] | None = None) -> None:
     """``text`` on ``stream`` (stdout), flushed. When the reader has gone (`assemble deps | head`)
     stop quietly with exit 1, as rich's console did, rather than report a broken pipe."""
     stream = stream or sys.stdout
@@ -249,14 +254,14 @@ def write(text: str, stream: TextIO | None = None) -> None:
         raise SystemExit(1) from None
 
 
-def is_terminal(stream: TextIO) -> bool:
+def is_terminal(stream: IO[str]) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # a closed or replaced stream
         return False
 
 
-def layout(stream: TextIO) -> tuple[int | None, bool]:
+def layout(stream: IO[str]) -> tuple[int | None, bool]:
     """(the width to fit, whether to colour) for output on ``stream``. On a terminal the width
     is COLUMNS, else the terminal's; elsewhere COLUMNS when set, else none: a piped table is as
     wide as its content, so a CI log never has a row broken. Colour: report.output.color_enabled
