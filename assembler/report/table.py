@@ -151,8 +151,9 @@ class TextTable:
     def widths(self, width: int | None, plain: bool = False) -> list[int]:
         """Each column's width: as wide as its content, then, when the table is wider than
         ``width``, the widest free-text columns narrowed one column at a time down to their
-        longest word (their header's words count; the header wraps too); if that is not enough and breaking long words after a ``/``
-        makes the table fit, down to their longest path component."""
+        longest word (their header's words count: the header wraps too); if that is not enough
+        and breaking long words after a ``/`` makes the table fit, down to their longest path
+        component."""
         natural, by_word, by_piece = [], [], []
         for index, header in enumerate(self.headers):
             cells = [row[index].text for row in self.rows]
