@@ -26,6 +26,7 @@ from tests.conftest import GitWorkspace, run_assemble
 from tests.example import EXAMPLE
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
+BOX = re.compile("[\u2500-\u257f]")  # box-drawing characters
 SHA = "b89ec77f0b891aa438086f6cfc0bfe8446ddc81b"
 
 
@@ -123,6 +124,49 @@ def test_free_text_fits_a_narrow_terminal() -> None:
     assert wrap("a  b\tc", 3) == ["a b", "c"] and wrap("", 5) == [""] and wrap("longword x", 4) == ["longword", "x"]
 
 
+def test_plain_columns_exactly() -> None:
+    """Piped (plain): a header row, then the rows, columns two spaces apart, no box characters,
+    no trailing spaces (as uv, pip and cibuildwheel print); fitted only to a width given."""
+    assert sample().render(plain=True) == (
+        "kern-bundle 1.0.0 — /w/deps.toml\n"
+        "dependency  commit        subject\n"
+        "kern        0123456789ab  Use stable tensor type\n"
+        "ab          -             Port\n"
+    )
+    assert sample(edge=False).render(plain=True) == sample().render(plain=True)
+    fitted = sample(title=None).render(width=37, plain=True)
+    assert fitted == (
+        "dependency  commit        subject\n"
+        "kern        0123456789ab  Use stable\n"
+        "                          tensor type\n"
+        "ab          -             Port\n"
+    )
+    assert not BOX.search(fitted)
+
+
+def test_a_long_word_breaks_after_a_slash_only_where_that_makes_the_table_fit() -> None:
+    """A URL in free text stays whole while wrapping words is enough; when only breaking it
+    fits the width, it breaks after a ``/`` (each component whole), never inside a name; when
+    even that cannot fit, it stays whole (breaking would gain nothing)."""
+    assert wrap("upstream: example.invalid/stable-abi/scalekit-fork.git", 19) == [
+        "upstream:", "example.invalid/", "stable-abi/", "scalekit-fork.git"]
+    assert wrap("fork: https://h.invalid/a/b", 30) == ["fork: https://h.invalid/a/b"]
+    assert wrap("see https://h.invalid/abc/d", 13) == ["see https://", "h.invalid/", "abc/d"]
+    table = TextTable("name", "source", text=("source",))
+    table.add_row("kern", "upstream: example.invalid/stable-abi/scalekit-fork.git")
+    fitted = table.render(width=30)
+    assert fitted.splitlines()[3:-1] == [
+        "│ kern │ upstream:           │",
+        "│      │ example.invalid/    │",
+        "│      │ stable-abi/         │",
+        "│      │ scalekit-fork.git   │",
+    ]
+    assert max(cell_width(line) for line in fitted.splitlines()) == 30
+    assert "example.invalid/stable-abi/scalekit-fork.git" in table.render(width=55)  # words alone fit
+    too_narrow = table.render(width=20)  # no break fits 20 columns: the URL stays whole
+    assert "│      │ example.invalid/stable-abi/scalekit-fork.git │" in too_narrow.splitlines()
+
+
 def test_wide_characters_keep_the_columns_aligned() -> None:
     table = TextTable("name", "subject", text=("subject",))
     table.add_row("kern", "修正 カーネル")
@@ -181,6 +225,25 @@ def test_colour_and_width_follow_the_stream_the_flag_and_no_color(monkeypatch: p
     assert "\x1b[1ma\x1b[0m" in piped.getvalue()
 
 
+def test_boxes_on_a_terminal_plain_columns_in_a_pipe() -> None:
+    """print() draws boxes on a real pseudo-terminal (fitted to it) and plain columns anywhere
+    else, with the same cells."""
+    leader, follower = os.openpty()
+    try:
+        termios.tcsetwinsize(follower, (24, 40))
+        with open(follower, "w", encoding="utf-8", closefd=False) as terminal:
+            sample().print(terminal)
+        drawn = os.read(leader, 65536).decode("utf-8").replace("\r\n", "\n")
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert SGR.sub("", drawn) == sample().render(width=40)
+    assert drawn.count("┃") == 4 and max(cell_width(SGR.sub("", line)) for line in drawn.splitlines()) <= 40
+    piped = io.StringIO()
+    sample().print(piped)
+    assert piped.getvalue() == sample().render(plain=True) and not BOX.search(piped.getvalue())
+
+
 def test_control_characters_are_shown_not_obeyed() -> None:
     hostile = "Fix\x1b]0;pwned\x07 the\nbuild\x1b[2J\u202eevil\x9b31m"
     assert clean(hostile) == "Fix\\x1b]0;pwned\\x07 the build\\x1b[2J\\u202eevil\\x9b31m"
@@ -215,10 +278,10 @@ def test_deps_prints_the_table(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     bundle = manifest["bundle"]
     assert lines[0] == f"{bundle['name']} {bundle['version']} — {workspace / 'deps.toml'}"
-    assert re.fullmatch(r"┃ dependency +┃ source +┃ commit +┃ track +┃ patches +┃ checkout +┃", lines[2])
-    assert lines[1].startswith("┏") and lines[3].startswith("┡") and lines[-1].startswith("└")
-    assert len({cell_width(line) for line in lines[1:]}) == 1  # every row as wide as the rules
-    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in lines[4:-1]]
+    assert re.fullmatch(r"dependency  source +commit +track  patches  checkout", lines[1])  # piped: plain columns
+    assert not BOX.search(result.stdout)
+    starts = [lines[1].index(header) for header in ("source", "commit", "track", "patches", "checkout")]
+    rows = [[line[start:end].strip() for start, end in zip([0, *starts], [*starts, None], strict=True)] for line in lines[2:]]
     expected = []
     for name, dep in manifest["deps"].items():
         source = dep.get("source", dep["upstream"])  # a fork is built from its own source
@@ -228,6 +291,49 @@ def test_deps_prints_the_table(tmp_path: Path) -> None:
         expected.append([name, f"{kind}: {source.split('://')[-1]}", dep["commit"][:12], dep["track"], str(count), "absent"])
     assert rows == expected
     assert "\x1b" not in result.stdout
+
+
+def test_deps_fits_80_columns_on_a_terminal_and_in_a_pipe(tmp_path: Path) -> None:
+    """`assemble deps` on the example workspace at COLUMNS=80 (111 columns before): on a real
+    pseudo-terminal, boxed and within 80 columns, the source wrapped after a ``/`` and every
+    name and SHA whole; piped, plain columns within 80."""
+    import subprocess
+    import sys
+
+    workspace = tmp_path / "example"
+    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
+    env = {**os.environ, "COLUMNS": "80", "ASSEMBLE_CACHE": str(tmp_path / "cache"), "NO_COLOR": "1"}
+    command = [sys.executable, "-m", "assembler", "-C", str(workspace), "deps"]
+    leader, follower = os.openpty()
+    try:
+        termios.tcsetwinsize(follower, (24, 80))
+        process = subprocess.run(command, stdout=follower, stderr=subprocess.PIPE, env=env, timeout=60)
+        assert process.returncode == 0, process.stderr
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the pty's far side is closed: everything is read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+    drawn = b"".join(chunks).decode("utf-8").replace("\r\n", "\n").splitlines()
+    assert drawn[1].startswith("┏") and drawn[-1].startswith("└")
+    assert max(cell_width(line) for line in drawn[1:]) <= 80
+    manifest = tomllib.loads((workspace / "deps.toml").read_text())
+    body = "\n".join(drawn[4:-1])
+    for name, dep in manifest["deps"].items():
+        assert f"│ {name} " in body and f" {dep['commit'][:12]} " in body
+        source = dep.get("source", dep["upstream"]).split("://")[-1]
+        pieces = [line.split("│")[2].strip() for line in drawn[4:-1]]
+        assert "".join(piece for piece in pieces if piece).count(source) == 1  # whole once the breaks are joined
+    piped = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+    assert piped.returncode == 0, piped.stderr
+    assert not BOX.search(piped.stdout) and max(cell_width(line) for line in piped.stdout.splitlines()[1:]) <= 80
 
 
 def test_patches_shows_a_hostile_subject_escaped(git_workspace: GitWorkspace) -> None:
@@ -245,4 +351,4 @@ def test_patches_shows_a_hostile_subject_escaped(git_workspace: GitWorkspace) ->
         assert ("\x1b[1mkern\x1b[0m: pin " in result.stdout) == (colour == "always")
     plain = git_workspace.assemble("patches").stdout.splitlines()
     assert plain[0].startswith("kern: pin ") and plain[1].startswith("  migrated on fork: ")
-    assert re.fullmatch(r"patch +┃ subject +┃ status +┃ evidence", plain[2])
+    assert re.fullmatch(r"patch +subject +status +evidence", plain[2]) and not BOX.search("\n".join(plain))

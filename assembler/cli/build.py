@@ -250,29 +250,29 @@ class _Progress:
 def _emit(report: BuildReport, as_json: bool) -> None:
     from rich.markup import escape
 
-    from assembler.report.output import add_columns, console, emit_json, err_console, short
+    from assembler.report.output import console, emit_json, err_console, short
 
     if as_json:
         for warning in report.warnings:  # stderr is the log's, whatever stdout carries
             err_console.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
         emit_json(report.as_dict())
         return
-    from rich.table import Table
-
     from assembler.audit.report import verdict_style
     from assembler.builder.outcome import BuildOutcome
+    from assembler.report.table import Cell, TextTable
 
-    table = Table(title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}", title_justify="left")
-    add_columns(table, "dep", "commit", "patches", "build", "archs", "min torch", "verdict")
+    # Names, SHAs and verdicts are never cut; how it was built and the archs wrap between words.
+    table = TextTable("dep", "commit", "patches", "build", "archs", "min torch", "verdict", text=("build", "archs"),
+                      title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}")
     for dep in report.deps:
-        build = {BuildOutcome.CACHED: "cached", BuildOutcome.BUILT: f"built {dep.seconds:.1f}s",
-                 BuildOutcome.COMPILED: f"shard {dep.shard['shard']}/{dep.shard['count']} compiled {dep.seconds:.1f}s" if dep.shard else "compiled",
-                 }.get(dep.status, f"[red]{dep.status}[/]")
+        build = {BuildOutcome.CACHED: Cell("cached"), BuildOutcome.BUILT: Cell(f"built {dep.seconds:.1f}s"),
+                 BuildOutcome.COMPILED: Cell(f"shard {dep.shard['shard']}/{dep.shard['count']} compiled {dep.seconds:.1f}s"
+                                             if dep.shard else "compiled"),
+                 }.get(dep.status, Cell(str(dep.status), "red"))
         verdict = dep.verdict or "-"
-        style = verdict_style(verdict)
         table.add_row(dep.dep, short(dep.commit), str(dep.patches), build, " ".join(dep.archs) or "-",
-                      dep.min_torch or dep.torch_target, f"[{style}]{verdict}[/]")
-    console.print(table)
+                      dep.min_torch or dep.torch_target, Cell(verdict, *verdict_style(verdict).split()))
+    table.print(console.file)
     for name in report.allowed_unstable:
         console.print(f"[yellow]allowed UNSTABLE:[/] {name} (--allow-unstable)")
     for warning in report.warnings:

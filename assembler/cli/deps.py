@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     from assembler.report.table import TextTable  # not rich: its import alone is ~40 ms of a 100 ms start-up
 
     manifest = workspace.manifest
-    table = TextTable("dependency", "source", "commit", "track", "patches", "checkout",
+    table = TextTable("dependency", "source", "commit", "track", "patches", "checkout", text=("source",),
                       title=f"{manifest.bundle.name} {manifest.bundle.version} — {workspace.manifest_path}")
     short = output.short
     for row in rows:

@@ -13,14 +13,21 @@ Cells are data, never markup: a control character (an escape sequence in a commi
 newline) is shown escaped (``\\x1b``) or as a space, so no cell can drive the terminal.
 
 Columns are identifiers (SHAs, paths, URLs, names, numbers: never wrapped nor cut) or free
-text (subjects, evidence: wrapped between words to fit the width; a word, such as a URL inside
-evidence, is never cut, so the narrowest a free-text column gets is its longest word). Without a
-terminal there is no width to fit (unless COLUMNS says one), so a CI log gets each row on one line.
+text (subjects, evidence, a source: wrapped between words to fit the width). A word in free text
+(a URL inside evidence) is kept whole while the table can fit by wrapping words alone; when only
+breaking long words makes it fit, a word breaks after a ``/`` so every path component stays whole;
+nothing is ever cut inside a name. Without a terminal there is no width to fit (unless COLUMNS says
+one), so a CI log gets each row on one line.
+
+On a terminal a table is drawn in boxes; elsewhere (a pipe, a file, a CI log) it is plain columns,
+as uv, pip and cibuildwheel print them: a header row, then the rows, columns two spaces apart, no
+box characters, so ``grep``/``awk`` read it as they read ``pip list``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import TYPE_CHECKING
 
@@ -28,10 +35,10 @@ from assembler.report.output import clean as clean  # re-exported: cells and the
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from typing import TextIO
+    from typing import IO
 
 # SGR codes of the styles a cell may carry.
-STYLES = {"bold": "1", "italic": "3", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
+STYLES = {"bold": "1", "dim": "2", "italic": "3", "red": "31", "green": "32", "yellow": "33", "blue": "34"}
 RESET = "\x1b[0m"
 
 # rich's box.HEAVY_HEAD: a heavy top and header, a light body.
@@ -40,6 +47,10 @@ HEAD = ("┃", "┃", "┃")  # left edge, between columns, right edge
 HEAD_RULE = ("┡", "━", "╇", "┩")
 BODY = ("│", "│", "│")
 BOTTOM = ("└", "─", "┴", "┘")
+GAP = "  "  # between the plain (piped) form's columns
+
+# A word's pieces, each ending after its run of slashes: where a too-long URL or path may break.
+PATH_PIECE = re.compile(r"[^/]*/+|[^/]+")
 
 
 def cell_width(text: str) -> int:
@@ -72,21 +83,46 @@ class Cell:
         self.styles = styles
 
 
+def pieces(word: str) -> list[str]:
+    """``word`` split after each run of ``/``: the places a URL or path may break (never inside a
+    component)."""
+    return PATH_PIECE.findall(word) or [word]
+
+
 def wrap(text: str, width: int) -> list[str]:
     """``text`` in lines of at most ``width`` columns, broken between words (runs of spaces
-    collapse); a word wider than ``width`` keeps a line of its own, uncut."""
+    collapse); a word wider than ``width`` breaks after a ``/`` (its pieces join without a space),
+    and a piece wider than ``width`` keeps a line of its own, uncut."""
     lines: list[str] = []
     line, used = "", 0
     for word in text.split():
-        size = cell_width(word)
-        if line and used + 1 + size <= width:
-            line, used = f"{line} {word}", used + 1 + size
-            continue
-        if line:
-            lines.append(line)
-        line, used = word, size
+        parts = [word] if cell_width(word) <= width else pieces(word)
+        for index, part in enumerate(parts):
+            gap = 0 if index else 1  # pieces of one word join without a space
+            size = cell_width(part)
+            if line and used + gap + size <= width:
+                line, used = line + " " * gap + part, used + gap + size
+                continue
+            if line:
+                lines.append(line)
+            line, used = part, size
     lines.append(line)
     return lines
+
+
+def narrow(widths: list[int], least: list[int], limit: int) -> list[int]:
+    """``widths`` with the widest columns that may give way (wider than their ``least``) narrowed
+    one column at a time until they sum to ``limit`` or none can give more."""
+    widths = list(widths)
+    excess = sum(widths) - limit
+    while excess > 0:
+        narrowable = [index for index, size in enumerate(widths) if size > least[index]]
+        if not narrowable:
+            break
+        widest = max(narrowable, key=lambda index: widths[index])
+        widths[widest] -= 1
+        excess -= 1
+    return widths
 
 
 class TextTable:
@@ -112,54 +148,67 @@ class TextTable:
             raise ValueError(f"a row of {len(cells)} cells in a table of {len(self.headers)} columns")
         self.rows.append([cell if isinstance(cell, Cell) else Cell(cell) for cell in cells])
 
-    def widths(self, width: int | None) -> list[int]:
+    def widths(self, width: int | None, plain: bool = False) -> list[int]:
         """Each column's width: as wide as its content, then, when the table is wider than
         ``width``, the widest free-text columns narrowed one column at a time down to their
-        header or longest word."""
-        natural, least = [], []
+        longest word (their header's words count: the header wraps too); if that is not enough
+        and breaking long words after a ``/`` makes the table fit, down to their longest path
+        component."""
+        natural, by_word, by_piece = [], [], []
         for index, header in enumerate(self.headers):
             cells = [row[index].text for row in self.rows]
             natural.append(max([cell_width(header), *(cell_width(cell) for cell in cells)]))
-            words = [cell_width(word) for cell in cells for word in cell.split()]
-            least.append(max([cell_width(header), *words]) if self.free[index] else natural[-1])
+            words = [word for cell in cells for word in cell.split()]
+            if not self.free[index]:
+                by_word.append(natural[-1])
+                by_piece.append(natural[-1])
+                continue
+            words += header.split()  # a free-text column's header wraps too
+            by_word.append(max([1, *(cell_width(word) for word in words)]))
+            by_piece.append(max([1, *(cell_width(part) for word in words for part in pieces(word))]))
         if width is None:
             return natural
-        excess = sum(natural) + self.overhead() - width
-        widths = list(natural)
-        while excess > 0:
-            narrowable = [index for index, size in enumerate(widths) if size > least[index]]
-            if not narrowable:
-                break
-            widest = max(narrowable, key=lambda index: widths[index])
-            widths[widest] -= 1
-            excess -= 1
+        limit = width - self.overhead(plain)
+        widths = narrow(natural, by_word, limit)
+        if sum(widths) > limit:
+            broken = narrow(widths, by_piece, limit)
+            if sum(broken) <= limit:  # breaking words only where that makes the table fit
+                widths = broken
         return widths
 
-    def overhead(self) -> int:
+    def overhead(self, plain: bool = False) -> int:
         """Columns taken by borders and padding: one space each side of a cell, a rule between
-        columns, and the outer borders (with ``edge``) or no outer padding (without)."""
+        columns, and the outer borders (with ``edge``) or no outer padding (without); plain, only
+        the gaps between columns."""
         count = len(self.headers)
+        if plain:
+            return len(GAP) * (count - 1)
         return 3 * count - 1 + (2 if self.edge else -2)
 
-    def render(self, width: int | None = None, colour: bool = False) -> str:
+    def render(self, width: int | None = None, colour: bool = False, plain: bool = False) -> str:
         """The table as text, ending in a newline; fitted to ``width`` columns when given (only
-        free text gives way), ANSI colour when ``colour``."""
-        widths = self.widths(width)
+        free text gives way), ANSI colour when ``colour``; ``plain``: without boxes (for a pipe)."""
+        widths = self.widths(width, plain)
         lines: list[str] = []
         if self.title is not None:
             lines.append(paint(self.title, "italic") if colour else self.title)
-        if self.edge:
+        if self.edge and not plain:
             lines.append(self._rule(TOP, widths))
-        header = [Cell(text, "bold") for text in self.headers]
-        lines.append(self._line(HEAD, [cell.text for cell in header], widths, [cell.styles for cell in header], colour))
-        lines.append(self._rule(HEAD_RULE, widths))
+        bold: list[tuple[str, ...]] = [("bold",)] * len(self.headers)
+        folded_header = [wrap(header, size) if free else [header]
+                         for header, size, free in zip(self.headers, widths, self.free, strict=True)]
+        for number in range(max(len(header_lines) for header_lines in folded_header)):
+            texts = [header_lines[number] if number < len(header_lines) else "" for header_lines in folded_header]
+            lines.append(self._line(HEAD, texts, widths, bold, colour, plain))
+        if not plain:
+            lines.append(self._rule(HEAD_RULE, widths))
         for row in self.rows:
             folded = [wrap(cell.text, size) if free else [cell.text]
                       for cell, size, free in zip(row, widths, self.free, strict=True)]
             for number in range(max(len(cell_lines) for cell_lines in folded)):
                 texts = [cell_lines[number] if number < len(cell_lines) else "" for cell_lines in folded]
-                lines.append(self._line(BODY, texts, widths, [cell.styles for cell in row], colour))
-        if self.edge:
+                lines.append(self._line(BODY, texts, widths, [cell.styles for cell in row], colour, plain))
+        if self.edge and not plain:
             lines.append(self._rule(BOTTOM, widths))
         return "\n".join(lines) + "\n"
 
@@ -171,25 +220,27 @@ class TextTable:
         return cross.join(fill * (size + (index > 0) + (index < last)) for index, size in enumerate(widths))
 
     def _line(self, box: tuple[str, str, str], texts: list[str], widths: list[int], styles: list[tuple[str, ...]],
-              colour: bool) -> str:
+              colour: bool, plain: bool = False) -> str:
         left, between, right = box
         cells = []
         for text, size, style in zip(texts, widths, styles, strict=True):
             pad = " " * (size - cell_width(text))
             cells.append((paint(text, *style) if colour and text else text) + pad)
+        if plain:
+            return GAP.join(cells).rstrip(" ")
         if self.edge:
             return left + " " + f" {between} ".join(cells) + " " + right
         return f" {between} ".join(cells).rstrip(" ")
 
-    def print(self, stream: TextIO | None = None) -> None:
-        """Write the table to ``stream`` (stdout): fitted to the terminal, coloured as
-        --color and NO_COLOR say."""
+    def print(self, stream: IO[str] | None = None) -> None:
+        """Write the table to ``stream`` (stdout): boxed and fitted to a terminal, plain columns
+        elsewhere (fitted only when COLUMNS is set), coloured as --color and NO_COLOR say."""
         stream = stream or sys.stdout
         width, colour = layout(stream)
-        write(self.render(width, colour), stream)
+        write(self.render(width, colour, plain=not is_terminal(stream)), stream)
 
 
-def write(text: str, stream: TextIO | None = None) -> None:
+def write(text: str, stream: IO[str] | None = None) -> None:
     """``text`` on ``stream`` (stdout), flushed. When the reader has gone (`assemble deps | head`)
     stop quietly with exit 1, as rich's console did, rather than report a broken pipe."""
     stream = stream or sys.stdout
@@ -204,14 +255,14 @@ def write(text: str, stream: TextIO | None = None) -> None:
         raise SystemExit(1) from None
 
 
-def is_terminal(stream: TextIO) -> bool:
+def is_terminal(stream: IO[str]) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # a closed or replaced stream
         return False
 
 
-def layout(stream: TextIO) -> tuple[int | None, bool]:
+def layout(stream: IO[str]) -> tuple[int | None, bool]:
     """(the width to fit, whether to colour) for output on ``stream``. On a terminal the width
     is COLUMNS, else the terminal's; elsewhere COLUMNS when set, else none: a piped table is as
     wide as its content, so a CI log never has a row broken. Colour: report.output.color_enabled

@@ -9,7 +9,6 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 UNATTRIBUTED = "(unattributed)"
 
@@ -209,18 +208,19 @@ class VerifyReport:
         }
 
     def render(self, console: Console) -> None:
-        table = Table(title=f"verify {self.wheel}", title_justify="left")
-        table.add_column("dependency", no_wrap=True)
-        for info in self.torch:
-            table.add_column(info.label, overflow="fold")
+        from assembler.report.table import Cell as TableCell
+        from assembler.report.table import TextTable
+
+        labels = [info.label for info in self.torch]  # free text: a verdict's reason wraps, the names never do
+        table = TextTable("dependency", *labels, text=labels, title=f"verify {self.wheel}")
         for dep in self.deps:
-            row = [dep]
+            row: list[str | TableCell] = [dep]
             for info in self.torch:
                 cell = self.cells[(dep, info.requested)]
                 style = {Status.PASS: "green", Status.FAIL: "red", Status.SKIPPED: "yellow"}[cell.status]
-                row.append(f"[bold {style}]{cell.status.value}[/] {escape(cell.reason)}")
+                row.append(TableCell(f"{cell.status.value} {cell.reason}", style))
             table.add_row(*row)
-        console.print(table)
+        table.print(console.file)
         failures = [(cell, check) for cell in self.cells.values() for check in cell.checks if check.diagnosis is not None]
         if failures:
             console.print("load failures (symbols from the torch libraries of the verify environments):", soft_wrap=True)
