@@ -225,9 +225,10 @@ def test_colour_and_width_follow_the_stream_the_flag_and_no_color(monkeypatch: p
     assert "\x1b[1ma\x1b[0m" in piped.getvalue()
 
 
-def test_boxes_on_a_terminal_plain_columns_in_a_pipe() -> None:
+def test_boxes_on_a_terminal_plain_columns_in_a_pipe(monkeypatch: pytest.MonkeyPatch) -> None:
     """print() draws boxes on a real pseudo-terminal (fitted to it) and plain columns anywhere
     else, with the same cells."""
+    monkeypatch.delenv("COLUMNS", raising=False)  # COLUMNS, as in shutil, wins over the terminal's own size
     leader, follower = os.openpty()
     try:
         termios.tcsetwinsize(follower, (24, 40))
