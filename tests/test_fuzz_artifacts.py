@@ -38,7 +38,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from assembler.errors import InputError
@@ -47,16 +47,11 @@ from assembler.store import SharedStore
 from assembler.store.files import FileBackend
 from assembler.wheel.artifact import PACK_NAME, PACK_RECORD, pack_files
 from assembler.wheel.merge import merge_wheel
+from tests.fuzzing import fuzz_examples, fuzz_settings
 from tests.test_wheel_merge import MANIFEST, OPS_SHA, VECADD_C, VECADD_SHA, _artifact
 
-EXAMPLES = int(os.environ.get("ASSEMBLE_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(
-    derandomize=True,
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
-)
+EXAMPLES = fuzz_examples(60)
+FUZZ = fuzz_settings(EXAMPLES)
 OUTCOMES: Counter[str] = Counter()
 LYING = [0, 1, 7, 0x7F, 0xFFFF, 0x10000, 0x7FFFFFFF, 0xFFFFFFFF]
 KEY = "0123456789abcdef0123456789abcdef"

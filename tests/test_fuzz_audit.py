@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import struct
 import tempfile
 import tracemalloc
@@ -32,10 +31,11 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from assembler.cli import main
+from tests.fuzzing import fuzz_examples, fuzz_settings
 from tests.hostile_wheels import (
     WHEEL_NAME,
     Archive,
@@ -48,15 +48,9 @@ from tests.hostile_wheels import (
     wheel_entries,
 )
 
-EXAMPLES = int(os.environ.get("ASSEMBLE_FUZZ_EXAMPLES", "150"))
+EXAMPLES = fuzz_examples(150)
 PEAK_BOUND_MIB = 200
-FUZZ = settings(
-    derandomize=True,
-    max_examples=EXAMPLES,
-    deadline=None,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.function_scoped_fixture],
-)
+FUZZ = fuzz_settings(EXAMPLES)
 RAN: Counter[str] = Counter()  # cases audited, by test; printed at the end (pytest -s)
 OUTCOMES: Counter[int] = Counter()
 

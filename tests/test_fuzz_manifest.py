@@ -27,19 +27,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from assembler.errors import ExitCode
 from tests.conftest import make_git_workspace
+from tests.fuzzing import fuzz_examples, fuzz_settings
 
-EXAMPLES = int(os.environ.get("ASSEMBLE_FUZZ_EXAMPLES", "25"))
+EXAMPLES = fuzz_examples(25)
 ALLOWED_EXITS = {int(code) for code in ExitCode} - {int(ExitCode.INTERNAL)}  # INTERNAL is a bug
 CASES: dict[str, int] = {}
-FUZZ = settings(
-    max_examples=EXAMPLES, derandomize=True, database=None, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture, HealthCheck.data_too_large],
-)
+FUZZ = fuzz_settings(EXAMPLES)
 
 
 class Scratch:

@@ -18,6 +18,23 @@ track = "main"
 '''
 
 
+def add_cutlass_submodule(ws: GitWorkspace) -> tuple[Repo, str]:
+    """Upstream gains a third-party/cutlass submodule whose URL [mirrors] maps to remotes/cutlass."""
+    sub = Repo(ws.root / "remotes" / "cutlass")
+    sub.commit("cutlass headers", {"include/cute.h": "// cute\n"})
+    upstream = ws.upstream
+    upstream.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub.path), "third-party/cutlass")
+    upstream.git("config", "-f", ".gitmodules", "submodule.third-party/cutlass.url", "https://git.invalid/cutlass")
+    upstream.git("add", ".gitmodules")
+    return sub, upstream.commit("Add cutlass submodule", {})
+
+
+def pin_with_submodule(ws: GitWorkspace, commit: str) -> None:
+    """Pin the dependency at `commit`, with the submodule checked out."""
+    ws.manifest.write_text(ws.manifest.read_text().replace(ws.base, commit)
+                           .replace('track = "main"\n', 'track = "main"\nsubmodules = ["third-party/cutlass"]\n'))
+
+
 def _add_unreachable_dep(ws: GitWorkspace) -> None:
     ws.manifest.write_text(ws.manifest.read_text() + BROKEN.format(commit=ws.base))
 
@@ -54,16 +71,9 @@ def test_patches_keeps_going_past_an_unreachable_dependency(git_workspace: GitWo
 
 def test_missing_submodule_mirror_names_dependency_path_url_and_fix(git_workspace: GitWorkspace) -> None:
     ws = git_workspace
-    sub = Repo(ws.root / "remotes" / "cutlass")
-    sub.commit("cutlass headers", {"include/cute.h": "// cute\n"})
-    upstream = ws.upstream
-    upstream.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub.path), "third-party/cutlass")
-    upstream.git("config", "-f", ".gitmodules", "submodule.third-party/cutlass.url", "https://git.invalid/cutlass")
-    upstream.git("add", ".gitmodules")
-    new_base = upstream.commit("Add cutlass submodule", {})
+    sub, new_base = add_cutlass_submodule(ws)
     shutil.rmtree(sub.path)  # the submodule's mirror is missing
-    ws.manifest.write_text(ws.manifest.read_text().replace(ws.base, new_base)
-                           .replace('track = "main"\n', 'track = "main"\nsubmodules = ["third-party/cutlass"]\n'))
+    pin_with_submodule(ws, new_base)
     result = ws.assemble("checkout")
     assert result.returncode in (2, 3), result.stderr
     message = result.stderr
@@ -79,18 +89,11 @@ def test_a_submodule_mirror_missing_objects_is_said_to_be_incomplete(git_workspa
     """The mapped copy exists but lacks an object its branch needs (a damaged or partial copy):
     "the mirror is incomplete (missing object X)", not "give the submodule a mirror"."""
     ws = git_workspace
-    sub = Repo(ws.root / "remotes" / "cutlass")
-    sub.commit("cutlass headers", {"include/cute.h": "// cute\n"})
-    upstream = ws.upstream
-    upstream.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(sub.path), "third-party/cutlass")
-    upstream.git("config", "-f", ".gitmodules", "submodule.third-party/cutlass.url", "https://git.invalid/cutlass")
-    upstream.git("add", ".gitmodules")
-    new_base = upstream.commit("Add cutlass submodule", {})
+    sub, new_base = add_cutlass_submodule(ws)
     sub.commit("more headers", {"include/tensor.h": "// a blob this copy loses\n"})
     blob = git(sub.path, "rev-parse", "HEAD:include/tensor.h")
     (sub.path / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
-    ws.manifest.write_text(ws.manifest.read_text().replace(ws.base, new_base)
-                           .replace('track = "main"\n', 'track = "main"\nsubmodules = ["third-party/cutlass"]\n'))
+    pin_with_submodule(ws, new_base)
     result = ws.assemble("checkout")
     assert result.returncode == 3, result.stderr
     assert f"the mirror is incomplete (missing object {blob})" in result.stderr, result.stderr
