@@ -15,7 +15,7 @@ from pathlib import Path
 from assembler.builder import units
 from assembler.fsutil import atomic_write_if_changed
 from assembler.manifest import Dependency, Extension
-from assembler.manifest.model import CUDA, CXX
+from assembler.manifest.model import CUDA, CXX, arch_specific
 
 CMAKE_HELPER_DIR = Path(__file__).resolve().parent.parent / "cmake"
 MINIMUM_CMAKE = "3.26"
@@ -47,9 +47,12 @@ def module_destination(dep: Dependency) -> str:
     return Path(dep.build.python_packages[0]).name if dep.build.python_packages else "."
 
 
-def cmake_archs(archs: tuple[str, ...]) -> str:
-    """Manifest spelling (9.0a) to CMAKE_CUDA_ARCHITECTURES spelling (90a)."""
-    return ";".join(arch.replace(".", "") for arch in archs)
+def cmake_archs(archs: tuple[str, ...], sass_only: bool = False) -> str:
+    """Manifest spelling (9.0a) to CMAKE_CUDA_ARCHITECTURES spelling (90a); with ``sass_only``,
+    arch-specific targets become ``90a-real`` (SASS, no PTX: theirs runs on no other GPU), which
+    is how the cmake backend ships only what runs to a dependency's own CMakeLists. The helper
+    gets the plain spelling and decides per extension (its ``PTX`` argument)."""
+    return ";".join(arch.replace(".", "") + ("-real" if sass_only and arch_specific(arch) else "") for arch in archs)
 
 
 def _quote(value: str) -> str:

@@ -69,7 +69,7 @@ DEP_KEYS = {
 }
 BUILD_KEYS = {
     "extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs",
-    "backend", "project-dir", "sources", "include-dirs", "defines", "build-env",
+    "backend", "project-dir", "sources", "include-dirs", "defines", "build-env", "ptx",
 }
 EXTENSION_KEYS = {"name", "sources", "language", "include-dirs", "defines", "libraries",
                   "cxx-flags", "cuda-flags", "cxx-std", "cuda-std", "ptx"}
@@ -704,6 +704,9 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
     defines = v.strings(table, (*keys, "defines"))
     for define in defines:
         v.check(bool(DEFINE_RE.match(define)), (*keys, "defines"), f"{define!r} is not a NAME or NAME=VALUE define", 'write e.g. defines = ["MY_FLAG=1"]')
+    ptx = table.get("ptx", False)
+    v.check(isinstance(ptx, bool), (*keys, "ptx"), f"expected true or false, got {ptx!r}",
+            "write ptx = true to ship PTX next to the SASS of arch-specific targets")
     return BuildRecipe(
         extensions=tuple(extensions),
         python_packages=v.strings(table, (*keys, "python-packages")),
@@ -717,6 +720,7 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
         include_dirs=include_dirs,
         defines=defines,
         build_env=_build_env(v, table.get("build-env", {}), (*keys, "build-env")),
+        ptx=ptx,
     )
 
 
@@ -756,12 +760,16 @@ def _compiler_flags(v: _Validator, ext: dict[str, Any], keys: tuple[str, ...], i
 # Which recipe keys each backend reads; any other is a mistake worth an error, not a silent no-op.
 BACKEND_KEYS = {
     "helper": {"extensions", "python-packages", "data", "cmake-args", "cuda-archs", "backend"},
-    "cmake": {"cmake-dir", "cmake-args", "python-packages", "data", "cuda-archs", "backend", "sources", "include-dirs", "defines", "build-env"},
-    "setuptools": {"project-dir", "cuda-archs", "backend", "sources", "include-dirs", "defines", "build-env"},
+    "cmake": {"cmake-dir", "cmake-args", "python-packages", "data", "cuda-archs", "backend", "sources", "include-dirs", "defines", "build-env",
+              "ptx"},
+    "setuptools": {"project-dir", "cuda-archs", "backend", "sources", "include-dirs", "defines", "build-env", "ptx"},
 }
 
 
 def _backend_keys(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], backend: str) -> None:
+    if backend == "helper" and "ptx" in table:
+        raise v.fail((*keys, "ptx"), "the helper backend asks for PTX per extension",
+                     f"move ptx = true into the [[{'.'.join(keys)}.extensions]] that needs it")
     for key in table:
         if key not in BACKEND_KEYS[backend]:
             users = [name for name, allowed in BACKEND_KEYS.items() if key in allowed]

@@ -14,6 +14,12 @@ from assembler.errors import ManifestError
 
 CXX, CUDA = "cxx", "cuda"  # the languages of a translation unit or an extension (language = ... in deps.toml)
 LANGUAGES = (CXX, CUDA)
+
+
+def arch_specific(arch: str) -> bool:
+    """Whether a cuda-archs entry (9.0a, 10.0f) is an arch-specific target: its PTX runs on no
+    other GPU family, so by default only its SASS is shipped (``ptx`` asks for the PTX too)."""
+    return arch.endswith(("a", "f"))
 # What cuda-components may name: the optional libraries of NVIDIA's cuda-toolkit wheel (its
 # extras, which pin each library's wheel to a CUDA release); nvcc, CCCL and the runtime are in
 # every toolkit already.
@@ -77,6 +83,7 @@ class BuildRecipe(NamedTuple):
     include_dirs: tuple[str, ...] = ()
     defines: tuple[str, ...] = ()
     build_env: tuple[tuple[str, str], ...] = ()  # (name, value), sorted by name
+    ptx: bool = False  # cmake/setuptools: also ship PTX for arch-specific targets (helper: per extension)
 
     def to_dict(self) -> dict[str, object]:
         """Every field, the extensions as dicts (what digests of a recipe are taken over)."""

@@ -8,7 +8,8 @@ through the environment, which ``torch.utils.cpp_extension`` reads:
 
 - ``CFLAGS``/``CXXFLAGS`` (g++) and ``NVCC_APPEND_FLAGS`` (nvcc): ``-DTORCH_TARGET_VERSION``,
   ``-DPy_LIMITED_API`` and the recipe's ``defines``;
-- ``TORCH_CUDA_ARCH_LIST`` from the dependency's archs, ``MAX_JOBS`` from ``--jobs``,
+- ``TORCH_CUDA_ARCH_LIST`` from the dependency's archs (arch-specific ones
+  SASS only unless ``ptx``: see ``torch_arch_list``), ``MAX_JOBS`` from ``--jobs``,
   ``CUDA_HOME`` (and nvcc first on PATH) from the selected toolkit;
 - the recipe's ``build-env``;
 - ``DIST_EXTRA_CONFIG``: setuptools' build and egg-info directories go to our build tree, so
@@ -44,6 +45,7 @@ from assembler.builder.cache import digest_texts
 from assembler.builder.recipe import uses_cuda
 from assembler.builder.units import RecipePathError
 from assembler.manifest import MANIFEST_NAME, Dependency
+from assembler.manifest.model import arch_specific
 from assembler.toolchain.cxx import cxx_name
 from assembler.toolchain.sccache import setuptools_environment, unshimmed
 from assembler.toolchain.venv import installed_versions
@@ -103,6 +105,7 @@ class SetuptoolsBackend:
         recipe = digest_texts(
             f"backend={self.name}", dep.build.project_dir, json.dumps(dep.build.defines), json.dumps(dep.build.build_env),
             json.dumps(dep.install, sort_keys=True), DRIVER, EXTRA_CONFIG, BACKEND_VERSION, *stable_defines(dep, ctx.bundle.python_abi),
+            *(("ptx",) if dep.build.ptx else ()),  # unset keeps the keys that came before the key
         )
         tools = (("setuptools", versions.get("setuptools", "(none)")),)
         return Prepared(recipe=recipe, uses_cuda=uses_cuda(dep), tools=tools)
@@ -171,8 +174,17 @@ class SetuptoolsBackend:
             DIST_EXTRA_CONFIG=str(config),
         )
         if request.archs:
-            env["TORCH_CUDA_ARCH_LIST"] = ";".join(request.archs)
+            env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(request.archs, dep.build.ptx)
         return env
+
+
+def torch_arch_list(archs: tuple[str, ...], ptx: bool) -> str:
+    """TORCH_CUDA_ARCH_LIST as torch.utils.cpp_extension reads it: "9.0a" compiles
+    ``code=sm_90a`` only (SASS), "9.0a+PTX" adds ``code=compute_90a``. So arch-specific targets
+    ship SASS only unless the recipe sets ``ptx = true``; plain targets ("8.0") stay as torch
+    spells them (SASS only, torch's own default for a listed arch). A setup.py that writes its
+    own ``-gencode`` flags instead of reading this list is not changed by either."""
+    return ";".join(arch + ("+PTX" if ptx and arch_specific(arch) else "") for arch in archs)
 
 
 def cuda_stand_ins(build_base: Path, torch_dir: Path) -> Path | None:

@@ -29,6 +29,10 @@ DRIVER = (
     "print('assemble: wheel', build_wheel(sys.argv[1], json.loads(sys.argv[2])))\n"
 )
 
+# How the cmake backend spells arch-specific targets to CMake (part of its artifact key, so a
+# change of spelling rebuilds): 90a-real, SASS only, unless the recipe sets ptx = true.
+ARCH_SPELLING = "arch-specific targets SASS only"
+
 
 class ScikitBuildBackend:
     """Base of ``helper`` and ``cmake``; they differ in the project ``recipe.generate`` writes."""
@@ -40,7 +44,7 @@ class ScikitBuildBackend:
         helper = (recipe.CMAKE_HELPER_DIR / "AssemblerStableExtension.cmake").read_text()
         texts = [project.pyproject, project.cmakelists, helper, json.dumps(dep.install, sort_keys=True)]
         if self.name != "helper":  # the helper's keys stay what they were before backends existed
-            texts += [f"backend={self.name}", json.dumps(dep.build.build_env)]
+            texts += [f"backend={self.name}", json.dumps(dep.build.build_env), f"cuda-architectures: {ARCH_SPELLING}, ptx={dep.build.ptx}"]
         return Prepared(recipe=digest_texts(*texts), uses_cuda=recipe.uses_cuda(dep))
 
     def build(self, ctx: BuildContext, request: BuildRequest, jobs: int, work: Work) -> None:
@@ -89,7 +93,9 @@ class ScikitBuildBackend:
             settings["cmake.define.CMAKE_CUDA_COMPILER"] = str(tc.cuda.nvcc)
             settings["cmake.define.ASSEMBLER_CUDA_HOME"] = str(tc.cuda.root)
         if request.archs:
-            settings["cmake.define.CMAKE_CUDA_ARCHITECTURES"] = recipe.cmake_archs(request.archs)
+            # the helper decides per extension; a dependency's own CMake gets SASS-only spellings
+            sass_only = self.name != "helper" and not request.dep.build.ptx
+            settings["cmake.define.CMAKE_CUDA_ARCHITECTURES"] = recipe.cmake_archs(request.archs, sass_only)
         return settings
 
 
