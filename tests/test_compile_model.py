@@ -227,4 +227,9 @@ def test_first_failure_names_the_command_and_its_first_error() -> None:
     assert found.error == ("/src/csrc/a.cpp:8:10: fatal error: cuda_fp16.h: No such file or directory\n"
                            "    8 | #include <cuda_fp16.h>\n      |          ^~~~~~~~~~~~~")
     assert first_failure("-- Configuring done\nCMake Error at CMakeLists.txt:3 (add_library):\n  bad\n") == \
-        type(found)(None, "CMake Error at CMakeLists.txt:3 (add_library):")
+        type(found)(None, "CMake Error at CMakeLists.txt:3 (add_library):\n  bad")  # the message, not only where
+    # a real configure failure (vLLM's FlashAttention CMakeLists on a CPU-only torch): the why, not only the line
+    configure = ("CMake Error at forks/fa/CMakeLists.txt:101 (message):\n  Can't find CUDA or HIP installation.\n\n\n"
+                 "-- Configuring incomplete, errors occurred!\n")
+    assert first_failure(configure) == type(found)(
+        None, "CMake Error at forks/fa/CMakeLists.txt:101 (message):\n  Can't find CUDA or HIP installation.")

@@ -165,6 +165,7 @@ class FirstFailure:
 _FAILED = re.compile(r"^FAILED: ")
 _ERROR_LINE = re.compile(r"(?:^|\s|:)(?:fatal )?error(?: \w+)?:|^CMake Error|^error: ")
 _EXCERPT = re.compile(r"^\s+(?:\d+\s*)?\|")  # gcc's "   12 | code" and "      |   ^~~" lines
+_CMAKE_MESSAGE = re.compile(r"^\s+\S")  # "CMake Error at CMakeLists.txt:101 (message):" then "  Can't find CUDA ..."
 
 
 def first_failure(log: str) -> FirstFailure | None:
@@ -183,8 +184,10 @@ def first_failure(log: str) -> FirstFailure | None:
     if at is None:
         return None if command is None else FirstFailure(command, None)
     excerpt = [lines[at].strip()]
+    # gcc quotes the code below its error; CMake writes the message itself on indented lines below
+    follows = _CMAKE_MESSAGE if lines[at].startswith("CMake Error") else _EXCERPT
     for line in lines[at + 1:at + 4]:
-        if not _EXCERPT.match(line):
+        if not follows.match(line):
             break
         excerpt.append(line.rstrip())
     return FirstFailure(command, "\n".join(excerpt))
