@@ -1,8 +1,9 @@
 """Ship only what runs, on the backends that build a dependency's own build files: an
 arch-specific target (9.0a) gets its SASS and no PTX, because its PTX can be JIT-compiled for
 no other GPU family, unless the recipe says ``ptx = true``. The cmake backend spells it to the
-dependency's CMake as ``90a-real``; the setuptools backend as torch's ``9.0a`` (``9.0a+PTX``
-when asked). Built for real with nvcc; the device code is read back from the modules'
+dependency's CMake as ``90a-real`` (and, for a find_package(Torch) that ignores it, as
+TORCH_CUDA_ARCH_LIST ``9.0a``); the setuptools backend as torch's ``9.0a`` (``9.0a+PTX`` when
+asked). Built for real with nvcc; the device code is read back from the modules'
 ``.nv_fatbin`` (the audit's own reader, checked against the cubins' ELF headers in test_size)."""
 
 from __future__ import annotations
@@ -13,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from assembler.audit.member import FileSource
-from assembler.builder.backends.setuptools import torch_arch_list
-from assembler.builder.recipe import cmake_archs
+from assembler.builder.recipe import cmake_archs, torch_arch_list
 from assembler.errors import ManifestError
 from assembler.manifest import load_manifest
 from assembler.wheel.size import object_fatbin
@@ -31,6 +31,9 @@ project(kern LANGUAGES CXX CUDA)
 add_library(_kern_C MODULE csrc/kern.cu)
 set_target_properties(_kern_C PROPERTIES PREFIX "" SUFFIX ".abi3.so" CUDA_RUNTIME_LIBRARY Shared)
 install(TARGETS _kern_C LIBRARY DESTINATION kern)
+# what find_package(Torch) on a CUDA torch would read for its gencode flags
+file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/arch_list.txt" "$ENV{TORCH_CUDA_ARCH_LIST}")
+install(FILES "${CMAKE_CURRENT_BINARY_DIR}/arch_list.txt" DESTINATION kern)
 """
 KERN_SOURCE = """\
 __global__ void scale(float* x, float s, int n) {
@@ -103,6 +106,9 @@ def test_own_build_files_ship_sass_only_for_arch_specific_targets_unless_ptx(tmp
     # the same source and pin, two recipes: two keys, and the PTX only where it was asked for
     assert _device_code(artifacts / "sassonly" / "files" / "kern" / "_kern_C.abi3.so") == {("cubin", "sm_90a")}
     assert _device_code(artifacts / "withptx" / "files" / "kern" / "_kern_C.abi3.so") == {("cubin", "sm_90a"), ("ptx", "compute_90a")}
+    # torch's CMake ignores CMAKE_CUDA_ARCHITECTURES and reads TORCH_CUDA_ARCH_LIST: it gets the same archs
+    assert (artifacts / "sassonly" / "files" / "kern" / "arch_list.txt").read_text() == "9.0a"
+    assert (artifacts / "withptx" / "files" / "kern" / "arch_list.txt").read_text() == "9.0a+PTX"
     assert _device_code(artifacts / "cprobe" / "files" / "cprobe" / "_cprobe_C.abi3.so") == {("cubin", "sm_90a"), ("ptx", "compute_90a")}
     compdb = json.loads((ws / ".assemble" / "compdb" / "cprobe.json").read_text())
     (ones,) = [entry["arguments"] for entry in compdb if entry["file"].endswith("ones.cu")]

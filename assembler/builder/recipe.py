@@ -55,6 +55,17 @@ def cmake_archs(archs: tuple[str, ...], sass_only: bool = False) -> str:
     return ";".join(arch.replace(".", "") + ("-real" if sass_only and arch_specific(arch) else "") for arch in archs)
 
 
+def torch_arch_list(archs: tuple[str, ...], ptx: bool) -> str:
+    """TORCH_CUDA_ARCH_LIST as torch.utils.cpp_extension reads it: "9.0a" compiles
+    ``code=sm_90a`` only (SASS), "9.0a+PTX" adds ``code=compute_90a``. So arch-specific targets
+    ship SASS only unless the recipe sets ``ptx = true``; plain targets ("8.0") stay as torch
+    spells them (SASS only, torch's own default for a listed arch). A setup.py that writes its
+    own ``-gencode`` flags instead of reading this list is not changed by either. The cmake
+    backend sets it too: a CMakeLists that runs find_package(Torch) on a CUDA torch takes its
+    gencode flags from it, ignores CMAKE_CUDA_ARCHITECTURES, and without it builds for
+    "common architectures" (5.0 to 12.0a) because the builder has no GPU to detect."""
+    return ";".join(arch + ("+PTX" if ptx and arch_specific(arch) else "") for arch in archs)
+
 def _quote(value: str) -> str:
     escaped = value.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{escaped}"'

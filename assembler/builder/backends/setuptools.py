@@ -42,10 +42,9 @@ from assembler.builder.backends import (
 )
 from assembler.builder.backends.skbuild import configure_digest, one_wheel, unpack
 from assembler.builder.cache import digest_texts
-from assembler.builder.recipe import uses_cuda
+from assembler.builder.recipe import torch_arch_list, uses_cuda
 from assembler.builder.units import RecipePathError
 from assembler.manifest import MANIFEST_NAME, Dependency
-from assembler.manifest.model import arch_specific
 from assembler.toolchain.cxx import cxx_name
 from assembler.toolchain.sccache import setuptools_environment, unshimmed
 from assembler.toolchain.venv import installed_versions
@@ -177,14 +176,6 @@ class SetuptoolsBackend:
             env["TORCH_CUDA_ARCH_LIST"] = torch_arch_list(request.archs, dep.build.ptx)
         return env
 
-
-def torch_arch_list(archs: tuple[str, ...], ptx: bool) -> str:
-    """TORCH_CUDA_ARCH_LIST as torch.utils.cpp_extension reads it: "9.0a" compiles
-    ``code=sm_90a`` only (SASS), "9.0a+PTX" adds ``code=compute_90a``. So arch-specific targets
-    ship SASS only unless the recipe sets ``ptx = true``; plain targets ("8.0") stay as torch
-    spells them (SASS only, torch's own default for a listed arch). A setup.py that writes its
-    own ``-gencode`` flags instead of reading this list is not changed by either."""
-    return ";".join(arch + ("+PTX" if ptx and arch_specific(arch) else "") for arch in archs)
 
 
 def cuda_stand_ins(build_base: Path, torch_dir: Path) -> Path | None:

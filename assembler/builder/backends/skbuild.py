@@ -29,9 +29,10 @@ DRIVER = (
     "print('assemble: wheel', build_wheel(sys.argv[1], json.loads(sys.argv[2])))\n"
 )
 
-# How the cmake backend spells arch-specific targets to CMake (part of its artifact key, so a
-# change of spelling rebuilds): 90a-real, SASS only, unless the recipe sets ptx = true.
-ARCH_SPELLING = "arch-specific targets SASS only"
+# How the cmake backend tells a dependency's own CMake its archs (part of its artifact key, so
+# a change rebuilds): CMAKE_CUDA_ARCHITECTURES 90a-real and TORCH_CUDA_ARCH_LIST 9.0a, SASS only
+# for arch-specific targets unless the recipe sets ptx = true.
+ARCH_SPELLING = "CMAKE_CUDA_ARCHITECTURES and TORCH_CUDA_ARCH_LIST, arch-specific targets SASS only"
 
 
 class ScikitBuildBackend:
@@ -60,6 +61,8 @@ class ScikitBuildBackend:
         env = ctx.toolchain.cuda.environment(env)
         env["PATH"] = os.pathsep.join([str(ctx.toolchain.env.python.parent), env["PATH"]])
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
+        if request.archs and self.name != "helper":  # find_package(Torch) reads it (see recipe.torch_arch_list)
+            env["TORCH_CUDA_ARCH_LIST"] = recipe.torch_arch_list(request.archs, request.dep.build.ptx)
         env.update(request.dep.build.build_env)
         command = [str(ctx.toolchain.env.python), "-c", DRIVER, str(wheel_dir), json.dumps(self._settings(ctx, request, cmake_dir))]
         if work.run(command, project_dir, env) != 0:
