@@ -32,6 +32,28 @@ def test_root_manifest_lists_seven_dependencies_offline() -> None:
     assert rows["qutlass"]["commit"] == "e74319e3405ce6d71965732880f5dc1f52371f64"  # the migrated upstream merge
 
 
+def test_root_manifest_verify_ops_are_schemas_torch_parses_in_the_modules_it_installs(build_env_path: Path) -> None:
+    """Every [deps.X.verify] op of the root manifest is a schema torch's own parser accepts, named
+    in the namespace of a module the dependency installs (STABLE_TORCH_LIBRARY's namespace is the
+    module's name in all of them)."""
+    import json
+    import subprocess
+
+    manifest = load_manifest(ROOT / "deps.toml")
+    ops = {name: list(dep.verify.ops) for name, dep in manifest.deps.items() if dep.verify.ops}
+    assert {name: len(specs) for name, specs in ops.items()} == {"flash-attn-2": 4, "flash-attn-3": 2, "qutlass": 14}
+    for name, specs in ops.items():
+        namespaces = {spec.partition("::")[0] for spec in specs}
+        assert all(any(pattern.startswith(f"{namespace}*") or f"/{namespace}*" in pattern
+                       for pattern in manifest.deps[name].install) for namespace in namespaces), (name, namespaces)
+    parse = "import json, sys, torch; print(json.dumps([str(torch._C.parse_schema(s)) for s in json.load(sys.stdin)]))"
+    specs = [spec for specs in ops.values() for spec in specs]
+    result = subprocess.run([build_env_path / "bin" / "python", "-c", parse], input=json.dumps(specs),
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert len(json.loads(result.stdout)) == len(specs)
+
+
 BAD_INPUTS = [
     # (description, edit to deps.toml text, expected message fragment, expected line)
     ("unknown key", lambda t: t.replace('track = "main"', 'trak = "main"'), "did you mean 'track'", 'trak = "main"'),

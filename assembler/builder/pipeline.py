@@ -336,7 +336,7 @@ class BuildFailed(BuildError):
         if unstable:
             message = "; ".join(unstable)
             guard = next((item.guard for o in failed for item in o.unstable if item.guard), None)
-            hint = (f"torch: {guard}; " if guard else "") + \
+            hint = (f"torch: {guard.rstrip('.')}; " if guard else "") + \
                 "include only torch/csrc/stable/ and torch/headeronly/ headers (or raise the dep's torch-target)"
         else:
             message = "; ".join(o.error or f"{o.dep} failed to build" for o in failed)
