@@ -9,6 +9,7 @@ asked). Built for real with nvcc; the device code is read back from the modules'
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,8 @@ from assembler.audit.member import FileSource
 from assembler.builder.recipe import cmake_archs, torch_arch_list
 from assembler.errors import ManifestError
 from assembler.manifest import load_manifest
+from assembler.toolchain.cuda import select_cuda
+from assembler.toolchain.driver import DRIVER_SONAME, driver_functions, driver_stub, toolkit_stub
 from assembler.wheel.size import object_fatbin
 from tests.build_support import HERMETIC_CUDA, assemble
 from tests.gitrepo import Repo
@@ -28,14 +31,18 @@ pytestmark = pytest.mark.slow
 # CMAKE_CUDA_ARCHITECTURES as most CMake projects do.
 KERN_CMAKE = """cmake_minimum_required(VERSION 3.26)
 project(kern LANGUAGES CXX CUDA)
+find_package(CUDAToolkit REQUIRED)
 add_library(_kern_C MODULE csrc/kern.cu)
 set_target_properties(_kern_C PROPERTIES PREFIX "" SUFFIX ".abi3.so" CUDA_RUNTIME_LIBRARY Shared)
+target_link_libraries(_kern_C PRIVATE CUDA::cuda_driver)  # as vLLM's FlashAttention links it
 install(TARGETS _kern_C LIBRARY DESTINATION kern)
 # what find_package(Torch) on a CUDA torch would read for its gencode flags
 file(WRITE "${CMAKE_CURRENT_BINARY_DIR}/arch_list.txt" "$ENV{TORCH_CUDA_ARCH_LIST}")
 install(FILES "${CMAKE_CURRENT_BINARY_DIR}/arch_list.txt" DESTINATION kern)
 """
 KERN_SOURCE = """\
+#include <cuda.h>
+extern "C" int kern_driver_version() { int version = 0; cuDriverGetVersion(&version); return version; }
 __global__ void scale(float* x, float s, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i < n) x[i] *= s;
@@ -106,6 +113,10 @@ def test_own_build_files_ship_sass_only_for_arch_specific_targets_unless_ptx(tmp
     # the same source and pin, two recipes: two keys, and the PTX only where it was asked for
     assert _device_code(artifacts / "sassonly" / "files" / "kern" / "_kern_C.abi3.so") == {("cubin", "sm_90a")}
     assert _device_code(artifacts / "withptx" / "files" / "kern" / "_kern_C.abi3.so") == {("cubin", "sm_90a"), ("ptx", "compute_90a")}
+    # CUDA::cuda_driver links although NVIDIA's wheels ship no libcuda.so stub; the module needs the real driver
+    needed = subprocess.run(["readelf", "-d", artifacts / "sassonly" / "files" / "kern" / "_kern_C.abi3.so"],
+                            capture_output=True, text=True, check=True).stdout
+    assert "[libcuda.so.1]" in needed, needed
     # torch's CMake ignores CMAKE_CUDA_ARCHITECTURES and reads TORCH_CUDA_ARCH_LIST: it gets the same archs
     assert (artifacts / "sassonly" / "files" / "kern" / "arch_list.txt").read_text() == "9.0a"
     assert (artifacts / "withptx" / "files" / "kern" / "arch_list.txt").read_text() == "9.0a+PTX"
@@ -136,3 +147,26 @@ def test_recipe_level_ptx_is_checked(tmp_path: Path, build: str, complaint: str,
         load_manifest(tmp_path / "deps.toml")
     assert complaint in error.value.message and "deps.toml:" in error.value.message
     assert hint in (error.value.hint or "")
+
+
+DRIVER_USER = """\
+#include <cuda.h>
+int allocate(CUdeviceptr* p) { return cuMemAlloc(p, 16) == CUDA_SUCCESS; }  /* cuMemAlloc_v2 by cuda.h's macro */
+int copy(CUdeviceptr d, const void* h, CUstream s) { return cuMemcpyHtoDAsync(d, h, 16, s); }
+"""
+
+
+def test_the_driver_stub_defines_what_cuda_h_calls_so_the_link_keeps_the_driver(tmp_path: Path, toolchains: Path) -> None:
+    root = select_cuda(HERMETIC_CUDA).root
+    assert toolkit_stub(root) is None  # NVIDIA's wheels: no lib64/stubs/libcuda.so, hence the stub
+    names = driver_functions(root, "c++")
+    assert {"cuInit", "cuMemAlloc_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz", "cuTensorMapEncodeTiled"} <= set(names)
+    stub = driver_stub(root, tmp_path / "driver", "c++")
+    assert f"[{DRIVER_SONAME}]" in subprocess.run(["readelf", "-d", stub], capture_output=True, text=True, check=True).stdout
+    (tmp_path / "user.c").write_text(DRIVER_USER)
+    module = tmp_path / "user.so"
+    for defines in ((), ("-DCUDA_API_PER_THREAD_DEFAULT_STREAM",)):
+        # --as-needed drops a library that defines none of the calls: an empty stand-in would lose DT_NEEDED
+        subprocess.run(["c++", "-shared", "-fPIC", "-x", "c", *defines, "-I", root / "include", tmp_path / "user.c",
+                        "-Wl,--as-needed", "-Wl,--no-undefined", "-L", stub.parent, "-lcuda", "-o", module], check=True)
+        assert f"[{DRIVER_SONAME}]" in subprocess.run(["readelf", "-d", module], capture_output=True, text=True, check=True).stdout

@@ -46,6 +46,7 @@ from assembler.builder.recipe import torch_arch_list, uses_cuda
 from assembler.builder.units import RecipePathError
 from assembler.manifest import MANIFEST_NAME, Dependency
 from assembler.toolchain.cxx import cxx_name
+from assembler.toolchain.driver import driver_stub
 from assembler.toolchain.sccache import setuptools_environment, unshimmed
 from assembler.toolchain.venv import installed_versions
 
@@ -127,8 +128,12 @@ class SetuptoolsBackend:
             stand_ins = cuda_stand_ins(build_base, ctx.toolchain.env.torch_dir) if request.cuda else None
         except (OSError, subprocess.CalledProcessError) as error:
             raise BuildFailure(f"{dep.name}: cannot make the link stand-ins for torch's CUDA libraries: {error}") from None
+        # -lcuda (QuTLASS's extra_link_args) links a driver stub where the toolkit has none (toolchain.driver)
+        driver = driver_stub(ctx.toolchain.cuda.root, build_base / "assemble-driver", cxx_name()).parent if request.cuda else None
+        link_dirs = [directory for directory in (stand_ins, driver) if directory is not None]
+        if link_dirs:
+            env["LDFLAGS"] = " ".join(shlex.quote(f"-L{directory}") for directory in link_dirs)
         if stand_ins is not None:
-            env["LDFLAGS"] = shlex.quote(f"-L{stand_ins}")
             env["ASSEMBLE_CUDA_HOME"] = str(ctx.toolchain.cuda.root)
         ninja = ctx.toolchain.env.python.parent / "ninja"
         wrapper_dir, wrapper_env = ninja_wrapper(build_base, ninja)

@@ -18,6 +18,8 @@ from assembler.builder import recipe
 from assembler.builder.backends import BuildFailure, Prepared, Work, scrubbed_environment, write_compdb
 from assembler.builder.cache import digest_texts
 from assembler.manifest import Dependency
+from assembler.toolchain.cxx import cxx_name
+from assembler.toolchain.driver import driver_stub
 from assembler.toolchain.sccache import cmake_launcher_defines
 
 if TYPE_CHECKING:
@@ -95,6 +97,9 @@ class ScikitBuildBackend:
         if request.cuda:
             settings["cmake.define.CMAKE_CUDA_COMPILER"] = str(tc.cuda.nvcc)
             settings["cmake.define.ASSEMBLER_CUDA_HOME"] = str(tc.cuda.root)
+            if self.name != "helper":  # FindCUDAToolkit's CUDA::cuda_driver; the wheels ship no stub (toolchain.driver)
+                stub = driver_stub(tc.cuda.root, cmake_dir.parent / "assemble-driver", cxx_name())
+                settings["cmake.define.CUDA_cuda_driver_LIBRARY"] = str(stub)
         if request.archs:
             # the helper decides per extension; a dependency's own CMake gets SASS-only spellings
             sass_only = self.name != "helper" and not request.dep.build.ptx
