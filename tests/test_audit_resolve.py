@@ -117,3 +117,86 @@ def test_the_build_gate_refuses_it(objects: dict[str, Path], torch_lib: Path) ->
             assert f"{member} is UNRESOLVED: {CUDA_SHIM} (libtorch_cuda.so)" in error.message
         else:
             assert error is None and build.deps[0].verdict == "STABLE"
+
+
+# --- every other import: a kernel unit left out of the build (audit.loadscope) ---------------
+
+KERNEL_CALLER = """\
+#include <Python.h>
+namespace kern { void run_kernel(int size); }  // defined in kernel.cpp, a unit this build left out
+extern "C" int aoti_torch_get_device_type(void* tensor, int* type);
+extern "C" int launch(int size) {
+  int type;
+  aoti_torch_get_device_type(nullptr, &type);
+  kern::run_kernel(size);
+  return type;
+}
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "ops", nullptr, -1, nullptr};
+PyMODINIT_FUNC PyInit_ops(void) { return PyModule_Create(&module); }
+"""
+KERNEL = "namespace kern { void run_kernel(int size) { (void)size; } }\n"
+KERNEL_SYMBOL = "_ZN4kern10run_kernelEi"
+
+
+@pytest.fixture(scope="module")
+def kernel_objects(tmp_path_factory: pytest.TempPathFactory, torch_lib: Path) -> dict[str, Path]:
+    """"lost": the caller alone (the kernel unit left out); "sibling": it needs libkern.so, which
+    defines the kernel, from a directory the dynamic linker does not search."""
+    out = tmp_path_factory.mktemp("kernels")
+    (out / "ops.cpp").write_text(KERNEL_CALLER)
+    (out / "kernel.cpp").write_text(KERNEL)
+    siblings = out / "siblings"
+    siblings.mkdir()
+    subprocess.run(["g++", "-shared", "-fPIC", "-Wl,-soname,libkern.so", str(out / "kernel.cpp"), "-o", str(siblings / "libkern.so")],
+                   check=True, capture_output=True)
+    cxx = ["g++", "-shared", "-fPIC", "-O1", "-DPy_LIMITED_API=0x03090000", f"-I{sysconfig.get_paths()['include']}", str(out / "ops.cpp")]
+    lost, linked = out / "lost" / "ops.abi3.so", out / "linked" / "ops.abi3.so"
+    lost.parent.mkdir()
+    linked.parent.mkdir()
+    subprocess.run([*cxx, "-o", str(lost), f"-L{torch_lib}", "-Wl,--no-as-needed", "-ltorch_cpu"], check=True, capture_output=True)
+    subprocess.run([*cxx, "-o", str(linked), f"-L{siblings}", f"-L{torch_lib}", "-Wl,--no-as-needed", "-lkern", "-ltorch_cpu"],
+                   check=True, capture_output=True)
+    return {
+        "lost": make_wheel(out / "lost-1.0-cp39-abi3-linux_x86_64.whl", {"lost/ops.abi3.so": lost}),
+        "linked": make_wheel(out / "linked-1.0-cp39-abi3-linux_x86_64.whl", {"linked/ops.abi3.so": linked}),
+        "siblings": siblings,
+    }
+
+
+def test_an_import_no_library_of_the_tree_defines_is_unresolved(kernel_objects: dict[str, Path], torch_lib: Path) -> None:
+    """Against a real torch/lib every library of the tree is known: the left-out kernel is named,
+    and libstdc++'s, libc's and torch's own imports are found (nothing else is listed)."""
+    done = run_assemble("audit", "--check", "all", "--json", "--torch-lib", str(torch_lib), str(kernel_objects["lost"]))
+    assert done.returncode == 1, done.stderr
+    [entry] = json.loads(done.stdout)["extensions"]
+    assert entry["unresolved"] == {KERNEL_SYMBOL: "no library of its load scope"} and "unjudged_imports" not in entry
+    assert entry["torch_abi"] == "STABLE"
+    assert f"lost/ops.abi3.so imports {KERNEL_SYMBOL}, which no library of its DT_NEEDED tree" in done.stderr, done.stderr
+    [report] = audit_paths([kernel_objects["lost"]], torch_lib=torch_lib)
+    assert [f.verdict for f in findings(report, "all")] == [Verdict.UNRESOLVED]
+
+
+def test_without_every_library_of_the_tree_nothing_is_claimed(kernel_objects: dict[str, Path], torch_lib: Path) -> None:
+    # the shipped table has torch's shim symbols only: the kernel is not judged, and the report says why
+    bare = run_assemble("audit", "--check", "all", "--json", str(kernel_objects["lost"]))
+    assert bare.returncode == 0, bare.stderr
+    [entry] = json.loads(bare.stdout)["extensions"]
+    assert entry["unresolved"] == {} and "only its shim symbols are known" in entry["unjudged_imports"]
+    # libkern.so is not where the linker looks: unjudged, not UNRESOLVED
+    done = run_assemble("audit", "--check", "all", "--json", "--torch-lib", str(torch_lib), str(kernel_objects["linked"]))
+    assert done.returncode == 0, done.stderr
+    [entry] = json.loads(done.stdout)["extensions"]
+    assert entry["unresolved"] == {} and entry["unjudged_imports"] == "libkern.so is not on this machine"
+    # where it is found (the build passes its toolkit's lib directories so), the kernel resolves
+    [report] = audit_paths([kernel_objects["linked"]], torch_lib=torch_lib, library_dirs=[kernel_objects["siblings"]])
+    assert report.extensions[0].unresolved == {} and report.extensions[0].unjudged_imports is None
+    assert findings(report, "all") == []
+
+
+def test_the_build_gate_refuses_a_left_out_kernel(kernel_objects: dict[str, Path], torch_lib: Path) -> None:
+    audits = _audit_wheel(kernel_objects["lost"], {"dep": ("lost/ops.abi3.so",)}, torch_lib)
+    build = BuildReport(bundle="b", cuda="13.2", nvcc="13.2", cuda_origin="test", cuda_root=Path("/"), torch="2.13.0", deps=[
+        DepReport("dep", "c" * 40, "c" * 40, "k", 0, BuildOutcome.BUILT, 0.0, [], "2.10", None, None)])
+    error = _gate(build, audits, ())
+    assert isinstance(error, CheckFailed) and build.deps[0].verdict == "UNRESOLVED"
+    assert f"lost/ops.abi3.so is UNRESOLVED: {KERNEL_SYMBOL}" in error.message, error.message

@@ -15,6 +15,11 @@ if TYPE_CHECKING:
     from assembler.audit.shapes import AuditReport, ElfReport
 
 
+# The provider an UNRESOLVED symbol is recorded with when no library of the object's load scope
+# defines it (audit.loadscope), where a torch symbol names the torch library that would.
+NOWHERE = "no library of its load scope"
+
+
 class Verdict(StrEnum):
     """What a check found. The values are what every output (text and JSON) prints."""
 
@@ -91,13 +96,22 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
                     f"{report.path}: {e.path} uses the unstable LibTorch C++ ABI "
                     f"({e.unstable} symbols: {_listing(e.unstable_symbols)})",
                 ))
-            if e.unresolved:
-                providers = sorted(set(e.unresolved.values()))
+            linkable = {s: lib for s, lib in e.unresolved.items() if lib != NOWHERE}
+            if linkable:
+                providers = sorted(set(linkable.values()))
                 found.append(Finding(
-                    Verdict.UNRESOLVED, report.path, e.path, tuple(f"{s} ({lib})" for s, lib in e.unresolved.items()),
-                    f"{report.path}: {e.path} imports {_listing(f'{s} (from {lib})' for s, lib in e.unresolved.items())} "
+                    Verdict.UNRESOLVED, report.path, e.path, tuple(f"{s} ({lib})" for s, lib in linkable.items()),
+                    f"{report.path}: {e.path} imports {_listing(f'{s} (from {lib})' for s, lib in linkable.items())} "
                     f"but {', '.join(providers)} is not in its DT_NEEDED tree ({_listing(e.needed, 6) or 'none'}): "
                     f"it fails to load with \"undefined symbol\"; link {', '.join(p.removeprefix('lib').split('.so')[0] for p in providers)}",
+                ))
+            nowhere = tuple(s for s, lib in e.unresolved.items() if lib == NOWHERE)
+            if nowhere:
+                found.append(Finding(
+                    Verdict.UNRESOLVED, report.path, e.path, nowhere,
+                    f"{report.path}: {e.path} imports {_listing(nowhere)}, which no library of its DT_NEEDED tree "
+                    f"({_listing(e.needed, 6) or 'none'}) defines: it fails to load with \"undefined symbol\"; "
+                    f"build the unit that defines it into the extension, or link the library that does",
                 ))
         found += _torch_floor(report)
     if kind in (CheckKind.ABI3, CheckKind.ALL):

@@ -89,8 +89,11 @@ class ElfReport:
     # min_python is the limited-API floor; full: built for one CPython's full API, no limited-API
     # floor is reported (min_python null); none: uses no CPython symbol (NO-PYTHON)
     python_api: str = PYTHON_LIMITED
-    # torch symbols its DT_NEEDED tree cannot resolve: symbol -> the torch library that exports it
+    # symbols its load scope cannot resolve: torch's -> the torch library that exports it; any
+    # other -> gate.NOWHERE (no library of its DT_NEEDED tree defines it)
     unresolved: dict[str, str] = field(default_factory=dict)
+    # why its non-torch imports were not judged (a library of its tree is not here), or None
+    unjudged_imports: str | None = None
     error: str | None = None  # INCOMPLETE: why it could not be read (a limit, corruption); the other fields are empty
 
     @classmethod
@@ -124,6 +127,7 @@ class ElfReport:
             "needed": list(self.needed),
             "python_api": self.python_api,
             "unresolved": dict(self.unresolved),
+            **({"unjudged_imports": self.unjudged_imports} if self.unjudged_imports is not None else {}),
             **({"error": self.error} if self.error is not None else {}),
         }
 

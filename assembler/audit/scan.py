@@ -15,7 +15,8 @@ from pathlib import Path
 from assembler.audit.classify import classify_torch
 from assembler.audit.cpython import classify_cpython, describe_source, format_py, is_entry_point, limited_api
 from assembler.audit.elf import read_dynamic
-from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, PYTHON_NONE, CheckKind, findings
+from assembler.audit.gate import NOWHERE, PYTHON_FULL, PYTHON_LIMITED, PYTHON_NONE, CheckKind, findings
+from assembler.audit.loadscope import judge
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.audit.torchdata import DEFAULT_TABLE, TorchTable, load_table
 from assembler.audit.torchlibs import TorchLibraries, resolver
@@ -28,9 +29,11 @@ _PARALLEL_FROM = 16 << 20  # compressed bytes of deflated members worth a thread
 CHECKS = tuple(kind.value for kind in CheckKind)
 
 
-def audit_object(job: Job, floor: PyVersion | None, table: TorchTable, libraries: TorchLibraries | None = None) -> ElfReport:
+def audit_object(job: Job, floor: PyVersion | None, table: TorchTable, libraries: TorchLibraries | None = None,
+                 library_dirs: tuple[Path, ...] = ()) -> ElfReport:
     """Read one shared object's dynamic section and classify it; with ``libraries``, also which
-    of its torch symbols its DT_NEEDED tree cannot resolve."""
+    of its torch symbols its DT_NEEDED tree cannot resolve; and which of its other imports no
+    library of that tree defines, where every one is known here (``library_dirs`` first)."""
     source = open_job(job)
     try:
         info = read_dynamic(source, defined_prefixes=(b"Py", b"_Py"))
@@ -39,7 +42,10 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable, libraries
     finally:
         source.close()
     undefined = [s.name for s in info.symbols if not s.defined]
-    unresolved = libraries.unresolved((s.name for s in info.symbols if not s.defined and not s.weak), info.needed) if libraries else {}
+    strong = [s.name for s in info.symbols if not s.defined and not s.weak]
+    unresolved = libraries.unresolved(strong, info.needed) if libraries else {}
+    scope = judge(strong, info.needed, libraries, library_dirs)
+    unresolved |= dict.fromkeys(scope.missing, NOWHERE)
     extension = any(s.defined and not s.local and is_entry_point(s.name) for s in info.symbols)
     torch = classify_torch(undefined, table)
     python = classify_cpython(info.symbols, floor)
@@ -64,7 +70,17 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable, libraries
         needed=info.needed,
         python_api=api,
         unresolved=unresolved,
+        unjudged_imports=scope.unjudged,
     )
+
+
+def torch_neighbours(torch_lib: Path | None) -> tuple[Path, ...]:
+    """Where a pip-installed torch's own dependencies live (``site-packages/nvidia/*/lib``, found
+    through torch's RPATH): the libraries of its tree below torch's."""
+    if torch_lib is None:
+        return ()
+    site = torch_lib.parent.parent
+    return (torch_lib, *sorted(p for p in site.glob("nvidia/**/lib") if p.is_dir()))
 
 
 def is_abi3_object(name: str, floor: PyVersion | None) -> bool:
@@ -78,10 +94,11 @@ def _cost(job: Job) -> int:
     return 0 if isinstance(job, FileJob) or job.compress_type == 0 else job.compress_size
 
 
-def _audit_or_report(job: Job, floor: PyVersion | None, table: TorchTable, libraries: TorchLibraries | None) -> ElfReport:
+def _audit_or_report(job: Job, floor: PyVersion | None, table: TorchTable, libraries: TorchLibraries | None,
+                     library_dirs: tuple[Path, ...] = ()) -> ElfReport:
     """audit_object, with an object that cannot be read reported INCOMPLETE (its reason kept)."""
     try:
-        return audit_object(job, floor, table, libraries)
+        return audit_object(job, floor, table, libraries, library_dirs)
     except InputError as error:
         return ElfReport.unreadable(job.name, error.message)
 
@@ -93,15 +110,18 @@ def unreadable(reports: Iterable[AuditReport]) -> list[str]:
 
 def audit_paths(
     paths: Iterable[Path], table_path: Path = DEFAULT_TABLE, workers: int | None = None, torch_lib: Path | None = None,
-    keep_going: bool = False,
+    keep_going: bool = False, library_dirs: Iterable[Path] = (),
 ) -> list[AuditReport]:
     """One report per path; InputError (exit 2) for a missing path, a bad wheel or a broken ELF.
     With ``keep_going``, an object that cannot be read (a limit, corruption) is reported
     INCOMPLETE with its reason and the others are still audited (see :func:`unreadable`).
 
     Torch symbols are resolved against ``torch_lib`` (a torch's ``torch/lib``) over the shipped
-    library table, or against the shipped table alone (:mod:`assembler.audit.torchlibs`)."""
+    library table, or against the shipped table alone (:mod:`assembler.audit.torchlibs`); other
+    libraries are looked for in ``library_dirs`` (a CUDA toolkit's ``lib``), then where the
+    dynamic linker looks (:mod:`assembler.audit.loadscope`)."""
     table = load_table(table_path)
+    dirs = (*library_dirs, *torch_neighbours(torch_lib))
     libraries = resolver(torch_lib)
     audit = _audit_or_report if keep_going else audit_object
     targets = [open_target(Path(p)) for p in paths]
@@ -115,7 +135,7 @@ def audit_paths(
         with ThreadPoolExecutor(max_workers=workers) as pool:
             pool.submit(limited_api)  # import abi3info while the first members inflate
             pool.submit(describe_source)
-            futures = {i: pool.submit(audit, work[i][1], floors[work[i][0].path], table, libraries) for i in order}
+            futures = {i: pool.submit(audit, work[i][1], floors[work[i][0].path], table, libraries, dirs) for i in order}
             try:
                 for i, future in futures.items():
                     results[i] = future.result()
@@ -124,7 +144,7 @@ def audit_paths(
                 raise
     else:
         for i in order:
-            results[i] = audit(work[i][1], floors[work[i][0].path], table, libraries)
+            results[i] = audit(work[i][1], floors[work[i][0].path], table, libraries, dirs)
     sources = {"torch": table.describe(), "cpython": describe_source()}
     if libraries is not None:
         sources["torch_libraries"] = libraries.describe()

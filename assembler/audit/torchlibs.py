@@ -64,6 +64,7 @@ class TorchLibraries:
     source: str  # where it was read: a torch/lib directory, a wheel, or the shipped table
     libs: Mapping[str, frozenset[str]]
     needed: Mapping[str, tuple[str, ...]]
+    complete: frozenset[str] = frozenset()  # libraries read with every export (a real torch/lib), not shim symbols only
 
     def exporter(self, symbol: str) -> str | None:
         """The library of this torch that exports ``symbol``, or None."""
@@ -112,6 +113,7 @@ class TorchLibraries:
             source=f"{self.source}; {', '.join(extra)} from {base.source}",
             libs={**{n: base.libs[n] for n in extra if n in base.libs}, **self.libs},
             needed={**{n: base.needed[n] for n in extra}, **self.needed},
+            complete=self.complete,
         )
 
     def describe(self) -> str:
@@ -140,7 +142,7 @@ def _cache_file(cache_dir: Path, torch: str, libs: list[Path]) -> Path:
     return cache_dir / EXPORTS_DIR / f"{safe}-{key}.json.gz"
 
 
-def _from_json(data: Mapping[str, object], source: str) -> TorchLibraries:
+def _from_json(data: Mapping[str, object], source: str, complete: bool = False) -> TorchLibraries:
     libs = data["libs"]
     if not isinstance(libs, dict):
         raise TypeError("libs")
@@ -149,6 +151,7 @@ def _from_json(data: Mapping[str, object], source: str) -> TorchLibraries:
         source=source,
         libs={str(name): frozenset(map(str, entry["exports"])) for name, entry in libs.items()},
         needed={str(name): tuple(map(str, entry["needed"])) for name, entry in libs.items()},
+        complete=frozenset(map(str, libs)) if complete else frozenset(),
     )
 
 
@@ -172,7 +175,7 @@ def read_lib_dir(torch: str, lib_dir: Path, progress: Callable[[str], None] = la
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, EOFError, AttributeError):
         data = json.loads(gzip.decompress(cached.read_bytes()))
         if data["schema"] == _SCHEMA and data["torch"] == torch:
-            return _from_json(data, str(lib_dir))
+            return _from_json(data, str(lib_dir), complete=True)
     progress(f"reading the symbols torch {torch} exports ({lib_dir}; once, cached in {cached.parent})")
     exports: dict[str, frozenset[str]] = {}
     needed: dict[str, tuple[str, ...]] = {}
@@ -187,7 +190,7 @@ def read_lib_dir(torch: str, lib_dir: Path, progress: Callable[[str], None] = la
             source.close()
         if found is not None:
             exports[path.name], needed[path.name] = frozenset(found[0]), found[1]
-    table = TorchLibraries(torch, str(lib_dir), exports, needed)
+    table = TorchLibraries(torch, str(lib_dir), exports, needed, complete=frozenset(exports))
     payload = gzip.compress(json.dumps(_to_json(table, lib_dir=str(lib_dir))).encode(), 6, mtime=0)
     with contextlib.suppress(OSError):  # a read-only cache: the table is simply read again next time
         atomic_write(cached, payload)

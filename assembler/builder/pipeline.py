@@ -388,7 +388,7 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
         report.wheel, report.partial = result.wheel, list(result.missing)
         report.warnings.extend(result.warnings)
         note(f"merged {result.wheel.name}; auditing")
-        audits = _audit_wheel(result.wheel, result.files, _build_torch_lib(workspace, options))
+        audits = _audit_wheel(result.wheel, result.files, _build_torch_lib(workspace, options), _toolkit_lib_dirs(report.cuda_root))
         atomic_write(state_path, json.dumps({
             "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel), "warnings": list(result.warnings),
             "partial": list(result.missing),
@@ -456,12 +456,19 @@ def _build_torch_lib(workspace: Workspace, options: BuildOptions) -> Path | None
     return ensure_build_env(torch).torch_dir / "lib" if torch else None
 
 
-def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]], torch_lib: Path | None = None) -> dict[str, list[ExtensionVerdict]]:
+def _toolkit_lib_dirs(root: Path) -> tuple[Path, ...]:
+    """Where the build's CUDA toolkit keeps its runtime libraries (libcudart.so.13, components):
+    the audit resolves an extension's CUDA imports there, as the loader will in the user's env."""
+    return tuple(d for d in (root / "lib", root / "lib64", root / "targets" / "x86_64-linux" / "lib") if d.is_dir())
+
+
+def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]], torch_lib: Path | None = None,
+                 library_dirs: tuple[Path, ...] = ()) -> dict[str, list[ExtensionVerdict]]:
     """The audit's verdict on every shared object of the wheel, grouped by the dependency that
     shipped it (the merge says which files each one placed)."""
     from assembler.audit import audit_paths
 
-    [report] = audit_paths([wheel], torch_lib=torch_lib)
+    [report] = audit_paths([wheel], torch_lib=torch_lib, library_dirs=library_dirs)
     found = [finding for finding in findings(report, CheckKind.ALL) if finding.member is not None]
     owner = {path: dep for dep, paths in files.items() for path in paths}
     verdicts: dict[str, list[ExtensionVerdict]] = {dep: [] for dep in files}
