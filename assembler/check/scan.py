@@ -166,6 +166,7 @@ class Reader:
         self.python_include = python_include.resolve()
         self._texts: dict[Path, list[str]] = {}
         self._present: dict[str, bool] = {}  # a scan's dependency, absolute and there (the same for every unit of a run)
+        self.known_present = self._present  # read directly by the hot loops (a dict lookup, no call)
 
     def present(self, written: str) -> bool:
         """Whether a dependency a scan listed is a file that exists (else it is missing, as written)."""
@@ -246,8 +247,11 @@ def _not_limited(unit: TranslationUnit, output: ScanOutput, reader: Reader, resu
     cpython_object = reader.python_include / "cpython" / "object.h"
     cpython_spelled = str(cpython_object)
     for depth_path in output.tree:
-        normal = os.path.normpath(depth_path[1])
-        if "pybind11" not in normal and normal != cpython_spelled:  # neither, without building a Path (thousands a unit)
+        raw = depth_path[1]
+        if "pybind11" not in raw and "object.h" not in raw:  # neither, before any normpath (thousands a unit):
+            continue  # normpath only drops components, so a name absent from the raw path is absent after it
+        normal = os.path.normpath(raw)
+        if "pybind11" not in normal and normal != cpython_spelled:
             continue
         path = Path(normal)
         if "pybind11" in path.parts:
@@ -298,7 +302,8 @@ def _tree_chain(unit: TranslationUnit, tree: list[tuple[int, str]], target: tupl
 
 def _missing(unit: TranslationUnit, output: ScanOutput, reader: Reader, result: UnitResult) -> None:
     known = {item["header"] for item in result.missing}
-    absent = [written for written in output.dependencies if not reader.present(written)]
+    known_present = reader.known_present
+    absent = [written for written in output.dependencies if not (known_present.get(written) or reader.present(written))]
     if not absent:
         return
     present = [Path(p) for p in output.dependencies if reader.present(p)]

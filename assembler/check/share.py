@@ -221,8 +221,8 @@ class Sharing:
                 data = Path(file).read_bytes()
             except OSError:
                 data = b""  # a missing header is read by nobody
-            poisoned = {name.decode("latin-1") for match in _POISON.finditer(data)
-                        for name in re.findall(rb"[A-Za-z_$][\w$]*", match.group(1) or match.group(2) or b"")}
+            poisoned = {name.decode("latin-1") for match in (_POISON.finditer(data) if b"poison" in data else ())  # a substring test first:
+                        for name in re.findall(rb"[A-Za-z_$][\w$]*", match.group(1) or match.group(2) or b"")}  # the regex is slow
             known = (_HEADER_RISK.search(data) is not None, frozenset(poisoned))
             with self._lock:
                 self._read[file] = known
@@ -270,5 +270,10 @@ def derive(outputs: list[ScanOutput], spelled: str, other: str) -> list[ScanOutp
     def errors(found: list[Diagnostic]) -> list[Diagnostic]:
         return [Diagnostic(swap(e.file), e.line, e.text, tuple((swap(f), line) for f, line in e.chain)) for e in found]
 
-    return [replace(output, seconds=0.0, dependencies=[swap(p) for p in output.dependencies],
+    def dependencies(found: list[str]) -> list[str]:
+        if found and found[0] == spelled and spelled not in found[1:]:  # as reusable() requires: one list copy, no loop
+            return [other, *found[1:]]
+        return [swap(p) for p in found]
+
+    return [replace(output, seconds=0.0, dependencies=dependencies(output.dependencies),
                     tree=list(output.tree), errors=errors(output.errors)) for output in outputs]
