@@ -20,6 +20,13 @@ if TYPE_CHECKING:
 NOWHERE = "no library of its load scope"
 
 
+def _demangled(symbols: Iterable[str]) -> tuple[str, ...]:
+    """C++ names for a finding a person reads (the audit's demangler, imported when needed)."""
+    from assembler.audit.classify import demangle
+
+    return tuple(demangle(symbol) for symbol in symbols)
+
+
 class Verdict(StrEnum):
     """What a check found. The values are what every output (text and JSON) prints."""
 
@@ -27,7 +34,7 @@ class Verdict(StrEnum):
     STABLE = "STABLE"  # only stable C-shim symbols
     UNSTABLE = "UNSTABLE"  # at least one LibTorch C++ symbol
     NO_TORCH = "NO-TORCH"  # no torch symbol at all
-    UNRESOLVED = "UNRESOLVED"  # imports a torch symbol that no library of its DT_NEEDED tree exports: it cannot load
+    UNRESOLVED = "UNRESOLVED"  # imports a symbol that no library of its load scope exports: it cannot load
     # CPython ABI
     ABI3 = "ABI3"  # limited API only, within the abi3 tag
     NON_ABI3 = "NON-ABI3"  # CPython API outside the limited API (or a wheel without an abi3 tag)
@@ -105,7 +112,7 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
                     f"but {', '.join(providers)} is not in its DT_NEEDED tree ({_listing(e.needed, 6) or 'none'}): "
                     f"it fails to load with \"undefined symbol\"; link {', '.join(p.removeprefix('lib').split('.so')[0] for p in providers)}",
                 ))
-            nowhere = tuple(s for s, lib in e.unresolved.items() if lib == NOWHERE)
+            nowhere = _demangled(s for s, lib in e.unresolved.items() if lib == NOWHERE)
             if nowhere:
                 found.append(Finding(
                     Verdict.UNRESOLVED, report.path, e.path, nowhere,

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
-from assembler.audit.gate import CheckKind, findings, object_verdict, passes, summarize
+from assembler.audit.gate import CheckKind, Verdict, findings, object_verdict, passes, summarize
 from assembler.builder import builder, scheduler
 from assembler.builder.builder import Outcome
 from assembler.builder.cache import ArtifactStore, digest_texts
@@ -506,7 +506,7 @@ def _gate(report: BuildReport, audits: dict[str, list[ExtensionVerdict]], allowe
     if not failures:
         return None
     names = [dep.dep for dep in report.deps if any(not item.ok for item in audits.get(dep.dep, [])) and dep.dep not in allowed]
-    return CheckFailed(
-        "audit gate: " + "; ".join(failures),
-        hint=f"port {', '.join(names)} to the Stable ABI, or ship it anyway with --allow-unstable {names[0]}",
-    )
+    verdicts = {item.verdict for dep in report.deps if dep.dep in names for item in audits.get(dep.dep, []) if not item.ok}
+    fix = ("link the library the finding names, or build the unit that defines each symbol into the extension (it cannot load as it is)"
+           if verdicts == {Verdict.UNRESOLVED} else f"port {', '.join(names)} to the Stable ABI")
+    return CheckFailed("audit gate: " + "; ".join(failures), hint=f"{fix}, or ship it anyway with --allow-unstable {names[0]}")
