@@ -26,6 +26,7 @@ from assembler.toolchain.cuda import select_cuda
 from assembler.toolchain.torchenv import ensure_build_env
 from assembler.workspace import open_workspace
 from tests.build_support import BUILD_TORCH, HERMETIC_CUDA
+from tests.conftest import run_assemble
 from tests.gitrepo import Repo
 
 pytestmark = pytest.mark.slow
@@ -204,6 +205,15 @@ def test_an_unmigrated_unit_fails_the_build_at_its_line(model_ws: Path, private_
     assert "This file should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined" in (failure.value.hint or "")
     summary = builder.format_failure(failure.value.failed[0])
     assert summary.startswith("dep legacy still includes <torch/python.h> from csrc/pybind.cpp:7\ntorch: This file")
+
+
+def test_a_refused_unit_is_not_a_compiler_cache_failure(model_ws: Path, private_cache: Path) -> None:
+    """sccache counts a unit whose preprocessor failed (the guard's #error) as a "cache error";
+    the build's failure explains it, so no compiler-cache warning is printed for it."""
+    done = run_assemble("build", "--cuda", HERMETIC_CUDA, "--only", "legacy", "--partial", cwd=model_ws)
+    assert done.returncode == 6, done.stderr
+    assert "error: dep legacy still includes <torch/python.h> from csrc/pybind.cpp:7" in done.stderr
+    assert "the compiler cache failed" not in done.stderr, done.stderr
 
 
 NINJA_LOG = """\

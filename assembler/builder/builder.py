@@ -170,13 +170,13 @@ def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
                    compiler_cache=recorded_compiler_cache(target))
 
 
-def _compiler_cache_figures(server: sccache.SccacheServer | None) -> dict[str, Any] | None:
+def _compiler_cache_figures(server: sccache.SccacheServer | None, build_failed: bool = False) -> dict[str, Any] | None:
     """The compiler cache's counts for this build, with ``problem``: what went wrong with it
     (the server died, cache reads or writes failed), or null."""
     if server is None:
         return None
     stats = server.stats()
-    return {**stats.to_json(), "problem": server.problem(stats)}
+    return {**stats.to_json(), "problem": server.problem(stats, build_failed)}
 
 
 def recorded_compiler_cache(artifact: Path) -> dict[str, Any] | None:
@@ -264,7 +264,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
             failure = None
         except backends.BuildFailure as failed:
             failure = failed
-        compiled = _compiler_cache_figures(server)
+        compiled = _compiler_cache_figures(server, build_failed=failure is not None)
     record_unit_times(ctx.state_dir, dep.name, times)
     if shard is not None:
         shutil.rmtree(tree, ignore_errors=True)

@@ -172,6 +172,9 @@ class CompileStats:
     errors: int = 0
     location: str = ""
     cache_errors: int = 0  # reads and writes the cache itself failed (a part of ``errors``; the rest: failed compiles)
+    # of those, compiles sccache could not hash: its "cache error" for a unit whose preprocessor
+    # failed (a torch guard's #error), which the build's own failure already explains
+    hash_errors: int = 0
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CompileStats:
@@ -183,11 +186,12 @@ class CompileStats:
 
         not_cacheable = sum(int(stats.get(name, 0)) for name in (
             "requests_not_cacheable", "requests_unsupported_compiler", "non_cacheable_compilations"))
-        cache_errors = total("cache_errors") + int(stats.get("cache_read_errors", 0)) + int(stats.get("cache_write_errors", 0))
+        hash_errors = total("cache_errors")
+        cache_errors = hash_errors + int(stats.get("cache_read_errors", 0)) + int(stats.get("cache_write_errors", 0))
         errors = cache_errors + int(stats.get("compile_fails", 0))
         return cls(requests=int(stats.get("compile_requests", 0)), hits=total("cache_hits"), misses=total("cache_misses"),
                    not_cacheable=not_cacheable, errors=errors, location=str(data.get("cache_location", "")),
-                   cache_errors=cache_errors)
+                   cache_errors=cache_errors, hash_errors=hash_errors)
 
     def to_json(self) -> dict[str, Any]:
         return {"requests": self.requests, "hits": self.hits, "misses": self.misses,
@@ -274,18 +278,21 @@ class SccacheServer:
         except (OSError, subprocess.SubprocessError, ValueError):
             return CompileStats(location=UNAVAILABLE)
 
-    def problem(self, stats: CompileStats) -> str | None:
+    def problem(self, stats: CompileStats, build_failed: bool = False) -> str | None:
         """What went wrong with the compiler cache during the build, in one line naming the
         error, or None: the server died (a client may have started another in its place), or
-        reads and writes of the cache failed (the compiles still ran, uncached)."""
+        reads and writes of the cache failed (the compiles still ran, uncached). When the build
+        failed, units sccache could not hash are the failure's own (their preprocessor failed),
+        not the cache's."""
         gone = [pid for pid in self.pids if not _alive(pid, self.owner)]
         what = []
         if self.pids and len(gone) == len(self.pids):
             what.append(f"the sccache server (pid {gone[0]}) stopped during the build")
         if stats.location == UNAVAILABLE:
             what.append("its statistics could not be read")
-        if stats.cache_errors:
-            what.append(f"{stats.cache_errors} cache read/write error{'s' if stats.cache_errors != 1 else ''}")
+        counted = stats.cache_errors - (stats.hash_errors if build_failed else 0)
+        if counted:
+            what.append(f"{counted} cache read/write error{'s' if counted != 1 else ''}")
         if not what:
             return None
         errors = self.logged_errors()
