@@ -216,6 +216,17 @@ def test_a_refused_unit_is_not_a_compiler_cache_failure(model_ws: Path, private_
     assert "the compiler cache failed" not in done.stderr, done.stderr
 
 
+def test_a_missing_include_dir_is_refused_at_its_line_by_build_as_by_check(model_ws: Path, private_cache: Path) -> None:
+    manifest = model_ws / "deps.toml"
+    manifest.write_text(manifest.read_text().replace('sources = ["csrc/zero.cpp"]', 'sources = ["csrc/zero.cpp"]\ninclude-dirs = ["csrc/missing"]'))
+    line = next(n for n, text in enumerate(manifest.read_text().splitlines(), 1) if "csrc/missing" in text)
+    for command in (("check", "zero", "--cuda", HERMETIC_CUDA), ("build", "--cuda", HERMETIC_CUDA, "--only", "zero")):
+        done = run_assemble(*command, cwd=model_ws)
+        assert done.returncode == 2, (command, done.stderr)
+        assert f"deps.toml:{line}:" in done.stderr and "include dir csrc/missing is not a directory" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+
+
 NINJA_LOG = """\
 [1/3] Building CXX object CMakeFiles/_k.dir/csrc/a.cpp.o
 FAILED: CMakeFiles/_k.dir/csrc/a.cpp.o

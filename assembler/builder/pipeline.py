@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import Version
 
 from assembler.audit.gate import CheckKind, Verdict, findings, object_verdict, passes, summarize
-from assembler.builder import builder, scheduler
+from assembler.builder import builder, scheduler, units
 from assembler.builder.builder import Outcome
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
@@ -247,6 +247,9 @@ def build_artifacts(
             compiler_cache=compiler_cache(workspace),
             shared=open_store(manifest.cache.artifacts, manifest.cache.s3_endpoint),
         )
+        for dep in deps:  # a source or include dir the checkout lacks: refused at its deps.toml line, as check and --plan do
+            if dep.build.backend == "helper":
+                units.translation_units(workspace, dep, checkouts[dep.name].path)
         requests = [builder.prepare(ctx, dep, checkouts[dep.name].path, series_digest(dep)) for dep in deps]
         outcomes: dict[str, Outcome] = {}
         pending = []
