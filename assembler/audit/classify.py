@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
-from types import ModuleType
 
+from assembler.audit.demangle import demangle
 from assembler.audit.gate import Verdict
 from assembler.audit.torchdata import TorchTable, Version, format_version
 
@@ -33,25 +32,6 @@ class TorchFindings:
     min_torch: str | None
     min_torch_symbols: tuple[str, ...]
     unknown_shim_symbols: tuple[str, ...]
-
-
-@cache
-def _demangler() -> ModuleType:
-    """cxxfilt, imported only once a symbol needs demangling (most wheels never do)."""
-    import cxxfilt
-
-    module: ModuleType = cxxfilt
-    return module
-
-
-def demangle(name: str) -> str:
-    """C++ name for a mangled symbol; the symbol itself when it is not one (or cannot be demangled)."""
-    if not name.startswith("_Z"):
-        return name
-    try:
-        return str(_demangler().demangle(name))
-    except _demangler().Error:
-        return name
 
 
 def is_unstable(demangled: str) -> bool:

@@ -11,6 +11,8 @@ from collections.abc import Iterable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, NamedTuple
 
+from assembler.audit.demangle import demangle
+
 if TYPE_CHECKING:
     from assembler.audit.shapes import AuditReport, ElfReport
 
@@ -21,9 +23,7 @@ NOWHERE = "no library of its load scope"
 
 
 def _demangled(symbols: Iterable[str]) -> tuple[str, ...]:
-    """C++ names for a finding a person reads (the audit's demangler, imported when needed)."""
-    from assembler.audit.classify import demangle
-
+    """C++ names for a finding a person reads."""
     return tuple(demangle(symbol) for symbol in symbols)
 
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from assembler.audit.classify import SHIM_PREFIXES, demangle
+from assembler.audit.classify import SHIM_PREFIXES
+from assembler.audit.demangle import demangle
 from assembler.audit.elf import read_dynamic
 from assembler.audit.member import FileSource
 from assembler.audit.torchdata import format_version, load_table

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assembler.audit.classify import demangle
+from assembler.audit.demangle import demangle
 from assembler.cache import in_use
 from assembler.errors import InputError, ManifestError
 from assembler.manifest import MANIFEST_NAME, find_workspace, load_manifest
