@@ -27,11 +27,19 @@ from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
 from assembler.migration.active import ActiveLines, active_lines
 from assembler.migration.lexer import blank_comments_and_strings
+from assembler.migration.progress import (
+    MigrationProgress,
+    ProgressEvidence,
+    evidence_record,
+    migration_progress,
+    publish_progress,
+)
 from assembler.migration.rules import Kind, Match, RuleSet, load_rules, match_rules
 from assembler.migration.versions import Provided, Versions
 from assembler.workspace import Workspace
 
 Note = Callable[[str], None]
+SCHEMA = 2  # of `assess --json`: 2, deps is a list keyed name (as check's), progress an object with its evidence
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,7 @@ class DepAssessment:
     active: dict[Path, set[int]] = field(default_factory=dict)  # the lines the build compiles, per file of the checkout
     error: AssembleError | None = None
     seconds: float = 0.0
+    evidence: ProgressEvidence | None = None  # this run, as the progress line names it
 
     def kind_of(self, use: Use, ruleset: RuleSet) -> Kind:
         return ruleset.by_id(use.rule).kind
@@ -142,7 +151,7 @@ class DepAssessment:
                 "kinds": kinds, "torch_floor": floor, "floor_set_by": setters,
                 "raises_torch_target": floor is not None and _newer(floor, self.torch_target),
                 "units_clean": sum(1 for u in self.units if u.clean), "units": len(self.units),
-                "progress": self.progress(ruleset),
+                "progress": None if self.evidence is None else self.progress(ruleset).to_json(),
             },
             "pybind11": self.pybind11.to_json(),
             "families": families,
@@ -150,11 +159,13 @@ class DepAssessment:
             "error": None,
         }
 
-    def progress(self, ruleset: RuleSet) -> str:
-        """The migration progress line ``patches`` and ``assess`` share."""
-        judgment = sum(1 for u in self.uses if ruleset.by_id(u.rule).kind is not Kind.MECHANICAL)
-        clean = sum(1 for u in self.units if u.clean)
-        return f"{clean} of {len(self.units)} units clean, {len(self.uses)} uses left ({judgment} need judgment)"
+    def progress_inputs(self, ruleset: RuleSet) -> tuple[list[bool], list[Kind]]:
+        return [u.clean for u in self.units], [ruleset.by_id(u.rule).kind for u in self.uses]
+
+    def progress(self, ruleset: RuleSet) -> MigrationProgress:
+        """The migration progress line ``patches`` and ``assess`` share (migration/progress.py)."""
+        assert self.evidence is not None
+        return migration_progress(*self.progress_inputs(ruleset), self.evidence)
 
 
 def _newer(a: str, b: str) -> bool:
@@ -176,8 +187,8 @@ class AssessReport:
         return 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"rules_version": self.ruleset.version, "torch": self.torch, "seconds": round(self.seconds, 3),
-                "deps": {dep.dep: dep.to_json(self.ruleset) for dep in self.deps}}
+        return {"schema": SCHEMA, "rules_version": self.ruleset.version, "torch": self.torch, "seconds": round(self.seconds, 3),
+                "deps": [{"name": dep.dep, **dep.to_json(self.ruleset)} for dep in self.deps]}
 
 
 def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str | None = None,
@@ -185,9 +196,14 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
     """Assess the named dependencies (all when none); a dependency that cannot be read is
     reported with its error and the others go on. ``sync``: bring the checkout up to date
     first (migrate assesses the checkout as it stands)."""
+    from datetime import UTC, datetime
+
+    from assembler.builder.builder import source_identity
     from assembler.builder.diagnose import torch_include_roots
+    from assembler.builder.evidence import is_exactly_pinned
     from assembler.check.compilers import Flags
     from assembler.check.run import CheckOptions, _Toolchain
+    from assembler.git.state import pinned_state
     from assembler.git.sync import sync_checkouts
     from assembler.system import available_cpus
 
@@ -220,7 +236,13 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
                                      *(((CUDA_ROOT, toolkit.root),) if toolkit is not None else ())))
                 archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
                 note(f"{dep.name}: preprocessing {len(units)} units")
+                head, dirty = source_identity(checkout)
+                obtained = datetime.now(UTC).isoformat(timespec="seconds")
                 _assess(assessment, dep, checkout, units, flags, tools, archs, ruleset, jobs or available_cpus())
+                assessment.evidence = ProgressEvidence(obtained, head, tools.env.torch, ruleset.version)
+                state = pinned_state(checkout, dep)
+                if state is not None and is_exactly_pinned(workspace, dep, head, state.head, dirty is not None):
+                    publish_progress(dep, evidence_record(*assessment.progress_inputs(ruleset), assessment.evidence))
             except AssembleError as error:
                 assessment.error = error
             assessment.seconds = time.monotonic() - began
