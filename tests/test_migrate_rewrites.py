@@ -6,6 +6,9 @@ includes are swapped only when nothing unstable is left."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from assembler.migration.rewrite import FileRewrite, apply_step, load_rewrites, rewrite_includes
@@ -133,3 +136,49 @@ def test_a_binding_without_a_schema_type_is_refused(parameters: list[str], retur
 
     with pytest.raises(Unconvertible, match=reason):
         operator_for(Binding("f", "ns::f", []), returns, parameters)
+
+
+MUTATED = [  # (parameters, the schema's arguments): a tensor taken by non-const reference is written to
+    (["at::Tensor& out", "const at::Tensor& x"], "Tensor(a!) out, Tensor x"),
+    (["torch::Tensor &out", "at::Tensor const& x", "at::Tensor& lse"], "Tensor(a!) out, Tensor x, Tensor(b!) lse"),
+    (["std::vector<at::Tensor>& outs", "int64_t n"], "Tensor(a!)[] outs, int n"),
+    (["at::Tensor x", "const torch::Tensor& y"], "Tensor x, Tensor y"),  # by value or const: read only
+]
+
+
+@pytest.mark.parametrize(("parameters", "arguments"), MUTATED)
+def test_a_tensor_taken_by_non_const_reference_is_mutated(parameters: list[str], arguments: str) -> None:
+    from assembler.migration.pybind import Binding, operator_for
+
+    operator = operator_for(Binding("f", "ns::f", []), "void", parameters)
+    assert operator.schema == f"f({arguments}) -> ()"
+    assert operator.wrapper is None and operator.impl == "&ns::f"  # TORCH_BOX hands a reference to its unboxed value
+
+
+def test_a_mutated_tensor_keeps_its_reference_through_a_wrapper() -> None:
+    from assembler.migration.pybind import Binding, operator_for
+
+    operator = operator_for(Binding("f", "ns::f", []), "void", ["at::Tensor& out", "const int& groups"])
+    assert operator.schema == "f(Tensor(a!) out, int groups) -> ()"
+    assert operator.wrapper is not None and "void f_boxed(at::Tensor& out, int64_t groups)" in operator.wrapper
+
+
+def test_alias_letters_are_distinct_past_z() -> None:
+    from assembler.migration.pybind import _alias
+
+    letters = [_alias(i) for i in range(30)]
+    assert letters[:3] == ["a", "b", "c"] and letters[25:28] == ["z", "aa", "ab"] and len(set(letters)) == 30
+
+
+@pytest.mark.slow
+def test_torch_parses_the_mutation_annotations(build_env_path: Path) -> None:
+    """The build torch's torch._C.parse_schema takes every generated schema, and reads each
+    mutated argument as written to in its own alias set."""
+    from assembler.migration.pybind import Binding, operator_for, parse_schemas
+
+    schemas = [operator_for(Binding("f", "ns::f", []), "at::Tensor", parameters).schema for parameters, _ in MUTATED]
+    assert parse_schemas(build_env_path / "bin" / "python", schemas) == [(schema, None) for schema in schemas]
+    probe = ("import sys, torch\ns = torch._C.parse_schema(sys.argv[1])\n"
+             "print([(a.name, a.alias_info.is_write, sorted(a.alias_info.before_set)) for a in s.arguments if a.alias_info])")
+    result = subprocess.run([str(build_env_path / "bin" / "python"), "-c", probe, schemas[1]], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[('out', True, ['a']), ('lse', True, ['b'])]"
