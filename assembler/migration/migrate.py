@@ -5,7 +5,8 @@ something becomes one commit on ``assemble/DEP`` in ``forks/DEP``, its subject s
 rewritten; `assemble export DEP` then writes them as patches. What is left (uses without a
 mechanical rewrite, rewrites declined for a hazard or the torch-target) is reported by
 ``file:line`` with the suggested approach. Then `check` runs on the result and the report says
-how many units went from UNSTABLE to CLEAN.
+how many units went from UNSTABLE to CLEAN. When the dependency has a ``.clang-format``, the
+lines each step touched are formatted in that style and no other line (migration/clangformat.py).
 
 pybind11 modules are not converted here yet: they are reported (the pybind11 surface of
 `assess` says what to convert), as are TensorOptions, device guards and streams."""
@@ -77,6 +78,8 @@ class MigrateReport:
     before: CheckSummary | None = None
     after: CheckSummary | None = None
     seconds: float = 0.0
+    formatted_with: str | None = None  # the project's clang-format style file the touched lines were formatted in
+    format_errors: list[str] = field(default_factory=list)
 
     @property
     def went_clean(self) -> int | None:
@@ -89,6 +92,7 @@ class MigrateReport:
                 "steps": [s.to_json() for s in self.steps], "declined": self.declined, "schemas": self.schemas, "remaining": self.remaining,
                 "check": {"before": None if self.before is None else self.before.to_json(),
                           "after": None if self.after is None else self.after.to_json(), "went_clean": self.went_clean},
+                "clang_format": {"style": self.formatted_with, "errors": self.format_errors},
                 "seconds": round(self.seconds, 3)}
 
 
@@ -147,6 +151,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 if step == "headers-and-types":
                     rewrite_includes(file, needed[path], rewrites.unstable_includes, keep_unstable)
                 if file.text != before:
+                    _format_touched(file, before, path, checkout, report)
                     rel = path.relative_to(checkout).as_posix()
                     result.files.append(rel)
                     result.made += file.made - made_before
@@ -177,6 +182,28 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
             report.after = _check(workspace, dep.name, note)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _format_touched(file: FileRewrite, before: str, path: Path, checkout: Path, report: MigrateReport) -> None:
+    """The lines this step changed, in the project's clang-format style when it has one
+    (migration/clangformat.py); untouched lines stay as they are."""
+    from assembler.migration.clangformat import FormatFailed, executable, reformat, style_file, touched_lines
+
+    style = style_file(path, checkout)
+    if style is None:
+        return
+    rel = path.relative_to(checkout).as_posix()
+    binary = executable()
+    if binary is None:
+        report.format_errors.append(f"{rel}: {style.name} found, but clang-format is not installed (pip install clang-format)")
+        return
+    try:
+        formatted = reformat(file.text, file.active, touched_lines(before, file.text), path, style, binary)
+    except FormatFailed as error:
+        report.format_errors.append(f"{rel}: {error}; left as rewritten")
+        return
+    file.text, file.active = formatted.text, formatted.active
+    report.formatted_with = style.relative_to(checkout.resolve()).as_posix()
 
 
 def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, FileRewrite], report: MigrateReport,
