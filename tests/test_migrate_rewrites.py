@@ -182,3 +182,34 @@ def test_torch_parses_the_mutation_annotations(build_env_path: Path) -> None:
              "print([(a.name, a.alias_info.is_write, sorted(a.alias_info.before_set)) for a in s.arguments if a.alias_info])")
     result = subprocess.run([str(build_env_path / "bin" / "python"), "-c", probe, schemas[1]], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[('out', True, ['a']), ('lse', True, ['b'])]"
+
+
+HANDED_OVER = """\
+namespace api {
+static void register_apis(pybind11::module_& m) {
+    m.def("gemm", &gemm, py::arg("a"), py::arg("b") = 1);
+    m.def("layout", &layout);
+}
+}
+PYBIND11_MODULE(_C, m) {
+    m.doc() = "doc";
+    api::register_apis(m);
+}
+"""
+
+
+def test_the_surface_counts_the_defs_of_a_function_the_module_is_handed_to(tmp_path: Path) -> None:
+    from assembler.migration.assess import pybind11_surface
+    from assembler.migration.lexer import blank_comments_and_strings
+
+    surface = pybind11_surface({tmp_path / "api.cpp": blank_comments_and_strings(HANDED_OVER)})
+    assert (surface.modules, surface.helpers, surface.defs, surface.args) == (1, 1, 2, 2)
+
+
+def test_a_module_handed_to_a_function_is_not_converted() -> None:
+    """Replacing the module would drop what register_apis registers: it is declined, by line."""
+    from assembler.migration.pybind import convert_modules
+
+    edits, declined = convert_modules(HANDED_OVER, "dep", "CUDA", True, lambda name: ("at::Tensor", ["const at::Tensor& a"]))
+    assert edits == []
+    assert declined == [(7, "the module is handed to api::register_apis(m): its registrations are elsewhere; convert them by hand")]

@@ -57,7 +57,8 @@ def render(report: AssessReport, markdown: bool) -> str:
             "",
             f"- {kinds['mechanical']} mechanical, {kinds['judgment']} need judgment, {kinds['none']} have no stable equivalent",
             f"- torch floor of the migration: {floor}{raise_note}" + (f", set by {', '.join(s['floor_set_by'])}" if s["floor_set_by"] else ""),
-            f"- pybind11: {py['modules']} modules, {py['defs']} m.def, {py['args']} py::arg, {py['tuple_parameters']} tuple parameters, "
+            f"- pybind11: {py['modules']} modules" + (f" (and {py['helpers']} functions they are handed to)" if py["helpers"] else "")
+            + f", {py['defs']} m.def, {py['args']} py::arg, {py['tuple_parameters']} tuple parameters, "
             f"{py['tuple_returns']} tuple returns, {py['reference_scalars']} scalars by reference (int&)",
             f"- progress: {assessed.progress(report.ruleset).text}",
             "",

@@ -83,9 +83,10 @@ class Pybind11Surface:
     tuple_returns: int = 0
     reference_scalars: int = 0  # const int& and the like: plain int64_t in a schema
     functions: list[dict[str, Any]] = field(default_factory=list)
+    helpers: int = 0  # functions taking the module (pybind11::module_& m) whose m.def calls count too
 
     def to_json(self) -> dict[str, Any]:
-        return {"modules": self.modules, "defs": self.defs, "args": self.args, "tuple_parameters": self.tuple_parameters,
+        return {"modules": self.modules, "helpers": self.helpers, "defs": self.defs, "args": self.args, "tuple_parameters": self.tuple_parameters,
                 "tuple_returns": self.tuple_returns, "reference_scalars": self.reference_scalars, "functions": self.functions}
 
 
@@ -300,26 +301,33 @@ def _active_only(code: str, active: set[int]) -> str:
 
 _MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*\w+\s*,\s*(\w+)\s*\)")
 _ARG = re.compile(r"\bpy::arg\s*\(")
+_HELPER = re.compile(r"\b\w+\s*\(\s*(?:pybind11|py)::module_?\s*&\s*(\w+)\s*\)\s*\{")  # a function a module hands itself to
 _SCALAR_REF = re.compile(r"\b(?:const\s+)?(?:int|int64_t|int32_t|long|double|float|bool|size_t)\s*(?:const\s*)?&")
 
 
 def pybind11_surface(codes: dict[Path, str]) -> Pybind11Surface:
     """What a move from pybind11 to a torch library has to convert: the modules, their
-    ``m.def`` calls and ``py::arg`` s, and the bound functions' tuple parameters, tuple
+    ``m.def`` calls and ``py::arg`` s (also those of functions a module hands itself to,
+    ``register_apis(pybind11::module_& m)``), and the bound functions' tuple parameters, tuple
     returns and scalars taken by reference (a schema has plain int, float and bool)."""
     surface = Pybind11Surface()
     bound: list[str] = []
+
+    def registrations(body: str, var: str) -> None:
+        for found in re.finditer(rf"\b{re.escape(var)}\s*\.\s*def\s*\(\s*\"", body):
+            surface.defs += 1
+            target = re.match(r"\s*\"[^\"]*\"\s*,\s*&?\s*([\w:]+)", body[found.end() - 1:])
+            if target:
+                bound.append(target.group(1).split("::")[-1])
+        surface.args += len(_ARG.findall(body))
+
     for code in codes.values():
         for module in _MODULE.finditer(code):
             surface.modules += 1
-            body = _braced_body(code, module.end())
-            var = re.escape(module.group(1))
-            for found in re.finditer(rf"\b{var}\s*\.\s*def\s*\(\s*\"", body):
-                surface.defs += 1
-                target = re.match(r"\s*\"[^\"]*\"\s*,\s*&?\s*([\w:]+)", body[found.end() - 1:])
-                if target:
-                    bound.append(target.group(1).split("::")[-1])
-            surface.args += len(_ARG.findall(body))
+            registrations(_braced_body(code, module.end()), module.group(1))
+        for helper in _HELPER.finditer(code):  # register_apis(pybind11::module_& m) { m.def(...); }, called by a module
+            surface.helpers += 1
+            registrations(_braced_body(code, helper.end() - 1), helper.group(1))
     for name in bound:
         signature = _signature(codes, name)
         if signature is None:

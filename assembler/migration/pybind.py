@@ -222,6 +222,19 @@ def parse_bindings(code: str, text: str, body_start: int, body_end: int, var: st
     return bindings
 
 
+def _only_defs(body: str, var: str) -> None:
+    """A module body this step can replace holds ``var.def(...)`` calls (and ``var.doc()``)
+    only: a module handed to a function (``register_apis(m)``), or given attributes, would lose
+    what that code registers."""
+    for use in re.finditer(rf"\b{re.escape(var)}\b", body):
+        after = body[use.end():]
+        if re.match(r"\s*\.\s*(?:def|doc)\s*\(", after):
+            continue
+        call = re.search(r"([\w:]+)\s*\([^()]*$", body[:use.start()])
+        what = f"is handed to {call.group(1)}({var})" if call else f"is used other than by {var}.def"
+        raise Unconvertible(f"the module {what}: its registrations are elsewhere; convert them by hand")
+
+
 def _guard_at(text: str, body_start: int, at: int) -> list[str]:
     guard: list[str] = []
     for raw in text[body_start:at].split("\n"):
@@ -263,6 +276,7 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool,
         line = code.count("\n", 0, module.start()) + 1
         try:
             close = _close(code, module.end() - 1)
+            _only_defs(code[module.end():close], module.group(2))
             bindings = parse_bindings(code, text, module.end(), close, module.group(2))
             operators = []
             for binding in bindings:
