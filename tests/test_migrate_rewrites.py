@@ -73,6 +73,19 @@ def test_a_braced_literal_into_an_optional_array_ref_is_declined() -> None:
     assert "dangle" in file.declined[0].reason
 
 
+@pytest.mark.parametrize(("old", "new"), [
+    ("torch::kFloat8_e4m3fn", "Float8_e4m3fn"), ("at::kFloat8_e5m2", "Float8_e5m2"), ("c10::kComplexFloat", "ComplexFloat"),
+    ("at::kComplexDouble", "ComplexDouble"),
+])
+def test_every_scalar_type_assess_calls_mechanical_is_rewritten(old: str, new: str) -> None:
+    """What the scalar-type rule of assess marks mechanical, the rewrite makes (DeepGEMM's
+    torch::kFloat8_e4m3fn was left before)."""
+    from assembler.migration.rules import load_rules, match_rules
+
+    assert [m.rule.id for m in match_rules(load_rules(), f"auto t = {old};", {1})] == ["scalar-type"]
+    assert _run(f"auto t = {old};").text == f"auto t = torch::headeronly::ScalarType::{new};"
+
+
 def test_nothing_newer_than_the_torch_target() -> None:
     file = _run("auto y = x.contiguous();\nTORCH_CHECK(ok);", target="2.9")
     assert file.text == "auto y = x.contiguous();\nSTD_TORCH_CHECK(ok);"  # STD_TORCH_CHECK is 2.9, contiguous 2.10
