@@ -268,9 +268,11 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="assess") as pool:
         kept: list[ActiveLines] = list(pool.map(lambda item: active_lines(item[1], checkout, checkout), planned))
     merged: dict[Path, set[int]] = defaultdict(set)
+    others = _submodules(checkout)
     for lines in kept:
         for path, numbers in lines.lines.items():
-            merged[path] |= numbers
+            if not _below(path, others):
+                merged[path] |= numbers
     assessment.active = dict(merged)
     matches: dict[Path, list[Match]] = {}
     codes: dict[Path, str] = {}
@@ -292,6 +294,18 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
                     result.judgment += match.rule.kind is not Kind.MECHANICAL
         assessment.units.append(result)
     assessment.pybind11 = pybind11_surface({path: _active_only(code, merged[path]) for path, code in codes.items()})
+
+
+def _submodules(checkout: Path) -> list[Path]:
+    """The checkout's submodules: their files are another project's (CUTLASS's own
+    ``.contiguous()`` is no LibTorch use), neither counted nor rewritten here."""
+    from assembler.git.process import WorkTree
+
+    return [checkout / path for path in WorkTree(checkout).submodule_paths()]
+
+
+def _below(path: Path, folders: list[Path]) -> bool:
+    return any(folder == path or folder in path.parents for folder in folders)
 
 
 def _active_only(code: str, active: set[int]) -> str:
