@@ -150,3 +150,20 @@ def test_a_submodules_files_are_neither_uses_nor_rewritten(tmp_path: Path, priva
     assert all(not f.startswith("third_party/") for step in json.loads(migrated.stdout)["steps"] for f in step["files"])
     assert (fork / "third_party" / "vend" / "include" / "vend.h").read_text() == header
     assert _git(fork, "status", "--porcelain") == ""
+
+
+def test_a_step_that_cannot_be_committed_leaves_the_files_as_they_were(tmp_path: Path, private_cache: Path) -> None:
+    """Another git holding the index lock: migrate fails (exit 2, git's reason) and the checkout
+    is as it was, not half rewritten."""
+    ws = example_copy(tmp_path / "ws")
+    _vecadd_only_unmigrated(ws)
+    assert assemble("-C", str(ws), "checkout", "vecadd", cache=private_cache).returncode == 0
+    fork = ws / "forks" / "vecadd"
+    source = fork / "csrc" / "add_scaled.cpp"
+    original = source.read_text()
+    (fork / ".git" / "index.lock").write_text("")
+    result = assemble("-C", str(ws), "migrate", "vecadd", "--no-check", cache=private_cache)
+    assert result.returncode == 2 and "index.lock" in result.stderr, result.stderr[-2000:]
+    (fork / ".git" / "index.lock").unlink()
+    assert source.read_text() == original
+    assert _git(fork, "status", "--porcelain") == ""

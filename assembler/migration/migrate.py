@@ -142,6 +142,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         needed, keep_unstable = _plan(files, rewrites, dep.torch_target, style, ruleset, modules)
         for step, subject in rewrites.steps.items():
             result = StepResult(step, subject)
+            originals: dict[Path, str] = {}  # what each changed file held before this step
             for path, file in files.items():
                 before = file.text
                 made_before = Counter(file.made)
@@ -156,19 +157,12 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                     result.files.append(rel)
                     result.made += file.made - made_before
                     result.diff += "".join(difflib.unified_diff(before.splitlines(True), file.text.splitlines(True), f"a/{rel}", f"b/{rel}"))
-                    if not dry_run:
-                        _write(path, file.text)
+                    originals[path] = before
             if not result.files:
                 continue
             result.subject = _subject(subject, result.made)
             if not dry_run:
-                tree.run("add", "--", *result.files)
-                tree.run("commit", "--quiet", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites), env=AUTHOR)
-                trailers = _generated_registrations(tree.out("show", "--format=", "HEAD")) if step == "registration" else []
-                if trailers:  # the converted modules are review's to flag: name them, so a person knows what to read
-                    tree.run("commit", "--quiet", "--amend", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites),
-                             "-m", "\n".join(trailers), env=AUTHOR)
-                result.commit = tree.out("rev-parse", "HEAD")
+                _commit_step(tree, result, rewrites, step, {path: files[path].text for path in originals}, originals)
             report.steps.append(result)
         for path, file in files.items():
             rel = path.relative_to(checkout).as_posix()
@@ -182,6 +176,29 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
             report.after = _check(workspace, dep.name, note)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _commit_step(tree: Any, result: StepResult, rewrites: RewriteSet, step: str, texts: dict[Path, str],
+                 originals: dict[Path, str]) -> None:
+    """Write the step's files and commit them; when that fails, the files get back what they
+    held before the step, so no half-rewritten checkout is left behind."""
+    from assembler.errors import AssembleError
+
+    try:
+        for path, text in texts.items():
+            _write(path, text)
+        tree.run("add", "--", *result.files)
+        tree.run("commit", "--quiet", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites), env=AUTHOR)
+    except AssembleError:
+        tree.run("reset", "--quiet", "--", *result.files, check=False)
+        for path, text in originals.items():
+            _write(path, text)
+        raise
+    trailers = _generated_registrations(tree.out("show", "--format=", "HEAD")) if step == "registration" else []
+    if trailers:  # the converted modules are review's to flag: name them, so a person knows what to read
+        tree.run("commit", "--quiet", "--amend", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites),
+                 "-m", "\n".join(trailers), env=AUTHOR)
+    result.commit = tree.out("rev-parse", "HEAD")
 
 
 def _format_touched(file: FileRewrite, before: str, path: Path, checkout: Path, report: MigrateReport) -> None:
