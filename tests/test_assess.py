@@ -61,7 +61,7 @@ def test_assess_counts_every_use_of_the_example(migrate_ws: Path, private_cache:
                           capture_output=True, text=True, check=True).stdout.strip()
     assert progress["evidence"]["source"] == "assemble assess" and progress["evidence"]["head"] == head
     assert dep["pybind11"] | {"functions": None} == {
-        "modules": 1, "defs": 4, "args": 9, "tuple_parameters": 1, "tuple_returns": 1, "reference_scalars": 1, "functions": None}
+        "modules": 1, "helpers": 0, "defs": 4, "args": 9, "tuple_parameters": 1, "tuple_returns": 1, "reference_scalars": 1, "functions": None}
     apis = {api["rule"]: api for family in dep["families"] for api in family["apis"]}
     assert apis["view"]["since_source"] == "torch headers" and apis["view"]["stable"] == "torch::stable::view(t, sizes)"
     assert apis["tensor-options"]["stable"] is None and "dtype" in apis["tensor-options"]["way_round"]
