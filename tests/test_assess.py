@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections import Counter
 from pathlib import Path
 
@@ -34,7 +35,9 @@ def migrate_ws_fixture(tmp_path: Path) -> Path:
 def _assess(ws: Path, cache: Path) -> dict:
     result = assemble("-C", str(ws), "assess", "normkit", "--json", cache=cache)
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout)["deps"]["normkit"]
+    document = json.loads(result.stdout)
+    assert document["schema"] == 2 and [dep["name"] for dep in document["deps"]] == ["normkit"]  # a list keyed name, as check's
+    return document["deps"][0]
 
 
 def _counts(dep: dict) -> Counter[str]:
@@ -51,9 +54,14 @@ def test_assess_counts_every_use_of_the_example(migrate_ws: Path, private_cache:
     # contiguous, view and const_/mutable_data_ptr came with torch 2.10 (their headers' guards say so)
     assert summary["torch_floor"] == "2.10" and summary["floor_set_by"] == ["contiguous", "data-ptr", "view"]
     assert not summary["raises_torch_target"]
-    assert summary["progress"] == "0 of 1 units clean, 89 uses left (18 need judgment)"
+    progress = summary["progress"]
+    assert progress["line"] == "0 of 1 units clean, 89 uses left (18 need judgment)"
+    assert (progress["units_clean"], progress["units"], progress["uses"], progress["judgment"]) == (0, 1, 89, 18)
+    head = subprocess.run(["git", "-C", str(migrate_ws / "forks" / "normkit"), "rev-parse", "HEAD"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert progress["evidence"]["source"] == "assemble assess" and progress["evidence"]["head"] == head
     assert dep["pybind11"] | {"functions": None} == {
-        "modules": 1, "defs": 4, "args": 9, "tuple_parameters": 1, "tuple_returns": 1, "reference_scalars": 1, "functions": None}
+        "modules": 1, "helpers": 0, "defs": 4, "args": 9, "tuple_parameters": 1, "tuple_returns": 1, "reference_scalars": 1, "functions": None}
     apis = {api["rule"]: api for family in dep["families"] for api in family["apis"]}
     assert apis["view"]["since_source"] == "torch headers" and apis["view"]["stable"] == "torch::stable::view(t, sizes)"
     assert apis["tensor-options"]["stable"] is None and "dtype" in apis["tensor-options"]["way_round"]
@@ -71,6 +79,34 @@ def test_assess_counts_every_use_of_the_example(migrate_ws: Path, private_cache:
     assert markdown.returncode == 0
     assert "## normkit: 89 uses of 14 APIs in 2 files" in markdown.stdout
     assert "| t.view(sizes) | 2 | torch::stable::view(t, sizes) | 2.10 | mechanical |" in markdown.stdout
+    assert f"- progress: 0 of 1 units clean, 89 uses left (18 need judgment) (assemble assess of {head[:12]} at " in markdown.stdout
+
+
+def test_patches_prints_the_progress_assess_counted(migrate_ws: Path, private_cache: Path) -> None:
+    """One line, one computation (migration/progress.py): `patches` reads what the assess of the
+    pin plus the series counted and prints the same line, naming that run; an assess of a
+    checkout with edits is no evidence about the pin."""
+    before = assemble("-C", str(migrate_ws), "patches", "normkit", cache=private_cache)
+    assert before.returncode == 0, before.stderr[-2000:]
+    assert "migration progress: not assessed (`assemble assess normkit`)" in before.stdout
+    progress = _assess(migrate_ws, private_cache)["summary"]["progress"]
+    listed = assemble("-C", str(migrate_ws), "patches", "normkit", "--json", cache=private_cache)
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    assert json.loads(listed.stdout)["deps"][0]["migration_progress"] == progress
+    text = assemble("-C", str(migrate_ws), "patches", "normkit", cache=private_cache).stdout
+    evidence = progress["evidence"]
+    assert (f"migration progress: {progress['line']} (assemble assess of {evidence['head'][:12]} at {evidence['obtained']}, "
+            f"torch {evidence['torch']}, rules {evidence['rules_version']})") in text
+    markdown = assemble("-C", str(migrate_ws), "patches", "normkit", "--format", "markdown", cache=private_cache).stdout
+    assert f"migration progress: {progress['line']}" in markdown
+
+    # an edit in the checkout: the assess of it is not published, the pin's evidence stays
+    source = migrate_ws / "forks" / "normkit" / "csrc" / "normkit.cpp"
+    source.write_text(source.read_text().replace("torch::Tensor", "torch::stable::Tensor", 1))
+    edited = assemble("-C", str(migrate_ws), "assess", "normkit", "--json", cache=private_cache)
+    assert json.loads(edited.stdout)["deps"][0]["summary"]["progress"]["uses"] == 88
+    again = assemble("-C", str(migrate_ws), "patches", "normkit", "--json", cache=private_cache)
+    assert json.loads(again.stdout)["deps"][0]["migration_progress"] == progress
 
 
 def test_a_define_the_recipe_sets_decides_what_is_a_use(migrate_ws: Path, private_cache: Path) -> None:

@@ -117,3 +117,53 @@ def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Pat
     assert [dep["verdict"] for dep in document["deps"]] == ["STABLE"]
     results = document["verify"]["results"]
     assert {r["status"] for r in results} == {"PASS"} and {r["torch"].split("+")[0] for r in results} == {"2.13.0", "2.14.1"}
+
+
+def test_a_submodules_files_are_neither_uses_nor_rewritten(tmp_path: Path, private_cache: Path) -> None:
+    """A vendored library (a git submodule, as CUTLASS is in FlashMLA and QuTLASS) is another
+    project: its ``.contiguous()`` and ``at::Tensor`` are not normkit's uses, and migrate does
+    not rewrite it (on the real trees it tried, and `git add` of the submodule's file failed)."""
+    ws = example_copy(tmp_path / "ws") / "migrate"
+    vendored = tmp_path / "vend"
+    (vendored / "include").mkdir(parents=True)
+    header = "#pragma once\nstruct Layout { int contiguous() const { return 1; } };\ninline int stride(Layout l) { return l.contiguous(); }\n"
+    (vendored / "include" / "vend.h").write_text(header)
+    for args in (("init", "-q", "-b", "main"), ("add", "-A"), ("-c", "user.name=v", "-c", "user.email=v@v", "commit", "-q", "-m", "vend")):
+        _git(vendored, *args)
+    assert assemble("-C", str(ws), "checkout", "normkit", cache=private_cache).returncode == 0
+    fork = ws / "forks" / "normkit"
+    _git(fork, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(vendored), "third_party/vend")
+    source = fork / "csrc" / "normkit.cpp"
+    source.write_text('#include "vend.h"\n' + source.read_text())
+    _git(fork, "add", "-A")
+    _git(fork, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "Vendor a library")
+    manifest = ws / "deps.toml"
+    manifest.write_text(manifest.read_text().replace('include-dirs = ["csrc"]', 'include-dirs = ["csrc", "third_party/vend/include"]'))
+
+    assessed = assemble("-C", str(ws), "assess", "normkit", "--json", cache=private_cache)
+    assert assessed.returncode == 0, assessed.stderr[-3000:]
+    dep = json.loads(assessed.stdout)["deps"][0]
+    files = {use["at"].rsplit(":", 1)[0] for family in dep["families"] for api in family["apis"] for use in api["uses"]}
+    assert files == {"csrc/normkit.h", "csrc/normkit.cpp"} and dep["summary"]["uses"] == 89
+    migrated = assemble("-C", str(ws), "migrate", "normkit", "--no-check", "--json", cache=private_cache)
+    assert migrated.returncode == 0, migrated.stdout[-3000:]
+    assert all(not f.startswith("third_party/") for step in json.loads(migrated.stdout)["steps"] for f in step["files"])
+    assert (fork / "third_party" / "vend" / "include" / "vend.h").read_text() == header
+    assert _git(fork, "status", "--porcelain") == ""
+
+
+def test_a_step_that_cannot_be_committed_leaves_the_files_as_they_were(tmp_path: Path, private_cache: Path) -> None:
+    """Another git holding the index lock: migrate fails (exit 2, git's reason) and the checkout
+    is as it was, not half rewritten."""
+    ws = example_copy(tmp_path / "ws")
+    _vecadd_only_unmigrated(ws)
+    assert assemble("-C", str(ws), "checkout", "vecadd", cache=private_cache).returncode == 0
+    fork = ws / "forks" / "vecadd"
+    source = fork / "csrc" / "add_scaled.cpp"
+    original = source.read_text()
+    (fork / ".git" / "index.lock").write_text("")
+    result = assemble("-C", str(ws), "migrate", "vecadd", "--no-check", cache=private_cache)
+    assert result.returncode == 2 and "index.lock" in result.stderr, result.stderr[-2000:]
+    (fork / ".git" / "index.lock").unlink()
+    assert source.read_text() == original
+    assert _git(fork, "status", "--porcelain") == ""

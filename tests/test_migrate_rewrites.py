@@ -6,6 +6,9 @@ includes are swapped only when nothing unstable is left."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from assembler.migration.rewrite import FileRewrite, apply_step, load_rewrites, rewrite_includes
@@ -68,6 +71,19 @@ def test_a_braced_literal_into_an_optional_array_ref_is_declined() -> None:
     assert file.text == "at::sum_out(dk, x, {3});\nauto s = at::sum(x, {0, 1});"
     assert sorted((d.line, d.rewrite) for d in file.declined) == [(1, "sum-out"), (2, "sum")]
     assert "dangle" in file.declined[0].reason
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("torch::kFloat8_e4m3fn", "Float8_e4m3fn"), ("at::kFloat8_e5m2", "Float8_e5m2"), ("c10::kComplexFloat", "ComplexFloat"),
+    ("at::kComplexDouble", "ComplexDouble"),
+])
+def test_every_scalar_type_assess_calls_mechanical_is_rewritten(old: str, new: str) -> None:
+    """What the scalar-type rule of assess marks mechanical, the rewrite makes (DeepGEMM's
+    torch::kFloat8_e4m3fn was left before)."""
+    from assembler.migration.rules import load_rules, match_rules
+
+    assert [m.rule.id for m in match_rules(load_rules(), f"auto t = {old};", {1})] == ["scalar-type"]
+    assert _run(f"auto t = {old};").text == f"auto t = torch::headeronly::ScalarType::{new};"
 
 
 def test_nothing_newer_than_the_torch_target() -> None:
@@ -133,3 +149,80 @@ def test_a_binding_without_a_schema_type_is_refused(parameters: list[str], retur
 
     with pytest.raises(Unconvertible, match=reason):
         operator_for(Binding("f", "ns::f", []), returns, parameters)
+
+
+MUTATED = [  # (parameters, the schema's arguments): a tensor taken by non-const reference is written to
+    (["at::Tensor& out", "const at::Tensor& x"], "Tensor(a!) out, Tensor x"),
+    (["torch::Tensor &out", "at::Tensor const& x", "at::Tensor& lse"], "Tensor(a!) out, Tensor x, Tensor(b!) lse"),
+    (["std::vector<at::Tensor>& outs", "int64_t n"], "Tensor(a!)[] outs, int n"),
+    (["at::Tensor x", "const torch::Tensor& y"], "Tensor x, Tensor y"),  # by value or const: read only
+]
+
+
+@pytest.mark.parametrize(("parameters", "arguments"), MUTATED)
+def test_a_tensor_taken_by_non_const_reference_is_mutated(parameters: list[str], arguments: str) -> None:
+    from assembler.migration.pybind import Binding, operator_for
+
+    operator = operator_for(Binding("f", "ns::f", []), "void", parameters)
+    assert operator.schema == f"f({arguments}) -> ()"
+    assert operator.wrapper is None and operator.impl == "&ns::f"  # TORCH_BOX hands a reference to its unboxed value
+
+
+def test_a_mutated_tensor_keeps_its_reference_through_a_wrapper() -> None:
+    from assembler.migration.pybind import Binding, operator_for
+
+    operator = operator_for(Binding("f", "ns::f", []), "void", ["at::Tensor& out", "const int& groups"])
+    assert operator.schema == "f(Tensor(a!) out, int groups) -> ()"
+    assert operator.wrapper is not None and "void f_boxed(at::Tensor& out, int64_t groups)" in operator.wrapper
+
+
+def test_alias_letters_are_distinct_past_z() -> None:
+    from assembler.migration.pybind import _alias
+
+    letters = [_alias(i) for i in range(30)]
+    assert letters[:3] == ["a", "b", "c"] and letters[25:28] == ["z", "aa", "ab"] and len(set(letters)) == 30
+
+
+@pytest.mark.slow
+def test_torch_parses_the_mutation_annotations(build_env_path: Path) -> None:
+    """The build torch's torch._C.parse_schema takes every generated schema, and reads each
+    mutated argument as written to in its own alias set."""
+    from assembler.migration.pybind import Binding, operator_for, parse_schemas
+
+    schemas = [operator_for(Binding("f", "ns::f", []), "at::Tensor", parameters).schema for parameters, _ in MUTATED]
+    assert parse_schemas(build_env_path / "bin" / "python", schemas) == [(schema, None) for schema in schemas]
+    probe = ("import sys, torch\ns = torch._C.parse_schema(sys.argv[1])\n"
+             "print([(a.name, a.alias_info.is_write, sorted(a.alias_info.before_set)) for a in s.arguments if a.alias_info])")
+    result = subprocess.run([str(build_env_path / "bin" / "python"), "-c", probe, schemas[1]], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[('out', True, ['a']), ('lse', True, ['b'])]"
+
+
+HANDED_OVER = """\
+namespace api {
+static void register_apis(pybind11::module_& m) {
+    m.def("gemm", &gemm, py::arg("a"), py::arg("b") = 1);
+    m.def("layout", &layout);
+}
+}
+PYBIND11_MODULE(_C, m) {
+    m.doc() = "doc";
+    api::register_apis(m);
+}
+"""
+
+
+def test_the_surface_counts_the_defs_of_a_function_the_module_is_handed_to(tmp_path: Path) -> None:
+    from assembler.migration.assess import pybind11_surface
+    from assembler.migration.lexer import blank_comments_and_strings
+
+    surface = pybind11_surface({tmp_path / "api.cpp": blank_comments_and_strings(HANDED_OVER)})
+    assert (surface.modules, surface.helpers, surface.defs, surface.args) == (1, 1, 2, 2)
+
+
+def test_a_module_handed_to_a_function_is_not_converted() -> None:
+    """Replacing the module would drop what register_apis registers: it is declined, by line."""
+    from assembler.migration.pybind import convert_modules
+
+    edits, declined = convert_modules(HANDED_OVER, "dep", "CUDA", True, lambda name: ("at::Tensor", ["const at::Tensor& a"]))
+    assert edits == []
+    assert declined == [(7, "the module is handed to api::register_apis(m): its registrations are elsewhere; convert them by hand")]

@@ -352,4 +352,5 @@ def test_patches_shows_a_hostile_subject_escaped(git_workspace: GitWorkspace) ->
         assert ("\x1b[1mkern\x1b[0m: pin " in result.stdout) == (colour == "always")
     plain = git_workspace.assemble("patches").stdout.splitlines()
     assert plain[0].startswith("kern: pin ") and plain[1].startswith("  migrated on fork: ")
-    assert re.fullmatch(r"patch +subject +status +evidence", plain[2]) and not BOX.search("\n".join(plain))
+    assert plain[2] == "  migration progress: not assessed (`assemble assess kern`)"
+    assert re.fullmatch(r"patch +subject +status +evidence", plain[3]) and not BOX.search("\n".join(plain))

@@ -32,6 +32,7 @@ from assembler.workspace import Workspace
 MERGE_STATE = "last-merge.json"
 EVIDENCE_SCHEMA = 1
 CHECK, BUILD = "check", "build"  # the two kinds of evidence
+ASSESS = "assess"  # what `assemble assess` counted (migration/progress.py): not a verdict, the progress line
 
 
 def recipe_digest(dep: Dependency) -> str:

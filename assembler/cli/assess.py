@@ -43,7 +43,8 @@ def render(report: AssessReport, markdown: bool) -> str:
     data = report.to_json()
     out: list[str] = []
     head = "## " if markdown else ""
-    for name, dep in data["deps"].items():
+    for assessed, dep in zip(report.deps, data["deps"], strict=True):
+        name = dep["name"]
         if dep.get("error"):
             out += [f"{head}{name}: not assessed: {dep['error']['message']}", ""]
             continue
@@ -56,9 +57,10 @@ def render(report: AssessReport, markdown: bool) -> str:
             "",
             f"- {kinds['mechanical']} mechanical, {kinds['judgment']} need judgment, {kinds['none']} have no stable equivalent",
             f"- torch floor of the migration: {floor}{raise_note}" + (f", set by {', '.join(s['floor_set_by'])}" if s["floor_set_by"] else ""),
-            f"- pybind11: {py['modules']} modules, {py['defs']} m.def, {py['args']} py::arg, {py['tuple_parameters']} tuple parameters, "
+            f"- pybind11: {py['modules']} modules" + (f" (and {py['helpers']} functions they are handed to)" if py["helpers"] else "")
+            + f", {py['defs']} m.def, {py['args']} py::arg, {py['tuple_parameters']} tuple parameters, "
             f"{py['tuple_returns']} tuple returns, {py['reference_scalars']} scalars by reference (int&)",
-            f"- progress: {s['progress']}",
+            f"- progress: {assessed.progress(report.ruleset).text}",
             "",
         ]
         for family in dep["families"]:

@@ -45,6 +45,9 @@ def run(args: argparse.Namespace) -> int:
         out.append(f"declined {item['at']}: {item['rewrite']}: {item['reason']}")
     for item in report.remaining:
         out.append(f"left {item['at']}: {item['api']} ({item['kind']}): {item['approach']}")
+    if report.formatted_with is not None:
+        out.append(f"formatted: the touched lines only, in the style of {report.formatted_with} (clang-format --lines)")
+    out += [f"warning: not formatted: {error}" for error in report.format_errors]
     if report.before is not None and report.after is not None:
         out.append(f"check: {report.before.clean} of {report.before.total} units CLEAN before ({report.before.verdict}), "
                    f"{report.after.clean} of {report.after.total} after ({report.after.verdict}): "

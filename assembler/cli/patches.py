@@ -63,12 +63,12 @@ def print_table(status: DepStatus, offline: bool) -> None:
 
     from assembler.report.table import Cell, TextTable, clean, layout, paint, write
     from assembler.series.headers import PatchStatus
-    from assembler.upstreaming.table import migration_line, summary_line
+    from assembler.upstreaming.table import migration_line, progress_line, summary_line
 
     _, colour = layout(sys.stdout)
     mirror = f" (offline: mirror {status.fetched})" if offline else ""
     name = paint(clean(status.name), "bold") if colour else clean(status.name)
-    write(f"{name}: {clean(summary_line(status))}{clean(mirror)}\n  {clean(migration_line(status))}\n")
+    write(f"{name}: {clean(summary_line(status))}{clean(mirror)}\n  {clean(migration_line(status))}\n  {clean(progress_line(status))}\n")
     if not status.verdicts:
         return
     table = TextTable("patch", "subject", "status", "evidence", text=("subject", "evidence"), edge=False)  # file names are never cut

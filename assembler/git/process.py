@@ -198,6 +198,12 @@ class WorkTree:
         result = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, f"{rev}^{{commit}}", check=False)
         return result.stdout.strip() or None if result.returncode == 0 else None
 
+    def submodule_paths(self) -> list[str]:
+        """The paths of the submodules HEAD's index records (gitlinks), initialised or not:
+        what lies below them is another repository's."""
+        listed = self.run("ls-files", "--stage", "-z").stdout
+        return [entry.split("\t", 1)[1] for entry in listed.split("\0") if entry.startswith("160000 ") and "\t" in entry]
+
     def dirty(self) -> list[str]:
         """Paths with uncommitted edits, untracked files included (ignored files are not work)."""
         status = self.run("status", "--porcelain", "--untracked-files=normal").stdout

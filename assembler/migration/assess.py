@@ -27,11 +27,19 @@ from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
 from assembler.migration.active import ActiveLines, active_lines
 from assembler.migration.lexer import blank_comments_and_strings
+from assembler.migration.progress import (
+    MigrationProgress,
+    ProgressEvidence,
+    evidence_record,
+    migration_progress,
+    publish_progress,
+)
 from assembler.migration.rules import Kind, Match, RuleSet, load_rules, match_rules
 from assembler.migration.versions import Provided, Versions
 from assembler.workspace import Workspace
 
 Note = Callable[[str], None]
+SCHEMA = 2  # of `assess --json`: 2, deps is a list keyed name (as check's), progress an object with its evidence
 
 
 @dataclass(frozen=True)
@@ -75,9 +83,10 @@ class Pybind11Surface:
     tuple_returns: int = 0
     reference_scalars: int = 0  # const int& and the like: plain int64_t in a schema
     functions: list[dict[str, Any]] = field(default_factory=list)
+    helpers: int = 0  # functions taking the module (pybind11::module_& m) whose m.def calls count too
 
     def to_json(self) -> dict[str, Any]:
-        return {"modules": self.modules, "defs": self.defs, "args": self.args, "tuple_parameters": self.tuple_parameters,
+        return {"modules": self.modules, "helpers": self.helpers, "defs": self.defs, "args": self.args, "tuple_parameters": self.tuple_parameters,
                 "tuple_returns": self.tuple_returns, "reference_scalars": self.reference_scalars, "functions": self.functions}
 
 
@@ -92,6 +101,7 @@ class DepAssessment:
     active: dict[Path, set[int]] = field(default_factory=dict)  # the lines the build compiles, per file of the checkout
     error: AssembleError | None = None
     seconds: float = 0.0
+    evidence: ProgressEvidence | None = None  # this run, as the progress line names it
 
     def kind_of(self, use: Use, ruleset: RuleSet) -> Kind:
         return ruleset.by_id(use.rule).kind
@@ -142,7 +152,7 @@ class DepAssessment:
                 "kinds": kinds, "torch_floor": floor, "floor_set_by": setters,
                 "raises_torch_target": floor is not None and _newer(floor, self.torch_target),
                 "units_clean": sum(1 for u in self.units if u.clean), "units": len(self.units),
-                "progress": self.progress(ruleset),
+                "progress": None if self.evidence is None else self.progress(ruleset).to_json(),
             },
             "pybind11": self.pybind11.to_json(),
             "families": families,
@@ -150,11 +160,13 @@ class DepAssessment:
             "error": None,
         }
 
-    def progress(self, ruleset: RuleSet) -> str:
-        """The migration progress line ``patches`` and ``assess`` share."""
-        judgment = sum(1 for u in self.uses if ruleset.by_id(u.rule).kind is not Kind.MECHANICAL)
-        clean = sum(1 for u in self.units if u.clean)
-        return f"{clean} of {len(self.units)} units clean, {len(self.uses)} uses left ({judgment} need judgment)"
+    def progress_inputs(self, ruleset: RuleSet) -> tuple[list[bool], list[Kind]]:
+        return [u.clean for u in self.units], [ruleset.by_id(u.rule).kind for u in self.uses]
+
+    def progress(self, ruleset: RuleSet) -> MigrationProgress:
+        """The migration progress line ``patches`` and ``assess`` share (migration/progress.py)."""
+        assert self.evidence is not None
+        return migration_progress(*self.progress_inputs(ruleset), self.evidence)
 
 
 def _newer(a: str, b: str) -> bool:
@@ -176,8 +188,8 @@ class AssessReport:
         return 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"rules_version": self.ruleset.version, "torch": self.torch, "seconds": round(self.seconds, 3),
-                "deps": {dep.dep: dep.to_json(self.ruleset) for dep in self.deps}}
+        return {"schema": SCHEMA, "rules_version": self.ruleset.version, "torch": self.torch, "seconds": round(self.seconds, 3),
+                "deps": [{"name": dep.dep, **dep.to_json(self.ruleset)} for dep in self.deps]}
 
 
 def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str | None = None,
@@ -185,9 +197,14 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
     """Assess the named dependencies (all when none); a dependency that cannot be read is
     reported with its error and the others go on. ``sync``: bring the checkout up to date
     first (migrate assesses the checkout as it stands)."""
+    from datetime import UTC, datetime
+
+    from assembler.builder.builder import source_identity
     from assembler.builder.diagnose import torch_include_roots
+    from assembler.builder.evidence import is_exactly_pinned
     from assembler.check.compilers import Flags
     from assembler.check.run import CheckOptions, _Toolchain
+    from assembler.git.state import pinned_state
     from assembler.git.sync import sync_checkouts
     from assembler.system import available_cpus
 
@@ -220,7 +237,13 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
                                      *(((CUDA_ROOT, toolkit.root),) if toolkit is not None else ())))
                 archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
                 note(f"{dep.name}: preprocessing {len(units)} units")
+                head, dirty = source_identity(checkout)
+                obtained = datetime.now(UTC).isoformat(timespec="seconds")
                 _assess(assessment, dep, checkout, units, flags, tools, archs, ruleset, jobs or available_cpus())
+                assessment.evidence = ProgressEvidence(obtained, head, tools.env.torch, ruleset.version)
+                state = pinned_state(checkout, dep)
+                if state is not None and is_exactly_pinned(workspace, dep, head, state.head, dirty is not None):
+                    publish_progress(dep, evidence_record(*assessment.progress_inputs(ruleset), assessment.evidence))
             except AssembleError as error:
                 assessment.error = error
             assessment.seconds = time.monotonic() - began
@@ -245,9 +268,11 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="assess") as pool:
         kept: list[ActiveLines] = list(pool.map(lambda item: active_lines(item[1], checkout, checkout), planned))
     merged: dict[Path, set[int]] = defaultdict(set)
+    others = _submodules(checkout)
     for lines in kept:
         for path, numbers in lines.lines.items():
-            merged[path] |= numbers
+            if not _below(path, others):
+                merged[path] |= numbers
     assessment.active = dict(merged)
     matches: dict[Path, list[Match]] = {}
     codes: dict[Path, str] = {}
@@ -271,6 +296,18 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
     assessment.pybind11 = pybind11_surface({path: _active_only(code, merged[path]) for path, code in codes.items()})
 
 
+def _submodules(checkout: Path) -> list[Path]:
+    """The checkout's submodules: their files are another project's (CUTLASS's own
+    ``.contiguous()`` is no LibTorch use), neither counted nor rewritten here."""
+    from assembler.git.process import WorkTree
+
+    return [checkout / path for path in WorkTree(checkout).submodule_paths()]
+
+
+def _below(path: Path, folders: list[Path]) -> bool:
+    return any(folder == path or folder in path.parents for folder in folders)
+
+
 def _active_only(code: str, active: set[int]) -> str:
     """``code`` with the lines the build drops blanked (line numbers kept)."""
     return "\n".join(line if number in active else "" for number, line in enumerate(code.split("\n"), start=1))
@@ -278,26 +315,33 @@ def _active_only(code: str, active: set[int]) -> str:
 
 _MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*\w+\s*,\s*(\w+)\s*\)")
 _ARG = re.compile(r"\bpy::arg\s*\(")
+_HELPER = re.compile(r"\b\w+\s*\(\s*(?:pybind11|py)::module_?\s*&\s*(\w+)\s*\)\s*\{")  # a function a module hands itself to
 _SCALAR_REF = re.compile(r"\b(?:const\s+)?(?:int|int64_t|int32_t|long|double|float|bool|size_t)\s*(?:const\s*)?&")
 
 
 def pybind11_surface(codes: dict[Path, str]) -> Pybind11Surface:
     """What a move from pybind11 to a torch library has to convert: the modules, their
-    ``m.def`` calls and ``py::arg`` s, and the bound functions' tuple parameters, tuple
+    ``m.def`` calls and ``py::arg`` s (also those of functions a module hands itself to,
+    ``register_apis(pybind11::module_& m)``), and the bound functions' tuple parameters, tuple
     returns and scalars taken by reference (a schema has plain int, float and bool)."""
     surface = Pybind11Surface()
     bound: list[str] = []
+
+    def registrations(body: str, var: str) -> None:
+        for found in re.finditer(rf"\b{re.escape(var)}\s*\.\s*def\s*\(\s*\"", body):
+            surface.defs += 1
+            target = re.match(r"\s*\"[^\"]*\"\s*,\s*&?\s*([\w:]+)", body[found.end() - 1:])
+            if target:
+                bound.append(target.group(1).split("::")[-1])
+        surface.args += len(_ARG.findall(body))
+
     for code in codes.values():
         for module in _MODULE.finditer(code):
             surface.modules += 1
-            body = _braced_body(code, module.end())
-            var = re.escape(module.group(1))
-            for found in re.finditer(rf"\b{var}\s*\.\s*def\s*\(\s*\"", body):
-                surface.defs += 1
-                target = re.match(r"\s*\"[^\"]*\"\s*,\s*&?\s*([\w:]+)", body[found.end() - 1:])
-                if target:
-                    bound.append(target.group(1).split("::")[-1])
-            surface.args += len(_ARG.findall(body))
+            registrations(_braced_body(code, module.end()), module.group(1))
+        for helper in _HELPER.finditer(code):  # register_apis(pybind11::module_& m) { m.def(...); }, called by a module
+            surface.helpers += 1
+            registrations(_braced_body(code, helper.end() - 1), helper.group(1))
     for name in bound:
         signature = _signature(codes, name)
         if signature is None:

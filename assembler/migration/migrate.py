@@ -5,7 +5,8 @@ something becomes one commit on ``assemble/DEP`` in ``forks/DEP``, its subject s
 rewritten; `assemble export DEP` then writes them as patches. What is left (uses without a
 mechanical rewrite, rewrites declined for a hazard or the torch-target) is reported by
 ``file:line`` with the suggested approach. Then `check` runs on the result and the report says
-how many units went from UNSTABLE to CLEAN.
+how many units went from UNSTABLE to CLEAN. When the dependency has a ``.clang-format``, the
+lines each step touched are formatted in that style and no other line (migration/clangformat.py).
 
 pybind11 modules are not converted here yet: they are reported (the pybind11 surface of
 `assess` says what to convert), as are TensorOptions, device guards and streams."""
@@ -77,6 +78,8 @@ class MigrateReport:
     before: CheckSummary | None = None
     after: CheckSummary | None = None
     seconds: float = 0.0
+    formatted_with: str | None = None  # the project's clang-format style file the touched lines were formatted in
+    format_errors: list[str] = field(default_factory=list)
 
     @property
     def went_clean(self) -> int | None:
@@ -89,6 +92,7 @@ class MigrateReport:
                 "steps": [s.to_json() for s in self.steps], "declined": self.declined, "schemas": self.schemas, "remaining": self.remaining,
                 "check": {"before": None if self.before is None else self.before.to_json(),
                           "after": None if self.after is None else self.after.to_json(), "went_clean": self.went_clean},
+                "clang_format": {"style": self.formatted_with, "errors": self.format_errors},
                 "seconds": round(self.seconds, 3)}
 
 
@@ -138,6 +142,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         needed, keep_unstable = _plan(files, rewrites, dep.torch_target, style, ruleset, modules)
         for step, subject in rewrites.steps.items():
             result = StepResult(step, subject)
+            originals: dict[Path, str] = {}  # what each changed file held before this step
             for path, file in files.items():
                 before = file.text
                 made_before = Counter(file.made)
@@ -147,23 +152,17 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 if step == "headers-and-types":
                     rewrite_includes(file, needed[path], rewrites.unstable_includes, keep_unstable)
                 if file.text != before:
+                    _format_touched(file, before, path, checkout, report)
                     rel = path.relative_to(checkout).as_posix()
                     result.files.append(rel)
                     result.made += file.made - made_before
                     result.diff += "".join(difflib.unified_diff(before.splitlines(True), file.text.splitlines(True), f"a/{rel}", f"b/{rel}"))
-                    if not dry_run:
-                        _write(path, file.text)
+                    originals[path] = before
             if not result.files:
                 continue
             result.subject = _subject(subject, result.made)
             if not dry_run:
-                tree.run("add", "--", *result.files)
-                tree.run("commit", "--quiet", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites), env=AUTHOR)
-                trailers = _generated_registrations(tree.out("show", "--format=", "HEAD")) if step == "registration" else []
-                if trailers:  # the converted modules are review's to flag: name them, so a person knows what to read
-                    tree.run("commit", "--quiet", "--amend", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites),
-                             "-m", "\n".join(trailers), env=AUTHOR)
-                result.commit = tree.out("rev-parse", "HEAD")
+                _commit_step(tree, result, rewrites, step, {path: files[path].text for path in originals}, originals)
             report.steps.append(result)
         for path, file in files.items():
             rel = path.relative_to(checkout).as_posix()
@@ -177,6 +176,51 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
             report.after = _check(workspace, dep.name, note)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _commit_step(tree: Any, result: StepResult, rewrites: RewriteSet, step: str, texts: dict[Path, str],
+                 originals: dict[Path, str]) -> None:
+    """Write the step's files and commit them; when that fails, the files get back what they
+    held before the step, so no half-rewritten checkout is left behind."""
+    from assembler.errors import AssembleError
+
+    try:
+        for path, text in texts.items():
+            _write(path, text)
+        tree.run("add", "--", *result.files)
+        tree.run("commit", "--quiet", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites), env=AUTHOR)
+    except AssembleError:
+        tree.run("reset", "--quiet", "--", *result.files, check=False)
+        for path, text in originals.items():
+            _write(path, text)
+        raise
+    trailers = _generated_registrations(tree.out("show", "--format=", "HEAD")) if step == "registration" else []
+    if trailers:  # the converted modules are review's to flag: name them, so a person knows what to read
+        tree.run("commit", "--quiet", "--amend", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites),
+                 "-m", "\n".join(trailers), env=AUTHOR)
+    result.commit = tree.out("rev-parse", "HEAD")
+
+
+def _format_touched(file: FileRewrite, before: str, path: Path, checkout: Path, report: MigrateReport) -> None:
+    """The lines this step changed, in the project's clang-format style when it has one
+    (migration/clangformat.py); untouched lines stay as they are."""
+    from assembler.migration.clangformat import FormatFailed, executable, reformat, style_file, touched_lines
+
+    style = style_file(path, checkout)
+    if style is None:
+        return
+    rel = path.relative_to(checkout).as_posix()
+    binary = executable()
+    if binary is None:
+        report.format_errors.append(f"{rel}: {style.name} found, but clang-format is not installed (pip install clang-format)")
+        return
+    try:
+        formatted = reformat(file.text, file.active, touched_lines(before, file.text), path, style, binary)
+    except FormatFailed as error:
+        report.format_errors.append(f"{rel}: {error}; left as rewritten")
+        return
+    file.text, file.active = formatted.text, formatted.active
+    report.formatted_with = style.relative_to(checkout.resolve()).as_posix()
 
 
 def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, FileRewrite], report: MigrateReport,

@@ -1,7 +1,9 @@
 """The registration step for pybind11 modules: ``PYBIND11_MODULE(name, m) { m.def("op", &fn,
 py::arg("x"), ...); }`` becomes a ``STABLE_TORCH_LIBRARY`` fragment with each operator's
 schema made from the C++ signature (``const int&`` -> ``int``, a ``std::tuple`` parameter split
-into one argument per element, through a generated wrapper), a ``STABLE_TORCH_LIBRARY_IMPL``
+into one argument per element, through a generated wrapper; a tensor taken by non-const
+reference is written to, so it is ``Tensor(a!)``, each such argument its own alias set), a
+``STABLE_TORCH_LIBRARY_IMPL``
 with ``TORCH_BOX``, and, for a setuptools build, a limited-API ``PyInit`` for the module
 Python imports. Preprocessor lines inside the module body are carried over around the
 registrations they guarded. Every schema is parsed by the build torch
@@ -106,6 +108,16 @@ def _default(text: str | None) -> str:
     raise Unconvertible(f"default {value!r} is not a literal")
 
 
+def _alias(index: int) -> str:
+    """The alias set of the ``index``-th mutated argument: a, b, ..., z, aa, ab, ..."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("a") + rest) + letters
+    return letters
+
+
 def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Operator:
     """The schema, and a wrapper when the C++ signature is not what TORCH_BOX takes."""
     names = [name for name, _ in binding.args]
@@ -115,6 +127,7 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
     wrapper_params: list[str] = []
     call_args: list[str] = []
     needs_wrapper = False
+    mutated = 0
     for index, written in enumerate(parameters):
         parameter = written.split("=", 1)[0].strip()  # a C++ default argument: the py::arg default is the schema's
         cxx_type, _, cxx_name = parameter.rpartition(" ")
@@ -146,6 +159,11 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
             needs_wrapper = needs_wrapper or converts or reference
             continue
         schema_type, wrapper_type, converts = _scalar(base, reference)
+        if schema_type in ("Tensor", "Tensor[]") and reference and not re.search(r"\bconst\b", cxx_type):
+            # a tensor taken by non-const reference is written to: the schema says so, one alias set each
+            schema_type = schema_type.replace("Tensor", f"Tensor({_alias(mutated)}!)")
+            wrapper_type = wrapper_type.removeprefix("const ")
+            mutated += 1
         schema_args.append(f"{schema_type} {name}{default}")
         wrapper_params.append(f"{wrapper_type} {name}")
         call_args.append(f"static_cast<{base}>({name})" if converts and schema_type != "Tensor" else name)
@@ -204,6 +222,19 @@ def parse_bindings(code: str, text: str, body_start: int, body_end: int, var: st
     return bindings
 
 
+def _only_defs(body: str, var: str) -> None:
+    """A module body this step can replace holds ``var.def(...)`` calls (and ``var.doc()``)
+    only: a module handed to a function (``register_apis(m)``), or given attributes, would lose
+    what that code registers."""
+    for use in re.finditer(rf"\b{re.escape(var)}\b", body):
+        after = body[use.end():]
+        if re.match(r"\s*\.\s*(?:def|doc)\s*\(", after):
+            continue
+        call = re.search(r"([\w:]+)\s*\([^()]*$", body[:use.start()])
+        what = f"is handed to {call.group(1)}({var})" if call else f"is used other than by {var}.def"
+        raise Unconvertible(f"the module {what}: its registrations are elsewhere; convert them by hand")
+
+
 def _guard_at(text: str, body_start: int, at: int) -> list[str]:
     guard: list[str] = []
     for raw in text[body_start:at].split("\n"):
@@ -245,6 +276,7 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool,
         line = code.count("\n", 0, module.start()) + 1
         try:
             close = _close(code, module.end() - 1)
+            _only_defs(code[module.end():close], module.group(2))
             bindings = parse_bindings(code, text, module.end(), close, module.group(2))
             operators = []
             for binding in bindings:

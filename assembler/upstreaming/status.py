@@ -14,6 +14,7 @@ from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
 from assembler.git.runner import read_ref
 from assembler.manifest import Dependency, Manifest
+from assembler.migration.progress import read_progress
 from assembler.upstreaming import classified
 from assembler.upstreaming.verdicts import DepStatus
 from assembler.workspace import Workspace
@@ -92,7 +93,7 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
             classified.store(digest, classified.to_record(base, origin, broken, verdicts, at))
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
                      base, origin, verdicts, broken, build_evidence(dep), check_evidence(workspace, dep), classified_at=at, reused=found is not None,
-                     fetched_at=_utc(upstream.last_fetched()))
+                     fetched_at=_utc(upstream.last_fetched()), progress=read_progress(dep))
 
 
 def _utc(timestamp: float | None) -> str | None:

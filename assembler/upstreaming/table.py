@@ -43,6 +43,13 @@ def migration_line(status: DepStatus) -> str:
     return line
 
 
+def progress_line(status: DepStatus) -> str:
+    """The migration progress `assemble assess` counted on this pin + series (migration/progress.py)."""
+    if status.progress is None:
+        return f"migration progress: not assessed (`assemble assess {status.name}`)"
+    return f"migration progress: {status.progress.text}"
+
+
 def _row(cells: tuple[str, ...]) -> str:
     """One Markdown table row; a cell's control characters are escaped (report.output.clean)."""
     return "| " + " | ".join(clean(cell).replace("|", "\\|") for cell in cells) + " |"
@@ -71,7 +78,8 @@ def markdown(results: list[DepStatus], failures: Mapping[str, AssembleError] | N
                 lines.append(clean(f"hint: {error.hint}").replace("|", "\\|"))
             continue
         status = by_name[name]
-        lines += ["", f"### {status.name}", "", clean(summary_line(status)).replace("|", "\\|")]
+        lines += ["", f"### {status.name}", "", clean(summary_line(status)).replace("|", "\\|"), "",
+                  clean(progress_line(status)).replace("|", "\\|")]
         if not status.verdicts:
             continue
         lines += ["", "| patch | subject | status | evidence | link |", "| --- | --- | --- | --- | --- |"]

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from assembler.builder.evidence import BuildEvidence
 from assembler.check.evidence import CheckEvidence
+from assembler.migration.progress import MigrationProgress
 from assembler.series.headers import PatchStatus
 
 
@@ -150,6 +151,7 @@ class DepStatus(NamedTuple):
     classified_at: str = ""  # when the verdicts were computed (ISO 8601, UTC)
     reused: bool = False  # the verdicts are the stored ones of that time: nothing they depend on changed since
     fetched_at: str | None = None  # when the upstream mirror was last fetched (ISO 8601, UTC); None: never
+    progress: MigrationProgress | None = None  # the last `assemble assess` of this pin + series + recipe (any workspace)
 
     @property
     def build_verdicts(self) -> tuple[str, ...] | None:
@@ -235,4 +237,5 @@ class DepStatus(NamedTuple):
             },
             "patches": [v.to_json() for v in self.verdicts],
             "classified": {"at": self.classified_at, "reused": self.reused},
+            "migration_progress": None if self.progress is None else self.progress.to_json(),
         }
