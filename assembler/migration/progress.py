@@ -13,8 +13,7 @@ without error; the CLEAN verdict of `check` is another proof and is printed besi
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from assembler.migration.rules import Kind
 
@@ -24,9 +23,8 @@ if TYPE_CHECKING:
 SOURCE = "assemble assess"
 
 
-@dataclass(frozen=True)
-class ProgressEvidence:
-    """The assess run the numbers come from."""
+class ProgressEvidence(NamedTuple):
+    """The assess run the numbers come from (NamedTuples here: `patches` builds them at start-up)."""
 
     obtained: str  # when it ran (ISO 8601, UTC)
     head: str  # the commit of the checkout it read
@@ -42,8 +40,7 @@ class ProgressEvidence:
                 "rules_version": self.rules_version}
 
 
-@dataclass(frozen=True)
-class MigrationProgress:
+class MigrationProgress(NamedTuple):
     units_clean: int
     units: int
     uses: int

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from assembler.errors import InputError
 
@@ -30,9 +29,8 @@ class Kind(StrEnum):
         return {"mechanical": "mechanical", "judgment": "needs judgment", "none": "no stable equivalent"}[self.value]
 
 
-@dataclass(frozen=True)
-class Rule:
-    """One kind of LibTorch use."""
+class Rule(NamedTuple):
+    """One kind of LibTorch use (a NamedTuple: `patches` reads the rules' version at start-up, where dataclasses cost)."""
 
     id: str
     family: str
@@ -48,8 +46,7 @@ class Rule:
     fallback: bool = False  # counts only where no other rule matched
 
 
-@dataclass(frozen=True)
-class RuleSet:
+class RuleSet(NamedTuple):
     version: str
     families: dict[str, str]
     rules: tuple[Rule, ...]
@@ -100,8 +97,7 @@ def load_rules(path: Path = RULES_FILE) -> RuleSet:
     return RuleSet(version=str(data.get("version", "")), families=dict(families), rules=tuple(rules))
 
 
-@dataclass(frozen=True)
-class Match:
+class Match(NamedTuple):
     rule: Rule
     line: int  # 1-based
     column: int  # 1-based
