@@ -104,10 +104,14 @@ def piped(draw: object, columns: int | None, monkeypatch: pytest.MonkeyPatch) ->
 
 
 def table_lines(lines: list[str], title: str) -> list[str]:
-    """The table's lines: from its title up to the first line after it that is not part of it."""
-    start = next(index for index, line in enumerate(lines) if line.startswith(title))
+    """The table's lines: from its title up to the first line after it that is not part of it (a
+    title wider than the width wraps between its words)."""
+    start = next(index for index, line in enumerate(lines) if line.startswith(title) or (
+        title.startswith(line) and " ".join(lines[index:index + 2]).startswith(title)))
     end = next((index for index, line in enumerate(lines) if index > start and (
         re.match(r"\d+ PASS", line) or line.startswith(("load failures", "wheel:", "no wheel", "specs:", "verify ")))), len(lines))
+    if not lines[start].startswith(title):  # the title's two lines as one
+        return [" ".join(lines[start:start + 2]), *lines[start + 2:end]]
     return lines[start:end]
 
 
