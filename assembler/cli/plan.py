@@ -39,11 +39,10 @@ def _shard_count(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from assembler.builder.matrix import buildkite_pipeline, matrix_document, plan_matrix, sharded_document
     from assembler.cli.common import open_workspace
-    from assembler.report.output import add_columns, console, emit_json, err_console
+    from assembler.report.output import console, emit_json, err_console
+    from assembler.report.table import TextTable
 
     workspace = open_workspace(args)
     entries, split = plan_matrix(workspace, args.cuda, args.torch, tuple(args.only),
@@ -55,17 +54,19 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(sharded_document(entries, split) if args.shards else matrix_document(entries))
         return 0
-    table = Table()
-    add_columns(table, "dependency", "key", "archs", "units", "in store", "est. compile s")
+    # Names and keys are never cut; the archs and the unit counts wrap between words.
+    table = TextTable("dependency", "key", "archs", "units", "in store", "est. compile s", text=("archs", "units", "est. compile s"),
+                      right=("est. compile s",))
     for entry in entries:
         where = "local" if entry.cached else "shared" if entry.in_store else "unknown" if entry.in_store is None else "-"
         units = f"{entry.cxx_units} c++ + {entry.cuda_units} cuda" if entry.units_known else "unknown"
         table.add_row(entry.dep, entry.key[:12], " ".join(entry.archs) or "-", units, where, f"{entry.cost:.0f}")
-    console.print(table)
+    table.print(console.file)
     if split:
-        shards = Table(title=f"shard jobs (assemble build --only DEP --shard K/{args.shards}), before each final build")
-        add_columns(shards, "dependency", "shard", "units", "est. compile s", "split")
+        shards = TextTable("dependency", "shard", "units", "est. compile s", "split", text=("est. compile s", "split"),
+                           right=("units", "est. compile s"),
+                           title=f"shard jobs (assemble build --only DEP --shard K/{args.shards}), before each final build")
         for shard in split:
             shards.add_row(shard.dep, f"{shard.index}/{shard.count}", str(len(shard.units)), f"{shard.cost:.0f}", shard.split)
-        console.print(shards)
+        shards.print(console.file)
     return 0

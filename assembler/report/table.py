@@ -116,6 +116,19 @@ def wrap(text: str, width: int) -> list[str]:
     return lines
 
 
+def paragraph(text: str, width: int | None, hang: str = "") -> str:
+    """``text`` (cleaned) as lines of at most ``width`` columns, broken between words, the lines
+    after the first indented by ``hang``; its leading spaces kept; one line when there is no
+    width (a pipe without COLUMNS). Ends in a newline."""
+    text = clean(text)
+    if width is None:
+        return text + "\n"
+    lead = text[:len(text) - len(text.lstrip(" "))]
+    first, *more = wrap(text.strip(" "), max(1, width - len(lead)))
+    rest = wrap(" ".join(more), max(1, width - len(hang))) if more else []  # the rest re-wrapped to its own room
+    return "".join(line + "\n" for line in [lead + first, *(hang + line for line in rest)])
+
+
 def narrow(widths: list[int], least: list[int], limit: int) -> list[int]:
     """``widths`` with the widest columns that may give way (wider than their ``least``) narrowed
     one column at a time until they sum to ``limit`` or none can give more."""
