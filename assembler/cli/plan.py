@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 
-from assembler.cli.common import add_format, cuda_version, torch_version
+from assembler.cli.common import add_format, cuda_version, shard_count, torch_version
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,18 +24,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, required=True, help="CUDA toolkit version the jobs build with (part of each key)")
     parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch to build against (default: [bundle] torch)")
     parser.add_argument("--only", action="append", default=[], metavar="DEP", help="plan just this dependency (repeatable)")
-    parser.add_argument("--shards", type=_shard_count, default=0, metavar="N",
+    parser.add_argument("--shards", type=shard_count, default=0, metavar="N",
                         help="split each dependency's compile jobs over N runners (balanced by cost), before its final job")
     parser.add_argument("--buildkite", action="store_true",
                         help="print a Buildkite pipeline (JSON, for `buildkite-agent pipeline upload`) instead of a table")
     add_format(parser)  # json: the strategy.matrix document alone (cli.main leaves out the envelope)
     parser.set_defaults(handler=run)
-
-
-def _shard_count(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 1000:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of shards: expected 1 to 1000")
-    return int(text)
 
 
 def run(args: argparse.Namespace) -> int:
