@@ -119,7 +119,8 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
     if unknown and not verbose:
         console.print(
             f"  [yellow]{unknown} object(s) use shim symbols the torch table does not know[/] "
-            "(min torch marked +?; -v lists them; `assemble audit --refresh-torch-table` updates the table)"
+            "(min torch marked +?; -v lists them; `assemble audit --refresh-torch-table` updates the table)",
+            soft_wrap=False,  # prose: wrapped between words where a width is known (a terminal, COLUMNS)
         )
     if verbose:
         for name, source in report.sources.items():

@@ -6,8 +6,12 @@ jobs that run before the job that builds it whole."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from assembler.cli.common import add_format, cuda_version, shard_count, torch_version
+
+if TYPE_CHECKING:
+    from assembler.builder.matrix import MatrixEntry, ShardEntry
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -35,8 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from assembler.builder.matrix import buildkite_pipeline, matrix_document, plan_matrix, sharded_document
     from assembler.cli.common import open_workspace
-    from assembler.report.output import console, emit_json, err_console
-    from assembler.report.table import TextTable
+    from assembler.report.output import emit_json, err_console
 
     workspace = open_workspace(args)
     entries, split = plan_matrix(workspace, args.cuda, args.torch, tuple(args.only),
@@ -48,7 +51,16 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(sharded_document(entries, split) if args.shards else matrix_document(entries))
         return 0
-    # Names and keys are never cut; the archs and the unit counts wrap between words.
+    print_plan(entries, split, args.shards)
+    return 0
+
+
+def print_plan(entries: list[MatrixEntry], split: list[ShardEntry], shards: int) -> None:
+    """The plan's table, and with --shards the shard jobs' (names and keys are never cut; the
+    archs and the unit counts wrap between words)."""
+    from assembler.report.output import console
+    from assembler.report.table import TextTable
+
     table = TextTable("dependency", "key", "archs", "units", "in store", "est. compile s", text=("archs", "units", "est. compile s"),
                       right=("est. compile s",))
     for entry in entries:
@@ -57,10 +69,9 @@ def run(args: argparse.Namespace) -> int:
         table.add_row(entry.dep, entry.key[:12], " ".join(entry.archs) or "-", units, where, f"{entry.cost:.0f}")
     table.print(console.file)
     if split:
-        shards = TextTable("dependency", "shard", "units", "est. compile s", "split", text=("est. compile s", "split"),
-                           right=("units", "est. compile s"),
-                           title=f"shard jobs (assemble build --only DEP --shard K/{args.shards}), before each final build")
+        jobs = TextTable("dependency", "shard", "units", "est. compile s", "split", text=("est. compile s",),
+                         right=("units", "est. compile s"),
+                         title=f"shard jobs (assemble build --only DEP --shard K/{shards}), before each final build")
         for shard in split:
-            shards.add_row(shard.dep, f"{shard.index}/{shard.count}", str(len(shard.units)), f"{shard.cost:.0f}", shard.split)
-        shards.print(console.file)
-    return 0
+            jobs.add_row(shard.dep, f"{shard.index}/{shard.count}", str(len(shard.units)), f"{shard.cost:.0f}", shard.split)
+        jobs.print(console.file)

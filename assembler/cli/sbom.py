@@ -71,7 +71,8 @@ def _print_table(wheel: Path, member: str, data: dict[str, Any], deps: list[Sbom
         for line in title.split("\n"):
             write(paragraph(line, width))
         for dep in deps:
-            write(f"{clean(dep.name)} {short(dep.commit)}: {len(dep.patches)} patch(es)\n")
+            count = {0: "no patches", 1: "1 patch"}.get(len(dep.patches), f"{len(dep.patches)} patches")
+            write(f"{clean(dep.name)} {short(dep.commit)}: {count}\n")
             if not dep.patches:
                 continue
             names = [patch.file for patch in dep.patches]

@@ -175,13 +175,14 @@ class TextTable:
         self.rows.append([cell if isinstance(cell, Cell) else Cell(cell) for cell in cells])
         self.notes.append([note if isinstance(note, Cell) else Cell(note) for note in notes])
 
-    def fits(self, width: int | None, plain: bool = False) -> bool:
+    def fits(self, width: int | None, plain: bool = False, breaking: bool = False) -> bool:
         """Whether the table fits ``width`` with free text wrapped between words only (no word
-        broken, no identifier over the edge); any table fits where there is no width."""
+        broken, no identifier over the edge), or with ``breaking`` also with long words broken
+        after a ``/``; any table fits where there is no width."""
         if width is None:
             return True
-        _, by_word, _ = self._least()
-        return sum(by_word) <= width - self.overhead(plain)
+        _, by_word, by_piece = self._least()
+        return sum(by_piece if breaking else by_word) <= width - self.overhead(plain)
 
     def widths(self, width: int | None, plain: bool = False) -> list[int]:
         """Each column's width: as wide as its content, then, when the table is wider than
@@ -297,11 +298,15 @@ class TextTable:
         return f" {between} ".join(cells).rstrip(" ")
 
     def print(self, stream: IO[str] | None = None) -> None:
-        """Write the table to ``stream`` (stdout): boxed and fitted to a terminal, plain columns
-        elsewhere (fitted only when COLUMNS is set), coloured as --color and NO_COLOR say."""
+        """Write the table to ``stream`` (stdout): boxed and fitted to a terminal (plain columns
+        when boxes cannot fit it), plain columns elsewhere (fitted only when COLUMNS is set),
+        coloured as --color and NO_COLOR say."""
         stream = stream or sys.stdout
         width, colour = layout(stream)
-        write(self.render(width, colour, plain=not is_terminal(stream)), stream)
+        # Boxes where they fit; a terminal too narrow for them (8 columns take 25 for borders,
+        # plain columns 14) gets plain columns rather than a line over its edge.
+        plain = not is_terminal(stream) or not self.fits(width, breaking=True)
+        write(self.render(width, colour, plain=plain), stream)
 
 
 def write(text: str, stream: IO[str] | None = None) -> None:
