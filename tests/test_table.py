@@ -324,7 +324,7 @@ def test_deps_fits_80_columns_on_a_terminal_and_in_a_pipe(tmp_path: Path) -> Non
         os.close(leader)
     drawn = b"".join(chunks).decode("utf-8").replace("\r\n", "\n").splitlines()
     assert max(cell_width(line) for line in drawn) <= 80  # the title too: it wraps between words, the path whole
-    assert str(workspace / "deps.toml") in drawn
+    assert str(workspace / "deps.toml") in "".join(drawn[:3])  # broken after a "/" only
     drawn = drawn[next(index for index, line in enumerate(drawn) if line.startswith("┏")) - 1:]
     assert drawn[1].startswith("┏") and drawn[-1].startswith("└")
     manifest = tomllib.loads((workspace / "deps.toml").read_text())
@@ -387,7 +387,7 @@ def test_notes_under_a_row_span_from_their_column_to_the_edge() -> None:
 
 
 def test_numbers_align_right_and_a_title_has_lines() -> None:
-    table = TextTable("kind", "entries", "size", right=("entries", "size"), title="cache: /c\nsecond line")
+    table = TextTable("kind", "entries", "size", right=("entries", "size"), title=("cache: /c", "second line"))
     table.add_row("mirrors", "12", "1.5 MB")
     table.add_row("total", "3", "0 B")
     assert table.render() == (

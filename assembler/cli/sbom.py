@@ -57,7 +57,7 @@ def _print_table(wheel: Path, member: str, data: dict[str, Any], deps: list[Sbom
     from assembler.series.seriesfile import patch_label
 
     root = data.get("metadata", {}).get("component", {})
-    title = f"{wheel}\n{member} (CycloneDX {data.get('specVersion')}): {root.get('name')} {root.get('version')}"
+    title = (str(wheel), f"{member} (CycloneDX {data.get('specVersion')}): {root.get('name')} {root.get('version')}")
     table = TextTable("dependency", "commit", "patch", "status", "evidence", text=("evidence",), title=title)
     for dep in deps:
         for index, patch in enumerate(dep.patches or [None]):
@@ -68,7 +68,7 @@ def _print_table(wheel: Path, member: str, data: dict[str, Any], deps: list[Sbom
     if table.fits(width, plain=not is_terminal(sys.stdout)):
         table.print(console.file)
     else:  # narrower: as `assemble patches` at 80 columns, the file name (never cut) under its number
-        for line in title.split("\n"):
+        for line in title:
             write(paragraph(line, width))
         for dep in deps:
             count = {0: "no patches", 1: "1 patch"}.get(len(dep.patches), f"{len(dep.patches)} patches")

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from assembler.report.output import clean as clean  # re-exported: cells and the commands that draw them
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from typing import IO
 
 # SGR codes of the styles a cell may carry.
@@ -151,7 +151,7 @@ class TextTable:
     ``edge=False`` draws no outer border and no padding outside the first and last columns
     (what `assemble patches` prints under each dependency)."""
 
-    def __init__(self, *headers: str, text: Iterable[str] = (), title: str | None = None, edge: bool = True,
+    def __init__(self, *headers: str, text: Iterable[str] = (), title: str | Sequence[str] | None = None, edge: bool = True,
                  right: Iterable[str] = (), notes_at: str | None = None) -> None:
         free, flush_right = set(text), set(right)
         for kind, names in (("free-text", free), ("right-aligned", flush_right), ("notes", {notes_at} - {None})):
@@ -161,7 +161,8 @@ class TextTable:
         self.headers = [clean(header) for header in headers]
         self.free = [header in free for header in headers]
         self.right = [header in flush_right for header in headers]
-        self.title = None if title is None else [clean(line) for line in title.split("\n")]
+        # A title is one line, or a sequence of lines; a newline inside one is data, shown as a space.
+        self.title = None if title is None else [clean(title)] if isinstance(title, str) else [clean(line) for line in title]
         self.edge = edge
         self.notes_at = 0 if notes_at is None else list(headers).index(notes_at)
         self.rows: list[list[Cell]] = []

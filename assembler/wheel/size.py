@@ -435,7 +435,7 @@ def render(report: SizeReport, console: Console) -> None:
 
     total = max(report.size, 1)
     title = f"{report.path}: {format_size(report.size)}" + (f" (budget {format_size(report.budget)})" if report.budget else "")
-    table = TextTable("dependency", "files", "compressed", "share", "uncompressed", "budget", title=title + f"\nby dependency ({report.attribution})",
+    table = TextTable("dependency", "files", "compressed", "share", "uncompressed", "budget", title=(title, f"by dependency ({report.attribution})"),
                       text=("compressed", "uncompressed"), right=("files", "compressed", "share", "uncompressed", "budget"))
     for group in report.deps:
         budget: str | Cell = "-" if group.budget is None else format_size(group.budget)
