@@ -109,7 +109,7 @@ def table_lines(lines: list[str], title: str) -> list[str]:
     start = next(index for index, line in enumerate(lines) if line.startswith(title) or (
         title.startswith(line) and " ".join(lines[index:index + 2]).startswith(title)))
     end = next((index for index, line in enumerate(lines) if index > start and (
-        re.match(r"\d+ PASS", line) or line.startswith(("load failures", "wheel:", "no wheel", "specs:", "verify ")))), len(lines))
+        re.match(r"\d+ PASS", line) or line.startswith(("load failures", "wheel:", "no wheel", "specs:", "verify ")) or line == "verify")), len(lines))
     if not lines[start].startswith(title):  # the title's two lines as one
         return [" ".join(lines[start:start + 2]), *lines[start + 2:end]]
     return lines[start:end]
