@@ -195,3 +195,22 @@ def test_patches_at_80_columns_cuts_no_file_name(git_workspace: GitWorkspace) ->
     assert all(any(line.startswith(f"{name} ") for line in wide.stdout.splitlines()) for name in names), wide.stdout
     as_json = run_assemble("-C", str(ws.root), "patches", "--offline", "--json", env=env)
     assert [p["file"] for p in json.loads(as_json.stdout)["deps"][0]["patches"]] == names
+
+
+def test_checkout_and_rebase_lines_fit_80_columns(git_workspace: GitWorkspace) -> None:
+    """The quick tour at 80 columns: checkout names the fork relative to the workspace it runs
+    in (the absolute path ran to 100 columns and more), rebase lists the applied patches a line
+    each (207 columns on one line before); --json keeps the absolute path."""
+    ws = git_workspace
+    env = {"ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "80"}
+    done = run_assemble("checkout", "kern", cwd=ws.root, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].endswith(" -> forks/kern"), done.stdout
+    as_json = run_assemble("checkout", "kern", "--json", cwd=ws.root, env=env)
+    assert json.loads(as_json.stdout)["deps"][0]["path"] == str(ws.fork)
+    rebase = run_assemble("rebase", "kern", "--dry-run", cwd=ws.root, env=env)
+    assert rebase.returncode == 0, rebase.stderr
+    names = [name for _, name in parse_series((ws.patches / "series").read_text())]
+    lines = rebase.stdout.splitlines()
+    assert f"  applied ({len(names)}):" in lines and all(f"    {name}" in lines for name in names), rebase.stdout
+    fits(done.stdout + rebase.stdout)
