@@ -303,11 +303,17 @@ class TextTable:
         when boxes cannot fit it), plain columns elsewhere (fitted only when COLUMNS is set),
         coloured as --color and NO_COLOR say."""
         stream = stream or sys.stdout
+        write(self.text_for(stream), stream)
+
+    def text_for(self, stream: IO[str] | None = None) -> str:
+        """What print() writes to ``stream`` (stdout), for a command that prints the table
+        inside a longer text (`assemble review`, `assemble assess`)."""
+        stream = stream or sys.stdout
         width, colour = layout(stream)
         # Boxes where they fit; a terminal too narrow for them (8 columns take 25 for borders,
         # plain columns 14) gets plain columns rather than a line over its edge.
         plain = not is_terminal(stream) or not self.fits(width, breaking=True)
-        write(self.render(width, colour, plain=plain), stream)
+        return self.render(width, colour, plain=plain)
 
 
 def write(text: str, stream: IO[str] | None = None) -> None:
