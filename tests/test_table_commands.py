@@ -214,3 +214,29 @@ def test_checkout_and_rebase_lines_fit_80_columns(git_workspace: GitWorkspace) -
     lines = rebase.stdout.splitlines()
     assert f"  applied ({len(names)}):" in lines and all(f"    {name}" in lines for name in names), rebase.stdout
     fits(done.stdout + rebase.stdout)
+
+
+def test_status_lines_wrap_at_80_columns(git_workspace: GitWorkspace) -> None:
+    """`assemble status` at COLUMNS=80: a line wider than 80 (an unexported commit's subject,
+    a build's evidence) wraps between words under its own indent; one that fits keeps its
+    spacing (`M  file`, as git status)."""
+    import subprocess
+
+    ws = git_workspace
+    assert ws.assemble("checkout", "kern").returncode == 0
+    subject = "Check the scale's dtype before the kernel runs, and say which dtype it was given when it is not float32"
+    (ws.fork / "dtype.txt").write_text("x\n")
+    subprocess.run(["git", "-C", str(ws.fork), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(ws.fork), "commit", "-qm", subject], check=True)
+    (ws.fork / "dtype.txt").write_text("y\n")
+    status = run_assemble("-C", str(ws.root), "status", env={"ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "80"})
+    assert status.returncode == 0, status.stderr
+    fits(status.stdout)
+    lines = status.stdout.splitlines()
+    assert "    M  dtype.txt" in lines, status.stdout
+    [head] = [index for index, line in enumerate(lines) if line.startswith("    ") and subject.split()[0] in line]
+    sha = lines[head].split()[0]
+    assert len(sha) == 12 and lines[head + 1].startswith("      ")  # wrapped two deeper
+    assert " ".join(" ".join(lines[head:head + 3]).split()[1:]).startswith(subject), status.stdout
+    wide = run_assemble("-C", str(ws.root), "status", env={"ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "300"})
+    assert f"    {sha} {subject}" in wide.stdout.splitlines()

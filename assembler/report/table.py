@@ -118,10 +118,10 @@ def wrap(text: str, width: int) -> list[str]:
 
 def paragraph(text: str, width: int | None, hang: str = "") -> str:
     """``text`` (cleaned) as lines of at most ``width`` columns, broken between words, the lines
-    after the first indented by ``hang``; its leading spaces kept; one line when there is no
-    width (a pipe without COLUMNS). Ends in a newline."""
+    after the first indented by ``hang``; its leading spaces kept; one line, as it is, when it
+    fits or there is no width (a pipe without COLUMNS). Ends in a newline."""
     text = clean(text)
-    if width is None:
+    if width is None or cell_width(text) <= width:  # as it is (its spacing kept) where it fits
         return text + "\n"
     lead = text[:len(text) - len(text.lstrip(" "))]
     first, *more = wrap(text.strip(" "), max(1, width - len(lead)))
