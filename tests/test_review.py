@@ -59,6 +59,13 @@ def test_a_planted_unrelated_change_is_flagged_until_acknowledged(ws: Path) -> N
     markdown = run_assemble("-C", str(ws), "review", "vecadd", PORT, "--format", "markdown")
     assert markdown.returncode == 1
     assert "| [csrc/add_scaled.cpp#2](forks/vecadd/csrc/add_scaled.cpp#L15) | FLAGGED | x | y |  |" in markdown.stdout
+    table = run_assemble("-C", str(ws), "review", "vecadd", PORT, env={"COLUMNS": "80"})  # piped: plain columns within 80 (#22)
+    assert table.returncode == 1 and not any("\u2500" <= ch <= "\u257f" for ch in table.stdout), table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80, table.stdout
+    assert f"{PORT}:" in table.stdout.split()  # the patch file name whole
+    by_number = run_assemble("-C", str(ws), "review", "vecadd", "0002", env={"COLUMNS": "80"})  # as its --help example names it
+    assert by_number.stdout == table.stdout, by_number.stderr
+    assert any(line.split()[:3] == ["csrc/add_scaled.cpp#2", "(+15)", "FLAGGED"] for line in table.stdout.splitlines()), table.stdout
 
     # A trailer naming another hunk acknowledges nothing, and is itself an error.
     _plant(ws, "\nForwarded:", "\nMigration-Review: csrc/add_scaled.cpp#7 no such hunk\nForwarded:")

@@ -323,8 +323,10 @@ def test_deps_fits_80_columns_on_a_terminal_and_in_a_pipe(tmp_path: Path) -> Non
     finally:
         os.close(leader)
     drawn = b"".join(chunks).decode("utf-8").replace("\r\n", "\n").splitlines()
+    assert max(cell_width(line) for line in drawn) <= 80  # the title too: it wraps between words, the path whole
+    assert str(workspace / "deps.toml") in "".join(drawn[:3])  # broken after a "/" only
+    drawn = drawn[next(index for index, line in enumerate(drawn) if line.startswith("┏")) - 1:]
     assert drawn[1].startswith("┏") and drawn[-1].startswith("└")
-    assert max(cell_width(line) for line in drawn[1:]) <= 80
     manifest = tomllib.loads((workspace / "deps.toml").read_text())
     body = "\n".join(drawn[4:-1])
     for name, dep in manifest["deps"].items():
@@ -334,7 +336,7 @@ def test_deps_fits_80_columns_on_a_terminal_and_in_a_pipe(tmp_path: Path) -> Non
         assert "".join(piece for piece in pieces if piece).count(source) == 1  # whole once the breaks are joined
     piped = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
     assert piped.returncode == 0, piped.stderr
-    assert not BOX.search(piped.stdout) and max(cell_width(line) for line in piped.stdout.splitlines()[1:]) <= 80
+    assert not BOX.search(piped.stdout) and max(cell_width(line) for line in piped.stdout.splitlines()) <= 80
 
 
 def test_patches_shows_a_hostile_subject_escaped(git_workspace: GitWorkspace) -> None:
@@ -354,3 +356,78 @@ def test_patches_shows_a_hostile_subject_escaped(git_workspace: GitWorkspace) ->
     assert plain[0].startswith("kern: pin ") and plain[1].startswith("  migrated on fork: ")
     assert plain[2] == "  migration progress: not assessed (`assemble assess kern`)"
     assert re.fullmatch(r"patch +subject +status +evidence", plain[3]) and not BOX.search("\n".join(plain))
+
+
+def test_notes_under_a_row_span_from_their_column_to_the_edge() -> None:
+    """What `assemble patches` and `sbom` print at 80 columns: the patch file name and the
+    evidence on lines of their own under the row, from the status column on, never cut."""
+    table = TextTable("patch", "status", "subject", text=("subject",), edge=False, notes_at="status")
+    table.add_row("0001", "forwarded", "Use header-only scalar types",
+                  notes=["0001-Use-header-only-scalar-types.patch", "https://example.invalid/pull/1"])
+    assert table.render(width=40) == (
+        "patch ┃ status    ┃ subject\n"
+        "━━━━━━╇━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━\n"
+        "0001  │ forwarded │ Use header-only\n"
+        "      │           │ scalar types\n"
+        "      │ 0001-Use-header-only-scalar-types.patch\n"  # wider than the room: whole, on a line of its own
+        "      │ https://example.invalid/pull/1\n"
+    )
+    assert table.render(width=40, plain=True) == (
+        "patch  status     subject\n"
+        "0001   forwarded  Use header-only scalar\n"
+        "                  types\n"
+        "       0001-Use-header-only-scalar-types.patch\n"
+        "       https://example.invalid/pull/1\n"
+    )
+    boxed = TextTable("a", "b", notes_at="a")
+    boxed.add_row("x", "y", notes=["note"])
+    assert boxed.render().splitlines()[3:5] == ["│ x │ y │", "│ note  │"]
+    with pytest.raises(ValueError, match="notes columns"):
+        TextTable("a", notes_at="b")
+
+
+def test_numbers_align_right_and_a_title_has_lines() -> None:
+    table = TextTable("kind", "entries", "size", right=("entries", "size"), title=("cache: /c", "second line"))
+    table.add_row("mirrors", "12", "1.5 MB")
+    table.add_row("total", "3", "0 B")
+    assert table.render() == (
+        "cache: /c\n"
+        "second line\n"
+        "┏━━━━━━━━━┳━━━━━━━━━┳━━━━━━━━┓\n"
+        "┃ kind    ┃ entries ┃   size ┃\n"
+        "┡━━━━━━━━━╇━━━━━━━━━╇━━━━━━━━┩\n"
+        "│ mirrors │      12 │ 1.5 MB │\n"
+        "│ total   │       3 │    0 B │\n"
+        "└─────────┴─────────┴────────┘\n"
+    )
+    long = TextTable("a", title="verify /a/very/long/path/to/a/wheel.whl")
+    long.add_row("x")
+    title = long.render(width=20).splitlines()[:2]
+    assert title == ["verify /a/very/long/", "path/to/a/wheel.whl"]  # wrapped after a "/", no name cut
+    assert long.render().splitlines()[0] == "verify /a/very/long/path/to/a/wheel.whl"
+
+
+def test_fits_says_whether_words_alone_make_it_fit() -> None:
+    table = TextTable("name", "subject", text=("subject",))
+    table.add_row("0001-a-long-patch-file-name.patch", "a subject of several words")
+    assert table.fits(None) and table.fits(80)
+    assert not table.fits(46) and table.fits(46, plain=True)  # the name and "several": 40; plain takes 2 more, boxes 7
+    assert table.fits(47) and not table.fits(41, plain=True)
+    paths = TextTable("object", text=("object",))
+    paths.add_row("merge_demo/vecadd/_vecadd_C.abi3.so")
+    assert not paths.fits(30) and paths.fits(30, breaking=True)
+
+
+def test_paragraph_wraps_prose_with_a_hanging_indent() -> None:
+    from assembler.report.table import paragraph
+
+    assert paragraph("  alpha beta gamma delta epsilon", 14, hang="    ") == "  alpha beta\n    gamma\n    delta\n    epsilon\n"
+    assert paragraph("alpha\x1b beta", None) == "alpha\\x1b beta\n"  # no width: one line; cleaned
+
+
+def test_patch_label_is_the_number_show_takes() -> None:
+    from assembler.series.seriesfile import find_patch, patch_label
+
+    names = ["0001-a.patch", "0002-b.patch", "0002-c.patch", "local.patch"]
+    assert [patch_label(names, name) for name in names] == ["0001", "0002-b.patch", "0002-c.patch", "local.patch"]
+    assert all(find_patch(names, patch_label(names, name)) == name for name in names)

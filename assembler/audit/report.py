@@ -1,4 +1,5 @@
-"""Audit reports for people: one rich table per PATH; offending symbols and DT_NEEDED with ``-v``.
+"""Audit reports for people: one table per PATH (report.table: boxes on a terminal, plain columns
+piped, an object's path broken only after a ``/``); offending symbols and DT_NEEDED with ``-v``.
 
 Columns: shim = stable C-shim symbols imported, unst = unstable LibTorch C++ symbols imported,
 min torch (``+?``: also uses shim symbols the table does not know), abi3 = limited API only and
@@ -7,13 +8,16 @@ within the wheel's abi3 tag, min py = the Python that added the newest limited-A
 
 from __future__ import annotations
 
-from rich import box
-from rich.console import Console
+from typing import TYPE_CHECKING
+
 from rich.markup import escape
-from rich.table import Table
 
 from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, Verdict, floor_findings, is_allowed
 from assembler.audit.model import AuditReport, ElfReport
+from assembler.report.table import Cell, TextTable, clean
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 VERDICT_STYLE: dict[Verdict, str] = {
     Verdict.STABLE: "green", Verdict.UNSTABLE: "bold red", Verdict.NO_TORCH: "dim",
@@ -36,14 +40,19 @@ def verdict_style(verdict: str) -> str:
         return "dim" if verdict == "-" else "red"
 
 
-def _abi3_cell(e: ElfReport) -> str:
+def _styled(text: str, style: str) -> Cell:
+    """A table cell in a rich-style string's words ("bold red")."""
+    return Cell(text, *style.split())
+
+
+def _abi3_cell(e: ElfReport) -> Cell:
     if e.python_api == PYTHON_FULL:
-        return "[dim]full API[/]"  # built for one CPython: no limited-API floor to report
+        return Cell("full API", "dim")  # built for one CPython: no limited-API floor to report
     if e.abi3_violations:
-        return f"[bold red]no ({len(e.abi3_violations)})[/]"
+        return Cell(f"no ({len(e.abi3_violations)})", "bold", "red")
     if e.newer_than_tag:
-        return "[yellow]too new[/]"
-    return "[green]yes[/]" if e.python_api == PYTHON_LIMITED and e.min_python else "[dim]-[/]"
+        return Cell("too new", "yellow")
+    return Cell("yes", "green") if e.python_api == PYTHON_LIMITED and e.min_python else Cell("-", "dim")
 
 
 def _details(e: ElfReport) -> list[str]:
@@ -74,37 +83,29 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
     cpython = f"[{VERDICT_STYLE[report.cpython_abi]}]{report.cpython_abi}[/]"
     tag = f"abi3 tag {report.abi3_floor}" if report.abi3_floor else "no abi3 tag"
     py = f", needs {report.min_python}" if report.min_python else ""
-    table = Table(
-        title=f"{escape(report.path)}\ntorch {torch}   CPython {cpython} ({tag}{py})",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-    )
-    table.add_column("object", overflow="fold", ratio=1)
-    for column, justify in (
-        ("kind", "left"), ("torch", "left"), ("shim", "right"), ("unst", "right"),
-        ("min torch", "left"), ("abi3", "left"), ("min py", "left"),
-    ):
-        table.add_column(column, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    console.print(f"[bold]{escape(clean(report.path))}[/]", soft_wrap=True, highlight=False)
+    console.print(f"torch {torch}   CPython {cpython} ({tag}{py})", highlight=False)
+    # The object's path is free text broken only after a "/", so no name is split; the rest never wrap.
+    table = TextTable("object", "kind", "torch", "shim", "unst", "min torch", "abi3", "min py", text=("object",),
+                      right=("shim", "unst"))
     for e in report.extensions:
         min_torch = (e.min_torch or "-") + ("+?" if e.unknown_shim_symbols else "")
         table.add_row(
-            escape(e.path),
+            e.path,
             "ext" if e.kind == "extension" else "lib" if e.kind == "library" else "?",
-            f"[{VERDICT_STYLE[Verdict.UNRESOLVED]}]{Verdict.UNRESOLVED}[/]" if e.unresolved else f"[{VERDICT_STYLE[e.torch_abi]}]{e.torch_abi}[/]",
+            _styled(Verdict.UNRESOLVED, VERDICT_STYLE[Verdict.UNRESOLVED]) if e.unresolved else _styled(e.torch_abi, VERDICT_STYLE[e.torch_abi]),
             str(e.stable_shim),
-            f"[red]{e.unstable}[/]" if e.unstable else "0",
+            Cell(str(e.unstable), "red") if e.unstable else "0",
             min_torch,
             _abi3_cell(e),
             e.min_python or "-",
         )
     if not report.extensions:
-        console.print(table.title)
         console.print("  no ELF shared objects found")
         for name in report.unsafe_names:
             console.print(f"  [{VERDICT_STYLE[Verdict.UNSAFE_PATH]}]{Verdict.UNSAFE_PATH}[/]: {escape(name)}", soft_wrap=True)
         return
-    console.print(table)
+    table.print(console.file)
     for name in report.unsafe_names:
         console.print(f"  [{VERDICT_STYLE[Verdict.UNSAFE_PATH]}]{Verdict.UNSAFE_PATH}[/]: {escape(name)}", soft_wrap=True)
     if report.not_elf:
@@ -118,7 +119,8 @@ def render(report: AuditReport, console: Console, verbose: bool = False) -> None
     if unknown and not verbose:
         console.print(
             f"  [yellow]{unknown} object(s) use shim symbols the torch table does not know[/] "
-            "(min torch marked +?; -v lists them; `assemble audit --refresh-torch-table` updates the table)"
+            "(min torch marked +?; -v lists them; `assemble audit --refresh-torch-table` updates the table)",
+            soft_wrap=False,  # prose: wrapped between words where a width is known (a terminal, COLUMNS)
         )
     if verbose:
         for name, source in report.sources.items():

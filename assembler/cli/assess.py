@@ -98,4 +98,4 @@ def _table(rows: list[list[str]], markdown: bool) -> list[str]:
     table = TextTable(*rows[0], text=("stable equivalent", "where"))
     for row in rows[1:]:
         table.add_row(*row)
-    return [table.render(width=160)]
+    return [table.text_for()]  # fitted to stdout: boxes on a terminal, plain columns piped

@@ -123,19 +123,16 @@ def _workspace_entries(args: argparse.Namespace, root: Path) -> list[Path]:
 
 
 def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Entry], uv_cache: str | None) -> None:
-    from rich.table import Table
-
     from assembler.report.output import console
+    from assembler.report.table import TextTable
     from assembler.wheel.size import format_size
 
     console.print(f"cache: {root}", soft_wrap=True, markup=False, highlight=False)
-    table = Table(show_edge=False)
-    for column in ("kind", "entries", "size"):
-        table.add_column(column, no_wrap=True, justify="left" if column == "kind" else "right")
+    table = TextTable("kind", "entries", "size", right=("entries", "size"), edge=False)
     for kind, total in totals.items():
         table.add_row(kind, str(total["count"]), format_size(total["bytes"]))
     table.add_row("total", str(sum(t["count"] for t in totals.values())), format_size(sum(t["bytes"] for t in totals.values())))
-    console.print(table)
+    table.print(console.file)
     if uv_cache:
         console.print(f"environments hard-link their files from uv's cache {uv_cache}: most of their size is shared with it",
                       soft_wrap=True, markup=False, highlight=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from assembler.cli.common import add_format, failures_json, print_failures
@@ -56,9 +57,12 @@ def run(args: argparse.Namespace) -> int:
             "failures": failures_json(failures),
         })
         return code
+    here = Path.cwd()
     for r in results:
         fetched = ", fetched" if r.fetched else ""
-        print(f"{r.dep}: {r.action} at {r.head[:12]} ({r.applied} patches{fetched}) -> {r.path}")
+        # the fork relative to where assemble was started when it is below (forks/vecadd fits 80 columns); --json has it whole
+        shown = r.path.relative_to(here) if r.path.is_relative_to(here) else r.path
+        print(f"{r.dep}: {r.action} at {r.head[:12]} ({r.applied} patches{fetched}) -> {shown}")
         for edit in r.edits:  # kept, as `git checkout` keeps and lists them
             print(f"  {edit}")
     return code

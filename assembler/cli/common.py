@@ -32,6 +32,13 @@ def add_format(parser: argparse.ArgumentParser, markdown: bool = False) -> None:
     parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
 
 
+def shard_count(text: str) -> int:
+    """--shards N (plan --matrix, ci): 1 to 1000 runners."""
+    if not text.isdigit() or not 1 <= int(text) <= 1000:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of shards: expected 1 to 1000")
+    return int(text)
+
+
 def cuda_version(text: str) -> str:
     """argparse type for --cuda: X.Y, checked before anything is fetched (``--cuda 13`` is exit 2 at once)."""
     if not CUDA_VERSION_RE.match(text):

@@ -36,11 +36,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
-    from rich.table import Table
 
     from assembler.builder.pipeline import merge_artifacts
     from assembler.cli.common import open_workspace
-    from assembler.report.output import add_columns, console, emit_json, err_console, short
+    from assembler.report.output import console, emit_json, err_console, short
+    from assembler.report.table import TextTable
     from assembler.wheel.platform import DEFAULT_EXCLUDES
 
     workspace = open_workspace(args)
@@ -49,14 +49,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result.to_json())
         return 0
-    table = Table()
-    add_columns(table, "dependency", "commit", "patches", "archs", "files shipped", "not shipped")
+    # Names and SHAs are never cut; the archs and the headers of the counts wrap between words.
+    table = TextTable("dependency", "commit", "patches", "archs", "files shipped", "not shipped",
+                      text=("archs", "files shipped", "not shipped"), right=("patches", "files shipped", "not shipped"))
     for dep, record in result.provenance.items():
         table.add_row(
             dep, short(record["commit"]), str(len(record["patches"])), " ".join(record["archs"]) or "-",
             str(len(result.files.get(dep, ()))), str(len(result.unshipped.get(dep, ()))),
         )
-    console.print(table)
+    table.print(console.file)
     for warning in result.warnings:
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", markup=True, emoji=False, soft_wrap=True)
     size = f"{result.size / 1e6:.1f} MB" if result.size >= 100_000 else f"{result.size / 1e3:.0f} kB"

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from assembler.cli.common import add_format
 
 if TYPE_CHECKING:
-    from assembler.upstreaming.verdicts import DepStatus
+    from assembler.upstreaming.verdicts import DepStatus, PatchVerdict
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,23 +58,41 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_table(status: DepStatus, offline: bool) -> None:
-    """The dependency's summary lines, then one row per patch (not rich: see report.table)."""
+    """The dependency's summary lines, then one row per patch (not rich: see report.table).
+
+    Wide enough (or piped without COLUMNS: a row a line, for grep), a row is the patch file,
+    subject, status and evidence. Narrower (80 columns), the file name (up to 64 characters,
+    git format-patch's limit) cannot share its line and is never cut: the row is the patch's
+    number (what `assemble show DEP 0002` takes), status and subject, and the file name and the
+    evidence are lines of their own under it, as `git log --stat` puts the files under a commit."""
     import sys
 
-    from assembler.report.table import Cell, TextTable, clean, layout, paint, write
+    from assembler.report.table import Cell, TextTable, clean, is_terminal, layout, paint, paragraph, write
     from assembler.series.headers import PatchStatus
+    from assembler.series.seriesfile import patch_label
     from assembler.upstreaming.table import migration_line, progress_line, summary_line
 
-    _, colour = layout(sys.stdout)
+    width, colour = layout(sys.stdout)
     mirror = f" (offline: mirror {status.fetched})" if offline else ""
     name = paint(clean(status.name), "bold") if colour else clean(status.name)
-    write(f"{name}: {clean(summary_line(status))}{clean(mirror)}\n  {clean(migration_line(status))}\n  {clean(progress_line(status))}\n")
+    summary = paragraph(f"{status.name}: {summary_line(status)}{mirror}", width, hang="  ")
+    if colour:
+        summary = summary.replace(clean(status.name), name, 1)
+    write(summary + paragraph(f"  {migration_line(status)}", width, hang="    ") + paragraph(f"  {progress_line(status)}", width, hang="    "))
     if not status.verdicts:
         return
-    table = TextTable("patch", "subject", "status", "evidence", text=("subject", "evidence"), edge=False)  # file names are never cut
     colours = {PatchStatus.UPSTREAM: "green", PatchStatus.FORWARDED: "yellow", PatchStatus.LOCAL: "red",
                PatchStatus.NOT_NEEDED: "blue"}
+
+    def status_cell(v: PatchVerdict) -> Cell:
+        return Cell(str(v.status), colours[v.status] if v.status is not None else "red")
+
+    table = TextTable("patch", "subject", "status", "evidence", text=("subject", "evidence"), edge=False)  # file names are never cut
     for v in status.verdicts:
-        colour_name = colours[v.status] if v.status is not None else "red"
-        table.add_row(v.name, v.subject, Cell(str(v.status), colour_name), v.evidence())
+        table.add_row(v.name, v.subject, status_cell(v), v.evidence())
+    if not table.fits(width, plain=not is_terminal(sys.stdout)):
+        names = [v.name for v in status.verdicts]
+        table = TextTable("patch", "status", "subject", text=("subject",), edge=False, notes_at="status")
+        for v in status.verdicts:
+            table.add_row(patch_label(names, v.name), status_cell(v), v.subject, notes=[Cell(v.name, "dim"), v.evidence()])
     table.print()

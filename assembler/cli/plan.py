@@ -6,8 +6,12 @@ jobs that run before the job that builds it whole."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from assembler.cli.common import add_format, cuda_version, torch_version
+from assembler.cli.common import add_format, cuda_version, shard_count, torch_version
+
+if TYPE_CHECKING:
+    from assembler.builder.matrix import MatrixEntry, ShardEntry
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, required=True, help="CUDA toolkit version the jobs build with (part of each key)")
     parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch to build against (default: [bundle] torch)")
     parser.add_argument("--only", action="append", default=[], metavar="DEP", help="plan just this dependency (repeatable)")
-    parser.add_argument("--shards", type=_shard_count, default=0, metavar="N",
+    parser.add_argument("--shards", type=shard_count, default=0, metavar="N",
                         help="split each dependency's compile jobs over N runners (balanced by cost), before its final job")
     parser.add_argument("--buildkite", action="store_true",
                         help="print a Buildkite pipeline (JSON, for `buildkite-agent pipeline upload`) instead of a table")
@@ -32,18 +36,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(handler=run)
 
 
-def _shard_count(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 1000:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a number of shards: expected 1 to 1000")
-    return int(text)
-
-
 def run(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
     from assembler.builder.matrix import buildkite_pipeline, matrix_document, plan_matrix, sharded_document
     from assembler.cli.common import open_workspace
-    from assembler.report.output import add_columns, console, emit_json, err_console
+    from assembler.report.output import emit_json, err_console
 
     workspace = open_workspace(args)
     entries, split = plan_matrix(workspace, args.cuda, args.torch, tuple(args.only),
@@ -55,17 +51,27 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(sharded_document(entries, split) if args.shards else matrix_document(entries))
         return 0
-    table = Table()
-    add_columns(table, "dependency", "key", "archs", "units", "in store", "est. compile s")
+    print_plan(entries, split, args.shards)
+    return 0
+
+
+def print_plan(entries: list[MatrixEntry], split: list[ShardEntry], shards: int) -> None:
+    """The plan's table, and with --shards the shard jobs' (names and keys are never cut; the
+    archs and the unit counts wrap between words)."""
+    from assembler.report.output import console
+    from assembler.report.table import TextTable
+
+    table = TextTable("dependency", "key", "archs", "units", "in store", "est. compile s", text=("archs", "units", "est. compile s"),
+                      right=("est. compile s",))
     for entry in entries:
         where = "local" if entry.cached else "shared" if entry.in_store else "unknown" if entry.in_store is None else "-"
         units = f"{entry.cxx_units} c++ + {entry.cuda_units} cuda" if entry.units_known else "unknown"
         table.add_row(entry.dep, entry.key[:12], " ".join(entry.archs) or "-", units, where, f"{entry.cost:.0f}")
-    console.print(table)
+    table.print(console.file)
     if split:
-        shards = Table(title=f"shard jobs (assemble build --only DEP --shard K/{args.shards}), before each final build")
-        add_columns(shards, "dependency", "shard", "units", "est. compile s", "split")
+        jobs = TextTable("dependency", "shard", "units", "est. compile s", "split", text=("est. compile s",),
+                         right=("units", "est. compile s"),
+                         title=f"shard jobs (assemble build --only DEP --shard K/{shards}), before each final build")
         for shard in split:
-            shards.add_row(shard.dep, f"{shard.index}/{shard.count}", str(len(shard.units)), f"{shard.cost:.0f}", shard.split)
-        console.print(shards)
-    return 0
+            jobs.add_row(shard.dep, f"{shard.index}/{shard.count}", str(len(shard.units)), f"{shard.cost:.0f}", shard.split)
+        jobs.print(console.file)

@@ -133,7 +133,9 @@ def print_report(report: RebaseReport) -> None:
         say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before{kept}")
         return
     if report.applied:
-        say(f"  applied ({len(report.applied)}): {', '.join(report.applied)}")
+        say(f"  applied ({len(report.applied)}):")  # a patch a line, as git status lists files: names never run off the edge
+        for name in report.applied:
+            say(f"    {name}")
     for dropped in report.dropped:
         if dropped.how == "dropped-by-you":
             say(f"  dropped by you: {dropped.name} (not upstream)")

@@ -44,7 +44,14 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
     out: list[str] = []
     for patch in report.patches:
         counts = {v: sum(1 for h in patch.hunks if h.verdict is v) for v in HunkVerdict}
-        out.append(f"{'## ' if markdown else ''}{patch.patch}: {patch.subject}")
+        if markdown:
+            out.append(f"## {patch.patch}: {patch.subject}")
+        else:  # the file name whole on its line, the subject wrapped under it where a width is known (80 columns)
+            import sys
+
+            from assembler.report.table import layout, paragraph
+
+            out.append(paragraph(f"{patch.patch}: {patch.subject}", layout(sys.stdout)[0], hang="  ").rstrip("\n"))
         out.append("")
         out.append(f"{len(patch.hunks)} hunks: {counts[HunkVerdict.API]} API-only, {counts[HunkVerdict.FORMAT]} format/comment only, "
                    f"{counts[HunkVerdict.FLAGGED]} flagged ({len(patch.unacknowledged)} not acknowledged)")
@@ -66,7 +73,7 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
             table = TextTable(*rows[0], text=("removed tokens", "added tokens", "acknowledged"))
             for row in rows[1:]:
                 table.add_row(*row)
-            out.append(table.render(width=160))
+            out.append(table.text_for())  # fitted to stdout: boxes on a terminal, plain columns piped
         for ack in patch.unknown_acknowledgements:
             out.append(f"{'- ' if markdown else ''}Migration-Review: {ack}: names no hunk of this patch (write FILE#N or FILE:LINE)")
         out.append("")

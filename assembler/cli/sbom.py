@@ -50,27 +50,43 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_table(wheel: Path, member: str, data: dict[str, Any], deps: list[SbomDep]) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+    import sys
 
-    from assembler.report.output import add_columns, console, short
+    from assembler.report.output import console, short
+    from assembler.report.table import Cell, TextTable, clean, is_terminal, layout, paragraph, write
+    from assembler.series.seriesfile import patch_label
 
     root = data.get("metadata", {}).get("component", {})
-    table = Table(title=f"{escape(str(wheel))}\n{escape(member)} (CycloneDX {data.get('specVersion')}): "
-                        f"{escape(str(root.get('name')))} {escape(str(root.get('version')))}", title_justify="left")
-    add_columns(table, "dependency", "commit", "patch", "status", "evidence", text=("evidence",))  # names and SHAs never cut
+    title = (str(wheel), f"{member} (CycloneDX {data.get('specVersion')}): {root.get('name')} {root.get('version')}")
+    table = TextTable("dependency", "commit", "patch", "status", "evidence", text=("evidence",), title=title)
     for dep in deps:
         for index, patch in enumerate(dep.patches or [None]):
             cells = [dep.name, short(dep.commit)] if index == 0 else ["", ""]
-            cells += [escape(patch.file), patch.status, escape(patch.evidence)] if patch else ["(no patches)", "", ""]
+            cells += [patch.file, patch.status, patch.evidence] if patch else ["(no patches)", "", ""]
             table.add_row(*cells)
-    console.print(table)
+    width, _ = layout(sys.stdout)
+    if table.fits(width, plain=not is_terminal(sys.stdout)):
+        table.print(console.file)
+    else:  # narrower: as `assemble patches` at 80 columns, the file name (never cut) under its number
+        for line in title:
+            write(paragraph(line, width))
+        for dep in deps:
+            count = {0: "no patches", 1: "1 patch"}.get(len(dep.patches), f"{len(dep.patches)} patches")
+            write(f"{clean(dep.name)} {short(dep.commit)}: {count}\n")
+            if not dep.patches:
+                continue
+            names = [patch.file for patch in dep.patches]
+            patches = TextTable("patch", "status", "evidence", text=("evidence",), edge=False, notes_at="status")
+            for patch in dep.patches:
+                patches.add_row(patch_label(names, patch.file), patch.status, patch.evidence, notes=[Cell(patch.file, "dim")])
+            patches.print(console.file)
     for dep in deps:
         upstream = f" (upstream {dep.upstream})" if dep.upstream and dep.upstream != dep.source else ""
-        console.print(f"{escape(dep.name)}: {escape(dep.purl)}{escape(upstream)}", soft_wrap=True)
+        write(paragraph(f"{dep.name}: {dep.purl}{upstream}", width, hang="  "))
     tools = sorted({f"{key} {value}" for dep in deps for key, value in dep.toolchain.items() if key in ("nvcc", "torch", "cxx", "cmake")})
-    console.print(f"toolchain: {escape('; '.join(tools)) or '-'}", soft_wrap=True)
-    console.print(f"files: {sum(len(dep.files) for dep in deps)} with sha256; patch status from the DEP-3 headers at merge time", soft_wrap=True)
+    write(paragraph(f"toolchain: {'; '.join(tools) or '-'}", width, hang="  "))
+    write(paragraph(f"files: {sum(len(dep.files) for dep in deps)} with sha256; patch status from the DEP-3 headers at merge time",
+                    width, hang="  "))
 
 
 def _print_diff(changes: list[dict[str, Any]]) -> None:

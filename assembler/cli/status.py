@@ -39,10 +39,14 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"workspace": str(workspace.root), "deps": [item.to_json() for item in found]})
         return 0
+    import sys
+
+    from assembler.report.table import layout, paragraph, write
+
+    width, _ = layout(sys.stdout)  # a terminal's width, or COLUMNS: each line wraps between words, two deeper
     for index, item in enumerate(found):
-        if index:
-            print()
-        print("\n".join(lines(item)))
+        text = "".join(paragraph(line, width, hang=" " * (len(line) - len(line.lstrip(" ")) + 2)) for line in lines(item))
+        write(("\n" if index else "") + text)
     return 0
 
 

@@ -236,9 +236,12 @@ def run_review(dep_name: str, patches_dir: Path, series: tuple[str, ...], names:
     words = vocabulary(ruleset)
     report = ReviewReport(dep_name, ruleset.version)
     chosen: list[Path] = []
+    from assembler.series.seriesfile import find_patch
+
     for name in names or list(series):
-        if name in series:
-            chosen.append(patches_dir / name)
+        found = find_patch(series, name)  # its file name, its number (0002) or a part only it has, as `show` takes
+        if found is not None:
+            chosen.append(patches_dir / found)
         elif Path(name).is_file():
             chosen.append(Path(name))
         else:

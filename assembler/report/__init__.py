@@ -1,1 +1,1 @@
-"""Output for people (report.table for the tables of deps, patches, the build summary and the verify matrix, rich for progress and the other long commands' tables) and for machines (JSON: report.output); commands pick one."""
+"""Output for people (report.table for every command's tables, rich for progress and markup lines) and for machines (JSON: report.output); commands pick one."""

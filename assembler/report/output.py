@@ -3,8 +3,8 @@
 ``console`` and ``err_console`` are created on first use (module ``__getattr__``) by
 ``make_console``: importing rich costs ~30 ms, which a ``--json`` run or a no-op should not pay.
 Their colour follows ``--color`` and ``NO_COLOR``; without a terminal they never hard-wrap (a
-CI log keeps wheel names and paths on one line) and are wide, so tables do not cut SHAs, paths
-or URLs.
+CI log keeps wheel names and paths on one line) and are wide. Tables are report.table's, never
+rich's.
 
 JSON: a command hands its document to ``emit_json``; inside ``cli.main`` (a ``json_session``)
 it is held and written once at the end inside the envelope ``{"schema", "command", "ok", ...}``,
@@ -26,8 +26,6 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from rich.console import Console
-    from rich.table import Table
-
     console: Console
     err_console: Console
 
@@ -260,16 +258,6 @@ class DeferredStatus:
         if self._spinner is not None:
             self._spinner.__exit__(kind, value, trace)
             self._spinner = None
-
-
-def add_columns(grid: Table, *columns: str, text: tuple[str, ...] = ()) -> None:
-    """Columns of ``grid``: those named in ``text`` are free text and fold; every other one
-    holds an identifier (SHA, path, URL, name, number) and is never wrapped nor cut."""
-    for name in columns:
-        if name in text:
-            grid.add_column(name, overflow="fold")
-        else:
-            grid.add_column(name, no_wrap=True, overflow="ignore", min_width=len(name))
 
 
 # ---------------------------------------------------------------------------------------------

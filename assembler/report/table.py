@@ -22,6 +22,12 @@ one), so a CI log gets each row on one line.
 On a terminal a table is drawn in boxes; elsewhere (a pipe, a file, a CI log) it is plain columns,
 as uv, pip and cibuildwheel print them: a header row, then the rows, columns two spaces apart, no
 box characters, so ``grep``/``awk`` read it as they read ``pip list``.
+
+Every command's table is a TextTable (rich draws only progress): a title of one or more lines
+(wrapped between words when a width is known), numbers right-aligned (``right=``), and lines
+under a row (``add_row(..., notes=[...])``) that span from the ``notes_at`` column to the right
+edge: what `assemble patches` uses at 80 columns, where a patch file name (up to 64 characters,
+git format-patch's limit) cannot share a line with its subject and evidence.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import TYPE_CHECKING
 from assembler.report.output import clean as clean  # re-exported: cells and the commands that draw them
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
     from typing import IO
 
 # SGR codes of the styles a cell may carry.
@@ -110,6 +116,19 @@ def wrap(text: str, width: int) -> list[str]:
     return lines
 
 
+def paragraph(text: str, width: int | None, hang: str = "") -> str:
+    """``text`` (cleaned) as lines of at most ``width`` columns, broken between words, the lines
+    after the first indented by ``hang``; its leading spaces kept; one line, as it is, when it
+    fits or there is no width (a pipe without COLUMNS). Ends in a newline."""
+    text = clean(text)
+    if width is None or cell_width(text) <= width:  # as it is (its spacing kept) where it fits
+        return text + "\n"
+    lead = text[:len(text) - len(text.lstrip(" "))]
+    first, *more = wrap(text.strip(" "), max(1, width - len(lead)))
+    rest = wrap(" ".join(more), max(1, width - len(hang))) if more else []  # the rest re-wrapped to its own room
+    return "".join(line + "\n" for line in [lead + first, *(hang + line for line in rest)])
+
+
 def narrow(widths: list[int], least: list[int], limit: int) -> list[int]:
     """``widths`` with the widest columns that may give way (wider than their ``least``) narrowed
     one column at a time until they sum to ``limit`` or none can give more."""
@@ -132,21 +151,39 @@ class TextTable:
     ``edge=False`` draws no outer border and no padding outside the first and last columns
     (what `assemble patches` prints under each dependency)."""
 
-    def __init__(self, *headers: str, text: Iterable[str] = (), title: str | None = None, edge: bool = True) -> None:
-        free = set(text)
-        unknown = free - set(headers)
-        if unknown:
-            raise ValueError(f"free-text columns {sorted(unknown)} are not among {list(headers)}")
+    def __init__(self, *headers: str, text: Iterable[str] = (), title: str | Sequence[str] | None = None, edge: bool = True,
+                 right: Iterable[str] = (), notes_at: str | None = None) -> None:
+        free, flush_right = set(text), set(right)
+        for kind, names in (("free-text", free), ("right-aligned", flush_right), ("notes", {notes_at} - {None})):
+            unknown = names - set(headers)
+            if unknown:
+                raise ValueError(f"{kind} columns {sorted(unknown)} are not among {list(headers)}")  # type: ignore[type-var]
         self.headers = [clean(header) for header in headers]
         self.free = [header in free for header in headers]
-        self.title = None if title is None else clean(title)
+        self.right = [header in flush_right for header in headers]
+        # A title is one line, or a sequence of lines; a newline inside one is data, shown as a space.
+        self.title = None if title is None else [clean(title)] if isinstance(title, str) else [clean(line) for line in title]
         self.edge = edge
+        self.notes_at = 0 if notes_at is None else list(headers).index(notes_at)
         self.rows: list[list[Cell]] = []
+        self.notes: list[list[Cell]] = []
 
-    def add_row(self, *cells: str | Cell) -> None:
+    def add_row(self, *cells: str | Cell, notes: Iterable[str | Cell] = ()) -> None:
+        """A row; ``notes``: lines under it from the ``notes_at`` column to the right edge, each
+        wrapped as free text (a word wider than the room keeps a line of its own, whole)."""
         if len(cells) != len(self.headers):
             raise ValueError(f"a row of {len(cells)} cells in a table of {len(self.headers)} columns")
         self.rows.append([cell if isinstance(cell, Cell) else Cell(cell) for cell in cells])
+        self.notes.append([note if isinstance(note, Cell) else Cell(note) for note in notes])
+
+    def fits(self, width: int | None, plain: bool = False, breaking: bool = False) -> bool:
+        """Whether the table fits ``width`` with free text wrapped between words only (no word
+        broken, no identifier over the edge), or with ``breaking`` also with long words broken
+        after a ``/``; any table fits where there is no width."""
+        if width is None:
+            return True
+        _, by_word, by_piece = self._least()
+        return sum(by_piece if breaking else by_word) <= width - self.overhead(plain)
 
     def widths(self, width: int | None, plain: bool = False) -> list[int]:
         """Each column's width: as wide as its content, then, when the table is wider than
@@ -154,6 +191,20 @@ class TextTable:
         longest word (their header's words count: the header wraps too); if that is not enough
         and breaking long words after a ``/`` makes the table fit, down to their longest path
         component."""
+        natural, by_word, by_piece = self._least()
+        if width is None:
+            return natural
+        limit = width - self.overhead(plain)
+        widths = narrow(natural, by_word, limit)
+        if sum(widths) > limit:
+            broken = narrow(widths, by_piece, limit)
+            if sum(broken) <= limit:  # breaking words only where that makes the table fit
+                widths = broken
+        return widths
+
+    def _least(self) -> tuple[list[int], list[int], list[int]]:
+        """Per column: its natural width, the least it takes wrapped between words, and the least
+        with long words broken after a ``/``."""
         natural, by_word, by_piece = [], [], []
         for index, header in enumerate(self.headers):
             cells = [row[index].text for row in self.rows]
@@ -166,15 +217,7 @@ class TextTable:
             words += header.split()  # a free-text column's header wraps too
             by_word.append(max([1, *(cell_width(word) for word in words)]))
             by_piece.append(max([1, *(cell_width(part) for word in words for part in pieces(word))]))
-        if width is None:
-            return natural
-        limit = width - self.overhead(plain)
-        widths = narrow(natural, by_word, limit)
-        if sum(widths) > limit:
-            broken = narrow(widths, by_piece, limit)
-            if sum(broken) <= limit:  # breaking words only where that makes the table fit
-                widths = broken
-        return widths
+        return natural, by_word, by_piece
 
     def overhead(self, plain: bool = False) -> int:
         """Columns taken by borders and padding: one space each side of a cell, a rule between
@@ -190,8 +233,9 @@ class TextTable:
         free text gives way), ANSI colour when ``colour``; ``plain``: without boxes (for a pipe)."""
         widths = self.widths(width, plain)
         lines: list[str] = []
-        if self.title is not None:
-            lines.append(paint(self.title, "italic") if colour else self.title)
+        for title in self.title or ():
+            for line in wrap(title, width) if width is not None else [title]:
+                lines.append(paint(line, "italic") if colour else line)
         if self.edge and not plain:
             lines.append(self._rule(TOP, widths))
         bold: list[tuple[str, ...]] = [("bold",)] * len(self.headers)
@@ -202,15 +246,36 @@ class TextTable:
             lines.append(self._line(HEAD, texts, widths, bold, colour, plain))
         if not plain:
             lines.append(self._rule(HEAD_RULE, widths))
-        for row in self.rows:
+        for row, notes in zip(self.rows, self.notes, strict=True):
             folded = [wrap(cell.text, size) if free else [cell.text]
                       for cell, size, free in zip(row, widths, self.free, strict=True)]
             for number in range(max(len(cell_lines) for cell_lines in folded)):
                 texts = [cell_lines[number] if number < len(cell_lines) else "" for cell_lines in folded]
                 lines.append(self._line(BODY, texts, widths, [cell.styles for cell in row], colour, plain))
+            for note in notes:
+                lines.extend(self._note(note, widths, colour, plain))
         if self.edge and not plain:
             lines.append(self._rule(BOTTOM, widths))
         return "\n".join(lines) + "\n"
+
+    def _note(self, note: Cell, widths: list[int], colour: bool, plain: bool) -> list[str]:
+        """The lines of a note under a row: empty cells before the ``notes_at`` column, then the
+        note wrapped across the rest of the row (the rules between those columns left out)."""
+        at = self.notes_at
+        if plain:
+            room = sum(widths[at:]) + len(GAP) * (len(widths) - at - 1)
+        else:
+            room = sum(widths[at:]) + 3 * (len(widths) - at - 1)
+        lines = []
+        for text in wrap(note.text, room):
+            body = (paint(text, *note.styles) if colour and note.styles else text) + " " * max(0, room - cell_width(text))
+            if plain:
+                lines.append(GAP.join([*[" " * size for size in widths[:at]], body]).rstrip(" "))
+            elif self.edge:
+                lines.append(BODY[0] + " " + "".join(f"{' ' * size} {BODY[1]} " for size in widths[:at]) + body + " " + BODY[2])
+            else:
+                lines.append(f" {BODY[1]} ".join([*[" " * size for size in widths[:at]], body]).rstrip(" "))
+        return lines
 
     def _rule(self, box: tuple[str, str, str, str], widths: list[int]) -> str:
         left, fill, cross, right = box
@@ -223,9 +288,10 @@ class TextTable:
               colour: bool, plain: bool = False) -> str:
         left, between, right = box
         cells = []
-        for text, size, style in zip(texts, widths, styles, strict=True):
+        for text, size, style, flush_right in zip(texts, widths, styles, self.right, strict=True):
             pad = " " * (size - cell_width(text))
-            cells.append((paint(text, *style) if colour and text else text) + pad)
+            shown = paint(text, *style) if colour and text else text
+            cells.append(pad + shown if flush_right else shown + pad)
         if plain:
             return GAP.join(cells).rstrip(" ")
         if self.edge:
@@ -233,11 +299,21 @@ class TextTable:
         return f" {between} ".join(cells).rstrip(" ")
 
     def print(self, stream: IO[str] | None = None) -> None:
-        """Write the table to ``stream`` (stdout): boxed and fitted to a terminal, plain columns
-        elsewhere (fitted only when COLUMNS is set), coloured as --color and NO_COLOR say."""
+        """Write the table to ``stream`` (stdout): boxed and fitted to a terminal (plain columns
+        when boxes cannot fit it), plain columns elsewhere (fitted only when COLUMNS is set),
+        coloured as --color and NO_COLOR say."""
+        stream = stream or sys.stdout
+        write(self.text_for(stream), stream)
+
+    def text_for(self, stream: IO[str] | None = None) -> str:
+        """What print() writes to ``stream`` (stdout), for a command that prints the table
+        inside a longer text (`assemble review`, `assemble assess`)."""
         stream = stream or sys.stdout
         width, colour = layout(stream)
-        write(self.render(width, colour, plain=not is_terminal(stream)), stream)
+        # Boxes where they fit; a terminal too narrow for them (8 columns take 25 for borders,
+        # plain columns 14) gets plain columns rather than a line over its edge.
+        plain = not is_terminal(stream) or not self.fits(width, breaking=True)
+        return self.render(width, colour, plain=plain)
 
 
 def write(text: str, stream: IO[str] | None = None) -> None:

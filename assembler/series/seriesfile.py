@@ -43,3 +43,11 @@ def find_patch(names: Sequence[str], wanted: str) -> str | None:
         if matches:
             return None
     return None
+
+
+def patch_label(names: Sequence[str], name: str) -> str:
+    """How a narrow table names patch ``name`` of ``names``: its number (``0002``) when that
+    names it alone (what `assemble show DEP 0002` and `rebase --drop 0002` take), else its file
+    name."""
+    number = name.split("-", 1)[0]
+    return number if number.isdigit() and "-" in name and find_patch(names, number) == name else name

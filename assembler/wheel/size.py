@@ -430,32 +430,33 @@ def measure_for_manifest(path: Path, manifest: Manifest, budget: int | None = No
 def render(report: SizeReport, console: Console) -> None:
     """The breakdown for people: dependencies, then each object with a fatbin split by architecture."""
     from rich.markup import escape
-    from rich.table import Table
+
+    from assembler.report.table import Cell, TextTable
 
     total = max(report.size, 1)
-    title = f"{escape(report.path)}: {format_size(report.size)}" + (f" (budget {format_size(report.budget)})" if report.budget else "")
-    table = Table(title=title + f"\nby dependency ({report.attribution})", title_justify="left")
-    for column in ("dependency", "files", "compressed", "share", "uncompressed", "budget"):
-        table.add_column(column, justify="left" if column == "dependency" else "right", no_wrap=column != "dependency")
+    title = f"{report.path}: {format_size(report.size)}" + (f" (budget {format_size(report.budget)})" if report.budget else "")
+    table = TextTable("dependency", "files", "compressed", "share", "uncompressed", "budget", title=(title, f"by dependency ({report.attribution})"),
+                      text=("compressed", "uncompressed"), right=("files", "compressed", "share", "uncompressed", "budget"))
     for group in report.deps:
-        budget = "-" if group.budget is None else format_size(group.budget) + (" [bold red]OVER[/]" if group.over else "")
+        budget: str | Cell = "-" if group.budget is None else format_size(group.budget)
+        if group.over:
+            budget = Cell(f"{budget} OVER", "bold", "red")
         compressed = format_size(group.compressed) if report.kind == "wheel" else "-"
-        table.add_row(escape(group.name), str(group.files), compressed, f"{100 * group.compressed / total:.1f}%",
+        table.add_row(group.name, str(group.files), compressed, f"{100 * group.compressed / total:.1f}%",
                       format_size(group.uncompressed), budget)
-    console.print(table)
+    table.print(console.file)
     for obj in report.objects:
         if obj.fatbin is None:
             continue
-        arch_table = Table(title=f"{escape(obj.path)} ({escape(obj.dep)}): {format_size(obj.uncompressed)}, "
-                                 f".nv_fatbin {format_size(obj.fatbin.size)}", title_justify="left")
-        for column in ("arch", "kind", "entries", "bytes", "of object", "uncompressed"):
-            arch_table.add_column(column, justify="left" if column in ("arch", "kind") else "right", no_wrap=True)
+        arch_table = TextTable("arch", "kind", "entries", "bytes", "of object", "uncompressed", text=("of object", "uncompressed"),
+                               right=("entries", "bytes", "of object", "uncompressed"),
+                               title=f"{obj.path} ({obj.dep}): {format_size(obj.uncompressed)}, .nv_fatbin {format_size(obj.fatbin.size)}")
         for arch in obj.fatbin.archs:
             arch_table.add_row(arch.arch, arch.kind, str(arch.entries), format_size(arch.size),
                                f"{100 * arch.size / max(obj.uncompressed, 1):.1f}%", format_size(arch.uncompressed))
         if obj.fatbin.headers:
             arch_table.add_row("(headers)", "", "", format_size(obj.fatbin.headers), "", "")
-        console.print(arch_table)
+        arch_table.print(console.file)
     for line in report.over:
         console.print(f"[bold red]over budget:[/] {escape(line)}", soft_wrap=True)
 
