@@ -27,6 +27,41 @@ def _quoted(value: str) -> str:
     return json.dumps(value)
 
 
+def _artifact_steps(cuda: str, python_install: str) -> str:
+    """The steps of a job that builds ``matrix.dep`` into out/ and uploads it as its artifact."""
+    return f"""    steps:
+      - uses: actions/checkout@v4
+      - run: {_quoted(python_install)}
+      - run: {_quoted(f"assemble build --cuda {cuda} --only ${{{{ matrix.dep }}}} --artifacts out/ --json > build.json")}
+      - uses: actions/upload-artifact@v4
+        with:
+          name: artifact-${{{{ matrix.dep }}}}
+          path: out/
+"""
+
+
+def _merge_job(cuda: str, python_install: str, needs: str) -> str:
+    """The last job of both workflows: merge every artifact, audit and verify the one wheel."""
+    return f"""  merge:
+    needs: {needs}
+    runs-on: ubuntu-24.04
+    steps:
+      - uses: actions/checkout@v4
+      - run: {_quoted(python_install)}
+      - uses: actions/download-artifact@v4
+        with:
+          pattern: artifact-*
+          path: artifacts/
+      - run: {_quoted(f"assemble merge --cuda {cuda} artifacts/*/ --output dist/ --json > merge.json")}
+      - run: "assemble audit --check all dist/*.whl"
+      - run: "assemble verify dist/*.whl"
+      - uses: actions/upload-artifact@v4
+        with:
+          name: wheel
+          path: dist/
+"""
+
+
 def github(cuda: str, python_install: str = "pip install assembler") -> str:
     """A GitHub Actions workflow: plan -> one build job per dependency -> merge, audit, verify.
     ``"on"`` is quoted: YAML 1.1 readers (PyYAML) take a bare ``on`` for true."""
@@ -53,32 +88,7 @@ jobs:
     strategy:
       fail-fast: false
       matrix: ${{{{ fromJSON(needs.plan.outputs.matrix) }}}}
-    steps:
-      - uses: actions/checkout@v4
-      - run: {_quoted(python_install)}
-      - run: {_quoted(f"assemble build --cuda {cuda} --only ${{{{ matrix.dep }}}} --artifacts out/ --json > build.json")}
-      - uses: actions/upload-artifact@v4
-        with:
-          name: artifact-${{{{ matrix.dep }}}}
-          path: out/
-  merge:
-    needs: build
-    runs-on: ubuntu-24.04
-    steps:
-      - uses: actions/checkout@v4
-      - run: {_quoted(python_install)}
-      - uses: actions/download-artifact@v4
-        with:
-          pattern: artifact-*
-          path: artifacts/
-      - run: {_quoted(f"assemble merge --cuda {cuda} artifacts/*/ --output dist/ --json > merge.json")}
-      - run: "assemble audit --check all dist/*.whl"
-      - run: "assemble verify dist/*.whl"
-      - uses: actions/upload-artifact@v4
-        with:
-          name: wheel
-          path: dist/
-"""
+{_artifact_steps(cuda, python_install)}{_merge_job(cuda, python_install, "build")}"""
 
 
 def github_sharded(cuda: str, shards: int, python_install: str = "pip install assembler") -> str:
@@ -124,32 +134,7 @@ jobs:
     strategy:
       fail-fast: false
       matrix: ${{{{ {plan}.final }}}}
-    steps:
-      - uses: actions/checkout@v4
-      - run: {_quoted(python_install)}
-      - run: {_quoted(f"assemble build --cuda {cuda} --only ${{{{ matrix.dep }}}} --artifacts out/ --json > build.json")}
-      - uses: actions/upload-artifact@v4
-        with:
-          name: artifact-${{{{ matrix.dep }}}}
-          path: out/
-  merge:
-    needs: final
-    runs-on: ubuntu-24.04
-    steps:
-      - uses: actions/checkout@v4
-      - run: {_quoted(python_install)}
-      - uses: actions/download-artifact@v4
-        with:
-          pattern: artifact-*
-          path: artifacts/
-      - run: {_quoted(f"assemble merge --cuda {cuda} artifacts/*/ --output dist/ --json > merge.json")}
-      - run: "assemble audit --check all dist/*.whl"
-      - run: "assemble verify dist/*.whl"
-      - uses: actions/upload-artifact@v4
-        with:
-          name: wheel
-          path: dist/
-"""
+{_artifact_steps(cuda, python_install)}{_merge_job(cuda, python_install, "final")}"""
 
 
 def buildkite(cuda: str, shards: int = 0) -> str:
