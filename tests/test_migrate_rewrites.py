@@ -226,3 +226,81 @@ def test_a_module_handed_to_a_function_is_not_converted() -> None:
     edits, declined = convert_modules(HANDED_OVER, "dep", "CUDA", True, lambda name: ("at::Tensor", ["const at::Tensor& a"]))
     assert edits == []
     assert declined == [(7, "the module is handed to api::register_apis(m): its registrations are elsewhere; convert them by hand")]
+
+
+FORWARDED = """\
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("scale_shift", &ns::scale_shift, py::arg("x"), py::arg("affine"), py::arg("eps") = 1e-5f);
+#ifdef WITH_LEGACY
+  m.def("legacy", &ns::legacy);
+#endif
+}
+"""
+SIGNATURES = {"scale_shift": ("at::Tensor", ["const at::Tensor& x", "const std::tuple<at::Tensor, std::optional<at::Tensor>>& affine",
+                                             "double eps"]),
+              "legacy": ("at::Tensor", ["const at::Tensor& x", "bool flag"])}
+
+
+def test_the_generated_module_keeps_the_pybind11_functions_as_forwarders() -> None:
+    """A setuptools build imports the module by its old name: its functions stay, with their
+    py::arg names and defaults, each calling torch.ops; the tuple the caller passes is split
+    into the schema's arguments; a guarded binding's forwarder keeps its guard."""
+    from assembler.migration.pybind import convert_modules
+
+    edits, declined = convert_modules(FORWARDED, "dep", "CUDA", True, SIGNATURES.get)
+    assert declined == [] and edits[0].schemas == ["scale_shift(Tensor x, Tensor affine_0, Tensor? affine_1, float eps=1e-5) -> Tensor",
+                                                   "legacy(Tensor x, bool flag) -> Tensor"]
+    text = edits[0].replacement
+    assert ('    "def scale_shift(x, affine, eps=1e-5):\\n"\n'
+            '    "    return _assemble_torch.ops.dep.scale_shift(x, *affine, eps)\\n"\n') in text
+    assert '#ifdef WITH_LEGACY\n    "def legacy(x, flag):\\n"\n    "    return _assemble_torch.ops.dep.legacy(x, flag)\\n"\n#endif' in text
+    assert "Py_CompileString(assemble_forwarders" in text and "PyEval_EvalCode(code, globals, globals)" in text
+    # a helper or cmake build makes its own PyInit: no forwarders there
+    helper, _ = convert_modules(FORWARDED, "dep", "CUDA", False, SIGNATURES.get)
+    assert "assemble_forwarders" not in helper[0].replacement
+
+
+def test_a_forwarder_for_a_name_python_cannot_spell() -> None:
+    """A py::arg named like a Python keyword: the forwarder passes everything through, or, where
+    it would have to split a tuple, the module is declined with the reason."""
+    from assembler.migration.pybind import convert_modules
+
+    plain = FORWARDED.replace('py::arg("eps")', 'py::arg("lambda")')
+    edits, declined = convert_modules(plain.replace('py::arg("affine"), ', "").replace("scale_shift", "scale"), "dep", "CPU", True,
+                                      {"scale": ("at::Tensor", ["const at::Tensor& x", "double lambda_"]), **SIGNATURES}.get)
+    assert declined == [] and '"def scale(*args, **kwargs):\\n"' in edits[0].replacement
+    edits, declined = convert_modules(plain, "dep", "CPU", True, SIGNATURES.get)
+    assert edits == [] and declined == [(1, "scale_shift: a parameter name is not a Python identifier, so its forwarder cannot split the tuple")]
+
+
+@pytest.mark.slow
+def test_the_forwarders_compile_and_run_in_the_limited_api(tmp_path: Path, build_env_path: Path) -> None:
+    """The generated PyInit, compiled with g++ against the build env's Python headers with
+    Py_LIMITED_API, creates a module whose forwarders call torch.ops (an operator defined here
+    with torch.library), the tuple split."""
+    from assembler.migration.pybind import _pyinit, forwarders, operator_for, parse_bindings
+
+    code = FORWARDED.replace("TORCH_EXTENSION_NAME", "fwd_probe")
+    body_start, body_end = code.index("{") + 1, code.rindex("}")
+    bindings = parse_bindings(code, code, body_start, body_end, "m")
+    operators = [operator_for(b, *SIGNATURES[b.name]) for b in bindings]
+    source = "#include <Python.h>\n" + "\n".join(_pyinit("fwd_probe", forwarders("probe_ns", operators, bindings))) + "\n"
+    (tmp_path / "probe.cpp").write_text(source)
+    python = build_env_path / "bin" / "python"
+    include = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["g++", "-shared", "-fPIC", "-DPy_LIMITED_API=0x03090000", f"-I{include}", "probe.cpp", "-o", "fwd_probe.abi3.so"],
+                   cwd=tmp_path, check=True)
+    probe = """\
+import sys, torch
+lib = torch.library.Library("probe_ns", "DEF")
+lib.define("scale_shift(Tensor x, Tensor affine_0, Tensor? affine_1, float eps=1e-5) -> Tensor")
+lib.impl("scale_shift", lambda x, s, b, eps=1e-5: x * s + (b if b is not None else 0) + eps, "CPU")
+sys.path.insert(0, sys.argv[1])
+import fwd_probe
+x, s, b = torch.ones(3), torch.full((3,), 2.0), torch.full((3,), 0.5)
+print(fwd_probe.scale_shift(x, (s, b), eps=0.0).tolist(), round(fwd_probe.scale_shift(x, (s, None)).tolist()[0], 5), hasattr(fwd_probe, "legacy"))
+"""
+    result = subprocess.run([str(python), "-c", probe, str(tmp_path)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["[2.5,", "2.5,", "2.5]", "2.00001", "False"]

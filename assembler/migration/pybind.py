@@ -13,6 +13,7 @@ converted is left whole and reported."""
 from __future__ import annotations
 
 import json
+import keyword
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class Operator:
     impl: str  # what TORCH_BOX boxes
     wrapper: str | None = None
     guard: list[str] = field(default_factory=list)
+    python_params: list[str] = field(default_factory=list)  # the pybind11 function's, as a Python def's
+    python_args: list[str] = field(default_factory=list)  # what its forwarder passes to torch.ops, a tuple as *name
 
 
 def _base(cxx_type: str) -> tuple[str, bool]:
@@ -126,6 +129,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
     schema_args: list[str] = []
     wrapper_params: list[str] = []
     call_args: list[str] = []
+    python_params: list[str] = []
+    python_args: list[str] = []
     needs_wrapper = False
     mutated = 0
     for index, written in enumerate(parameters):
@@ -147,6 +152,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
                 wrapper_params.append(f"{wrapper_type} {name}_{position}")
                 pieces.append(f"{name}_{position}")
             call_args.append(f"{base}({', '.join(pieces)})")
+            python_params.append(name)
+            python_args.append(f"*{name}")  # the caller still passes the tuple; the schema takes its elements
             needs_wrapper = True
             continue
         optional = re.fullmatch(r"(?:std|c10)::optional<(.+)>", base)
@@ -157,6 +164,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
             wrapper_params.append(f"std::optional<{wrapper_type}> {name}")
             call_args.append(f"{name} ? std::optional<{inner}>(static_cast<{inner}>(*{name})) : std::nullopt" if converts else name)
             needs_wrapper = needs_wrapper or converts or reference
+            python_params.append(f"{name}{default}")
+            python_args.append(name)
             continue
         schema_type, wrapper_type, converts = _scalar(base, reference)
         if schema_type in ("Tensor", "Tensor[]") and reference and not re.search(r"\bconst\b", cxx_type):
@@ -167,6 +176,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
         schema_args.append(f"{schema_type} {name}{default}")
         wrapper_params.append(f"{wrapper_type} {name}")
         call_args.append(f"static_cast<{base}>({name})" if converts and schema_type != "Tensor" else name)
+        python_params.append(f"{name}{default}")
+        python_args.append(name)
         needs_wrapper = needs_wrapper or converts
     ret_base, _ = _base(returns.replace("inline", "").replace("static", ""))
     if re.fullmatch(_TENSOR, ret_base):
@@ -183,11 +194,13 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
         raise Unconvertible(f"return type {ret_base} has no schema type this step knows")
     schema = f"{binding.name}({', '.join(schema_args)}) -> {schema_ret}"
     if not needs_wrapper:
-        return Operator(schema, f"&{binding.function}", guard=binding.guard)
+        return Operator(schema, f"&{binding.function}", guard=binding.guard, python_params=python_params,
+                        python_args=python_args)
     wrapper_name = f"{binding.name}_boxed"
     body = f"return {binding.function}({', '.join(call_args)});" if ret_base != "void" else f"{binding.function}({', '.join(call_args)});"
     wrapper = f"{ret_base} {wrapper_name}({', '.join(wrapper_params)}) {{\n  {body}\n}}"
-    return Operator(schema, f"&{wrapper_name}", wrapper, guard=binding.guard)
+    return Operator(schema, f"&{wrapper_name}", wrapper, guard=binding.guard, python_params=python_params,
+                    python_args=python_args)
 
 
 @dataclass
@@ -284,6 +297,7 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool,
                 if found is None:
                     raise Unconvertible(f"no declaration of {binding.function} found")
                 operators.append(operator_for(binding, found[0], found[1]))
+            python = forwarders(namespace, operators, bindings) if pyinit else []
         except Unconvertible as error:
             declined.append((line, str(error)))
             continue
@@ -303,15 +317,72 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool,
             out += _guarded([f'  m.impl("{binding.name}", TORCH_BOX({op.impl}));'], op.guard)
         out.append("}")
         if pyinit:
-            out += ["", "// The module Python imports, with the limited API only (pybind11 needs the full one).",
-                    "#define ASSEMBLE_STR_(x) #x", "#define ASSEMBLE_STR(x) ASSEMBLE_STR_(x)",
-                    "#define ASSEMBLE_PYINIT_(name) PyInit_##name", "#define ASSEMBLE_PYINIT(name) ASSEMBLE_PYINIT_(name)",
-                    f"extern \"C\" PyObject* ASSEMBLE_PYINIT({module.group(1)})(void) {{",
-                    f"  static PyModuleDef module = {{PyModuleDef_HEAD_INIT, ASSEMBLE_STR({module.group(1)}), nullptr, -1, nullptr,"
-                    " nullptr, nullptr, nullptr, nullptr};",
-                    "  return PyModule_Create(&module);", "}"]
+            out += ["", *_pyinit(module.group(1), python)]
         edits.append(ModuleEdit(module.start(), close + 1, line, "\n".join(out), [op.schema for op in operators]))
     return edits, declined
+
+
+_TORCH_ALIAS = "_assemble_torch"  # the forwarders' name for torch: not a name a module is likely to define
+
+
+def forwarders(namespace: str, operators: list[Operator], bindings: list[Binding]) -> list[tuple[list[str], list[str]]]:
+    """(guard, Python lines) per operator: a function of the module's old name and parameters
+    (py::arg names and defaults) that calls ``torch.ops.<namespace>.<op>``, passing a tuple
+    argument as its elements. Callers of the pybind11 module keep working unchanged; a name
+    that is not a Python identifier gets ``*args, **kwargs`` (no tuple to split) or is refused."""
+    out: list[tuple[list[str], list[str]]] = []
+    for op, binding in zip(operators, bindings, strict=True):
+        names = [p.split("=", 1)[0] for p in op.python_params]
+        target = f"{_TORCH_ALIAS}.ops.{namespace}.{binding.name}"
+        if all(n.isidentifier() and not keyword.iskeyword(n) for n in [binding.name, *names]) and len(set(names)) == len(names):
+            lines = [f"def {binding.name}({', '.join(op.python_params)}):",
+                     f"    return {target}({', '.join(op.python_args)})"]
+        elif not any(a.startswith("*") for a in op.python_args) and binding.name.isidentifier() and not keyword.iskeyword(binding.name):
+            lines = [f"def {binding.name}(*args, **kwargs):", f"    return {target}(*args, **kwargs)"]
+        else:
+            raise Unconvertible(f"{binding.name}: a parameter name is not a Python identifier, so its forwarder cannot split the tuple")
+        out.append((op.guard, lines))
+    try:  # every guard's branch taken at once: each forwarder must compile on its own anyway
+        compile("\n".join(line for _, lines in out for line in lines) + "\n", "<assemble forwarders>", "exec")
+    except SyntaxError as error:
+        raise Unconvertible(f"the Python forwarders do not compile: {error.msg}") from None
+    return out
+
+
+def _c_string(line: str) -> str:
+    return json.dumps(line + "\n")  # JSON's escapes of an ASCII string are C's
+
+
+def _pyinit(module: str, python: list[tuple[list[str], list[str]]]) -> list[str]:
+    """The limited-API ``PyInit`` of the module Python imports: it creates the module and runs
+    the forwarders in it (Py_CompileString and PyEval_EvalCode are in the stable ABI)."""
+    source = [f"    {_c_string(f'import torch as {_TORCH_ALIAS}')}"]
+    for guard, lines in python:
+        source += _guarded([f"    {_c_string(line)}" for line in lines], guard)
+    return ["// The module Python imports, with the limited API only (pybind11 needs the full one). Its",
+            "// functions are kept: each calls its operator through torch.ops, a tuple argument as its elements.",
+            "#define ASSEMBLE_STR_(x) #x", "#define ASSEMBLE_STR(x) ASSEMBLE_STR_(x)",
+            "#define ASSEMBLE_PYINIT_(name) PyInit_##name", "#define ASSEMBLE_PYINIT(name) ASSEMBLE_PYINIT_(name)",
+            "static const char assemble_forwarders[] =", *source, "    \"\";",
+            f"extern \"C\" PyObject* ASSEMBLE_PYINIT({module})(void) {{",
+            f"  static PyModuleDef module = {{PyModuleDef_HEAD_INIT, ASSEMBLE_STR({module}), nullptr, -1, nullptr,"
+            " nullptr, nullptr, nullptr, nullptr};",
+            "  PyObject* created = PyModule_Create(&module);",
+            "  if (created == nullptr) return nullptr;",
+            "  PyObject* globals = PyModule_GetDict(created);",
+            "  PyObject* code = Py_CompileString(assemble_forwarders, ASSEMBLE_STR(" + module + "), Py_file_input);",
+            "  PyObject* done = nullptr;",
+            "  if (code != nullptr && PyDict_SetItemString(globals, \"__builtins__\", PyEval_GetBuiltins()) == 0) {",
+            "    done = PyEval_EvalCode(code, globals, globals);",
+            "  }",
+            "  Py_XDECREF(code);",
+            "  if (done == nullptr) {",
+            "    Py_DECREF(created);",
+            "    return nullptr;",
+            "  }",
+            "  Py_DECREF(done);",
+            "  return created;",
+            "}"]
 
 
 def parse_schemas(python: Path, schemas: list[str]) -> list[tuple[str, str | None]]:
