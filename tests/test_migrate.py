@@ -167,3 +167,28 @@ def test_a_step_that_cannot_be_committed_leaves_the_files_as_they_were(tmp_path:
     (fork / ".git" / "index.lock").unlink()
     assert source.read_text() == original
     assert _git(fork, "status", "--porcelain") == ""
+
+
+def test_the_dispatch_key_follows_the_build_unless_the_style_says(tmp_path: Path, private_cache: Path) -> None:
+    """A pybind11 function takes tensors of any device; its operator registers for CUDA when the
+    dependency builds a CUDA unit (FlashMLA's module is in a .cpp, its kernels in .cu files),
+    else CPU, or for the key `--style` names."""
+    ws = example_copy(tmp_path / "ws") / "migrate"
+    style = tmp_path / "style.toml"
+    style.write_text('dispatch-key = "CompositeExplicitAutograd"\n')
+    result = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--style", str(style), cache=private_cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "+STABLE_TORCH_LIBRARY_IMPL(normkit, CompositeExplicitAutograd, m) {" in result.stdout
+    style.write_text('dispatch-key = "XLA"\n')
+    refused = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--style", str(style), cache=private_cache)
+    assert refused.returncode == 2 and "dispatch-key = 'XLA' is not a style setting" in refused.stderr
+
+    fork = ws / "forks" / "normkit"
+    (fork / "csrc" / "noop.cu").write_text("__global__ void noop() {}\n")
+    _git(fork, "add", "-A")
+    _git(fork, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "A CUDA unit")
+    manifest = ws / "deps.toml"
+    manifest.write_text(manifest.read_text().replace('sources = ["csrc/normkit.cpp"]', 'sources = ["csrc/normkit.cpp", "csrc/noop.cu"]'))
+    result = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", cache=private_cache)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "+STABLE_TORCH_LIBRARY_IMPL(normkit, CUDA, m) {" in result.stdout

@@ -304,3 +304,60 @@ print(fwd_probe.scale_shift(x, (s, b), eps=0.0).tolist(), round(fwd_probe.scale_
     result = subprocess.run([str(python), "-c", probe, str(tmp_path)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["[2.5,", "2.5,", "2.5]", "2.00001", "False"]
+
+
+@pytest.mark.parametrize(("parameters", "body", "schema", "unsure"), [
+    # written in place, however it is taken: mutated, one alias set each
+    (["at::Tensor out", "const at::Tensor& x", "at::Tensor acc"], "out.zero_();\nat::sum_out(acc, x, {1});",
+     "f(Tensor(a!) out, Tensor x, Tensor(b!) acc) -> ()", None),
+    (["const at::Tensor& out"], "float* p = out.mutable_data_ptr<float>();", "f(Tensor(a!) out) -> ()", None),
+    (["at::Tensor out"], "torch::stable::fill_(out, 1.0);", "f(Tensor(a!) out) -> ()", None),
+    # a data pointer kept non-const: which the kernel writes is not in the text
+    (["at::Tensor out", "at::Tensor x"], "float* o = out.data_ptr<float>();\nconst float* i = x.data_ptr<float>();",
+     "f(Tensor out, Tensor x) -> ()", "out: ns::f keeps a non-const data pointer"),
+    (["at::Tensor o"], "Params params;\nparams.o_ptr = o.data_ptr();\nrun(params);", "f(Tensor o) -> ()", "o: ns::f keeps"),
+    # nothing returned and nothing marked written: the schema cannot be right as it stands
+    (["at::Tensor q", "at::Tensor o", "int n"], "run_kernel(q, o, n);", "f(Tensor q, Tensor o, int n) -> ()",
+     "f returns nothing and its schema marks no argument written: annotate the tensors its kernels write (q, o:"),
+    # returns nothing, reads only: still a question, as nothing it does would show
+    (["const at::Tensor& x"], "const float* p = x.data_ptr<float>();\nauto y = x.sizes();", "f(Tensor x) -> ()", "f returns nothing"),
+])
+def test_what_the_function_body_writes_is_in_the_schema_or_in_the_report(parameters: list[str], body: str, schema: str,
+                                                                        unsure: str | None) -> None:
+    from assembler.migration.pybind import Binding, operator_for
+
+    operator = operator_for(Binding("f", "ns::f", []), "void", parameters, body)
+    assert operator.schema == schema
+    assert (operator.unsure is None) == (unsure is None) and (unsure is None or unsure in str(operator.unsure))
+
+
+def test_a_tensor_returned_is_not_a_question_and_a_lookalike_name_is_not_the_parameter() -> None:
+    from assembler.migration.pybind import Binding, operator_for
+
+    returned = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["const at::Tensor& x"], "return x.clone();")
+    assert returned.schema == "f(Tensor x) -> Tensor" and returned.unsure is None
+    other = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["const at::Tensor& x"], "auto y = x; y.zero_(); ax.zero_(); return y;")
+    assert other.schema == "f(Tensor x) -> Tensor"
+
+
+def test_migrate_reads_the_bound_functions_definition() -> None:
+    """convert_modules hands each binding the body of its definition (not a declaration's)."""
+    from assembler.migration.assess import _definition_body
+    from assembler.migration.pybind import convert_modules
+
+    text = ("void fill(at::Tensor out, double v);\n"
+            "void fill(at::Tensor out, double v) {\n  out.fill_(v);\n}\n"
+            'PYBIND11_MODULE(_C, m) {\n  m.def("fill", &fill);\n}\n')
+    codes = {Path("a.cpp"): text}
+    assert _definition_body(codes, "fill") == "\n  out.fill_(v);\n"
+    edits, _ = convert_modules(text, "dep", "CPU", False, lambda name: ("void", ["at::Tensor out", "double v"]),
+                               lambda name: _definition_body(codes, name))
+    assert edits[0].schemas == ["fill(Tensor(a!) out, float v) -> ()"] and edits[0].unsure == []
+
+
+def test_a_const_reference_whose_pointer_is_kept_is_taken_to_be_read() -> None:
+    """FlashMLA's inputs are const at::Tensor& whose data_ptr() goes into a params struct: not a question."""
+    from assembler.migration.pybind import Binding, operator_for
+
+    operator = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["const at::Tensor& k"], "params.k_ptr = k.data_ptr();\nreturn out;")
+    assert operator.schema == "f(Tensor k) -> Tensor" and operator.unsure is None

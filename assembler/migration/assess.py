@@ -390,6 +390,23 @@ def _signature(codes: dict[Path, str], name: str) -> tuple[str, list[str]] | Non
     return None
 
 
+def _definition_body(codes: dict[Path, str], name: str) -> str | None:
+    """The body of the first definition of ``name`` (a declaration has none): what the
+    registration step reads to see which tensors the function writes."""
+    pattern = re.compile(rf"(?<![\w.>]){re.escape(name)}\s*\(")
+    for code in codes.values():
+        for found in pattern.finditer(code):
+            depth = 1
+            index = found.end()
+            while index < len(code) and depth:
+                depth += {"(": 1, ")": -1}.get(code[index], 0)
+                index += 1
+            after = re.match(r"\s*(?:const\s*|noexcept\s*|override\s*)*\{", code[index:index + 200])
+            if depth == 0 and after:
+                return _braced_body(code, index)
+    return None
+
+
 def _parameters(code: str, start: int) -> list[str] | None:
     depth, angle = 1, 0
     current: list[str] = []

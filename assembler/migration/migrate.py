@@ -24,6 +24,7 @@ from typing import Any
 
 from assembler.errors import InputError, WouldLoseWorkError
 from assembler.manifest import Dependency
+from assembler.manifest.model import CUDA
 from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.pybind import GENERATED_MARK, ModuleEdit
 from assembler.migration.rewrite import (
@@ -40,7 +41,10 @@ from assembler.workspace import Workspace
 
 Note = Callable[[str], None]
 AUTHOR = {"GIT_AUTHOR_NAME": "assemble migrate", "GIT_AUTHOR_EMAIL": "assemble@localhost"}
-STYLE_VALUES = {"data-ptr": ("const-mutable", "mutable")}
+STYLE_VALUES = {"data-ptr": ("const-mutable", "mutable"),
+                # the dispatch key a converted pybind11 module's operators register for; by default CUDA
+                # when the dependency builds a CUDA unit, else CPU (a pybind11 function takes any device)
+                "dispatch-key": ("CUDA", "CPU", "CompositeExplicitAutograd")}
 
 
 @dataclass
@@ -79,6 +83,7 @@ class MigrateReport:
     after: CheckSummary | None = None
     seconds: float = 0.0
     formatted_with: str | None = None  # the project's clang-format style file the touched lines were formatted in
+    unsure_schemas: dict[Path, list[tuple[str, str]]] = field(default_factory=dict)  # generated schemas a person must finish
     format_errors: list[str] = field(default_factory=list)
 
     @property
@@ -138,7 +143,9 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         if check and not dry_run:
             report.before = _check(workspace, dep.name, note)
         files = {path: FileRewrite(path.read_text(encoding="utf-8"), _flags(path, lines)) for path, lines in sorted(assessed.active.items())}
-        modules = _pybind11_modules(workspace, dep, files, report, checkout)
+        cuda = any(unit.language == CUDA for unit in assessed.units)
+        key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
+        modules = _pybind11_modules(workspace, dep, files, report, checkout, key)
         needed, keep_unstable = _plan(files, rewrites, dep.torch_target, style, ruleset, modules)
         for step, subject in rewrites.steps.items():
             result = StepResult(step, subject)
@@ -172,6 +179,11 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 report.remaining.append({"at": f"{rel}:{found.line}", "rule": found.rule.id, "api": found.rule.api,
                                          "kind": found.rule.kind.value, "stable": found.rule.stable,
                                          "approach": found.rule.way_round or found.rule.stable or ""})
+            for schema, approach in report.unsure_schemas.get(path, []):
+                where = file.text.find(f'm.def("{schema}")')
+                report.remaining.append({"at": f"{rel}:{file.text.count(chr(10), 0, max(where, 0)) + 1}", "rule": "schema-mutation",
+                                         "api": "the arguments a schema marks written", "kind": "judgment", "stable": None,
+                                         "approach": approach})
         if check and not dry_run:
             report.after = _check(workspace, dep.name, note)
     report.seconds = time.monotonic() - started
@@ -224,11 +236,11 @@ def _format_touched(file: FileRewrite, before: str, path: Path, checkout: Path, 
 
 
 def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, FileRewrite], report: MigrateReport,
-                      checkout: Path) -> dict[Path, list[ModuleEdit]]:
+                      checkout: Path, key: str) -> dict[Path, list[ModuleEdit]]:
     """The pybind11 modules to convert, per file, each schema parsed by the build torch; a
     module with a binding that cannot be converted, or a schema torch refuses, is reported and
     left whole."""
-    from assembler.migration.assess import _active_only, _signature
+    from assembler.migration.assess import _active_only, _definition_body, _signature
     from assembler.migration.pybind import convert_modules, parse_schemas
     from assembler.toolchain.torchenv import ensure_build_env
 
@@ -237,12 +249,13 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
     every = {path: blank_comments_and_strings(file.text) for path, file in files.items()}  # a guarded binding's function too
     namespace = re.sub(r"\W", "_", dep.name)
     found: dict[Path, list[ModuleEdit]] = {}
+    unsure_schemas = report.unsure_schemas
     for path, file in files.items():
         if "PYBIND11_MODULE" not in codes[path]:
             continue
-        key = "CUDA" if path.suffix in (".cu", ".cuh") else "CPU"
         edits, declined = convert_modules(file.text, namespace, key, dep.build.backend == "setuptools",
-                                          lambda name: _signature(codes, name) or _signature(every, name))
+                                          lambda name: _signature(codes, name) or _signature(every, name),
+                                          lambda name: _definition_body(codes, name))
         rel = path.relative_to(checkout).as_posix()
         report.declined += [{"at": f"{rel}:{line}", "rewrite": "pybind11-module", "reason": reason} for line, reason in declined]
         if not edits:
@@ -260,6 +273,7 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
             else:
                 kept.append(edit)
                 report.schemas += edit.schemas
+                unsure_schemas[path] = [*unsure_schemas.get(path, []), *edit.unsure]
         if kept:
             found[path] = kept
     return found

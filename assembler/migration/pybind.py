@@ -16,6 +16,7 @@ import json
 import keyword
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,7 @@ class Binding:
     function: str  # as written after &, e.g. normkit::rms_norm
     args: list[tuple[str, str | None]]  # py::arg names and default texts
     guard: list[str] = field(default_factory=list)  # preprocessor lines open around it
+    line: int = 0  # of the def call, 1-based
     cast: tuple[str, list[str]] | None = None  # a static_cast to the overload's pointer type: (returns, parameters)
 
 
@@ -50,6 +52,7 @@ class Operator:
     guard: list[str] = field(default_factory=list)
     python_params: list[str] = field(default_factory=list)  # the pybind11 function's, as a Python def's
     python_args: list[str] = field(default_factory=list)  # what its forwarder passes to torch.ops, a tuple as *name
+    unsure: str | None = None  # why the schema may not say every argument the function writes: for a person
 
 
 def _base(cxx_type: str) -> tuple[str, bool]:
@@ -121,8 +124,32 @@ def _alias(index: int) -> str:
     return letters
 
 
-def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Operator:
-    """The schema, and a wrapper when the C++ signature is not what TORCH_BOX takes."""
+def written_in(body: str, name: str) -> bool:
+    """Whether ``body`` certainly writes the tensor ``name``: an in-place method
+    (``name.zero_()``, ``name.copy_(...)``), ``name.mutable_data_ptr``, or ``name`` as the out
+    argument of an ``*_out`` or in-place function (``at::sum_out(name, ...)``, ``torch::stable::fill_(name, ...)``)."""
+    n = re.escape(name)
+    return bool(re.search(rf"(?<![\w.]){n}\s*(?:\.|->)\s*(?:\w+_|mutable_data_ptr)\s*[(<]", body)
+                or re.search(rf"(?<![\w.])(?:at|torch|torch::stable)::\w+_(?:out)?\s*\(\s*{n}\s*[,)]", body))
+
+
+def pointer_taken_in(body: str, name: str) -> bool:
+    """Whether ``body`` keeps a non-const pointer to the tensor's data (``T* p = name.data_ptr<T>()``,
+    ``params.o_ptr = name.data_ptr()``): what the kernel does with it is not in this text."""
+    n = re.escape(name)
+    for found in re.finditer(rf"(?<![\w.]){n}\s*\.\s*data_ptr\b", body):
+        start = body.rfind(";", 0, found.start()) + 1
+        start = max(start, body.rfind("{", 0, found.start()) + 1, body.rfind("}", 0, found.start()) + 1)
+        statement = body[start:found.start()]
+        if "=" in statement and not re.search(r"\bconst\b", statement.split("=", 1)[0]):
+            return True
+    return False
+
+
+def operator_for(binding: Binding, returns: str, parameters: list[str], body: str | None = None) -> Operator:
+    """The schema, and a wrapper when the C++ signature is not what TORCH_BOX takes. ``body``,
+    the function's definition where it was found: a tensor it certainly writes is mutated in
+    the schema however it is taken; one whose data pointer it keeps is left to a person."""
     names = [name for name, _ in binding.args]
     if names and len(names) != len(parameters):
         raise Unconvertible(f"{len(names)} py::arg for {len(parameters)} parameters")
@@ -131,6 +158,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
     call_args: list[str] = []
     python_params: list[str] = []
     python_args: list[str] = []
+    kept_pointers: list[str] = []  # tensors whose data pointer the body keeps, not written in the schema
+    read_only: list[str] = []
     needs_wrapper = False
     mutated = 0
     for index, written in enumerate(parameters):
@@ -168,11 +197,18 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
             python_args.append(name)
             continue
         schema_type, wrapper_type, converts = _scalar(base, reference)
-        if schema_type in ("Tensor", "Tensor[]") and reference and not re.search(r"\bconst\b", cxx_type):
-            # a tensor taken by non-const reference is written to: the schema says so, one alias set each
+        by_reference = reference and not re.search(r"\bconst\b", cxx_type)
+        if schema_type in ("Tensor", "Tensor[]") and (by_reference or (body is not None and written_in(body, cxx_name.strip()))):
+            # a tensor taken by non-const reference, or written in place, is written to: the schema
+            # says so, one alias set each
             schema_type = schema_type.replace("Tensor", f"Tensor({_alias(mutated)}!)")
-            wrapper_type = wrapper_type.removeprefix("const ")
+            wrapper_type = wrapper_type.removeprefix("const ") if by_reference else wrapper_type
             mutated += 1
+        elif schema_type == "Tensor" and not reference and body is not None and pointer_taken_in(body, cxx_name.strip()):
+            # taken by value, its data pointer kept: an output handed in (a const& is taken to be read only)
+            kept_pointers.append(name)
+        elif schema_type == "Tensor":
+            read_only.append(name)
         schema_args.append(f"{schema_type} {name}{default}")
         wrapper_params.append(f"{wrapper_type} {name}")
         call_args.append(f"static_cast<{base}>({name})" if converts and schema_type != "Tensor" else name)
@@ -193,14 +229,21 @@ def operator_for(binding: Binding, returns: str, parameters: list[str]) -> Opera
     else:
         raise Unconvertible(f"return type {ret_base} has no schema type this step knows")
     schema = f"{binding.name}({', '.join(schema_args)}) -> {schema_ret}"
+    unsure = None
+    if kept_pointers:
+        unsure = (f"{', '.join(kept_pointers)}: {binding.function} keeps a non-const data pointer of each; annotate "
+                  "those its kernels write as Tensor(a!) in the schema")
+    elif schema_ret == "()" and not mutated and read_only:
+        unsure = (f"{binding.name} returns nothing and its schema marks no argument written: annotate the tensors "
+                  f"its kernels write ({', '.join(read_only)}: which, the text of {binding.function} does not say) as Tensor(a!)")
     if not needs_wrapper:
         return Operator(schema, f"&{binding.function}", guard=binding.guard, python_params=python_params,
-                        python_args=python_args)
+                        python_args=python_args, unsure=unsure)
     wrapper_name = f"{binding.name}_boxed"
     body = f"return {binding.function}({', '.join(call_args)});" if ret_base != "void" else f"{binding.function}({', '.join(call_args)});"
     wrapper = f"{ret_base} {wrapper_name}({', '.join(wrapper_params)}) {{\n  {body}\n}}"
     return Operator(schema, f"&{wrapper_name}", wrapper, guard=binding.guard, python_params=python_params,
-                    python_args=python_args)
+                    python_args=python_args, unsure=unsure)
 
 
 @dataclass
@@ -210,6 +253,7 @@ class ModuleEdit:
     line: int
     replacement: str
     schemas: list[str]
+    unsure: list[tuple[str, str]] = field(default_factory=list)  # (schema, what a person must decide about it)
 
 
 def parse_bindings(code: str, text: str, body_start: int, body_end: int, var: str) -> list[Binding]:
@@ -227,7 +271,7 @@ def parse_bindings(code: str, text: str, body_start: int, body_end: int, var: st
             raise Unconvertible(f"{var}.def without a name and a function pointer")
         args = [(m.group(1), m.group(2)) for m in _ARG.finditer(call)]
         binding = Binding(head.group(1), cast.group(3) if cast else target.group(1) if target else "", args,
-                          _guard_at(text, body_start, at))
+                          _guard_at(text, body_start, at), line=code.count("\n", 0, at) + 1)
         if cast:  # the overload is spelt out: its types are the signature, the py::arg names its names
             types = [t.strip() for t in cast.group(2).split(",") if t.strip()]
             binding.cast = (cast.group(1).strip(), [f"{t} {name}" for t, (name, _) in zip(types, args or [(f"arg{i}", None) for i in range(len(types))], strict=False)])
@@ -277,11 +321,11 @@ def _guarded(lines: list[str], guard: list[str]) -> list[str]:
     return [*guard, *lines, *("#endif" for _ in guard)]
 
 
-def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool,
-                    signature: object) -> tuple[list[ModuleEdit], list[tuple[int, str]]]:
+def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool, signature: object,
+                    body: Callable[[str], str | None] = lambda _: None) -> tuple[list[ModuleEdit], list[tuple[int, str]]]:
     """The edits that turn each pybind11 module of ``text`` into a stable registration, and
     (line, reason) for each module left as it is. ``signature(name)`` finds a bound
-    function's (return type, parameters)."""
+    function's (return type, parameters), ``body(name)`` its definition's body."""
     code = blank_comments_and_strings(text)
     edits: list[ModuleEdit] = []
     declined: list[tuple[int, str]] = []
@@ -296,7 +340,9 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool,
                 found = binding.cast or signature(binding.function.split("::")[-1])  # type: ignore[operator]
                 if found is None:
                     raise Unconvertible(f"no declaration of {binding.function} found")
-                operators.append(operator_for(binding, found[0], found[1]))
+                function = binding.function.split("::")[-1]
+                # a spelt-out overload names its parameters after the py::args: the body's names differ
+                operators.append(operator_for(binding, found[0], found[1], None if binding.cast else body(function)))
             python = forwarders(namespace, operators, bindings) if pyinit else []
         except Unconvertible as error:
             declined.append((line, str(error)))
@@ -318,7 +364,8 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool,
         out.append("}")
         if pyinit:
             out += ["", *_pyinit(module.group(1), python)]
-        edits.append(ModuleEdit(module.start(), close + 1, line, "\n".join(out), [op.schema for op in operators]))
+        edits.append(ModuleEdit(module.start(), close + 1, line, "\n".join(out), [op.schema for op in operators],
+                                [(op.schema, op.unsure) for op in operators if op.unsure]))
     return edits, declined
 
 
