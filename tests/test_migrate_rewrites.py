@@ -32,6 +32,9 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "transpose": ("auto y = ns::make(x).transpose(0, 1);", "auto y = torch::stable::transpose(ns::make(x), 0, 1);"),
     "clone": ("auto y = x.clone();", "auto y = torch::stable::clone(x);"),
     "zero": ("out.zero_();", "torch::stable::zero_(out);"),
+    "cuda-guard": ("at::cuda::CUDAGuard device_guard{(char)q.get_device()};\nconst c10::cuda::OptionalCUDAGuard g(q.device());",
+                   "torch::stable::accelerator::DeviceGuard device_guard(q.get_device_index());\n"
+                   "const torch::stable::accelerator::DeviceGuard g(q.get_device_index());"),
     "empty-like": ("auto y = at::empty_like(x);", "auto y = torch::stable::empty_like(x);"),
     "sum": ("auto s = at::sum(x, dims, true);", "auto s = torch::stable::sum(x, dims, true);"),
     "sum-out": ("at::sum_out(dk, x, dims);", "torch::stable::sum_out(dk, x, dims);"),
@@ -361,3 +364,12 @@ def test_a_const_reference_whose_pointer_is_kept_is_taken_to_be_read() -> None:
 
     operator = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["const at::Tensor& k"], "params.k_ptr = k.data_ptr();\nreturn out;")
     assert operator.schema == "f(Tensor k) -> Tensor" and operator.unsure is None
+
+
+@pytest.mark.parametrize("text", [
+    "at::cuda::CUDAGuard g(device_of(q));",  # device_of takes an optional: which device is for a person
+    "const at::DeviceGuard g(x.device());",  # any device: on a CPU tensor the stable guard would want an accelerator
+    "at::cuda::CUDAGuard g(shift->device());",  # a receiver behind a pointer or an optional
+])
+def test_a_device_guard_only_of_a_cuda_tensors_own_device_is_rewritten(text: str) -> None:
+    assert _run(text).text == text
