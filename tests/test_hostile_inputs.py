@@ -369,7 +369,7 @@ def test_half_made_mirror_is_made_again(git_workspace: GitWorkspace) -> None:
     assert ws.assemble("checkout").returncode == 0
     mirror = next((ws.cache / "git").glob("*.git"))
     shutil.rmtree(mirror)
-    git(mirror.parent, "init", "-q", "--bare", mirror.name)  # HEAD, but no remote
+    git(mirror.parent, "init", "-q", "--bare", str(mirror))  # HEAD, but no remote
     shutil.rmtree(ws.fork)
     result = ws.assemble("checkout")
     assert result.returncode == 0, result.stderr
@@ -435,3 +435,16 @@ def test_full_disk_under_git_is_the_environment_exit_code(git_workspace: GitWork
     (ws.root / "forks").mkdir()
     result = _assemble_in_namespace(ws, 'mount -t tmpfs -o size=64k tmpfs "$W/forks"', "checkout")
     _refused(result, "git clone failed:", "No space left on device", "hint: free space", code=9)
+
+
+def test_a_mirror_name_never_starts_like_an_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The slug is the URL's last 60 characters: cut there, "-9_popen-gw0_..." was a name
+    git takes for a switch, and a leading dot a hidden directory."""
+    from assembler.git.mirrors import mirror_path
+    from assembler.manifest.model import Manifest
+
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
+    manifest = Manifest(path=tmp_path / "deps.toml", bundle=None, mirrors={}, deps={})  # type: ignore[arg-type]
+    for cut in ("-", ".", "_", "-.-"):
+        url = "file:///" + "x" * 40 + "/" + cut + "y" * (60 - len(cut))
+        assert mirror_path(manifest, url).name[0] == "y"
