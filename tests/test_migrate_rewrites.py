@@ -319,6 +319,13 @@ print(fwd_probe.scale_shift(x, (s, b), eps=0.0).tolist(), round(fwd_probe.scale_
     (["at::Tensor out", "at::Tensor x"], "float* o = out.data_ptr<float>();\nconst float* i = x.data_ptr<float>();",
      "f(Tensor out, Tensor x) -> ()", "out: ns::f keeps a non-const data pointer"),
     (["at::Tensor o"], "Params params;\nparams.o_ptr = o.data_ptr();\nrun(params);", "f(Tensor o) -> ()", "o: ns::f keeps"),
+    # through a view, an optional, or an auto pointer; a pointer cast to const reads
+    (["at::Tensor out", "at::Tensor q"], "auto out_3d = out.reshape({t, h, d});\n"
+     "auto o = reinterpret_cast<bf16*>(out_3d.data_ptr<at::BFloat16>());\n"
+     "auto p = reinterpret_cast<bf16 const*>(q.data_ptr<at::BFloat16>());", "f(Tensor out, Tensor q) -> ()", "out: ns::f keeps"),
+    (["std::optional<at::Tensor> state"], "void* raw = state.has_value() ? state->data_ptr() : nullptr;", "f(Tensor? state) -> ()",
+     "state: ns::f keeps"),
+    (["std::optional<at::Tensor> state"], "auto& s = state.value();\ns.zero_();", "f(Tensor(a!)? state) -> ()", None),
     # nothing returned and nothing marked written: the schema cannot be right as it stands
     (["at::Tensor q", "at::Tensor o", "int n"], "run_kernel(q, o, n);", "f(Tensor q, Tensor o, int n) -> ()",
      "f returns nothing and its schema marks no argument written: annotate the tensors its kernels write (q, o:"),

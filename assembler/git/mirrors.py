@@ -72,8 +72,9 @@ def mirror_path(manifest: Manifest, url: str) -> Path:
     fetched from, after [mirrors], so two workspaces that map one URL to different
     repositories never share a mirror (nor its branches)."""
     fetch_url = manifest.resolve_url(url)
-    # cut to its last 60 characters, it must not start like an option or a hidden file
-    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", fetch_url.rstrip("/").split("://")[-1])[-60:].lstrip("-._")
+    # cut to its last 60 characters, it must not start like an option or a hidden file (a leading
+    # _, as every local path gives, is harmless and kept: existing mirrors keep their names)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", fetch_url.rstrip("/").split("://")[-1])[-60:].lstrip("-.")
     digest = sha256(fetch_url.encode()).hexdigest()[:12]
     return cache_root() / "git" / f"{slug}-{digest}.git"
 

@@ -124,25 +124,42 @@ def _alias(index: int) -> str:
     return letters
 
 
-def written_in(body: str, name: str) -> bool:
-    """Whether ``body`` certainly writes the tensor ``name``: an in-place method
-    (``name.zero_()``, ``name.copy_(...)``), ``name.mutable_data_ptr``, or ``name`` as the out
-    argument of an ``*_out`` or in-place function (``at::sum_out(name, ...)``, ``torch::stable::fill_(name, ...)``)."""
+_VIEWS = r"(?:reshape|view|flatten|transpose|t|select|narrow|slice|squeeze|unsqueeze|permute|expand|as_strided|value)"
+
+
+def _aliases(body: str, name: str) -> list[str]:
+    """``name`` and the locals that share its storage: ``auto out_3d = out.reshape(...)``,
+    ``auto& fs = final_state.value()``, ``auto& t = *opt`` (one level, as written)."""
     n = re.escape(name)
-    return bool(re.search(rf"(?<![\w.]){n}\s*(?:\.|->)\s*(?:\w+_|mutable_data_ptr)\s*[(<]", body)
-                or re.search(rf"(?<![\w.])(?:at|torch|torch::stable)::\w+_(?:out)?\s*\(\s*{n}\s*[,)]", body))
+    found = re.findall(rf"\bauto\s*&?\s*(\w+)\s*=\s*(?:\*\s*{n}\b|{n}\s*(?:\.|->)\s*{_VIEWS}\s*\()", body)
+    return [name, *found]
+
+
+def written_in(body: str, name: str) -> bool:
+    """Whether ``body`` certainly writes the tensor ``name`` (or a view of it): an in-place
+    method (``name.zero_()``, ``name.copy_(...)``), ``name.mutable_data_ptr``, or ``name`` as the
+    out argument of an ``*_out`` or in-place function (``at::sum_out(name, ...)``,
+    ``torch::stable::fill_(name, ...)``)."""
+    for alias in _aliases(body, name):
+        n = re.escape(alias)
+        if (re.search(rf"(?<![\w.]){n}\s*(?:\.|->)\s*(?:\w+_|mutable_data_ptr)\s*[(<]", body)
+                or re.search(rf"(?<![\w.])(?:at|torch|torch::stable)::\w+_(?:out)?\s*\(\s*{n}\s*[,)]", body)):
+            return True
+    return False
 
 
 def pointer_taken_in(body: str, name: str) -> bool:
-    """Whether ``body`` keeps a non-const pointer to the tensor's data (``T* p = name.data_ptr<T>()``,
-    ``params.o_ptr = name.data_ptr()``): what the kernel does with it is not in this text."""
-    n = re.escape(name)
-    for found in re.finditer(rf"(?<![\w.]){n}\s*\.\s*data_ptr\b", body):
-        start = body.rfind(";", 0, found.start()) + 1
-        start = max(start, body.rfind("{", 0, found.start()) + 1, body.rfind("}", 0, found.start()) + 1)
-        statement = body[start:found.start()]
-        if "=" in statement and not re.search(r"\bconst\b", statement.split("=", 1)[0]):
-            return True
+    """Whether ``body`` keeps a non-const pointer to the data of the tensor ``name`` or of a
+    view of it (``T* p = out.data_ptr<T>()``, ``params.o_ptr = out_3d.data_ptr()``, ``auto p =
+    out.data_ptr<T>()``): what the kernel does with it is not in this text. A statement that
+    spells ``const`` (``reinterpret_cast<T const*>(q.data_ptr())``) reads."""
+    for alias in _aliases(body, name):
+        for found in re.finditer(rf"(?<![\w.]){re.escape(alias)}\s*(?:\.|->)\s*data_ptr\b", body):
+            start = max(body.rfind(c, 0, found.start()) for c in ";{}") + 1
+            stop = body.find(";", found.end())
+            statement = body[start:stop if stop >= 0 else len(body)]
+            if "=" in body[start:found.start()] and not re.search(r"\bconst\b", statement):
+                return True
     return False
 
 
@@ -198,13 +215,14 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
             continue
         schema_type, wrapper_type, converts = _scalar(base, reference)
         by_reference = reference and not re.search(r"\bconst\b", cxx_type)
-        if schema_type in ("Tensor", "Tensor[]") and (by_reference or (body is not None and written_in(body, cxx_name.strip()))):
+        if schema_type in ("Tensor", "Tensor?", "Tensor[]") and (
+                (by_reference and schema_type != "Tensor?") or (body is not None and written_in(body, cxx_name.strip()))):
             # a tensor taken by non-const reference, or written in place, is written to: the schema
             # says so, one alias set each
             schema_type = schema_type.replace("Tensor", f"Tensor({_alias(mutated)}!)")
             wrapper_type = wrapper_type.removeprefix("const ") if by_reference else wrapper_type
             mutated += 1
-        elif schema_type == "Tensor" and not reference and body is not None and pointer_taken_in(body, cxx_name.strip()):
+        elif schema_type in ("Tensor", "Tensor?") and not reference and body is not None and pointer_taken_in(body, cxx_name.strip()):
             # taken by value, its data pointer kept: an output handed in (a const& is taken to be read only)
             kept_pointers.append(name)
         elif schema_type == "Tensor":
