@@ -32,9 +32,11 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "transpose": ("auto y = ns::make(x).transpose(0, 1);", "auto y = torch::stable::transpose(ns::make(x), 0, 1);"),
     "clone": ("auto y = x.clone();", "auto y = torch::stable::clone(x);"),
     "zero": ("out.zero_();", "torch::stable::zero_(out);"),
-    "cuda-guard": ("at::cuda::CUDAGuard device_guard{(char)q.get_device()};\nconst c10::cuda::OptionalCUDAGuard g(q.device());",
-                   "torch::stable::accelerator::DeviceGuard device_guard(q.get_device_index());\n"
-                   "const torch::stable::accelerator::DeviceGuard g(q.get_device_index());"),
+    # the guard's type only: torch::stable::Tensor has get_device() too, and the brace form stays
+    "cuda-guard": ("at::cuda::CUDAGuard device_guard{(char)q.get_device()};",
+                   "torch::stable::accelerator::DeviceGuard device_guard{(char)q.get_device()};"),
+    "cuda-guard-device": ("const c10::cuda::OptionalCUDAGuard g(q.device());",
+                          "const torch::stable::accelerator::DeviceGuard g(q.get_device_index());"),
     "empty-like": ("auto y = at::empty_like(x);", "auto y = torch::stable::empty_like(x);"),
     "sum": ("auto s = at::sum(x, dims, true);", "auto s = torch::stable::sum(x, dims, true);"),
     "sum-out": ("at::sum_out(dk, x, dims);", "torch::stable::sum_out(dk, x, dims);"),

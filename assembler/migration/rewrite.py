@@ -129,8 +129,8 @@ def _replace(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     for found in rewrite.pattern.finditer(code):
         if not _eligible(rewrite, file, _line_of(code, found.start()), torch_target):
             continue
-        original = rewrite.pattern.fullmatch(file.text, found.start(), found.end())
-        if original is None:  # the pattern depends on a string's contents: read them from the original
+        original = rewrite.pattern.match(file.text, found.start())  # not fullmatch: a lookahead reads past the end
+        if original is None or original.end() != found.end():  # it depends on a string's contents: read the original
             continue
         new = original.expand(rewrite.replacement)
         if rewrite.mapping:
