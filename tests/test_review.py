@@ -130,3 +130,13 @@ def test_parse_patch_reads_hunks_per_file_and_trailers() -> None:
     assert acks == ["csrc/add_scaled.cpp#2 ok"]
     assert [(h.id, h.old_start, h.new_start, len(h.removed), len(h.added)) for h in hunks] == [
         ("csrc/add_scaled.cpp#1", 1, 1, 3, 4), ("csrc/add_scaled.cpp#2", 14, 15, 10, 10)]
+
+
+@pytest.mark.parametrize("rewrite_id", ["cuda-guard", "cuda-guard-device"])
+def test_what_the_guard_rewrites_make_is_api_only(rewrite_id: str) -> None:
+    """migrate's own output passes review: the guard rewrites keep every token but the API's
+    (on FlashMLA an earlier form dropped `{(char) ... }` and review flagged three hunks)."""
+    from tests.test_migrate_rewrites import EXAMPLES
+
+    before, after = EXAMPLES[rewrite_id]
+    assert _judged(before, after).verdict is HunkVerdict.API
