@@ -28,6 +28,11 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
 
 
+def _commit_all(repo: Path, message: str) -> None:
+    _git(repo, "add", "-A")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", message)
+
+
 def _vecadd_only_unmigrated(ws: Path) -> None:
     """The example with vecadd alone and no series: upstream as it is."""
     manifest = tomlkit.parse((ws / "deps.toml").read_text())
@@ -135,8 +140,7 @@ def test_a_submodules_files_are_neither_uses_nor_rewritten(tmp_path: Path, priva
     _git(fork, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(vendored), "third_party/vend")
     source = fork / "csrc" / "normkit.cpp"
     source.write_text('#include "vend.h"\n' + source.read_text())
-    _git(fork, "add", "-A")
-    _git(fork, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "Vendor a library")
+    _commit_all(fork, "Vendor a library")
     manifest = ws / "deps.toml"
     manifest.write_text(manifest.read_text().replace('include-dirs = ["csrc"]', 'include-dirs = ["csrc", "third_party/vend/include"]'))
 
@@ -183,10 +187,12 @@ def test_the_dispatch_key_follows_the_build_unless_the_style_says(tmp_path: Path
     refused = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--style", str(style), cache=private_cache)
     assert refused.returncode == 2 and "dispatch-key = 'XLA' is not a style setting" in refused.stderr
 
+    default = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", cache=private_cache)
+    assert "+STABLE_TORCH_LIBRARY_IMPL(normkit, CPU, m) {" in default.stdout, default.stderr[-3000:]
+
     fork = ws / "forks" / "normkit"
     (fork / "csrc" / "noop.cu").write_text("__global__ void noop() {}\n")
-    _git(fork, "add", "-A")
-    _git(fork, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "A CUDA unit")
+    _commit_all(fork, "A CUDA unit")
     manifest = ws / "deps.toml"
     manifest.write_text(manifest.read_text().replace('sources = ["csrc/normkit.cpp"]', 'sources = ["csrc/normkit.cpp", "csrc/noop.cu"]'))
     result = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", cache=private_cache)

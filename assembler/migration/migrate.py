@@ -83,7 +83,6 @@ class MigrateReport:
     after: CheckSummary | None = None
     seconds: float = 0.0
     formatted_with: str | None = None  # the project's clang-format style file the touched lines were formatted in
-    unsure_schemas: dict[Path, list[tuple[str, str]]] = field(default_factory=dict)  # generated schemas a person must finish
     format_errors: list[str] = field(default_factory=list)
 
     @property
@@ -179,7 +178,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 report.remaining.append({"at": f"{rel}:{found.line}", "rule": found.rule.id, "api": found.rule.api,
                                          "kind": found.rule.kind.value, "stable": found.rule.stable,
                                          "approach": found.rule.way_round or found.rule.stable or ""})
-            for schema, approach in report.unsure_schemas.get(path, []):
+            for schema, approach in (item for edit in modules.get(path, []) for item in edit.unsure):
                 where = file.text.find(f'm.def("{schema}")')
                 report.remaining.append({"at": f"{rel}:{file.text.count(chr(10), 0, max(where, 0)) + 1}", "rule": "schema-mutation",
                                          "api": "the arguments a schema marks written", "kind": "judgment", "stable": None,
@@ -249,7 +248,6 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
     every = {path: blank_comments_and_strings(file.text) for path, file in files.items()}  # a guarded binding's function too
     namespace = re.sub(r"\W", "_", dep.name)
     found: dict[Path, list[ModuleEdit]] = {}
-    unsure_schemas = report.unsure_schemas
     for path, file in files.items():
         if "PYBIND11_MODULE" not in codes[path]:
             continue
@@ -273,7 +271,6 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
             else:
                 kept.append(edit)
                 report.schemas += edit.schemas
-                unsure_schemas[path] = [*unsure_schemas.get(path, []), *edit.unsure]
         if kept:
             found[path] = kept
     return found

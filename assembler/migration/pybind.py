@@ -40,7 +40,6 @@ class Binding:
     function: str  # as written after &, e.g. normkit::rms_norm
     args: list[tuple[str, str | None]]  # py::arg names and default texts
     guard: list[str] = field(default_factory=list)  # preprocessor lines open around it
-    line: int = 0  # of the def call, 1-based
     cast: tuple[str, list[str]] | None = None  # a static_cast to the overload's pointer type: (returns, parameters)
 
 
@@ -289,7 +288,7 @@ def parse_bindings(code: str, text: str, body_start: int, body_end: int, var: st
             raise Unconvertible(f"{var}.def without a name and a function pointer")
         args = [(m.group(1), m.group(2)) for m in _ARG.finditer(call)]
         binding = Binding(head.group(1), cast.group(3) if cast else target.group(1) if target else "", args,
-                          _guard_at(text, body_start, at), line=code.count("\n", 0, at) + 1)
+                          _guard_at(text, body_start, at))
         if cast:  # the overload is spelt out: its types are the signature, the py::arg names its names
             types = [t.strip() for t in cast.group(2).split(",") if t.strip()]
             binding.cast = (cast.group(1).strip(), [f"{t} {name}" for t, (name, _) in zip(types, args or [(f"arg{i}", None) for i in range(len(types))], strict=False)])
@@ -355,10 +354,10 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool, 
             bindings = parse_bindings(code, text, module.end(), close, module.group(2))
             operators = []
             for binding in bindings:
-                found = binding.cast or signature(binding.function.split("::")[-1])  # type: ignore[operator]
+                function = binding.function.split("::")[-1]
+                found = binding.cast or signature(function)  # type: ignore[operator]
                 if found is None:
                     raise Unconvertible(f"no declaration of {binding.function} found")
-                function = binding.function.split("::")[-1]
                 # a spelt-out overload names its parameters after the py::args: the body's names differ
                 operators.append(operator_for(binding, found[0], found[1], None if binding.cast else body(function)))
             python = forwarders(namespace, operators, bindings) if pyinit else []
