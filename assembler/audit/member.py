@@ -33,6 +33,16 @@ class TruncatedError(InputError):
     """A read past the end of the object: the ELF headers point outside the file."""
 
 
+class OverlappingEntries(InputError):
+    """Two zip entries share bytes, or one runs into the central directory: a zip bomb's trick
+    (many entries inflating one stream) or a corrupt wheel, refused wherever it is found."""
+
+    HINT = "rebuild the wheel with a standard zip writer; pip refuses a wheel whose entries overlap"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, hint=self.HINT)
+
+
 class ByteSource(Protocol):
     """What the ELF reader needs from a shared object, wherever it lives."""
 
@@ -123,7 +133,8 @@ class MemberInfo:
     compress_type: int
     compress_size: int
     file_size: int
-    data_end: int | None = None  # where member data must end (the central directory); None: the wheel's size
+    data_end: int | None = None  # where member data must end (the next local header or the central directory)
+    next_member: str | None = None  # the member whose local header is at data_end (None: the central directory)
 
 
 class StoredMember(FileSource):
@@ -316,6 +327,12 @@ def _data_offset(fd: int, info: MemberInfo, wheel_size: int) -> int:
     name_len, extra_len = struct.unpack("<HH", header[26:30])
     base: int = info.header_offset + 30 + name_len + extra_len
     end = min(wheel_size, info.data_end) if info.data_end is not None else wheel_size
+    if base + info.compress_size > end and info.next_member is not None and end < wheel_size:
+        raise OverlappingEntries(
+            f"{info.wheel}: members '{info.name}' and '{info.next_member}' overlap (the data after {info.name}'s "
+            f"local header runs past {info.next_member}'s at {end}): overlapping entries are a zip bomb or a "
+            "corrupt wheel"
+        )
     if base + info.compress_size > end:
         raise InputError(
             f"{info.wheel}: {info.name}: its {info.compress_size} bytes of data run past the end of the "
@@ -334,7 +351,7 @@ def peek(fd: int, info: MemberInfo, length: int = 4) -> bytes:
     wheel_size = os.fstat(fd).st_size
     base = _data_offset(fd, info, wheel_size)
     want = min(length, info.file_size)
-    if info.compress_type == 0:
+    if info.compress_type == 0 or want == 0:
         return os.pread(fd, want, base)
     if info.compress_type != 8:
         raise InputError(f"{info.wheel}: member {info.name} uses zip compression method {info.compress_type}")

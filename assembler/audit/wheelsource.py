@@ -32,6 +32,7 @@ from assembler.audit.member import (
     DeflatedMember,
     FileSource,
     MemberInfo,
+    OverlappingEntries,
     StoredMember,
     open_member,
     open_regular,
@@ -119,26 +120,33 @@ def is_elf_file(path: str) -> bool:
 def elf_members(wheel: str, entries: list[MemberInfo]) -> tuple[list[MemberInfo], list[MemberInfo]]:
     """(ELF members, members named like shared objects that are not ELF), judged by content.
 
-    A member whose header or data cannot even be peeked at is audited when its name says shared
-    object (so the corruption is reported, as before) and otherwise left alone."""
+    Every entry's local header is read (the peek), so entries whose bytes overlap are refused
+    here, whatever their names (``OverlappingEntries``, exit 2). A member whose header or data
+    cannot otherwise be peeked at is audited when its name says shared object (so the corruption
+    is reported, as before) and otherwise left alone."""
     elves: list[MemberInfo] = []
     not_elf: list[MemberInfo] = []
     fd = open_regular(wheel)
     try:
         for entry in entries:
-            if entry.name.endswith("/") or entry.file_size < len(ELF_MAGIC):
-                if is_shared_object_name(entry.name) and not entry.name.endswith("/"):
-                    not_elf.append(entry)
-                continue
             try:
-                magic = peek(fd, entry, len(ELF_MAGIC))
+                magic: bytes | None = peek(fd, entry, len(ELF_MAGIC))
+            except OverlappingEntries:
+                raise
             except (InputError, OSError):
-                if is_shared_object_name(entry.name):
-                    elves.append(entry)  # its audit says what is wrong with it
+                magic = None
+            if entry.name.endswith("/"):
                 continue
-            if magic == ELF_MAGIC:
+            named = is_shared_object_name(entry.name)
+            if entry.file_size < len(ELF_MAGIC):
+                if named:
+                    not_elf.append(entry)
+            elif magic is None:
+                if named:
+                    elves.append(entry)  # its audit says what is wrong with it
+            elif magic == ELF_MAGIC:
                 elves.append(entry)
-            elif is_shared_object_name(entry.name):
+            elif named:
                 not_elf.append(entry)
     finally:
         os.close(fd)
