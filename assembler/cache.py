@@ -77,12 +77,12 @@ def in_use(entry: Path) -> Iterator[None]:
 
 # What `assemble cache` reports and prunes: kind -> directory under the cache root.
 KINDS = {"mirrors": "git", "toolchains": "toolchains", "environments": "venvs", "artifacts": "artifacts",
-         "compiler-cache": "sccache", "symbol-tables": "torch-exports", "evidence": "evidence"}
+         "compiler-cache": "sccache", "symbol-tables": "torch-exports", "evidence": "evidence", "checks": "checks"}
 # sccache's local store is one entry (sccache caps its size itself; a build's server holds it
 # shared); torch's exported-symbol tables for `verify`'s diagnosis are one file each; the
 # evidence of checks and builds (builder.evidence, a few kB per pin) is one entry.
 _WHOLE_DIRECTORY_KINDS = ("compiler-cache", "evidence")
-_FILE_KINDS = ("symbol-tables",)
+_FILE_KINDS = ("symbol-tables", "checks")  # checks: `assemble check`'s results, <dep>-<key>.json (check.evidence)
 _LEFTOVER_PREFIXES = (".tmp-", ".trash-")
 
 

@@ -66,13 +66,23 @@ def torch_arch_list(archs: tuple[str, ...], ptx: bool) -> str:
     "common architectures" (5.0 to 12.0a) because the builder has no GPU to detect."""
     return ";".join(arch + ("+PTX" if ptx and arch_specific(arch) else "") for arch in archs)
 
+def _escaped(value: str) -> str:
+    """``value`` as the text of a CMake quoted argument that stays data: no variable reference
+    (``$``), no list split (``;``), no end of the argument (the manifest refuses these as well)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$").replace(";", "\\;")
+
+
 def _quote(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
-    return f'"{escaped}"'
+    return f'"{_escaped(value)}"'
+
+
+def _under(variable: str, relative: str) -> str:
+    """``"${VARIABLE}/relative"``: a path below a directory the helper sets, the path as data."""
+    return f'"${{{variable}}}/{_escaped(relative)}"'
 
 
 def _source_path(relative: str) -> str:
-    return _quote(f"${{ASSEMBLER_SOURCE_DIR}}/{relative}")
+    return _under("ASSEMBLER_SOURCE_DIR", relative)
 
 
 # The CMake variables the compile model's system include roots are (units.TORCH_ROOT, CUDA_ROOT).
@@ -80,7 +90,7 @@ ROOT_VARIABLES = {units.TORCH_ROOT: "ASSEMBLER_TORCH_DIR", units.CUDA_ROOT: "ASS
 
 
 def _system_dirs(includes: tuple[units.SystemInclude, ...] | None) -> str:
-    return " ".join(_quote(f"${{{ROOT_VARIABLES[root]}}}/{relative}") for root, relative in includes or ())
+    return " ".join(_under(ROOT_VARIABLES[root], relative) for root, relative in includes or ())
 
 
 def _extension_call(dep: Dependency, ext: Extension, destination: str) -> str:

@@ -53,14 +53,18 @@ def units_summary(clean: int, total: int) -> str:
     return f"{clean} of {total} translation units clean"
 
 
-# Where `assemble check` keeps one record per dependency, and its format. Here rather than in
-# check.run so that `assemble patches` reads the evidence without importing the checker.
-CHECK_DIR = "check"
-RECORD_SCHEMA = 1
+# Where `assemble check` keeps its results, and their format. Here rather than in check.run so
+# that `assemble patches` reads the evidence without importing the checker.
+RECORD_SCHEMA = 2
 
 
-def record_path(workspace: Workspace, dep: str) -> Path:
-    return workspace.state_dir / CHECK_DIR / f"{dep}.json"
+def record_path(dep: str, key: str, create: bool = False) -> Path:
+    """``<cache>/checks/<dep>-<key>.json``: a check's result, in the user's cache, written by this
+    machine. Never in the workspace: a workspace is data anyone can commit to, and the key is
+    deterministic, so a record kept there could be forged to say CLEAN."""
+    from assembler.cache import KINDS, cache_root
+
+    return cache_root(create=create) / KINDS["checks"] / f"{dep}-{key}.json"
 
 
 def recipe_digest(dep: Dependency) -> str:

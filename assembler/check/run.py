@@ -1,7 +1,7 @@
 """`assemble check`: every translation unit of every selected dependency, preprocessed the way
 its build would compile it, judged CLEAN / UNSTABLE / NOT-LIMITED / INCOMPLETE, in parallel.
 
-Results are stored per dependency in ``.assemble/check/<dep>.json`` under a key made of the
+Results are stored in the user's cache, ``<cache>/checks/<dep>-<key>.json``, under a key made of the
 same parts as a build's artifact key (source commit and uncommitted edits, series, recipe,
 torch, torch-target, python-abi, compilers, archs), so an unchanged dependency is not scanned
 again and `assemble patches` can read the evidence (:mod:`assembler.check.evidence`).
@@ -32,7 +32,7 @@ from assembler.check.evidence import RECORD_SCHEMA, publish_check, recipe_digest
 from assembler.check.scan import Limits, Reader, ScanOutput, UnitResult, classify, run_pass, undeclared
 from assembler.check.share import Sharing, derive, unit_key, uses
 from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
-from assembler.fsutil import atomic_write, ignored_dir
+from assembler.fsutil import atomic_write
 from assembler.git.state import CheckoutState
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA, CXX
@@ -302,7 +302,7 @@ def _plan(
     )
     key = parts.digest()
     check.key = key
-    stored = _stored(record_path(workspace, dep.name), key)
+    stored = _stored(record_path(dep.name, key), key)
     if stored is not None:
         check.units = [UnitResult.from_json(unit) for unit in stored["result"]["units"]]
         check.obtained, check.cached = stored["obtained"], True
@@ -386,9 +386,10 @@ def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: 
     check.obtained = datetime.now(UTC).isoformat(timespec="seconds")
     record = {**plan.record, "obtained": check.obtained, "result": {"seconds": check.seconds, "units": [u.to_json() for u in units]}}
     try:
-        ignored_dir(workspace.state_dir)
-        atomic_write(record_path(workspace, plan.dep.name), json.dumps(record, indent=2, sort_keys=True) + "\n")
-    except OSError as exc:  # a read-only workspace: the result stands, it is just not kept
+        path = record_path(plan.dep.name, str(plan.record["key"]), create=True)
+        path.parent.mkdir(exist_ok=True)
+        atomic_write(path, json.dumps(record, indent=2, sort_keys=True) + "\n")
+    except OSError as exc:  # a read-only cache: the result stands, it is just not kept
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
     publish_check(workspace, plan.dep, record)  # the evidence every workspace reads

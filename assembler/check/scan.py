@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import resource
 import subprocess
 import time
 from collections.abc import Sequence
@@ -49,8 +50,13 @@ class Limits:
     memory: int = MEMORY  # bytes (ulimit -v: every process the compiler starts has its own)
 
     def wrap(self, command: Sequence[str]) -> list[str]:
-        """``command`` under ``ulimit -v`` (a shell's, not preexec_fn: the scans run on threads)."""
-        return ["/bin/sh", "-c", f'ulimit -v {max(self.memory >> 10, 1)} && exec "$@"', "sh", *command]
+        """``command`` under ``ulimit -v`` (a shell's, not preexec_fn: the scans run on threads),
+        never above the hard limit this process already has (a shell cannot raise it)."""
+        kib = max(self.memory >> 10, 1)
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        if hard != resource.RLIM_INFINITY:
+            kib = min(kib, max(hard >> 10, 1))
+        return ["/bin/sh", "-c", f'ulimit -v {kib} && exec "$@"', "sh", *command]
 
 
 @dataclass
@@ -219,9 +225,15 @@ def classify(unit: TranslationUnit, outputs: Sequence[ScanOutput], reader: Reade
     """Fill ``result`` from the preprocessor passes of ``unit``."""
     cwd = reader.checkout  # where the passes run
     seen_guards: set[tuple[str, tuple[str, ...]]] = set()
+    if not outputs:
+        result.errors.append("no preprocessor pass ran for this unit (nothing was checked)")
     for output in outputs:
         result.passes.append(output.name)
         result.seconds += output.seconds
+        if output.returncode == 0 and not _read_unit(output, unit, reader):
+            result.errors.append(f"the {output.name} pass printed no dependency list that starts with {unit.source}: the "
+                                 "compiler did not preprocess it (an option that prints and exits, such as -dumpversion?), "
+                                 "so nothing was checked")
         for error in output.errors:
             erring = reader.absolute(error.file, cwd)
             header = reader.torch_header(erring)
@@ -239,6 +251,16 @@ def classify(unit: TranslationUnit, outputs: Sequence[ScanOutput], reader: Reade
         _missing(unit, output, reader, result)
         if result.not_limited:
             break
+
+
+def _read_unit(output: ScanOutput, unit: TranslationUnit, reader: Reader) -> bool:
+    """Whether the pass really preprocessed ``unit``: ``-M`` lists the source first. A compiler
+    told to print and exit (-dumpversion, --version, -###) succeeds with no rule at all, and a
+    scan that read nothing must never count as CLEAN."""
+    if not output.dependencies:
+        return False
+    first = reader.absolute(output.dependencies[0], reader.checkout)
+    return first == Path(os.path.normpath(unit.path)) or os.path.realpath(first) == os.path.realpath(unit.path)
 
 
 def _not_limited(unit: TranslationUnit, output: ScanOutput, reader: Reader, result: UnitResult) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import ManifestError
+from assembler.manifest.flags import JOINED_FLAGS, cmake_arg_problem, flag_allowed, flag_owner
 from assembler.manifest.globs import glob_problem
 from assembler.manifest.model import (
     BACKENDS,
@@ -76,32 +77,11 @@ EXTENSION_KEYS = {"name", "sources", "language", "include-dirs", "defines", "lib
 CXX_STANDARDS = ("17", "20", "23")  # what cxx-std accepts (gcc and CMake know them all)
 CUDA_STANDARDS = ("17", "20")  # what nvcc 12 and 13 accept as -std=c++N
 LIBRARY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")  # a name for -l / find_library, never a path or a flag
-# Compiler flags a recipe may not pass, with the key that says it instead: they would change
-# what is compiled or where output goes behind the recipe's back.
-FLAG_OWNERS = (
-    (re.compile(r"--?std(=.*)?"), "cxx-std / cuda-std"),
-    (re.compile(r"-[DU].*|--(un)?define-macro(=.*)?"), "defines"),
-    (re.compile(r"-I.*|-isystem.*|-iquote.*|-idirafter.*|--include-path(=.*)?|--system-include(=.*)?"), "include-dirs"),
-    (re.compile(r"-l(?!ineinfo$).*|-L.*|--library(-path)?(=.*)?|-Wl,.*|-Xlinker(=.*)?|--linker-options(=.*)?"), "libraries"),
-    (re.compile(r"-gencode(=.*)?|--generate-code(=.*)?|-arch(=.*)?|--gpu-architecture(=.*)?|-code(=.*)?|--gpu-code(=.*)?"),
-     "cuda-archs (and ptx)"),
-)
-# ... and what no recipe may pass at all: outputs, modes, other programs, files read as options.
-FORBIDDEN_FLAG = re.compile(
-    r"(-o|--output-file|-c|--compile|-E|--preprocess|-S|-M.*|--dependency-output|-x|-B.*|-specs.*|--specs.*|-wrapper.*"
-    r"|-fplugin.*|-ccbin.*|--compiler-bindir.*|-include|-imacros|--pre-include.*|-save-temps.*|--keep.*|-odir"
-    r"|--output-directory.*|--options-file.*|-optf.*|--?run|--?dryrun|-Wp,.*|@.*)(=.*)?"
-)
-# nvcc options whose value is a separate token: CMake de-duplicates repeated tokens, so the
-# recipe writes them joined (-Xptxas=-v, -Xcompiler=-fopenmp).
-JOINED_FLAGS = ("-Xcompiler", "--compiler-options", "-Xptxas", "--ptxas-options", "-Xnvlink", "--nvlink-options",
-                "-Xarchive", "--archive-options", "-Xfatbin", "--fatbin-options", "-maxrregcount", "--maxrregcount",
-                "--threads", "-t", "-split-compile", "--split-compile")
 VERIFY_KEYS = {"ops", "smoke", "requires-cuda"}
 TOP_KEYS = {"bundle", "mirrors", "deps", "cache"}
 CACHE_KEYS = {"compiler", "remote", "artifacts", "s3-endpoint"}
 ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
-DEFINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=.*)?$")
+DEFINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=[^;$\r\n]*)?$")  # no ; or $: CMake would split or expand them
 
 
 class _Locator:
@@ -646,6 +626,10 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
         v.check(bool(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", ext_name)), (*ext_keys, "name"), f"{ext_name!r} is not a valid module name", "use a C identifier")
         sources = v.strings(ext, (*ext_keys, "sources"))
         v.check(bool(sources), (*ext_keys, "sources"), f"extension #{index + 1} has no sources", 'write sources = ["csrc/op.cpp"]')
+        ext_include_dirs = v.strings(ext, (*ext_keys, "include-dirs"))
+        for key, paths in (("sources", sources), ("include-dirs", ext_include_dirs)):
+            for item in paths:
+                _relative_path(v, (*ext_keys, key), item)
         language = v.string(ext, (*ext_keys, "language"), CXX)
         assert language is not None
         v.check(language in LANGUAGES, (*ext_keys, "language"), f"{language!r} is not a known language", 'write language = "cxx" or "cuda"')
@@ -673,8 +657,8 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
                                 f"got {ptx!r}", hint="write ptx = true to ship PTX next to the SASS of arch-specific targets")
         extensions.append(Extension(
             name=ext_name, sources=sources, language=language,
-            include_dirs=v.strings(ext, (*ext_keys, "include-dirs")),
-            defines=v.strings(ext, (*ext_keys, "defines")),
+            include_dirs=ext_include_dirs,
+            defines=_defines(v, ext, (*ext_keys, "defines")),
             libraries=libraries,
             cxx_flags=_compiler_flags(v, ext, ext_keys, index, "cxx-flags"),
             cuda_flags=cuda_flags,
@@ -701,9 +685,7 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
     for key, paths in (("sources", sources), ("include-dirs", include_dirs), ("python-packages", v.strings(table, (*keys, "python-packages"))), ("data", v.strings(table, (*keys, "data")))):
         for item in paths:
             _relative_path(v, (*keys, key), item)
-    defines = v.strings(table, (*keys, "defines"))
-    for define in defines:
-        v.check(bool(DEFINE_RE.match(define)), (*keys, "defines"), f"{define!r} is not a NAME or NAME=VALUE define", 'write e.g. defines = ["MY_FLAG=1"]')
+    defines = _defines(v, table, (*keys, "defines"))
     ptx = table.get("ptx", False)
     v.check(isinstance(ptx, bool), (*keys, "ptx"), f"expected true or false, got {ptx!r}",
             "write ptx = true to ship PTX next to the SASS of arch-specific targets")
@@ -712,7 +694,7 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
         python_packages=v.strings(table, (*keys, "python-packages")),
         data=v.strings(table, (*keys, "data")),
         cmake_dir=cmake_dir,
-        cmake_args=v.strings(table, (*keys, "cmake-args")),
+        cmake_args=_cmake_args(v, table, (*keys, "cmake-args")),
         cuda_archs=cuda_archs,
         backend=backend,
         project_dir=project_dir,
@@ -746,14 +728,16 @@ def _compiler_flags(v: _Validator, ext: dict[str, Any], keys: tuple[str, ...], i
         if problem is not None or not flag.startswith("-") or any(c.isspace() for c in flag):
             raise ManifestError(f"{where} is not one compiler option ({problem or 'options start with - and hold no space'})",
                                 hint=f'write one option per string, e.g. {key} = ["-O3", "-Xptxas=-v"]')
-        owner = next((owner for pattern, owner in FLAG_OWNERS if pattern.fullmatch(flag)), None)
+        owner = flag_owner(flag)
         if owner is not None:
             raise ManifestError(f"{where} is what {owner} says", hint=f"use {owner} instead of the flag")
-        if FORBIDDEN_FLAG.fullmatch(flag):
-            raise ManifestError(f"{where} changes what the build runs or writes, not how it compiles",
-                                hint="remove it; the build chooses outputs, modes and compilers")
         if flag in JOINED_FLAGS:
             raise ManifestError(f"{where} needs its value in the same string", hint=f'write {flag}=VALUE, e.g. "{flag}=-v"')
+        if not flag_allowed(flag, "nvcc" if key == "cuda-flags" else "c++"):
+            raise ManifestError(
+                f"{where} is not allowed: it changes what the build runs or writes, or is not an option shape assemble knows",
+                hint="pass only options that change how a unit compiles (-O, -g, -f, -m, -W; nvcc's --use_fast_math, "
+                     "-Xptxas=..., -Xcompiler=...); see assembler/manifest/flags.py")
     return flags
 
 
@@ -781,9 +765,31 @@ def _backend_keys(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], b
 
 
 def _relative_path(v: _Validator, keys: tuple[str, ...], value: str) -> None:
-    """A recipe path is data inside the checkout: never absolute, never climbing out of it."""
+    """A recipe path is data inside the checkout: never absolute, never climbing out of it, and
+    never CMake syntax (``;`` splits a list, ``$`` expands a variable: ``a;/etc`` is two paths)."""
     v.check(bool(value) and not value.startswith("/") and ".." not in Path(value).parts, keys,
             f"{value!r} leaves the checkout", "use a path relative to the checkout, without '..'")
+    v.check(not any(c in value for c in ';$"\\\n\r'), keys, f"{value!r} holds ; $ \" \\ or a line break, which CMake reads as syntax",
+            "rename the file or directory, or name it with a glob")
+
+
+def _defines(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
+    defines = v.strings(table, keys)
+    for define in defines:
+        v.check(bool(DEFINE_RE.match(define)), keys, f"{define!r} is not a NAME or NAME=VALUE define (without ; or $)",
+                'write e.g. defines = ["MY_FLAG=1"]')
+    return defines
+
+
+def _cmake_args(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
+    """cmake-args: the project's own cache definitions (flags.cmake_arg_problem), as data."""
+    args = v.strings(table, keys)
+    for arg in args:
+        problem = text_problem(arg, limit=1000)
+        found = (f"is not one argument ({problem})", "write one argument per string") if problem else cmake_arg_problem(arg)
+        if found is not None:
+            raise v.fail(keys, f"{_shown(arg)} {found[0]}", found[1])
+    return args
 
 
 def _build_env(v: _Validator, raw: Any, keys: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
