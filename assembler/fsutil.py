@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from assembler.errors import InputError
+
 if TYPE_CHECKING:
     from hashlib import _Hash
 
@@ -47,8 +49,12 @@ def digest_texts(*texts: str | bytes) -> str:
     return digest.hexdigest()
 
 
-def atomic_write(path: Path, data: bytes | str) -> None:
-    """Write ``data`` to ``path`` through a fsynced temporary file in the same directory."""
+def atomic_write(path: Path, data: bytes | str, *, inside: Path | None = None) -> None:
+    """Write ``data`` to ``path`` through a fsynced temporary file in the same directory. With
+    ``inside`` (a workspace root), no directory between it and ``path`` may be a symbolic link
+    (refuse_links); ``path`` itself, a link or not, is replaced, never written through."""
+    if inside is not None:
+        refuse_links(inside, path.parent)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = data.encode() if isinstance(data, str) else data
     fd, tmp = _exclusive_temporary(path)
@@ -57,10 +63,11 @@ def atomic_write(path: Path, data: bytes | str) -> None:
             handle.write(payload)
             handle.flush()
             os.fsync(handle.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
-        else:
-            os.chmod(tmp, 0o644)
+        try:  # the mode of the file replaced; never of what a link there points at
+            previous = os.lstat(path).st_mode
+        except OSError:
+            previous = 0
+        os.chmod(tmp, previous & 0o7777 if stat.S_ISREG(previous) else 0o644)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -273,14 +280,114 @@ def remove_stale(directory: Path, pattern: re.Pattern[str] = STALE_TMP_RE) -> li
     return removed
 
 
-def ignored_dir(path: Path) -> Path:
+def ignored_dir(path: Path, inside: Path | None = None) -> Path:
     """Create ``path`` holding a ``.gitignore`` of ``*`` (as venv does), so the user's own
-    repository never picks up checkouts, logs or artifacts, whatever its .gitignore says."""
+    repository never picks up checkouts, logs or artifacts, whatever its .gitignore says. With
+    ``inside`` (a workspace root), refused when a link lies on the way (refuse_links)."""
+    if inside is not None:
+        refuse_links(inside, path / ".gitignore")
     ignore = path / ".gitignore"
     if not ignore.exists():
         path.mkdir(parents=True, exist_ok=True)
         atomic_write(ignore, "# created by assemble: nothing here belongs in git\n*\n")
     return path
+
+
+# Workspace state paths (.assemble/, forks/, the lock) and symbolic links. A workspace comes
+# from someone else's repository or archive; a link committed there (``.assemble/lock ->
+# ~/.bashrc``, ``forks -> ~``) would turn assemble's own writes into writes outside it. So no
+# state path is reached through a link: components are checked with lstat, files are opened
+# with O_NOFOLLOW, and a link found is refused naming it and how to remove it.
+
+
+def unsafe_state_path(path: Path, mode: int) -> InputError:
+    """The error for ``path`` (of lstat ``mode``), a symbolic link or a special file (a FIFO, a
+    device, a socket) found where assemble keeps workspace state: its path, a link's target,
+    and the fix (exit 2)."""
+    import shlex
+
+    if stat.S_ISDIR(mode):
+        return InputError(f"{path} is a directory, where assemble keeps a file of its state",
+                          hint=f"remove it: rm -r {shlex.quote(str(path))}")
+    if not stat.S_ISLNK(mode):
+        return InputError(f"{path} is {_file_kind(mode)}: assemble keeps only files and directories in its state",
+                          hint=f"remove it: rm {shlex.quote(str(path))}")
+    try:
+        target = f" (to {os.readlink(path)})"
+    except OSError:
+        target = ""
+    return InputError(f"{path} is a symbolic link{target}: assemble keeps its state inside the workspace "
+                      "and never writes through a link, which could lead outside it",
+                      hint=f"remove the link: rm {shlex.quote(str(path))}")
+
+
+def refuse_links(root: Path, path: Path) -> None:
+    """Raise unsafe_state_path for the first component of ``path`` below ``root`` (``root``
+    excluded, ``path`` included) that is a symbolic link. Components that do not exist yet are
+    fine: assemble creates them as directories. ``path`` must be spelled below ``root``."""
+    relative = path.relative_to(root)
+    if ".." in relative.parts:
+        raise ValueError(f"{path} leaves {root}")
+    current = root
+    for part in relative.parts:
+        current = current / part
+        try:
+            mode = os.lstat(current).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if stat.S_ISLNK(mode):
+            raise unsafe_state_path(current, mode)
+
+
+def refuse_links_below(directory: Path, depth: int, skip: tuple[str, ...] = ()) -> None:
+    """Raise unsafe_state_path for a symbolic link or a special file among the entries of
+    ``directory`` down to ``depth`` levels (directories are entered, links never); ``skip``:
+    entries of ``directory`` itself not looked into (they hold links assemble made and
+    replaces, never writes through). A directory that cannot be read is left to the operation
+    that needs it."""
+    level = [directory]
+    for current_depth in range(depth):
+        below: list[Path] = []
+        for parent in level:
+            try:
+                with os.scandir(parent) as listing:
+                    entries = sorted(listing, key=lambda entry: entry.name)
+            except OSError:
+                continue
+            for entry in entries:
+                if entry.is_dir(follow_symlinks=False):
+                    if not (current_depth == 0 and entry.name in skip):
+                        below.append(Path(entry.path))
+                elif not entry.is_file(follow_symlinks=False):  # a link, a FIFO, a device, a socket
+                    raise unsafe_state_path(Path(entry.path), entry.stat(follow_symlinks=False).st_mode)
+        level = below
+
+
+def open_state_file(root: Path, path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open(path, flags, mode)`` for a state file of the workspace at ``root``, never
+    through a symbolic link: none on the way (refuse_links), and the file itself opened with
+    O_NOFOLLOW (with O_CREAT, its missing directories are made). Only a regular file is
+    opened (O_NONBLOCK until checked, so a FIFO cannot hang the open); anything else is refused
+    like a link, naming it (exit 2)."""
+    import fcntl
+
+    refuse_links(root, path.parent)
+    if flags & os.O_CREAT:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    nofollow = os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags | nofollow, mode)
+    except OSError as error:
+        if error.errno == errno.ELOOP and os.path.islink(path):
+            raise unsafe_state_path(path, stat.S_IFLNK) from None
+        raise
+    kind = os.fstat(fd).st_mode
+    if not stat.S_ISREG(kind):
+        os.close(fd)
+        raise unsafe_state_path(path, kind)
+    if not flags & os.O_NONBLOCK:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    return fd
 
 
 class UnsafeFile(ValueError):

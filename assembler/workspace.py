@@ -2,6 +2,10 @@
 .assemble/ (which rebases are pending), and the lock that serialises assemble processes
 working on it.
 
+No state path is reached through a symbolic link (``check_state_paths``, fsutil.refuse_links):
+a workspace is someone else's repository or archive, and a link committed in it would turn
+assemble's writes (the lock record, a log) into writes outside it.
+
 The lock is taken by the library functions that write (checkout, export, rebase, build,
 merge), never by the CLI; what to do while waiting for it is the ``on_lock_wait`` callback
 given when the workspace is opened."""
@@ -20,12 +24,21 @@ from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 from assembler.errors import InputError, LockedError, ManifestError
-from assembler.fsutil import ignored_dir
+from assembler.fsutil import ignored_dir, open_state_file, read_regular, refuse_links, refuse_links_below
 from assembler.manifest import MANIFEST_NAME, Dependency, Manifest, find_workspace, load_manifest
 from assembler.manifest.load import STATE_DIR
 
 REBASE_DIR = "rebase"  # .assemble/rebase/<dep>/ holds a rebase's journal and backups
 JOURNAL_NAME = "journal.json"  # its presence is what "a rebase is pending" means
+FORKS_DIR = "forks"  # the checkouts: forks/<dep>
+LOCK_NAME = "lock"  # .assemble/lock
+# .assemble/roots/ holds only links assemble makes and replaces, never writes through
+# (toolchain/sccache.path_roots: .assemble/roots/cache names the cache).
+LINKS_DIR = "roots"
+# How deep a link is looked for: .assemble/<area>/<entry> (a log, a record, a dependency's
+# build tree or rebase journal), forks/<dep>. Deeper paths are checked where they are written.
+STATE_DEPTH = 2
+FORKS_DEPTH = 1
 
 LockWait = Callable[[Path], None]  # called once with the workspace root when the lock is held elsewhere
 _P = ParamSpec("_P")
@@ -36,13 +49,14 @@ class Workspace:
     """A workspace: its root and its manifest, and the depth of its lock held by this process.
     A plain class (not a dataclass): see report.output.Settings for the start-up reason."""
 
-    __slots__ = ("_lock_depth", "manifest", "on_lock_wait", "root")
+    __slots__ = ("_lock_depth", "_state_checked", "manifest", "on_lock_wait", "root")
 
     def __init__(self, root: Path, manifest: Manifest, on_lock_wait: LockWait | None = None) -> None:
         self.root = root
         self.manifest = manifest
         self.on_lock_wait = on_lock_wait
         self._lock_depth = 0
+        self._state_checked = False
 
     def __repr__(self) -> str:
         return f"Workspace(root={self.root!r})"
@@ -53,11 +67,34 @@ class Workspace:
 
     @property
     def forks_dir(self) -> Path:
-        return self.root / "forks"
+        """``forks/``, checked on first use (check_state_paths)."""
+        if not self._state_checked:
+            self.check_state_paths()
+        return self.root / FORKS_DIR
 
     @property
     def state_dir(self) -> Path:
+        """``.assemble/``, checked on first use (check_state_paths)."""
+        if not self._state_checked:
+            self.check_state_paths()
         return self.root / STATE_DIR
+
+    def check_state_paths(self) -> None:
+        """Refuse (InputError, exit 2, naming the link and ``rm LINK``) a symbolic link at
+        ``.assemble`` or ``forks``, or among their entries to STATE_DEPTH and FORKS_DEPTH: every
+        path assemble writes there (through this class's properties, in this process or a
+        program it runs) then stays in the workspace. Cheap (a few directory listings), done
+        once per Workspace, when its state is first used."""
+        for name, depth, skip in ((STATE_DIR, STATE_DEPTH, (LINKS_DIR,)), (FORKS_DIR, FORKS_DEPTH, ())):
+            top = self.root / name
+            refuse_links(self.root, top)
+            if top.exists() and not top.is_dir():
+                import shlex
+
+                raise InputError(f"{top} is not a directory: assemble keeps its {name} there",
+                                 hint=f"remove it: rm {shlex.quote(str(top))}")
+            refuse_links_below(top, depth, skip)
+        self._state_checked = True
 
     def fork_path(self, dep: Dependency) -> Path:
         return self.forks_dir / dep.name
@@ -119,14 +156,15 @@ class Workspace:
         """The lock file's descriptor, created if needed. Where it cannot be created (a
         read-only file system, a workspace of another user) an existing one is opened for
         reading (flock needs no write access); None when there is none and none can be made."""
-        path = self.state_dir / "lock"
+        path = self.state_dir / LOCK_NAME
         try:
-            return os.open(ignored_dir(self.state_dir) / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+            ignored_dir(self.state_dir, inside=self.root)
+            return open_state_file(self.root, path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
                 raise
         try:
-            return os.open(path, os.O_RDONLY)
+            return open_state_file(self.root, path, os.O_RDONLY)
         except FileNotFoundError:
             return None
 
@@ -161,13 +199,16 @@ class Workspace:
 def lock_holder(root: Path) -> str | None:
     """Who holds the lock of the workspace at ``root``, as the holder wrote it into the lock
     file: ``pid 123 (`assemble build --cuda 13.2`, since 21:04:05)``; None when it did not say
-    (an older assemble, a read-only workspace) or that process is gone."""
+    (an older assemble, a read-only workspace) or that process is gone. Never read through a
+    link (read_regular: O_NOFOLLOW)."""
+    path = root / STATE_DIR / LOCK_NAME
     try:
-        text = (root / STATE_DIR / "lock").read_text(errors="replace")
+        refuse_links(root, path)
+        text = read_regular(path, 64 * 1024).decode(errors="replace")
         pid, since, command = text.split("\n", 2)[:3]
         if not Path(f"/proc/{int(pid)}").exists():
             return None
-    except (OSError, ValueError):
+    except (OSError, ValueError, InputError):
         return None
     clock = time.strftime("%H:%M:%S", time.localtime(float(since)))
     return f"pid {int(pid)} (`{command.strip()[:200]}`, since {clock})"

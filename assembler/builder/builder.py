@@ -27,6 +27,7 @@ from assembler.builder.outcome import BuildOutcome
 from assembler.builder.request import BuildContext, BuildRequest, Toolchain
 from assembler.builder.units import compile_commands_path
 from assembler.errors import InputError, ToolchainError
+from assembler.fsutil import refuse_links
 from assembler.git.state import CheckoutState
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
@@ -212,6 +213,15 @@ def build_log(state_dir: Path, dep: str) -> Path:
     return state_dir / "logs" / f"{dep}.log"
 
 
+def open_build_log(log_path: Path, flags: int) -> int:
+    """``log_path`` (build_log of a state directory, whose parent is the workspace) opened with
+    ``flags``, never through a symbolic link (fsutil.open_state_file): a log committed as a
+    link to a file of the user is refused, not overwritten."""
+    from assembler.fsutil import open_state_file
+
+    return open_state_file(log_path.parents[2], log_path, flags)
+
+
 def _working_dirs(tree: Path, depth: int = 3) -> list[Path]:
     """The directories of a build tree, shallowest first, to depth ``depth``: where its
     compilers ran, so the relative paths in their diagnostics can be read back."""
@@ -235,14 +245,15 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     if request.toolchain is not None:  # its CUDA toolkit, with its cuda-components
         ctx = replace(ctx, toolchain=request.toolchain)
     log_path = build_log(ctx.state_dir, dep.name)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
+    os.close(open_build_log(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))  # empty, before anything runs
     staging = ctx.store.root / dep.name / f".tmp-{request.key}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
-    log_path.write_text("")
     tree = ctx.state_dir / "build" / dep.name
+    refuse_links(ctx.state_dir.parent, tree)  # the backend and its tools write there
     if shard is not None:  # a tree a full build left would skip the compiles; one a shard left holds stand-ins
         shutil.rmtree(tree, ignore_errors=True)
     times = ctx.state_dir / TIMES_DIR / f".{dep.name}.{os.getpid()}.jsonl"
+    refuse_links(ctx.state_dir.parent, times.parent)
     times.parent.mkdir(parents=True, exist_ok=True)
     times.unlink(missing_ok=True)
     started = time.monotonic()
@@ -332,7 +343,7 @@ def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) ->
 
 def _run_logged(command: list[str], cwd: Path, env: dict[str, str], log_path: Path, on_line: Callable[[str], None]) -> int:
     """Run ``command`` with its output appended to the log and passed on line by line."""
-    with log_path.open("a") as log, subprocess.Popen(
+    with os.fdopen(open_build_log(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as log, subprocess.Popen(
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
     ) as process:
         assert process.stdout is not None

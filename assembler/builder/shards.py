@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from assembler.errors import InputError
-from assembler.fsutil import atomic_write, sha256
+from assembler.fsutil import atomic_write, read_regular, sha256
 from assembler.manifest.model import CUDA, CXX
 from assembler.toolchain.launch import STUB_PREFIX
 
@@ -40,6 +40,7 @@ class PlannedUnits(Protocol):
     units: list[dict[str, Any]] | None
 
 TIMES_DIR = "unit-times"
+TIMES_LIMIT = 64 << 20  # bytes of one unit-times file read at most (a unit is a line of ~100)
 SHARD_RE = re.compile(r"^([1-9][0-9]{0,3})/([1-9][0-9]{0,3})$")
 # Compile seconds on one core (benchmarks/release_sim.py, docs/ci.md): a C++ unit; a CUDA unit,
 # plus each architecture it compiles for; a generated PyInit stub (Python.h only).
@@ -136,8 +137,8 @@ def times_path(state_dir: Path, dep: str) -> Path:
 
 def unit_times(state_dir: Path, dep: str) -> dict[str, float]:
     """The measured compile seconds per unit of ``dep`` in this workspace ({} when none or unreadable)."""
-    try:
-        data = json.loads(times_path(state_dir, dep).read_text())
+    try:  # never through a link (read_regular: O_NOFOLLOW); UnsafeFile is a ValueError
+        data = json.loads(read_regular(times_path(state_dir, dep), TIMES_LIMIT))
         return {str(unit): float(seconds) for unit, seconds in data.items()}
     except (OSError, ValueError, AttributeError, TypeError):
         return {}
@@ -158,7 +159,6 @@ def record_unit_times(state_dir: Path, dep: str, raw: Path) -> None:
         except (ValueError, KeyError, TypeError):
             continue
         times[unit] = max(seconds, times.get(unit, 0.0))
-    target = times_path(state_dir, dep)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(target, json.dumps(dict(sorted(times.items())), indent=1) + "\n")
+    atomic_write(times_path(state_dir, dep), json.dumps(dict(sorted(times.items())), indent=1) + "\n",
+                 inside=state_dir.parent)  # the state directory's parent: the workspace
     raw.unlink(missing_ok=True)

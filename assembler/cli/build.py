@@ -231,15 +231,18 @@ class _Progress:
     def _group(self, dep: str) -> None:
         """The dependency's build log as a collapsed section of the CI log. The log is the build's
         output, so workflow commands in it are switched off (::stop-commands::) while it prints."""
+        import os
         import secrets
         import sys
 
-        from assembler.builder.builder import build_log
+        from assembler.builder.builder import build_log, open_build_log
+        from assembler.errors import InputError
 
         log = build_log(self.logs, dep)
-        try:
-            text = log.read_text(errors="replace")
-        except OSError:
+        try:  # never through a link: a log committed as one would print a file of this machine into CI
+            with os.fdopen(open_build_log(log, os.O_RDONLY), errors="replace") as handle:
+                text = handle.read()
+        except (OSError, InputError):
             return
         token = secrets.token_hex(16)
         sys.stderr.write(f"::group::{dep} build log ({log})\n::stop-commands::{token}\n{text}"
