@@ -252,6 +252,7 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any], bool]:
     if not path.exists() and not path.is_symlink():
         raise ManifestError(f"{path}: no such manifest", hint="create deps.toml or pass --workspace DIR")
     text = read_utf8(path, "a manifest")
+    _bound_shape(path, text)
     stored = _stored_parse(text)
     if stored is not None:
         return text, stored, True
@@ -272,6 +273,62 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any], bool]:
     except RecursionError:  # tomllib recurses per nested array or inline table
         raise ManifestError(f"{path}: TOML nested too deeply", hint="a deps.toml needs a few levels of nesting, not thousands") from None
     return text, data, False
+
+
+MAX_KEY_PARTS = 64  # parts of one dotted key or table header (deps.x.build.extensions is 4)
+MAX_NESTING = 32  # arrays and inline tables inside each other
+_SHAPE_CHAR = re.compile(r"[\"'#.\[\]{}=,\n]")  # what the shape bound stops at
+_BASIC_STRING = re.compile(r'"(?:\\.|[^"\\\n])*"')
+
+
+def _bound_shape(path: Path, text: str) -> None:
+    """Refuse a dotted key or header of more than MAX_KEY_PARTS parts, or values nested deeper
+    than MAX_NESTING, before any parser runs: tomllib (and the position locator) take time
+    quadratic in a key's parts (40,000 parts in 88 KB: minutes and gigabytes). One pass over
+    the text, strings and comments skipped whole; an unterminated one ends it (tomllib then
+    says where)."""
+    parts = depth = 0
+    line = 1
+    at = 0
+    while (found := _SHAPE_CHAR.search(text, at)) is not None:
+        char, at = found.group(), found.end()
+        if char in "\"'":
+            triple = text.startswith(char * 3, found.start())
+            if triple:
+                end = text.find(char * 3, at + 2)
+                end = -1 if end < 0 else end + 3
+            elif char == "'":
+                end = text.find("'", at)
+                end = -1 if end < 0 or "\n" in text[at:end] else end + 1
+            else:
+                basic = _BASIC_STRING.match(text, found.start())
+                end = -1 if basic is None else basic.end()
+            if end < 0:
+                return
+            line += text.count("\n", at, end)
+            at, parts = end, 0
+            continue
+        if char == "#":
+            at = text.find("\n", at)
+            if at < 0:
+                return
+            continue
+        if char == ".":
+            parts += 1
+            if parts >= MAX_KEY_PARTS:
+                raise ManifestError(f"{path}:{line}: a key of more than {MAX_KEY_PARTS} dotted parts",
+                                    hint="a deps.toml key has a few parts ([deps.NAME.build]); fix that line")
+            continue
+        parts = 0
+        if char in "[{":
+            depth += 1
+            if depth > MAX_NESTING:
+                raise ManifestError(f"{path}:{line}: arrays or inline tables nested more than {MAX_NESTING} deep",
+                                    hint="a deps.toml needs a few levels of nesting; fix that line")
+        elif char in "]}":
+            depth = max(depth - 1, 0)
+        elif char == "\n":
+            line += 1
 
 
 def _parse_record(text: str, create: bool = False) -> Path:
