@@ -119,7 +119,8 @@ def test_a_fifo_at_the_lock_is_refused_not_waited_on(git_workspace: GitWorkspace
     with bounded(60):
         result = git_workspace.assemble("check")
     assert result.returncode == ExitCode.BAD_INPUT, result.stderr
-    assert f"error: {state / 'lock'} is a FIFO" in result.stderr and f"hint: remove it: rm {state / 'lock'}" in result.stderr
+    assert f"error: {state / 'lock'} is a FIFO" in result.stderr, result.stderr
+    assert f"hint: remove it: rm {state / 'lock'}" in result.stderr
 
 
 def test_a_state_dir_that_is_a_file_is_refused(git_workspace: GitWorkspace) -> None:
@@ -141,7 +142,8 @@ def test_the_cache_link_assemble_makes_is_not_refused(git_workspace: GitWorkspac
     assert list((tmp_path / "elsewhere").iterdir()) == []
 
 
-def test_a_link_made_after_the_workspace_was_checked_is_still_not_followed(git_workspace: GitWorkspace, outside: Path) -> None:
+def test_a_link_made_after_the_workspace_was_checked_is_still_not_followed(git_workspace: GitWorkspace,
+                                                                            outside: Path) -> None:
     """The writers open their files without following links, whatever the check at first use
     saw: the lock, the build log, the unit times (a directory on the way)."""
     workspace = open_workspace(git_workspace.root)
@@ -157,7 +159,8 @@ def test_a_link_made_after_the_workspace_was_checked_is_still_not_followed(git_w
     log = build_log(state, "kern")
     plant_link(git_workspace.root, ".assemble/logs/kern.log", outside / "bashrc")
     with pytest.raises(InputError, match="is a symbolic link"):
-        _run_logged([sys.executable, "-c", "print('compiler output')"], git_workspace.root, dict(os.environ), log, lambda _: None)
+        _run_logged([sys.executable, "-c", "print('compiler output')"], git_workspace.root, dict(os.environ), log,
+                    lambda _: None)
 
     plant_link(git_workspace.root, ".assemble/unit-times", outside / "dir")
     raw = git_workspace.root / "times.jsonl"
@@ -165,3 +168,19 @@ def test_a_link_made_after_the_workspace_was_checked_is_still_not_followed(git_w
     with pytest.raises(InputError, match="unit-times is a symbolic link"):
         record_unit_times(state, "kern", raw)
     assert snapshot(outside) == before
+
+
+def test_the_ci_log_group_never_prints_a_linked_log(git_workspace: GitWorkspace, outside: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Under CI each finished dependency's log is printed; a log committed as a link to a file
+    of the machine (a secret) prints nothing, while a log that is a file prints."""
+    from assembler.cli.build import _Progress
+
+    state = git_workspace.root / ".assemble"
+    plant_link(git_workspace.root, ".assemble/logs/kern.log", outside / "bashrc")
+    _Progress(logs=state)._group("kern")
+    assert SECRET.decode().strip() not in capsys.readouterr().err
+    (state / "logs" / "kern.log").unlink()
+    (state / "logs" / "kern.log").write_text("compiler output\n")
+    _Progress(logs=state)._group("kern")
+    assert "compiler output" in capsys.readouterr().err
