@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
 
     from assembler.audit.report import verdict_style
     from assembler.check.run import CheckOptions, run_check
-    from assembler.report.output import emit_json, err_console, note, status
+    from assembler.report.output import clean, emit_json, err_console, note, status
 
     workspace = open_workspace(args)
     options = CheckOptions(cuda=args.cuda, torch=args.torch, jobs=args.jobs, syntax=not args.preprocess_only,
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     def done(check: DepCheck) -> None:  # one line per dependency as it finishes
         how = "cached" if check.cached else f"{check.seconds:.1f} s"
         if check.error is not None:
-            err_console.print(f"{check.dep}: [red]not checked[/]: {escape(check.error.message)}", soft_wrap=True)
+            err_console.print(f"{check.dep}: [red]not checked[/]: {escape(clean(check.error.message))}", soft_wrap=True)
         else:
             verdict = str(check.verdict)
             err_console.print(f"{check.dep}: [{verdict_style(verdict)}]{verdict}[/], {check.summary} ({how})", soft_wrap=True, highlight=False)
@@ -63,24 +63,25 @@ def _print(report: CheckReport, console: Console) -> None:
     from rich.markup import escape
 
     from assembler.audit.report import verdict_style
+    from assembler.report.output import clean
 
     cuda = f", nvcc {report.nvcc}" if report.nvcc else ""
     console.print(f"assemble check: torch {report.torch} headers, {report.cxx}{cuda}", highlight=False, soft_wrap=True)
     for check in report.deps:
         if check.error is not None:
-            console.print(f"[bold red]{check.dep}: not checked[/]: {escape(check.error.message)}", soft_wrap=True)
+            console.print(f"[bold red]{check.dep}: not checked[/]: {escape(clean(check.error.message))}", soft_wrap=True)
             if check.error.hint:
-                console.print(f"  hint: {escape(check.error.hint)}", soft_wrap=True, highlight=False)
+                console.print(f"  hint: {escape(clean(check.error.hint))}", soft_wrap=True, highlight=False)
             continue
         verdict = str(check.verdict)
         when = "cached, " if check.cached else ""
         console.print(f"[bold]{check.dep}[/]: [{verdict_style(verdict)}]{verdict}[/] {check.summary} "
                       f"({when}{check.seconds:.1f} s, {check.obtained})", highlight=False, soft_wrap=True)
         for unit in check.units:
-            console.print(f"  {escape(unit.source)}: [{verdict_style(unit.verdict)}]{unit.verdict.value}[/] ({', '.join(unit.passes)})",
+            console.print(f"  {escape(clean(unit.source))}: [{verdict_style(unit.verdict)}]{unit.verdict.value}[/] ({', '.join(unit.passes)})",
                           highlight=False, soft_wrap=True)
             for line in unit.lines():
-                console.print(f"    {escape(line)}", highlight=False, soft_wrap=True)
+                console.print(f"    {escape(clean(line))}", highlight=False, soft_wrap=True)
     if not report.ok:
         console.print(f"exit {report.exit_code}: " + ("a dependency could not be checked" if any(d.error for d in report.deps)
                       else "not every translation unit is CLEAN"), highlight=False)

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     import sys
 
     from assembler.migration.migrate import read_style, run_migrate
-    from assembler.report.output import emit_json, note, status
+    from assembler.report.output import clean_block, emit_json, note, status
 
     workspace = open_workspace(args)
     style = read_style(args.style)
@@ -54,5 +54,5 @@ def run(args: argparse.Namespace) -> int:
                    f"{report.went_clean} went from UNSTABLE to CLEAN")
     if not report.dry_run and report.steps:
         out.append(f"next: review with `assemble review {report.dep}` after `assemble export {report.dep}`")
-    sys.stdout.write("\n".join(out) + "\n")
+    sys.stdout.write(clean_block("\n".join(out)) + "\n")  # paths, diffs and reasons come from the fork: data
     return 0

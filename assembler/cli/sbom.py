@@ -92,7 +92,7 @@ def _print_table(wheel: Path, member: str, data: dict[str, Any], deps: list[Sbom
 def _print_diff(changes: list[dict[str, Any]]) -> None:
     from rich.markup import escape
 
-    from assembler.report.output import console, short
+    from assembler.report.output import clean, console, short
 
     if not changes:
         console.print("no change in dependencies, pins, patches or toolchains")
@@ -100,15 +100,15 @@ def _print_diff(changes: list[dict[str, Any]]) -> None:
     for change in changes:
         dep = change["dep"]
         if change["change"] != "changed":
-            console.print(f"[bold]{escape(dep)}[/]: {change['change']} (commit {short(change['commit'])})")
+            console.print(f"[bold]{escape(clean(dep))}[/]: {change['change']} (commit {short(change['commit'])})")
             continue
-        console.print(f"[bold]{escape(dep)}[/]:")
+        console.print(f"[bold]{escape(clean(dep))}[/]:")
         if "commit" in change:
             console.print(f"  commit {short(change['commit']['old'])} -> {short(change['commit']['new'])}")
         if "source" in change:
-            console.print(f"  source {escape(change['source']['old'])} -> {escape(change['source']['new'])}", soft_wrap=True)
+            console.print(f"  source {escape(clean(change['source']['old']))} -> {escape(clean(change['source']['new']))}", soft_wrap=True)
         for patch in change.get("patches", []):
             status = patch["status"] if isinstance(patch["status"], str) else f"{patch['status']['old']} -> {patch['status']['new']}"
-            console.print(f"  patch {patch['change']}: {escape(patch['file'])} ({escape(patch['subject'])}) [{status}]", soft_wrap=True)
+            console.print(f"  patch {patch['change']}: {escape(clean(patch['file']))} ({escape(clean(patch['subject']))}) [{status}]", soft_wrap=True)
         for key, values in change.get("toolchain", {}).items():
-            console.print(f"  {escape(key)}: {escape(str(values['old']))} -> {escape(str(values['new']))}", soft_wrap=True)
+            console.print(f"  {escape(clean(key))}: {escape(clean(str(values['old'])))} -> {escape(clean(str(values['new'])))}", soft_wrap=True)

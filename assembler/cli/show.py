@@ -30,7 +30,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from assembler.cli.common import open_workspace
     from assembler.errors import InputError
-    from assembler.report.output import emit_json
+    from assembler.report.output import clean, clean_block, emit_json
 
     workspace = open_workspace(args)
     dep = workspace.manifest.select([args.name])[0]
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             emit_json({"dep": dep.name, "range_diff": text, "rebase": "in progress" if pending else "last finished"})
         else:
-            print(text, end="" if text.endswith("\n") else "\n")
+            print(clean_block(text), end="" if text.endswith("\n") else "\n")
         return 0
     from assembler.series.headers import parse_patch_header
 
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         if not headers:
             print(f"{dep.name}: no patches (patches/{dep.name}/series is empty or absent)")
         for number, header in enumerate(headers, start=1):
-            print(f"{number:>3}  {header.file}\n       {header.subject}")
+            print(f"{number:>3}  {clean(header.file)}\n       {clean(header.subject)}")
         return 0
     name = _patch_name(dep.series, args.patch, dep.name)
     path = dep.patches_dir / name
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"dep": dep.name, "patch": name, "path": str(path), "subject": parse_patch_header(path).subject, "text": text})
     else:
-        print(text, end="" if text.endswith("\n") else "\n")
+        print(clean_block(text), end="" if text.endswith("\n") else "\n")
     return 0
 
 

@@ -107,6 +107,15 @@ def clean(text: str) -> str:
     return "".join(ch if ch.isprintable() else " " if ch.isspace() else ascii(ch)[1:-1] for ch in text)
 
 
+def clean_block(text: str) -> str:
+    """Text of several lines (a diff, a commit message, a range-diff) safe to print: line breaks
+    and tabs kept, every other character that is not printable escaped as :func:`clean` does
+    (ESC, CR, DEL, C1 controls, bidi overrides): data never moves the cursor or recolours."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch in "\n\t" else ascii(ch)[1:-1] for ch in text)
+
+
 def note(message: str, level: int = 0) -> None:
     """A progress or status line on stderr, unless -q brought the verbosity below ``level``
     (level 1: only with -v). Plain text, never markup; one line, never wrapped when piped.
