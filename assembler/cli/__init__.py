@@ -101,21 +101,11 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
 
 
 def _help_width() -> int:
-    """What argparse's HelpFormatter computes with shutil.get_terminal_size, without importing
-    shutil: argparse builds a formatter on every add_argument, and shutil (with the compression
-    modules it loads) is ~3 ms of the 100 ms start-up budget (benchmarks/startup.py)."""
-    import os
+    """What argparse's HelpFormatter computes, by the width rule of every output
+    (report.output.terminal_columns: COLUMNS, else the terminal's usable width, else 80)."""
+    from assembler.report.output import DEFAULT_COLUMNS, terminal_columns
 
-    try:
-        columns = int(os.environ.get("COLUMNS", ""))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 80
-        except (AttributeError, ValueError, OSError):
-            columns = 80
-    return max(columns - 2, 11)
+    return max((terminal_columns(sys.__stdout__) or DEFAULT_COLUMNS) - 2, 11)
 
 
 class _HelpFormatter(argparse.HelpFormatter):

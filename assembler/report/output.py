@@ -20,7 +20,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -69,6 +69,26 @@ def in_ci() -> bool:
     return bool(os.environ.get("GITHUB_ACTIONS") or os.environ.get("CI"))
 
 
+DEFAULT_COLUMNS = 80  # a terminal that reports no usable size (a 0x0 pty, a serial console)
+MIN_COLUMNS = 20  # narrower than this is a size nobody reads tables at: the default instead
+
+
+def terminal_columns(stream: IO[str] | None) -> int | None:
+    """The width output on ``stream`` is fitted to: COLUMNS when set (and positive), else the
+    terminal's own when it reports a usable one, else DEFAULT_COLUMNS on a terminal; None for a
+    pipe or a file (nothing to fit). The one rule for tables, consoles and --help."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if columns.isdigit() and int(columns) > 0:
+        return max(int(columns), MIN_COLUMNS)
+    try:
+        if stream is None or not stream.isatty():
+            return None
+        size = os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, ValueError, OSError):
+        return None
+    return size if size >= MIN_COLUMNS else DEFAULT_COLUMNS
+
+
 def make_console(stderr: bool) -> Console:
     """The Console for stdout or stderr under the current settings (the one factory)."""
     from rich.console import Console
@@ -76,9 +96,7 @@ def make_console(stderr: bool) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     terminal = stream.isatty()
     colour = color_enabled(terminal)
-    width: int | None = None
-    if not terminal and not os.environ.get("COLUMNS"):
-        width = PIPED_WIDTH
+    width = terminal_columns(stream) or PIPED_WIDTH
     return Console(
         stderr=stderr, highlight=False, soft_wrap=not terminal, width=width,
         force_terminal=True if settings.color == "always" else None,

@@ -343,14 +343,7 @@ def layout(stream: IO[str]) -> tuple[int | None, bool]:
     is COLUMNS, else the terminal's; elsewhere COLUMNS when set, else none: a piped table is as
     wide as its content, so a CI log never has a row broken. Colour: report.output.color_enabled
     (--color, NO_COLOR)."""
-    from assembler.report.output import color_enabled
+    from assembler.report.output import color_enabled, terminal_columns
 
     terminal = is_terminal(stream)
-    columns = os.environ.get("COLUMNS", "")
-    width = int(columns) if columns.isdigit() and int(columns) > 0 else None
-    if width is None and terminal:
-        try:
-            width = os.get_terminal_size(stream.fileno()).columns
-        except (AttributeError, ValueError, OSError):
-            width = 80
-    return width, color_enabled(terminal)
+    return terminal_columns(stream) if terminal or os.environ.get("COLUMNS") else None, color_enabled(terminal)
