@@ -86,12 +86,18 @@ def _exclusive_temporary(path: Path) -> tuple[int, Path]:
     raise FileExistsError(errno.EEXIST, "no unused temporary name", str(path.parent))
 
 
-def atomic_write_if_changed(path: Path, data: bytes | str) -> bool:
-    """Like atomic_write, but leaves the file (and its mtime) alone when the bytes are equal."""
+def atomic_write_if_changed(path: Path, data: bytes | str, *, inside: Path | None = None) -> bool:
+    """Like atomic_write, but leaves the file (and its mtime) alone when the bytes are equal;
+    a link there is replaced, never read (read_regular)."""
     payload = data.encode() if isinstance(data, str) else data
-    if path.is_file() and path.read_bytes() == payload:
-        return False
-    atomic_write(path, payload)
+    try:
+        if read_regular(path, len(payload)) == payload:
+            if inside is not None:
+                refuse_links(inside, path.parent)
+            return False
+    except (OSError, UnsafeFile):
+        pass
+    atomic_write(path, payload, inside=inside)
     return True
 
 

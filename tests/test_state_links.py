@@ -184,3 +184,20 @@ def test_the_ci_log_group_never_prints_a_linked_log(git_workspace: GitWorkspace,
     (state / "logs" / "kern.log").write_text("compiler output\n")
     _Progress(logs=state)._group("kern")
     assert "compiler output" in capsys.readouterr().err
+
+
+def test_a_generated_file_committed_as_a_link_is_replaced_not_trusted(git_workspace: GitWorkspace,
+                                                                      outside: Path) -> None:
+    """A generated file (the build tree's pyproject.toml) committed as a link to a file with the
+    very bytes assemble would write: the link is replaced by a file, the target left alone."""
+    from assembler.fsutil import atomic_write_if_changed
+
+    before = snapshot(outside)
+    link = plant_link(git_workspace.root, ".assemble/build/kern/pyproject.toml", outside / "bashrc")
+    assert atomic_write_if_changed(link, SECRET, inside=git_workspace.root)
+    assert not link.is_symlink() and link.read_bytes() == SECRET
+    assert snapshot(outside) == before
+    with pytest.raises(InputError, match="kern is a symbolic link"):
+        atomic_write_if_changed(plant_link(git_workspace.root, ".assemble/compdb/kern", outside / "dir") / "x.json",
+                                SECRET, inside=git_workspace.root)
+    assert snapshot(outside) == before
