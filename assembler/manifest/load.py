@@ -323,7 +323,7 @@ def _bound_shape(path: Path, text: str) -> None:
         if char in "[{":
             depth += 1
             if depth > MAX_NESTING:
-                raise ManifestError(f"{path}:{line}: arrays or inline tables nested more than {MAX_NESTING} deep",
+                raise ManifestError(f"{path}:{line}: TOML nested too deeply (arrays or inline tables more than {MAX_NESTING} deep)",
                                     hint="a deps.toml needs a few levels of nesting; fix that line")
         elif char in "]}":
             depth = max(depth - 1, 0)
