@@ -27,6 +27,7 @@ ELF_MAGIC = b"\x7fELF"  # the first four bytes of every ELF file
 PT_LOAD, PT_DYNAMIC = 1, 2
 SHT_DYNAMIC, SHT_DYNSYM = 6, 11
 DT_NULL, DT_NEEDED, DT_HASH, DT_STRTAB, DT_SYMTAB, DT_STRSZ, DT_SYMENT, DT_SONAME = 0, 1, 4, 5, 6, 10, 11, 14
+DT_RPATH, DT_RUNPATH = 15, 29  # the loader's search path, "$ORIGIN/..." for a library shipped alongside
 DT_GNU_HASH = 0x6FFFFEF5
 STB_LOCAL, STB_WEAK = 0, 2
 
@@ -43,6 +44,7 @@ class DynamicInfo:
     symbols: tuple[DynSymbol, ...]  # .dynsym without its null entry
     needed: tuple[str, ...]
     soname: str | None
+    runpath: tuple[str, ...] = ()  # DT_RUNPATH's entries, else DT_RPATH's (the loader ignores RPATH beside RUNPATH)
 
 
 @dataclass(frozen=True)
@@ -182,7 +184,7 @@ def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> Dynami
         strings = _WholeStrings(src, src.read(strtab, strsz))
     else:  # large (intel-extension-for-pytorch's is 40.9 MB): read only around the names used, in order
         offsets = [st[name_at] for st in entries_]
-        offsets += entries.get(DT_NEEDED, []) + (soname or [])
+        offsets += entries.get(DT_NEEDED, []) + (soname or []) + entries.get(DT_RUNPATH, []) + entries.get(DT_RPATH, [])
         strings = _StreamedStrings(src, strtab, strsz, offsets)
     symbols = []
     for st in entries_:
@@ -195,6 +197,7 @@ def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> Dynami
         symbols=tuple(symbols),
         needed=tuple(strings.get(v) for v in entries.get(DT_NEEDED, [])),
         soname=strings.get(soname[0]) if soname else None,
+        runpath=tuple(entry for v in entries.get(DT_RUNPATH, entries.get(DT_RPATH, [])) for entry in strings.get(v).split(":") if entry),
     )
 
 

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 # The provider an UNRESOLVED symbol is recorded with when no library of the object's load scope
 # defines it (audit.loadscope), where a torch symbol names the torch library that would.
 NOWHERE = "no library of its load scope"
+NOT_EXPORTED = "not exported by torch "  # audit.torchlibs.not_exported: the torch audited against has it nowhere
 
 
 def _demangled(symbols: Iterable[str]) -> tuple[str, ...]:
@@ -103,7 +104,15 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
                     f"{report.path}: {e.path} uses the unstable LibTorch C++ ABI "
                     f"({e.unstable} symbols: {_listing(e.unstable_symbols)})",
                 ))
-            linkable = {s: lib for s, lib in e.unresolved.items() if lib != NOWHERE}
+            absent = {s: lib for s, lib in e.unresolved.items() if lib.startswith(NOT_EXPORTED)}
+            if absent:
+                found.append(Finding(
+                    Verdict.UNRESOLVED, report.path, e.path, tuple(f"{s} ({lib})" for s, lib in absent.items()),
+                    f"{report.path}: {e.path} imports {_listing(_demangled(absent))}, which "
+                    f"{sorted(set(absent.values()))[0]} does not export: it fails to load there with \"undefined symbol\"; "
+                    f"build it against that torch, or port it to the Stable ABI",
+                ))
+            linkable = {s: lib for s, lib in e.unresolved.items() if lib != NOWHERE and s not in absent}
             if linkable:
                 providers = sorted(set(linkable.values()))
                 found.append(Finding(

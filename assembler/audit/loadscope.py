@@ -15,18 +15,22 @@ A symbol is only judged when every library of the tree is known here with all it
 - ``libcuda.so.1``, the GPU driver, which no builder has: it is taken to define the driver API
   (``cu*``) and nothing else.
 
-One library that cannot be found (a sibling of the wheel found through ``$ORIGIN``, a library of
-another machine) leaves the object unjudged, with the reason: nothing is claimed without its
-tables. The interpreter's symbols (``Py*``, ``_Py*``) are the CPython audit's, its libc and libm are
-global scope, and weak references need no definition.
+A library shipped in the same wheel is found as the loader finds it, through an ``$ORIGIN`` entry
+of the requesting object's RUNPATH/RPATH (:class:`Bundled`). Every import defined by a known
+library resolves whatever else is unknown; an import none of the known ones defines is claimed
+missing only when every library of the tree is known, else the object is left unjudged with the
+reasons (a library of another machine, a torch known by its shim symbols only). The
+interpreter's symbols (``Py*``, ``_Py*``) are the CPython audit's, its libc and libm are global
+scope, and weak references need no definition.
 """
 
 from __future__ import annotations
 
 import contextlib
+import posixpath
 import re
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -56,9 +60,36 @@ class Judgement:
 
 
 @dataclass(frozen=True)
-class _Library:
+class Library:
+    """What the load scope needs of one library: its defined exports, DT_NEEDED and search path."""
+
     exports: frozenset[str]
     needed: tuple[str, ...]
+    runpath: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Bundled:
+    """The shared objects shipped in the same wheel (or directory), by their path in it: where
+    the loader finds a DT_NEEDED through an ``$ORIGIN`` entry of the requesting object's
+    RUNPATH/RPATH (``libdgl.so`` beside its extension, ``$ORIGIN/../lib/libOpen3D.so.0.20``)."""
+
+    paths: frozenset[str]  # POSIX paths of the target's ELF objects
+    read: Callable[[str], Library | None]  # the full exports of the object at a path (None: unreadable)
+
+    def locate(self, name: str, origin: str, runpath: Sequence[str]) -> tuple[str, Library] | None:
+        """The object the loader would take for DT_NEEDED ``name`` of an object in directory
+        ``origin`` with ``runpath``; only ``$ORIGIN`` entries lead into the wheel."""
+        if "/" in name:
+            return None
+        for entry in runpath:
+            if "$ORIGIN" not in entry and "${ORIGIN}" not in entry:
+                continue
+            directory = entry.replace("${ORIGIN}", origin or ".").replace("$ORIGIN", origin or ".")
+            candidate = posixpath.normpath(posixpath.join(directory, name))
+            if candidate in self.paths and (library := self.read(candidate)) is not None:
+                return candidate, library
+        return None
 
 
 @cache
@@ -80,7 +111,7 @@ def _linker_cache() -> dict[str, str]:
 
 
 @cache
-def _read_library(path: str, size: int, mtime_ns: int) -> _Library | None:
+def _read_library(path: str, size: int, mtime_ns: int) -> Library | None:
     """Every defined export and the DT_NEEDED of one library (size and mtime key the cache)."""
     try:
         source = FileSource(path, Path(path).name)
@@ -94,10 +125,10 @@ def _read_library(path: str, size: int, mtime_ns: int) -> _Library | None:
         return None
     finally:
         source.close()
-    return _Library(frozenset(s.name for s in info.symbols if s.defined and not s.local), info.needed)
+    return Library(frozenset(s.name for s in info.symbols if s.defined and not s.local), info.needed, info.runpath)
 
 
-def _locate(name: str, library_dirs: Sequence[Path]) -> _Library | None:
+def _locate(name: str, library_dirs: Sequence[Path]) -> Library | None:
     candidates = [directory / name for directory in library_dirs]
     cached = _linker_cache().get(name)
     candidates += [Path(cached)] if cached else [Path(d) / name for d in _DEFAULT_DIRS]
@@ -111,35 +142,51 @@ def _locate(name: str, library_dirs: Sequence[Path]) -> _Library | None:
 
 
 def judge(undefined: Iterable[str], needed: Sequence[str], torch: TorchLibraries | None,
-          library_dirs: Sequence[Path] = ()) -> Judgement:
+          library_dirs: Sequence[Path] = (), *, origin: str = "", runpath: Sequence[str] = (),
+          bundled: Bundled | None = None) -> Judgement:
     """The strong non-torch imports of an object with this DT_NEEDED that no library of its load
-    scope defines (torch's are :meth:`TorchLibraries.unresolved`'s)."""
+    scope defines (torch's are :meth:`TorchLibraries.unresolved`'s). With ``bundled``, a library
+    the object (at ``origin`` in the wheel, with ``runpath``) or one of its libraries reaches
+    through ``$ORIGIN`` is taken from the wheel, as the loader would."""
     wanted = sorted({s for s in undefined if not is_torch_symbol(s) and not s.startswith(INTERPRETER_PREFIXES)})
     if not wanted:
         return Judgement()
     exports: list[frozenset[str]] = []
     prefixes: list[str] = []
-    queue = [*INTERPRETER_LIBRARIES, *([GLOBAL_DEPS] if torch is not None and GLOBAL_DEPS in torch.needed else []),
-             *(Path(n).name for n in needed)]
+    global_scope = [*INTERPRETER_LIBRARIES, *([GLOBAL_DEPS] if torch is not None and GLOBAL_DEPS in torch.needed else [])]
+    queue: list[tuple[str, str, Sequence[str]]] = [(name, "", ()) for name in global_scope]
+    queue += [(Path(n).name if "/" not in n else n, origin, runpath) for n in needed]
     seen: set[str] = set()
+    unknown: list[str] = []  # why a library of the scope is not known whole
     while queue:
-        name = queue.pop(0)
-        if name in seen:
+        name, requester, search = queue.pop(0)
+        shipped = bundled.locate(name, requester, search) if bundled is not None else None
+        key = shipped[0] if shipped is not None else Path(name).name
+        if key in seen:
             continue
-        seen.add(name)
+        seen.add(key)
+        if shipped is not None:
+            exports.append(shipped[1].exports)
+            queue += [(n, posixpath.dirname(shipped[0]), shipped[1].runpath) for n in shipped[1].needed]
+            continue
+        name = Path(name).name
         if name in RUNTIME_ONLY:
             prefixes += RUNTIME_ONLY[name]
             continue
         if torch is not None and name in torch.needed:
             if name not in torch.complete:
-                return Judgement(unjudged=f"{name}: only its shim symbols are known ({torch.describe()}); give a torch/lib with --torch-lib")
+                unknown.append(f"{name}: only its shim symbols are known ({torch.describe()}); give a torch/lib with --torch-lib")
+                continue
             exports.append(torch.libs.get(name, frozenset()))
-            queue += torch.needed[name]
+            queue += [(n, "", ()) for n in torch.needed[name]]
             continue
         library = _locate(name, library_dirs)
         if library is None:
-            return Judgement(unjudged=f"{name} is not on this machine")
+            unknown.append(f"{name} is not on this machine" + (" (nor in this wheel through $ORIGIN)" if bundled is not None else ""))
+            continue
         exports.append(library.exports)
-        queue += library.needed
+        queue += [(n, "", ()) for n in library.needed]  # a library of this machine: its $ORIGIN is not the wheel
     missing = tuple(s for s in wanted if not s.startswith(tuple(prefixes)) and not any(s in e for e in exports))
+    if missing and unknown:  # a library not known whole may define them: nothing is claimed
+        return Judgement(unjudged="; ".join(unknown))
     return Judgement(missing=missing)

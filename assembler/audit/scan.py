@@ -6,17 +6,19 @@ GIL) dominates, and the biggest members go first so the longest one does not fin
 
 from __future__ import annotations
 
+import functools
+import posixpath
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from assembler.audit.classify import classify_torch
 from assembler.audit.cpython import classify_cpython, describe_source, format_py, is_entry_point, limited_api
 from assembler.audit.elf import read_dynamic
 from assembler.audit.gate import NOWHERE, PYTHON_FULL, PYTHON_LIMITED, PYTHON_NONE, CheckKind, findings
-from assembler.audit.loadscope import judge
+from assembler.audit.loadscope import Bundled, Library, judge
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.audit.torchdata import DEFAULT_TABLE, TorchTable, load_table
 from assembler.audit.torchlibs import TorchLibraries, resolver
@@ -29,11 +31,22 @@ _PARALLEL_FROM = 16 << 20  # compressed bytes of deflated members worth a thread
 CHECKS = tuple(kind.value for kind in CheckKind)
 
 
+@dataclass(frozen=True)
+class _Unjudged:
+    """An object whose load scope was not judged for want of a library: what judging it again
+    against the libraries of its own wheel needs."""
+
+    strong: tuple[str, ...]
+    needed: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+
 def audit_object(job: Job, floor: PyVersion | None, table: TorchTable, libraries: TorchLibraries | None = None,
-                 library_dirs: tuple[Path, ...] = ()) -> ElfReport:
+                 library_dirs: tuple[Path, ...] = (), unjudged: dict[str, _Unjudged] | None = None) -> ElfReport:
     """Read one shared object's dynamic section and classify it; with ``libraries``, also which
     of its torch symbols its DT_NEEDED tree cannot resolve; and which of its other imports no
-    library of that tree defines, where every one is known here (``library_dirs`` first)."""
+    library of that tree defines, where every one is known here (``library_dirs`` first). An
+    object left unjudged is noted in ``unjudged`` for :func:`_judge_in_target`."""
     source = open_job(job)
     try:
         info = read_dynamic(source, defined_prefixes=(b"Py", b"_Py"))
@@ -44,8 +57,10 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable, libraries
     undefined = [s.name for s in info.symbols if not s.defined]
     strong = [s.name for s in info.symbols if not s.defined and not s.weak]
     unresolved = libraries.unresolved(strong, info.needed) if libraries else {}
-    scope = judge(strong, info.needed, libraries, library_dirs)
+    scope = judge(strong, info.needed, libraries, library_dirs, origin=posixpath.dirname(job.name), runpath=info.runpath)
     unresolved |= dict.fromkeys(scope.missing, NOWHERE)
+    if scope.unjudged is not None and unjudged is not None:
+        unjudged[job.name] = _Unjudged(tuple(strong), info.needed, info.runpath)
     extension = any(s.defined and not s.local and is_entry_point(s.name) for s in info.symbols)
     torch = classify_torch(undefined, table)
     python = classify_cpython(info.symbols, floor)
@@ -95,12 +110,35 @@ def _cost(job: Job) -> int:
 
 
 def _audit_or_report(job: Job, floor: PyVersion | None, table: TorchTable, libraries: TorchLibraries | None,
-                     library_dirs: tuple[Path, ...] = ()) -> ElfReport:
+                     library_dirs: tuple[Path, ...] = (), unjudged: dict[str, _Unjudged] | None = None) -> ElfReport:
     """audit_object, with an object that cannot be read reported INCOMPLETE (its reason kept)."""
     try:
-        return audit_object(job, floor, table, libraries, library_dirs)
+        return audit_object(job, floor, table, libraries, library_dirs, unjudged)
     except InputError as error:
         return ElfReport.unreadable(job.name, error.message)
+
+
+def _judge_in_target(report: ElfReport, facts: _Unjudged, jobs: Sequence[Job], name: str, libraries: TorchLibraries | None,
+                     library_dirs: tuple[Path, ...]) -> ElfReport:
+    """``report`` judged again with the libraries shipped beside it (loadscope.Bundled): a
+    wheel's own ``libdgl.so``, reached through ``$ORIGIN``, is part of its load scope."""
+    by_name = {job.name: job for job in jobs}
+
+    @functools.cache
+    def read(path: str) -> Library | None:
+        source = open_job(by_name[path])
+        try:
+            info = read_dynamic(source)
+        except (InputError, OSError):
+            return None
+        finally:
+            source.close()
+        return Library(frozenset(s.name for s in info.symbols if s.defined and not s.local), info.needed, info.runpath)
+
+    bundled = Bundled(frozenset(by_name), read)
+    scope = judge(facts.strong, facts.needed, libraries, library_dirs, origin=posixpath.dirname(name), runpath=facts.runpath,
+                  bundled=bundled)
+    return replace(report, unresolved={**report.unresolved, **dict.fromkeys(scope.missing, NOWHERE)}, unjudged_imports=scope.unjudged)
 
 
 def unreadable(reports: Iterable[AuditReport]) -> list[str]:
@@ -131,11 +169,13 @@ def audit_paths(
         workers = available_cpus() if sum(_cost(j) for _, j in work) >= _PARALLEL_FROM else 1
     order = sorted(range(len(work)), key=lambda i: -_cost(work[i][1]))
     results: dict[int, ElfReport] = {}
+    unjudged: dict[str, _Unjudged] = {}
     if workers > 1 and len(work) > 1:
         with ThreadPoolExecutor(max_workers=workers) as pool:
             pool.submit(limited_api)  # import abi3info while the first members inflate
             pool.submit(describe_source)
-            futures = {i: pool.submit(audit, work[i][1], floors[work[i][0].path], table, libraries, dirs) for i in order}
+            futures = {i: pool.submit(audit, work[i][1], floors[work[i][0].path], table, libraries, dirs, unjudged)
+                       for i in order}
             try:
                 for i, future in futures.items():
                     results[i] = future.result()
@@ -144,7 +184,10 @@ def audit_paths(
                 raise
     else:
         for i in order:
-            results[i] = audit(work[i][1], floors[work[i][0].path], table, libraries, dirs)
+            results[i] = audit(work[i][1], floors[work[i][0].path], table, libraries, dirs, unjudged)
+    for i, (target, job) in enumerate(work):
+        if job.name in unjudged and len(target.jobs) > 1:
+            results[i] = _judge_in_target(results[i], unjudged[job.name], target.jobs, job.name, libraries, dirs)
     sources = {"torch": table.describe(), "cpython": describe_source()}
     if libraries is not None:
         sources["torch_libraries"] = libraries.describe()

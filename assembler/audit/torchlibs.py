@@ -41,6 +41,7 @@ from pathlib import Path
 
 from assembler.audit.classify import SHIM_PREFIXES
 from assembler.audit.elf import ELF_MAGIC, read_dynamic
+from assembler.audit.gate import NOT_EXPORTED
 from assembler.audit.member import ByteSource, FileSource
 from assembler.errors import InputError
 
@@ -54,6 +55,12 @@ _TORCH_NAMESPACES = ("2at", "3c10", "5torch")  # Itanium source names of at::, c
 def is_torch_symbol(name: str) -> bool:
     """A symbol only torch defines: a shim symbol, or a mangled name in torch's namespaces."""
     return name.startswith(SHIM_PREFIXES) or (name.startswith("_Z") and any(ns in name for ns in _TORCH_NAMESPACES))
+
+
+def not_exported(torch: str, expected: Iterable[str]) -> str:
+    """The provider an UNRESOLVED torch symbol is recorded with when the torch audited against
+    exports it from no library: ``not exported by torch 2.13.0 (expected from libtorch_cpu.so)``."""
+    return f"{NOT_EXPORTED}{torch} (expected from {', '.join(expected) or 'its libraries'})"
 
 
 @dataclass(frozen=True)
@@ -88,9 +95,15 @@ class TorchLibraries:
 
     def unresolved(self, undefined: Iterable[str], needed: Iterable[str]) -> dict[str, str]:
         """Torch symbols of ``undefined`` that no library in the scope exports: symbol -> the
-        library of this torch that provides it (a symbol no library exports is not judged: the
-        shim table reports it as unknown)."""
-        reachable = [self.libs[name] for name in self.scope(needed) if name in self.libs]
+        library of this torch that provides it, or, where this torch's libraries are all read
+        whole (a real torch/lib) and none exports it, ``not_exported(...)`` naming the torch
+        libraries the object expected it from (torchrl's ``_wrap_outputs`` on a torch that
+        dropped it). With shim tables only, such a symbol is not judged: they list no C++ name."""
+        needed = list(needed)
+        scope = self.scope(needed)
+        reachable = [self.libs[name] for name in scope if name in self.libs]
+        whole = bool(scope) and all(name in self.complete for name in scope)
+        expected = [Path(n).name for n in needed if Path(n).name in self.needed] or scope
         missing: dict[str, str] = {}
         for symbol in undefined:
             if not is_torch_symbol(symbol) or any(symbol in lib for lib in reachable):
@@ -98,6 +111,8 @@ class TorchLibraries:
             provider = self.exporter(symbol)
             if provider is not None:
                 missing[symbol] = provider
+            elif whole:
+                missing[symbol] = not_exported(self.torch, expected)
         return dict(sorted(missing.items()))
 
     def overlaid(self, base: TorchLibraries | None) -> TorchLibraries:
