@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import Version
 
 from assembler.audit.gate import CheckKind, Verdict, findings, object_verdict, passes, summarize
-from assembler.builder import builder, scheduler, units
+from assembler.builder import builder, links, scheduler, units
 from assembler.builder.builder import Outcome
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
@@ -234,6 +234,11 @@ def build_artifacts(
         manifest.select([name])  # unknown names fail here, with a suggestion
     with workspace.lock(), contextlib.ExitStack() as held:
         checkouts = sync_checkouts(workspace, deps, lambda dep, step: note(f"{dep}: {step}"))
+        for dep in deps:  # refused before any toolchain or backend runs, as check and --plan refuse them
+            if dep.build.backend == "helper":  # a link out of the checkout, then a recipe path it lacks (deps.toml line)
+                units.translation_units(workspace, dep, checkouts[dep.name].path)
+            else:  # its own build decides what it reads: a link out of the checkout
+                links.refuse_escaping(workspace.root, dep.name, checkouts[dep.name].path)
         toolchain = resolve_toolchain(workspace, options, note)
         held.enter_context(in_use(toolchain.env.path))  # no `assemble cache prune` removes it mid-build
         cuda = toolchain.cuda
@@ -247,9 +252,6 @@ def build_artifacts(
             compiler_cache=compiler_cache(workspace),
             shared=open_store(manifest.cache.artifacts, manifest.cache.s3_endpoint),
         )
-        for dep in deps:  # a source or include dir the checkout lacks: refused at its deps.toml line, as check and --plan do
-            if dep.build.backend == "helper":
-                units.translation_units(workspace, dep, checkouts[dep.name].path)
         requests = [builder.prepare(ctx, dep, checkouts[dep.name].path, series_digest(dep)) for dep in deps]
         outcomes: dict[str, Outcome] = {}
         pending = []

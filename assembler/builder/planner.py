@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assembler.builder import backends, recipe
+from assembler.builder import backends, links, recipe
 from assembler.builder.builder import dep_archs
 from assembler.errors import AssembleError, InputError
 from assembler.manifest import Dependency
@@ -118,6 +118,7 @@ def plan_dep(workspace: Workspace, dep: Dependency, checkout: Path) -> DepPlan:
         plan.archs = list(dep_archs(dep, bundle.cuda_archs, recipe.uses_cuda(dep)))
         compdb = unit_resolver.compile_commands_path(workspace.state_dir, dep.name)
         if dep.build.backend != "helper" and not dep.build.sources and not compdb.is_file():
+            links.refuse_escaping(workspace.root, dep.name, checkout)  # translation_units does it for the others
             plan.note = (f"the recipe names no sources and no build recorded compile commands yet: its {dep.build.backend} "
                          "build decides (add sources = [...] to plan them)")
             return plan

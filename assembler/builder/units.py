@@ -11,6 +11,8 @@ Where they come from, by backend:
 The defines here are the unit's own; the ones every unit of a dependency gets
 (``TORCH_TARGET_VERSION``, ``Py_LIMITED_API``) are added by whoever compiles or checks it.
 A recipe path that is missing from the checkout is an error naming its line in deps.toml.
+Globs enter no directory link (``manifest.globs.expand``: a link cycle cannot hang `check` or
+`build --plan`), and a checkout with a link out of it is refused first (``builder.links``).
 
 For the helper backend this module is also the compile model the build runs: each unit's
 standard, extra flags and system include directories (torch's two include roots; for the C++
@@ -24,7 +26,6 @@ CLEAN therefore sees the same headers in the build.
 from __future__ import annotations
 
 import functools
-import glob
 import json
 import re
 import shlex
@@ -33,8 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from assembler.builder import links
 from assembler.errors import InputError
 from assembler.manifest import Dependency, Extension
+from assembler.manifest.globs import expand
 from assembler.manifest.load import value_position
 from assembler.manifest.model import CUDA, CXX
 from assembler.workspace import Workspace
@@ -125,13 +128,15 @@ def language_of(path: str | Path) -> str:
 def translation_units(workspace: Workspace, dep: Dependency, checkout: Path | None = None) -> list[TranslationUnit]:
     """Every translation unit ``dep``'s recipe builds from ``checkout`` (default forks/<dep>),
     in recipe order, each once. Raises InputError naming the deps.toml line of a source or
-    include dir that is missing from the checkout, or the recipe when its units are unknown."""
+    include dir that is missing from the checkout, or the recipe when its units are unknown;
+    LinkOutOfTree when a link in the checkout leads out of it (``builder.links``)."""
     root = (checkout or workspace.fork_path(dep)).resolve()
     if not root.is_dir():
         raise InputError(
             f"{dep.name}: no checkout at {root}",
             hint=f"run `assemble checkout {dep.name}` first",
         )
+    links.refuse_escaping(workspace.root, dep.name, root)  # what a unit includes is read through them
     recipe = dep.build
     if recipe.backend == "helper":
         return _helper_units(workspace, dep, root)
@@ -213,17 +218,23 @@ def _units(workspace: Workspace, root: Path, keys: tuple[str, ...], patterns: tu
 
 
 def _sources(workspace: Workspace, root: Path, keys: tuple[str, ...], pattern: str, index: int | None = None) -> list[Path]:
-    """The files ``pattern`` names in the checkout (a glob when it holds * ? or [)."""
+    """The files ``pattern`` names in the checkout (a glob when it holds * ? or [): a glob enters
+    no directory link (``manifest.globs.expand``), and a file reached through links must stay in
+    the checkout (``builder.links``)."""
     if GLOB_CHARS.isdisjoint(pattern):
-        found = [root / pattern] if (root / pattern).is_file() else []
+        matches = [pattern]
     else:
-        found = sorted(root / match for match in glob.glob(pattern, root_dir=root, recursive=True) if (root / match).is_file())
+        try:
+            matches = expand(root, pattern)
+        except ValueError as error:
+            raise _missing(workspace, root, keys, pattern, index, str(error)) from None
     resolved = []
-    for path in found:
-        real = path.resolve()
-        if not real.is_relative_to(root):
-            raise _missing(workspace, root, keys, pattern, index, f"{pattern} leads out of the checkout ({real})")
-        resolved.append(root / path.relative_to(root))
+    for match in matches:
+        where = links.resolve(root, match)
+        if where.path is None:
+            raise _missing(workspace, root, keys, pattern, index, f"{match} leads out of the checkout ({where.why})")
+        if (root / where.path).is_file():
+            resolved.append(root / match)
     if not resolved:
         what = "matches no file" if not GLOB_CHARS.isdisjoint(pattern) else "does not exist"
         raise _missing(workspace, root, keys, pattern, index, f"{pattern} {what} in {root}")
@@ -231,12 +242,12 @@ def _sources(workspace: Workspace, root: Path, keys: tuple[str, ...], pattern: s
 
 
 def _include_dir(workspace: Workspace, root: Path, keys: tuple[str, ...], item: str, index: int | None = None) -> Path:
-    path = root / item
-    if not path.is_dir():
+    where = links.resolve(root, item)
+    if where.path is None:
+        raise _missing(workspace, root, keys, item, index, f"include dir {item} leads out of the checkout ({where.why})")
+    if not (root / where.path).is_dir():
         raise _missing(workspace, root, keys, item, index, f"include dir {item} is not a directory in {root}")
-    if not path.resolve().is_relative_to(root):
-        raise _missing(workspace, root, keys, item, index, f"include dir {item} leads out of the checkout")
-    return path
+    return root / item
 
 
 class RecipePathError(InputError):

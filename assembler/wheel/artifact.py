@@ -14,7 +14,9 @@ An artifact is data, never trusted: the merge computes every digest from the byt
 and checks each copied member's CRC and size (``writer.ReproducibleZip.verified``); the digests
 of the archive's ``*.dist-info/RECORD`` (at most ``RECORD_LIMIT`` bytes) must agree with them.
 Archives, ``artifact.json`` and loose files must be regular files: a symbolic link, FIFO or
-device is refused, never followed to a file of the merging machine or read until it ends.
+device is refused, never followed to a file of the merging machine or read until it ends; so is
+an archive member whose mode says link or device. (What a link in a dependency's checkout points
+at is kept out before: ``builder.links``.)
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import csv
 import io
 import json
 import os
+import stat
 import zipfile
 import zlib
 from collections.abc import Iterable
@@ -237,6 +240,10 @@ def archive_payload(path: Path) -> list[PayloadFile]:
                 if info.is_dir() or info.filename.split("/")[0].endswith(".dist-info"):
                     continue
                 relpath = _safe_relpath(info.filename, path)
+                kind = stat.S_IFMT(info.external_attr >> 16)
+                if kind not in (0, stat.S_IFREG):  # a symbolic link's member holds its target: not a file of the payload
+                    raise InputError(f"{path}: {relpath} is not a regular file (mode {kind:o}) in an artifact's archive",
+                                     hint="artifacts hold regular files only; rebuild or re-download that artifact")
                 if relpath in out:
                     raise InputError(f"{path}: {relpath} is in the archive twice", hint="rebuild or re-download that artifact")
                 member = RawMember(path, info.header_offset, info.compress_type, info.compress_size, info.file_size, info.CRC)

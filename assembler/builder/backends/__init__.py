@@ -102,6 +102,19 @@ def stable_defines(dep: Dependency, python_abi: str) -> tuple[str, ...]:
             f"Py_LIMITED_API={limited_api_version(python_abi)}", *dep.build.defines)
 
 
+def refuse_escaping_links(ctx: BuildContext, request: BuildRequest) -> None:
+    """The second line after the backend's tools ran and before their output becomes the
+    artifact: still no link in the checkout that leads out of it (``builder.links``; one made
+    during the build, or since the check before it). Raises BuildFailure naming them, so no
+    artifact is published that could hold what they point at."""
+    from assembler.builder import links
+
+    found = links.escaping_links(request.checkout.resolve())
+    if found:
+        error = links.LinkOutOfTree(request.dep.name, links.shown(ctx.state_dir.parent, request.checkout), found)
+        raise BuildFailure(f"{error.message}; hint: {error.hint}" if error.hint else error.message)
+
+
 def write_compdb(target: Path, entries: list[dict[str, object]]) -> None:
     """``<workspace>/.assemble/compdb/<dep>.json``: [{directory, file, arguments}], atomically."""
     from assembler.fsutil import atomic_write

@@ -36,6 +36,7 @@ from assembler.builder.backends import (
     BuildFailure,
     Prepared,
     Work,
+    refuse_escaping_links,
     scrubbed_environment,
     stable_defines,
     write_compdb,
@@ -147,6 +148,7 @@ class SetuptoolsBackend:
         export_compdb(build_base, ninja, work.compdb)
         if status != 0:
             raise BuildFailure()
+        refuse_escaping_links(ctx, request)  # setup.py copied package data through the checkout's links
         wheel = one_wheel(wheel_dir, dep.name, "the setuptools build")
         unpack(wheel, work.files)
         modules = sorted(path.relative_to(work.files).as_posix() for path in work.files.rglob("*.so"))

@@ -9,13 +9,21 @@ import os
 import re
 import shlex
 import shutil
+import stat
 import zipfile
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from assembler.builder import recipe
-from assembler.builder.backends import BuildFailure, Prepared, Work, scrubbed_environment, write_compdb
+from assembler.builder.backends import (
+    BuildFailure,
+    Prepared,
+    Work,
+    refuse_escaping_links,
+    scrubbed_environment,
+    write_compdb,
+)
 from assembler.builder.cache import digest_texts
 from assembler.manifest import Dependency
 from assembler.toolchain.cxx import cxx_name
@@ -71,6 +79,7 @@ class ScikitBuildBackend:
             export_compdb(cmake_dir, work.compdb)  # what did compile is still worth checking
             raise BuildFailure()
         export_compdb(cmake_dir, work.compdb)
+        refuse_escaping_links(ctx, request)  # the wheel was read through the checkout's links
         used = cmake_cuda_version(cmake_dir)
         if used is not None and used != ctx.toolchain.cuda.release:
             raise BuildFailure(f"{request.dep.name}: CMake compiled with nvcc {used}, not the selected {ctx.toolchain.cuda.release}")
@@ -146,6 +155,10 @@ def unpack(wheel: Path, target: Path) -> None:
                 parts = parts[2:]
             if any(part in {"", ".", ".."} for part in parts):
                 raise BuildFailure(f"{wheel.name}: member {member.filename!r} leaves the artifact")
+            kind = stat.S_IFMT(member.external_attr >> 16)
+            if kind not in (0, stat.S_IFREG):  # a link's target (or a device) is never a file of the artifact
+                raise BuildFailure(f"{wheel.name}: member {member.filename!r} is not a regular file (mode {kind:o}): "
+                                   "artifacts hold regular files only")
             path = target.joinpath(*parts)
             path.parent.mkdir(parents=True, exist_ok=True)
             with archive.open(member) as source, path.open("wb") as out:
