@@ -4,6 +4,7 @@ rules match on, and what review compares token by token."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 _RAW_STRING = re.compile(r'R"([^()\\ \t\n]{0,16})\(')
 TOKEN = re.compile(
@@ -78,3 +79,18 @@ def _blank(text: str, strings: bool) -> str:
 def tokens(code: str) -> list[str]:
     """The C++ tokens of ``code`` (comments must already be gone)."""
     return TOKEN.findall(code)
+
+
+def continued_lines(code: str, active: Iterable[int]) -> set[int]:
+    """``active`` (1-based line numbers) and every line a backslash continues from one of them.
+    The preprocessor prints a multi-line ``#define`` as one line, so the body's later lines are
+    blank in its output and would not count as compiled; they are the macro's code all the same
+    (a ``TORCH_CHECK`` there is a use). ``code`` has its comments blanked, so a backslash ending
+    a comment continues nothing new (the comment's next line is blanked too)."""
+    lines = code.split("\n")
+    result = set(active)
+    for number in sorted(result):
+        while 0 < number < len(lines) and lines[number - 1].rstrip(" \t\r").endswith("\\") and number + 1 not in result:
+            number += 1
+            result.add(number)
+    return result

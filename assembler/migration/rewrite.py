@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import InputError
-from assembler.migration.lexer import blank_comments_and_strings
+from assembler.migration.lexer import blank_comments_and_strings, continued_lines
 
 REWRITES_FILE = Path(__file__).resolve().parent.parent / "data" / "migration_rewrites.json"
 SKIP = "\x00"  # marks a declined method call until the step ends (no regex matches across it)
 STYLE_KEYS = {"data-ptr": ("const-mutable", "mutable")}
+TYPES = ("replace", "method", "call", "data-ptr", "rename-method", "new-empty")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,10 @@ class Rewrite:
     function: str = ""
     max_args: int | None = None
     refuse_braced: bool = False
+    receiver: str = ""  # "tensor": only where the file declares the receiver a tensor
+    arguments: str = ""  # appended to the call's own (t() -> transpose(t, 0, 1))
+    rename: str = ""  # type rename-method: the method's new name
+    tensor_functions: frozenset[str] = frozenset()  # the torch::stable functions that return a tensor (the file's list)
 
 
 @dataclass(frozen=True)
@@ -52,15 +57,20 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         steps = dict(data["steps"])
+        functions = frozenset(str(name) for name in data.get("tensor_functions", ()))
         rewrites = []
         for raw in data["rewrites"]:
-            if raw["step"] not in steps or raw["type"] not in ("replace", "method", "call", "data-ptr"):
+            if raw["step"] not in steps or raw["type"] not in TYPES:
                 raise ValueError(f"rewrite {raw.get('id')!r}: unknown step or type")
+            if raw.get("receiver", "tensor") != "tensor":
+                raise ValueError(f"rewrite {raw.get('id')!r}: receiver must be 'tensor'")
             rewrites.append(Rewrite(
                 id=raw["id"], step=raw["step"], type=raw["type"], since=raw["since"], includes=tuple(raw.get("includes", ())),
                 pattern=re.compile(raw["pattern"]) if "pattern" in raw else None, replacement=raw.get("replacement", ""),
                 mapping=dict(raw.get("map", {})), method=raw.get("method", ""), function=raw.get("function", ""),
                 max_args=raw.get("max_args"), refuse_braced=bool(raw.get("refuse_braced", False)),
+                receiver=raw.get("receiver", ""), arguments=raw.get("arguments", ""), rename=raw.get("rename", ""),
+                tensor_functions=functions,
             ))
         return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites))
     except (OSError, ValueError, KeyError, TypeError, re.error) as error:
@@ -97,8 +107,191 @@ def _line_of(text: str, offset: int) -> int:
     return text.count("\n", 0, offset)  # 0-based
 
 
+# What the file says a name is, for the rewrites that need a tensor receiver (``receiver``),
+# a ScalarType argument or an optional/pointer to pass on as ``*p``. Read from the blanked code
+# of one step's text; a declaration holds from its line to the end of its block (a parameter:
+# its function's body), and the innermost one in scope decides. Names whose type the file does
+# not spell (a macro's parameter, a struct's field) are unknown: the rewrite is declined.
+TENSOR, HANDLE, SEQUENCE, SCALAR = "tensor", "handle", "sequence", "scalar type"
+_NAME = r"\s*(?P<name>[A-Za-z_]\w*)\s*(?=[,;=)(\[{]|:(?!:))"
+_QUALIFIERS = r"(?:const\b\s*)?(?P<ref>&&?|\*)?\s*(?:const\b\s*)?"
+_USING_TENSOR = re.compile(r"\busing\s+(?:(?:torch::stable|at|torch)::Tensor|namespace\s+(?:at|torch))\s*;")
+_AFTER_PARAMETERS = re.compile(r"\s*(?:(?:const|noexcept|override|final|mutable)\b\s*|->\s*[\w:<>,\s*&]+?)*\{")
+_KEYWORDS = frozenset({"const", "return", "operator", "new", "delete", "sizeof", "decltype", "typename", "template"})
+
+
+def _declaration_patterns(bare: bool) -> list[tuple[str, re.Pattern[str]]]:
+    tensor = r"(?:(?:torch::stable|at|torch)::Tensor" + (r"|(?<![\w:])Tensor" if bare else "") + r")\b"
+    scalar = r"(?:torch::headeronly::ScalarType|(?:at|c10|torch)::ScalarType|torch::Dtype)\b(?!\s*::)"
+    return [
+        (TENSOR, re.compile(rf"(?<![\w:]){tensor}\s*{_QUALIFIERS}{_NAME}")),
+        (HANDLE, re.compile(rf"(?:std|c10)::optional\s*<\s*{tensor}\s*>\s*{_QUALIFIERS}{_NAME}")),
+        (SEQUENCE, re.compile(rf"(?:std::vector\s*<\s*{tensor}\s*>|std::array\s*<\s*{tensor}\s*,[^<>;]*>)\s*{_QUALIFIERS}{_NAME}")),
+        (SCALAR, re.compile(rf"(?<![\w:]){scalar}\s*{_QUALIFIERS}{_NAME}")),
+        ("auto", re.compile(rf"\bauto\b\s*{_QUALIFIERS}{_NAME}")),
+    ]
+
+
+@dataclass(frozen=True)
+class _Declared:
+    name: str
+    kind: str
+    first: int  # 0-based lines of its scope
+    last: int
+
+
+class Declarations:
+    """The typed names of one file's code (comments and strings blanked)."""
+
+    def __init__(self, code: str, tensor_functions: frozenset[str]) -> None:
+        self.code = code
+        self.functions = tensor_functions
+        self.names: dict[str, list[_Declared]] = {}
+        found: list[tuple[int, str, str, re.Match[str]]] = []
+        for kind, pattern in _declaration_patterns(_USING_TENSOR.search(code) is not None):
+            for match in pattern.finditer(code):
+                if match.group("name") not in _KEYWORDS:
+                    found.append((match.start("name"), kind, match.group("name"), match))
+        found.sort(key=lambda item: item[0])
+        scopes = self._scopes([offset for offset, _, _, _ in found])
+        for (_, kind, name, match), (first, last) in zip(found, scopes, strict=True):
+            if kind == TENSOR and match.group("ref") == "*":
+                kind = HANDLE
+            elif kind == TENSOR and code[match.end():match.end() + 1] == "[":
+                kind = SEQUENCE
+            elif kind == "auto":
+                kind = self._auto_kind(match, first)
+            if kind and first <= last:
+                self.names.setdefault(name, []).append(_Declared(name, kind, first, last))
+
+    def _scopes(self, offsets: list[int]) -> list[tuple[int, int]]:
+        """Each offset's scope in lines: to the end of the innermost enclosing block; inside a
+        parameter list, its function's (or lambda's, or for loop's) body; else none."""
+        code = self.code
+        closing: dict[int, int] = {}
+        stack: list[int] = []
+        brackets = [(m.start(), m.group()) for m in re.finditer(r"[(){}]", code)]
+        queue = iter(sorted(range(len(offsets)), key=offsets.__getitem__))
+        pending = next(queue, None)
+        at_offset: dict[int, int | None] = {}
+        for position, char in [*brackets, (len(code), "")]:
+            while pending is not None and offsets[pending] < position:
+                at_offset[pending] = stack[-1] if stack else None
+                pending = next(queue, None)
+            if char in "({":
+                stack.append(position)
+            elif char and stack and code[stack[-1]] == ("(" if char == ")" else "{"):
+                closing[stack.pop()] = position
+        last_line = code.count("\n")
+        scopes = []
+        for index, offset in enumerate(offsets):
+            opening = at_offset.get(index)
+            line = code.count("\n", 0, offset)
+            if opening is None:
+                scopes.append((line, last_line))
+                continue
+            end = closing.get(opening)
+            if end is None:
+                scopes.append((line, last_line))
+            elif code[opening] == "{":
+                scopes.append((line, code.count("\n", 0, end)))
+            elif (body := _AFTER_PARAMETERS.match(code, end + 1)) is not None and (close := closing.get(body.end() - 1)) is not None:
+                scopes.append((line, code.count("\n", 0, close)))
+            else:
+                scopes.append((1, 0))  # a declaration without a body, or parentheses of an expression
+        return scopes
+
+    def _auto_kind(self, match: re.Match[str], line: int) -> str:
+        """What an ``auto`` variable is, from its initializer."""
+        if self.code[match.end():match.end() + 2] in ("==", "") or self.code[match.end()] != "=":
+            return ""
+        start = match.end() + 1
+        end = _statement_end(self.code, start)
+        initializer = self.code[start:end].strip()
+        if match.group("ref") == "*":
+            return HANDLE if initializer.startswith("&") and self.kind(initializer[1:].strip(), line) == TENSOR else ""
+        if self.kind(initializer, line) == TENSOR:
+            return TENSOR
+        if self.is_scalar_type(initializer, line):
+            return SCALAR
+        return ""
+
+    def of(self, name: str, line: int) -> str:
+        """The kind of ``name`` at ``line`` (0-based): the innermost declaration in scope."""
+        best: _Declared | None = None
+        for declared in self.names.get(name, ()):
+            if declared.first <= line <= declared.last and (best is None or declared.first >= best.first):
+                best = declared
+        return best.kind if best else ""
+
+    def kind(self, expression: str, line: int) -> str:
+        """What a postfix expression is: TENSOR (a tensor name, an element of a sequence of
+        them, ``*p`` or ``p.value()`` of a handle, a tensor function's call or a tensor
+        method's), HANDLE (an optional or pointer name), else ""."""
+        text = expression.strip()
+        if re.fullmatch(r"[A-Za-z_]\w*", text):
+            return self.of(text, line)
+        if (match := re.fullmatch(r"\(\s*(.*)\s*\)", text, re.S)) and _close_paren(text, 0) == len(text) - 1:
+            return self.kind(match.group(1), line)
+        if (match := re.fullmatch(r"\*\s*([A-Za-z_]\w*)", text)) or (match := re.fullmatch(r"([A-Za-z_]\w*)\s*\.\s*value\s*\(\s*\)", text)):
+            return TENSOR if self.of(match.group(1), line) == HANDLE else ""
+        if (match := re.match(r"([A-Za-z_]\w*)\s*\[", text)) and _close(text, match.end() - 1) == len(text) - 1:
+            return TENSOR if self.of(match.group(1), line) == SEQUENCE else ""
+        if (match := re.match(r"(?:torch::stable|at|torch)::(\w+)\s*\(", text)) and _close(text, match.end() - 1) == len(text) - 1:
+            return TENSOR if match.group(1) in self.functions else ""
+        if (match := re.search(r"\.\s*(\w+)\s*\(\s*[^()]*\)$", text)) and (match.group(1) in self.functions or match.group(1) == "t"):
+            return TENSOR if self.kind(text[:match.start()], line) == TENSOR else ""
+        return ""
+
+    def is_scalar_type(self, expression: str, line: int) -> bool:
+        """A ScalarType: an enumerator, a tensor's ``scalar_type()``, or a name declared one."""
+        text = expression.strip()
+        if re.fullmatch(r"torch::headeronly::ScalarType::\w+", text):
+            return True
+        if match := re.fullmatch(r"(.+?)\s*(?:\.|->)\s*scalar_type\s*\(\s*\)", text, re.S):
+            receiver = match.group(1)
+            return self.kind(receiver, line) == TENSOR or (text[match.end(1):].lstrip().startswith("->")
+                                                           and self.kind(receiver, line) == HANDLE)
+        return re.fullmatch(r"[A-Za-z_]\w*", text) is not None and self.of(text, line) == SCALAR
+
+
+def _close(code: str, opening: int) -> int | None:
+    """The index of the bracket closing ``code[opening]`` (any of ``([{``)."""
+    depth = 0
+    for index in range(opening, len(code)):
+        char = code[index]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def _statement_end(code: str, start: int) -> int:
+    """Where the expression starting at ``start`` ends: the first ``;`` or ``,`` or unmatched
+    closing bracket at its own depth."""
+    depth = 0
+    for index in range(start, len(code)):
+        char = code[index]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            if depth == 0:
+                return index
+            depth -= 1
+        elif char in ";," and depth == 0:
+            return index
+    return len(code)
+
+
 def apply_step(rewrites: list[Rewrite], file: FileRewrite, torch_target: str, style: dict[str, str]) -> None:
-    """Apply ``rewrites`` (one step's) to ``file`` in place."""
+    """Apply ``rewrites`` (one step's) to ``file`` in place. The lines a backslash continues
+    from a compiled line (a multi-line macro's body) are compiled lines too."""
+    code = blank_comments_and_strings(file.text)
+    active = continued_lines(code, (number + 1 for number, flag in enumerate(file.active) if flag))
+    file.active = [number + 1 in active for number in range(len(file.active))]
     for rewrite in rewrites:
         if rewrite.type == "replace":
             _replace(rewrite, file, torch_target)
@@ -106,6 +299,10 @@ def apply_step(rewrites: list[Rewrite], file: FileRewrite, torch_target: str, st
             _method(rewrite, file, torch_target)
         elif rewrite.type == "call":
             _call(rewrite, file, torch_target)
+        elif rewrite.type == "rename-method":
+            _rename_method(rewrite, file, torch_target)
+        elif rewrite.type == "new-empty":
+            _new_empty(rewrite, file, torch_target)
         else:
             _data_ptr(rewrite, file, torch_target, style.get("data-ptr", "const-mutable"))
     file.text = file.text.replace(SKIP, "")
@@ -186,7 +383,7 @@ def _receiver_start(code: str, end: int) -> int | None:
             index -= 1
         if index == start:
             return None if index == end else start
-        if index >= 2 and code[index - 2:index] == "::":
+        if index >= 2 and code[index - 2:index] in ("::", "->"):
             index -= 2
             continue
         if index >= 1 and code[index - 1] == "." and not (index >= 2 and code[index - 2] == "."):
@@ -214,6 +411,7 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     """RECEIVER.method(ARGS) -> function(RECEIVER, ARGS), one at a time, rescanning, so a chain
     (a.contiguous().view(s)) nests."""
     pattern = re.compile(rf"(\.|->)\s*{re.escape(rewrite.method)}\s*\(")
+    declarations: Declarations | None = None  # line-based: valid while the step adds no line
     for _ in range(100000):
         code = blank_comments_and_strings(file.text)
         found = next((m for m in pattern.finditer(code) if file.active[_line_of(code, m.start())]), None)
@@ -223,11 +421,18 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         opening = found.end() - 1
         closing = _close_paren(code, opening)
         start = _receiver_start(code, found.start())
+        what = ""
+        if start is not None and (found.group(1) == "->" or rewrite.receiver):
+            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            what = declarations.kind(code[start:found.start()], line)
         reason = None
-        if found.group(1) == "->":
+        if found.group(1) == "->" and what != HANDLE:
             reason = "called through a pointer: write the receiver as *p yourself"
         elif closing is None or start is None:
             reason = "no receiver expression on this line"
+        elif rewrite.receiver and found.group(1) == "." and what != TENSOR:
+            reason = (f"{code[start:found.start()].strip()} is not declared a tensor here (a parameter, a variable, an auto from a "
+                      f"tensor call): if it is one, call {rewrite.function} yourself")
         elif rewrite.max_args is not None and _arguments(code, opening, closing) > rewrite.max_args:
             reason = f"takes more than {rewrite.max_args} arguments here (an overload without a stable equivalent)"
         elif not _eligible(rewrite, file, line, torch_target):
@@ -238,8 +443,10 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             file.text = file.text[:found.start() + len(found.group(1))] + SKIP + file.text[found.start() + len(found.group(1)):]
             continue
         receiver = file.text[start:found.start()].strip()
-        arguments = file.text[opening + 1:closing]
-        joined = f"{receiver}, {arguments.strip()}" if arguments.strip() else receiver
+        if found.group(1) == "->":
+            receiver = f"*{receiver}"
+        arguments = [text for text in (file.text[opening + 1:closing].strip(), rewrite.arguments) if text]
+        joined = ", ".join([receiver, *arguments])
         file.text = file.text[:start] + f"{rewrite.function}({joined})" + file.text[closing + 1:]
         file.made[rewrite.id] += 1
         file.includes.update(rewrite.includes)
@@ -269,10 +476,159 @@ def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         if not _eligible(rewrite, file, line, torch_target):
             continue
         edits.append((found.start(), found.end(), rewrite.function))
+    _apply(edits, rewrite, file)
+
+
+def _rename_method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
+    """RECEIVER.method() -> RECEIVER.rename() on a receiver the file declares a tensor (through
+    ``->``: an optional or a pointer), unless what the old method returned is used in a way
+    the new result does not allow (a member of it, or of the variable it is kept in)."""
+    code = blank_comments_and_strings(file.text)
+    pattern = re.compile(rf"(\.|->)\s*{re.escape(rewrite.method)}\s*\(\s*\)")
+    declarations: Declarations | None = None
+    edits: list[tuple[int, int, str]] = []
+    for found in pattern.finditer(code):
+        line = _line_of(code, found.start())
+        if not file.active[line]:
+            continue
+        start = _receiver_start(code, found.start())
+        declarations = declarations or Declarations(code, rewrite.tensor_functions)
+        wanted = HANDLE if found.group(1) == "->" else TENSOR
+        receiver = "" if start is None else code[start:found.start()].strip()
+        line_start = code.rfind("\n", 0, found.start()) + 1
+        kept = re.search(r"\bauto\b\s*(?:const\b\s*)?&{0,2}\s*(\w+)\s*=\s*$", code[line_start:start or 0])
+        reason = None
+        if start is None or declarations.kind(receiver, line) != wanted:
+            reason = (f"{receiver or 'the receiver'} is not declared a tensor here (a parameter, a variable, an auto from a tensor "
+                      f"call): if it is one, write .{rewrite.rename}() yourself")
+        elif re.match(r"\s*(?:\.|->)", code[found.end():]) or re.search(r"\bTypeMeta\s*&?\s*\w+\s*=\s*$", code[line_start:start]):
+            reason = f"what .{rewrite.method}() returns is used as itself (a caffe2::TypeMeta): rewrite that use, then the call"
+        elif kept and re.match(r"\s*;", code[found.end():]) and re.search(rf"\b{kept.group(1)}\s*(?:\.|->)\s*\w", code[found.end():]):
+            reason = f"{kept.group(1)} keeps what .{rewrite.method}() returns and a member of it is used: rewrite that use, then the call"
+        if reason is not None:
+            file.declined.append(Declined(line + 1, rewrite.id, reason))
+            continue
+        if not _eligible(rewrite, file, line, torch_target):
+            continue
+        name = code.index(rewrite.method, found.start() + len(found.group(1)))
+        edits.append((name, name + len(rewrite.method), rewrite.rename))
+    _apply(edits, rewrite, file)
+
+
+def _apply(edits: list[tuple[int, int, str]], rewrite: Rewrite, file: FileRewrite) -> None:
     for start, end, new in reversed(edits):
         file.text = file.text[:start] + new + file.text[end:]
         file.made[rewrite.id] += 1
         file.includes.update(rewrite.includes)
+
+
+def _trimmed(code: str, start: int, end: int) -> tuple[int, int]:
+    """``start, end`` without the whitespace at either end."""
+    text = code[start:end]
+    left = start + len(text) - len(text.lstrip())
+    return left, max(left, end - (len(text) - len(text.rstrip())))
+
+
+def _split_arguments(code: str, opening: int, closing: int) -> list[tuple[int, int]]:
+    """The spans of the top-level arguments between ``code[opening] == '('`` and its
+    ``closing``, whitespace trimmed."""
+    spans: list[tuple[int, int]] = []
+    depth, start = 0, opening + 1
+    for index in range(opening + 1, closing + 1):
+        char = code[index]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}" and index < closing:
+            depth -= 1
+        elif (char == "," and depth == 0) or index == closing:
+            if code[start:index].strip():
+                spans.append(_trimmed(code, start, index))
+            start = index + 1
+    return spans
+
+
+_OPTIONS_OF = re.compile(r"(?P<tensor>[A-Za-z_]\w*)\s*\.\s*options\s*\(\s*\)")
+_NEW_OPTIONS = re.compile(r"(?:(?:at|torch|c10)::)?TensorOptions\s*\(\s*\)|(?=(?:at|torch)::(?:dtype|device)\s*\()(?:at|torch)::")
+_LINK = re.compile(r"\s*(?:\.\s*)?(?P<name>\w+)\s*\(")
+_DEVICE_OF = re.compile(r"(?P<tensor>.+?)\s*\.\s*device\s*\(\s*\)", re.S)
+
+
+def _from_options(code: str, opening: int, closing: int, declarations: Declarations, line: int
+                  ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int] | None, tuple[int, int]] | str:
+    """For an ``empty``/``zeros`` call: the spans of its tensor A, its sizes, its dtype X (None:
+    A's own) and its options; or why the call is not of a form the rewrite reads."""
+    arguments = _split_arguments(code, opening, closing)
+    if len(arguments) != 2:
+        return ("no tensor to take the device from (no options, or more than sizes and options): call torch::stable::empty"
+                "(sizes, dtype, layout, device) or torch::stable::new_empty(tensor, sizes, dtype) yourself")
+    (size_start, size_end), (options_start, options_end) = arguments
+    sizes = code[size_start:size_end]
+    plain = re.fullmatch(r"[A-Za-z_]\w*", sizes) is not None
+    of_tensor = (match := re.fullmatch(r"(.+)\.\s*sizes\s*\(\s*\)", sizes, re.S)) is not None and declarations.kind(match.group(1), line) == TENSOR
+    if not (plain or of_tensor or (sizes.startswith("{") and _close(sizes, 0) == len(sizes) - 1)):
+        return "the sizes are not a braced list, a name or a tensor's sizes(): pass them to torch::stable::new_empty yourself"
+    base = _OPTIONS_OF.match(code, options_start) or _NEW_OPTIONS.match(code, options_start)
+    position = base.end() if base else options_start
+    links: dict[str, tuple[int, int]] = {}
+    while base is not None and position < options_end:
+        link = _LINK.match(code, position)
+        end = None if link is None else _close_paren(code, link.end() - 1)
+        if link is None or end is None or end > options_end or link.group("name") in links:
+            base = None
+            break
+        links[link.group("name")] = (link.end(), end)
+        position = end + 1
+    tensor: tuple[int, int] | None = None
+    if base is not None and base.re is _OPTIONS_OF and set(links) <= {"dtype"}:
+        tensor = base.span("tensor")
+    elif base is not None and set(links) == {"dtype", "device"}:
+        left, right = _trimmed(code, *links["device"])
+        device = _DEVICE_OF.fullmatch(code, left, right)
+        tensor = None if device is None else device.span("tensor")
+    if tensor is None or declarations.kind(code[tensor[0]:tensor[1]], line) != TENSOR:
+        return ("the options are not A.options(), A.options().dtype(X) or dtype(X) with device(A.device()) of a tensor A the "
+                "file declares: pass the dtype to torch::stable::new_empty(A, sizes, dtype) yourself")
+    dtype = None
+    if "dtype" in links:
+        dtype = _trimmed(code, *links["dtype"])
+        if not declarations.is_scalar_type(code[dtype[0]:dtype[1]], line):
+            return ("the dtype is not a ScalarType the file spells (an enumerator, a tensor's scalar_type(), a variable "
+                    "declared one): pass it to torch::stable::new_empty yourself")
+    return tensor, (size_start, size_end), dtype, (options_start, options_end)
+
+
+def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
+    """``at::empty(SIZES, A.options().dtype(X))`` and its spellings -> ``new_empty(A, SIZES, X)``;
+    the line breaks of the call stay."""
+    assert rewrite.pattern is not None
+    code = blank_comments_and_strings(file.text)
+    declarations: Declarations | None = None
+    edits: list[tuple[int, int, str]] = []
+    for found in rewrite.pattern.finditer(code):
+        line = _line_of(code, found.start())
+        if not file.active[line]:
+            continue
+        opening = code.index("(", found.end())
+        closing = _close_paren(code, opening)
+        if closing is None:
+            continue
+        declarations = declarations or Declarations(code, rewrite.tensor_functions)
+        read = _from_options(code, opening, closing, declarations, line)
+        if isinstance(read, str):
+            file.declined.append(Declined(line + 1, rewrite.id, f"{found.group(0)}: {read}"))
+            continue
+        if not _eligible(rewrite, file, line, torch_target):
+            continue
+        tensor, sizes, dtype, options = read
+        text = file.text
+        breaks = "\n" * text.count("\n", options[0], options[1])
+        if dtype is None:
+            tail = "\n" * text.count("\n", sizes[1], options[0]) + breaks + text[options[1]:closing]
+        else:
+            tail = text[sizes[1]:options[0]] + text[dtype[0]:dtype[1]] + breaks + text[options[1]:closing]
+        new = f"{rewrite.mapping[found.group(1)]}({text[tensor[0]:tensor[1]]}, {text[sizes[0]:sizes[1]]}{tail})"
+        edits.append((found.start(), closing + 1, new))
+    _apply(edits, rewrite, file)
 
 
 _DATA_PTR = re.compile(r"\.\s*data_ptr\s*<")
@@ -289,10 +645,7 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
         line_start = code.rfind("\n", 0, found.start()) + 1
         const = style != "mutable" and _CONST_DECLARATION.search(code[line_start:found.start()]) is not None
         edits.append((found.start(), found.end(), ".const_data_ptr<" if const else ".mutable_data_ptr<"))
-    for start, end, new in reversed(edits):
-        file.text = file.text[:start] + new + file.text[end:]
-        file.made[rewrite.id] += 1
-        file.includes.update(rewrite.includes)
+    _apply(edits, rewrite, file)
 
 
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M)

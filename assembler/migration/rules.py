@@ -106,8 +106,12 @@ class Match(NamedTuple):
 
 def match_rules(ruleset: RuleSet, code: str, active: set[int] | None = None) -> list[Match]:
     """Every use in ``code`` (comments and string contents already blanked), on the ``active``
-    lines only (all when None), in source order. A fallback rule counts only where no rule
-    before it matched overlapping text."""
+    lines only (all when None; a multi-line macro body continues an active line), in source
+    order. A fallback rule counts only where no rule before it matched overlapping text."""
+    if active is not None:
+        from assembler.migration.lexer import continued_lines
+
+        active = continued_lines(code, active)
     starts = [0]
     for found in re.finditer("\n", code):
         starts.append(found.end())
