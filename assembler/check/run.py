@@ -19,7 +19,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from assembler.audit.gate import Verdict, passes, worst_source
 from assembler.builder.backends import limited_api_version, torch_target_version
@@ -42,7 +42,11 @@ from assembler.toolchain.cxx import host_compiler
 from assembler.toolchain.torchenv import BuildEnv
 from assembler.workspace import Workspace
 
-CODE = (*sorted(Path(__file__).resolve().parent.glob("*.py")), Path(__file__).resolve().parents[1] / "builder" / "units.py")
+# The code a check's result depends on (part of its key): the checker, the compile model, the link
+# rule and the source globs; the recipe's flag shapes (manifest/flags.py) decide what may run.
+_PACKAGE = Path(__file__).resolve().parents[1]
+CODE = (*sorted(Path(__file__).resolve().parent.glob("*.py")),
+        *(_PACKAGE / part for part in ("builder/units.py", "builder/links.py", "manifest/globs.py", "manifest/flags.py")))
 
 Note = Callable[[str], None]
 DepDone = Callable[["DepCheck"], None]
@@ -259,13 +263,19 @@ def run_check(
     return report
 
 
-def _plan(
-    workspace: Workspace, dep: Dependency, check: DepCheck, checkout: Path, tools: _Toolchain,
-    options: CheckOptions, state: CheckoutState | None, series: str,
-) -> _Plan | None:
-    from assembler.builder.builder import source_identity
+class DepModel(NamedTuple):
+    """How every unit of one dependency compiles besides its own -D/-I/-std: check's scans and
+    migrate's compile proof (migration/proof.py) read it from here."""
 
-    units = translation_units(workspace, dep, checkout)
+    flags: Flags
+    toolkit: CudaToolkit | None  # when a unit needs CUDA
+    archs: tuple[str, ...]
+    default_std: str  # for units whose recipe does not say (setuptools: torch's cpp_extension default)
+
+
+def dep_model(workspace: Workspace, dep: Dependency, units: list[TranslationUnit], tools: _Toolchain) -> DepModel:
+    """The build's compile model of ``dep``: torch's include roots, then CUDA's, the torch-target
+    and limited-API defines, the CUDA archs and the default standard."""
     archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
     has_cu = any(unit.language == CUDA for unit in units)
     components = dep.cuda_components
@@ -282,6 +292,19 @@ def _plan(
         system_includes=tuple(system), python_include=tools.python_include,
         roots=((TORCH_ROOT, tools.env.torch_dir), *(((CUDA_ROOT, toolkit.root),) if toolkit is not None else ())),
     )
+    default_std = compilers.torch_extension_std(tools.env.torch_dir) if dep.build.backend == "setuptools" else compilers.DEFAULT_STD
+    return DepModel(flags, toolkit, archs, default_std)
+
+
+def _plan(
+    workspace: Workspace, dep: Dependency, check: DepCheck, checkout: Path, tools: _Toolchain,
+    options: CheckOptions, state: CheckoutState | None, series: str,
+) -> _Plan | None:
+    from assembler.builder.builder import source_identity
+
+    units = translation_units(workspace, dep, checkout)
+    flags, toolkit, archs, default_std = dep_model(workspace, dep, units, tools)
+    components = dep.cuda_components
     head, dirty = source_identity(checkout)
     compdb = compile_commands_path(workspace.state_dir, dep.name)
     origin_bytes = compdb.read_bytes() if any(unit.origin == "compile-commands" for unit in units) else b""
@@ -314,7 +337,6 @@ def _plan(
         "recipe": recipe_digest(dep), "torch": tools.env.torch, "torch_target": dep.torch_target,
     }
     reader = Reader(checkout, torch_include_roots(tools.env.torch_dir), tools.python_include)
-    default_std = compilers.torch_extension_std(tools.env.torch_dir) if dep.build.backend == "setuptools" else compilers.DEFAULT_STD
     for unit in units:  # after the cache: `nvcc --dryrun` only when scanning, once per standard and cuda-flags
         if unit.language == CUDA:
             tools.nvcc_passes(components, archs, unit.std or default_std, unit.flags)
