@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from assembler.builder.evidence import build_evidence
 from assembler.check.evidence import check_evidence
-from assembler.errors import InputError, NetworkError
+from assembler.errors import AssembleError, EnvironmentFailure, InputError, NetworkError
 from assembler.git import mirrors
 from assembler.git.runner import read_ref
 from assembler.manifest import Dependency, Manifest
@@ -43,26 +43,46 @@ def tracked_tip(manifest: Manifest, url: str, ref: str, offline: bool) -> tuple[
     if not offline:
         mirrors.fetch(mirror)
     sha = resolve(mirror, ref)
-    if sha is None and not offline:
+    if sha is None and (unfetchable := not_fetched(mirror, ref, offline)) is not None:
+        raise unfetchable
+    if sha is None:
         with contextlib.suppress(NetworkError):
             mirrors.fetch(mirror, [ref])
         sha = resolve(mirror, ref)
     if sha is None:
-        if offline:
-            raise NetworkError(f"the mirror of {url} ({mirrors.age_text(mirror.last_fetched())}) has no {ref}",
-                               hint="run without --offline to fetch it")
         raise InputError(f"{url} has no branch, tag or commit {ref}", hint="check `track` in deps.toml (or the REF given)")
     return mirror, sha
 
 
 def source_mirror(manifest: Manifest, dep: Dependency, offline: bool) -> mirrors.Mirror:
-    if not offline:
-        return mirrors.ensure_commit(manifest, dep.source, dep.commit)[0]
+    """The mirror of ``dep.source`` holding the pinned commit (fetched when it lacks it, unless
+    offline). Asked also when the source is the upstream: a fetch of its branches does not
+    bring a pin that is on none of them, and classifying without it says "shares no history"."""
     mirror = mirrors.open_mirror(manifest, dep.source)
-    if not mirror.has(dep.commit):
-        raise NetworkError(f"the mirror of {dep.source} ({mirrors.age_text(mirror.last_fetched())}) lacks {dep.commit[:12]}",
-                           hint="run without --offline to fetch it")
-    return mirror
+    if mirror.has(dep.commit):
+        return mirror
+    unfetchable = not_fetched(mirror, f"commit {dep.commit[:12]}", offline)
+    if unfetchable is not None:
+        raise unfetchable
+    return mirrors.ensure_commit(manifest, dep.source, dep.commit)[0]
+
+
+def not_fetched(mirror: mirrors.Mirror, what: str, offline: bool) -> AssembleError | None:
+    """The error for a ``mirror`` that lacks ``what`` where no fetch can bring it: its cache is
+    read-only (the machine's doing: nothing in deps.toml is wrong, so the hint is about the
+    cache), or the run is offline. None when a fetch may still find it; the caller's own error
+    then says what to check in deps.toml."""
+    age = mirrors.age_text(mirror.last_fetched())
+    if mirrors._read_only(mirror.path):  # the rule mirrors.fetch skips its fetch by
+        return EnvironmentFailure(
+            f"the mirror of {mirror.url} ({age}) has no {what}, and {mirror.path.parent} is read-only: "
+            "it cannot be fetched there",
+            hint=f"make {mirror.path.parent} writable, or point ASSEMBLE_CACHE at a writable directory, then run the "
+                 "command again",
+        )
+    if offline:
+        return NetworkError(f"the mirror of {mirror.url} ({age}) has no {what}", hint="run without --offline to fetch it")
+    return None
 
 
 def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = False,
@@ -87,7 +107,7 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         on_classify()
         from assembler.upstreaming.classify import classify_dependency
 
-        source = upstream if dep.source == dep.upstream_url else source_mirror(manifest, dep, offline)
+        source = source_mirror(manifest, dep, offline)
         base, origin, broken, verdicts = classify_dependency(workspace, dep, upstream, source, tip)
         if digest is not None:
             classified.store(digest, classified.to_record(base, origin, broken, verdicts, at))
