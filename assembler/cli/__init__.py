@@ -14,8 +14,10 @@ Every parser, the subcommands' included, takes the global options (-C/--workspac
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any, NoReturn
@@ -66,12 +68,46 @@ INTERNAL_VARIABLES = ("ASSEMBLE_CUDA_HOME", "ASSEMBLE_NINJA_SAVE", "ASSEMBLE_REA
                       # set by a build for its compiler launcher (toolchain/launch.py)
                       "ASSEMBLE_PATH_ROOTS", "ASSEMBLE_SHARD", "ASSEMBLE_CHECKOUT", "ASSEMBLE_UNIT_TIMES", "ASSEMBLE_SCCACHE_PARENT")
 
+# Exit codes of a run stopped by a signal (the shell's 128 + signal number); re-running recovers.
+SIGNAL_EXIT_CODES = {
+    130: "interrupted (Ctrl-C, SIGINT): re-run the same command (or --continue / --abort) to recover",
+    143: "terminated (SIGTERM): stopped as for Ctrl-C; re-run the same command to recover",
+}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, as Ctrl-C raises KeyboardInterrupt: the same
+    cleanup runs (git children are stopped and waited for, see git.process.run_git) and the
+    run ends with exit 143 instead of dying where it stood."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises Terminated for the duration of one command (the first only: a second
+    while the run cleans up is ignored); the previous handler is put back after it."""
+    import signal
+
+    def terminated(signum: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated
+
+    try:
+        previous = signal.signal(signal.SIGTERM, terminated)
+    except ValueError:  # not the main thread (a caller running commands in threads): signals stay as they are
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 # Global options that take a value (so the word after them is not the subcommand).
 _VALUED_GLOBALS = ("-C", "--workspace", "--color")
 
 
 def _epilog() -> str:
-    codes = "\n".join(f"  {int(code):<3} {text}" for code, text in EXIT_CODES.items())
+    codes = "\n".join(f"  {int(code):<3} {text}" for code, text in [*EXIT_CODES.items(), *SIGNAL_EXIT_CODES.items()])
     variables = "\n".join(f"  {name}\n      {text}" for name, text in ENVIRONMENT_VARIABLES.items())
     return (f"exit codes:\n{codes}\n\nenvironment variables:\n{variables}\n\n"
             "JSON: every command's --format json (--json) prints one document on stdout, "
@@ -216,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"assemble {__version__}")
         return 0
     as_json = _wants_json(words)
-    with output.json_session(command if command in COMMAND_MODULES else "assemble") as session, output.heartbeat():
+    with output.json_session(command if command in COMMAND_MODULES else "assemble") as session, output.heartbeat(), \
+            _sigterm_as_interrupt():
         code: int
         error: AssembleError | None = None
         try:
@@ -240,10 +277,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise
             error = from_os_error(failure)
             code = int(error.exit_code)
-        except KeyboardInterrupt:
-            error = AssembleError("interrupted", hint="re-run the same command (or --continue / --abort) to recover")
-            code = 130
-            print("interrupted; re-run the same command (or --continue / --abort) to recover", file=sys.stderr)
+        except KeyboardInterrupt as interrupt:
+            what = "terminated" if isinstance(interrupt, Terminated) else "interrupted"
+            error = AssembleError(what, hint="re-run the same command (or --continue / --abort) to recover")
+            code = 143 if isinstance(interrupt, Terminated) else 130
+            print(f"{what}; re-run the same command (or --continue / --abort) to recover", file=sys.stderr)
             _finish(session, as_json, code, error)
             return code
         except Exception as failure:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from assembler.cache import cache_root, creating
-from assembler.errors import InputError, ManifestError, NetworkError
+from assembler.errors import AssembleError, InputError, ManifestError, NetworkError
 from assembler.fsutil import remove_stale, sha256, temporary_path
 from assembler.git.runner import END_OF_OPTIONS, QUIET_ENV, git_error_line, missing_object
 from assembler.manifest import Manifest
@@ -20,7 +20,7 @@ from assembler.manifest.refname import branch_problem
 from assembler.manifest.values import url_problem
 
 if TYPE_CHECKING:
-    import git  # GitPython is imported where a Repo is made (start-up of offline commands)
+    import subprocess
 
 # Upstream branches land under refs/remotes/origin/ so fetch --prune never touches our refs.
 FETCH_REFSPECS = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
@@ -41,14 +41,6 @@ class Mirror(NamedTuple):
     url: str  # as written in deps.toml
     fetch_url: str  # after [mirrors] rewriting
     path: Path
-
-    @property
-    def repo(self) -> git.Repo:
-        import git
-
-        repo = git.Repo(self.path)
-        repo.git.update_environment(**QUIET_ENV)
-        return repo
 
     def has(self, sha: str) -> bool:
         """The mirror holds commit ``sha`` (one git process, no GitPython)."""
@@ -106,16 +98,13 @@ def open_mirror(manifest: Manifest, url: str) -> Mirror:
 
 def _repoint(path: Path, fetch_url: str) -> None:
     """Point a mirror that fetched another repository at ``fetch_url`` and forget every ref
-    and the fetch stamp it had from there (its objects stay: checkouts borrow them, and an
-    object is the same whoever fetched it), so nothing of the other repository is reported
-    as this one's branches; the next use fetches."""
-    import git
-
+    and the fetch stamp it had from there (its objects stay: an object is the same whoever
+    fetched it), so nothing of the other repository is reported as this one's branches; the
+    next use fetches."""
     from assembler.git.process import GitView
 
-    with git.Repo(path).config_writer() as config:
-        config.set_value('remote "origin"', "url", fetch_url)
     view = GitView(path)
+    view.run("config", "--replace-all", "remote.origin.url", fetch_url)
     refs = view.run("for-each-ref", "--format=%(refname)").stdout.split(b"\n")
     view.run("update-ref", "--stdin", input=b"".join(b"delete " + ref + b"\n" for ref in refs if ref))
     with contextlib.suppress(FileNotFoundError):
@@ -177,17 +166,19 @@ def _create(path: Path, fetch_url: str) -> None:
     creation leaves a `.NAME.PID.tmp` that the next one removes)."""
     import shutil
 
-    import git
+    from assembler.git.process import GitFailed, GitView, isolated_env, run_git
 
     remove_stale(path.parent)
     staging = temporary_path(path)
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        repo = git.Repo.init(staging, bare=True)
-        with repo.config_writer() as config:
-            config.set_value('remote "origin"', "url", fetch_url)
-            config.set_value('remote "origin"', "fetch", FETCH_REFSPECS[0])
-            config.set_value("gc", "auto", "0")
+        made = run_git(["init", "--quiet", "--bare", "--", str(staging)], isolated_env())
+        if made.returncode != 0:
+            raise GitFailed(str(path), ["init"], made)
+        view = GitView(staging)
+        view.run("config", "remote.origin.url", fetch_url)
+        view.run("config", "remote.origin.fetch", FETCH_REFSPECS[0])
+        view.run("config", "gc.auto", "0")
         if path.exists():  # half-made by an older assemble: replace it
             shutil.rmtree(path)
         os.replace(staging, path)
@@ -198,9 +189,8 @@ def _create(path: Path, fetch_url: str) -> None:
 def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
     """Fetch branches and tags (or explicit ``refs``: branch, tag or commit names, checked
     with git's rules and passed after --end-of-options); network failure names the URL and
-    the fix."""
-    import git
-
+    the fix. A repository on this machine is fetched from only when its objects are its own
+    (git/objects.py: no alternates), and a mirror removed meanwhile (a prune) is made again."""
     for ref in refs or ():
         if (problem := branch_problem(ref)) is not None:
             raise InputError(f"{ref!r} is not a branch, tag or commit name: {problem}", hint="check `track` in deps.toml (or the REF given)")
@@ -213,14 +203,29 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
         via = f" ([mirrors] maps {mirror.url} there)" if mirror.fetch_url != mirror.url else ""
         raise ManifestError(f"{mirror.fetch_url}: no such repository on this machine{via}",
                             hint=f"check the path in deps.toml ({'[mirrors]' if via else 'upstream/source'}); {missing}")
+    from assembler.git.objects import refuse_foreign
+
+    refuse_foreign(mirror.fetch_url, mirror.fetch_url + (f" ([mirrors] maps {mirror.url} there)" if mirror.fetch_url != mirror.url else ""))
     with creating(mirror.path):
-        try:
-            specs = refs or [*FETCH_REFSPECS, *(PULL_REFSPECS if pull_requests_wanted() else [])]
-            mirror.repo.git.fetch("--prune", "--quiet", END_OF_OPTIONS, "origin", *specs)
-        except git.GitCommandError as exc:
-            raise network_error(mirror, exc) from None
+        if _origin_url(mirror.path) != mirror.fetch_url:  # removed (or left half-made) since it was opened
+            _create(mirror.path, mirror.fetch_url)
+        specs = refs or [*FETCH_REFSPECS, *(PULL_REFSPECS if pull_requests_wanted() else [])]
+        result = _run_fetch(mirror, ["fetch", "--prune", "--quiet", END_OF_OPTIONS, "origin", *specs])
+        if result.returncode != 0:
+            raise network_error(mirror, result.stderr, result.returncode)
         if not refs:
             mirror.record_fetch()
+
+
+def _run_fetch(mirror: Mirror, args: list[str]) -> subprocess.CompletedProcess[str]:
+    """git in the mirror with the user's configuration (proxies, credential helpers: QUIET_ENV
+    only), none of the caller's GIT_DIR and the like, through the process layer (an interrupt
+    stops git cleanly)."""
+    from assembler.git.process import INHERITED, run_git
+
+    env = {key: value for key, value in os.environ.items() if key not in INHERITED}
+    env.update(QUIET_ENV, GIT_DIR=str(mirror.path))
+    return run_git(args, env, cwd=mirror.path, text=True)
 
 
 def _missing_local(fetch_url: str) -> str | None:
@@ -247,12 +252,18 @@ def _read_only(path: Path) -> bool:
         return False
 
 
-def network_error(mirror: Mirror, exc: git.GitCommandError) -> NetworkError:
-    """git's first meaningful line (not its closing "and the repository exists.")."""
-    reason = git_error_line(exc.stderr, exc.status if isinstance(exc.status, int | str) else None)
+def network_error(mirror: Mirror, stderr: str, status: int) -> AssembleError:
+    """git's first meaningful line (not its closing "and the repository exists."); a machine
+    that refused (a full disk) is said as such."""
+    from assembler.git.process import refusal
+
+    reason = git_error_line(stderr, status)
     via = f" (via [mirrors]: {mirror.url})" if mirror.fetch_url != mirror.url else ""
     prefix = "/".join(mirror.url.split("/")[:3]) + "/" if "://" in mirror.url else mirror.url
-    if missing_object(exc.stderr) is not None:  # the repository answered, but lacks objects: no network fix
+    refused = refusal(f"cannot fetch {mirror.fetch_url}{via} into {mirror.path}: {reason}", stderr, status)
+    if refused is not None:
+        return refused
+    if missing_object(stderr) is not None:  # the repository answered, but lacks objects: no network fix
         return NetworkError(
             f"cannot fetch {mirror.fetch_url}{via}: {reason}",
             hint=f"{mirror.fetch_url} lacks objects its branches need (a partial or damaged copy): complete it "

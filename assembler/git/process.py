@@ -17,16 +17,18 @@ steps. Everything else goes through here, as plain subprocesses (no GitPython im
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from assembler.errors import InputError, ToolchainError, environment_failure
+from assembler.errors import EnvironmentFailure, InputError, ToolchainError, environment_failure
 from assembler.git.runner import COMMITTER_ENV, END_OF_OPTIONS, GIT_ENV, git_error_line, is_full_sha
 
 __all__ = ["DIFF_CONFIG", "END_OF_OPTIONS", "SOUND_REPO_HINT", "GitFailed", "GitView", "WorkTree", "isolated_env",
-           "object_dir", "object_id", "subcommand"]
+           "object_dir", "object_id", "run_git", "subcommand"]
 # Trial commits are throwaway; a fixed identity keeps commit-tree working without user config.
 IDENTITY_ENV = {
     "GIT_AUTHOR_NAME": "assemble", "GIT_AUTHOR_EMAIL": "assemble@localhost",
@@ -36,7 +38,7 @@ IDENTITY_ENV = {
 # the global and system files; these override a checkout's own config).
 DIFF_CONFIG = ("-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "log.showSignature=false",
                "-c", "core.quotePath=false", "-c", "diff.relative=false")
-_INHERITED = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
+INHERITED = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
 SOUND_REPO_HINT = "check that the repository is readable and not damaged (git fsck), and that no other git holds its lock"
 
 Result = subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str]
@@ -59,12 +61,39 @@ class GitFailed(InputError):
     def __init__(self, where: str, args: Sequence[str], result: Result, hint: str | None = None) -> None:
         stderr = result.stderr or ""
         reason = git_error_line(stderr, result.returncode) if stderr.strip() else f"exit status {result.returncode}"
+        if result.returncode < 0:  # killed by a signal: what it said before is not the reason
+            reason = f"killed by {signal_name(-result.returncode)}"
         super().__init__(f"{where}: git {subcommand(args)} failed: {reason}", hint=hint or SOUND_REPO_HINT)
         self.result = result
-        refused = environment_failure(self.message, stderr if isinstance(stderr, str) else stderr.decode(errors="replace"))
+        refused = refusal(self.message, stderr if isinstance(stderr, str) else stderr.decode(errors="replace"),
+                          result.returncode)
         if refused is not None:  # a full disk or a read-only file system, not a bad input
             self.exit_code = refused.exit_code
             self.hint = refused.hint
+
+
+def signal_name(number: int) -> str:
+    import signal
+
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+# What git says (or how it ends) when a file outgrew `ulimit -f`: EFBIG, or SIGXFSZ when not ignored.
+FILE_SIZE_LIMIT_HINT = "raise the file size limit (ulimit -f), then run the command again"
+
+
+def refusal(message: str, output: str, returncode: int) -> EnvironmentFailure | None:
+    """``message`` as an EnvironmentFailure when git's ``output`` or its end says the machine
+    refused (a full disk, a quota, a read-only file system, a file size limit), else None."""
+    import signal
+
+    refused = environment_failure(message, output)
+    if refused is None and (returncode == -signal.SIGXFSZ or "File too large" in output):
+        refused = EnvironmentFailure(message, hint=FILE_SIZE_LIMIT_HINT)
+    return refused
 
 
 def subcommand(args: Sequence[str]) -> str:
@@ -79,7 +108,7 @@ def isolated_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment with git isolated: GIT_ENV, the fixed committer, C locale,
     and none of the caller's GIT_DIR / GIT_INDEX_FILE / ... (a hook or an outer git must not
     redirect ours)."""
-    env = {key: value for key, value in os.environ.items() if key not in _INHERITED}
+    env = {key: value for key, value in os.environ.items() if key not in INHERITED}
     env.update(GIT_ENV, **COMMITTER_ENV, LC_ALL="C")
     env.update(extra or {})
     return env
@@ -87,6 +116,41 @@ def isolated_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def _spawn_failed(error: OSError) -> ToolchainError:
     return ToolchainError(f"cannot run git: {error.strerror or error}", hint="install git")
+
+
+def run_git(args: Sequence[str], env: Mapping[str, str], *, cwd: Path | None = None, input: str | bytes | None = None,
+            text: bool = False, pass_fds: Sequence[int] = ()) -> subprocess.CompletedProcess[Any]:
+    """``git ARGS``, its output captured, the way every git process of assemble is run.
+
+    Unlike ``subprocess.run``, an interrupt never leaves git killed with SIGKILL (which keeps
+    its ``index.lock`` and half-written state) nor running on after assemble: on Ctrl-C (git got
+    the SIGINT too: one process group) or SIGTERM (the CLI raises it as an interrupt) git is
+    sent SIGTERM, on which it removes its lock files, and waited for before the interrupt goes
+    on. A descriptor in ``pass_fds`` (an flock) is held by git and its children until they end,
+    so a run that starts after assemble was killed can wait for them."""
+    try:
+        process = subprocess.Popen(["git", *args], cwd=cwd, env=dict(env), text=text, pass_fds=tuple(pass_fds),
+                                   stdin=subprocess.PIPE if input is not None else None,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as error:
+        raise _spawn_failed(error) from None
+    with process:
+        try:
+            stdout, stderr = process.communicate(input)
+        except BaseException:
+            _stop(process)
+            raise
+    return subprocess.CompletedProcess(["git", *args], process.returncode, stdout, stderr)
+
+
+def _stop(process: subprocess.Popen[Any]) -> None:
+    """End ``process`` the way git cleans up after itself (SIGTERM), and wait for it."""
+    import signal
+
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGTERM)
+    process.wait()
 
 
 def object_dir(repo_path: Path) -> Path:
@@ -111,10 +175,7 @@ class GitView:
     def run(self, *args: str, input: bytes | None = None, index: Path | None = None,
             check: bool = True) -> subprocess.CompletedProcess[bytes]:
         env = self.env if index is None else {**self.env, "GIT_INDEX_FILE": str(index)}
-        try:
-            result = subprocess.run(["git", *args], input=input, env=env, capture_output=True, check=False)
-        except OSError as error:
-            raise _spawn_failed(error) from None
+        result = run_git(args, env, input=input)
         if check and result.returncode != 0:
             raise GitFailed(self.where, args, result)
         return result
@@ -130,9 +191,15 @@ class GitView:
         import tempfile  # here: ~4 ms of start-up for `assemble deps`, which never pipes
 
         with tempfile.TemporaryFile() as errors:
-            first = subprocess.Popen(["git", *producer], env=self.env, stdout=subprocess.PIPE, stderr=errors)
+            try:
+                first = subprocess.Popen(["git", *producer], env=self.env, stdout=subprocess.PIPE, stderr=errors)
+            except OSError as error:
+                raise _spawn_failed(error) from None
             try:
                 second = subprocess.run(["git", *consumer], env=self.env, stdin=first.stdout, capture_output=True, check=False)
+            except BaseException:
+                _stop(first)
+                raise
             finally:
                 assert first.stdout is not None
                 first.stdout.close()
@@ -179,13 +246,8 @@ class WorkTree:
 
     def run(self, *args: str, check: bool = True, env: Mapping[str, str] | None = None,
             input: str | None = None) -> subprocess.CompletedProcess[str]:
-        try:
-            result = subprocess.run(
-                ["git", *args], cwd=self.path, env={**self.env, **(env or {})}, input=input, capture_output=True,
-                text=True, check=False, pass_fds=(self.fd,) if self.fd is not None else (),
-            )
-        except OSError as error:
-            raise _spawn_failed(error) from None
+        result = run_git(args, {**self.env, **(env or {})}, cwd=self.path, input=input, text=True,
+                         pass_fds=(self.fd,) if self.fd is not None else ())
         if check and result.returncode != 0:
             raise GitFailed(str(self.path), args, result, hint=self.hint)
         return result

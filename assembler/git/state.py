@@ -127,23 +127,29 @@ def pinned_state(checkout: Path, dep: Dependency) -> CheckoutState | None:
 
 
 def interrupted_series_am(checkout: Path, state: CheckoutState) -> bool:
-    """The ``git am`` in ``checkout`` is assemble's own, cut short (Ctrl-C, a kill): the state
-    still says applying (a conflict would have made it stopped), git's am session began at the
-    pinned commit (ORIG_HEAD) and HEAD is still the last commit that am made (its
-    abort-safety). Only such an am may be aborted and redone without asking."""
-    from assembler.git.runner import operation_in
-
+    """The ``git am`` in ``checkout`` is assemble's own, cut short (Ctrl-C, a kill, a full
+    disk): the state still says applying (a conflict would have made it stopped), the session
+    is an am's (``rebase-apply`` without the ``rebasing`` of a `git rebase`, no other operation),
+    and either nothing was committed on the pinned commit yet (HEAD is still the pin: the am's
+    setup may have been cut anywhere, even before it wrote ``applying`` or its ORIG_HEAD), or
+    git's am session began at the pinned commit (ORIG_HEAD) and HEAD is still the last commit
+    that am made (its abort-safety). Only such an am may be dropped and redone without asking."""
     git_dir = checkout / ".git"
-    if state.status != CheckoutStatus.APPLYING or operation_in(git_dir) != "am":
+    session = git_dir / "rebase-apply"
+    if state.status != CheckoutStatus.APPLYING or not session.is_dir() or (session / "rebasing").exists():
         return False
+    if any((git_dir / other).exists() for other in ("rebase-merge", "MERGE_HEAD", "CHERRY_PICK_HEAD")):
+        return False
+    head = read_head(checkout)
+    if head == state.base:
+        return True
     try:
         began = (git_dir / "ORIG_HEAD").read_text(encoding="utf-8").strip()
-        last = (git_dir / "rebase-apply" / "abort-safety").read_text(encoding="utf-8").strip()
+        last = (session / "abort-safety").read_text(encoding="utf-8").strip()
     except OSError:
         return False
     if began != state.base or not is_full_sha(last):
         return False
-    head = read_head(checkout)
     return last == head or _parent(checkout, head) == last  # interrupted between am's commit and its abort-safety write
 
 

@@ -10,6 +10,7 @@ import functools
 from collections.abc import Callable
 
 from assembler.errors import AssembleError, ConflictError
+from assembler.git.objects import borrows
 from assembler.git.state import CheckoutResult, pinned_state
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace, locked
@@ -55,7 +56,7 @@ def sync_each(
 def _sync_one(workspace: Workspace, dep: Dependency, on_step: Step) -> CheckoutResult:
     path = workspace.fork_path(dep)
     state = pinned_state(path, dep)
-    if state is not None:
+    if state is not None and not borrows(path):  # one that borrows objects is made to own them (git.objects)
         return CheckoutResult.unchanged(dep, path, state)
     from assembler.git.checkout import checkout
 
