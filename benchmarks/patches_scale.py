@@ -67,23 +67,27 @@ def main() -> None:
             make_long_series(root, size, args.history)
             # `checkout` fetches the mirror; without it `patches` (online) fetches it
             assemble(source, root, cache, *(["patches", "--format", "json"] if args.no_checkout else ["checkout"]))
-            print(f"{size} patches over {args.history} commits: generated and {'fetched' if args.no_checkout else 'checked out'} "
-                  f"in {time.perf_counter() - started:.1f} s", flush=True)
+            made = "fetched" if args.no_checkout else "checked out"
+            print(f"{size} patches over {args.history} commits: generated and {made} in "
+                  f"{time.perf_counter() - started:.1f} s", flush=True)
             runs[size] = []
         for _ in range(args.rounds):  # rounds interleave the sizes: a busy machine slows all of them alike
             for size in args.sizes:
                 shutil.rmtree(tmp / f"cache{size}" / "classifications", ignore_errors=True)
-                runs[size].append(assemble(source, tmp / f"ws{size}", tmp / f"cache{size}", "patches", "--offline", "--format", "json"))
+                runs[size].append(assemble(source, tmp / f"ws{size}", tmp / f"cache{size}",
+                                           "patches", "--offline", "--format", "json"))
         print(f"{'patches':>8} {'wall':>9} {'ms/patch':>9} {'CPU':>9} {'ms/patch':>9}   (medians)")
         first = args.sizes[0]
         wall = {size: statistics.median(w for w, _ in runs[size]) for size in args.sizes}
         cpu = {size: statistics.median(c for _, c in runs[size]) for size in args.sizes}
         for size in args.sizes:
-            print(f"{size:8} {wall[size]:8.2f}s {1000 * wall[size] / size:9.1f} {cpu[size]:8.2f}s {1000 * cpu[size] / size:9.1f}  "
-                  f"(wall, CPU: {', '.join(f'{w:.2f} {c:.2f}' for w, c in runs[size])})")
+            rounds = ", ".join(f"{w:.2f} {c:.2f}" for w, c in runs[size])
+            print(f"{size:8} {wall[size]:8.2f}s {1000 * wall[size] / size:9.1f} {cpu[size]:8.2f}s "
+                  f"{1000 * cpu[size] / size:9.1f}  (wall, CPU: {rounds})")
         for size in args.sizes[1:]:
-            print(f"per-patch time, {size} vs {first} patches: wall {(wall[size] / size) / (wall[first] / first):.2f}x, "
-                  f"CPU {(cpu[size] / size) / (cpu[first] / first):.2f}x (target <= 1.3x; quadratic would be {size / first:.1f}x)")
+            by_wall, by_cpu = (wall[size] / size) / (wall[first] / first), (cpu[size] / size) / (cpu[first] / first)
+            print(f"per-patch time, {size} vs {first} patches: wall {by_wall:.2f}x, CPU {by_cpu:.2f}x "
+                  f"(target <= 1.3x; quadratic would be {size / first:.1f}x)")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,8 @@ def make_long_series(root: Path, patches: int, history: int, ahead: int = 5) -> 
     upstream_tree = {path: list(lines) for path, lines in tree.items()}
     parent = base
     for i in range(patches):
-        parent = commit("series", parent, f"Port part {i}\n\nForwarded: no", edit(i, LINES // 2, f"int ported_{i} = {i};\n"))
+        ported = edit(i, LINES // 2, f"int ported_{i} = {i};\n")
+        parent = commit("series", parent, f"Port part {i}\n\nForwarded: no", ported)
     tree.clear()
     tree.update(upstream_tree)
     parent = base
@@ -91,8 +92,8 @@ def make_long_series(root: Path, patches: int, history: int, ahead: int = 5) -> 
     _git(remote, "fast-import", "--quiet", "--date-format=raw", stdin=bytes(stream))
     base_sha = _git(remote, "rev-parse", f"main~{ahead}")
     out = root / "patches" / "kern"
-    _git(remote, "format-patch", "--quiet", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o", str(out),
-         f"{base_sha}..series")
+    _git(remote, "format-patch", "--quiet", "--no-signature", "--zero-commit", "--no-numbered", "--full-index",
+         "-o", str(out), f"{base_sha}..series")
     _git(remote, "update-ref", "-d", "refs/heads/series")
     names = sorted(p.name for p in out.glob("*.patch"))
     (out / "series").write_text("# generated series\n" + "\n".join(names) + "\n")

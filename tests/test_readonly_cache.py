@@ -23,7 +23,8 @@ def read_only_mounts(probe: Path) -> str | None:
     probe.mkdir()
     try:
         made = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", READ_ONLY, str(probe),
-                               "sh", "-c", 'touch "$0/written"', str(probe)], capture_output=True, text=True, check=False)
+                               "sh", "-c", 'touch "$0/written"', str(probe)],
+                              capture_output=True, text=True, check=False)
     except OSError as error:
         return f"unshare: {error}"
     if (probe / "written").exists():

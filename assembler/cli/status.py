@@ -66,22 +66,36 @@ def lines(item: DepOverview) -> list[str]:
     if condition == CheckoutCondition.INTERRUPTED:
         return [*out, f"  checkout interrupted: re-run `assemble checkout {name}`"]
     where = f"branch {item.branch}" if item.branch else "detached HEAD"
-    out.append(f"  {where} at {short(item.head)}: {condition}, {item.applied} of {_count(item.series, 'patch')} applied")
+    stop = item.stop
+    if stop is None:
+        applied = f"{item.applied} of {_count(item.series, 'patch')} applied"
+        out.append(f"  {where} at {short(item.head)}: {condition}, {applied}")
+    else:  # what git's session says, not the last checkout's record
+        onto = f" onto {short(stop.onto)}" if stop.onto is not None and stop.onto != item.pin else ""
+        out.append(f"  {where} at {short(item.head)}: {condition}, {item.applied} of {_count(stop.total, 'patch')} "
+                   f"applied{onto}; git {stop.operation} stopped at {stop.label} ({stop.step} of {stop.total})")
     if item.already_applied:
         out.append(f"  already in the pin (git am skipped): {', '.join(item.already_applied)}")
         out.append(f"    `assemble rebase {name} --onto {short(item.pin)}` drops them from the series")
     if condition == CheckoutCondition.STALE:
         out.append(f"  deps.toml or patches/{name}/ changed since: `assemble checkout {name}`")
     if item.operation is not None and item.rebase is None:
-        out.append(f"  stopped in git {item.operation}: finish it in forks/{name} (git {item.operation} --continue), "
-                   f"then `assemble export {name}`")
+        finish = f"finish it in forks/{name} (git {item.operation} --continue), then `assemble export {name}`"
+        out.append(f"    {finish}" if stop is not None else f"  stopped in git {item.operation}: {finish}")
     if item.rebase is not None:
         rebase = item.rebase
-        stop = f", stopped at {rebase.stopped_at}" if rebase.stopped_at else ""
+        # where git stopped is said above when git says it (the user may have gone on by hand)
+        stopped = f", stopped at {rebase.stopped_at}" if rebase.stopped_at and stop is None else ""
         files = f" (conflicts in {', '.join(rebase.conflicts)})" if rebase.conflicts else ""
-        out.append(f"  rebase in progress onto {short(rebase.onto)} ({rebase.onto_label}): {rebase.phase}{stop}{files}")
+        out.append(f"  rebase in progress onto {short(rebase.onto)} ({rebase.onto_label}): "
+                   f"{rebase.phase}{stopped}{files}")
         out.append(f"    `assemble rebase {name} --continue`, or `--abort`")
-    if item.edits:
+    if item.edits and (item.rebase is not None or stop is not None):
+        go_on = f"`assemble rebase {name} --continue`" if item.rebase is not None or stop is None \
+            else f"`git {stop.operation} --continue`"
+        out.append(f"  unresolved or uncommitted ({len(item.edits)}): resolve them, `git add` them, then {go_on}")
+        out += [f"    {edit.code:<2} {edit.path}" for edit in item.edits]
+    elif item.edits:
         out.append(f"  uncommitted edits ({len(item.edits)}): commit them, then `assemble export {name}`")
         out += [f"    {edit.code:<2} {edit.path}" for edit in item.edits]
     if item.unexported:

@@ -81,7 +81,8 @@ def not_fetched(mirror: mirrors.Mirror, what: str, offline: bool) -> AssembleErr
                  "command again",
         )
     if offline:
-        return NetworkError(f"the mirror of {mirror.url} ({age}) has no {what}", hint="run without --offline to fetch it")
+        return NetworkError(f"the mirror of {mirror.url} ({age}) has no {what}",
+                            hint="run without --offline to fetch it")
     return None
 
 
