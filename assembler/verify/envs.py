@@ -2,21 +2,25 @@
 
 The venvs come from the shared ``ensure_venv`` (complete-or-absent, file-locked, keyed by the
 interpreter and the pins), so a 5.5 GB CUDA torch is downloaded once per cache. The wheel under
-test is never installed into them: a verify run installs it into a scratch directory instead,
-which keeps the cached environment identical for every later run.
+test is never installed into them: a verify run installs it into a scratch directory instead.
+They are sealed (``toolchain.venv``): copies, not links into uv's cache, with a manifest of
+their files. The wheel's code runs with their interpreter, so the runner makes them read-only
+for the probe where the kernel allows it, and compares each with the manifest it was found with
+after every run; one that changed fails the run and is made again.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from assembler.errors import AssembleError, InputError, NetworkError, ToolchainError
 from assembler.toolchain.torchenv import torch_requirement
-from assembler.toolchain.venv import ensure_venv, installed_versions, venv_python
+from assembler.toolchain.venv import ensure_venv, installed_versions, recorded_files, venv_python
 
 
 @dataclass(frozen=True)
@@ -26,6 +30,8 @@ class TorchEnv:
     path: Path
     python: Path
     given: bool = False  # an interpreter the user named (--python): used as it is, never created
+    # a cached environment's manifest as this run found it (toolchain.venv.snapshot); None for --python
+    files: Mapping[str, list[Any]] | None = field(default=None, compare=False, repr=False)
 
 
 # Run by the named interpreter: its torch version and prefix without importing torch (seconds).
@@ -73,7 +79,7 @@ def ensure_torch_env(version: str, progress: Callable[[str], None] = lambda _: N
     index stays a network error (exit 3).
     """
     try:
-        path = ensure_venv([torch_requirement(version)], label=f"verify-torch{version}", progress=progress)
+        path = ensure_venv([torch_requirement(version)], label=f"verify-torch{version}", progress=progress, sealed=True)
     except NetworkError:
         raise
     except AssembleError as error:
@@ -81,4 +87,7 @@ def ensure_torch_env(version: str, progress: Callable[[str], None] = lambda _: N
     installed = installed_versions(path).get("torch")
     if installed is None:
         raise InputError(f"the verify environment {path} holds no torch", hint=f"delete {path} and re-run")
-    return TorchEnv(requested=version, installed=installed, path=path, python=venv_python(path))
+    files = recorded_files(path)  # what ensure_venv has just compared the tree with
+    if files is None:
+        raise InputError(f"the verify environment {path} has no manifest of its files", hint=f"delete {path} and re-run")
+    return TorchEnv(requested=version, installed=installed, path=path, python=venv_python(path), files=files)

@@ -1,9 +1,13 @@
-"""Runs inside a torch venv (``python -I probe.py PLAN OUT``): load, check and smoke-test a wheel.
+"""Runs inside a torch venv (``python -I -B probe.py``): load, check and smoke-test a wheel.
 
-Standalone on purpose: the torch venvs hold torch only, not assembler. The plan (JSON) names the
-directory the wheel was installed into and, per dependency, its extensions, expected op schemas
-and smoke call. Results go to OUT as JSON lines, flushed one by one and each step announced
-before it runs, so when an extension kills the process the parent still knows which step did it.
+Standalone on purpose: the torch venvs hold torch only, not assembler. Its input comes on stdin
+(read whole before anything of the wheel runs, then closed): the plan (the directory the wheel
+was installed into and, per dependency, its extensions, expected op schemas and smoke call),
+the number of an inherited pipe and a per-run nonce. Results go down that pipe as JSON lines,
+each behind the nonce, flushed one by one and each step announced before it runs, so when an
+extension kills the process the parent still knows which step did it. What the wheel's code
+prints, or writes to files it can name, is no result: the parent reads only lines that carry the
+nonce, and any other line on the pipe fails the run as tampered with.
 """
 
 from __future__ import annotations
@@ -17,13 +21,17 @@ import sys
 import traceback
 from typing import Any, TextIO
 
+WHEEL_PTH = "processing the wheel's .pth files"  # the step in which the wheel's own .pth lines run
+IMPORTING_TORCH = "importing torch"  # the last step in which a death is the environment's, not the wheel's
+
 
 class Recorder:
-    def __init__(self, out: TextIO) -> None:
+    def __init__(self, out: TextIO, nonce: str) -> None:
         self.out = out
+        self._nonce = nonce
 
     def emit(self, **event: Any) -> None:
-        self.out.write(json.dumps(event) + "\n")
+        self.out.write(f"{self._nonce} {json.dumps(event)}\n")
         self.out.flush()
 
     def check(self, dep: str, kind: str, target: str, status: str, detail: str = "", **extra: Any) -> None:
@@ -175,21 +183,35 @@ def verify_dep(torch: Any, rec: Recorder, site_dir: str, dep: dict[str, Any], ha
             rec.check(name, "smoke", "", "FAIL", smoke_error(error, smoke, name))
 
 
-def main(plan_path: str, out_path: str) -> int:
-    with open(plan_path) as handle:
-        plan = json.load(handle)
-    with open(out_path, "a") as out:
-        rec = Recorder(out)
-        rec.emit(event="start", dep=None, step="importing torch")
+def read_input() -> dict[str, Any]:
+    """The run's input from stdin, which is then closed: nothing the wheel runs can read it again."""
+    with os.fdopen(0, "rb", closefd=True) as stdin:
+        data: dict[str, Any] = json.loads(stdin.read())
+    null = os.open(os.devnull, os.O_RDONLY)
+    if null != 0:
+        os.dup2(null, 0)
+        os.close(null)
+    return data
+
+
+def main() -> int:
+    given = read_input()
+    plan = given["plan"]
+    with os.fdopen(given["fd"], "w") as out:
+        rec = Recorder(out, given["nonce"])
+        del given
+        rec.emit(event="start", dep=None, step=IMPORTING_TORCH)
         import torch
 
         site_dir = plan["site"]
-        sys.path.insert(0, site_dir)
-        site.addsitedir(site_dir)  # .pth files of the wheel, as a real install would process
         has_cuda = torch.version.cuda is not None
         gpu = bool(has_cuda and torch.cuda.is_available())
         torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")  # whose exports a load failure is checked against
-        rec.emit(event="env", torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu, python=sys.version.split()[0], torch_lib=torch_lib)
+        rec.emit(event="env", torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu, python=sys.version.split()[0],
+                 torch_lib=torch_lib, sandbox=os.environ.get("ASSEMBLE_PROBE_SANDBOX", ""))
+        rec.emit(event="start", dep=None, step=WHEEL_PTH)
+        sys.path.insert(0, site_dir)
+        site.addsitedir(site_dir)  # .pth files of the wheel, as a real install would process
         for ext in plan["preload"]:  # a restarted probe: what the dead one had loaded, already reported
             rec.emit(event="start", dep=None, step=f"reloading {ext['path']}")
             with contextlib.suppress(BaseException):  # its failure is in the first probe's report
@@ -203,4 +225,4 @@ def main(plan_path: str, out_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main())

@@ -87,7 +87,9 @@ class Diagnosis:
 
 @dataclass(frozen=True)
 class Check:
-    kind: str  # "load", "registered" (the ops an extension's load registered), "op", "smoke", "cuda" (a whole-dependency skip) or "process"
+    # "load", "registered" (the ops an extension's load registered), "op", "smoke", "cuda" (a whole-dependency
+    # skip), "process" (the probe died), "channel" (forged results), "environment" (the cached environment changed)
+    kind: str
     target: str  # extension path, op schema, or ""
     status: Status
     detail: str = ""

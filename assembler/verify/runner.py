@@ -5,17 +5,27 @@ already has torch: nothing created, nothing downloaded), one probe subprocess (`
 imports torch, loads every extension of the wheel, checks the op schemas and runs the smoke calls
 (of the workspace when the wheel is its bundle's, else those the wheel carries: ``specs``). The
 wheel is installed with uv ``--no-deps --target`` (pip when uv cannot run) into a scratch
-directory per interpreter that its probe puts first on ``sys.path``, so the environments stay
-pristine. Probes for different
+directory per interpreter that its probe puts first on ``sys.path``. Probes for different
 versions run side by side. A probe that dies (a segfaulting extension) or hangs costs only the
 dependency it was working on: that one is a FAIL naming the step, the rest are re-run.
+
+The wheel's code runs in the probe, so nothing the probe says is taken on trust: its input comes
+on stdin and its results through a pipe of their own, each line behind a per-run nonce (what the
+wheel prints or writes elsewhere is no result, and a line without the nonce fails every row of
+that torch). The environments stay pristine: the probe runs with them (and the caches and its
+interpreter) read-only where the kernel allows a user namespace (``sandbox.py``), and each cached
+environment is compared with the manifest it was made with after the probes; one that changed
+FAILs the run, saying what changed, and is removed to be made again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import secrets
+import select
 import signal
 import subprocess
 import tempfile
@@ -34,16 +44,20 @@ from assembler.manifest import MANIFEST_NAME, find_workspace, load_manifest
 from assembler.manifest.model import Manifest
 from assembler.system import available_cpus
 from assembler.toolchain.installer import install, installer
+from assembler.toolchain.venv import changed_files, discard_changed, summary
 from assembler.verify.contents import ExtensionFile, attribute, scan
 from assembler.verify.diagnose import ProbedTorch, diagnose_loads
 from assembler.verify.envs import TorchEnv, ensure_torch_env, interpreter_env
+from assembler.verify.probe import IMPORTING_TORCH
 from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
 from assembler.verify.specs import DepSpec, Specs, resolve_specs
 from assembler.workspace import open_workspace
 
 PROBE = Path(__file__).with_name("probe.py")
+SANDBOX = Path(__file__).with_name("sandbox.py")
 DEFAULT_TIMEOUT = 600.0
 _UNDEFINED = re.compile(r"undefined symbol: (\S+)")
+_STARTING = "starting Python"  # the step before the probe said anything
 
 
 @dataclass
@@ -113,13 +127,20 @@ def verify_wheel(
                 _install(env, wheel, installed[interpreter])
         sites = [installed[env.python if env.given else None] for env in envs]
         plan = _plan(specs, scan(sites[0]))
+        read_only = _read_only(envs, sites)
         progress(f"verifying on torch {', '.join(env.requested for env in envs)}")
         with ThreadPoolExecutor(max_workers=min(len(envs), available_cpus())) as pool:
-            states = list(pool.map(lambda job: _probe(job[1], sites[job[0]], plan, Path(scratch) / f"probe-{job[0]}", timeout), enumerate(envs)))
+            states = list(pool.map(lambda job: _probe(job[1], sites[job[0]], plan, read_only, timeout), enumerate(envs)))
+        changed = {env.path: _env_changed(env, state, plan) for env, state in zip(envs, states, strict=True)}
+        for env, state in zip(envs, states, strict=True):
+            _say_sandbox(env, state, progress)
         diagnose_loads([  # while the wheel is still installed: the failing objects' other imports are read too
             ProbedTorch(state.env["torch"], Path(state.env["torch_lib"]) if state.env.get("torch_lib") else None, site, state.checks)
             for site, state in zip(sites, states, strict=True) if state.env is not None
         ], plan, [dep.name for dep in specs.deps], progress)
+    for env in envs:  # after the shared locks are let go: a discard waits for every other run using it
+        if changed.get(env.path) and env.files is not None and discard_changed(env.path, env.files):
+            progress(f"removed the changed environment {env.path}; the next verify makes it again")
     infos = []
     cells: dict[tuple[str, str], Cell] = {}
     for env, state in zip(envs, states, strict=True):
@@ -137,6 +158,46 @@ def verify_wheel(
         wheel=str(wheel), torch=infos, deps=[dep["name"] for dep in plan], cells=cells,
         seconds=time.monotonic() - started, specs=specs.to_json(),
     )
+
+
+def _read_only(envs: Sequence[TorchEnv], sites: Sequence[Path]) -> list[str]:
+    """What the probes may not write (``sandbox.py``): the assembler cache (the environments, the
+    evidence other commands trust), uv's cache (what environments are made from), the wheel as
+    installed and every interpreter's prefix. The probe adds its own interpreter's prefixes."""
+    from assembler.cache import cache_root
+    from assembler.toolchain.installer import uv_cache_dir
+
+    paths = [str(cache_root()), *(str(env.path) for env in envs), *(str(site) for site in sites)]
+    uv_cache = uv_cache_dir()
+    return [*paths, uv_cache] if uv_cache else paths
+
+
+def _say_sandbox(env: TorchEnv, state: _ProbeState, progress: Callable[[str], None]) -> None:
+    """One line on how the probe was kept from writing (``sandbox.py``'s answer)."""
+    status = str((state.env or {}).get("sandbox", ""))
+    if status.startswith("read-only: "):
+        progress(f"torch {env.requested}: the probe ran with {len(status.split(', '))} paths read-only "
+                 "(the environment, the caches, the wheel, the interpreter)")
+    elif status:
+        progress(f"torch {env.requested}: the probe ran without a read-only view ({status.removeprefix('off: ')})"
+                 + ("; the environment is compared with its manifest instead" if not env.given else ""))
+
+
+def _env_changed(env: TorchEnv, state: _ProbeState, plan: list[dict[str, Any]]) -> bool:
+    """Whether the cached environment differs from the manifest this run found it with; if so,
+    every row on it FAILs, saying what changed (the probe's results on it prove nothing)."""
+    if env.files is None:
+        return False
+    changes = changed_files(env.path, env.files)
+    if not changes:
+        return False
+    detail = (f"the cached torch {env.installed} environment changed while the wheel ran in it ({summary(changes)}): "
+              "it is removed and made again")
+    for row in plan:
+        state.checks.setdefault(row["name"], []).insert(0, Check("environment", str(env.path), Status.FAIL, detail))
+    if state.env is None:
+        state.env = {"torch": env.installed, "cuda": None, "gpu": False}
+    return True
 
 
 def _install(env: TorchEnv, wheel: Path, site: Path) -> None:
@@ -184,34 +245,37 @@ def _absent(dep: DepSpec, owned: list[ExtensionFile], recorded: dict[str, set[st
     return f"no extension of {dep.name} in the wheel ({rules})"
 
 
-def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], scratch: Path, timeout: float) -> _ProbeState:
+def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], read_only: list[str], timeout: float) -> _ProbeState:
     """Run the probe until every row is settled, restarting after a row that killed it."""
     state = _ProbeState()
-    scratch.mkdir()
     attempt = 0
     while True:
         remaining = [row for row in plan if row["name"] not in state.done]
         if not remaining and state.env is not None:
             return state
         attempt += 1
-        plan_file = scratch / f"plan-{attempt}.json"  # scratch: this probe's own
-        out_file = scratch / f"out-{attempt}.jsonl"
         # A restart re-loads what the earlier probes loaded, so a dependency's ops that another
         # dependency's extension registers are still there, as in one uninterrupted process.
         preload = [ext for row in plan if row["name"] in state.done - state.crashed for ext in row["extensions"]]
-        plan_file.write_text(json.dumps({"site": str(site), "deps": remaining, "preload": preload}))
-        command = [str(env.python), "-I", str(PROBE), str(plan_file), str(out_file)]  # -I: no PYTHONPATH, no user site
+        run = _run_probe(env, {"site": str(site), "deps": remaining, "preload": preload}, read_only, timeout)
         try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
-            died = None if result.returncode == 0 else _death(result.returncode, result.stderr)
-        except subprocess.TimeoutExpired:
-            died = f"timed out after {timeout:.0f} s"
-        step = _read_events(out_file, state, site)
+            step = _read_events(run.events, state, site)
+        except (KeyError, ValueError, TypeError) as error:  # the nonce was right, the event is not one the probe writes
+            run.forged += 1
+            step = (None, f"reading its results ({type(error).__name__})")
+        if run.forged:
+            _fail_all(state, env, remaining, "channel", f"the probe's result channel held {run.forged} line(s) without this "
+                      "run's nonce: something the wheel ran wrote forged results, so none of this probe's results count")
+            return state
+        died = run.died
+        if died is None and (state.env is None or any(row["name"] not in state.done for row in remaining)):
+            died = "stopped before finishing (exit status 0)"
         if died is None:
-            if state.env is None or any(row["name"] not in state.done for row in remaining):
-                raise InputError(f"the verify probe for torch {env.requested} stopped early", hint=result.stderr.strip()[-500:] or None)
             return state
         dep, doing = step
+        if dep is None and doing not in (_STARTING, IMPORTING_TORCH):  # torch was in: the wheel's code did it
+            _fail_all(state, env, remaining, "process", f"the probe {died} while {doing}")
+            return state
         if dep is None:
             hint = f"check that torch imports in {env.python}" if env.given else f"delete {env.path} and re-run"
             raise InputError(f"torch {env.requested} ({env.path}) failed while {doing}: {died}", hint=hint)
@@ -220,17 +284,123 @@ def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], scratch: Path,
         state.crashed.add(dep)
 
 
-def _read_events(out_file: Path, state: _ProbeState, site: Path) -> tuple[str | None, str]:
-    """Fold the probe's events into ``state``; returns the step announced last."""
-    step: tuple[str | None, str] = (None, "starting Python")
-    if not out_file.is_file():
-        return step
-    for line in out_file.read_text().splitlines():
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError:  # the last line of a killed probe may be cut short
+def _fail_all(state: _ProbeState, env: TorchEnv, rows: list[dict[str, Any]], kind: str, detail: str) -> None:
+    """Every row still open FAILs with ``detail`` (what the probe said of them before no longer counts)."""
+    if state.env is None:  # the probe said nothing true of its torch: the environment's own record
+        state.env = {"torch": env.installed, "cuda": None, "gpu": False}
+    for row in rows:
+        state.checks[row["name"]] = [Check(kind, "", Status.FAIL, detail)]
+        state.done.add(row["name"])
+        state.crashed.add(row["name"])
+
+
+@dataclass
+class _ProbeRun:
+    events: list[dict[str, Any]]  # the lines that carried the nonce, decoded
+    forged: int  # lines on the channel without it
+    died: str | None  # how the process ended, when not with status 0
+
+
+def _run_probe(env: TorchEnv, plan: dict[str, Any], read_only: list[str], timeout: float) -> _ProbeRun:
+    """One probe process. Its input (plan, nonce, the channel's descriptor) goes through stdin,
+    which it reads whole and closes before anything of the wheel runs; its results come back
+    through a pipe of their own, never stdout or a file the wheel could name. The sandbox
+    launcher makes ``read_only`` read-only first where the kernel allows it (``sandbox.py``)."""
+    nonce = secrets.token_hex(16)
+    read_end, write_end = os.pipe()
+    command = [str(env.python), "-I", "-B", str(SANDBOX), json.dumps(read_only), str(PROBE)]  # -I: no PYTHONPATH, no user site
+    try:
+        with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+            try:
+                process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=stdout, stderr=stderr,
+                                           pass_fds=(write_end,), start_new_session=True)
+            finally:
+                os.close(write_end)
+            assert process.stdin is not None
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.write(json.dumps({"plan": plan, "nonce": nonce, "fd": write_end}).encode())
+            with contextlib.suppress(BrokenPipeError):
+                process.stdin.close()
+            raw, timed_out = _collect(read_end, process, timeout)
+            stderr.seek(0)
+            tail = stderr.read()[-20000:].decode(errors="replace")
+    finally:
+        os.close(read_end)
+    events: list[dict[str, Any]] = []
+    forged = 0
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines):
+        tag, _, body = line.partition(b" ")
+        if not line or (number == len(lines) - 1 and process.returncode != 0):
+            continue  # the last line of a killed probe may be cut short
+        if tag.decode(errors="replace") != nonce:
+            forged += 1
             continue
-        kind = event["event"]
+        try:
+            event = json.loads(body)
+        except ValueError:
+            forged += 1
+            continue
+        if isinstance(event, dict):
+            events.append(event)
+    died = f"timed out after {timeout:.0f} s" if timed_out else None
+    if died is None and process.returncode != 0:
+        died = _death(process.returncode, tail)
+    return _ProbeRun(events, forged, died)
+
+
+def _collect(read_end: int, process: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bool]:
+    """Everything written to the channel until every writer closed it (or, once the probe has
+    exited, until a grandchild it left holding the pipe is given up on); whether it timed out.
+    The probe runs in a session of its own, so it and whatever it started are killed here on
+    the way out (Ctrl-C included), never left running."""
+    try:
+        return _drain(read_end, process, timeout)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        raise
+
+
+def _drain(read_end: int, process: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bool]:
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    exited_at: float | None = None
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return b"".join(chunks), True
+        if exited_at is None and process.poll() is not None:
+            exited_at = now
+        if exited_at is not None and now - exited_at > 2.0:
+            break
+        ready, _, _ = select.select([read_end], [], [], 0.2)
+        if ready:
+            data = os.read(read_end, 1 << 16)
+            if not data:
+                break
+            chunks.append(data)
+    try:
+        process.wait(timeout=max(deadline - time.monotonic(), 0.1))  # the probe closed its channel: it is ending
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        return b"".join(chunks), True
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # what the wheel left running in the probe's session
+    return b"".join(chunks), False
+
+
+def _read_events(events: list[dict[str, Any]], state: _ProbeState, site: Path) -> tuple[str | None, str]:
+    """Fold the probe's events into ``state``; returns the step announced last."""
+    step: tuple[str | None, str] = (None, _STARTING)
+    for event in events:
+        kind = event.get("event")
         if kind == "start":
             step = (event["dep"], event["step"])
         elif kind == "env":
