@@ -267,6 +267,8 @@ class DeflatedMember:
         start, piece = self._last
         if start <= offset and end <= start + len(piece):
             return piece[offset - start : end - start]
+        if start <= offset < start + len(piece) == self._pos:  # begins in the last piece: inflate on from there
+            return piece[offset - start :] + self._inflate_to(self._pos, end)
         if offset < self._pos and len(self._head) < self._pos:
             self._restart()  # went past part of it without keeping it: a second pass
         return self._inflate_to(offset, end)

@@ -55,6 +55,9 @@ _ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")  # kind, ?, header size, payload size,
 _ELF64_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _ELF64_SECTION = struct.Struct("<IIQQQQIIQQ")
 _PARALLEL_FROM = 16 << 20  # compressed bytes of shared objects worth a thread pool
+_WINDOW = 1 << 20  # bytes of a .nv_fatbin read at once
+_NONZERO = re.compile(rb"[^\x00]")
+MAX_FATBIN_RECORDS = 1 << 20  # containers plus entries in one .nv_fatbin; real ones hold thousands
 METADATA, UNATTRIBUTED, ZIP_STRUCTURE = "(wheel metadata)", "(unattributed)", "(zip structure)"
 
 
@@ -175,30 +178,68 @@ def arch_name(sm: int, flags: int, kind: int = KIND_CUBIN) -> str:
     return f"{'compute' if kind == KIND_PTX else 'sm'}_{sm}{suffix}"
 
 
+class _Window:
+    """Forward reads of a section through ``read(offset, length)``, a window at a time: one call
+    per ``_WINDOW`` bytes, however small the headers it is asked for."""
+
+    def __init__(self, read: Any, offset: int, size: int) -> None:
+        self._read, self._offset, self._size = read, offset, size
+        self.start, self.data = 0, b""
+
+    def at(self, pos: int, length: int) -> bytes:
+        """Bytes [pos, pos + length) of the section (the caller keeps them inside it and moves forward)."""
+        end = self.start + len(self.data)
+        if not (self.start <= pos and pos + length <= end):
+            if self.start <= pos <= end:  # the next window begins where this one ends: a member inflates on
+                more = self._read(self._offset + end, min(max(length, _WINDOW), self._size - end))
+                self.data = self.data[pos - self.start :] + more
+            else:
+                self.data = self._read(self._offset + pos, min(max(length, _WINDOW), self._size - pos))
+            self.start = pos
+        return self.data[pos - self.start : pos - self.start + length]
+
+    def zeros_from(self, pos: int) -> int:
+        """How many zero bytes start at ``pos``, up to the end of the window holding it."""
+        self.at(pos, 1)
+        found = _NONZERO.search(self.data, pos - self.start)
+        return (found.start() if found else len(self.data)) - (pos - self.start)
+
+
 def split_fatbin(read: Any, offset: int, size: int, name: str) -> Fatbin:
     """Walk the fatbin containers of the section at [offset, offset + size) through ``read(offset,
-    length)`` (small forward reads only) and add up each architecture's entries."""
+    length)`` (forward reads, a window at a time) and add up each architecture's entries.
+
+    Time follows the headers, not the bytes: zero padding is skipped a run at a time (a section
+    of zeros is one search per window, not a step per 8 bytes), and more than
+    ``MAX_FATBIN_RECORDS`` containers and entries is refused (no compiler writes that many)."""
     sums: dict[tuple[str, str], list[int]] = {}
     headers = 0
     pos = 0
+    records = 0
+    window = _Window(read, offset, size)
     while pos < size:
         if size - pos < _CONTAINER.size:
             headers += size - pos  # trailing padding
             break
-        magic, _version, header_size, payload = _CONTAINER.unpack(read(offset + pos, _CONTAINER.size))
-        if magic == 0:  # alignment padding between containers
-            step = min(8 - pos % 8 if pos % 8 else 8, size - pos)
+        magic, _version, header_size, payload = _CONTAINER.unpack(window.at(pos, _CONTAINER.size))
+        if magic == 0:  # alignment padding between containers: to the next 8-byte boundary, or the whole zero run
+            step = 8 - pos % 8 if pos % 8 else max(8, (zeros := window.zeros_from(pos)) - zeros % 8)
+            step = min(step, size - pos)
             headers += step
             pos += step
             continue
+        records += 1
         if magic != FATBIN_MAGIC or header_size < _CONTAINER.size or pos + header_size + payload > size:
             raise InputError(f"{name}: corrupt {FATBIN_SECTION} (no fatbin header at section offset {pos})")
         headers += header_size
         entry, end = pos + header_size, pos + header_size + payload
         while entry < end:
+            records += 1
+            if records > MAX_FATBIN_RECORDS:
+                break
             if end - entry < _ENTRY.size:
                 raise InputError(f"{name}: corrupt {FATBIN_SECTION} (entry header cut at section offset {entry})")
-            fields = _ENTRY.unpack(read(offset + entry, _ENTRY.size))
+            fields = _ENTRY.unpack(window.at(entry, _ENTRY.size))
             kind, entry_header, stored, compressed, sm, flags, uncompressed = fields[0], fields[2], fields[3], fields[4], fields[8], fields[11], fields[13]
             if entry_header < _ENTRY.size or entry + entry_header + stored > end:
                 raise InputError(f"{name}: corrupt {FATBIN_SECTION} (entry at section offset {entry} overruns its container)")
@@ -208,6 +249,12 @@ def split_fatbin(read: Any, offset: int, size: int, name: str) -> Fatbin:
             sums_for[1] += entry_header + stored
             sums_for[2] += uncompressed if compressed and uncompressed else stored
             entry += entry_header + stored
+        if records > MAX_FATBIN_RECORDS:
+            raise InputError(
+                f"{name}: {FATBIN_SECTION} holds more than {MAX_FATBIN_RECORDS} fatbin containers and entries "
+                "(no compiler writes that many: a corrupt or hostile object)",
+                hint="rebuild the object; `assemble audit` reads it without walking its device code",
+            )
         pos = end
     archs = tuple(ArchSize(arch, kind, *values) for (arch, kind), values in sorted(sums.items(), key=_arch_order))
     return Fatbin(size=size, headers=headers, archs=archs)
