@@ -30,6 +30,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "device": ("torch::Device d = x.device();", "torch::stable::Device d = x.device();"),
     "device-string": ('at::Device d("cuda:0");', 'torch::stable::Device d("cuda:0");'),
     "int-array-ref": ("void f(at::IntArrayRef s);", "void f(torch::headeronly::IntHeaderOnlyArrayRef s);"),
+    "optional": ("c10::optional<int> n = c10::nullopt;", "std::optional<int> n = std::nullopt;"),
     "bfloat16": ("auto p = x.data_ptr<at::BFloat16>();", "auto p = x.mutable_data_ptr<torch::headeronly::BFloat16>();"),
     "half": ("c10::Half h;", "torch::headeronly::Half h;"),
     "torch-check": ('TORCH_CHECK(ok, "message");', 'STD_TORCH_CHECK(ok, "message");'),

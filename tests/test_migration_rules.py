@@ -36,6 +36,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "device": ("torch::Device d = x.device();", "torch::stable::Device d = x.device();"),
     "device-type": ("d.type() == torch::kCUDA", "d.type() == torch::headeronly::DeviceType::CUDA"),
     "int-array-ref": ("c10::IntArrayRef s = x.sizes();", "torch::headeronly::IntHeaderOnlyArrayRef s = x.sizes();"),
+    "optional": ("c10::optional<at::Tensor> o = c10::nullopt;", "std::optional<torch::stable::Tensor> o = std::nullopt;"),
     "scalar-type-e8m0": ("at::kFloat8_e8m0fnu", "torch::headeronly::ScalarType::Float8_e8m0fnu"),
     "element-type": ("x.mutable_data_ptr<at::BFloat16>()", "x.mutable_data_ptr<torch::headeronly::BFloat16>()"),
     "tensor-options": ("x.options().dtype(at::kFloat)", "x.optionsFor()"),

@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable
 
 _RAW_STRING = re.compile(r'R"([^()\\ \t\n]{0,16})\(')
+_MAY_START = re.compile(r"[/\"'R]")  # a comment, a string, a character literal, a raw string
 TOKEN = re.compile(
     r"""[A-Za-z_]\w*                      # identifiers and keywords
       | \d[\w.']*(?:[eEpP][+-]\d+)?\w*     # numbers (digit separators, exponents, suffixes)
@@ -71,8 +72,9 @@ def _blank(text: str, strings: bool) -> str:
             if strings:
                 blank(i + 1, min(k, n))
             i = k + 1
-        else:
-            i += 1
+        else:  # nothing starts here: on to the next character that could start something
+            found = _MAY_START.search(text, i + 1)
+            i = n if found is None else found.start()
     return "".join(out)
 
 

@@ -6,6 +6,7 @@ Rewrites never add or remove a line break, so line numbers hold until the includ
 
 from __future__ import annotations
 
+import bisect
 import json
 import re
 from collections import Counter
@@ -112,12 +113,20 @@ def _line_of(text: str, offset: int) -> int:
 # of one step's text; a declaration holds from its line to the end of its block (a parameter:
 # its function's body), and the innermost one in scope decides. Names whose type the file does
 # not spell (a macro's parameter, a struct's field) are unknown: the rewrite is declined.
-TENSOR, HANDLE, SEQUENCE, SCALAR = "tensor", "handle", "sequence", "scalar type"
+TENSOR, HANDLE, SEQUENCE, SCALAR, OPTIONS = "tensor", "handle", "sequence", "scalar type", "options"
 _NAME = r"\s*(?P<name>[A-Za-z_]\w*)\s*(?=[,;=)(\[{]|:(?!:))"
 _QUALIFIERS = r"(?:const\b\s*)?(?P<ref>&&?|\*)?\s*(?:const\b\s*)?"
 _USING_TENSOR = re.compile(r"\busing\s+(?:(?:torch::stable|at|torch)::Tensor|namespace\s+(?:at|torch))\s*;")
 _AFTER_PARAMETERS = re.compile(r"\s*(?:(?:const|noexcept|override|final|mutable)\b\s*|->\s*[\w:<>,\s*&]+?)*\{")
 _KEYWORDS = frozenset({"const", "return", "operator", "new", "delete", "sizeof", "decltype", "typename", "template"})
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_PARENTHESIZED = re.compile(r"\(\s*(.*)\s*\)", re.S)
+_DEREFERENCED = re.compile(r"\*\s*([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*\.\s*value\s*\(\s*\)")
+_SUBSCRIPTED = re.compile(r"([A-Za-z_]\w*)\s*\[")
+_FUNCTION_CALL = re.compile(r"(?:torch::stable|at|torch)::(\w+)\s*\(")
+_METHOD_CALL = re.compile(r"\.\s*(\w+)\s*\(\s*[^()]*\)$")
+_ENUMERATOR = re.compile(r"torch::headeronly::ScalarType::\w+")
+_SCALAR_TYPE_OF = re.compile(r"(.+?)\s*(\.|->)\s*scalar_type\s*\(\s*\)", re.S)
 
 
 def _declaration_patterns(bare: bool) -> list[tuple[str, re.Pattern[str]]]:
@@ -126,9 +135,11 @@ def _declaration_patterns(bare: bool) -> list[tuple[str, re.Pattern[str]]]:
     return [
         (TENSOR, re.compile(rf"(?<![\w:]){tensor}\s*{_QUALIFIERS}{_NAME}")),
         (HANDLE, re.compile(rf"(?:std|c10)::optional\s*<\s*{tensor}\s*>\s*{_QUALIFIERS}{_NAME}")),
-        (SEQUENCE, re.compile(rf"(?:std::vector\s*<\s*{tensor}\s*>|std::array\s*<\s*{tensor}\s*,[^<>;]*>)\s*{_QUALIFIERS}{_NAME}")),
+        (SEQUENCE, re.compile(rf"(?:std::vector\s*<\s*{tensor}\s*>|std::array\s*<\s*{tensor}\s*,[^<>;]*>)\s*"
+                              rf"{_QUALIFIERS}{_NAME}")),
         (SCALAR, re.compile(rf"(?<![\w:]){scalar}\s*{_QUALIFIERS}{_NAME}")),
         ("auto", re.compile(rf"\bauto\b\s*{_QUALIFIERS}{_NAME}")),
+        ("auto", re.compile(rf"(?<![\w:])(?:(?:at|torch|c10)::)?TensorOptions\b\s*{_QUALIFIERS}{_NAME}")),
     ]
 
 
@@ -138,6 +149,8 @@ class _Declared:
     kind: str
     first: int  # 0-based lines of its scope
     last: int
+    of: str = ""  # OPTIONS: the tensor whose options these are
+    line: tuple[int, int] | None = None  # OPTIONS: the span of the line that holds the declaration alone
 
 
 class Declarations:
@@ -159,10 +172,11 @@ class Declarations:
                 kind = HANDLE
             elif kind == TENSOR and code[match.end():match.end() + 1] == "[":
                 kind = SEQUENCE
-            elif kind == "auto":
-                kind = self._auto_kind(match, first)
+            of, alone = "", None
+            if kind == "auto":
+                kind, of, alone = self._auto_kind(match, first)
             if kind and first <= last:
-                self.names.setdefault(name, []).append(_Declared(name, kind, first, last))
+                self.names.setdefault(name, []).append(_Declared(name, kind, first, last, of, alone))
 
     def _scopes(self, offsets: list[int]) -> list[tuple[int, int]]:
         """Each offset's scope in lines: to the end of the innermost enclosing block; inside a
@@ -182,11 +196,16 @@ class Declarations:
                 stack.append(position)
             elif char and stack and code[stack[-1]] == ("(" if char == ")" else "{"):
                 closing[stack.pop()] = position
-        last_line = code.count("\n")
+        breaks = [m.start() for m in re.finditer("\n", code)]
+        last_line = len(breaks)
+
+        def line_of(offset: int) -> int:
+            return bisect.bisect_left(breaks, offset)
+
         scopes = []
         for index, offset in enumerate(offsets):
             opening = at_offset.get(index)
-            line = code.count("\n", 0, offset)
+            line = line_of(offset)
             if opening is None:
                 scopes.append((line, last_line))
                 continue
@@ -194,34 +213,51 @@ class Declarations:
             if end is None:
                 scopes.append((line, last_line))
             elif code[opening] == "{":
-                scopes.append((line, code.count("\n", 0, end)))
-            elif (body := _AFTER_PARAMETERS.match(code, end + 1)) is not None and (close := closing.get(body.end() - 1)) is not None:
-                scopes.append((line, code.count("\n", 0, close)))
+                scopes.append((line, line_of(end)))
+            elif (body := _AFTER_PARAMETERS.match(code, end + 1)) and (shut := closing.get(body.end() - 1)) is not None:
+                scopes.append((line, line_of(shut)))
             else:
                 scopes.append((1, 0))  # a declaration without a body, or parentheses of an expression
         return scopes
 
-    def _auto_kind(self, match: re.Match[str], line: int) -> str:
-        """What an ``auto`` variable is, from its initializer."""
-        if self.code[match.end():match.end() + 2] in ("==", "") or self.code[match.end()] != "=":
-            return ""
+    def _auto_kind(self, match: re.Match[str], line: int) -> tuple[str, str, tuple[int, int] | None]:
+        """What an ``auto`` (or TensorOptions) variable is, from its initializer; for the
+        options of a tensor, which tensor, and the line when the declaration is all it holds."""
+        code = self.code
+        if code[match.end():match.end() + 1] != "=" or code[match.end():match.end() + 2] == "==":
+            return "", "", None
         start = match.end() + 1
-        end = _statement_end(self.code, start)
-        initializer = self.code[start:end].strip()
-        if match.group("ref") == "*":
-            return HANDLE if initializer.startswith("&") and self.kind(initializer[1:].strip(), line) == TENSOR else ""
+        end = _statement_end(code, start)
+        initializer = code[start:end].strip()
+        reference = match.group("ref")
+        if reference == "*":
+            pointed = initializer.startswith("&") and self.kind(initializer[1:], line) == TENSOR
+            return (HANDLE if pointed else ""), "", None
+        options = _OPTIONS_OF.fullmatch(initializer)
+        if options is not None and not reference and self.kind(options.group("tensor"), line) == TENSOR:
+            line_start = code.rfind("\n", 0, match.start()) + 1
+            line_end = code.find("\n", end)
+            line_end = len(code) if line_end < 0 else line_end
+            alone = (re.fullmatch(r"\s*(?:const\s+)?", code[line_start:match.start()]) is not None
+                     and code[end:end + 1] == ";" and not code[end + 1:line_end].strip())
+            return OPTIONS, options.group("tensor"), (line_start, line_end) if alone else None
+        if not match.group(0).startswith("auto"):  # TensorOptions made some other way
+            return "", "", None
         if self.kind(initializer, line) == TENSOR:
-            return TENSOR
-        if self.is_scalar_type(initializer, line):
-            return SCALAR
-        return ""
+            return TENSOR, "", None
+        return (SCALAR if self.is_scalar_type(initializer, line) else ""), "", None
 
-    def of(self, name: str, line: int) -> str:
-        """The kind of ``name`` at ``line`` (0-based): the innermost declaration in scope."""
+    def declared(self, name: str, line: int) -> _Declared | None:
+        """The declaration of ``name`` in scope at ``line`` (0-based): the innermost one."""
         best: _Declared | None = None
         for declared in self.names.get(name, ()):
             if declared.first <= line <= declared.last and (best is None or declared.first >= best.first):
                 best = declared
+        return best
+
+    def of(self, name: str, line: int) -> str:
+        """The kind of ``name`` at ``line``."""
+        best = self.declared(name, line)
         return best.kind if best else ""
 
     def kind(self, expression: str, line: int) -> str:
@@ -229,30 +265,29 @@ class Declarations:
         them, ``*p`` or ``p.value()`` of a handle, a tensor function's call or a tensor
         method's), HANDLE (an optional or pointer name), else ""."""
         text = expression.strip()
-        if re.fullmatch(r"[A-Za-z_]\w*", text):
+        whole = len(text) - 1
+        if _IDENTIFIER.fullmatch(text):
             return self.of(text, line)
-        if (match := re.fullmatch(r"\(\s*(.*)\s*\)", text, re.S)) and _close_paren(text, 0) == len(text) - 1:
+        if (match := _PARENTHESIZED.fullmatch(text)) and _close(text, 0) == whole:
             return self.kind(match.group(1), line)
-        if (match := re.fullmatch(r"\*\s*([A-Za-z_]\w*)", text)) or (match := re.fullmatch(r"([A-Za-z_]\w*)\s*\.\s*value\s*\(\s*\)", text)):
-            return TENSOR if self.of(match.group(1), line) == HANDLE else ""
-        if (match := re.match(r"([A-Za-z_]\w*)\s*\[", text)) and _close(text, match.end() - 1) == len(text) - 1:
+        if match := _DEREFERENCED.fullmatch(text):
+            return TENSOR if self.of(match.group(1) or match.group(2), line) == HANDLE else ""
+        if (match := _SUBSCRIPTED.match(text)) and _close(text, match.end() - 1) == whole:
             return TENSOR if self.of(match.group(1), line) == SEQUENCE else ""
-        if (match := re.match(r"(?:torch::stable|at|torch)::(\w+)\s*\(", text)) and _close(text, match.end() - 1) == len(text) - 1:
+        if (match := _FUNCTION_CALL.match(text)) and _close(text, match.end() - 1) == whole:
             return TENSOR if match.group(1) in self.functions else ""
-        if (match := re.search(r"\.\s*(\w+)\s*\(\s*[^()]*\)$", text)) and (match.group(1) in self.functions or match.group(1) == "t"):
+        if (match := _METHOD_CALL.search(text)) and (match.group(1) in self.functions or match.group(1) == "t"):
             return TENSOR if self.kind(text[:match.start()], line) == TENSOR else ""
         return ""
 
     def is_scalar_type(self, expression: str, line: int) -> bool:
         """A ScalarType: an enumerator, a tensor's ``scalar_type()``, or a name declared one."""
         text = expression.strip()
-        if re.fullmatch(r"torch::headeronly::ScalarType::\w+", text):
+        if _ENUMERATOR.fullmatch(text):
             return True
-        if match := re.fullmatch(r"(.+?)\s*(?:\.|->)\s*scalar_type\s*\(\s*\)", text, re.S):
-            receiver = match.group(1)
-            return self.kind(receiver, line) == TENSOR or (text[match.end(1):].lstrip().startswith("->")
-                                                           and self.kind(receiver, line) == HANDLE)
-        return re.fullmatch(r"[A-Za-z_]\w*", text) is not None and self.of(text, line) == SCALAR
+        if match := _SCALAR_TYPE_OF.fullmatch(text):
+            return self.kind(match.group(1), line) == (HANDLE if match.group(2) == "->" else TENSOR)
+        return _IDENTIFIER.fullmatch(text) is not None and self.of(text, line) == SCALAR
 
 
 def _close(code: str, opening: int) -> int | None:
@@ -353,12 +388,18 @@ def _close_paren(code: str, opening: int) -> int | None:
     return None
 
 
+_KEYWORDS_BEFORE_EXPRESSIONS = frozenset({"return", "case", "throw", "co_return", "co_yield", "co_await", "else", "do",
+                                          "new", "delete", "not", "and", "or"})
+
+
 def _receiver_start(code: str, end: int) -> int | None:
     """Where the postfix expression ending just before ``end`` starts: identifiers joined by
     ``.``/``::`` and calls or subscripts (``a``, ``t.contiguous()``, ``ns::f(x)[0]``); None when
-    there is none on that line."""
+    there is none on that line. A keyword before a parenthesis (``return (*p).t()``) is not a
+    callee."""
     index = end
     while True:
+        begin = index  # where the expression starts if what comes before is not part of it
         while index > 0 and code[index - 1] in " \t":
             index -= 1
         if index > 0 and code[index - 1] in ")]":
@@ -383,6 +424,8 @@ def _receiver_start(code: str, end: int) -> int | None:
             index -= 1
         if index == start:
             return None if index == end else start
+        if code[index:start] in _KEYWORDS_BEFORE_EXPRESSIONS:
+            return None if begin == end else begin + len(code[begin:end]) - len(code[begin:end].lstrip())
         if index >= 2 and code[index - 2:index] in ("::", "->"):
             index -= 2
             continue
@@ -409,11 +452,12 @@ def _arguments(code: str, opening: int, closing: int) -> int:
 
 def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     """RECEIVER.method(ARGS) -> function(RECEIVER, ARGS), one at a time, rescanning, so a chain
-    (a.contiguous().view(s)) nests."""
+    (a.contiguous().view(s)) nests. The blanked code is kept in step with the text: an edit
+    starts and ends outside comments and strings, so only its own text is blanked again."""
     pattern = re.compile(rf"(\.|->)\s*{re.escape(rewrite.method)}\s*\(")
     declarations: Declarations | None = None  # line-based: valid while the step adds no line
+    code = blank_comments_and_strings(file.text)
     for _ in range(100000):
-        code = blank_comments_and_strings(file.text)
         found = next((m for m in pattern.finditer(code) if file.active[_line_of(code, m.start())]), None)
         if found is None:
             return
@@ -431,8 +475,8 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         elif closing is None or start is None:
             reason = "no receiver expression on this line"
         elif rewrite.receiver and found.group(1) == "." and what != TENSOR:
-            reason = (f"{code[start:found.start()].strip()} is not declared a tensor here (a parameter, a variable, an auto from a "
-                      f"tensor call): if it is one, call {rewrite.function} yourself")
+            receiver = code[start:found.start()].strip()
+            reason = f"{receiver} {NOT_DECLARED}: if it is one, call {rewrite.function} yourself"
         elif rewrite.max_args is not None and _arguments(code, opening, closing) > rewrite.max_args:
             reason = f"takes more than {rewrite.max_args} arguments here (an overload without a stable equivalent)"
         elif not _eligible(rewrite, file, line, torch_target):
@@ -440,14 +484,17 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         if reason is not None or closing is None or start is None:
             if reason:
                 file.declined.append(Declined(line + 1, rewrite.id, reason))
-            file.text = file.text[:found.start() + len(found.group(1))] + SKIP + file.text[found.start() + len(found.group(1)):]
+            at = found.start() + len(found.group(1))
+            file.text, code = file.text[:at] + SKIP + file.text[at:], code[:at] + SKIP + code[at:]
             continue
         receiver = file.text[start:found.start()].strip()
         if found.group(1) == "->":
             receiver = f"*{receiver}"
         arguments = [text for text in (file.text[opening + 1:closing].strip(), rewrite.arguments) if text]
         joined = ", ".join([receiver, *arguments])
-        file.text = file.text[:start] + f"{rewrite.function}({joined})" + file.text[closing + 1:]
+        new = f"{rewrite.function}({joined})"
+        file.text = file.text[:start] + new + file.text[closing + 1:]
+        code = code[:start] + blank_comments_and_strings(new) + code[closing + 1:]
         file.made[rewrite.id] += 1
         file.includes.update(rewrite.includes)
 
@@ -479,6 +526,12 @@ def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     _apply(edits, rewrite, file)
 
 
+NOT_DECLARED = "is not declared a tensor here (a parameter, a variable, an auto from a tensor call)"
+_KEPT_IN_AUTO = re.compile(r"\bauto\b\s*(?:const\b\s*)?&{0,2}\s*(\w+)\s*=\s*$")
+_MEMBER_NEXT = re.compile(r"\s*(?:\.|->)")
+_TYPE_META_DECLARED = re.compile(r"\bTypeMeta\s*&?\s*\w+\s*=\s*$")
+
+
 def _rename_method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     """RECEIVER.method() -> RECEIVER.rename() on a receiver the file declares a tensor (through
     ``->``: an optional or a pointer), unless what the old method returned is used in a way
@@ -496,15 +549,17 @@ def _rename_method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> No
         wanted = HANDLE if found.group(1) == "->" else TENSOR
         receiver = "" if start is None else code[start:found.start()].strip()
         line_start = code.rfind("\n", 0, found.start()) + 1
-        kept = re.search(r"\bauto\b\s*(?:const\b\s*)?&{0,2}\s*(\w+)\s*=\s*$", code[line_start:start or 0])
+        before, after = code[line_start:start or 0], code[found.end():]
+        kept = _KEPT_IN_AUTO.search(before)
         reason = None
         if start is None or declarations.kind(receiver, line) != wanted:
-            reason = (f"{receiver or 'the receiver'} is not declared a tensor here (a parameter, a variable, an auto from a tensor "
-                      f"call): if it is one, write .{rewrite.rename}() yourself")
-        elif re.match(r"\s*(?:\.|->)", code[found.end():]) or re.search(r"\bTypeMeta\s*&?\s*\w+\s*=\s*$", code[line_start:start]):
-            reason = f"what .{rewrite.method}() returns is used as itself (a caffe2::TypeMeta): rewrite that use, then the call"
-        elif kept and re.match(r"\s*;", code[found.end():]) and re.search(rf"\b{kept.group(1)}\s*(?:\.|->)\s*\w", code[found.end():]):
-            reason = f"{kept.group(1)} keeps what .{rewrite.method}() returns and a member of it is used: rewrite that use, then the call"
+            reason = f"{receiver or 'the receiver'} {NOT_DECLARED}: if it is one, write .{rewrite.rename}() yourself"
+        elif _MEMBER_NEXT.match(after) or _TYPE_META_DECLARED.search(before):
+            reason = (f"what .{rewrite.method}() returns is used as itself (a caffe2::TypeMeta): rewrite that use, "
+                      "then the call")
+        elif kept and re.match(r"\s*;", after) and re.search(rf"\b{kept.group(1)}\s*(?:\.|->)\s*\w", after):
+            reason = (f"{kept.group(1)} keeps what .{rewrite.method}() returns and a member of it is used: rewrite "
+                      "that use, then the call")
         if reason is not None:
             file.declined.append(Declined(line + 1, rewrite.id, reason))
             continue
@@ -515,11 +570,14 @@ def _rename_method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> No
     _apply(edits, rewrite, file)
 
 
-def _apply(edits: list[tuple[int, int, str]], rewrite: Rewrite, file: FileRewrite) -> None:
-    for start, end, new in reversed(edits):
+def _apply(edits: list[tuple[int, int, str]], rewrite: Rewrite, file: FileRewrite, removed: list[tuple[int, int]] | None = None
+           ) -> None:
+    """Each edit (start, end, new text, in order) is one made; each ``removed`` span is emptied."""
+    for start, end, new in sorted([*edits, *((start, end, "") for start, end in removed or [])], reverse=True):
         file.text = file.text[:start] + new + file.text[end:]
-        file.made[rewrite.id] += 1
-        file.includes.update(rewrite.includes)
+        if new:
+            file.made[rewrite.id] += 1
+            file.includes.update(rewrite.includes)
 
 
 def _trimmed(code: str, start: int, end: int) -> tuple[int, int]:
@@ -548,26 +606,45 @@ def _split_arguments(code: str, opening: int, closing: int) -> list[tuple[int, i
 
 
 _OPTIONS_OF = re.compile(r"(?P<tensor>[A-Za-z_]\w*)\s*\.\s*options\s*\(\s*\)")
-_NEW_OPTIONS = re.compile(r"(?:(?:at|torch|c10)::)?TensorOptions\s*\(\s*\)|(?=(?:at|torch)::(?:dtype|device)\s*\()(?:at|torch)::")
+# TensorOptions() then .dtype(X).device(D) in any order; or torch::dtype(X).device(D), torch::device(D).dtype(X)
+_NEW_OPTIONS = re.compile(r"(?:(?:at|torch|c10)::)?TensorOptions\s*\(\s*\)"
+                          r"|(?=(?:at|torch)::(?:dtype|device)\s*\()(?:at|torch)::")
+_SIZES_OF = re.compile(r"(.+)\.\s*sizes\s*\(\s*\)", re.S)
 _LINK = re.compile(r"\s*(?:\.\s*)?(?P<name>\w+)\s*\(")
 _DEVICE_OF = re.compile(r"(?P<tensor>.+?)\s*\.\s*device\s*\(\s*\)", re.S)
 
 
-def _from_options(code: str, opening: int, closing: int, declarations: Declarations, line: int
-                  ) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int] | None, tuple[int, int]] | str:
-    """For an ``empty``/``zeros`` call: the spans of its tensor A, its sizes, its dtype X (None:
-    A's own) and its options; or why the call is not of a form the rewrite reads."""
+@dataclass(frozen=True)
+class _Allocation:
+    """An ``empty``/``zeros`` call the rewrite reads: offsets in the step's text."""
+
+    tensor: str  # A, whose device (and layout) the new tensor takes
+    sizes: tuple[int, int]
+    dtype: tuple[int, int] | None  # None: A's own
+    options: tuple[int, int]
+    kept: _Declared | None  # the options variable (auto opts = A.options()) the call names
+
+
+def _from_options(code: str, opening: int, closing: int, declarations: Declarations, line: int) -> _Allocation | str:
+    """What an ``empty``/``zeros`` call allocates, or why it is not of a form the rewrite reads."""
     arguments = _split_arguments(code, opening, closing)
     if len(arguments) != 2:
-        return ("no tensor to take the device from (no options, or more than sizes and options): call torch::stable::empty"
-                "(sizes, dtype, layout, device) or torch::stable::new_empty(tensor, sizes, dtype) yourself")
+        return ("no tensor to take the device from (no options, or more than sizes and options): call "
+                "torch::stable::empty(sizes, dtype, layout, device) or torch::stable::new_empty(tensor, sizes, dtype) "
+                "yourself")
     (size_start, size_end), (options_start, options_end) = arguments
     sizes = code[size_start:size_end]
-    plain = re.fullmatch(r"[A-Za-z_]\w*", sizes) is not None
-    of_tensor = (match := re.fullmatch(r"(.+)\.\s*sizes\s*\(\s*\)", sizes, re.S)) is not None and declarations.kind(match.group(1), line) == TENSOR
+    plain = _IDENTIFIER.fullmatch(sizes) is not None
+    of_tensor = (match := _SIZES_OF.fullmatch(sizes)) is not None and declarations.kind(match.group(1), line) == TENSOR
     if not (plain or of_tensor or (sizes.startswith("{") and _close(sizes, 0) == len(sizes) - 1)):
-        return "the sizes are not a braced list, a name or a tensor's sizes(): pass them to torch::stable::new_empty yourself"
-    base = _OPTIONS_OF.match(code, options_start) or _NEW_OPTIONS.match(code, options_start)
+        return ("the sizes are not a braced list, a name or a tensor's sizes(): pass them to torch::stable::new_empty "
+                "yourself")
+    kept = None
+    base = _OPTIONS_OF.match(code, options_start)
+    if base is None and (named := _IDENTIFIER.match(code, options_start)):
+        kept = declarations.declared(named.group(), line)
+        base = named if kept is not None and kept.kind == OPTIONS else None
+    base = base or _NEW_OPTIONS.match(code, options_start)
     position = base.end() if base else options_start
     links: dict[str, tuple[int, int]] = {}
     while base is not None and position < options_end:
@@ -578,32 +655,37 @@ def _from_options(code: str, opening: int, closing: int, declarations: Declarati
             break
         links[link.group("name")] = (link.end(), end)
         position = end + 1
-    tensor: tuple[int, int] | None = None
+    tensor = None
     if base is not None and base.re is _OPTIONS_OF and set(links) <= {"dtype"}:
-        tensor = base.span("tensor")
-    elif base is not None and set(links) == {"dtype", "device"}:
+        tensor = base.group("tensor")
+    elif base is not None and base.re is _IDENTIFIER and kept is not None and set(links) <= {"dtype"}:
+        tensor = kept.of
+    elif base is not None and base.re is _NEW_OPTIONS and set(links) == {"dtype", "device"}:
         left, right = _trimmed(code, *links["device"])
         device = _DEVICE_OF.fullmatch(code, left, right)
-        tensor = None if device is None else device.span("tensor")
-    if tensor is None or declarations.kind(code[tensor[0]:tensor[1]], line) != TENSOR:
-        return ("the options are not A.options(), A.options().dtype(X) or dtype(X) with device(A.device()) of a tensor A the "
-                "file declares: pass the dtype to torch::stable::new_empty(A, sizes, dtype) yourself")
+        tensor = None if device is None else device.group("tensor").strip()
+    if tensor is None or declarations.kind(tensor, line) != TENSOR:
+        return ("the options are not A.options(), A.options().dtype(X), dtype(X) with device(A.device()), or a "
+                "variable holding A.options(), of a tensor A the file declares: pass the dtype to "
+                "torch::stable::new_empty(A, sizes, dtype) yourself")
     dtype = None
     if "dtype" in links:
         dtype = _trimmed(code, *links["dtype"])
         if not declarations.is_scalar_type(code[dtype[0]:dtype[1]], line):
-            return ("the dtype is not a ScalarType the file spells (an enumerator, a tensor's scalar_type(), a variable "
-                    "declared one): pass it to torch::stable::new_empty yourself")
-    return tensor, (size_start, size_end), dtype, (options_start, options_end)
+            return ("the dtype is not a ScalarType the file spells (an enumerator, a tensor's scalar_type(), a "
+                    "variable declared one): pass it to torch::stable::new_empty yourself")
+    return _Allocation(tensor, (size_start, size_end), dtype, (options_start, options_end), kept)
 
 
 def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     """``at::empty(SIZES, A.options().dtype(X))`` and its spellings -> ``new_empty(A, SIZES, X)``;
-    the line breaks of the call stay."""
+    the line breaks of the call stay. An options variable no call names any more goes (its
+    line is left empty, so the line numbers hold)."""
     assert rewrite.pattern is not None
     code = blank_comments_and_strings(file.text)
     declarations: Declarations | None = None
     edits: list[tuple[int, int, str]] = []
+    kept: set[_Declared] = set()
     for found in rewrite.pattern.finditer(code):
         line = _line_of(code, found.start())
         if not file.active[line]:
@@ -619,16 +701,31 @@ def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             continue
         if not _eligible(rewrite, file, line, torch_target):
             continue
-        tensor, sizes, dtype, options = read
         text = file.text
+        sizes, options, dtype = read.sizes, read.options, read.dtype
         breaks = "\n" * text.count("\n", options[0], options[1])
         if dtype is None:
             tail = "\n" * text.count("\n", sizes[1], options[0]) + breaks + text[options[1]:closing]
         else:
             tail = text[sizes[1]:options[0]] + text[dtype[0]:dtype[1]] + breaks + text[options[1]:closing]
-        new = f"{rewrite.mapping[found.group(1)]}({text[tensor[0]:tensor[1]]}, {text[sizes[0]:sizes[1]]}{tail})"
-        edits.append((found.start(), closing + 1, new))
-    _apply(edits, rewrite, file)
+        function = rewrite.mapping[found.group(1)]
+        edits.append((found.start(), closing + 1, f"{function}({read.tensor}, {text[sizes[0]:sizes[1]]}{tail})"))
+        if read.kept is not None:
+            kept.add(read.kept)
+    _apply(edits, rewrite, file, [line for line in (_unused(declared, code, edits) for declared in kept) if line])
+
+
+def _unused(declared: _Declared, code: str, edits: list[tuple[int, int, str]]) -> tuple[int, int] | None:
+    """The line of an options variable's declaration when nothing but the rewritten calls named it."""
+    if declared.line is None:
+        return None
+    starts = [0, *(m.end() for m in re.finditer("\n", code))]
+    scope = code[:starts[declared.last + 1] if declared.last + 1 < len(starts) else len(code)]
+    for use in re.finditer(rf"\b{re.escape(declared.name)}\b", scope[starts[declared.first]:]):
+        at = use.start() + starts[declared.first]
+        if not (declared.line[0] <= at < declared.line[1]) and not any(start <= at < end for start, end, _ in edits):
+            return None
+    return declared.line
 
 
 _DATA_PTR = re.compile(r"\.\s*data_ptr\s*<")
