@@ -381,7 +381,7 @@ def apply_series(tree: WorkTree, dep: Dependency, path: Path, state: CheckoutSta
         refused = refusal(f"{path}: git am failed: {git_error_line(result.stderr or result.stdout, result.returncode)}",
                           output, result.returncode)
         if refused is None and result.returncode > 0 and PATCH_FAILED in output:
-            refused = _refused_write(path / ".git")
+            refused = _refused_write(path / ".git", f"{path}: git am stopped at a patch")
         if refused is not None:
             raise refused
         if result.returncode < 0 or PATCH_FAILED not in output:
@@ -408,10 +408,11 @@ def apply_series(tree: WorkTree, dep: Dependency, path: Path, state: CheckoutSta
     return _match_commits(tree, dep, path, state, commits)
 
 
-def _refused_write(directory: Path) -> EnvironmentFailure | None:
+def _refused_write(directory: Path, what: str) -> EnvironmentFailure | None:
     """Whether the file system under ``directory`` refuses a small write now (full, over quota,
-    read-only, a file size limit): then a failed ``git am`` is the machine's doing, not a
-    conflict, whatever git printed about it."""
+    read-only, a file size limit): then ``what`` failed by the machine's doing, not as a
+    conflict, whatever git printed about it (git am can say a patch failed when it could
+    not write the result)."""
     import errno
 
     probe = directory / f".assemble-probe.{os.getpid()}"
@@ -421,10 +422,11 @@ def _refused_write(directory: Path) -> EnvironmentFailure | None:
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as error:
+        message = f"{what}, and {directory} refuses writes: {error.strerror or error}"
         if error.errno == errno.EFBIG:
-            return EnvironmentFailure(f"{directory}: {error.strerror}", hint=FILE_SIZE_LIMIT_HINT)
+            return EnvironmentFailure(message, hint=FILE_SIZE_LIMIT_HINT)
         refused = from_os_error(error)
-        return refused if isinstance(refused, EnvironmentFailure) else None
+        return EnvironmentFailure(message, hint=refused.hint) if isinstance(refused, EnvironmentFailure) else None
     finally:
         with contextlib.suppress(OSError):
             probe.unlink()

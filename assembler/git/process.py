@@ -91,7 +91,8 @@ def refusal(message: str, output: str, returncode: int) -> EnvironmentFailure | 
     import signal
 
     refused = environment_failure(message, output)
-    if refused is None and (returncode == -signal.SIGXFSZ or "File too large" in output):
+    if refused is None and (returncode == -signal.SIGXFSZ or "File too large" in output
+                            or f"died of signal {int(signal.SIGXFSZ)}" in output):  # one of git's own children
         refused = EnvironmentFailure(message, hint=FILE_SIZE_LIMIT_HINT)
     return refused
 

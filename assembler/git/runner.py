@@ -160,7 +160,7 @@ def missing_object(output: str | bytes | None) -> str | None:
 
 
 def git_error_line(output: str | bytes | None, status: int | str | None) -> str:
-    """git's first meaningful error line (hints dropped), for one-line error messages; a
+    """git's first meaningful error line (hints and warnings dropped), for one-line error messages; a
     repository missing objects is said as such, whichever line git put first."""
     text = output.decode(errors="replace") if isinstance(output, bytes) else output or ""
     missing = missing_object(text)
@@ -168,4 +168,5 @@ def git_error_line(output: str | bytes | None, status: int | str | None) -> str:
         return f"the mirror is incomplete (missing object {missing})"
     text = text.strip().replace("stderr: ", "").strip("'\n ")
     lines = [line for line in text.splitlines() if line.strip() and not line.startswith("hint:")]
+    lines = [line for line in lines if not line.startswith("warning:")] or lines  # a warning is not why it failed
     return lines[0] if lines else f"git exited with {status}"
