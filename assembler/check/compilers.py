@@ -134,12 +134,17 @@ class NvccPasses:
 SOURCE_MARK = "assemble-check-unit.cu"
 
 
+def gencode(archs: tuple[str, ...]) -> list[str]:
+    """nvcc's -gencode flags for the manifest's arch spelling (9.0a -> compute_90a, sm_90a)."""
+    return [f"-gencode=arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}" for a in archs]
+
+
 def nvcc_passes(toolkit: CudaToolkit, archs: tuple[str, ...], std: str = DEFAULT_STD, extra: tuple[str, ...] = ()) -> NvccPasses:
     """Read what ``nvcc -M`` would run for ``archs`` (manifest spelling, 9.0a), ``std`` and the
     nvcc flags ``extra`` from ``--dryrun``: the host-compiler preprocessing of the device code
     per architecture and of the host code."""
-    gencode = [f"-gencode=arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}" for a in archs]
-    command = [str(toolkit.nvcc), "--dryrun", "-M", f"-std={std}", *extra, *gencode, "-x", "cu", SOURCE_MARK, "-o", os.devnull]
+    command = [str(toolkit.nvcc), "--dryrun", "-M", f"-std={std}", *extra, *gencode(archs), "-x", "cu", SOURCE_MARK,
+               "-o", os.devnull]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=120,
                                 env=toolkit.environment(dict(os.environ)), check=False)

@@ -1,13 +1,18 @@
 """`assemble migrate DEP [--style FILE] [--dry-run]`: the mechanical part of a Stable-ABI
 migration as commits on assemble/DEP (one per step), with a report of what is left by
-file:line and check's verdict before and after."""
+file:line, the compile proof of every rewritten file (what does not compile is not committed)
+and check's verdict before and after."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from assembler.cli.common import add_format, open_workspace
+
+if TYPE_CHECKING:
+    from assembler.migration.migrate import MigrateReport
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
         out.append(f"declined {item['at']}: {item['rewrite']}: {item['reason']}")
     for item in report.remaining:
         out.append(f"left {item['at']}: {item['api']} ({item['kind']}): {item['approach']}")
+    out += proof_lines(report)
     if report.formatted_with is not None:
         out.append(f"formatted: the touched lines only, in the style of {report.formatted_with} (clang-format --lines)")
     out += [f"warning: not formatted: {error}" for error in report.format_errors]
@@ -56,3 +62,27 @@ def run(args: argparse.Namespace) -> int:
         out.append(f"next: review with `assemble review {report.dep}` after `assemble export {report.dep}`")
     sys.stdout.write(clean_block("\n".join(out)) + "\n")  # paths, diffs and reasons come from the fork: data
     return 0
+
+
+def proof_lines(report: MigrateReport) -> list[str]:
+    """What the compile proof found: how many rewritten files compile, the rewrites not committed
+    (work for a person: a table of the file, the compiler's first error and the unit it came
+    from), the unstable includes kept, and the files nothing could prove."""
+    proof = report.proof
+    if not proof.compiled:
+        return [f"proof: {proof.reason}"] if proof.reason else []
+    out = [f"proof: {len(proof.proven)} of {proof.changed} rewritten files proven to compile, "
+           f"{len(proof.not_committed)} not committed ({len(proof.units)} units compiled, {proof.seconds:.1f} s)"]
+    if proof.not_committed:
+        from assembler.report.table import TextTable
+
+        table = TextTable("file", "first error", "unit", text=("first error",),
+                          title="not committed, work for a person: the rewritten file does not compile")
+        for item in proof.not_committed:
+            table.add_row(item["file"], f"{item['at']}: {item['error']}", item["unit"])
+        out.append(table.text_for().rstrip("\n"))
+    for item in proof.includes_kept:
+        out.append(f"kept the unstable includes of {item['file']}: {item['unit']} does not compile without them "
+                   f"({item['at']}: {item['error']})")
+    out += [f"not proven {item['file']}: {item['reason']}" for item in proof.not_proven]
+    return out

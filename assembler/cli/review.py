@@ -1,6 +1,7 @@
 """`assemble review DEP [PATCH...]`: every hunk of a migration series judged by the token
-criterion (format only, API-only, or FLAGGED with the tokens that differ); exit 1 while a
-flagged hunk is not acknowledged by a ``Migration-Review:`` trailer."""
+criterion (format only, API-only, or FLAGGED with the tokens that differ) and by a compile of
+the series' result (a hunk whose lines do not compile is FLAGGED with the compiler's message);
+exit 1 while a flagged hunk is not acknowledged by a ``Migration-Review:`` trailer."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("review", help="token review of a migration series: flags hunks that change more than the torch API")
     parser.add_argument("dep", metavar="DEP", help="the dependency whose series is reviewed")
     parser.add_argument("patches", nargs="*", metavar="PATCH", help="patch files of the series (default: all of them)")
+    parser.add_argument("--no-compile", action="store_true",
+                        help="judge the tokens only; do not compile the series' result in forks/DEP")
     add_format(parser, markdown=True)
     parser.set_defaults(handler=run)
 
@@ -24,12 +27,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     import sys
 
-    from assembler.migration.review import run_review
-    from assembler.report.output import emit_json
+    from assembler.migration.review import compile_series, run_review
+    from assembler.report.output import emit_json, note
 
     workspace = open_workspace(args)
     dep = workspace.manifest.select([args.dep])[0]
     report = run_review(dep.name, dep.patches_dir, dep.series, list(args.patches))
+    if args.no_compile:
+        report.compile.reason = "not asked to (--no-compile)"
+    else:
+        compile_series(report, workspace, dep, note)
     if args.format == "json":
         emit_json(report.to_json())
     else:
@@ -74,10 +81,37 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
             for row in rows[1:]:
                 table.add_row(*row)
             out.append(table.text_for())  # fitted to stdout: boxes on a terminal, plain columns piped
+        for hunk in patch.hunks:
+            if hunk.compile_error is not None:
+                line = f"{hunk.id} does not compile: {hunk.compile_error}"
+                out.append(f"- {line.replace('|', chr(92) + '|')}" if markdown else _wrapped(line))
         for ack in patch.unknown_acknowledgements:
             out.append(f"{'- ' if markdown else ''}Migration-Review: {ack}: names no hunk of this patch (write FILE#N or FILE:LINE)")
         out.append("")
+    out.append(_wrapped(compile_line(report)))
     flagged = sum(len(p.unacknowledged) for p in report.patches)
     out.append(f"{report.dep}: {flagged} flagged hunks not acknowledged" if flagged else f"{report.dep}: every hunk is API-only, "
                "format-only or acknowledged")
     return "\n".join(out) + "\n"
+
+
+def compile_line(report: ReviewReport) -> str:
+    """What the compile of the series' result covered, or why it did not run."""
+    check = report.compile
+    if not check.compiled:
+        return f"not compiled: {check.reason}"
+    bad = sum(1 for p in report.patches for h in p.hunks if h.compile_error is not None)
+    text = (f"compiled: {len(check.units)} units of the series' result as the build compiles them "
+            f"({sum(1 for unit in check.units if unit['ok'])} compile; {bad} hunks do not)")
+    for item in check.not_proven:
+        text += f"; not proven: {item['unit']}: {item['error']}"
+    return text
+
+
+def _wrapped(text: str) -> str:
+    """One note, wrapped between words at stdout's width (80 columns when piped)."""
+    import sys
+
+    from assembler.report.table import layout, paragraph
+
+    return paragraph(text, layout(sys.stdout)[0], hang="  ").rstrip("\n")

@@ -8,6 +8,15 @@ mechanical rewrite, rewrites declined for a hazard or the torch-target) is repor
 how many units went from UNSTABLE to CLEAN. When the dependency has a ``.clang-format``, the
 lines each step touched are formatted in that style and no other line (migration/clangformat.py).
 
+Nothing is committed unproven where a proof is possible (migration/proof.py): each file is
+migrated through every step in memory (once keeping its unstable includes and, when no use is
+left in it, once without them), the units that read the rewritten files are compiled before
+and after, and a file whose units stop compiling goes back to its unstable includes, then to
+what it held, and is reported with the compiler's first error as work for a person. A step's
+intermediate state is not compiled: a type rewrite needs the call rewrites of the next step
+(``torch::stable::Tensor`` has no ``.contiguous()``), so the unit of proof is a file's whole
+migration; the commits stay one per step. A dirty checkout is refused before any of this.
+
 pybind11 modules are not converted here yet: they are reported (the pybind11 surface of
 `assess` says what to convert), as are TensorOptions, device guards and streams."""
 
@@ -20,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assembler.errors import InputError, WouldLoseWorkError
 from assembler.manifest import Dependency
@@ -38,6 +47,10 @@ from assembler.migration.rewrite import (
 )
 from assembler.migration.rules import RuleSet, load_rules, match_rules
 from assembler.workspace import Workspace
+
+if TYPE_CHECKING:
+    from assembler.builder.units import TranslationUnit
+    from assembler.migration.proof import Compiled, CompileError
 
 Note = Callable[[str], None]
 AUTHOR = {"GIT_AUTHOR_NAME": "assemble migrate", "GIT_AUTHOR_EMAIL": "assemble@localhost"}
@@ -71,6 +84,29 @@ class CheckSummary:
 
 
 @dataclass
+class ProofSummary:
+    """What the compile proof (migration/proof.py) found: the files proven to compile, the
+    rewrites not committed because their file stopped compiling (work for a person, with the
+    compiler's first error), the unstable includes kept because a unit needs them, and the
+    files no unit could prove (a unit that did not compile before the rewrite proves nothing)."""
+
+    compiled: bool = False
+    reason: str | None = None  # why nothing was compiled
+    changed: int = 0  # files the rewrites changed
+    proven: list[str] = field(default_factory=list)
+    not_proven: list[dict[str, Any]] = field(default_factory=list)  # {"file", "reason"}
+    not_committed: list[dict[str, Any]] = field(default_factory=list)  # {"file", "at", "error", "unit"}
+    includes_kept: list[dict[str, Any]] = field(default_factory=list)  # {"file", "at", "error", "unit"}
+    units: list[dict[str, Any]] = field(default_factory=list)  # each proving unit's last compile
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"compiled": self.compiled, "reason": self.reason, "changed": self.changed, "proven": len(self.proven),
+                "proven_files": self.proven, "not_proven": self.not_proven, "not_committed": self.not_committed,
+                "includes_kept": self.includes_kept, "units": self.units, "seconds": round(self.seconds, 3)}
+
+
+@dataclass
 class MigrateReport:
     dep: str
     rewrites_version: str
@@ -84,6 +120,7 @@ class MigrateReport:
     seconds: float = 0.0
     formatted_with: str | None = None  # the project's clang-format style file the touched lines were formatted in
     format_errors: list[str] = field(default_factory=list)
+    proof: ProofSummary = field(default_factory=ProofSummary)
 
     @property
     def went_clean(self) -> int | None:
@@ -97,7 +134,7 @@ class MigrateReport:
                 "check": {"before": None if self.before is None else self.before.to_json(),
                           "after": None if self.after is None else self.after.to_json(), "went_clean": self.went_clean},
                 "clang_format": {"style": self.formatted_with, "errors": self.format_errors},
-                "seconds": round(self.seconds, 3)}
+                "proof": self.proof.to_json(), "seconds": round(self.seconds, 3)}
 
 
 def read_style(path: Path | None) -> dict[str, str]:
@@ -130,63 +167,273 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
     ruleset = load_rules()
     report = MigrateReport(dep.name, rewrites.version, dry_run)
     with workspace.lock():
+        checkout = workspace.fork_path(dep)
+        if not dry_run:  # before any work: assess alone preprocesses every unit (minutes on a real tree)
+            refuse_dirty(checkout, dep.name)
         assessed = run_assess(workspace, [dep.name], note=note).deps[0]
         if assessed.error is not None:
             raise assessed.error
-        checkout = workspace.fork_path(dep)
         tree = WorkTree(checkout)
-        dirty = tree.dirty()
-        if dirty and not dry_run:
-            raise WouldLoseWorkError(f"{dep.name}: forks/{dep.name} has uncommitted edits ({', '.join(dirty[:5])})",
-                                     hint=f"commit or stash them in forks/{dep.name} first; migrate commits its own steps")
         if check and not dry_run:
             report.before = _check(workspace, dep.name, note)
         files = {path: FileRewrite(path.read_text(encoding="utf-8"), _flags(path, lines)) for path, lines in sorted(assessed.active.items())}
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
         modules = _pybind11_modules(workspace, dep, files, report, checkout, key)
-        needed, keep_unstable = _plan(files, rewrites, dep.torch_target, style, ruleset, modules)
-        for step, subject in rewrites.steps.items():
+        needed, left = _plan(files, rewrites, dep.torch_target, style, ruleset, modules)
+        variants = {path: _variants(path, file, rewrites, dep.torch_target, style, modules, needed[path], left[path],
+                                    checkout, report) for path, file in files.items()}
+        anywhere = any(left.values())  # unproven: the unstable includes go only when no use is left anywhere
+        if dry_run:
+            report.proof.reason = "dry run: nothing written, nothing compiled"
+            chosen = {path: _default(runs, anywhere) for path, runs in variants.items()}
+        else:
+            chosen = _prove(workspace, dep, checkout, files, variants, anywhere, report.proof, note)
+        for index, (step, subject) in enumerate(rewrites.steps.items()):
             result = StepResult(step, subject)
             originals: dict[Path, str] = {}  # what each changed file held before this step
-            for path, file in files.items():
-                before = file.text
-                made_before = Counter(file.made)
-                if step == "registration" and path in modules:
-                    _apply_modules(file, modules[path])
-                apply_step(rewrites.of_step(step), file, dep.torch_target, style)
-                if step == "headers-and-types":
-                    rewrite_includes(file, needed[path], rewrites.unstable_includes, keep_unstable)
-                if file.text != before:
-                    _format_touched(file, before, path, checkout, report)
-                    rel = path.relative_to(checkout).as_posix()
-                    result.files.append(rel)
-                    result.made += file.made - made_before
-                    result.diff += "".join(difflib.unified_diff(before.splitlines(True), file.text.splitlines(True), f"a/{rel}", f"b/{rel}"))
-                    originals[path] = before
+            texts: dict[Path, str] = {}
+            for path, run in chosen.items():
+                if run is None or run.texts[index + 1] == run.texts[index]:
+                    continue
+                before, after = run.texts[index], run.texts[index + 1]
+                rel = path.relative_to(checkout).as_posix()
+                result.files.append(rel)
+                result.made += run.made[index]
+                result.diff += "".join(difflib.unified_diff(before.splitlines(True), after.splitlines(True),
+                                                            f"a/{rel}", f"b/{rel}"))
+                originals[path], texts[path] = before, after
             if not result.files:
                 continue
             result.subject = _subject(subject, result.made)
             if not dry_run:
-                _commit_step(tree, result, rewrites, step, {path: files[path].text for path in originals}, originals)
+                _commit_step(tree, result, rewrites, step, texts, originals)
             report.steps.append(result)
         for path, file in files.items():
             rel = path.relative_to(checkout).as_posix()
-            report.declined += [as_json(d, rel) for d in _unique(file.declined)]
-            active = {i + 1 for i, flag in enumerate(file.active) if flag}
-            for found in match_rules(ruleset, blank_comments_and_strings(file.text), active):
+            run = chosen.get(path)
+            final = file if run is None else run.final
+            if run is not None:
+                report.declined += [as_json(d, rel) for d in _unique(final.declined)]
+                report.schemas += [schema for edit in modules.get(path, []) for schema in edit.schemas]
+            active = {i + 1 for i, flag in enumerate(final.active) if flag}
+            for found in match_rules(ruleset, blank_comments_and_strings(final.text), active):
                 report.remaining.append({"at": f"{rel}:{found.line}", "rule": found.rule.id, "api": found.rule.api,
                                          "kind": found.rule.kind.value, "stable": found.rule.stable,
                                          "approach": found.rule.way_round or found.rule.stable or ""})
-            for schema, approach in (item for edit in modules.get(path, []) for item in edit.unsure):
-                where = file.text.find(f'm.def("{schema}")')
-                report.remaining.append({"at": f"{rel}:{file.text.count(chr(10), 0, max(where, 0)) + 1}", "rule": "schema-mutation",
+            for schema, approach in (item for edit in (modules.get(path, []) if run else []) for item in edit.unsure):
+                where = final.text.find(f'm.def("{schema}")')
+                line = final.text.count("\n", 0, max(where, 0)) + 1
+                report.remaining.append({"at": f"{rel}:{line}", "rule": "schema-mutation",
                                          "api": "the arguments a schema marks written", "kind": "judgment", "stable": None,
                                          "approach": approach})
         if check and not dry_run:
             report.after = _check(workspace, dep.name, note)
     report.seconds = time.monotonic() - started
     return report
+
+
+def refuse_dirty(checkout: Path, name: str) -> None:
+    """Uncommitted edits in forks/DEP would be mixed into migrate's commits: refused, naming up
+    to five of them, before anything else runs (WouldLoseWorkError, exit 4)."""
+    from assembler.git.process import WorkTree
+
+    if not (checkout / ".git").exists():
+        return  # no checkout yet: assess makes it, clean
+    dirty = WorkTree(checkout).dirty()
+    if dirty:
+        more = f" and {len(dirty) - 5} more" if len(dirty) > 5 else ""
+        raise WouldLoseWorkError(f"{name}: forks/{name} has uncommitted edits ({', '.join(dirty[:5])}{more})",
+                                 hint=f"commit them (or move them away) in forks/{name} first; migrate commits its "
+                                      f"own steps there, or run `assemble migrate {name} --dry-run` to see them "
+                                      "without writing")
+
+
+@dataclass
+class FileRun:
+    """One file through every step: its text before the first and after each (formatted), what
+    each step made, and the last state (declined rewrites, active lines)."""
+
+    texts: list[str]
+    made: list[Counter[str]]
+    final: FileRewrite
+
+    @property
+    def changed(self) -> bool:
+        return self.texts[-1] != self.texts[0]
+
+
+Variants = list[tuple[str, "FileRun | None"]]  # ("drop" | "keep", run), most migrated first; None: no change
+DROP, KEEP, ORIGINAL = "drop", "keep", "original"
+
+
+def _variants(path: Path, file: FileRewrite, rewrites: RewriteSet, target: str, style: dict[str, str],
+              modules: dict[Path, list[ModuleEdit]], needed: set[str], left: bool, checkout: Path,
+              report: MigrateReport) -> Variants:
+    """The file migrated keeping its unstable includes and, when no use is left in it, also
+    without them (which one is committed the compile proof decides)."""
+    keep = _run_file(path, file, rewrites, target, style, modules, needed, True, checkout, report)
+    found: Variants = []
+    if not left:
+        drop = _run_file(path, file, rewrites, target, style, modules, needed, False, checkout, report)
+        if drop.texts[-1] != keep.texts[-1]:
+            found.append((DROP, drop))
+    found.append((KEEP, keep if keep.changed else None))
+    return found
+
+
+def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: str, style: dict[str, str],
+              modules: dict[Path, list[ModuleEdit]], needed: set[str], keep_unstable: bool, checkout: Path,
+              report: MigrateReport) -> FileRun:
+    file = FileRewrite(original.text, list(original.active))
+    run = FileRun([file.text], [], file)
+    for step in rewrites.steps:
+        before = file.text
+        made_before = Counter(file.made)
+        if step == "registration" and path in modules:
+            _apply_modules(file, modules[path])
+        apply_step(rewrites.of_step(step), file, target, style)
+        if step == "headers-and-types":
+            rewrite_includes(file, needed, rewrites.unstable_includes, keep_unstable)
+        if file.text != before:
+            _format_touched(file, before, path, checkout, report)
+        run.texts.append(file.text)
+        run.made.append(file.made - made_before)
+    return run
+
+
+def _default(variants: Variants, anywhere: bool) -> FileRun | None:
+    """Without a proof: the unstable includes go only when the whole dependency is clean."""
+    labels = dict(variants)
+    return labels[DROP] if DROP in labels and not anywhere else labels[KEEP]
+
+
+def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Path, FileRewrite],
+           variants: dict[Path, Variants], anywhere: bool, summary: ProofSummary,
+           note: Note) -> dict[Path, FileRun | None]:
+    """Each changed file's most migrated form whose units still compile (migration/proof.py):
+    every changed file written in that form, the units that prove them compiled; a unit that
+    compiled before and not now first gets back the unstable includes its files dropped, then
+    the files its errors are in (else all its rewritten files) go back to what they held. The
+    checkout is left as it was; the commits write the chosen forms step by step."""
+    from assembler.migration import proof
+
+    started = time.monotonic()
+    options = {path.resolve(): [*runs, (ORIGINAL, None)] for path, runs in variants.items()
+               if any(run for _, run in runs)}
+    summary.changed = len(options)
+    if not options:
+        summary.reason = "nothing to rewrite"
+        return {}
+    key = {path.resolve(): path for path in files}  # the proof's spelling (the checkout's real path) -> the caller's
+    prover = proof.Prover(workspace, dep, checkout, note)
+    texts = {path.resolve(): (file.text, file.active) for path, file in files.items()}
+    reads = {unit.path: proof.static_reads(unit, prover.checkout, texts.get) for unit in prover.units}
+    note(f"{dep.name}: compiling the units that read the {len(options)} rewritten files, before and after")
+    chosen, before = proof.baseline_cover(prover, options, reads)
+    summary.compiled = True
+    for path in options:
+        if not chosen.proves.get(path):  # nothing can prove it: as without a proof
+            default = _default(variants[key[path]], anywhere)
+            options[path] = [*[(label, run) for label, run in options[path] if run is default][:1], (ORIGINAL, None)]
+    level = dict.fromkeys(options, 0)
+    last = {path: result for path, result in before.items() if result.ok}
+    saved = {path: path.read_bytes() for path in options}
+    kept: dict[Path, tuple[str, CompileError, str, FileRun | None]] = {}  # file, error, unit, the error's file's form
+    failed: list[tuple[str, CompileError, str, FileRun | None]] = []
+
+    def label(path: Path) -> str:
+        return options[path][level[path]][0]
+
+    def rewritten(paths: set[Path] | frozenset[Path]) -> set[Path]:
+        """Those of ``paths`` that a proof covers and that are now in a rewritten form."""
+        return {path for path in paths if path in options and chosen.proves.get(path) and label(path) != ORIGINAL}
+
+    def outcome(unit: Path) -> proof.Compiled:
+        """The unit's last compile; back to what it held before when no rewritten file is left in it."""
+        return last.get(unit, before[unit]) if rewritten(reads[unit]) else before[unit]
+
+    try:
+        todo = [unit for unit in chosen.units if rewritten(reads[unit.path])]
+        while todo:
+            written = {path: forms[level[path]][1] for path, forms in options.items()}
+            for path, run in written.items():
+                _write(path, run.texts[-1] if run is not None else saved[path])
+            advanced: set[Path] = set()
+            for result in prover.again(todo):
+                last[result.unit.path] = result
+                if result.ok:
+                    reads[result.unit.path] = set(result.reads) | {result.unit.path}
+                    continue
+                mine = sorted(rewritten(reads[result.unit.path] | result.reads))
+                culprits = ([path for path in mine if label(path) == DROP]
+                            or [path for path in mine if result.first_in(path)] or mine)
+                for path in culprits:
+                    was = label(path)
+                    level[path] += 1
+                    advanced.add(path)
+                    error = result.first_in(path) or result.errors[0]
+                    entry = (key[path].relative_to(checkout).as_posix(), error, result.unit.source,
+                             written.get(error.path) if error.path is not None else None)
+                    if was == DROP:  # the unstable includes stay: the unit needs them
+                        kept[path] = entry
+                    else:
+                        kept.pop(path, None)
+                        failed.append(entry)
+            todo = [unit for unit in chosen.units if rewritten(reads[unit.path])
+                    and (reads[unit.path] & advanced or not last.get(unit.path, before[unit.path]).ok)]
+            if not advanced:
+                break  # a failure that no rewritten file of the unit answers for: reported as not proven
+    finally:
+        for path, data in saved.items():
+            _write(path, data)
+
+    def where(error: CompileError, then: FileRun | None) -> str:
+        """The error's place; in a file left as it was, the line the rewritten one came from
+        (the include step moves lines)."""
+        if error.path is None or then is None or error.path not in options or label(error.path) != ORIGINAL:
+            return error.at
+        line = _line_before(then.texts[0], then.texts[-1], error.line)
+        return f"{key[error.path].relative_to(checkout).as_posix()}:{line}"
+
+    summary.includes_kept = [{"file": file, "at": where(error, then), "error": error.text, "unit": unit}
+                             for file, error, unit, then in kept.values()]
+    summary.not_committed = [{"file": file, "at": where(error, then), "error": error.text, "unit": unit}
+                             for file, error, unit, then in failed]
+    summary.units = [outcome(unit.path).to_json() for unit in chosen.units]
+    for path in sorted(options):
+        if label(path) == ORIGINAL:
+            continue
+        rel = key[path].relative_to(checkout).as_posix()
+        provers = chosen.proves.get(path, [])
+        if provers and all(outcome(unit.path).ok for unit in provers):
+            summary.proven.append(rel)
+        else:
+            why = _unproven(path, prover.units, reads, before, chosen.unread)
+            summary.not_proven.append({"file": rel, "reason": why})
+    summary.seconds = time.monotonic() - started
+    return {key[path]: options[path][level[path]][1] for path in options}
+
+
+def _line_before(before: str, after: str, line: int) -> int:
+    """The line of ``before`` that line ``line`` of ``after`` came from (1-based)."""
+    matcher = difflib.SequenceMatcher(a=before.splitlines(), b=after.splitlines(), autojunk=False)
+    for _, i1, i2, j1, j2 in matcher.get_opcodes():
+        if j1 < line <= j2 or (j1 == j2 == line - 1):
+            return min(i1 + (line - 1 - j1), max(i2 - 1, i1)) + 1
+    return line
+
+
+def _unproven(path: Path, units: list[TranslationUnit], reads: dict[Path, set[Path]], before: dict[Path, Compiled],
+              unread: list[Path]) -> str:
+    """Why no compile proves ``path``: no unit reads it, or those that do did not compile before."""
+    if path in unread:
+        return "no unit the build compiles reads it"
+    tried = [before[unit.path] for unit in units if path in reads.get(unit.path, set()) and unit.path in before]
+    failed = [result for result in tried if not result.ok]
+    if failed:
+        return f"{failed[0].unit.source} did not compile before the rewrite either: {failed[0].first}"
+    return "a unit that reads it stopped compiling for a reason outside the rewritten files"
 
 
 def _commit_step(tree: Any, result: StepResult, rewrites: RewriteSet, step: str, texts: dict[Path, str],
@@ -223,15 +470,22 @@ def _format_touched(file: FileRewrite, before: str, path: Path, checkout: Path, 
     rel = path.relative_to(checkout).as_posix()
     binary = executable()
     if binary is None:
-        report.format_errors.append(f"{rel}: {style.name} found, but clang-format is not installed (pip install clang-format)")
+        _once(report.format_errors,
+              f"{rel}: {style.name} found, but clang-format is not installed (pip install clang-format)")
         return
     try:
         formatted = reformat(file.text, file.active, touched_lines(before, file.text), path, style, binary)
     except FormatFailed as error:
-        report.format_errors.append(f"{rel}: {error}; left as rewritten")
+        _once(report.format_errors, f"{rel}: {error}; left as rewritten")
         return
     file.text, file.active = formatted.text, formatted.active
     report.formatted_with = style.relative_to(checkout.resolve()).as_posix()
+
+
+def _once(found: list[str], message: str) -> None:
+    """A file is migrated in more than one form (with and without its unstable includes): say it once."""
+    if message not in found:
+        found.append(message)
 
 
 def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, FileRewrite], report: MigrateReport,
@@ -270,7 +524,6 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
                                      "reason": f"torch._C.parse_schema refused {schema!r}: {error}"} for schema, error in refused]
             else:
                 kept.append(edit)
-                report.schemas += edit.schemas
         if kept:
             found[path] = kept
     return found
@@ -306,12 +559,12 @@ def _flags(path: Path, lines: set[int]) -> list[bool]:
 
 
 def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, style: dict[str, str],
-          ruleset: RuleSet, modules: dict[Path, list[ModuleEdit]]) -> tuple[dict[Path, set[str]], bool]:
+          ruleset: RuleSet, modules: dict[Path, list[ModuleEdit]]) -> tuple[dict[Path, set[str]], dict[Path, bool]]:
     """A trial run of every step on copies: the stable headers each file will need, and
-    whether any use is left anywhere (then the unstable includes stay, so what is not yet
-    migrated still compiles)."""
+    whether a use is left in it (then its unstable includes stay, so what is not yet migrated
+    still compiles; without one, the proof decides whether they go)."""
     needed: dict[Path, set[str]] = {}
-    left = False
+    left: dict[Path, bool] = {}
     for path, file in files.items():
         trial = FileRewrite(file.text, list(file.active))
         if path in modules:
@@ -320,7 +573,8 @@ def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, sty
             apply_step(rewrites.of_step(step), trial, target, style)
         needed[path] = set(trial.includes)
         active = {i + 1 for i, flag in enumerate(trial.active) if flag}
-        left = left or any(not m.rule.id.startswith("include-") for m in match_rules(ruleset, blank_comments_and_strings(trial.text), active))
+        found = match_rules(ruleset, blank_comments_and_strings(trial.text), active)
+        left[path] = any(not m.rule.id.startswith("include-") for m in found)
     return needed, left
 
 
@@ -346,7 +600,7 @@ def _body(result: StepResult, rewrites: RewriteSet) -> str:
     return "\n".join(lines)
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, text: str | bytes) -> None:
     from assembler.fsutil import atomic_write
 
     atomic_write(path, text)

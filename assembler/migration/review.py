@@ -6,20 +6,34 @@ pybind11 includes) from both sides: if the identifiers, literals and operators l
 in order, the hunk is API-only; else it is FLAGGED, with the tokens that differ, for a person
 to read. A flagged hunk is acknowledged by a ``Migration-Review: FILE#N reason`` trailer in the
 patch's message (N: the hunk's number within that file, from 1; ``FILE:LINE``, the new side's
-first line, also names it)."""
+first line, also names it).
+
+Tokens do not say whether a hunk compiles (``x.contiguous()`` for ``torch::stable::contiguous(x)``
+is API-only and does not). So the series' result, forks/DEP at the pin plus the series, is
+compiled too (:mod:`assembler.migration.proof`: each unit that reads a touched file, once, in
+the build's compile model) and each error is put on the hunk that wrote its line (``git
+blame``: the series' commit, then the hunk whose new side holds the line); an error on a line
+the series did not write goes to the first hunk of the last patch that touched its file (an
+include it removed, say). Such a hunk is FLAGGED with the compiler's message."""
 
 from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assembler.errors import InputError
 from assembler.migration.lexer import strip_comments, tokens
 from assembler.migration.rules import RuleSet, load_rules
+
+if TYPE_CHECKING:
+    from assembler.manifest import Dependency
+    from assembler.migration.proof import Compiled, CompileError
+    from assembler.workspace import Workspace
 
 TRAILER = "Migration-Review"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
@@ -71,6 +85,8 @@ class Hunk:
     removed_tokens: list[str] = field(default_factory=list)  # left after the vocabulary, on the old side only
     added_tokens: list[str] = field(default_factory=list)
     acknowledged: str | None = None  # the trailer's reason
+    compile_error: str | None = None  # the first error the series' result has on this hunk's lines ("file:line: text")
+    new_lines: int = 1  # how many lines its new side spans (the header's count)
 
     @property
     def id(self) -> str:
@@ -86,7 +102,7 @@ class Hunk:
         return {"id": self.id, "file": self.file, "number": self.number, "old_start": self.old_start, "new_start": self.new_start,
                 "header": self.header, "verdict": self.verdict.value, "removed_tokens": self.removed_tokens,
                 "added_tokens": self.added_tokens, "reordered": self.reordered, "acknowledged": self.acknowledged,
-                "removed_lines": len(self.removed), "added_lines": len(self.added)}
+                "compile_error": self.compile_error, "removed_lines": len(self.removed), "added_lines": len(self.added)}
 
 
 @dataclass
@@ -107,10 +123,26 @@ class PatchReview:
 
 
 @dataclass
+class SeriesCompile:
+    """The series' result compiled: which units, and what no hunk answers for."""
+
+    compiled: bool = False
+    reason: str | None = None  # why it was not compiled (no checkout, not the pin plus the series, edits)
+    units: list[dict[str, Any]] = field(default_factory=list)
+    not_proven: list[dict[str, str]] = field(default_factory=list)  # {"unit", "error"}: a header this machine lacks
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"compiled": self.compiled, "reason": self.reason, "units": self.units, "not_proven": self.not_proven,
+                "seconds": round(self.seconds, 3)}
+
+
+@dataclass
 class ReviewReport:
     dep: str
     rules_version: str
     patches: list[PatchReview] = field(default_factory=list)
+    compile: SeriesCompile = field(default_factory=SeriesCompile)
 
     @property
     def exit_code(self) -> int:
@@ -120,7 +152,8 @@ class ReviewReport:
         return {"dep": self.dep, "rules_version": self.rules_version,
                 "flagged": sum(len(p.unacknowledged) for p in self.patches),
                 "acknowledged": sum(1 for p in self.patches for h in p.hunks if h.acknowledged is not None),
-                "patches": [p.to_json() for p in self.patches]}
+                "not_compiling": sum(1 for p in self.patches for h in p.hunks if h.compile_error is not None),
+                "compile": self.compile.to_json(), "patches": [p.to_json() for p in self.patches]}
 
 
 def vocabulary(ruleset: RuleSet) -> frozenset[str]:
@@ -205,7 +238,7 @@ def parse_patch(text: str) -> tuple[str, list[str], list[Hunk]]:
             current = None
             if Path(file).suffix in CODE_SUFFIXES:
                 counts[file] = counts.get(file, 0) + 1
-                current = Hunk(file, counts[file], int(match[1]), int(match[3]), line)
+                current = Hunk(file, counts[file], int(match[1]), int(match[3]), line, new_lines=new_left)
                 hunks.append(current)
     return subject, acks, hunks
 
@@ -250,3 +283,110 @@ def run_review(dep_name: str, patches_dir: Path, series: tuple[str, ...], names:
     for path in chosen:
         report.patches.append(review_patch(path, words))
     return report
+
+
+def compile_series(report: ReviewReport, workspace: Workspace, dep: Dependency,
+                   note: Callable[[str], None] = lambda _: None) -> None:
+    """Compile the series' result (forks/DEP, exactly the pin plus the series) once per unit
+    that reads a touched file, and flag each hunk an error lands on (module docstring)."""
+    import time
+
+    from assembler.git.process import WorkTree
+    from assembler.git.state import pinned_state, read_head
+    from assembler.migration import proof
+
+    started = time.monotonic()
+    check = report.compile
+    checkout = workspace.fork_path(dep)
+    with workspace.lock():
+        if not (checkout / ".git").exists():
+            check.reason = f"no checkout of {dep.name} to compile (`assemble checkout {dep.name}` makes one)"
+            return
+        state = pinned_state(checkout, dep)
+        if state is None or read_head(checkout) != state.head:
+            check.reason = (f"forks/{dep.name} is not the pinned commit plus this series (`assemble checkout "
+                            f"{dep.name}`, or `assemble export {dep.name}` for commits of your own)")
+            return
+        tree = WorkTree(checkout)
+        dirty = tree.dirty()
+        if dirty:
+            check.reason = f"forks/{dep.name} has uncommitted edits ({', '.join(dirty[:5])}): commit and export them"
+            return
+        root = checkout.resolve()
+        touched = {root / hunk.file for patch in report.patches for hunk in patch.hunks if (root / hunk.file).is_file()}
+        if not touched:
+            check.reason = "the series touches no C/C++/CUDA file of the checkout"
+            return
+        prover = proof.Prover(workspace, dep, checkout, note)
+        reads = {unit.path: proof.static_reads(unit, prover.checkout, proof.read_file) for unit in prover.units}
+        chosen = proof.cover(touched, prover.units, reads)
+        note(f"{dep.name}: compiling {len(chosen.units)} units of the series' result")
+        results = prover.once(chosen.units)
+        check.compiled = True
+        check.units = [result.to_json() for result in results]
+        blame = _Blame(tree, state.applied, {patch.patch: patch for patch in report.patches}, report.patches)
+        for result in results:
+            if not result.ok:
+                _flag(result, blame, root, touched, check)
+    check.seconds = time.monotonic() - started
+
+
+def _flag(result: Compiled, blame: _Blame, root: Path, touched: set[Path], check: SeriesCompile) -> None:
+    """Each error of a unit on the hunk that wrote its line; a header this machine lacks, named
+    on no line the series wrote, proves nothing either way."""
+    reads = sorted(path for path in touched if path in result.reads or path == result.unit.path)
+    for error in result.errors:
+        hunk = blame.hunk(error)
+        if hunk is None and error.missing_header:
+            check.not_proven.append({"unit": result.unit.source, "error": str(error)})
+            return
+        if hunk is None:  # a line the series did not write: the last patch that touched the file, or the unit
+            for path in ([error.path] if error.path in touched else []) + [result.unit.path, *reads]:
+                hunk = blame.last_hunk(path.relative_to(root).as_posix()) if path is not None else None
+                if hunk is not None:
+                    break
+        if hunk is not None and hunk.compile_error is None:
+            hunk.compile_error = str(error)
+            hunk.verdict = HunkVerdict.FLAGGED
+
+
+class _Blame:
+    """Which hunk of the reviewed patches wrote a line of the series' result."""
+
+    def __init__(self, tree: Any, applied: dict[str, str], by_patch: dict[str, PatchReview],
+                 order: list[PatchReview]) -> None:
+        self.tree = tree
+        self.applied = applied  # commit -> its patch file
+        self.by_patch = by_patch
+        self.order = order
+        self.files: dict[str, dict[int, tuple[str, int]]] = {}
+
+    def lines(self, rel: str) -> dict[int, tuple[str, int]]:
+        """``git blame --porcelain`` of one file: final line -> (commit, its line in that commit)."""
+        if rel not in self.files:
+            found: dict[int, tuple[str, int]] = {}
+            done = self.tree.run("blame", "--porcelain", "HEAD", "--", rel, check=False)
+            for line in done.stdout.splitlines() if done.returncode == 0 else []:
+                match = re.match(r"^([0-9a-f]{40}) (\d+) (\d+)(?: \d+)?$", line)
+                if match:
+                    found[int(match[3])] = (match[1], int(match[2]))
+            self.files[rel] = found
+        return self.files[rel]
+
+    def hunk(self, error: CompileError) -> Hunk | None:
+        if error.path is None or not error.line:
+            return None
+        rel = error.path.relative_to(self.tree.path.resolve()).as_posix()
+        commit, line = self.lines(rel).get(error.line, ("", 0))
+        patch = self.by_patch.get(Path(self.applied.get(commit, "")).name)
+        if patch is None:
+            return None
+        return next((h for h in patch.hunks
+                     if h.file == rel and h.new_start <= line < h.new_start + max(h.new_lines, 1)), None)
+
+    def last_hunk(self, rel: str) -> Hunk | None:
+        for patch in reversed(self.order):
+            found = next((h for h in patch.hunks if h.file == rel), None)
+            if found is not None:
+                return found
+        return None

@@ -1,0 +1,216 @@
+"""`assemble migrate` compiles what it rewrites before committing it, and `assemble review` compiles
+the series' result (migration/proof.py), with real git, g++, nvcc and the torch build environment.
+
+oldlib, a small library written the old way (here, not in examples/): ``ops.cpp`` migrates
+cleanly and loses its unstable includes; ``util.h`` has no use left either, but ``keep.cpp``
+(which still uses ``c10::Scalar``) reads ATen through it, so the compile keeps them; in
+``bad.cpp`` the type rewrite leaves ``is_quantized()``, which ``torch::stable::Tensor`` lacks:
+that file is not committed and is listed with the compiler's message, and the rest is."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import make_git_workspace, run_assemble
+from tests.gitrepo import Repo
+
+OPS = """#include <torch/library.h>
+#include <ATen/core/Tensor.h>
+
+at::Tensor dense_copy(const at::Tensor& x) {
+  return x.contiguous();
+}
+
+TORCH_LIBRARY(oldlib, m) {
+  m.def("dense_copy(Tensor x) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(oldlib, CPU, m) {
+  m.impl("dense_copy", &dense_copy);
+}
+"""
+UTIL = """#pragma once
+#include <ATen/core/Tensor.h>
+
+inline at::Tensor dense(const at::Tensor& x) {
+  return x.contiguous();
+}
+"""
+KEEP = """#include "util.h"
+
+double scaled_numel(const at::Tensor& x, const c10::Scalar& factor) {
+  return factor.toDouble() * static_cast<double>(dense(x).numel());
+}
+"""
+BAD = """#include <ATen/core/Tensor.h>
+
+bool quantized(const at::Tensor& x) {
+  return x.is_quantized();
+}
+"""
+OLDLIB = {"csrc/ops.cpp": OPS, "csrc/util.h": UTIL, "csrc/keep.cpp": KEEP, "csrc/bad.cpp": BAD}
+MANIFEST = """[bundle]
+name = "{name}-bundle"
+version = "0.1.0"
+python-abi = "3.9"
+torch-target = "2.10"
+torch = "2.13.0"
+cuda-archs = ["9.0"]
+
+[mirrors]
+"https://git.invalid/" = "remotes/"
+
+[deps.{name}]
+upstream = "https://git.invalid/{name}"
+commit = "{base}"
+track = "main"
+
+[deps.{name}.build]
+backend = "setuptools"
+project-dir = "."
+sources = {sources}
+include-dirs = ["csrc"]
+"""
+
+
+def _workspace(root: Path, name: str, files: dict[str, str]) -> Path:
+    upstream = Repo(root / "remotes" / name)
+    base = upstream.commit(f"{name} as it was written", files)
+    sources = json.dumps(sorted(path for path in files if not path.endswith(".h")))
+    (root / "deps.toml").write_text(MANIFEST.format(name=name, base=base, sources=sources))
+    return root
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+
+def test_a_dirty_fork_is_refused_before_any_work(tmp_path: Path) -> None:
+    """Uncommitted edits in forks/DEP: exit 4 naming five of them and the fix, before assess
+    (which would first make the torch environment: this workspace names no torch, and no
+    environment is made)."""
+    ws = make_git_workspace(tmp_path)
+    assert ws.assemble("checkout", "kern").returncode == 0
+    (ws.fork / "csrc" / "kern.cpp").write_text("// an edit of my own\n")
+    for index in range(6):
+        (ws.fork / f"note{index}.txt").write_text("mine\n")
+    result = ws.assemble("migrate", "kern", "--json")
+    assert result.returncode == 4, result.stdout + result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["exit_code"] == 4
+    named = "forks/kern has uncommitted edits (csrc/kern.cpp, note0.txt, note1.txt, note2.txt, note3.txt and 2 more)"
+    assert named in error["message"]
+    assert "commit them" in error["hint"] and "--dry-run" in error["hint"]
+    assert not (ws.cache / "venvs").exists()
+    assert (ws.fork / "csrc" / "kern.cpp").read_text() == "// an edit of my own\n"
+
+
+@pytest.mark.slow
+def test_only_what_compiles_is_committed(tmp_path: Path, private_cache: Path) -> None:
+    ws = _workspace(tmp_path / "ws", "oldlib", OLDLIB)
+    env = {"ASSEMBLE_CACHE": str(private_cache)}
+    result = run_assemble("-C", str(ws), "migrate", "oldlib", "--no-check", "--json", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    proof = json.loads(result.stdout)["proof"]
+    assert proof["compiled"] and proof["changed"] == 4 and proof["proven"] == 3
+    assert proof["proven_files"] == ["csrc/keep.cpp", "csrc/ops.cpp", "csrc/util.h"] and proof["not_proven"] == []
+    [failed] = proof["not_committed"]
+    # at the line as the file still is (the rewritten one had two stable includes more)
+    assert (failed["file"], failed["at"], failed["unit"]) == ("csrc/bad.cpp", "csrc/bad.cpp:4", "csrc/bad.cpp")
+    assert "'const class torch::stable::Tensor' has no member named 'is_quantized'" in failed["error"]
+    [kept] = proof["includes_kept"]
+    assert (kept["file"], kept["unit"]) == ("csrc/util.h", "csrc/keep.cpp")
+    assert kept["at"] == "csrc/keep.cpp:4" and "'Scalar' in namespace 'c10' does not name a type" in kept["error"]
+    units = {unit["source"]: unit for unit in proof["units"]}
+    assert set(units) == {"csrc/ops.cpp", "csrc/keep.cpp", "csrc/bad.cpp"}
+    assert all(unit["ok"] for unit in units.values())  # as committed
+    assert {unit["model"] for unit in units.values()} == {"today"}  # each still reached ATen before the rewrite
+
+    fork = ws / "forks" / "oldlib"
+    assert _git(fork, "status", "--porcelain") == ""
+    assert (fork / "csrc" / "bad.cpp").read_text() == BAD
+    assert _git(fork, "log", "--format=%s", "HEAD~3..HEAD", "--", "csrc/bad.cpp") == ""
+    touched = set(_git(fork, "diff", "--name-only", "HEAD~3", "HEAD").split())
+    assert touched == {"csrc/ops.cpp", "csrc/util.h", "csrc/keep.cpp"}
+    ops, util = (fork / "csrc" / "ops.cpp").read_text(), (fork / "csrc" / "util.h").read_text()
+    assert "#include <ATen/" not in ops and "#include <torch/library.h>" not in ops  # no use left in it: they went
+    assert "#include <torch/csrc/stable/library.h>" in ops and "TORCH_BOX(&dense_copy)" in ops
+    assert "#include <ATen/core/Tensor.h>" in util  # kept: keep.cpp reads c10::Scalar through it
+    assert "torch::stable::contiguous(x)" in util
+
+
+@pytest.mark.slow
+def test_review_flags_a_hunk_that_does_not_compile(tmp_path: Path, private_cache: Path) -> None:
+    """The token criterion passes ``x.contiguous()`` for ``torch::stable::contiguous(x)`` as
+    API-only; the compile of the series' result flags it, with the compiler's message, until
+    a trailer acknowledges it. The migration's own table names what it did not commit."""
+    ws = _workspace(tmp_path / "ws", "oldlib", OLDLIB)
+    env = {"ASSEMBLE_CACHE": str(private_cache), "COLUMNS": "200"}
+    migrated = run_assemble("-C", str(ws), "migrate", "oldlib", "--no-check", env=env)
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    lines = migrated.stdout.splitlines()
+    assert "proof: 3 of 4 rewritten files proven to compile, 1 not committed (3 units compiled" in migrated.stdout
+    row = next(line for line in lines if line.startswith("csrc/bad.cpp "))
+    assert row.split()[:2] == ["csrc/bad.cpp", "csrc/bad.cpp:4:"] and "is_quantized" in row, migrated.stdout
+    kept = "kept the unstable includes of csrc/util.h: csrc/keep.cpp does not compile without them"
+    assert any(line.startswith(kept) for line in lines)
+
+    assert run_assemble("-C", str(ws), "export", "oldlib", env=env).returncode == 0
+    fork = ws / "forks" / "oldlib"
+    ops = fork / "csrc" / "ops.cpp"
+    ops.write_text(ops.read_text().replace("return torch::stable::contiguous(x);", "return x.contiguous();"))
+    _git(fork, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "Use the method form")
+    assert run_assemble("-C", str(ws), "export", "oldlib", env=env).returncode == 0
+
+    tokens_only = run_assemble("-C", str(ws), "review", "oldlib", "--no-compile", "--json", env=env)
+    assert tokens_only.returncode == 0, tokens_only.stdout  # what the tokens alone say
+    reviewed = run_assemble("-C", str(ws), "review", "oldlib", "--json", env=env)
+    assert reviewed.returncode == 1, reviewed.stdout[-3000:]
+    document = json.loads(reviewed.stdout)
+    assert document["compile"]["compiled"] and document["not_compiling"] == 1 and document["flagged"] == 1
+    hunks = {(patch["patch"][:4], hunk["id"]): hunk for patch in document["patches"] for hunk in patch["hunks"]}
+    flagged = hunks[("0004", "csrc/ops.cpp#1")]
+    assert flagged["verdict"] == "flagged" and flagged["compile_error"].startswith("csrc/ops.cpp:6: ")
+    assert "has no member named 'contiguous'" in flagged["compile_error"]
+    assert [key for key, hunk in hunks.items() if hunk["compile_error"]] == [("0004", "csrc/ops.cpp#1")]
+    table = run_assemble("-C", str(ws), "review", "oldlib", env={**env, "COLUMNS": "80"})
+    assert "csrc/ops.cpp#1 does not compile: csrc/ops.cpp:6:" in table.stdout, table.stdout
+    assert max(len(line) for line in table.stdout.splitlines()) <= 80, table.stdout
+
+    patch = next((ws / "patches" / "oldlib").glob("0004-*.patch"))
+    trailer = "\n\nMigration-Review: csrc/ops.cpp#1 fixed in the next patch\n---\n"
+    patch.write_text(patch.read_text().replace("\n---\n", trailer, 1))
+    acknowledged = run_assemble("-C", str(ws), "review", "oldlib", "0004", "--json", env=env)
+    assert acknowledged.returncode == 0, acknowledged.stdout[-3000:]
+
+
+CUDA_GOOD = """template <typename T> __global__ void twice(T* p) { p[threadIdx.x] *= 2; }
+void launch(float* p) { twice<<<1, 32>>>(p); }
+"""
+CUDA_BAD = """struct Half { float x; };
+template <typename T> __global__ void twice(T* p) { p[threadIdx.x] *= 2; }
+void launch(Half* p) { twice<<<1, 32>>>(p); }
+"""
+
+
+@pytest.mark.slow
+def test_a_cuda_unit_goes_through_nvccs_front_ends(tmp_path: Path, private_cache: Path) -> None:
+    """``nvcc -cuda -fdevice-syntax-only`` instantiates the kernel template: an error only an
+    instantiation shows is found, at file:line, and the build's defines are there (target model)."""
+    from assembler.migration.proof import TARGET, Prover
+    from assembler.workspace import open_workspace
+
+    ws = _workspace(tmp_path / "ws", "cukit", {"csrc/good.cu": CUDA_GOOD, "csrc/bad.cu": CUDA_BAD})
+    assert run_assemble("-C", str(ws), "checkout", "cukit", env={"ASSEMBLE_CACHE": str(private_cache)}).returncode == 0
+    workspace = open_workspace(ws)
+    dep = workspace.manifest.select(["cukit"])[0]
+    prover = Prover(workspace, dep, workspace.fork_path(dep))
+    found = {result.unit.source: result for result in prover.baseline(prover.units).values()}
+    assert found["csrc/good.cu"].ok and found["csrc/good.cu"].mode == TARGET
+    assert found["csrc/good.cu"].reads == {prover.checkout / "csrc" / "good.cu"}
+    bad = found["csrc/bad.cu"]
+    assert not bad.ok and bad.errors[0].at == "csrc/bad.cu:2" and "no operator \"*=\"" in bad.errors[0].text, bad.errors
