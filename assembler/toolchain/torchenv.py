@@ -5,7 +5,6 @@ build never runs against a torch or tools other than the ones requested."""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from assembler.errors import ToolchainError
+from assembler.jsonfile import load
 from assembler.toolchain.venv import MARKER, ensure_venv, installed_versions, site_packages, venv_python
 
 BUILD_CONSTRAINTS = Path(__file__).resolve().parent.parent / "data" / "build-constraints.txt"
@@ -85,7 +85,9 @@ def describe_build_env(path: Path, torch: str) -> BuildEnv:
             f"the build environment {path} holds {', '.join(drifted)}, not the versions of {BUILD_CONSTRAINTS.name}",
             hint=f"delete {path} and re-run",
         )
-    marker = json.loads((path / MARKER).read_text())
+    marker = load(path / MARKER, hint=f"delete {path} and re-run")
+    if not isinstance(marker, dict):
+        raise ToolchainError(f"{path / MARKER}: not a JSON object", hint=f"delete {path} and re-run")
     return BuildEnv(
         path=path,
         python=venv_python(path),

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.cache import cache_root, creating, touch
+from assembler.jsonfile import load
 from assembler.toolchain.installer import create_venv, install, installer
 
 MARKER = ".assemble-venv.json"
@@ -183,8 +184,8 @@ def _identity(info: os.stat_result) -> list[Any]:
 def recorded_files(path: Path) -> Manifest | None:
     """The manifest a sealed venv was made with; None when it has none or it does not read."""
     try:
-        value = json.loads((path / FILES).read_text())
-    except (OSError, ValueError, RecursionError):
+        value = load(path / FILES)
+    except (OSError, ValueError):  # jsonfile's errors are ValueErrors: too deep included
         return None
     return value if isinstance(value, dict) else None
 

@@ -11,7 +11,6 @@ after every run; one that changed fails the run and is made again.
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import AssembleError, InputError, NetworkError, ToolchainError
+from assembler.jsonfile import loads
 from assembler.toolchain.torchenv import torch_requirement
 from assembler.toolchain.venv import ensure_venv, installed_versions, recorded_files, venv_python
 
@@ -60,7 +60,9 @@ def interpreter_env(python: Path) -> TorchEnv:
     except (OSError, subprocess.TimeoutExpired) as error:
         raise InputError(f"--python {python}: cannot run it ({error})", hint="pass the path of a Python interpreter") from None
     try:
-        found = json.loads(result.stdout.strip().splitlines()[-1])
+        found = loads(result.stdout.strip().splitlines()[-1], f"--python {python}'s answer")
+        if not isinstance(found, dict):
+            raise ValueError("not an object")
     except (ValueError, IndexError):
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
         raise InputError(f"--python {python}: not a working Python interpreter ({last})", hint="pass the path of a Python interpreter") from None

@@ -40,6 +40,7 @@ from typing import Any
 from assembler.audit.demangle import demangle
 from assembler.cache import in_use
 from assembler.errors import InputError, ManifestError
+from assembler.jsonfile import loads
 from assembler.manifest import MANIFEST_NAME, find_workspace, load_manifest
 from assembler.manifest.model import Manifest
 from assembler.system import available_cpus
@@ -337,8 +338,8 @@ def _run_probe(env: TorchEnv, plan: dict[str, Any], read_only: list[str], timeou
             forged += 1
             continue
         try:
-            event = json.loads(body)
-        except ValueError:
+            event = loads(body, "the probe's result channel")
+        except ValueError:  # jsonfile's errors are ValueErrors too: deep nesting included
             forged += 1
             continue
         if isinstance(event, dict):

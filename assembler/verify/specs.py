@@ -8,7 +8,6 @@ wheel's own specs, or a clear error for a wheel of another bundle that carries n
 
 from __future__ import annotations
 
-import json
 import re
 import zipfile
 from collections.abc import Mapping
@@ -18,6 +17,7 @@ from typing import Any
 
 from assembler.audit.limits import MAX_JSON_DOCUMENT
 from assembler.errors import InputError
+from assembler.jsonfile import loads
 from assembler.manifest.model import Manifest
 
 RECORD_NAME = "assembler.json"
@@ -57,9 +57,10 @@ def wheel_record(wheel: Path) -> dict[str, Any] | None:
                 return None
             if archive.getinfo(names[0]).file_size > MAX_JSON_DOCUMENT:
                 raise ValueError(f"{archive.getinfo(names[0]).file_size} bytes, over the {MAX_JSON_DOCUMENT}-byte limit")
-            data = json.loads(archive.read(names[0]))
+            raw = archive.read(names[0])
     except (OSError, zipfile.BadZipFile, ValueError) as error:
         raise InputError(f"{wheel}: its {RECORD_NAME} cannot be read ({error})", hint="rebuild the wheel with assemble merge") from None
+    data = loads(raw, f"{wheel}: {names[0]}", hint="rebuild the wheel with assemble merge")
     if not isinstance(data, dict) or not isinstance(data.get("deps"), dict) or not isinstance(data.get("bundle"), dict):
         raise InputError(f"{wheel}: its {RECORD_NAME} has no bundle or deps table", hint="rebuild the wheel with assemble merge")
     problem = _record_problem(data)

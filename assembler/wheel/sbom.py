@@ -231,8 +231,11 @@ class SbomDep:
 
 def parse_sbom(text: str, where: str) -> tuple[dict[str, Any], list[SbomDep]]:
     """The document and its dependencies; InputError naming ``where`` when it is not ours."""
+    from assembler.jsonfile import loads
+
+    hint = "rebuild the wheel with `assemble build` or `assemble merge`"
+    data = loads(text, where, hint=hint)
     try:
-        data = json.loads(text)
         if data.get("bomFormat") != "CycloneDX":
             raise ValueError("bomFormat is not CycloneDX")
         deps = []
@@ -247,7 +250,7 @@ def parse_sbom(text: str, where: str) -> tuple[dict[str, Any], list[SbomDep]]:
             deps.append(SbomDep(component["name"], props.get("commit", component.get("version", "")), component.get("purl", ""),
                                 props.get("source", ""), props.get("upstream", ""), props.get("archs", ""), toolchain, patches, files))
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
-        raise InputError(f"{where}: not an assembler CycloneDX SBOM ({exc})", hint="rebuild the wheel with `assemble build` or `assemble merge`") from None
+        raise InputError(f"{where}: not an assembler CycloneDX SBOM ({exc})", hint=hint) from None
     return data, deps
 
 

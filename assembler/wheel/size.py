@@ -22,7 +22,6 @@ the uncompressed size in the header). Containers are 8-byte aligned with zero pa
 
 from __future__ import annotations
 
-import json
 import re
 import struct
 import time
@@ -38,6 +37,7 @@ from assembler.audit.member import DeflatedMember, FileSource, MemberInfo, Store
 from assembler.audit.zipindex import read_index
 from assembler.errors import CheckFailed, InputError
 from assembler.fsutil import walk
+from assembler.jsonfile import loads
 from assembler.system import available_cpus
 
 if TYPE_CHECKING:
@@ -455,10 +455,7 @@ def _directory(root: Path) -> tuple[list[_Member], int, dict[str, Any] | None]:
 
 
 def _json(data: bytes, where: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except ValueError as exc:
-        raise InputError(f"{where}: not JSON ({exc})", hint="rebuild the wheel with `assemble build`") from None
+    value = loads(data, where, hint="rebuild the wheel with `assemble build`")
     if not isinstance(value, dict):
         raise InputError(f"{where}: not an assembler.json object", hint="rebuild the wheel with `assemble build`")
     return value
