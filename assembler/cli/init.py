@@ -1,5 +1,6 @@
 """`assemble init [--name NAME] [--version V]`: a new workspace, deps.toml with [bundle] and its
-defaults commented (tomlkit), in the current directory or -C DIR; refused where one exists."""
+defaults commented (tomlkit), in the current directory or -C DIR; refused where one exists. Its
+first line, ``#:schema PATH``, points editors (taplo, Even Better TOML) at the shipped schema."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def run(args: argparse.Namespace) -> int:
     if path.exists() or path.is_symlink():
         raise InputError(f"{path} exists already", hint="edit it, or `assemble add DEP URL --commit SHA` to add a dependency")
     name = args.name or re.sub(r"[^A-Za-z0-9._-]+", "-", directory.resolve().name).strip("-._") or "kernels"
-    atomic_write(path, new_manifest(name, args.version))
+    from assembler.manifest.schema import directive
+
+    atomic_write(path, f"{directive(path)}\n{new_manifest(name, args.version)}")  # #:schema: editors check it
     try:
         manifest = load_manifest(path)
     except ManifestError:

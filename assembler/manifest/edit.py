@@ -32,7 +32,8 @@ def update_dependency(path: Path, name: str, values: dict[str, str | None], note
 
 def add_dependency(path: Path, name: str, values: dict[str, str], comment: str | None = None) -> None:
     """Append a [deps.<name>] table (keys in the order given, ``comment`` above them) to the
-    manifest at ``path``, keeping every other byte; ManifestError if it is there already."""
+    manifest at ``path``, keeping every other byte but a ``#:schema`` first line added when the
+    file names no schema; ManifestError if it is there already."""
     document = tomlkit.parse(path.read_text(encoding="utf-8"))
     deps = document.get("deps")
     if deps is None:
@@ -46,7 +47,12 @@ def add_dependency(path: Path, name: str, values: dict[str, str], comment: str |
     for key, value in values.items():
         table[key] = value
     deps[name] = table
-    atomic_write_if_changed(path, tomlkit.dumps(document))
+    text = tomlkit.dumps(document)
+    from assembler.manifest.schema import directive, has_directive
+
+    if not has_directive(text):  # editors find the schema by this line (taplo's #:schema); one already there stays
+        text = f"{directive(path)}\n{text}"
+    atomic_write_if_changed(path, text)
 
 
 def new_manifest(name: str, version: str) -> str:
