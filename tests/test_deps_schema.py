@@ -168,7 +168,7 @@ ACCEPTED = [
     ((*ROWSUM, "build-env"), {"ROWSUM_FAST": "1"}),
     ((*ROWSUM, "ptx"), True),
     ((*ROWSUM, "defines"), ["FAST=1", "NO_VALUE"]),
-    ((*VECADD, "build"), {"cmake-dir": ".", "cmake-args": ["-DFOO=1"], "sources": ["csrc/*.cpp"]}),  # cmake by cmake-dir
+    ((*VECADD, "build"), {"cmake-dir": ".", "cmake-args": ["-DFOO=1"], "sources": ["csrc/*.cpp"]}),  # cmake-dir: cmake
 ]
 
 

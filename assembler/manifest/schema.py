@@ -102,7 +102,8 @@ def manifest_schema() -> Schema:
     flag = {"pattern": r"^-\S+$"}  # one option per string; which options are allowed is load.py's (flags.py)
 
     def standard(allowed: tuple[str, ...], description: str) -> Schema:
-        return {"enum": [*map(int, allowed), *allowed, *(f"{prefix}{n}" for prefix in ("c++", "gnu++") for n in allowed)],
+        spelled = [f"{prefix}{n}" for prefix in ("c++", "gnu++") for n in allowed]
+        return {"enum": [*map(int, allowed), *allowed, *spelled],
                 "description": description}
 
     bundle = _table("bundle", "The merged wheel: its name, version and the floors every dependency builds against.", {
@@ -122,7 +123,8 @@ def manifest_schema() -> Schema:
     }, load.BUNDLE_KEYS, required=["name", "version"])
 
     cache = _table("cache", "The compiler cache and the artifact store shared between runners (docs/ci.md).", {
-        "compiler": {"enum": ["sccache", "none"], "default": "sccache", "description": "every build's compiler launcher"},
+        "compiler": {"enum": ["sccache", "none"], "default": "sccache",
+                     "description": "every build's compiler launcher"},
         "remote": _string("sccache's shared cache: redis://HOST:PORT/DB", pattern=r"^rediss?://[^\s/]+(/\d+)?/?$"),
         "artifacts": _string("the shared artifact store: file:///DIR or s3://BUCKET/PREFIX",
                              pattern=r"^(file:///\S*|s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?)$"),
@@ -133,12 +135,14 @@ def manifest_schema() -> Schema:
     extension = _table("deps.NAME.build.extensions", "One compiled module of the helper backend ([[...]] blocks).", {
         "name": _string("the Python module's name (a C identifier): NAME.abi3.so", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$"),
         "sources": {**_strings("its translation units, relative to the checkout", **relative), "minItems": 1},
-        "language": {"enum": list(LANGUAGES), "default": CXX, "description": f"{CXX}, or {CUDA} for nvcc (adds -DUSE_CUDA)"},
+        "language": {"enum": list(LANGUAGES), "default": CXX,
+                     "description": f"{CXX}, or {CUDA} for nvcc (adds -DUSE_CUDA)"},
         "include-dirs": _strings("-I directories, relative to the checkout", **relative),
         "defines": defines,
         "libraries": _strings("libraries to link beyond libtorch_cpu (and libtorch_cuda for a CUDA extension), "
                               "without lib and .so", pattern=load.LIBRARY_RE.pattern, **{"not": {"pattern": "^-"}}),
-        "cxx-flags": _strings("extra options of its C++ units, one per string (not -std, -D, -I, -l: their keys say them)",
+        "cxx-flags": _strings("extra options of its C++ units, one per string "
+                              "(not -std, -D, -I, -l: their keys say them)",
                               **flag),
         "cuda-flags": _strings("extra options of its .cu units, one per string, values joined (-Xptxas=-v)", **flag),
         "cxx-std": standard(load.CXX_STANDARDS, "C++ standard of its C++ units (gnu++N); default 17"),
@@ -164,9 +168,11 @@ def manifest_schema() -> Schema:
         "cmake-args": _strings("the project's own cache definitions, one argument per string (-DNAME=VALUE)"),
         "cuda-archs": _strings("CUDA architectures of this dependency; default: [bundle] cuda-archs", **arch),
         "project-dir": _string("setuptools: the directory holding setup.py or pyproject.toml", default=".", **relative),
-        "sources": _strings("cmake/setuptools: the translation units (globs), for `check` and `build --plan`", **relative),
+        "sources": _strings("cmake/setuptools: the translation units (globs), for `check` and `build --plan`",
+                            **relative),
         "include-dirs": _strings("cmake/setuptools: -I directories of those units", **relative),
-        "defines": {**defines, "description": defines["description"] + "; cmake/setuptools: injected into the build too"},
+        "defines": {**defines,
+                    "description": defines["description"] + "; cmake/setuptools: injected into the build too"},
         "build-env": {"type": "object", "description": "cmake/setuptools: extra environment for the dependency's build",
                       "propertyNames": {"pattern": load.ENV_NAME_RE.pattern, "not": {
                           "anyOf": [{"enum": sorted(RESERVED_ENV)}, {"pattern": f"^({reserved})"}]}},
@@ -174,8 +180,9 @@ def manifest_schema() -> Schema:
         "ptx": _boolean("cmake/setuptools: also ship PTX for arch-specific targets (the helper's is per extension)"),
     }, load.BUILD_KEYS, allOf=[*_backend_rules(load.BACKEND_KEYS)])
 
-    verify = _table("deps.NAME.verify", "What `assemble verify` checks on each verify-torch, after installing the wheel.", {
-        "ops": _strings("operator schemas the wheel must register, as str(torch.ops.NS.OP.default._schema) prints them"),
+    verify = _table("deps.NAME.verify", "What `assemble verify` checks in each verify-torch environment, the wheel installed.", {
+        "ops": _strings("operator schemas the wheel must register, "
+                        "as str(torch.ops.NS.OP.default._schema) prints them"),
         "smoke": _string("Python code run in a fresh interpreter after the import", minLength=1),
         "requires-cuda": _boolean("the operators need a CUDA torch, and the smoke code a GPU (SKIPPED without)"),
     }, load.VERIFY_KEYS)

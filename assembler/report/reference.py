@@ -98,7 +98,8 @@ def cli_page() -> str:
 def exit_codes_page() -> str:
     from assembler.cli import ENVIRONMENT_VARIABLES, EXIT_CODES, SIGNAL_EXIT_CODES
 
-    lines = [HEADER.format(source="assembler/errors.py and assembler/cli/__init__.py"), "# Exit codes and environment", "",
+    lines = [HEADER.format(source="assembler/errors.py and assembler/cli/__init__.py"),
+             "# Exit codes and environment", "",
              "Every failure is one `error:` line and one `hint:` line on stderr, and exits with one of these codes "
              "(`assemble --help` prints the same table). With `--json`, the document's `error.exit_code` is the same "
              "number.", "", "| code | name | meaning |", "|---|---|---|"]
@@ -191,9 +192,10 @@ def manifest_page() -> str:
     definitions = schema["definitions"]
     lines = [HEADER.format(source="assembler/manifest/schema.py"), "# deps.toml", "",
              _escape(schema["description"]), "",
-             f"Editors check and complete it with the JSON Schema shipped in the package, `assembler/data/schemas/{SCHEMA_FILE}` "
-             "(see [Editor support](editor.md)). `assemble` itself validates everything, the series files and the rules "
-             "below included, in one place (`assembler/manifest/load.py`): a problem is `file:line:column: key: problem` "
+             "Editors check and complete it with the JSON Schema shipped in the package, "
+             f"`assembler/data/schemas/{SCHEMA_FILE}` (see [Editor support](editor.md)). `assemble` itself validates "
+             "everything, the series files and the rules below included, in one place (`assembler/manifest/load.py`): "
+             "a problem is `file:line:column: key: problem` "
              "and a `hint:` with the fix, exit 2.", "",
              "Tables: " + ", ".join(f"[`[{title}]`](#{_anchor(title)})" for title in
                                     ("bundle", "mirrors", "cache", "deps.NAME", "deps.NAME.build",
@@ -243,7 +245,8 @@ def json_page(schemas: Path) -> str:
     from assembler.cli import COMMAND_MODULES
 
     order = {name: index for index, name in enumerate(["assemble", *COMMAND_MODULES, "build-plan"])}
-    files = sorted(schemas.glob("*.schema.json"), key=lambda p: order.get(p.name.removesuffix(".schema.json"), len(order)))
+    files = sorted(schemas.glob("*.schema.json"),
+                   key=lambda path: order.get(path.name.removesuffix(".schema.json"), len(order)))
     lines = [HEADER.format(source="assembler/data/schemas/*.schema.json"), "# JSON output", "",
              "With `--format json` (or `--json`) a command prints exactly one JSON object on stdout, whatever happens, "
              "failures and argument errors included; progress stays on stderr. Every document has the envelope:", "",
