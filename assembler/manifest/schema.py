@@ -180,7 +180,8 @@ def manifest_schema() -> Schema:
         "ptx": _boolean("cmake/setuptools: also ship PTX for arch-specific targets (the helper's is per extension)"),
     }, load.BUILD_KEYS, allOf=[*_backend_rules(load.BACKEND_KEYS)])
 
-    verify = _table("deps.NAME.verify", "What `assemble verify` checks where the wheel is installed, on each verify-torch.", {
+    what = "What `assemble verify` checks where the wheel is installed, on each verify-torch."
+    verify = _table("deps.NAME.verify", what, {
         "ops": _strings("operator schemas the wheel must register, "
                         "as str(torch.ops.NS.OP.default._schema) prints them"),
         "smoke": _string("Python code run in a fresh interpreter after the import", minLength=1),
