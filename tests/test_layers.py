@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "assembler"
 
 # Lowest first. Names in one tuple share a layer: they may import each other (without a cycle).
 LAYERS: list[tuple[str, ...]] = [
-    ("assembler", "errors", "system"),  # the package root (__version__), exit codes, the machine
+    ("assembler", "errors", "system", "jsonfile"),  # the package root (__version__), exit codes, the machine, JSON data files
     ("fsutil",),  # atomic writes, locks on files
     ("report",),  # consoles and the JSON emitter
     ("cache",),  # where shared state lives
