@@ -10,13 +10,13 @@ version manifest as packaged by torch-abi-audit and refreshed from the
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from assembler import jsonfile
 from assembler.errors import InputError
 
 Version = tuple[int, int, int]
@@ -57,7 +57,7 @@ class TorchTable:
 @cache
 def load_table(path: Path = DEFAULT_TABLE) -> TorchTable:
     try:
-        raw = json.loads(path.read_text())
+        raw = jsonfile.load(path)
         return TorchTable(
             baseline_version=parse_version(raw["baseline_version"]),
             baseline=frozenset(raw["baseline"]),

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from assembler import jsonfile
 from assembler.audit.limits import MAX_TORCH_HEADER
 from assembler.audit.member import open_regular
 from assembler.audit.torchdata import DEFAULT_TABLE, Version, format_version, load_table
@@ -148,7 +149,7 @@ def refresh_table(source: str, path: Path = DEFAULT_TABLE) -> RefreshSummary:
     if not headers:
         raise ToolchainError(f"no torch shim headers in {source}", hint="is this torch >= 2.10?")
     guarded = parse_shim_headers(headers)
-    raw = json.loads(path.read_text())
+    raw = jsonfile.load(path)
     symbols: dict[str, str] = raw["symbols"]
     baseline = set(raw["baseline"])
     added, changed, confirmed = [], [], 0

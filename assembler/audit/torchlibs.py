@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from assembler import jsonfile
 from assembler.audit.classify import SHIM_PREFIXES
 from assembler.audit.elf import ELF_MAGIC, read_dynamic
 from assembler.audit.gate import NOT_EXPORTED
@@ -188,7 +189,7 @@ def read_lib_dir(torch: str, lib_dir: Path, progress: Callable[[str], None] = la
         return None
     cached = _cache_file(cache_root(), torch, libs)
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError, EOFError, AttributeError):
-        data = json.loads(gzip.decompress(cached.read_bytes()))
+        data = jsonfile.loads(gzip.decompress(cached.read_bytes()), cached)
         if data["schema"] == _SCHEMA and data["torch"] == torch:
             return _from_json(data, str(lib_dir), complete=True)
     progress(f"reading the symbols torch {torch} exports ({lib_dir}; once, cached in {cached.parent})")
@@ -226,7 +227,7 @@ def lib_dir_version(lib_dir: Path) -> str:
 def shipped(path: Path = SHIPPED) -> TorchLibraries | None:
     """The shipped table (shim symbols of a CUDA torch's libraries); None when it is missing."""
     try:
-        data = json.loads(path.read_text())
+        data = jsonfile.load(path)
         return _from_json(data, f"{path.name}: {data.get('source', '?')}")
     except FileNotFoundError:
         return None

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from assembler import jsonfile
 from assembler.errors import InputError
 from assembler.fsutil import atomic_write, read_regular, sha256
 from assembler.manifest.model import CUDA, CXX
@@ -138,7 +139,7 @@ def times_path(state_dir: Path, dep: str) -> Path:
 def unit_times(state_dir: Path, dep: str) -> dict[str, float]:
     """The measured compile seconds per unit of ``dep`` in this workspace ({} when none or unreadable)."""
     try:  # never through a link (read_regular: O_NOFOLLOW); UnsafeFile is a ValueError
-        data = json.loads(read_regular(times_path(state_dir, dep), TIMES_LIMIT))
+        data = jsonfile.loads(read_regular(times_path(state_dir, dep), TIMES_LIMIT), times_path(state_dir, dep))
         return {str(unit): float(seconds) for unit, seconds in data.items()}
     except (OSError, ValueError, AttributeError, TypeError):
         return {}
@@ -154,7 +155,7 @@ def record_unit_times(state_dir: Path, dep: str, raw: Path) -> None:
     times = unit_times(state_dir, dep)
     for line in lines:
         try:
-            item = json.loads(line)
+            item = jsonfile.loads(line, raw)
             unit, seconds = str(item["unit"]), float(item["seconds"])
         except (ValueError, KeyError, TypeError):
             continue

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from assembler import jsonfile
 from assembler.audit.gate import Verdict, passes, worst_source
 from assembler.builder.backends import limited_api_version, torch_target_version
 from assembler.builder.cache import KeyParts, digest_texts
@@ -345,7 +346,7 @@ def _plan(
 
 def _stored(path: Path, key: str) -> dict[str, Any] | None:
     try:
-        data = json.loads(path.read_text())
+        data = jsonfile.load(path)
         if data.get("schema") == RECORD_SCHEMA and data.get("key") == key and isinstance(data["result"]["units"], list):
             return dict(data)
     except (OSError, ValueError, KeyError, TypeError):

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from assembler import jsonfile
 from assembler.errors import ManifestError
 from assembler.manifest.flags import JOINED_FLAGS, cmake_arg_problem, flag_allowed, flag_owner
 from assembler.manifest.globs import glob_problem
@@ -348,7 +349,7 @@ def _stored_parse(text: str) -> dict[str, Any] | None:
     budget (benchmarks/startup.py), where reading back its JSON costs well under one. The text
     is compared whole, so an edit is never missed, whatever the file's times say."""
     try:
-        record = json.loads(_parse_record(text).read_text(encoding="utf-8"))
+        record = jsonfile.load(_parse_record(text))
     except (OSError, ValueError):
         return None
     if (isinstance(record, dict) and record.get("format") == PARSED_FORMAT and record.get("python") == sys.version

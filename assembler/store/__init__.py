@@ -39,6 +39,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
+from assembler import jsonfile
 from assembler.errors import InputError
 from assembler.fsutil import read_regular
 
@@ -116,7 +117,7 @@ class SharedStore:
             raw = self.backend.get(self.key_object(dep, key), KEY_OBJECT_LIMIT)
             if raw is None:
                 return False, "not in the shared store"
-            entry = json.loads(raw)
+            entry = jsonfile.loads(raw, f"shared store: key object for {dep}/{key}")
             digest, size = entry["digest"], entry["size"]
             if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
                 return False, f"shared store: key object for {dep} names no digest; rebuilt"
@@ -141,7 +142,7 @@ class SharedStore:
                 unpack(blob, staging)
             finally:
                 blob.unlink(missing_ok=True)
-            recorded = json.loads(read_regular(staging / "artifact.json", KEY_OBJECT_LIMIT << 8))
+            recorded = jsonfile.loads(read_regular(staging / "artifact.json", KEY_OBJECT_LIMIT << 8), staging / "artifact.json")
             if recorded.get("key") != key or recorded.get("dep") != dep:
                 shutil.rmtree(staging, ignore_errors=True)
                 return False, f"shared store: blob under {dep}/{key} holds {recorded.get('dep')}/{recorded.get('key')}; rebuilt"

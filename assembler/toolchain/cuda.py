@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from assembler import jsonfile
 from assembler.cache import KINDS, cache_root, creating, touch
 from assembler.errors import NetworkError, ToolchainError
 from assembler.toolchain.installer import install, installer
@@ -144,7 +145,7 @@ def hermetic_cuda(version: str, progress: Callable[[str], None] = lambda _: None
             if not marker.is_file():
                 _install_hermetic(version, final, progress, components)
     touch(marker)
-    recorded = json.loads(marker.read_text())
+    recorded = jsonfile.load(marker, hint=f"delete {final} and run again: it is re-installed")
     toolkit = CudaToolkit(
         version=version, release=recorded["release"], root=final / "cuda", origin="PyPI", packages=recorded["packages"],
         components=components,

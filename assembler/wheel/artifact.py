@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import stat
 import zipfile
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from assembler import jsonfile
 from assembler.errors import InputError
 from assembler.fsutil import UnsafeFile, open_regular, read_regular
 from assembler.wheel.metadata import record_text
@@ -131,7 +131,7 @@ def read_artifact(root: Path) -> Artifact:
     """``root``/artifact.json, checked field by field; InputError naming the file otherwise."""
     where = root / ARTIFACT_JSON
     try:
-        data = json.loads(read_regular(where, ARTIFACT_JSON_LIMIT).decode("utf-8"))
+        data = jsonfile.loads(read_regular(where, ARTIFACT_JSON_LIMIT), where)
     except (OSError, ValueError) as exc:
         raise InputError(f"{where}: unreadable ({exc})", hint="rebuild that dependency") from None
 

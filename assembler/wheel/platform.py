@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from importlib.metadata import version as installed_version
 from pathlib import Path
 
+from assembler import jsonfile
 from assembler.cache import cache_root
 from assembler.errors import InputError
 from assembler.fsutil import atomic_write
@@ -69,7 +70,7 @@ def platform_verdict(elf: Sequence[Written], exclude: Sequence[str]) -> Platform
         raise InputError("the artifacts ship no compiled extension", hint="check the dependencies' [deps.X.install] patterns")
     cache = cache_root() / "wheel-platform" / f"{_cache_key(elf, exclude)}.json"
     try:
-        data = json.loads(cache.read_text())
+        data = jsonfile.load(cache)
         return PlatformVerdict(data["policy"], tuple(data["platforms"]), data["symbol_policy"], tuple(data["external_libs"]), cached=True)
     except (OSError, ValueError, KeyError, TypeError):
         pass

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from assembler import jsonfile
 from assembler.builder import recipe
 from assembler.builder.backends import (
     BuildFailure,
@@ -126,7 +127,7 @@ def export_compdb(cmake_dir: Path, target: Path) -> None:
     source = cmake_dir / "compile_commands.json"
     if not source.is_file():
         return
-    entries = json.loads(source.read_text())
+    entries = jsonfile.load(source)
     write_compdb(target, [
         {"directory": e["directory"], "file": e["file"], "arguments": e.get("arguments") or shlex.split(e["command"])}
         for e in entries
