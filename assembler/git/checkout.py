@@ -114,8 +114,9 @@ def _make(workspace: Workspace, dep: Dependency, path: Path, digest: str, fd: in
         on_step("remove a checkout cut short")  # a clone renamed into place by an older assemble, then killed
         shutil.rmtree(path)
     if state is not None:
-        if is_up_to_date(state, dep, digest):  # here because it borrows objects: it stops
+        if borrows(path):  # first: what follows reads its objects
             _own_objects(workspace.manifest, dep, path)
+        if is_up_to_date(state, dep, digest):  # it was here only to stop borrowing
             return CheckoutResult.unchanged(dep, path, state)
         if state.status == CheckoutStatus.APPLYING:  # our own run, cut short: clear what git left
             _clear_interrupted(path, state, on_step)
@@ -126,7 +127,6 @@ def _make(workspace: Workspace, dep: Dependency, path: Path, digest: str, fd: in
         if path.exists():
             action = "updated"
             state.save(path)  # applying: from here on a re-run redoes it all
-            own_objects(path, [mirror.path], _trusted())
             _fetch_commit(WorkTree(path, fd=fd), mirror, dep.commit)
         else:
             action = "created"

@@ -3,6 +3,7 @@ git directory and one plain git process: no GitPython, so `assemble deps` starts
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from assembler.git.process import WorkTree
@@ -43,6 +44,22 @@ def inspect_all(workspace: Workspace, deps: list[Dependency]) -> list[CheckoutCo
     return [condition for condition in found if condition is not None]
 
 
+def refuse_lost_stores(path: Path, name: str) -> None:
+    """An error naming the object store that the checkout ``path`` borrows from and that is
+    gone (a checkout made by an older assemble, whose mirror `assemble cache clean` removed):
+    what git would read of it (HEAD, unexported commits) cannot be read, and nothing may say
+    otherwise. `assemble checkout` makes the checkout own its objects again."""
+    from assembler.errors import InputError
+    from assembler.git.objects import borrowed, borrows
+
+    if not borrows(path):
+        return
+    gone = [store for store in borrowed(path / ".git" / "objects") if not store.is_dir()]
+    if gone:
+        raise InputError(f"{path} borrows objects from {gone[0]}, which is gone (moved, or removed by `assemble cache clean`)",
+                         hint=f"run `assemble checkout {name}`: it copies them from the mirror again (fetched if need be)")
+
+
 def inspect(workspace: Workspace, dep: Dependency) -> CheckoutCondition:
     """The checkout's condition (see CheckoutCondition)."""
     from assembler.errors import InputError
@@ -58,6 +75,7 @@ def inspect(workspace: Workspace, dep: Dependency) -> CheckoutCondition:
     tree = WorkTree(path, hint="move it away and run `assemble checkout` again")
     if not tree.git_dir.is_dir():
         raise InputError(f"{path} is not a git checkout", hint="move it away and run `assemble checkout` again")
+    refuse_lost_stores(path, dep.name)
     if operation_in(tree.git_dir):
         return CheckoutCondition.INTERRUPTED if interrupted_series_am(path, state) else CheckoutCondition.STOPPED
     # One process for both HEAD and the edits (porcelain v2 names the head commit).
