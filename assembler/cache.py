@@ -77,7 +77,8 @@ def in_use(entry: Path) -> Iterator[None]:
 
 # What `assemble cache` reports and prunes: kind -> directory under the cache root.
 KINDS = {"mirrors": "git", "toolchains": "toolchains", "environments": "venvs", "artifacts": "artifacts",
-         "compiler-cache": "sccache", "symbol-tables": "torch-exports", "evidence": "evidence", "checks": "checks"}
+         "compiler-cache": "sccache", "symbol-tables": "torch-exports", "evidence": "evidence", "checks": "checks",
+         "workspaces": "workspaces"}  # per workspace: its builds' compile commands and last merge (builder.evidence)
 # sccache's local store is one entry (sccache caps its size itself; a build's server holds it
 # shared); torch's exported-symbol tables for `verify`'s diagnosis are one file each; the
 # evidence of checks and builds (builder.evidence, a few kB per pin) is one entry.

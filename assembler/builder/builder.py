@@ -21,13 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assembler.builder import backends
-from assembler.builder.cache import KeyParts, digest_texts, materialize
+from assembler.builder.cache import KeyParts, digest_texts, is_materialization, materialize
 from assembler.builder.diagnose import UnstableInclude, first_failure, log_tail, torch_include_roots, unstable_includes
+from assembler.builder.evidence import workspace_records
 from assembler.builder.outcome import BuildOutcome
 from assembler.builder.request import BuildContext, BuildRequest, Toolchain
 from assembler.builder.units import compile_commands_path
+from assembler.cache import touch
 from assembler.errors import InputError, ToolchainError
-from assembler.fsutil import refuse_links
+from assembler.fsutil import refuse_links, refuse_links_below
 from assembler.git.state import CheckoutState
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
@@ -146,13 +148,16 @@ def dep_archs(dep: Dependency, bundle_archs: tuple[str, ...], uses_cuda: bool) -
 
 
 def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
-    """The artifact for the request's key when it is already in place or in the store."""
+    """The artifact for the request's key when this machine's store (or the shared store) has it.
+    The copy in the workspace (``ctx.artifacts``) is used as it is only while it is provably the
+    store's (``cache.is_materialization``: the hard links materialize made), else it is made
+    again from the store: its artifact.json proves nothing, as anyone can commit one with the
+    right key (keys are deterministic) next to any shared object."""
     target = ctx.artifacts / request.dep.name
-    current = stored_artifact(target)
-    if current is not None and current.key == request.key:
-        return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=current,
-                       compiler_cache=recorded_compiler_cache(target))
     stored = ctx.store.lookup(request.dep.name, request.key)
+    if stored is not None and is_materialization(stored, target):  # a no-op build: nothing copied
+        return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=stored_artifact(target),
+                       compiler_cache=recorded_compiler_cache(target))
     shared = None
     if stored is None and ctx.shared is not None:  # another runner's, via [cache] artifacts
         staging = ctx.store.root / request.dep.name / f".tmp-{request.key}-{os.getpid()}-shared"
@@ -249,7 +254,8 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     staging = ctx.store.root / dep.name / f".tmp-{request.key}-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     tree = ctx.state_dir / "build" / dep.name
-    refuse_links(ctx.state_dir.parent, tree)  # the backend and its tools write there
+    refuse_links(ctx.state_dir.parent, tree)  # the backend and its tools write there,
+    refuse_links_below(tree, 1)  # and below its own directories (project/, cmake-*/, setuptools-*/, wheel/)
     if shard is not None:  # a tree a full build left would skip the compiles; one a shard left holds stand-ins
         shutil.rmtree(tree, ignore_errors=True)
     times = ctx.state_dir / TIMES_DIR / f".{dep.name}.{os.getpid()}.jsonl"
@@ -276,6 +282,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
         except backends.BuildFailure as failed:
             failure = failed
         compiled = _compiler_cache_figures(server, build_failed=failure is not None)
+    touch(workspace_records(ctx.state_dir.parent))  # they hold its compile commands: used now (`cache prune`)
     record_unit_times(ctx.state_dir, dep.name, times)
     if shard is not None:
         shutil.rmtree(tree, ignore_errors=True)

@@ -11,8 +11,13 @@ gave them, and the verify results when it ran ``--verify``: it proves the migrat
 every verdict passes the gate (``audit.gate.passes``: the load check included), no verify
 FAILed, and the audit is this assembler's.
 
-The build also records its merge and audit in ``.assemble/last-merge.json``; this module owns
-that file's name, so nothing outside the builder reaches into the pipeline's private state.
+**What a build records about one workspace** (its last merge and audit, the compile commands
+of each dependency's last build) is kept in the user's cache too, under
+``<cache>/workspaces/<digest of the workspace's path>/`` (``workspace_records``), written only by
+this machine's builds. Never in the workspace: a workspace is data anyone can commit to, with
+``.assemble/`` and ``dist/`` included, and these records' keys are deterministic, so a record
+there could say an audit passed that never ran, or leave units out of `check`. This module owns
+the records' place, so nothing outside the builder reaches into the pipeline's private state.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from assembler.git.state import pinned_state
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
 
-MERGE_STATE = "last-merge.json"
+MERGE_STATE = "last-merge.json"  # in workspace_records
 EVIDENCE_SCHEMA = 1
 CHECK, BUILD = "check", "build"  # the two kinds of evidence
 ASSESS = "assess"  # what `assemble assess` counted (migration/progress.py): not a verdict, the progress line
@@ -189,14 +194,23 @@ def default_artifacts(workspace: Workspace) -> Path:
     return workspace.state_dir / "artifacts"
 
 
+def workspace_records(root: Path, create: bool = False) -> Path:
+    """``<cache>/workspaces/<digest>/``: what this machine's builds recorded about the workspace at
+    ``root`` (keyed by its real path, so ``-C`` spellings agree and a copy starts afresh)."""
+    from assembler.fsutil import digest_texts
+
+    return cache_root(create=create) / KINDS["workspaces"] / digest_texts(str(root.resolve()))[:32]
+
+
 def merge_state_path(workspace: Workspace) -> Path:
-    return workspace.state_dir / MERGE_STATE
+    """The last merge and audit of the workspace's build (builder.pipeline), in the user's cache."""
+    return workspace_records(workspace.root) / MERGE_STATE
 
 
 def workspace_keys(workspace: Workspace, root: Path | None = None) -> list[Path]:
     """The entries the workspace at hand uses (``prune --keep``): its dependencies' mirrors,
     the artifacts its last build materialized, the CUDA toolkits those were built with, the
-    environments of its [bundle] torch and verify-torch, and the evidence."""
+    environments of its [bundle] torch and verify-torch, the evidence and its own records."""
     from assembler.git.mirrors import mirror_path
     from assembler.wheel.artifact import stored_artifact
 
@@ -212,6 +226,7 @@ def workspace_keys(workspace: Workspace, root: Path | None = None) -> list[Path]
             if artifact.toolchain.get("cuda"):
                 cudas.add(str(artifact.toolchain["cuda"]))
     keep.append(root / KINDS["evidence"])
+    keep.append(root / KINDS["workspaces"] / workspace_records(workspace.root).name)
     labels = {f"verify-torch{version}" for version in manifest.bundle.verify_torch}
     if manifest.bundle.torch:
         labels.add(f"build-torch{manifest.bundle.torch}")

@@ -26,7 +26,7 @@ from assembler.builder.evidence import default_artifacts, merge_state_path
 from assembler.builder.outcome import BuildOutcome, Event
 from assembler.builder.request import BuildContext, BuildRequest, Toolchain
 from assembler.builder.shards import Shard
-from assembler.cache import in_use
+from assembler.cache import in_use, touch
 from assembler.errors import AssembleError, BuildError, CheckFailed, InputError, ToolchainError
 from assembler.fsutil import atomic_write
 from assembler.git.state import series_digest
@@ -376,7 +376,9 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
 
     When nothing that goes into the wheel changed since the last merge (artifact keys, bundle,
     install maps, CUDA, SOURCE_DATE_EPOCH, the merge and audit code) and the wheel is still there
-    untouched, the merge and the audit are not redone: that is most of a no-op build."""
+    untouched, the merge and the audit are not redone: that is most of a no-op build. What the
+    last merge and audit said is read only from the user's cache (``merge_state_path``), where
+    this machine wrote it: a record in the workspace could be committed with any verdicts."""
     manifest = workspace.manifest
     output = wheel_dir(workspace, options.output, options.partial)
     key = _merge_key(workspace, report, options.cuda, output)
@@ -385,6 +387,7 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
     if last is not None:
         report.wheel, audits, merged, report.partial = last
         report.warnings.extend(merged)
+        touch(state_path.parent)  # the workspace's records: used now (`cache prune --older-than`)
     else:
         from assembler.wheel.merge import merge_wheel
 
@@ -394,11 +397,12 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
         report.warnings.extend(result.warnings)
         note(f"merged {result.wheel.name}; auditing")
         audits = _audit_wheel(result.wheel, result.files, _build_torch_lib(workspace, options), _toolkit_lib_dirs(report.cuda_root))
-        atomic_write(state_path, json.dumps({
-            "key": key, "wheel": str(result.wheel), "stat": _stat(result.wheel), "warnings": list(result.warnings),
-            "partial": list(result.missing),
-            "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
-        }, indent=2, sort_keys=True) + "\n")
+        with contextlib.suppress(OSError):  # only a shortcut for the next build: a read-only cache keeps none
+            atomic_write(state_path, json.dumps({
+                "key": key, "workspace": str(workspace.root), "wheel": str(result.wheel), "stat": _stat(result.wheel),
+                "warnings": list(result.warnings), "partial": list(result.missing),
+                "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
+            }, indent=2, sort_keys=True) + "\n")
     error = _gate(report, audits, options.allow_unstable)
     if report.wheel is not None:  # over a deps.toml size budget: exit 1 with the breakdown
         from assembler.wheel.size import size_gate
@@ -446,12 +450,15 @@ def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[Extens
 
 
 def _stat(path: Path) -> list[int]:
-    info = path.stat()
-    return [info.st_size, info.st_mtime_ns, info.st_ino]
+    """What tells the merged wheel from any other file put at its path since: its inode and
+    device, size and mtime, and ctime, which no one can set (a file unpacked or copied there
+    later has a new one, whatever mtime it claims)."""
+    info = os.stat(path, follow_symlinks=False)
+    return [info.st_size, info.st_mtime_ns, info.st_ino, info.st_dev, info.st_ctime_ns]
 
 
 def _same_file(path: Path, recorded: list[int]) -> bool:
-    return path.is_file() and _stat(path) == list(recorded)
+    return path.is_file() and not path.is_symlink() and _stat(path) == list(recorded)
 
 
 def _build_torch_lib(workspace: Workspace, options: BuildOptions) -> Path | None:

@@ -28,9 +28,13 @@ class Project:
     pyproject: str
     cmakelists: str
 
-    def write(self, directory: Path) -> None:
-        atomic_write_if_changed(directory / "pyproject.toml", self.pyproject)
-        atomic_write_if_changed(directory / "CMakeLists.txt", self.cmakelists)
+    def write(self, directory: Path, *, inside: Path | None = None) -> None:
+        """Into ``directory`` (a build tree's ``project/``), never through a symbolic link: none
+        between ``inside`` (default: the directory's parent, which the build checked) and the
+        files, and a link at a file's name is replaced (fsutil.atomic_write)."""
+        base = inside if inside is not None else directory.parent
+        atomic_write_if_changed(directory / "pyproject.toml", self.pyproject, inside=base)
+        atomic_write_if_changed(directory / "CMakeLists.txt", self.cmakelists, inside=base)
 
 
 def uses_cuda(dep: Dependency) -> bool:

@@ -6,7 +6,8 @@ Where they come from, by backend:
   CUDA extension defines ``USE_CUDA`` for all of its sources, as the CMake helper does);
 - ``cmake`` and ``setuptools``: the recipe's ``sources`` (globs allowed), ``include-dirs`` and
   ``defines`` when ``sources`` is given; else the compile commands the last build of the
-  dependency recorded in ``.assemble/compdb/<dep>.json``; else an error naming the recipe.
+  dependency recorded on this machine (``compile_commands_path``: in the user's cache, never
+  the workspace, where a committed file could leave units out); else an error naming the recipe.
 
 The defines here are the unit's own; the ones every unit of a dependency gets
 (``TORCH_TARGET_VERSION``, ``Py_LIMITED_API``) are added by whoever compiles or checks it.
@@ -115,10 +116,14 @@ def helper_shape(dep: Dependency, ext: Extension, language: str) -> UnitShape:
 
 
 def compile_commands_path(state_dir: Path, dep: str) -> Path:
-    """``<workspace>/.assemble/compdb/<dep>.json``: the compile commands (a JSON compilation
-    database: a list of {directory, file, arguments}) of the dependency's last cmake or
-    setuptools build."""
-    return state_dir / COMPDB_DIR / f"{dep}.json"
+    """The compile commands (a JSON compilation database: a list of {directory, file,
+    arguments}) of the dependency's last build in the workspace whose state is ``state_dir``:
+    ``<cache>/workspaces/<digest>/compdb/<dep>.json`` (builder.evidence.workspace_records),
+    written only by this machine's build. Not ``.assemble/``: a compilation database committed
+    there could name fewer units, or other flags, and `check` would call CLEAN what it never read."""
+    from assembler.builder.evidence import workspace_records
+
+    return workspace_records(state_dir.parent) / COMPDB_DIR / f"{dep}.json"
 
 
 def language_of(path: str | Path) -> str:
@@ -148,8 +153,8 @@ def translation_units(workspace: Workspace, dep: Dependency, checkout: Path | No
     keys = ("deps", dep.name, "build")
     raise InputError(
         f"{value_position(workspace.manifest_path, keys)}: {'.'.join(keys)}: the {recipe.backend} backend's "
-        "translation units are unknown: the recipe names no sources and no build has recorded its compile commands "
-        f"({compdb.relative_to(workspace.root)})",
+        "translation units are unknown: the recipe names no sources and no build of it in this workspace has recorded "
+        "its compile commands on this machine",
         hint=f'add sources = ["csrc/*.cu", ...] (with include-dirs and defines) to [deps.{dep.name}.build], '
              f"or build it once (`assemble build --only {dep.name}`) so its compile commands are recorded",
     )

@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 from assembler.errors import ToolchainError
-from assembler.fsutil import atomic_write_if_changed
+from assembler.fsutil import atomic_write_if_changed, refuse_links
 
 DRIVER_SONAME = "libcuda.so.1"
 # Where a full toolkit keeps NVIDIA's own stub.
@@ -47,9 +47,11 @@ def driver_functions(root: Path, compiler: str) -> list[str]:
     return sorted(names)
 
 
-def driver_stub(root: Path, directory: Path, compiler: str) -> Path:
+def driver_stub(root: Path, directory: Path, compiler: str, *, inside: Path | None = None) -> Path:
     """``libcuda.so`` to link against: the toolkit's own stub, else one made in ``directory``
-    (kept while cuda.h and the compiler give the same source)."""
+    (a build tree's, kept while cuda.h and the compiler give the same source). No file is
+    written through a symbolic link: none between ``inside`` (default: the directory's parent,
+    which the build checked) and the files, and a link at a file's name is replaced."""
     found = toolkit_stub(root)
     if found is not None:
         return found
@@ -57,13 +59,16 @@ def driver_stub(root: Path, directory: Path, compiler: str) -> Path:
     if not names:
         raise ToolchainError(f"{root / 'include' / 'cuda.h'} declares no driver API function",
                              hint="the CUDA toolkit is incomplete: remove its cache directory and re-run")
+    base = inside if inside is not None else directory.parent
+    refuse_links(base, directory)
     directory.mkdir(parents=True, exist_ok=True)
     source = directory / "libcuda_stub.c"
     text = "/* Link-time stand-in for libcuda.so (assemble; never installed). */\n" + "".join(f"void {name}(void) {{}}\n" for name in names)
     stub = directory / "libcuda.so"
-    changed = atomic_write_if_changed(source, text)
-    if changed or not stub.is_file():
+    changed = atomic_write_if_changed(source, text, inside=base)
+    if changed or not stub.is_file() or stub.is_symlink():
         partial = directory / "libcuda.so.partial"
+        partial.unlink(missing_ok=True)  # the linker writes a new file, never through a link left there
         result = subprocess.run([compiler, "-shared", "-fPIC", "-x", "c", str(source), f"-Wl,-soname,{DRIVER_SONAME}", "-o", str(partial)],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import InputError, NewerStateError
-from assembler.fsutil import atomic_write, replace_dir
+from assembler.fsutil import UnsafeFile, atomic_write, open_state_file, read_regular, refuse_links, replace_dir
 from assembler.git.runner import is_full_sha
 from assembler.workspace import JOURNAL_NAME, Workspace
 
@@ -192,7 +192,7 @@ def _dumps(journal: Journal) -> str:
 
 
 def save(workspace: Workspace, journal: Journal) -> None:
-    atomic_write(journal_dir(workspace, journal.dep) / JOURNAL_NAME, _dumps(journal))
+    atomic_write(journal_dir(workspace, journal.dep) / JOURNAL_NAME, _dumps(journal), inside=workspace.root)
 
 
 def digest(files: dict[str, bytes] | None) -> str:
@@ -239,8 +239,10 @@ def begin(workspace: Workspace, journal: Journal, patches_dir: Path, checkout_fi
     fsync), then publish it with the journal in one rename. Leftovers of an earlier,
     interrupted ``begin`` are discarded."""
     root = workspace.rebase_dir
-    root.mkdir(parents=True, exist_ok=True)
     staging = root / f".{journal.dep}.new"
+    for path in (staging, journal_dir(workspace, journal.dep)):  # made and renamed here: never through a link
+        refuse_links(workspace.root, path)
+    root.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir()
     sources = {"deps.toml": workspace.manifest_path}
@@ -285,6 +287,7 @@ class Backup:
 
     def __init__(self, workspace: Workspace, name: str, directory: Path | None = None) -> None:
         self.dir = directory or journal_dir(workspace, name)
+        self.root = workspace.root  # what is put back below it is never written through a link
         try:
             with tarfile.open(self.dir / BACKUP) as tar:
                 self.files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
@@ -317,9 +320,13 @@ class Backup:
         if name not in self.files:
             path.unlink(missing_ok=True)
             return
-        if not path.is_file() or path.read_bytes() != self.files[name]:
-            atomic_write(path, self.files[name])
-        os.utime(path, ns=(self.mtimes[name], self.mtimes[name]))
+        try:  # a link there is replaced, never read or written through
+            same = read_regular(path, len(self.files[name])) == self.files[name]
+        except (OSError, UnsafeFile):
+            same = False
+        if not same:
+            atomic_write(path, self.files[name], inside=self.root if path.is_relative_to(self.root) else None)
+        os.utime(path, ns=(self.mtimes[name], self.mtimes[name]), follow_symlinks=False)
 
     def patches(self) -> dict[str, tuple[bytes, int]]:
         return {name[len("patches/"):]: (data, self.mtimes[name]) for name, data in self.files.items()
@@ -338,6 +345,7 @@ class Backup:
         if patches_dir.is_dir() and _snapshot(patches_dir) == saved:
             return
         staging = self.dir / "restore"
+        refuse_links(self.root, staging)
         shutil.rmtree(staging, ignore_errors=True)
         staging.mkdir()
         for relative, (data, mtime) in saved.items():
@@ -362,9 +370,11 @@ def finish(workspace: Workspace, name: str, keep: bool = False) -> None:
     if not path.exists():
         return
     retired = workspace.rebase_dir / f".{name}.done"
+    kept = undo_dir(workspace, name)
+    for moved in (retired, kept) if keep else (retired,):  # renamed and removed here: never through a link
+        refuse_links(workspace.root, moved)
     shutil.rmtree(retired, ignore_errors=True)
     if keep:
-        kept = undo_dir(workspace, name)
         if kept.exists():
             os.replace(kept, retired)
             shutil.rmtree(retired)
@@ -378,8 +388,10 @@ def finish(workspace: Workspace, name: str, keep: bool = False) -> None:
 def forget_undo(workspace: Workspace, name: str) -> None:
     """Remove the undo record of ``name`` (after an undo: it cannot be undone twice)."""
     kept = undo_dir(workspace, name)
+    retired = workspace.rebase_dir / f".{name}.undone"
+    for moved in (retired, kept):
+        refuse_links(workspace.root, moved)
     if kept.exists():
-        retired = workspace.rebase_dir / f".{name}.undone"
         shutil.rmtree(retired, ignore_errors=True)
         os.replace(kept, retired)
         shutil.rmtree(retired)
@@ -394,11 +406,9 @@ def running(workspace: Workspace, name: str) -> Iterator[int]:
     The lock file is removed when the rebase step ends (no empty ``DEP.running`` is left). A
     waiter that was queued on a file removed meanwhile sees that its descriptor no longer
     names the path, and opens the new one: two holders are never possible."""
-    root = workspace.rebase_dir
-    root.mkdir(parents=True, exist_ok=True)
-    path = root / f"{name}.running"
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    path = workspace.rebase_dir / f"{name}.running"
+    while True:  # a link or a FIFO committed there is refused, never opened (fsutil.open_state_file)
+        fd = open_state_file(workspace.root, path, os.O_RDWR | os.O_CREAT)
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino

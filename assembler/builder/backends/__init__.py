@@ -9,10 +9,11 @@ Three backends sit behind one small protocol, picked by ``[deps.X.build] backend
   built without isolation in the torch build environment with our flags injected.
 
 Each says what goes into the artifact key (``prepare``) and turns a prepared request into the
-files of an artifact (``build``), writing the compile commands it ran to
-``.assemble/compdb/<dep>.json``. The common steps (cache, store, record, packing) stay in
-``builder``; which translation units a recipe compiles (for `assemble check` and
-`build --plan`) is ``builder.units``, which reads the recipe or those compile commands.
+files of an artifact (``build``), writing the compile commands it ran to ``Work.compdb``
+(``builder.units.compile_commands_path``: the user's cache, never the workspace). The common
+steps (cache, store, record, packing) stay in ``builder``; which translation units a recipe
+compiles (for `assemble check` and `build --plan`) is ``builder.units``, which reads the recipe
+or those compile commands.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Work:
 
     tree: Path  # <workspace>/.assemble/build/<dep>/
     files: Path  # fill with what the dependency contributes to the wheel
-    compdb: Path  # <workspace>/.assemble/compdb/<dep>.json
+    compdb: Path  # units.compile_commands_path: <cache>/workspaces/<digest>/compdb/<dep>.json
     run: RunLogged  # run a command with its output in the dependency's log; returns the exit status
 
 
@@ -116,10 +117,10 @@ def refuse_escaping_links(ctx: BuildContext, request: BuildRequest) -> None:
 
 
 def write_compdb(target: Path, entries: list[dict[str, object]]) -> None:
-    """``<workspace>/.assemble/compdb/<dep>.json``: [{directory, file, arguments}], atomically."""
+    """``Work.compdb`` (in the user's cache, units.compile_commands_path): [{directory, file,
+    arguments}], atomically; `check` reads it for a recipe without sources."""
     from assembler.fsutil import atomic_write
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(target, json.dumps(entries, indent=1) + "\n")
 
 
