@@ -175,6 +175,23 @@ std::vector<at::Tensor> mha_fwd(const at::Tensor& q, int64_t b, int64_t h) {
   return {softmax_lse, p, rng_state};
 }
 """),
+    # const_data_ptr where the code only reads through the pointer, else mutable_data_ptr (FlashKDA's inputs)
+    Case("data-ptr-read-or-written", ("data-ptr",), """\
+void launch(const float* in, float* out, int64_t n);
+void scale(const at::Tensor& x, const at::Tensor& w, at::Tensor& out, int64_t n) {
+  const float* ip = x.data_ptr<float>();
+  float* wp = w.data_ptr<float>();
+  auto* vp = x.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    op[i] = ip[i] * wp[i] + vp[i];
+    op[i] += 1.0f;
+  }
+  auto half_in = reinterpret_cast<const uint16_t*>(x.data_ptr<at::Half>());
+  auto raw_in = static_cast<const float*>(x.data_ptr());
+  launch(x.data_ptr<float>(), out.data_ptr<float>(), n + half_in[0] + static_cast<int64_t>(raw_in[0]));
+}
+"""),
     # an optional's method through ->: passed on as *p
     Case("method-through-an-optional", ("contiguous",), """\
 at::Tensor shifted(const std::optional<at::Tensor>& shift) {
@@ -237,6 +254,13 @@ def test_the_idioms_read_as_a_person_writes_them() -> None:
     assert "auto plain = torch::stable::new_empty(q, shape);" in texts["empty-of-device-then-dtype"]
     assert "    STD_TORCH_CHECK(x.is_cuda(), #x \" must be on CUDA\");   \\\n" in texts["torch-check-in-a-macro"]
     assert "b = torch::stable::contiguous(*shift);" in texts["method-through-an-optional"]
+    pointers = texts["data-ptr-read-or-written"]
+    assert "  const float* wp = w.const_data_ptr<float>();\n  auto* vp = x.const_data_ptr<float>();\n" in pointers
+    assert "  float* op = out.mutable_data_ptr<float>();\n" in pointers
+    assert "reinterpret_cast<const uint16_t*>(x.const_data_ptr<torch::headeronly::Half>())" in pointers
+    assert "static_cast<const float*>(x.const_data_ptr())" in pointers
+    # what launch does with its arguments is not in this code: both stay mutable
+    assert "launch(x.mutable_data_ptr<float>(), out.mutable_data_ptr<float>()" in pointers
     # the options variable no call names any more goes; its line stays, empty, so line numbers hold
     lines = texts["empty-of-an-options-variable"].splitlines()
     at = next(i for i, line in enumerate(lines) if "mha_fwd" in line)

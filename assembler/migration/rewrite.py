@@ -178,6 +178,10 @@ class Declarations:
             if kind and first <= last:
                 self.names.setdefault(name, []).append(_Declared(name, kind, first, last, of, alone))
 
+    def scope(self, offset: int) -> tuple[int, int]:
+        """The lines (0-based, first > last: none) a declaration at ``offset`` holds for."""
+        return self._scopes([offset])[0]
+
     def _scopes(self, offsets: list[int]) -> list[tuple[int, int]]:
         """Each offset's scope in lines: to the end of the innermost enclosing block; inside a
         parameter list, its function's (or lambda's, or for loop's) body; else none."""
@@ -570,12 +574,14 @@ def _rename_method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> No
     _apply(edits, rewrite, file)
 
 
-def _apply(edits: list[tuple[int, int, str]], rewrite: Rewrite, file: FileRewrite, removed: list[tuple[int, int]] | None = None
-           ) -> None:
-    """Each edit (start, end, new text, in order) is one made; each ``removed`` span is emptied."""
-    for start, end, new in sorted([*edits, *((start, end, "") for start, end in removed or [])], reverse=True):
+def _apply(edits: list[tuple[int, int, str]], rewrite: Rewrite, file: FileRewrite,
+           besides: list[tuple[int, int, str]] | None = None) -> None:
+    """Each edit (start, end, new text; none overlapping) is one made; the edits ``besides``
+    go with them uncounted (a declaration that goes, a const a declaration needs)."""
+    counted = [(start, end, new, True) for start, end, new in edits]
+    for start, end, new, count in sorted([*counted, *((s, e, n, False) for s, e, n in besides or [])], reverse=True):
         file.text = file.text[:start] + new + file.text[end:]
-        if new:
+        if count:
             file.made[rewrite.id] += 1
             file.includes.update(rewrite.includes)
 
@@ -712,7 +718,8 @@ def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         edits.append((found.start(), closing + 1, f"{function}({read.tensor}, {text[sizes[0]:sizes[1]]}{tail})"))
         if read.kept is not None:
             kept.add(read.kept)
-    _apply(edits, rewrite, file, [line for line in (_unused(declared, code, edits) for declared in kept) if line])
+    removed = [_unused(declared, code, edits) for declared in kept]
+    _apply(edits, rewrite, file, [(line[0], line[1], "") for line in removed if line is not None])
 
 
 def _unused(declared: _Declared, code: str, edits: list[tuple[int, int, str]]) -> tuple[int, int] | None:
@@ -728,21 +735,74 @@ def _unused(declared: _Declared, code: str, edits: list[tuple[int, int, str]]) -
     return declared.line
 
 
-_DATA_PTR = re.compile(r"\.\s*data_ptr\s*<")
-_CONST_DECLARATION = re.compile(r"\bconst\s+[\w:]+\s*\*\s*(?:const\s+)?\w+\s*=\s*[\w.]*$")
+_DATA_PTR = re.compile(r"(?:\.|->)\s*data_ptr\s*(?:<|\(\s*\))")
+_CONST_DECLARATION = re.compile(r"\bconst\s+[\w:]+\s*\*\s*(?:const\s+)?\w+\s*=\s*$")
+_CONST_CAST = re.compile(r"(?:(?:reinterpret|static)_cast\s*<\s*(?:const\s+[\w:]+|[\w:]+\s+const)\s*\*\s*>\s*\("
+                         r"|\(\s*(?:const\s+[\w:]+|[\w:]+\s+const)\s*\*\s*\))\s*$")
+_POINTER_DECLARATION = re.compile(r"(?:^|[;{}(]|\s)(?P<type>auto\s*\*?|(?!return\b)[A-Za-z_][\w:]*\s*\*)\s*"
+                                  r"(?P<name>[A-Za-z_]\w*)\s*=\s*$")
+_WRITE_BEFORE = re.compile(r"(?:\+\+|--|&)\s*$")
+_WRITE_AFTER = re.compile(r"\s*(?:=(?!=)|[-+*/%&|^]=|<<=|>>=|\+\+|--)")
 
 
 def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str) -> None:
+    """``.data_ptr<T>()`` -> ``.const_data_ptr<T>()`` where the code only reads through it (a
+    ``const T*`` takes it, a cast to a const pointer, or a pointer variable the rest of its
+    block only reads as ``p[i]``), else ``.mutable_data_ptr<T>()``; an untemplated
+    ``data_ptr()`` (a stable call) becomes ``const_data_ptr()`` only where a const cast takes it."""
     code = blank_comments_and_strings(file.text)
     edits: list[tuple[int, int, str]] = []
+    constants: list[tuple[int, int, str]] = []
+    declarations: Declarations | None = None
     for found in _DATA_PTR.finditer(code):
         line = _line_of(code, found.start())
+        templated = found.group().endswith("<")
+        start = _receiver_start(code, found.start())
+        if found.group().startswith("->") or (not templated and style == "mutable") or start is None:
+            continue
+        opening = code.find("(", found.end() if templated else found.start())
+        closing = None if opening < 0 else _close_paren(code, opening)
+        before = code[code.rfind("\n", 0, start) + 1:start]
+        after = "" if closing is None else code[closing + 1:]
+        const = style != "mutable" and (_CONST_DECLARATION.search(before) is not None
+                                        or (_CONST_CAST.search(before) is not None and after.lstrip().startswith(")")))
+        declared = _POINTER_DECLARATION.search(before) if templated and not const and style != "mutable" else None
+        if declared is not None and after.lstrip().startswith(";"):
+            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            const = _only_read(code, declarations, declared.group("name"), found.start(), closing or found.end())
+        if not templated and not const:
+            continue
         if not _eligible(rewrite, file, line, torch_target):
             continue
-        line_start = code.rfind("\n", 0, found.start()) + 1
-        const = style != "mutable" and _CONST_DECLARATION.search(code[line_start:found.start()]) is not None
-        edits.append((found.start(), found.end(), ".const_data_ptr<" if const else ".mutable_data_ptr<"))
-    _apply(edits, rewrite, file)
+        method = found.group()[:found.group().index("data_ptr")]
+        rest = found.group()[len(method):]
+        edits.append((found.start(), found.end(), f"{method}{'const_' if const else 'mutable_'}{rest}"))
+        if const and declared is not None and not declared.group("type").startswith("auto"):
+            at = start - len(before) + declared.start("type")
+            constants.append((at, at, "const "))  # T* p = x.const_data_ptr<T>() would not compile
+    _apply(edits, rewrite, file, constants)
+
+
+def _only_read(code: str, declarations: Declarations, name: str, declared_at: int, statement_end: int) -> bool:
+    """Whether every later use of the pointer ``name`` in its block reads an element
+    (``name[i]`` not assigned, incremented or decremented): anything else (passed on, kept,
+    dereferenced, offset) may write, so the pointer stays mutable."""
+    first, last = declarations.scope(declared_at)
+    if first > last:
+        return False
+    breaks = [m.start() for m in re.finditer("\n", code)]
+    end = breaks[last] if last < len(breaks) else len(code)
+    reads = 0
+    for use in re.finditer(rf"(?<![\w.>:])\b{re.escape(name)}\b", code[:end]):
+        if use.start() <= statement_end:
+            continue
+        subscript = re.match(r"\s*\[", code[use.end():])
+        closing = None if subscript is None else _close(code, use.end() + subscript.end() - 1)
+        written = closing is None or _WRITE_AFTER.match(code, closing + 1) is not None
+        if written or _WRITE_BEFORE.search(code, max(0, use.start() - 8), use.start()):
+            return False
+        reads += 1
+    return reads > 0  # a pointer nothing reads says nothing either way
 
 
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M)
