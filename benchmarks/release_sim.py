@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 from assembler.builder import shards  # noqa: E402
 from assembler.builder.matrix import shard_count  # noqa: E402
 from assembler.builder.shards import CompileJob  # noqa: E402
+from assembler.builder.units import compile_commands_path  # noqa: E402
 from assembler.cache import cache_root  # noqa: E402
 from assembler.toolchain import sccache  # noqa: E402
 from assembler.toolchain.cuda import select_cuda  # noqa: E402
@@ -132,7 +133,7 @@ def measure(root: Path) -> Costs:
     assemble(ws, cache, "build", "--cuda", CUDA, "--only", "vecadd", "--artifacts", str(root / "out"))
     assemble(ws, cache, "build", "--cuda", CUDA, "--only", "scalekit", "--only", "rowsum", "--artifacts", str(root / "out"))
     entries = {Path(e["file"]).name: e for dep in ("vecadd", "scalekit")
-               for e in json.loads((ws / ".assemble" / "compdb" / f"{dep}.json").read_text())}
+               for e in json.loads(compile_commands_path(ws / ".assemble", dep).read_text())}
     cxx, cu = entries["add_scaled.cpp"], entries["scale.cu"]
     out = root / "unit.o"
     cxx_s = timed(with_output(cxx["arguments"], out), cxx["directory"])

@@ -2,7 +2,7 @@
 (torch.utils.cpp_extension) in the cached torch build environment with our settings injected,
 into an abi3 artifact that audits STABLE; a setup.py that does not ask for abi3 is refused;
 build-env is validated with file:line:col; every cmake/setuptools build leaves its compile
-commands in .assemble/compdb/<dep>.json."""
+commands in the compile-commands record (builder.units.compile_commands_path)."""
 
 from __future__ import annotations
 
@@ -303,7 +303,7 @@ def test_setuptools_backend_builds_a_cuda_extension_with_the_selected_nvcc(tmp_p
     assert "[libcudart.so.13]" in needed and "[libtorch_cpu.so]" in needed
     record = json.loads((module.parents[2] / "artifact.json").read_text())
     assert record["toolchain"]["nvcc"] == report["nvcc"]
-    compdb = json.loads((tmp_path / "ws" / ".assemble" / "compdb" / "cprobe.json").read_text())
+    compdb = json.loads(compile_commands_path(tmp_path / "ws" / ".assemble", "cprobe").read_text())
     commands = {Path(entry["file"]).name: entry["arguments"] for entry in compdb}
     assert set(commands) == {"ones.cu", "module.cpp"}
     assert Path(commands["ones.cu"][0]) == Path(report["cuda_root"]) / "bin" / "nvcc"

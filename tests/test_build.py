@@ -23,6 +23,7 @@ from assembler.builder.pipeline import (
     build_artifacts,
     resolve_toolchain,
 )
+from assembler.builder.units import compile_commands_path
 from assembler.git.state import series_digest
 from assembler.git.sync import sync_checkouts
 from assembler.workspace import Workspace, open_workspace
@@ -287,7 +288,7 @@ def test_a_dependency_with_its_own_cmake_uses_the_helper(tmp_path: Path, private
     probe = "import sys, torch; sys.path.insert(0, sys.argv[1]); import own; assert torch.ops.own.twice(torch.ones(2)).tolist() == [2.0, 2.0]"
     subprocess.run([build_env_path / "bin" / "python", "-c", probe, files], check=True)
     # the cmake backend leaves CMake's compile commands for `check` and `build --plan`
-    compdb = json.loads((tmp_path / "ws" / ".assemble" / "compdb" / "own.json").read_text())
+    compdb = json.loads(compile_commands_path(tmp_path / "ws" / ".assemble", "own").read_text())
     own = [entry for entry in compdb if Path(entry["file"]) == tmp_path / "ws" / "forks" / "own" / "csrc" / "own.cpp"]
     assert own and "-DTORCH_TARGET_VERSION=0x020A000000000000" in own[0]["arguments"]
 

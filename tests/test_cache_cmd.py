@@ -90,7 +90,8 @@ def test_dir_and_info_sizes_per_kind(cache: Path) -> None:
     info = cache_cli(cache, "info")
     kinds = info["kinds"]
     assert {kind: value["count"] for kind, value in kinds.items()} == {
-        "mirrors": 2, "toolchains": 1, "environments": 2, "artifacts": 1, "compiler-cache": 0, "symbol-tables": 0, "evidence": 0}
+        "mirrors": 2, "toolchains": 1, "environments": 2, "artifacts": 1, "compiler-cache": 0, "symbol-tables": 0, "evidence": 0,
+        "checks": 0, "workspaces": 0}
     assert kinds["artifacts"]["bytes"] == 100_002 and kinds["environments"]["bytes"] > 0
     assert info["total_bytes"] == sum(value["bytes"] for value in kinds.values())
     assert info["uv_cache"] and Path(info["uv_cache"]).is_dir()  # where the environments' hard links lead

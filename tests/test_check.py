@@ -312,7 +312,8 @@ def test_units_name_the_recipe_line_of_a_missing_path(tmp_path: Path, recipe: st
         translation_units(workspace, workspace.manifest.deps["lib"])
 
 
-def test_units_from_the_last_build_compile_commands(tmp_path: Path) -> None:
+def test_units_from_the_last_build_compile_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))  # the record lives in the cache: never the developer's
     ws = _setuptools_ws(tmp_path, "")
     workspace = open_workspace(ws)
     dep = workspace.manifest.deps["lib"]

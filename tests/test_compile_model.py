@@ -20,6 +20,7 @@ from assembler.audit.gate import Verdict
 from assembler.builder import builder, units
 from assembler.builder.diagnose import first_failure
 from assembler.builder.pipeline import BuildFailed, BuildOptions, build_artifacts
+from assembler.builder.units import compile_commands_path
 from assembler.check.run import CheckOptions, run_check
 from assembler.check.scan import Limits
 from assembler.toolchain.cuda import select_cuda
@@ -181,7 +182,7 @@ def test_check_and_build_share_one_compile_model(model_ws: Path, private_cache: 
 
     # the build ran the model's commands: standard, flags and system include dirs per unit, in order
     compdb = {Path(entry["file"]).name: entry["arguments"] for entry in json.loads(
-        (model_ws / ".assemble" / "compdb" / "cudakern.json").read_text())}
+        compile_commands_path(model_ws / ".assemble", "cudakern").read_text())}
     roots = {units.TORCH_ROOT: ensure_build_env(BUILD_TORCH).torch_dir,
              units.CUDA_ROOT: select_cuda(HERMETIC_CUDA, components=("curand",)).root}
     unit_list = units.translation_units(workspace, workspace.manifest.deps["cudakern"])

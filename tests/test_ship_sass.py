@@ -16,6 +16,7 @@ import pytest
 
 from assembler.audit.member import FileSource
 from assembler.builder.recipe import cmake_archs, torch_arch_list
+from assembler.builder.units import compile_commands_path
 from assembler.errors import ManifestError
 from assembler.manifest import load_manifest
 from assembler.toolchain.cuda import select_cuda
@@ -121,7 +122,7 @@ def test_own_build_files_ship_sass_only_for_arch_specific_targets_unless_ptx(tmp
     assert (artifacts / "sassonly" / "files" / "kern" / "arch_list.txt").read_text() == "9.0a"
     assert (artifacts / "withptx" / "files" / "kern" / "arch_list.txt").read_text() == "9.0a+PTX"
     assert _device_code(artifacts / "cprobe" / "files" / "cprobe" / "_cprobe_C.abi3.so") == {("cubin", "sm_90a"), ("ptx", "compute_90a")}
-    compdb = json.loads((ws / ".assemble" / "compdb" / "cprobe.json").read_text())
+    compdb = json.loads(compile_commands_path(ws / ".assemble", "cprobe").read_text())
     (ones,) = [entry["arguments"] for entry in compdb if entry["file"].endswith("ones.cu")]
     assert "-gencode=arch=compute_90a,code=compute_90a" in ones  # torch's spelling of 9.0a+PTX
 
