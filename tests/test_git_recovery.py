@@ -375,3 +375,21 @@ def test_prune_keeps_the_mirror_a_running_checkout_copies_from(git_workspace: Gi
     _whole(ws.fork)
     assert ws.assemble("cache", "clean").returncode == 0 and not list(ws.cache.glob("git/*.git"))
     _whole(ws.fork)
+
+
+# -- item 18: no git on PATH is exit 7 everywhere ------------------------------------------------------
+
+def test_a_missing_git_is_a_toolchain_error_on_every_command(git_workspace: GitWorkspace, tmp_path: Path) -> None:
+    """Without git on PATH, every command that needs it says so with exit 7 (GitPython's "Bad
+    git executable" at import was exit 70 in checkout, export and patches)."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    ws.manifest.write_text(ws.manifest.read_text().replace(ws.base, git(ws.upstream.path, "rev-parse", "HEAD~1")))
+    empty = tmp_path / "no-git"
+    empty.mkdir()
+    env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "PATH": str(empty)}
+    for words in (["checkout"], ["export", "kern"], ["patches", "--offline"], ["deps"], ["status"]):
+        result = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws.root), *words], env=env,
+                                capture_output=True, text=True)
+        assert result.returncode == 7, (words, result.stdout, result.stderr)
+        assert "cannot run git" in result.stderr and "hint: install git" in result.stderr, (words, result.stderr)

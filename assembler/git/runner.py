@@ -3,6 +3,7 @@ every machine, whatever the user's git configuration says."""
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -37,6 +38,12 @@ END_OF_OPTIONS = "--end-of-options"  # git >= 2.24: what follows is a revision o
 
 def repo_at(path: Path) -> git.Repo:
     """A checkout's repository with the isolated, deterministic environment."""
+    import shutil
+
+    if shutil.which(os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git") is None:
+        from assembler.errors import ToolchainError
+
+        raise ToolchainError(f"cannot run git: {os.strerror(errno.ENOENT)}", hint="install git")
     import git
 
     try:
