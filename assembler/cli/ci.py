@@ -1,8 +1,9 @@
-"""`assemble ci github|buildkite [--cuda X.Y] [--shards N] [-o FILE]`: the release fan-out as a
-workflow file (builder/workflows.py), printed or written atomically; with --shards N each
-dependency's compile jobs run as shard jobs before its final build, as `plan --matrix --shards N`
-plans them; `ci buildkite --from-matrix FILE`: the build steps for one plan, which the
-pipeline's first step uploads."""
+"""`assemble ci github|buildkite [--cuda X.Y] [--shards N] [--assembler-requirement REQ] [-o FILE]`:
+the release fan-out as a workflow file (builder/workflows.py), printed or written atomically;
+with --shards N each dependency's compile jobs run as shard jobs before its final build, as
+`plan --matrix --shards N` plans them; `ci buildkite --from-matrix FILE`: the build steps for one
+plan, which the pipeline's first step uploads (`--from-pipeline FILE`: a sharded plan's pipeline).
+Every job installs assembler from where this one came from, or from --assembler-requirement."""
 
 from __future__ import annotations
 
@@ -22,9 +23,32 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--shards", type=shard_count, default=0, metavar="N",
                         help="split each dependency's compile jobs over up to N runners before its final build "
                              "(`plan --matrix --shards N`; the jobs must share the compiler cache)")
+    parser.add_argument("--assembler-requirement", metavar="REQ",
+                        help="what the jobs pip-install assembler from: a path in the repository (. for a clone of "
+                             "assembler) or a requirement ('assembler @ git+https://HOST/OWNER/assembler@COMMIT'); "
+                             "default: where this assemble was installed from, when a runner can install it too")
     parser.add_argument("--from-matrix", type=Path, metavar="FILE",
-                        help="buildkite: the build steps for this `plan --matrix --json` document (what the plan step uploads)")
+                        help="buildkite: the build steps for this `plan --matrix --json` document "
+                             "(what the plan step uploads)")
+    parser.add_argument("--from-pipeline", type=Path, metavar="FILE",
+                        help="buildkite: this `plan --matrix --shards N --buildkite` pipeline, "
+                             "each step installing assembler first")
     parser.set_defaults(handler=run)
+
+
+def _repository(directory: Path) -> Path:
+    """The root a CI runner checks out: the git repository holding the workspace (the nearest
+    deps.toml upward from ``directory``), else the workspace, else ``directory``."""
+    start = next((d for d in (directory, *directory.parents) if (d / "deps.toml").is_file()), directory)
+    return next((d for d in (start, *start.parents) if (d / ".git").exists()), start)
+
+
+def _needs_s3(directory: Path) -> bool:
+    """Whether the workspace's artifact store is s3:// (the jobs then need assembler[s3], boto3)."""
+    from assembler.manifest.load import MANIFEST_NAME, load_manifest
+
+    manifest = next((d / MANIFEST_NAME for d in (directory, *directory.parents) if (d / MANIFEST_NAME).is_file()), None)
+    return manifest is not None and (load_manifest(manifest).cache.artifacts or "").startswith("s3://")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -34,23 +58,37 @@ def run(args: argparse.Namespace) -> int:
     from assembler.builder import workflows
     from assembler.errors import InputError
 
-    if args.from_matrix is not None:
-        if args.shards:
-            raise InputError("--from-matrix takes the steps of a plan without shards",
-                             hint=f"with --shards, the pipeline uploads `assemble plan --matrix --shards {args.shards} --buildkite` itself")
+    install = workflows.assembler_requirement(args.assembler_requirement, args.directory, _repository(args.directory))
+    if _needs_s3(args.directory):
+        install = install.with_extra("s3")
+    if args.from_matrix is not None or args.from_pipeline is not None:
         if args.system != "buildkite":
-            raise InputError("--from-matrix is for buildkite", hint="GitHub Actions reads the matrix itself (fromJSON)")
+            raise InputError("--from-matrix and --from-pipeline are for buildkite",
+                             hint="GitHub Actions reads the matrix itself (fromJSON)")
+        if args.from_matrix is not None and args.from_pipeline is not None:
+            raise InputError("--from-matrix and --from-pipeline exclude each other",
+                             hint="--from-matrix for a plan without shards, --from-pipeline for one with")
+        if args.shards:
+            raise InputError("--from-matrix and --from-pipeline take a plan that is made already",
+                             hint=f"with --shards, the pipeline uploads `assemble plan --matrix --shards {args.shards} "
+                                  "--buildkite` itself")
+        source = args.from_matrix or args.from_pipeline
         try:
-            include = json.loads(args.from_matrix.read_text(encoding="utf-8"))["include"]
-            deps = [str(entry["dep"]) for entry in include]
-            text = workflows.buildkite_steps(args.cuda, deps)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise InputError(f"{args.from_matrix}: not a `plan --matrix --json` document ({type(error).__name__}: {error})",
-                             hint="pass the output of `assemble plan --matrix --json`") from None
+            document = json.loads(source.read_text(encoding="utf-8"))
+            if args.from_matrix is not None:
+                deps = [str(entry["dep"]) for entry in document["include"]]
+                text = workflows.buildkite_steps(args.cuda, deps, install)
+            else:
+                text = json.dumps(workflows.with_install(document, install), indent=2) + "\n"
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+            made_by = "plan --matrix --json" if args.from_matrix is not None else "plan --matrix --shards N --buildkite"
+            raise InputError(f"{source}: not a `{made_by}` document ({type(error).__name__}: {error})",
+                             hint=f"pass the output of `assemble {made_by}`") from None
     elif args.system == "github":
-        text = workflows.github_sharded(args.cuda, args.shards) if args.shards else workflows.github(args.cuda)
+        text = (workflows.github_sharded(args.cuda, args.shards, install) if args.shards
+                else workflows.github(args.cuda, install))
     else:
-        text = workflows.buildkite(args.cuda, args.shards)
+        text = workflows.buildkite(args.cuda, install, args.shards)
     if args.output is None:
         sys.stdout.write(text)
         return 0
