@@ -15,7 +15,9 @@ through the environment, which ``torch.utils.cpp_extension`` reads:
 - ``DIST_EXTRA_CONFIG``: setuptools' build and egg-info directories go to our build tree, so
   the checkout stays clean (a dirty checkout would change the next build's key);
 - with a CPU-only torch and a CUDA recipe: cpp_extension's ``CUDA_HOME`` (which such a torch
-  leaves unset) and link stand-ins for ``libtorch_cuda``/``libc10_cuda`` (``cuda_stand_ins``).
+  leaves unset) and link stand-ins for ``libtorch_cuda``/``libc10_cuda`` (``cuda_stand_ins``);
+- ``LDFLAGS``: ``-Wl,--no-as-needed`` (``KEEP_LIBRARIES``), so ``libtorch_cuda`` stays in a CUDA
+  module's DT_NEEDED whatever the compiler's default, and the stand-ins' directories.
 
 The setup.py must itself ask for abi3 (``py_limited_api=True`` on each extension and
 ``options={"bdist_wheel": {"py_limited_api": "cp39"}}``): a module without the ``.abi3.so``
@@ -58,7 +60,16 @@ PROJECT_FILES = ("pyproject.toml", "setup.py")
 # What CUDAExtension links beyond libtorch_cpu; a CPU-only torch lacks them (see cuda_stand_ins).
 TORCH_CUDA_LIBRARIES = ("c10_cuda", "torch_cuda")
 # Bump when what the backend injects or does to the built files changes: it is part of the key.
-BACKEND_VERSION = "3: defines + file-prefix maps (checkout, torch) in CFLAGS/CXXFLAGS/NVCC_APPEND_FLAGS; strip; CUDA stand-ins"
+BACKEND_VERSION = ("4: defines + file-prefix maps (checkout, torch) in CFLAGS/CXXFLAGS/NVCC_APPEND_FLAGS; strip; "
+                   "CUDA stand-ins; --no-as-needed in LDFLAGS")
+# In LDFLAGS, which distutils puts after the compiler driver and before the objects and the
+# setup.py's -l libraries: every library an extension names stays in DT_NEEDED, whatever the
+# compiler's default (Debian's and Ubuntu's gcc link --as-needed). CUDAExtension names
+# torch_cuda, where the Stable ABI's CUDA half lives; its soname stand-in (cuda_stand_ins)
+# satisfies no symbol at link time, so --as-needed would drop it and the module would fail to
+# load. A CppExtension names no CUDA library, so a CPU module of the same setup.py gains none.
+# The CMake helper does the same (AssemblerStableExtension.cmake).
+KEEP_LIBRARIES = "-Wl,--no-as-needed"
 DRIVER = """\
 import importlib, os, sys
 project, wheel_dir = sys.argv[1], sys.argv[2]
@@ -132,8 +143,7 @@ class SetuptoolsBackend:
         # -lcuda (QuTLASS's extra_link_args) links a driver stub where the toolkit has none (toolchain.driver)
         driver = driver_stub(ctx.toolchain.cuda.root, build_base / "assemble-driver", cxx_name()).parent if request.cuda else None
         link_dirs = [directory for directory in (stand_ins, driver) if directory is not None]
-        if link_dirs:
-            env["LDFLAGS"] = " ".join(shlex.quote(f"-L{directory}") for directory in link_dirs)
+        env["LDFLAGS"] = " ".join([*(shlex.quote(f"-L{directory}") for directory in link_dirs), KEEP_LIBRARIES])
         if stand_ins is not None:
             env["ASSEMBLE_CUDA_HOME"] = str(ctx.toolchain.cuda.root)
         ninja = ctx.toolchain.env.python.parent / "ninja"
