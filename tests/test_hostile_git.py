@@ -171,6 +171,33 @@ def test_ctrl_c_during_the_series_is_recovered_by_a_re_run(git_workspace: GitWor
     assert "ready" in ws.assemble("deps").stdout
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["Ctrl-C", "kill -9"])
+def test_a_series_cut_as_its_git_am_starts_is_recovered_by_a_re_run(git_workspace: GitWorkspace, sig: int) -> None:
+    """The signal goes to the process group as soon as git am's session directory appears:
+    git may be splitting the mails, writing its session files or its first commit (a session
+    without ``applying``, ``abort-safety``, ORIG_HEAD or ``author-script``, and a SIGKILLed
+    git's index.lock). The re-run drops that session (``git am --quit`` itself cannot read
+    one cut so early) and applies the series again."""
+    ws = git_workspace
+    _long_series(ws, 300)
+    env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "200"}
+    process = subprocess.Popen([sys.executable, "-m", "assembler", "-C", str(ws.root), "checkout"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    session = ws.fork / ".git" / "rebase-apply"
+    deadline = time.monotonic() + 120  # a bound on waiting for the am, not a measured duration
+    while process.poll() is None and not session.exists() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    os.killpg(process.pid, sig)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode in (130, -signal.SIGKILL), stderr
+    assert "Traceback" not in stderr
+    again = ws.assemble("checkout")
+    assert again.returncode == 0, again.stderr
+    assert not session.exists() and not (ws.fork / ".git" / "index.lock").exists()
+    assert git(ws.fork, "rev-list", "--count", f"{ws.base}..HEAD") == "300"
+    assert "ready" in ws.assemble("deps").stdout
+
+
 def test_a_git_am_the_user_started_is_not_aborted(git_workspace: GitWorkspace) -> None:
     """The recovery aborts only its own am: a stopped series (a conflict left for the user) is
     still exit 5, with the user's am in place."""
