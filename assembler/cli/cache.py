@@ -47,8 +47,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     clean = actions.add_parser(
         "clean", help="remove every entry (never one a running command holds), as uv's cache clean",
         description="Remove every cache entry, of any age and whichever workspace uses it: mirrors, toolchains, "
-                    "environments and artifacts are made again when next needed. An entry a running assemble holds is "
-                    "kept and listed as in use.",
+                    "environments and artifacts are made again when next needed. Checkouts in forks/ own their objects "
+                    "and need no mirror. An entry a running assemble holds is kept and listed as in use.",
         epilog="examples:\n  assemble cache clean --dry-run      list everything that would go, with its size",
     )
     clean.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
