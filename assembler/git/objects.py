@@ -138,17 +138,22 @@ def own_objects(checkout: Path, stores: Sequence[Path], trusted: Path) -> None:
     _put_back_aside(objects)
     if not os.path.lexists(objects / ALTERNATES):
         return
+    from assembler.cache import in_use
+
     root = trusted.resolve()
-    sources = [Path(store) / "objects" for store in stores]
+    for source in dict.fromkeys((Path(store) / "objects").resolve() for store in stores):
+        link_objects(source, objects)
     complete = True
     for store in borrowed(objects):
         resolved = store.resolve()
-        if resolved.is_relative_to(root) and resolved.is_dir():
-            sources.append(resolved)
-        else:
+        if not resolved.is_relative_to(root):
             complete = False
-    for source in dict.fromkeys(source.resolve() for source in sources):
-        link_objects(source, objects)
+            continue
+        with in_use(resolved.parent):  # a mirror of the cache: no prune removes it while it is linked from
+            if resolved.is_dir():
+                link_objects(resolved, objects)
+            else:
+                complete = False
     os.replace(objects / ALTERNATES, objects / ASIDE)
     if not complete:
         from assembler.git.process import WorkTree
