@@ -1,5 +1,7 @@
 """The commands the README's quick tour and docs/ci.md tell a user to type parse as written
-(issue 22, items 6 and 7), and docs/ci.md describes `plan --matrix --json` as it is."""
+(issue 22, items 6 and 7), and docs/ci.md describes `plan --matrix --json` as it is. Every
+`assemble` command in a shell or YAML block of the docs site (docs/**/*.md) parses too, and every
+`make` target it names exists (issue 30)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from assembler.builder.matrix import MatrixEntry, matrix_document
-from assembler.cli import build_parser
+from assembler.cli import COMMAND_MODULES, build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 CI = (ROOT / "docs" / "ci.md").read_text()
@@ -30,7 +32,53 @@ def commands(text: str) -> list[str]:
 
 def parse(command: str) -> None:
     words = shlex.split(command.replace("${{ matrix.dep }}", "vecadd").replace("${{ matrix.shard }}", "1/2"))[1:]
-    build_parser(words[0]).parse_args(words)
+    try:
+        build_parser(words[0] if words and words[0] in COMMAND_MODULES else None).parse_args(words)
+    except SystemExit as stop:  # --version, --help: argparse's way of succeeding
+        assert stop.code == 0, command
+
+
+DOCS = sorted((ROOT / "docs").rglob("*.md"))
+SHELL_BLOCK = re.compile(r"```(?:sh|bash|shell|console|ya?ml)\n(.*?)```", re.S)
+
+
+def shell_commands(text: str, program: str) -> list[str]:
+    """Every command of ``program`` in the shell and YAML blocks of a page: wherever a command can
+    start (a line, after `run:` or `command:`, `&&`, `||`, `;`, `|`, inside `$(...)` or quotes), with
+    a path before it or not (`.venv/bin/assemble`), up to a redirection; comments cut."""
+    found = []
+    for block in SHELL_BLOCK.findall(text):
+        for line in block.splitlines():
+            line = re.sub(r"(^|\s)#.*", "", line)
+            for segment in re.split(r"&&|\|\||[;|()\"]|\$\(", line):
+                segment = re.sub(r"^\s*(?:-\s+)?(?:(?:run|command):\s*(?:>-?)?)?\s*", "", segment)
+                match = re.match(rf"^(?:\S*/)?({program}(?:\s[^>]*)?)(?:>|$)", segment.rstrip())
+                if match:
+                    found.append(match[1].strip())
+    return found
+
+
+DOCS_COMMANDS = [(page.relative_to(ROOT).as_posix(), command) for page in DOCS
+                 for command in shell_commands(page.read_text(), "assemble")]
+
+
+def test_the_docs_pages_hold_commands() -> None:
+    pages = {page for page, _ in DOCS_COMMANDS}
+    assert {"docs/index.md", "docs/getting-started.md", "docs/ci.md", "docs/guides/migrate.md"} <= pages
+    assert len(DOCS_COMMANDS) > 80
+
+
+@pytest.mark.parametrize(("page", "command"), DOCS_COMMANDS,
+                         ids=[f"{page}: {command}"[:100] for page, command in DOCS_COMMANDS])
+def test_every_command_of_the_docs_site_parses(page: str, command: str) -> None:
+    parse(command)
+
+
+def test_every_make_target_the_docs_name_exists() -> None:
+    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), re.M))
+    named = {command.split()[1] for page in DOCS
+             for command in shell_commands(page.read_text(), "make") if " " in command}
+    assert named and named <= targets, named - targets
 
 
 def quick_tour() -> list[str]:

@@ -41,7 +41,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argpars
 
 def _usage(parser: argparse.ArgumentParser, actions: list[argparse.Action]) -> str:
     formatter = argparse.HelpFormatter(parser.prog, width=USAGE_WIDTH)
-    formatter.add_usage(None, actions, [], prefix="usage: ")
+    formatter.add_usage(None, actions, parser._mutually_exclusive_groups, prefix="usage: ")
     return formatter.format_help().strip()
 
 
