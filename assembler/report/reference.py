@@ -39,10 +39,62 @@ def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argpars
             yield from action.choices.items()
 
 
+def _metavar(action: argparse.Action) -> str:
+    if isinstance(action.metavar, str):
+        return action.metavar
+    if action.choices is not None:
+        return "{" + ",".join(map(str, action.choices)) + "}"
+    return action.dest.upper() if action.option_strings else action.dest
+
+
+def _arguments(action: argparse.Action) -> str:
+    """What an option takes, or what a positional stands for (``FILE``, ``[DEP ...]``), spelled by
+    hand rather than by argparse's formatter, whose spelling changed in Python 3.13: the pages must
+    be the same on every Python the package supports."""
+    if isinstance(action, argparse._SubParsersAction):
+        return f"{action.metavar or '{' + ','.join(action.choices) + '}'} ..."
+    if action.nargs == 0:
+        return ""
+    metavar = _metavar(action)
+    spelled = {None: metavar, "?": f"[{metavar}]", "*": f"[{metavar} ...]", "+": f"{metavar} [{metavar} ...]",
+               argparse.REMAINDER: "..."}
+    if isinstance(action.nargs, int):
+        return " ".join([metavar] * action.nargs)
+    return spelled[action.nargs]
+
+
 def _usage(parser: argparse.ArgumentParser, actions: list[argparse.Action]) -> str:
-    formatter = argparse.HelpFormatter(parser.prog, width=USAGE_WIDTH)
-    formatter.add_usage(None, actions, parser._mutually_exclusive_groups, prefix="usage: ")
-    return formatter.format_help().strip()
+    """``usage: assemble X [--opt VALUE] [--a | --b] POSITIONAL [global options]``, wrapped at
+    USAGE_WIDTH between arguments, as argparse lays it out."""
+    shown = [action for action in actions if action.help != argparse.SUPPRESS]
+    groups = {id(action): group for group in parser._mutually_exclusive_groups for action in group._group_actions}
+    parts: list[str] = []
+    done: set[int] = set()
+
+    def spelled(action: argparse.Action) -> str:
+        return " ".join(filter(None, (action.option_strings[0], _arguments(action))))
+
+    for action in [a for a in shown if a.option_strings] + [a for a in shown if not a.option_strings]:
+        if id(action) in done:
+            continue
+        group = groups.get(id(action))
+        if action.option_strings and group is not None:
+            members = [member for member in group._group_actions if member in shown]
+            done.update(id(member) for member in members)
+            inner = " | ".join(spelled(member) for member in members)
+            parts.append(f"({inner})" if group.required else f"[{inner}]")
+        elif action.option_strings:
+            parts.append(spelled(action) if action.required else f"[{spelled(action)}]")
+        else:
+            parts.append(_arguments(action))
+    parts.append("[global options]")
+    lines = [f"usage: {parser.prog}"]
+    indent = " " * (len(lines[0]) + 1)
+    for part in parts:
+        if len(lines[-1]) + 1 + len(part) > USAGE_WIDTH and lines[-1].strip():
+            lines.append(indent[:-1])
+        lines[-1] += f" {part}"
+    return "\n".join(lines)
 
 
 def _options(parser: argparse.ArgumentParser, actions: list[argparse.Action]) -> list[str]:
@@ -51,7 +103,9 @@ def _options(parser: argparse.ArgumentParser, actions: list[argparse.Action]) ->
     for action in actions:
         if action.help == argparse.SUPPRESS or isinstance(action, argparse._SubParsersAction):
             continue
-        invocation = formatter._format_action_invocation(action)
+        arguments = _arguments(action)
+        invocation = (", ".join(action.option_strings) + (f" {arguments}" if arguments else "")
+                      if action.option_strings else _metavar(action))
         text = formatter._expand_help(action) if action.help else ""
         if action.choices is not None and not isinstance(action.choices, dict) and "{" not in invocation:
             text += f" (one of: {', '.join(map(str, action.choices))})"
@@ -64,7 +118,7 @@ def _command_section(parser: argparse.ArgumentParser, level: int) -> list[str]:
     lines = [f"{'#' * level} `{parser.prog}`", ""]
     if parser.description:
         lines += [_escape(parser.description), ""]
-    lines += ["```text", _usage(parser, actions) + " [global options]", "```", ""]
+    lines += ["```text", _usage(parser, actions), "```", ""]
     options = _options(parser, actions)
     if options:
         lines += [*options, ""]
