@@ -78,3 +78,34 @@ def test_the_cli_reference_names_every_command_and_option() -> None:
         for action in commands[name]._actions:
             for option in action.option_strings if action.help != argparse.SUPPRESS else ():  # hidden: internal
                 assert option in text, (name, option)
+
+
+def test_every_toml_block_of_the_docs_holds_keys_and_values_deps_toml_accepts() -> None:
+    """A fragment of deps.toml in the docs (a [cache] table, a recipe) completed with what it leaves out
+    (a [bundle], a dependency's pin) is valid against the shipped schema: the docs name no key that
+    does not exist and no value the manifest refuses."""
+    import json
+    import re
+    import tomllib
+
+    import jsonschema
+
+    from assembler.manifest.schema import schema_path
+
+    validator = jsonschema.Draft7Validator(json.loads(schema_path().read_text()))
+    checked = 0
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for block in re.findall(r"```toml\n(.*?)```", page.read_text(), re.S):
+            data = tomllib.loads(block)
+            bundle = data.setdefault("bundle", {})
+            bundle.setdefault("name", "docs")
+            bundle.setdefault("version", "1.0")
+            for dep in data.get("deps", {}).values():
+                dep.setdefault("commit", "0" * 40)
+                if "source" not in dep:
+                    dep.setdefault("upstream", "https://example.invalid/dep.git")
+            errors = [f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
+                      for error in validator.iter_errors(data)]
+            assert errors == [], (page.relative_to(ROOT), errors)
+            checked += 1
+    assert checked >= 8
