@@ -34,7 +34,7 @@ def validator() -> jsonschema.Draft7Validator:
 
 def test_the_shipped_schema_is_the_one_the_manifest_model_makes() -> None:
     assert schema_path().read_text(encoding="utf-8") == render(manifest_schema()), \
-        "stale: run `python -m assembler.report.reference` and commit the result"
+        "stale: run `python -m assembler.cli.reference` and commit the result"
     assert schema_path().parent.name == "schemas" and not schema_path().name.endswith(".schema.json")
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from assembler.report import reference
+from assembler.cli import reference
 from tests.conftest import ROOT
 
 PAGES = ["index.md", "getting-started.md", "concepts.md", "security.md", "guides/carry-a-fork.md",
@@ -48,7 +48,7 @@ def test_a_broken_link_fails_the_build(tmp_path: Path) -> None:
 
 
 def test_the_reference_is_what_the_code_makes() -> None:
-    assert reference.stale(ROOT) == [], "stale: run `python -m assembler.report.reference` and commit the result"
+    assert reference.stale(ROOT) == [], "stale: run `python -m assembler.cli.reference` and commit the result"
 
 
 def test_a_reference_page_that_drifted_is_named_and_rewritten(tmp_path: Path,
