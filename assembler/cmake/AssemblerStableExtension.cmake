@@ -35,6 +35,7 @@
 #   ASSEMBLER_PYTHON_ABI    oldest CPython of the abi3 module            (3.9)
 #   ASSEMBLER_TORCH_TARGET  oldest torch of the Stable ABI, MAJOR.MINOR  (2.10)
 #   ASSEMBLER_TORCH_DIR     the torch package the headers come from      (found via Python)
+#   ASSEMBLER_SOURCE_DIR    the dependency's checkout: objects named by their path in it (unset: CMake's names)
 #
 # Every extension gets Py_LIMITED_API (through USE_SABI), TORCH_TARGET_VERSION in torch's 64-bit
 # form, which turns each header outside the Stable ABI into an #error, hidden visibility and a
@@ -105,6 +106,33 @@ function(_assembler_resolve_library out name)
   endif()
 endfunction()
 
+# Each source of the checkout (ASSEMBLER_SOURCE_DIR) outside this directory's source and build
+# trees gets an object named by its path in the checkout (csrc/scale.cu -> csrc/scale.cu.o):
+# CMake names such an object after the source's absolute path
+# (CMakeFiles/x.dir/home/me/ws/forks/dep/csrc/scale.cu.o), which would put where the workspace
+# lives into every -o and -MT, and into the depfile a compiler cache stores and hands another
+# workspace. OBJECT_NAME is CMake 4.2's; an older CMake ignores it and keeps its own names.
+function(_assembler_object_names target)
+  if(NOT ASSEMBLER_SOURCE_DIR)
+    return()
+  endif()
+  foreach(_source IN LISTS ARGN)
+    cmake_path(ABSOLUTE_PATH _source BASE_DIRECTORY "${CMAKE_CURRENT_SOURCE_DIR}" NORMALIZE OUTPUT_VARIABLE _full)
+    set(_named_by_cmake FALSE)
+    foreach(_tree IN ITEMS "${CMAKE_CURRENT_SOURCE_DIR}" "${CMAKE_CURRENT_BINARY_DIR}")
+      cmake_path(IS_PREFIX _tree "${_full}" NORMALIZE _inside)
+      if(_inside)
+        set(_named_by_cmake TRUE)  # already relative to the tree
+      endif()
+    endforeach()
+    cmake_path(IS_PREFIX ASSEMBLER_SOURCE_DIR "${_full}" NORMALIZE _in_checkout)
+    if(_in_checkout AND NOT _named_by_cmake)
+      cmake_path(RELATIVE_PATH _full BASE_DIRECTORY "${ASSEMBLER_SOURCE_DIR}" OUTPUT_VARIABLE _relative)
+      set_source_files_properties("${_full}" TARGET_DIRECTORY ${target} PROPERTIES OBJECT_NAME "${_relative}")
+    endif()
+  endforeach()
+endfunction()
+
 function(assembler_stable_extension name)
   cmake_parse_arguments(PARSE_ARGV 1 ARG "PTX" "LANGUAGE;DESTINATION;CXX_STD;CUDA_STD"
     "SOURCES;INCLUDE_DIRS;DEFINES;LIBRARIES;CXX_FLAGS;CUDA_FLAGS;CXX_SYSTEM_INCLUDE_DIRS;CUDA_SYSTEM_INCLUDE_DIRS")
@@ -163,6 +191,7 @@ extern "C" __attribute__((weak, visibility("default"))) PyObject* PyInit_@name@(
 ]=])
 
   Python_add_library(${name} MODULE USE_SABI ${ASSEMBLER_PYTHON_ABI} WITH_SOABI ${ARG_SOURCES} "${_stub}")
+  _assembler_object_names(${name} ${ARG_SOURCES})
   target_include_directories(${name} PRIVATE ${ARG_INCLUDE_DIRS})
   foreach(_dir IN LISTS ARG_CXX_SYSTEM_INCLUDE_DIRS)
     target_include_directories(${name} SYSTEM PRIVATE "$<$<COMPILE_LANGUAGE:CXX>:${_dir}>")

@@ -30,7 +30,11 @@ cache), the compiler and its arguments, which it does not strip: a ``-ffile-pref
 (``toolchain/launch.py``), which spells every path below the workspace or the cache relative to
 the compiler's working directory (the cache through the link ``.assemble/roots/cache``): the
 same sources and flags make the same key from any workspace path and any ``ASSEMBLE_CACHE``,
-and a fresh workspace on another runner hits what the first one stored. What sccache cannot see
+and a fresh workspace on another runner hits what the first one stored. The CUDA toolkit, which
+nvcc names in its sub-steps' arguments, is reached through a link at a fixed path
+(``launch.toolkit_alias``), so a toolkit at another path keeps the keys too; and the CMake
+helper names objects by their path in the checkout (``OBJECT_NAME``), so no object name (``-o``,
+``-MT``, the depfile sccache stores) holds the workspace's path. What sccache cannot see
 (the torch target, the archs of a whole dependency) stays in our artifact key
 (``builder.cache.KeyParts``).
 
@@ -65,7 +69,9 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import InputError, ToolchainError
+from assembler.fsutil import refuse_links
 from assembler.toolchain.launch import ROOTS_ENV
+from assembler.workspace import LINKS_DIR
 
 OWNER_ENV = "ASSEMBLE_SCCACHE_OWNER"
 PARENT_ENV = "ASSEMBLE_SCCACHE_PARENT"  # PID:START of the process that owns the server
@@ -130,8 +136,11 @@ def configure(compiler: str, remote: str | None, cache_dir: Path, basedirs: tupl
 def path_roots(workspace: Path, state_dir: Path, cache_root: Path) -> tuple[tuple[str, str], ...]:
     """What the launcher spells relatively, and from where: the workspace as itself, the cache
     (and the real directories its entries link to, such as shared toolchains) through the link
-    ``<state dir>/roots/cache``, which this makes (atomically; it names the cache)."""
-    link = state_dir / "roots" / "cache"
+    ``<state dir>/roots/cache``, which this makes (atomically; it names the cache). The links
+    directory is the one place of the state where assemble keeps links (workspace.LINKS_DIR);
+    a link on the way to it is refused (fsutil.refuse_links), so nothing is written through one."""
+    link = state_dir / LINKS_DIR / "cache"
+    refuse_links(workspace, link.parent)
     link.parent.mkdir(parents=True, exist_ok=True)
     target = os.path.abspath(cache_root)
     if not (link.is_symlink() and os.readlink(link) == target):
