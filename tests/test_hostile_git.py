@@ -171,6 +171,54 @@ def test_ctrl_c_during_the_series_is_recovered_by_a_re_run(git_workspace: GitWor
     assert "ready" in ws.assemble("deps").stdout
 
 
+def _interrupt_the_series(ws: GitWorkspace) -> None:
+    """Ctrl-C (SIGINT to the process group) once git am has committed some of a 300-patch series."""
+    _long_series(ws, 300)
+    env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "200"}
+    process = subprocess.Popen([sys.executable, "-m", "assembler", "-C", str(ws.root), "checkout"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    next_patch = ws.fork / ".git" / "rebase-apply" / "next"
+    deadline = time.monotonic() + 120  # a bound on waiting for the am, not a measured duration
+    while process.poll() is None and time.monotonic() < deadline:
+        if next_patch.exists() and next_patch.read_text().strip() not in ("", "1", "2"):
+            break
+        time.sleep(0.005)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert (ws.fork / ".git" / "rebase-apply").is_dir(), "the interrupt left git am in progress (else the test shows nothing)"
+
+
+@pytest.mark.parametrize("cut", ["abort-safety", "ORIG_HEAD", "author-script", "applying", "next"])
+def test_an_am_whose_session_files_were_cut_is_still_recovered(git_workspace: GitWorkspace, cut: str) -> None:
+    """git writes its session files in place: killed while writing one, it leaves it empty
+    (or never wrote it). assemble's own am is told by its commits (assemble's committer, on
+    the pinned commit), not by those files, so the re-run still recovers."""
+    ws = git_workspace
+    _interrupt_the_series(ws)
+    target = ws.fork / ".git" / ("ORIG_HEAD" if cut == "ORIG_HEAD" else f"rebase-apply/{cut}")
+    if cut in ("abort-safety", "next"):
+        target.write_text("")
+    else:
+        target.unlink(missing_ok=True)
+    assert "interrupted" in ws.assemble("deps").stdout
+    again = ws.assemble("checkout")
+    assert again.returncode == 0, again.stderr
+    assert git(ws.fork, "rev-list", "--count", f"{ws.base}..HEAD") == "300"
+
+
+def test_a_commit_of_the_users_on_an_interrupted_am_is_never_clobbered(git_workspace: GitWorkspace) -> None:
+    ws = git_workspace
+    _interrupt_the_series(ws)
+    (ws.fork / "mine.txt").write_text("mine\n")
+    git(ws.fork, "add", "mine.txt")
+    git(ws.fork, "commit", "-q", "-m", "My own work")
+    head = git(ws.fork, "rev-parse", "HEAD")
+    again = ws.assemble("checkout")
+    assert again.returncode == 5 and "in the middle of a git am" in again.stderr, again.stderr
+    assert git(ws.fork, "rev-parse", "HEAD") == head
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["Ctrl-C", "kill -9"])
 def test_a_series_cut_as_its_git_am_starts_is_recovered_by_a_re_run(git_workspace: GitWorkspace, sig: int) -> None:
     """The signal goes to the process group as soon as git am's session directory appears:

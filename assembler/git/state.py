@@ -129,11 +129,12 @@ def pinned_state(checkout: Path, dep: Dependency) -> CheckoutState | None:
 def interrupted_series_am(checkout: Path, state: CheckoutState) -> bool:
     """The ``git am`` in ``checkout`` is assemble's own, cut short (Ctrl-C, a kill, a full
     disk): the state still says applying (a conflict would have made it stopped), the session
-    is an am's (``rebase-apply`` without the ``rebasing`` of a `git rebase`, no other operation),
-    and either nothing was committed on the pinned commit yet (HEAD is still the pin: the am's
-    setup may have been cut anywhere, even before it wrote ``applying`` or its ORIG_HEAD), or
-    git's am session began at the pinned commit (ORIG_HEAD) and HEAD is still the last commit
-    that am made (its abort-safety). Only such an am may be dropped and redone without asking."""
+    is an am's (``rebase-apply`` without the ``rebasing`` of a `git rebase`, no other
+    operation), and HEAD is the pinned commit or descends from it through commits that
+    assemble's fixed committer made, none the user's. What git's session files say is not
+    relied on: a git killed at the wrong moment leaves any of them missing, empty or half
+    written (``applying``, ``abort-safety``, ORIG_HEAD, ``author-script``). Only such an am
+    may be dropped and redone without asking."""
     git_dir = checkout / ".git"
     session = git_dir / "rebase-apply"
     if state.status != CheckoutStatus.APPLYING or not session.is_dir() or (session / "rebasing").exists():
@@ -141,23 +142,20 @@ def interrupted_series_am(checkout: Path, state: CheckoutState) -> bool:
     if any((git_dir / other).exists() for other in ("rebase-merge", "MERGE_HEAD", "CHERRY_PICK_HEAD")):
         return False
     head = read_head(checkout)
-    if head == state.base:
-        return True
-    try:
-        began = (git_dir / "ORIG_HEAD").read_text(encoding="utf-8").strip()
-        last = (session / "abort-safety").read_text(encoding="utf-8").strip()
-    except OSError:
+    return head == state.base or _made_by_assemble(checkout, state.base, head)
+
+
+def _made_by_assemble(checkout: Path, base: str, head: str) -> bool:
+    """``head`` descends from ``base`` and every commit between was committed by assemble."""
+    from assembler.git.process import END_OF_OPTIONS, WorkTree
+    from assembler.git.runner import COMMITTER_ENV
+
+    tree = WorkTree(checkout)
+    if not is_full_sha(head) or tree.run("merge-base", "--is-ancestor", END_OF_OPTIONS, base, head, check=False).returncode != 0:
         return False
-    if began != state.base or not is_full_sha(last):
-        return False
-    return last == head or _parent(checkout, head) == last  # interrupted between am's commit and its abort-safety write
-
-
-def _parent(checkout: Path, commit: str) -> str | None:
-    """The first parent of ``commit`` (a full SHA), None where git cannot say."""
-    from assembler.git.process import WorkTree
-
-    return WorkTree(checkout).rev(f"{commit}^") if is_full_sha(commit) else None
+    ours = f"{COMMITTER_ENV['GIT_COMMITTER_NAME']} <{COMMITTER_ENV['GIT_COMMITTER_EMAIL']}>"
+    listed = tree.run("log", "--format=%cn <%ce>", END_OF_OPTIONS, f"{base}..{head}", check=False)
+    return listed.returncode == 0 and all(line == ours for line in listed.stdout.splitlines())
 
 
 def read_head(checkout: Path) -> str:
