@@ -1,11 +1,11 @@
 """`assemble migrate` end to end on the example's own libraries, with real git, g++, nvcc and
 torch. vecadd's upstream (unmigrated: ATen, TORCH_LIBRARY, at:: calls) becomes three generated
 commits that `check` proves CLEAN (UNSTABLE -> CLEAN) and `review` passes hunk by hunk.
-normkit (a pybind11 module, TensorOptions, a device guard): a dry run writes nothing and
-reports what is not mechanical by file:line; the real run's three commits plus the committed
-manual patch (examples/stable-abi/migrate/manual/) are CLEAN, pass review, build, audit STABLE
-and pass `verify` on torch 2.13.0 and 2.14.1, the operators' schemas made from the C++
-signatures."""
+normkit (a pybind11 module, TensorOptions, a device guard, a stream behind a define): a dry run
+writes nothing and leaves nothing the build compiles; the real run's three commits, each file
+proven to compile, are CLEAN, and with the committed manual patch (examples/stable-abi/migrate/
+manual/: what the build does not compile, the import, abi3) pass review, build, audit STABLE and
+pass `verify` on torch 2.13.0 and 2.14.1, the operators' schemas made from the C++ signatures."""
 
 from __future__ import annotations
 
@@ -71,20 +71,37 @@ def test_migrate_turns_vecadd_upstream_into_a_stable_series(tmp_path: Path, priv
 
 
 def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_path: Path, private_cache: Path) -> None:
+    """Everything the build compiles is mechanical now (the device guard through the helper
+    header); with NORMKIT_WITH_CUDA set, the stream is too, and what is left is reported."""
     ws = example_copy(tmp_path / "ws") / "migrate"
     result = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--json", cache=private_cache)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report["dry_run"] and all(step["commit"] is None for step in report["steps"])
     assert _git(ws / "forks" / "normkit", "status", "--porcelain") == ""
+    assert not (ws / "forks" / "normkit" / "csrc" / "assemble_stable_helpers.h").exists()
     assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms"]
-    left = {(item["rule"], item["kind"]) for item in report["remaining"]}
-    # <torch/extension.h> stays while the guard is left, so what is not migrated yet still finds its declarations; the
-    # allocations from a tensor's options are new_empty/new_zeros now, and shift->contiguous() is contiguous(*shift)
-    assert left == {("device-guard", "judgment"), ("include-torch-extension", "mechanical")}
-    assert all(item["approach"] for item in report["remaining"])
-    assert report["declined"] == []
+    assert report["remaining"] == [] and report["declined"] == []
+    assert report["helpers"] == {"path": "csrc/assemble_stable_helpers.h", "existing": False, "pieces": ["device-guard"],
+                                 "added": ["device-guard"]}
+    assert report["steps"][1]["files"] == ["csrc/normkit.cpp", "csrc/normkit.h", "csrc/assemble_stable_helpers.h"]
+    assert report["steps"][2]["made"]["device-guard"] == 1
     assert report["check"] == {"before": None, "after": None, "went_clean": None}
+
+    manifest = ws / "deps.toml"
+    manifest.write_text(manifest.read_text().replace('defines = ["NORMKIT_NO_LEGACY"]',
+                                                     'defines = ["NORMKIT_NO_LEGACY", "NORMKIT_WITH_CUDA"]'))
+    cuda = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", cache=private_cache)
+    assert cuda.returncode == 0, cuda.stderr[-3000:]
+    assert "+  cudaStream_t stream = assemble_stable::current_cuda_stream();" in cuda.stdout
+    assert "+// assemble-helper: cuda-stream" in cuda.stdout and "+// assemble-helper: device-guard" in cuda.stdout
+    # the CUDA context header gives its line, inside the #ifdef, to the CUDA runtime's (cudaStream_t); the stable
+    # headers every build of the file needs go after its last unconditional include
+    assert ("#include <cmath>\n+#include <Python.h>\n" in cuda.stdout
+            and "#ifdef NORMKIT_WITH_CUDA\n-#include <ATen/cuda/CUDAContext.h>\n+#include <cuda_runtime_api.h>\n #endif"
+            in cuda.stdout), cuda.stdout[:3000]
+    left = json.loads(assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--json", cache=private_cache).stdout)
+    assert left["remaining"] == [] and left["helpers"]["pieces"] == ["cuda-stream", "device-guard"]
 
 
 def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Path, private_cache: Path) -> None:
@@ -100,8 +117,15 @@ def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Pat
         "scale_shift(Tensor x, Tensor affine_0, Tensor? affine_1) -> Tensor",  # the tuple, split
         "rms_norm_unit(Tensor x) -> Tensor",  # behind #ifndef NORMKIT_NO_LEGACY, carried over with its guard
     ]
-    assert report["check"]["before"]["verdict"] == report["check"]["after"]["verdict"] == "UNSTABLE"  # the manual part is left
+    # every file proven to compile and committed: what the build compiles is CLEAN before the manual patch
+    assert report["proof"]["proven_files"] == ["csrc/normkit.cpp", "csrc/normkit.h"]
+    assert report["proof"]["not_committed"] == [] and report["remaining"] == []
+    assert report["check"]["before"]["verdict"] == "UNSTABLE" and report["check"]["after"]["verdict"] == "CLEAN"
     fork = ws / "forks" / "normkit"
+    assert "  const assemble_stable::TensorDeviceGuard device_guard(x);\n" in (fork / "csrc" / "normkit.cpp").read_text()
+    assert "#include <torch/extension.h>" not in (fork / "csrc" / "normkit.h").read_text()
+    helpers = _git(fork, "log", "-1", "--format=%B", report["steps"][1]["commit"])
+    assert "Migration-Review: csrc/assemble_stable_helpers.h#1 the helper header, generated by assemble migrate" in helpers
     source = (fork / "csrc" / "normkit.cpp").read_text()
     assert "PYBIND11_MODULE" not in source and "TORCH_BOX(&group_sum_boxed)" in source
     assert "#ifndef NORMKIT_NO_LEGACY\n  m.def(\"rms_norm_unit(Tensor x) -> Tensor\");\n#endif" in source
@@ -113,7 +137,13 @@ def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Pat
         series.write(f"{MANUAL.name}\n")
     reviewed = assemble("-C", str(ws), "review", "normkit", "--json", cache=private_cache)
     assert reviewed.returncode == 0, reviewed.stdout[-3000:]
-    assert json.loads(reviewed.stdout)["acknowledged"] == 6  # the generated registration and the manual patch's five
+    # migrate's own trailers: the generated registration, the helper header, the argument order of new_empty and
+    # new_zeros (the tensor moves first) and contiguous(*shift); the manual patch's one, the legacy entry point
+    acknowledged = {(p["patch"][:4], h["id"]) for p in json.loads(reviewed.stdout)["patches"] for h in p["hunks"]
+                    if h["acknowledged"]}
+    assert acknowledged == {("0001", "csrc/normkit.cpp#1"), ("0002", "csrc/assemble_stable_helpers.h#1"),
+                            ("0003", "csrc/normkit.cpp#2"), ("0003", "csrc/normkit.cpp#3"), ("0003", "csrc/normkit.cpp#5"),
+                            ("0004", "csrc/normkit.cpp#1")}
     checked = assemble("-C", str(ws), "check", "normkit", "--json", cache=private_cache)
     assert checked.returncode == 0 and {d["name"]: d for d in json.loads(checked.stdout)["deps"]}["normkit"]["verdict"] == "CLEAN"
     built = assemble("-C", str(ws), "build", "--cuda", HERMETIC_CUDA, "--verify", "--json", cache=private_cache)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from assembler.migration import helpers
 from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.rewrite import FileRewrite, RewriteSet, apply_step, load_rewrites, rewrite_includes
 from assembler.migration.rules import load_rules, match_rules
@@ -302,6 +303,14 @@ DECLINED = [
      "new-empty", "empty", "ScalarType"),
     # an optional of unknown type through ->
     ("template <class T> int f(T* p) { return p->contiguous().dim(); }", "contiguous", "contiguous", "pointer"),
+    # a guard on something the file does not declare a tensor; the stream object itself, not its cudaStream_t
+    ("template <class T> void f(const T& t) {\n  at::DeviceGuard g(t.device());\n}", "device-guard", "device-guard",
+     "not declared a tensor"),
+    ("void f() {\n  at::cuda::CUDAStream s = at::cuda::getCurrentCUDAStream();\n}", "cuda-stream", "cuda-stream",
+     "kept as at::cuda::CUDAStream"),
+    ("int64_t f() {\n  return at::cuda::getCurrentCUDAStream().id();\n}", "cuda-stream", "cuda-stream", "(.id)"),
+    ("void f() {\n  auto s = c10::cuda::getCurrentCUDAStream(0);\n  s.synchronize();\n}", "cuda-stream", "cuda-stream",
+     "s keeps what it returns"),
 ]
 
 
@@ -416,3 +425,155 @@ def test_the_old_cases_are_real_aten_code(tmp_path: Path, torch_flags: tuple[lis
     source.write_text(OLD_INCLUDE + "".join(f"namespace case_{i} {{\n{case.body}}}\n" for i, case in enumerate(CASES)))
     returncode, stderr = _finish(_compile([source], [*flags, f"-I{python_include}"]))
     assert returncode == 0, stderr[-6000:]
+
+
+# ---- the device guard and the current stream, through the helper header migrate adds -------------
+
+HELPED = """\
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAGuard.h>
+
+void launch(const float* in, cudaStream_t stream);
+
+void run(const at::Tensor& x, const std::optional<at::Tensor>& bias, int device) {
+  const at::DeviceGuard device_guard(x.device());
+  if (bias.has_value()) {
+    c10::cuda::OptionalCUDAGuard bias_guard(device_of(*bias));
+  }
+  c10::OptionalDeviceGuard same{at::device_of(x)};
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  auto on = c10::cuda::getCurrentCUDAStream(device);
+  launch(x.data_ptr<float>(), c10::cuda::getCurrentCUDAStream().stream());
+  launch(x.data_ptr<float>(), on.stream());
+  launch(x.data_ptr<float>(), on);
+  launch(x.data_ptr<float>(), stream);
+}
+
+void check(const at::Tensor& q, const at::Tensor& k) {
+  at::TensorArg q_arg{q, "q", 1}, k_arg{k, "k", 2};
+  const at::CheckedFrom c = "flash_fwd";
+  at::checkAllSameGPU(c, {q_arg, k_arg});
+  at::checkAllContiguous(c, {q_arg, k_arg});
+  at::checkDeviceType(c, {q, k}, at::kCUDA);
+}
+"""
+HELPER_IDIOMS = ("device-guard", "device-guard-of", "cuda-stream", "tensor-checks")
+
+
+def _rewrite_helped(text: str, rewrites: RewriteSet, directory: Path) -> FileRewrite:
+    """Every step, then the includes as migrate writes them: the helper header's quoted include,
+    the CUDA headers replaced on their lines; the header itself written beside the file."""
+    file = _rewrite(text, rewrites, includes=False)
+    local = ('"assemble_stable_helpers.h"',) if file.helpers else ()
+    rewrite_includes(file, file.includes, rewrites.unstable_includes, False, local, rewrites.replaced_includes)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "run.cpp").write_text(file.text)
+    if file.helpers:
+        (directory / helpers.NAME).write_text(helpers.header_text(None, file.helpers))
+    return file
+
+
+def test_the_guards_and_streams_are_rewritten_to_the_helper_and_nothing_is_left(tmp_path: Path) -> None:
+    file = _rewrite_helped(HELPED, REWRITES, tmp_path)
+    assert file.helpers == {"device-guard", "cuda-stream", "tensor-checks"} and file.declined == []
+    made = file.made
+    assert (made["device-guard"], made["device-guard-of"], made["cuda-stream"], made["tensor-checks"]) == (1, 2, 3, 5)
+    lines = file.text.splitlines()
+    # <torch/extension.h> gives its line to the stable headers and the helper's; the CUDA stream's to the CUDA runtime
+    assert lines[:5] == ['#include <torch/csrc/stable/tensor.h>', '#include <torch/headeronly/core/DeviceType.h>',
+                         '#include "assemble_stable_helpers.h"', '#include <cuda_runtime_api.h>', '']
+    assert "  const assemble_stable::TensorDeviceGuard device_guard(x);" in lines
+    assert "    assemble_stable::TensorDeviceGuard bias_guard(*bias);" in lines
+    assert "  assemble_stable::TensorDeviceGuard same{x};" in lines
+    assert "  cudaStream_t stream = assemble_stable::current_cuda_stream();" in lines
+    assert "  auto on = assemble_stable::current_cuda_stream(device);" in lines
+    assert "  launch(x.mutable_data_ptr<float>(), assemble_stable::current_cuda_stream().stream());" in lines
+    assert '  assemble_stable::TensorArg q_arg{q, "q", 1}, k_arg{k, "k", 2};' in lines
+    assert "  assemble_stable::checkDeviceType(c, {q, k}, torch::headeronly::DeviceType::CUDA);" in lines
+    assert _remaining(file.text) == []
+
+
+def test_the_helper_header_gets_a_piece_once() -> None:
+    """A later migration adds only the pieces the header lacks, and one already there (edited
+    by a person, say) is left as it is."""
+    first = helpers.header_text(None, {"device-guard"})
+    assert helpers.pieces_in(first) == {"device-guard"} and helpers.MARK in first
+    edited = first.replace("tensor.get_device_index() >= 0", "tensor.is_cuda()")
+    second = helpers.header_text(edited, {"device-guard", "cuda-stream"})
+    assert second.startswith(edited.rstrip("\n")) and helpers.pieces_in(second) == {"device-guard", "cuda-stream"}
+    assert second.count("class TensorDeviceGuard") == 1 and second.count("inline CUDAStream current_cuda_stream(") == 1
+    assert helpers.header_text(second, {"cuda-stream", "device-guard"}) == second
+
+
+@pytest.fixture(scope="module", name="cuda_include")
+def cuda_include_fixture(toolchains: Path) -> Path:
+    from assembler.toolchain.cuda import select_cuda
+    from tests.build_support import HERMETIC_CUDA
+
+    return select_cuda(HERMETIC_CUDA).root / "include"
+
+
+@pytest.mark.slow
+def test_the_guards_and_streams_compile_through_the_helper_and_would_not_without(
+        tmp_path: Path, torch_flags: tuple[list[str], Path], cuda_include: Path) -> None:
+    """The rewritten file and the header compile at torch-target 2.10 with only stable torch
+    headers and the CUDA runtime's (cudaStream_t is CUstream_st*, the header's own type), also
+    where the shim itself declares the stream function (-DUSE_CUDA); without the helper
+    rewrites the file does not; and the old file is real ATen code (full torch, CUDA headers)."""
+    flags, python_include = torch_flags
+    cuda = ["-isystem", str(cuda_include)]
+    stable = [TARGET_DEFINE, *flags, *cuda]
+    _rewrite_helped(HELPED, REWRITES, tmp_path / "helped")
+    undone = _rewrite_helped(HELPED, _without(HELPER_IDIOMS), tmp_path / "without")
+    assert "getCurrentCUDAStream" in undone.text and not undone.helpers  # the CUDA headers stay: uses are left
+    old = tmp_path / "old" / "run.cpp"
+    old.parent.mkdir()
+    old.write_text(HELPED)
+    # the build torch (a CPU wheel) ships c10/cuda's headers but not CMake's generated one: an empty stand-in, as assess
+    # preprocesses a header the machine lacks
+    generated = tmp_path / "stand-in" / "c10" / "cuda" / "impl" / "cuda_cmake_macros.h"
+    generated.parent.mkdir(parents=True)
+    generated.write_text("")
+    runs = [_compile([tmp_path / "helped" / "run.cpp"], stable),
+            _compile([tmp_path / "helped" / "run.cpp"], [*stable, "-DUSE_CUDA"]),
+            _compile([tmp_path / "without" / "run.cpp"], stable),
+            _compile([old], [*flags, *cuda, f"-I{python_include}", f"-I{tmp_path / 'stand-in'}"])]
+    (helped, helped_err), (shim, shim_err), (without, without_err), (aten, aten_err) = [_finish(run) for run in runs]
+    assert helped == 0, helped_err[-6000:]
+    assert shim == 0, shim_err[-6000:]
+    assert without != 0 and "getCurrentCUDAStream" in without_err + undone.text, without_err[-3000:]
+    assert aten == 0, aten_err[-6000:]
+
+
+def test_a_decline_before_the_include_step_is_at_its_line_after_it(tmp_path: Path) -> None:
+    """A rewrite declined in an early step names its line in the file as committed, after the
+    include step has added lines above it."""
+    from assembler.migration.migrate import MigrateReport, _run_file
+
+    text = ('#include <torch/extension.h>\n\nbool on_first_gpu(const at::Tensor& x) {\n  at::Device first("cuda:0");\n'
+            "  return x.device() == first;\n}\n")
+    path = tmp_path / "first.cpp"
+    path.write_text(text)
+    needed = {"torch/csrc/stable/device.h", "torch/csrc/stable/tensor.h", "torch/headeronly/core/DeviceType.h"}
+    run = _run_file(path, FileRewrite(text, [True] * (text.count("\n") + 1)), REWRITES, "2.9", {}, {}, needed,
+                    True, tmp_path, MigrateReport("first", REWRITES.version, True))
+    [declined] = [d for d in run.final.declined if d.rewrite == "device-string"]
+    assert declined.line == 7 and 'at::Device first("cuda:0");' in run.final.text.splitlines()[declined.line - 1]
+    assert (declined.line, "device") in _remaining(run.final.text)
+
+
+def test_a_header_of_the_forks_own_with_the_name_is_never_written_over(tmp_path: Path) -> None:
+    """A file named like the helper header but without its mark is the project's: the helper
+    goes beside it under another name, which a later run finds and review skips the include of."""
+    (tmp_path / "csrc").mkdir()
+    mine = tmp_path / "csrc" / helpers.NAME
+    mine.write_text("// the project's own\n")
+    users = [tmp_path / "csrc" / "a.cpp", tmp_path / "csrc" / "ops" / "b.cpp"]
+    placement = helpers.place(tmp_path, users, helpers.find(tmp_path, [f"csrc/{helpers.NAME}"]))
+    assert placement.path == tmp_path / "csrc" / "assemble_stable_helpers_1.h" and not placement.existing
+    assert placement.include(users[1]) == '"../assemble_stable_helpers_1.h"'
+    placement.path.write_text(helpers.header_text(None, {"device-guard"}))
+    tracked = [f"csrc/{helpers.NAME}", "csrc/assemble_stable_helpers_1.h"]
+    assert helpers.find(tmp_path, tracked) == placement.path and mine.read_text() == "// the project's own\n"
+    assert helpers.INCLUDE.match('#include "../assemble_stable_helpers_1.h"')

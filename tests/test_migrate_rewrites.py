@@ -49,6 +49,15 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                    "torch::stable::accelerator::DeviceGuard device_guard{(char)q.get_device()};"),
     "cuda-guard-device": ("const c10::cuda::OptionalCUDAGuard g(q.device());",
                           "const torch::stable::accelerator::DeviceGuard g(q.get_device_index());"),
+    # a guard on a tensor's own device and the current stream: through the helper header migrate adds
+    "device-guard": ("void f(const at::Tensor& x) { const at::DeviceGuard g(x.device()); }",
+                     "void f(const torch::stable::Tensor& x) { const assemble_stable::TensorDeviceGuard g(x); }"),
+    "device-guard-of": ("void f(at::Tensor x) { at::cuda::OptionalCUDAGuard g(device_of(x)); }",
+                        "void f(torch::stable::Tensor x) { assemble_stable::TensorDeviceGuard g(x); }"),
+    "cuda-stream": ("cudaStream_t s = at::cuda::getCurrentCUDAStream();",
+                    "cudaStream_t s = assemble_stable::current_cuda_stream();"),
+    "tensor-checks": ('at::TensorArg q_arg{q, "q", 1};\nat::checkAllContiguous("f", {q_arg});',
+                      'assemble_stable::TensorArg q_arg{q, "q", 1};\nassemble_stable::checkAllContiguous("f", {q_arg});'),
     "empty-like": ("auto y = at::empty_like(x);", "auto y = torch::stable::empty_like(x);"),
     "sum": ("auto s = at::sum(x, dims, true);", "auto s = torch::stable::sum(x, dims, true);"),
     "sum-out": ("at::sum_out(dk, x, dims);", "torch::stable::sum_out(dk, x, dims);"),
@@ -135,6 +144,21 @@ def test_includes_swap_only_when_nothing_unstable_is_left() -> None:
     rewrite_includes(kept, kept.includes, REWRITES.unstable_includes, keep_unstable=True)
     assert kept.text.splitlines()[:4] == ["#include <torch/extension.h>", "#include <vector>", "#include <ATen/ATen.h>",
                                           "#include <torch/csrc/stable/tensor.h>"]
+
+
+def test_a_cuda_header_gives_its_own_line_once_nothing_needs_it() -> None:
+    """The CUDA context header becomes the CUDA runtime's on its own line, inside its #ifdef;
+    the guard's header goes; while a use is left, both stay."""
+    text = ("#include <torch/extension.h>\n#ifdef WITH_CUDA\n#include <ATen/cuda/CUDAContext.h>\n"
+            "#include <c10/cuda/CUDAGuard.h>\n#endif\nat::Tensor f();")
+    file = _run(text)
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
+    assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#ifdef WITH_CUDA\n#include <cuda_runtime_api.h>\n"
+                         "#endif\ntorch::stable::Tensor f();")
+    assert len(file.active) == file.text.count("\n") + 1
+    kept = _run(text)
+    rewrite_includes(kept, kept.includes, REWRITES.unstable_includes, True, (), REWRITES.replaced_includes)
+    assert "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>" in kept.text
 
 
 @pytest.mark.parametrize(("parameters", "args", "returns", "schema", "wrapped"), [
@@ -394,3 +418,21 @@ def test_a_const_reference_whose_pointer_is_kept_is_taken_to_be_read() -> None:
 ])
 def test_a_device_guard_only_of_a_cuda_tensors_own_device_is_rewritten(text: str) -> None:
     assert _run(text).text == text
+
+
+def test_the_stable_includes_never_go_behind_a_condition() -> None:
+    """A file whose only unstable include is behind an #ifdef (or whose last include is) gets
+    its stable headers after its last unconditional include; a header guard's #ifndef, around
+    every include, is no such condition."""
+    text = ('#include "mine.h"\n#include <cmath>\n#ifdef WITH_CUDA\n#include <ATen/cuda/CUDAContext.h>\n#endif\n'
+            "at::Tensor f();")
+    file = _run(text)
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, ('"helpers.h"',), REWRITES.replaced_includes)
+    assert file.text == ('#include "mine.h"\n#include <cmath>\n#include <torch/csrc/stable/tensor.h>\n#include "helpers.h"\n'
+                         "#ifdef WITH_CUDA\n#include <cuda_runtime_api.h>\n#endif\ntorch::stable::Tensor f();")
+    guarded = "#ifndef MINE_H\n#define MINE_H\n#include <vector>\n#include <torch/extension.h>\nat::Tensor f();\n#endif"
+    file = _run(guarded)
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False)
+    assert file.text == ("#ifndef MINE_H\n#define MINE_H\n#include <vector>\n#include <torch/csrc/stable/tensor.h>\n"
+                         "torch::stable::Tensor f();\n#endif")
+    assert len(file.active) == file.text.count("\n") + 1

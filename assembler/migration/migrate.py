@@ -17,8 +17,10 @@ intermediate state is not compiled: a type rewrite needs the call rewrites of th
 (``torch::stable::Tensor`` has no ``.contiguous()``), so the unit of proof is a file's whole
 migration; the commits stay one per step. A dirty checkout is refused before any of this.
 
-pybind11 modules are not converted here yet: they are reported (the pybind11 surface of
-`assess` says what to convert), as are TensorOptions, device guards and streams."""
+A guard on a tensor's own device and the current CUDA stream become calls of one small helper
+header (migration/helpers.py) that the step adding the includes writes into the fork, once:
+a later run reuses it and appends only a piece it lacks; its hunks carry a ``Migration-Review``
+trailer, as generated code a person reads once."""
 
 from __future__ import annotations
 
@@ -26,14 +28,16 @@ import difflib
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assembler.errors import InputError, WouldLoseWorkError
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
+from assembler.migration import helpers
 from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.pybind import GENERATED_MARK, ModuleEdit
 from assembler.migration.rewrite import (
@@ -121,6 +125,7 @@ class MigrateReport:
     formatted_with: str | None = None  # the project's clang-format style file the touched lines were formatted in
     format_errors: list[str] = field(default_factory=list)
     proof: ProofSummary = field(default_factory=ProofSummary)
+    helpers: dict[str, Any] | None = None  # the helper header: {"path", "existing", "pieces", "added"}
 
     @property
     def went_clean(self) -> int | None:
@@ -134,7 +139,7 @@ class MigrateReport:
                 "check": {"before": None if self.before is None else self.before.to_json(),
                           "after": None if self.after is None else self.after.to_json(), "went_clean": self.went_clean},
                 "clang_format": {"style": self.formatted_with, "errors": self.format_errors},
-                "proof": self.proof.to_json(), "seconds": round(self.seconds, 3)}
+                "proof": self.proof.to_json(), "helpers": self.helpers, "seconds": round(self.seconds, 3)}
 
 
 def read_style(path: Path | None) -> dict[str, str]:
@@ -180,15 +185,20 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
         modules = _pybind11_modules(workspace, dep, files, report, checkout, key)
-        needed, left = _plan(files, rewrites, dep.torch_target, style, ruleset, modules)
+        needed, left, pieces = _plan(files, rewrites, dep.torch_target, style, ruleset, modules)
+        placement = _helper_placement(tree, checkout, pieces)
         variants = {path: _variants(path, file, rewrites, dep.torch_target, style, modules, needed[path], left[path],
-                                    checkout, report) for path, file in files.items()}
+                                    checkout, report, placement.include(path) if pieces[path] and placement else None)
+                    for path, file in files.items()}
         anywhere = any(left.values())  # unproven: the unstable includes go only when no use is left anywhere
         if dry_run:
             report.proof.reason = "dry run: nothing written, nothing compiled"
             chosen = {path: _default(runs, anywhere) for path, runs in variants.items()}
         else:
-            chosen = _prove(workspace, dep, checkout, files, variants, anywhere, report.proof, note)
+            with _helper_written(placement, {name for names in pieces.values() for name in names}):
+                chosen = _prove(workspace, dep, checkout, files, variants, anywhere, report.proof, note)
+        if placement is not None:
+            report.helpers = _add_helper(chosen, placement, list(rewrites.steps).index("headers-and-types"), checkout)
         for index, (step, subject) in enumerate(rewrites.steps.items()):
             result = StepResult(step, subject)
             originals: dict[Path, str] = {}  # what each changed file held before this step
@@ -207,7 +217,8 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 continue
             result.subject = _subject(subject, result.made)
             if not dry_run:
-                _commit_step(tree, result, rewrites, step, texts, originals)
+                header = None if placement is None else placement.path.relative_to(checkout).as_posix()
+                _commit_step(tree, result, rewrites, step, texts, originals, header)
             report.steps.append(result)
         for path, file in files.items():
             rel = path.relative_to(checkout).as_posix()
@@ -269,13 +280,14 @@ DROP, KEEP, ORIGINAL = "drop", "keep", "original"
 
 def _variants(path: Path, file: FileRewrite, rewrites: RewriteSet, target: str, style: dict[str, str],
               modules: dict[Path, list[ModuleEdit]], needed: set[str], left: bool, checkout: Path,
-              report: MigrateReport) -> Variants:
+              report: MigrateReport, helper: str | None = None) -> Variants:
     """The file migrated keeping its unstable includes and, when no use is left in it, also
-    without them (which one is committed the compile proof decides)."""
-    keep = _run_file(path, file, rewrites, target, style, modules, needed, True, checkout, report)
+    without them (which one is committed the compile proof decides). ``helper``: the quoted
+    include of the helper header, for a file whose rewrites call it."""
+    keep = _run_file(path, file, rewrites, target, style, modules, needed, True, checkout, report, helper)
     found: Variants = []
     if not left:
-        drop = _run_file(path, file, rewrites, target, style, modules, needed, False, checkout, report)
+        drop = _run_file(path, file, rewrites, target, style, modules, needed, False, checkout, report, helper)
         if drop.texts[-1] != keep.texts[-1]:
             found.append((DROP, drop))
     found.append((KEEP, keep if keep.changed else None))
@@ -284,7 +296,9 @@ def _variants(path: Path, file: FileRewrite, rewrites: RewriteSet, target: str, 
 
 def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: str, style: dict[str, str],
               modules: dict[Path, list[ModuleEdit]], needed: set[str], keep_unstable: bool, checkout: Path,
-              report: MigrateReport) -> FileRun:
+              report: MigrateReport, helper: str | None = None) -> FileRun:
+    """One file through every step. A rewrite keeps the line breaks, the include step and the
+    formatting do not: what was declined so far is moved to the lines it is on afterwards."""
     file = FileRewrite(original.text, list(original.active))
     run = FileRun([file.text], [], file)
     for step in rewrites.steps:
@@ -293,10 +307,14 @@ def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: s
         if step == "registration" and path in modules:
             _apply_modules(file, modules[path])
         apply_step(rewrites.of_step(step), file, target, style)
+        rewritten = file.text
         if step == "headers-and-types":
-            rewrite_includes(file, needed, rewrites.unstable_includes, keep_unstable)
+            rewrite_includes(file, needed, rewrites.unstable_includes, keep_unstable, (helper,) if helper else (),
+                             rewrites.replaced_includes)
         if file.text != before:
             _format_touched(file, before, path, checkout, report)
+        if file.text != rewritten and file.declined:
+            file.declined = [replace(d, line=_map_line(rewritten, file.text, d.line)) for d in file.declined]
         run.texts.append(file.text)
         run.made.append(file.made - made_before)
     return run
@@ -417,10 +435,16 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
 
 def _line_before(before: str, after: str, line: int) -> int:
     """The line of ``before`` that line ``line`` of ``after`` came from (1-based)."""
-    matcher = difflib.SequenceMatcher(a=before.splitlines(), b=after.splitlines(), autojunk=False)
+    return _map_line(after, before, line)
+
+
+def _map_line(old: str, new: str, line: int) -> int:
+    """The line of ``new`` that line ``line`` of ``old`` became (1-based); a line that went,
+    the one that took its place."""
+    matcher = difflib.SequenceMatcher(a=old.splitlines(), b=new.splitlines(), autojunk=False)
     for _, i1, i2, j1, j2 in matcher.get_opcodes():
-        if j1 < line <= j2 or (j1 == j2 == line - 1):
-            return min(i1 + (line - 1 - j1), max(i2 - 1, i1)) + 1
+        if i1 < line <= i2 or (i1 == i2 == line - 1):
+            return min(j1 + (line - 1 - i1), max(j2 - 1, j1)) + 1
     return line
 
 
@@ -437,11 +461,13 @@ def _unproven(path: Path, units: list[TranslationUnit], reads: dict[Path, set[Pa
 
 
 def _commit_step(tree: Any, result: StepResult, rewrites: RewriteSet, step: str, texts: dict[Path, str],
-                 originals: dict[Path, str]) -> None:
+                 originals: dict[Path, str], header: str | None = None) -> None:
     """Write the step's files and commit them; when that fails, the files get back what they
-    held before the step, so no half-rewritten checkout is left behind."""
+    held before the step, so no half-rewritten checkout is left behind. ``header``: the helper
+    header's path, whose hunks get a review trailer."""
     from assembler.errors import AssembleError
 
+    created = {path for path in texts if not path.exists()}  # the helper header, new
     try:
         for path, text in texts.items():
             _write(path, text)
@@ -450,9 +476,12 @@ def _commit_step(tree: Any, result: StepResult, rewrites: RewriteSet, step: str,
     except AssembleError:
         tree.run("reset", "--quiet", "--", *result.files, check=False)
         for path, text in originals.items():
-            _write(path, text)
+            if path in created:
+                path.unlink(missing_ok=True)
+            else:
+                _write(path, text)
         raise
-    trailers = _generated_registrations(tree.out("show", "--format=", "HEAD")) if step == "registration" else []
+    trailers = _generated_trailers(tree.out("show", "--format=", "HEAD"), header, result)
     if trailers:  # the converted modules are review's to flag: name them, so a person knows what to read
         tree.run("commit", "--quiet", "--amend", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites),
                  "-m", "\n".join(trailers), env=AUTHOR)
@@ -529,15 +558,32 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
     return found
 
 
-def _generated_registrations(diff: str) -> list[str]:
-    """``Migration-Review:`` trailers for the hunks that hold a converted pybind11 module:
-    review's criterion flags them (new code), and this says where they came from."""
-    from assembler.migration.review import parse_patch
+def _generated_trailers(diff: str, header: str | None, result: StepResult) -> list[str]:
+    """``Migration-Review:`` trailers for the hunks of this step that review's token criterion
+    flags, saying why each is migration work: generated code (a converted pybind11 module, the
+    helper header, ``header`` its path), else what the step's rewrites moved (an argument order
+    a stable function changed, ``*p`` for ``p->``)."""
+    from assembler.migration.review import HunkVerdict, judge, parse_patch, vocabulary
 
     _, _, hunks = parse_patch(diff)
-    return [f"Migration-Review: {hunk.id} the pybind11 module, converted by assemble migrate; each schema parsed by "
-            "torch._C.parse_schema: check the names, defaults and the wrappers" for hunk in hunks
-            if any(GENERATED_MARK in line for line in hunk.added)]
+    words = vocabulary(load_rules())
+    made = ", ".join(sorted(result.made))
+    found = []
+    for hunk in hunks:
+        if any(GENERATED_MARK in line for line in hunk.added):
+            found.append(f"Migration-Review: {hunk.id} the pybind11 module, converted by assemble migrate; each schema "
+                         "parsed by torch._C.parse_schema: check the names, defaults and the wrappers")
+        elif header is not None and hunk.file == header:
+            found.append(f"Migration-Review: {hunk.id} the helper header, generated by assemble migrate: stable API and "
+                         "shim calls only (assembler/migration/helpers.py); read it once")
+        else:
+            judge(hunk, words)
+            if hunk.verdict is not HunkVerdict.FLAGGED:
+                continue
+            moved = ("the stable function takes the same arguments in another order" if hunk.reordered else
+                     f"{' '.join(hunk.removed_tokens) or 'nothing'} -> {' '.join(hunk.added_tokens) or 'nothing'}")
+            found.append(f"Migration-Review: {hunk.id} rewritten by assemble migrate ({result.step}: {made}): {moved}")
+    return found
 
 
 def _apply_modules(file: FileRewrite, edits: list[ModuleEdit]) -> None:
@@ -559,12 +605,15 @@ def _flags(path: Path, lines: set[int]) -> list[bool]:
 
 
 def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, style: dict[str, str],
-          ruleset: RuleSet, modules: dict[Path, list[ModuleEdit]]) -> tuple[dict[Path, set[str]], dict[Path, bool]]:
-    """A trial run of every step on copies: the stable headers each file will need, and
-    whether a use is left in it (then its unstable includes stay, so what is not yet migrated
-    still compiles; without one, the proof decides whether they go)."""
+          ruleset: RuleSet, modules: dict[Path, list[ModuleEdit]],
+          ) -> tuple[dict[Path, set[str]], dict[Path, bool], dict[Path, set[str]]]:
+    """A trial run of every step on copies: the stable headers each file will need, whether a
+    use is left in it (then its unstable includes stay, so what is not yet migrated still
+    compiles; without one, the proof decides whether they go), and the pieces of the helper
+    header its rewrites call."""
     needed: dict[Path, set[str]] = {}
     left: dict[Path, bool] = {}
+    pieces: dict[Path, set[str]] = {}
     for path, file in files.items():
         trial = FileRewrite(file.text, list(file.active))
         if path in modules:
@@ -572,10 +621,76 @@ def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, sty
         for step in rewrites.steps:
             apply_step(rewrites.of_step(step), trial, target, style)
         needed[path] = set(trial.includes)
+        pieces[path] = set(trial.helpers)
         active = {i + 1 for i, flag in enumerate(trial.active) if flag}
         found = match_rules(ruleset, blank_comments_and_strings(trial.text), active)
         left[path] = any(not m.rule.id.startswith("include-") for m in found)
-    return needed, left
+    return needed, left, pieces
+
+
+def _helper_placement(tree: Any, checkout: Path, pieces: dict[Path, set[str]]) -> helpers.Placement | None:
+    """Where the helper header is (the fork's own, else beside the files that need it), when a
+    file's rewrites call it."""
+    users = [path for path, names in pieces.items() if names]
+    if not users:
+        return None
+    tracked = tree.run("ls-files", "-z", "--", f"*{Path(helpers.NAME).stem}*.h").stdout.split("\0")
+    return helpers.place(checkout, users, helpers.find(checkout, [name for name in tracked if name]))
+
+
+def _read_helper(placement: helpers.Placement) -> str | None:
+    """The fork's helper header as it is, or None for a new one."""
+    if not placement.existing:
+        return None
+    try:
+        return placement.path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise InputError(f"{placement.path}: unreadable helper header ({error})",
+                         hint=f"restore it from git (git checkout -- {helpers.NAME}) and run migrate again") from None
+
+
+@contextmanager
+def _helper_written(placement: helpers.Placement | None, pieces: set[str]) -> Iterator[None]:
+    """The helper header with every planned piece on disk while the proof compiles (the
+    rewritten files include it), then the checkout as it was."""
+    if placement is None or not pieces:
+        yield
+        return
+    existing = _read_helper(placement)
+    text = helpers.header_text(existing, pieces)
+    if text == existing:
+        yield
+        return
+    _write(placement.path, text)
+    try:
+        yield
+    finally:
+        if existing is None:
+            placement.path.unlink(missing_ok=True)
+        else:
+            _write(placement.path, existing)
+
+
+def _add_helper(chosen: dict[Path, FileRun | None], placement: helpers.Placement, step: int,
+                checkout: Path) -> dict[Any, Any] | None:
+    """The helper header as one more file of the migration, written in the step that adds the
+    includes (``step``: its index), holding the pieces the chosen forms call; None when no
+    chosen form calls one."""
+    used = {name for run in chosen.values() if run is not None for name in run.final.helpers}
+    if not used:
+        return None
+    existing = _read_helper(placement)
+    text = helpers.header_text(existing, used)
+    rel = placement.path.relative_to(checkout).as_posix()
+    have = helpers.pieces_in(existing or "")
+    if text != existing:
+        old = existing or ""
+        texts = [old] * (step + 1) + [text] * (len(next(run for run in chosen.values() if run).texts) - step - 1)
+        made: list[Counter[str]] = [Counter() for _ in texts[1:]]
+        made[step]["helper-header"] = 1
+        key = next((path for path in chosen if path.resolve() == placement.path.resolve()), placement.path)
+        chosen[key] = FileRun(texts, made, FileRewrite(text, [True] * (text.count("\n") + 1)))
+    return {"path": rel, "existing": placement.existing, "pieces": sorted(used | have), "added": sorted(used - have)}
 
 
 def _unique(declined: list[Declined]) -> list[Declined]:

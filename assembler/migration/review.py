@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assembler.errors import InputError
+from assembler.migration.helpers import INCLUDE as HELPER_INCLUDE
 from assembler.migration.lexer import strip_comments, tokens
 from assembler.migration.rules import RuleSet, load_rules
 
@@ -168,7 +169,7 @@ def vocabulary(ruleset: RuleSet) -> frozenset[str]:
 
 
 def _kept(lines: list[str], words: frozenset[str]) -> list[str]:
-    code = strip_comments("\n".join(line for line in lines if not _INCLUDE.match(line)))
+    code = strip_comments("\n".join(line for line in lines if not _INCLUDE.match(line) and not HELPER_INCLUDE.match(line)))
     return [t for t in tokens(code) if t not in words and not _DTYPES.match(t)]
 
 

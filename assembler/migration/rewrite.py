@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import InputError
+from assembler.migration.helpers import PIECES
 from assembler.migration.lexer import blank_comments_and_strings, continued_lines
 
 REWRITES_FILE = Path(__file__).resolve().parent.parent / "data" / "migration_rewrites.json"
 SKIP = "\x00"  # marks a declined method call until the step ends (no regex matches across it)
 STYLE_KEYS = {"data-ptr": ("const-mutable", "mutable")}
-TYPES = ("replace", "method", "call", "data-ptr", "rename-method", "new-empty")
+TYPES = ("replace", "method", "call", "data-ptr", "rename-method", "new-empty", "helper")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class Rewrite:
     arguments: str = ""  # appended to the call's own (t() -> transpose(t, 0, 1))
     rename: str = ""  # type rename-method: the method's new name
     tensor_functions: frozenset[str] = frozenset()  # the torch::stable functions that return a tensor (the file's list)
+    helper: str = ""  # type helper: the piece of the helper header (migration/helpers.py) the result calls
+    value_types: tuple[str, ...] = ()  # type helper: the declared types that may keep what the new call returns
+    members: tuple[str, ...] = ()  # type helper: the members of the old result that the new one has too
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,7 @@ class RewriteSet:
     steps: dict[str, str]  # step -> commit subject
     unstable_includes: tuple[str, ...]
     rewrites: tuple[Rewrite, ...]
+    replaced_includes: dict[str, str] = field(default_factory=dict)  # CUDA header -> what takes its line ("": none)
 
     def of_step(self, step: str) -> list[Rewrite]:
         return [r for r in self.rewrites if r.step == step]
@@ -65,15 +70,20 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 raise ValueError(f"rewrite {raw.get('id')!r}: unknown step or type")
             if raw.get("receiver", "tensor") != "tensor":
                 raise ValueError(f"rewrite {raw.get('id')!r}: receiver must be 'tensor'")
+            if (raw["type"] == "helper") != (raw.get("helper") in PIECES):
+                raise ValueError(f"rewrite {raw.get('id')!r}: a helper rewrite names one of the pieces {sorted(PIECES)}")
             rewrites.append(Rewrite(
                 id=raw["id"], step=raw["step"], type=raw["type"], since=raw["since"], includes=tuple(raw.get("includes", ())),
                 pattern=re.compile(raw["pattern"]) if "pattern" in raw else None, replacement=raw.get("replacement", ""),
                 mapping=dict(raw.get("map", {})), method=raw.get("method", ""), function=raw.get("function", ""),
                 max_args=raw.get("max_args"), refuse_braced=bool(raw.get("refuse_braced", False)),
                 receiver=raw.get("receiver", ""), arguments=raw.get("arguments", ""), rename=raw.get("rename", ""),
-                tensor_functions=functions,
+                tensor_functions=functions, helper=raw.get("helper", ""),
+                value_types=tuple(str(name) for name in raw.get("value_types", ())),
+                members=tuple(str(name) for name in raw.get("members", ())),
             ))
-        return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites))
+        replaced = {str(old): str(new) for old, new in data.get("replaced_includes", {}).items()}
+        return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites), replaced)
     except (OSError, ValueError, KeyError, TypeError, re.error) as error:
         raise InputError(f"{path}: unreadable migration rewrites ({error})", hint="reinstall assembler, or fix the file") from None
 
@@ -96,6 +106,7 @@ class FileRewrite:
     made: Counter[str] = field(default_factory=Counter)
     declined: list[Declined] = field(default_factory=list)
     includes: set[str] = field(default_factory=set)
+    helpers: set[str] = field(default_factory=set)  # the pieces of the helper header the rewritten text calls
 
 
 def _newer(version: str, target: str) -> bool:
@@ -342,6 +353,8 @@ def apply_step(rewrites: list[Rewrite], file: FileRewrite, torch_target: str, st
             _rename_method(rewrite, file, torch_target)
         elif rewrite.type == "new-empty":
             _new_empty(rewrite, file, torch_target)
+        elif rewrite.type == "helper":
+            _helper(rewrite, file, torch_target)
         else:
             _data_ptr(rewrite, file, torch_target, style.get("data-ptr", "const-mutable"))
     file.text = file.text.replace(SKIP, "")
@@ -572,6 +585,72 @@ def _rename_method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> No
         name = code.index(rewrite.method, found.start() + len(found.group(1)))
         edits.append((name, name + len(rewrite.method), rewrite.rename))
     _apply(edits, rewrite, file)
+
+
+_MEMBER_USED = re.compile(r"\s*(?:\.|->)\s*(?P<member>\w+)")
+_KEPT_AS = re.compile(r"(?P<type>(?<![\w:])[A-Za-z_][\w:]*(?:\s*<[^<>;]*>)?)\s*&{0,2}\s*(?P<name>[A-Za-z_]\w*)\s*=\s*$")
+
+
+def _helper(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
+    """What the helper header answers for (pattern -> replacement, a re.sub template; the file
+    then includes the header, migration/helpers.py): where the pattern has a ``tensor`` group,
+    only on an expression the file declares a tensor; with ``value_types``, only where what the
+    call returns is used as a plain value (no member of it used, not kept in a variable of
+    another type). Anything else is declined, and the rules report the use at its line."""
+    assert rewrite.pattern is not None
+    code = blank_comments_and_strings(file.text)
+    declarations: Declarations | None = None
+    edits: list[tuple[int, int, str]] = []
+    for found in rewrite.pattern.finditer(code):
+        line = _line_of(code, found.start())
+        if not file.active[line]:
+            continue
+        original = rewrite.pattern.match(file.text, found.start())
+        if original is None or original.end() != found.end():  # it depends on a string's contents
+            continue
+        new = original.expand(rewrite.replacement)
+        reason = None
+        if "tensor" in rewrite.pattern.groupindex and found.group("tensor") is not None:
+            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            tensor = found.group("tensor").strip()
+            if declarations.kind(tensor, line) != TENSOR:
+                reason = f"{tensor} {NOT_DECLARED}: if it is one, write {new.strip()} yourself"
+        if reason is None and rewrite.value_types:
+            reason = _kept_otherwise(code, found, rewrite)
+        if reason is not None:
+            file.declined.append(Declined(line + 1, rewrite.id, reason))
+            continue
+        if not _eligible(rewrite, file, line, torch_target):
+            continue
+        edits.append((found.start(), found.end(), new))
+        file.helpers.add(rewrite.helper)
+    _apply(edits, rewrite, file)
+
+
+def _kept_otherwise(code: str, found: re.Match[str], rewrite: Rewrite) -> str | None:
+    """Why what the call at ``found`` returns is not used as the helper's result can be, or
+    None: a member of it the helper's result lacks (not in ``members``), or it initializes a
+    variable of a type not in ``value_types``, or an ``auto`` one whose other members are used."""
+    end = found.end()
+    if (call := re.compile(r"\s*\(").match(code, end)) and (closing := _close_paren(code, call.end() - 1)) is not None:
+        end = closing + 1
+    member = _MEMBER_USED.match(code, end)
+    if member is not None and member.group("member") not in rewrite.members:
+        return (f"a member of what it returns is used (.{member.group('member')}): rewrite that use, then the call")
+    line_start = code.rfind("\n", 0, found.start()) + 1
+    kept = _KEPT_AS.search(code, line_start, found.start())
+    if kept is None or kept.group("type") in _KEYWORDS_BEFORE_EXPRESSIONS:
+        return None
+    kind = re.sub(r"\s+", "", kept.group("type"))
+    name = kept.group("name")
+    if kind not in rewrite.value_types:
+        return f"kept as {kind}: declare {name} {' or '.join(rewrite.value_types)}, then rewrite"
+    if kind == "auto":
+        for use in re.finditer(rf"(?<![\w.>:])\b{re.escape(name)}\s*(?:\.|->)\s*(?P<member>\w+)", code[end:]):
+            if use.group("member") not in rewrite.members:
+                return (f"{name} keeps what it returns and a member of it is used (.{use.group('member')}): "
+                        "rewrite that use, then the call")
+    return None
 
 
 def _apply(edits: list[tuple[int, int, str]], rewrite: Rewrite, file: FileRewrite,
@@ -808,31 +887,90 @@ def _only_read(code: str, declarations: Declarations, name: str, declared_at: in
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M)
 
 
-def rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, ...], keep_unstable: bool) -> None:
-    """Put the stable headers ``needed`` where the file's first unstable include was (else
-    after its last include, else at the top) and, unless ``keep_unstable`` (uses remain that
-    need them), drop its unstable includes. Lines that name neither stay as they are."""
+def rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, ...], keep_unstable: bool,
+                     local: tuple[str, ...] = (), replaced: dict[str, str] | None = None) -> None:
+    """Put the stable headers ``needed`` (then the quoted ``local`` ones, e.g. the helper
+    header) where the file's first unstable include was, else after its last include, else at
+    the top, and, unless ``keep_unstable`` (uses remain that need them), drop its unstable
+    includes. Only an include outside any ``#if`` the file's other includes are outside of
+    is such a place (a header guard is around them all): what every build of the file needs
+    does not go behind a condition. A header of ``replaced`` (a CUDA one, often behind an
+    ``#if``) is replaced on its own line by what the map names, or dropped. Lines that name
+    none stay as they are."""
+    if replaced and not keep_unstable:
+        _replace_includes(file, replaced)
     lines = file.text.split("\n")
     flags = list(file.active)
     present = {m.group(1) for m in _INCLUDE.finditer(file.text)}
     missing = sorted(needed - present)
+    quoted = [name for name in local if name.strip('"') not in present]
     unstable_at = [i for i, line in enumerate(lines) if (m := _INCLUDE.match(line)) and m.group(1) in unstable and flags[i]]
-    if not missing and (keep_unstable or not unstable_at):
+    if not missing and not quoted and (keep_unstable or not unstable_at):
         return
-    includes = [f"#include <{name}>" for name in missing]
-    if unstable_at and not keep_unstable:
-        first = unstable_at[0]
-        for index in reversed(unstable_at[1:]):
+    includes = [f"#include <{name}>" for name in missing] + [f"#include {name}" for name in quoted]
+    drop = set(unstable_at) if not keep_unstable else set()
+    depths = _conditional_depths(blank_comments_and_strings(file.text).split("\n"))
+    included = [i for i, line in enumerate(lines) if flags[i] and _INCLUDE.match(line)]
+    outer = min((depths[i] for i in included), default=0)
+    if drop and depths[min(drop)] == outer:
+        where = min(drop)  # the first unstable include gives its line
+    else:
+        kept = [i for i in included if depths[i] == outer and i not in drop]
+        where = max(kept) + 1 if kept else 0
+    new_lines: list[str] = []
+    new_flags: list[bool] = []
+    for index, (line, flag) in enumerate([*zip(lines, flags, strict=True), ("", False)]):
+        if index == where:
+            new_lines += includes
+            new_flags += [True] * len(includes)
+        if index == len(lines):
+            break
+        if index not in drop:
+            new_lines.append(line)
+            new_flags.append(flag)
+    if drop:
+        file.made["include"] += len(drop)
+    file.made["stable-include"] += len(includes)
+    file.text = "\n".join(new_lines)
+    file.active = new_flags
+
+
+_CONDITIONAL = re.compile(r"^\s*#\s*(?P<word>if|ifdef|ifndef|endif)\b")
+
+
+def _conditional_depths(code: list[str]) -> list[int]:
+    """How many ``#if`` blocks hold each line (an ``#if`` line itself is outside its block)."""
+    depths = []
+    depth = 0
+    for line in code:
+        found = _CONDITIONAL.match(line)
+        if found is not None and found.group("word") == "endif":
+            depth = max(0, depth - 1)
+        depths.append(depth)
+        if found is not None and found.group("word") != "endif":
+            depth += 1
+    return depths
+
+
+def _replace_includes(file: FileRewrite, replaced: dict[str, str]) -> None:
+    """Each compiled ``#include`` of a ``replaced`` header becomes the include of what takes
+    its place, on its own line (so inside the same ``#if``), unless that is already included
+    or nothing takes it: then the line goes."""
+    lines = file.text.split("\n")
+    flags = list(file.active)
+    present = {m.group(1) for m in _INCLUDE.finditer(file.text)}
+    for index in reversed(range(len(lines))):
+        found = _INCLUDE.match(lines[index])
+        if found is None or found.group(1) not in replaced or not flags[index]:
+            continue
+        new = replaced[found.group(1)]
+        file.made["include"] += 1
+        if new and new not in present:
+            lines[index] = f"#include <{new}>"
+            present.add(new)
+        else:
             del lines[index]
             del flags[index]
-        lines[first:first + 1] = includes
-        flags[first:first + 1] = [True] * len(includes)
-        file.made["include"] += len(unstable_at)
-    else:
-        at = max((i + 1 for i, line in enumerate(lines) if _INCLUDE.match(line) and flags[i]), default=0)
-        lines[at:at] = includes
-        flags[at:at] = [True] * len(includes)
-    file.made["stable-include"] += len(includes)
     file.text = "\n".join(lines)
     file.active = flags
 
