@@ -57,6 +57,7 @@ ENVIRONMENT_VARIABLES = {
     "ASSEMBLE_PULL_REQUESTS": "0 stops mirrors fetching pull-request heads (used to recognise patches sent upstream)",
     "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE": "1 lets a series name patch files outside the workspace",
     "ASSEMBLE_INFLATER": "zlib-ng (default when installed), isal or zlib: what inflates wheel members in audit and size",
+    "ASSEMBLE_VERIFY_SANDBOX": "0 runs verify's probe without its read-only namespace (where user namespaces are disabled)",
     "SOURCE_DATE_EPOCH": "the timestamp of files in built wheels (default 1980-01-01)",
     "NO_COLOR": "no colour (unless --color always)",
     "GITHUB_ACTIONS, CI": "CI logs: per-dependency build logs in ::group:: sections, one line per phase change",
@@ -66,7 +67,8 @@ ENVIRONMENT_VARIABLES = {
 INTERNAL_VARIABLES = ("ASSEMBLE_CUDA_HOME", "ASSEMBLE_NINJA_SAVE", "ASSEMBLE_REAL_NINJA", "ASSEMBLE_SCCACHE_OWNER",
                       "ASSEMBLE_TEST_SUBPROCESS",
                       # set by a build for its compiler launcher (toolchain/launch.py)
-                      "ASSEMBLE_PATH_ROOTS", "ASSEMBLE_SHARD", "ASSEMBLE_CHECKOUT", "ASSEMBLE_UNIT_TIMES", "ASSEMBLE_SCCACHE_PARENT")
+                      "ASSEMBLE_PATH_ROOTS", "ASSEMBLE_SHARD", "ASSEMBLE_CHECKOUT", "ASSEMBLE_UNIT_TIMES", "ASSEMBLE_SCCACHE_PARENT",
+                      "ASSEMBLE_PROBE_SANDBOX")  # verify tells its probe which sandbox it runs in
 
 # Exit codes of a run stopped by a signal (the shell's 128 + signal number); re-running recovers.
 SIGNAL_EXIT_CODES = {
