@@ -36,7 +36,7 @@ from functools import cache
 from pathlib import Path
 
 from assembler.audit.elf import ELF_MAGIC, read_dynamic
-from assembler.audit.member import FileSource
+from assembler.audit.member import DeflatedMember, FileSource
 from assembler.audit.torchlibs import GLOBAL_DEPS, TorchLibraries, is_torch_symbol
 from assembler.errors import InputError
 
@@ -117,6 +117,12 @@ def _read_library(path: str, size: int, mtime_ns: int) -> Library | None:
         source = FileSource(path, Path(path).name)
     except (InputError, OSError):
         return None
+    return library_of(source)
+
+
+def library_of(source: FileSource | DeflatedMember) -> Library | None:
+    """What the load scope needs of the ELF object ``source`` (closed here); None when it is
+    not one, or cannot be read."""
     try:
         if source.size < len(ELF_MAGIC) or source.read(0, len(ELF_MAGIC)) != ELF_MAGIC:
             return None

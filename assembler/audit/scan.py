@@ -18,7 +18,7 @@ from assembler.audit.classify import classify_torch
 from assembler.audit.cpython import classify_cpython, describe_source, format_py, is_entry_point, limited_api
 from assembler.audit.elf import read_dynamic
 from assembler.audit.gate import NOWHERE, PYTHON_FULL, PYTHON_LIMITED, PYTHON_NONE, CheckKind, findings
-from assembler.audit.loadscope import Bundled, Library, judge
+from assembler.audit.loadscope import Bundled, Library, judge, library_of
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.audit.torchdata import DEFAULT_TABLE, TorchTable, load_table
 from assembler.audit.torchlibs import TorchLibraries, resolver
@@ -126,14 +126,7 @@ def _judge_in_target(report: ElfReport, facts: _Unjudged, jobs: Sequence[Job], n
 
     @functools.cache
     def read(path: str) -> Library | None:
-        source = open_job(by_name[path])
-        try:
-            info = read_dynamic(source)
-        except (InputError, OSError):
-            return None
-        finally:
-            source.close()
-        return Library(frozenset(s.name for s in info.symbols if s.defined and not s.local), info.needed, info.runpath)
+        return library_of(open_job(by_name[path]))
 
     bundled = Bundled(frozenset(by_name), read)
     scope = judge(facts.strong, facts.needed, libraries, library_dirs, origin=posixpath.dirname(name), runpath=facts.runpath,
