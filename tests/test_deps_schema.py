@@ -82,7 +82,14 @@ def _set(data: dict[str, Any], keys: tuple[str | int, ...], value: Any) -> dict[
     return changed
 
 
-_DELETE = object()
+class _Deleted:
+    """The key is removed (a required key missing); its repr is stable for the test ids of xdist's workers."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+_DELETE = _Deleted()
 VECADD = ("deps", "vecadd")
 EXT = ("deps", "vecadd", "build", "extensions", 0)
 SCALE_EXT = ("deps", "scalekit", "build", "extensions", 0)
