@@ -388,7 +388,8 @@ def test_a_missing_git_is_a_toolchain_error_on_every_command(git_workspace: GitW
     empty = tmp_path / "no-git"
     empty.mkdir()
     env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "PATH": str(empty)}
-    for words in (["checkout"], ["export", "kern"], ["patches", "--offline"], ["deps"], ["status"]):
+    for words in (["checkout"], ["export", "kern"], ["patches", "--offline"], ["deps"], ["status"], ["rebase", "kern"],
+                  ["rebase", "kern", "--dry-run"]):
         result = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws.root), *words], env=env,
                                 capture_output=True, text=True)
         assert result.returncode == 7, (words, result.stdout, result.stderr)
