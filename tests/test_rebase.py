@@ -294,6 +294,11 @@ def test_switch_to_a_fork_repository(git_workspace: GitWorkspace) -> None:
     listing = json.loads(ws.assemble("deps", "--json").stdout)["deps"][0]
     assert listing["upstream"] == url and listing["checkout"] == "ready"
     assert (ws.patches / "series").read_text().splitlines()[1:] == [second.name]
+    # the fork owns the followed repository's objects (linked in, never borrowed): it outlives the cache
+    assert not (ws.fork / ".git" / "objects" / "info" / "alternates").exists()
+    assert ws.assemble("cache", "clean").returncode == 0
+    assert subprocess.run(["git", "-C", str(ws.fork), "fsck", "--connectivity-only"], capture_output=True).returncode == 0
+    assert git(ws.fork, "rev-parse", "HEAD~1") == fork_tip
 
 
 def _start_and_kill(ws: GitWorkspace, delay: float, group: bool) -> bool:

@@ -5,8 +5,8 @@ A checkout owns its objects. ``forks/<dep>`` used to borrow the cache mirror's t
 unable to read its own history. Objects now come into a checkout by hard link (a copy across
 file systems) from a mirror: a pack is immutable and named by its content, so linking it is
 instant, costs no space, and survives the mirror's removal (:func:`link_objects`). A checkout
-that still borrows (made by an older assemble, or by `assemble rebase`, which borrows the
-followed repository's mirror) is made whole again by :func:`own_objects`.
+that still borrows (made by an older assemble, or rebased by one, which borrowed the followed
+repository's mirror) is made whole again by :func:`own_objects`.
 
 A repository that assemble did not make is read only when its objects are its own
 (:func:`foreign_objects`): alternates, a ``commondir`` or a symbolic link in its object store

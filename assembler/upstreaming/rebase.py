@@ -403,7 +403,7 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
         forwarded=detected,
     )
     jr.begin(workspace, journal, dep.patches_dir, {label: fork_path / rel for label, rel in CHECKOUT_FILES.items()})
-    _borrow_objects(fork_path, target.mirror)
+    _link_followed_objects(fork_path, target.mirror)
     with jr.running(workspace, dep.name) as fd:
         on_step("replay")
         return _drive(workspace, journal, _Fork(fork_path, fd), fresh=True, on_step=on_step)
@@ -428,16 +428,15 @@ def _current_branch(checkout: Path) -> str | None:
     return head.removeprefix("ref: refs/heads/") if head.startswith("ref: refs/heads/") else None
 
 
-def _borrow_objects(checkout: Path, mirror: mirrors.Mirror) -> None:
-    """Let the checkout see the followed repository's objects (the new base and everything
-    upstream) through alternates, as it already sees its source mirror's: nothing is copied."""
-    alternates = checkout / CHECKOUT_FILES["alternates"]
-    objects = str((mirror.path / "objects").resolve())
-    current = alternates.read_text().splitlines() if alternates.exists() else []
-    if objects not in current:
-        from assembler.fsutil import atomic_write
+def _link_followed_objects(checkout: Path, mirror: mirrors.Mirror) -> None:
+    """Give the checkout the followed repository's objects (the new base and everything
+    upstream): hard-linked from its mirror, as a checkout is made (git.objects), so the fork
+    keeps owning every object it reads, whatever later happens to the cache."""
+    from assembler.cache import in_use
+    from assembler.git.objects import link_objects
 
-        atomic_write(alternates, "".join(f"{line}\n" for line in [*current, objects]))
+    with in_use(mirror.path):  # no prune removes the mirror while its packs are linked from
+        link_objects((mirror.path / "objects").resolve(), checkout / ".git" / "objects")
 
 
 def _dry_run(scratch: Scratch, report: RebaseReport, patches: list[Patch], fork_point: str, target: _Target) -> RebaseReport:
