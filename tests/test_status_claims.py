@@ -93,3 +93,22 @@ def test_the_users_own_rebase_stopped_in_the_series(git_workspace: GitWorkspace,
     assert "git rebase --continue" in text
     if action == "conflict":
         assert "not exported" not in text and "Elsewhere" not in text, text  # what it rebases onto is not the user's
+
+
+def test_a_damaged_fork_is_reported_not_read_as_nothing_to_export(git_workspace: GitWorkspace) -> None:
+    """Commits the user made since the checkout are what `export` would write: when git cannot
+    list them (a commit object lost), `status` names the fork and git's reason, never "nothing
+    to export"."""
+    ws = git_workspace
+    assert ws.assemble("checkout").returncode == 0
+    (ws.fork / "notes.txt").write_text("one\n")
+    git(ws.fork, "add", "notes.txt")
+    git(ws.fork, "commit", "-qm", "My first fix")
+    lost = git(ws.fork, "rev-parse", "HEAD")
+    (ws.fork / "notes.txt").write_text("two\n")
+    git(ws.fork, "commit", "-qam", "My second fix")
+    (ws.fork / ".git" / "objects" / lost[:2] / lost[2:]).unlink()
+    result = ws.assemble("status", "--json")
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert str(ws.fork) in result.stderr and "git log failed" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr

@@ -244,7 +244,8 @@ def _unexported(tree: WorkTree, state: CheckoutState, head: str | None) -> tuple
     """Commits since the base that no patch file made: what `assemble export` would write."""
     if head is None or head == state.head:
         return ()
-    listed = tree.run("log", "--reverse", "--format=%H%x00%s", END_OF_OPTIONS, head, f"^{state.base}", check=False).stdout
+    # a failure (a damaged fork, a base it lacks) is reported: silence would claim "nothing to export"
+    listed = tree.run("log", "--reverse", "--format=%H%x00%s", END_OF_OPTIONS, head, f"^{state.base}").stdout
     commits = [Commit(*line.split("\0", 1)) for line in listed.splitlines() if "\0" in line]
     return tuple(commit for commit in commits if commit.sha not in state.applied)
 
