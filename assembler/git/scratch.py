@@ -13,6 +13,14 @@ from pathlib import Path
 
 from assembler.git.process import END_OF_OPTIONS, GitFailed, GitView, object_dir
 
+# The latest committer date git accepts (2099-12-31T23:59:59Z). Every commit a scratch makes
+# (a trial pick's stand-in, a series patch) carries it: git's merge-base walk goes newest commit
+# first, so a stand-in dated before the commits it is merged with (IDENTITY_ENV's 2001) is reached
+# only after every newer commit below them, the series so far and the whole upstream history:
+# one walk per patch made `patches` quadratic (#29 item 14). Dated last, it meets its parent at once.
+# No scratch commit ever leaves the scratch, so the date is never seen.
+LATEST_DATE = "4102444799 +0000"
+
 
 class Scratch(GitView):
     """Context manager: a temporary bare repository whose alternates are ``repos``' object
@@ -32,6 +40,7 @@ class Scratch(GitView):
         stores = dict.fromkeys(str(object_dir(r).resolve()) for r in self.repos)
         (path / "objects" / "info" / "alternates").write_text("".join(f"{s}\n" for s in stores))
         super().__init__(path)
+        self.env["GIT_COMMITTER_DATE"] = LATEST_DATE  # see LATEST_DATE: one step of merge-base per trial pick
         self.where = f"trial repository over {', '.join(str(r) for r in self.repos)}"
         return self
 

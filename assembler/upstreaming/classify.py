@@ -40,12 +40,6 @@ from assembler.upstreaming.verdicts import Base, Commit, Evidence, PatchVerdict,
 from assembler.workspace import Workspace
 
 _MAX_PATHSPEC = 2000
-# The latest committer date git accepts (2099-12-31T23:59:59Z). Every commit the scratch makes
-# (a trial pick's stand-in, a series patch) carries it: git's merge-base walk goes newest commit
-# first, so a stand-in dated before the commits it is merged with (IDENTITY_ENV's 2001) is reached
-# only after every newer commit below them, the series so far and the whole upstream history:
-# one walk per patch made `patches` quadratic (#29 item 14). Dated last, it meets its parent at once.
-LATEST_DATE = "4102444799 +0000"
 # A changed line that names a torch API: its headers (torch/, ATen/, c10/), namespaces, the
 # shim (aoti_torch_*), the registration macros, Tensor, or the pybind11 binding the Stable ABI replaces.
 TORCH_API = re.compile(rb"torch[/:_.]|\bATen\b|\bc10\b|\bat::|\baoti_torch|\bTORCH_|\bTensor\b|pybind11|PYBIND11|\bPy_LIMITED_API\b")
@@ -264,7 +258,6 @@ def classify_dependency(workspace: Workspace, dep: Dependency, upstream: mirrors
     if workspace.fork_path(dep).is_dir():
         repos.append(workspace.fork_path(dep))
     with Scratch(repos) as scratch:
-        scratch.env.update(GIT_COMMITTER_DATE=LATEST_DATE)  # see LATEST_DATE: one step of merge-base per trial pick
         fork_point = scratch.merge_base(dep.commit, tip) or ""
         if not fork_point:
             raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {dep.upstream_url} {dep.track}",
