@@ -279,3 +279,16 @@ def test_user_git_configuration_does_not_change_commits_or_patches(git_workspace
     report = json.loads(result.stdout)["deps"][0]
     assert report["written"] == [] and len(report["unchanged"]) == 2
     assert {p.name: p.read_bytes() for p in git_workspace.patches.iterdir()} == originals
+
+
+def test_a_pin_the_repository_does_not_have_is_bad_input_not_network(git_workspace: GitWorkspace) -> None:
+    """The repository answered and has no such commit: the pin in deps.toml is wrong (exit 2,
+    the commit and the fix), not the network (exit 3 said "check the network")."""
+    ws = git_workspace
+    missing = "0123456789abcdef0123456789abcdef01234567"
+    ws.manifest.write_text(ws.manifest.read_text().replace(ws.base, missing))
+    for words in (["checkout"], ["patches"]):
+        result = ws.assemble(*words)
+        assert result.returncode == 2, (words, result.stderr)
+        assert f"has no commit {missing}" in result.stderr and "deps.toml" in result.stderr, result.stderr
+    assert not ws.fork.exists()

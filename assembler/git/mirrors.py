@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from assembler.cache import cache_root, creating
-from assembler.errors import AssembleError, InputError, ManifestError, NetworkError
+from assembler.errors import AssembleError, EnvironmentFailure, InputError, ManifestError, NetworkError
 from assembler.fsutil import remove_stale, sha256, temporary_path
 from assembler.git.runner import END_OF_OPTIONS, QUIET_ENV, git_error_line, missing_object
 from assembler.manifest import Manifest
@@ -194,7 +194,7 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
     for ref in refs or ():
         if (problem := branch_problem(ref)) is not None:
             raise InputError(f"{ref!r} is not a branch, tag or commit name: {problem}", hint="check `track` in deps.toml (or the REF given)")
-    if _read_only(mirror.path):  # a read-only cache (CI image, shared volume) still serves what it holds
+    if read_only(mirror.path):  # a read-only cache (CI image, shared volume) still serves what it holds
         print(f"note: {mirror.path.parent} is read-only: not fetching {mirror.fetch_url}, using it as {age_text(mirror.last_fetched())}",
               file=sys.stderr)
         return
@@ -243,13 +243,32 @@ def _missing_local(fetch_url: str) -> str | None:
     return f"{path} does not exist" + (f" (the nearest existing directory is {parent})" if parent else "")
 
 
-def _read_only(path: Path) -> bool:
+def read_only(path: Path) -> bool:
     """Whether this process cannot write to the mirror at ``path`` (a read-only mount, or
-    another user's cache)."""
+    another user's cache): then :func:`fetch` serves what it holds without fetching."""
     try:
         return bool(os.statvfs(path).f_flag & os.ST_RDONLY) or not os.access(path, os.W_OK)
     except OSError:
         return False
+
+
+def not_fetched(mirror: Mirror, what: str, offline: bool) -> AssembleError | None:
+    """The error for a ``mirror`` that lacks ``what`` where no fetch can bring it: its cache is
+    read-only (the machine's doing: nothing in deps.toml is wrong, so the hint is about the
+    cache), or the run is offline. None when a fetch may still find it; the caller's own error
+    then says what to check in deps.toml."""
+    age = age_text(mirror.last_fetched())
+    if read_only(mirror.path):  # the rule fetch() skips its fetch by
+        return EnvironmentFailure(
+            f"the mirror of {mirror.url} ({age}) has no {what}, and {mirror.path.parent} is read-only: "
+            "it cannot be fetched there",
+            hint=f"make {mirror.path.parent} writable, or point ASSEMBLE_CACHE at a writable directory, then run the "
+                 "command again",
+        )
+    if offline:
+        return NetworkError(f"the mirror of {mirror.url} ({age}) has no {what}",
+                            hint="run without --offline to fetch it")
+    return None
 
 
 def network_error(mirror: Mirror, stderr: str, status: int) -> AssembleError:
@@ -287,9 +306,13 @@ def ensure_commit(manifest: Manifest, url: str, sha: str) -> tuple[Mirror, bool]
         with contextlib.suppress(NetworkError):
             fetch(mirror, [sha])
     if not mirror.has(sha):
-        raise NetworkError(
-            f"{mirror.fetch_url} has no commit {sha}",
-            hint="check the commit in deps.toml, or that the repository (or its mirror) contains it",
+        if (unfetchable := not_fetched(mirror, f"commit {sha[:12]}", offline=False)) is not None:
+            raise unfetchable
+        # the repository answered and has no such commit: the pin is wrong, not the network
+        via = f" (via [mirrors]: {mirror.url})" if mirror.fetch_url != mirror.url else ""
+        raise InputError(
+            f"{mirror.fetch_url}{via} has no commit {sha}",
+            hint="check the commit in deps.toml (a full SHA of a commit the repository or its mirror contains)",
         )
     return mirror, True
 

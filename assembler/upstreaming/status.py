@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from assembler.builder.evidence import build_evidence
 from assembler.check.evidence import check_evidence
-from assembler.errors import AssembleError, EnvironmentFailure, InputError, NetworkError
+from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
 from assembler.git.runner import read_ref
 from assembler.manifest import Dependency, Manifest
@@ -43,7 +43,7 @@ def tracked_tip(manifest: Manifest, url: str, ref: str, offline: bool) -> tuple[
     if not offline:
         mirrors.fetch(mirror)
     sha = resolve(mirror, ref)
-    if sha is None and (unfetchable := not_fetched(mirror, ref, offline)) is not None:
+    if sha is None and (unfetchable := mirrors.not_fetched(mirror, ref, offline)) is not None:
         raise unfetchable
     if sha is None:
         with contextlib.suppress(NetworkError):
@@ -61,29 +61,10 @@ def source_mirror(manifest: Manifest, dep: Dependency, offline: bool) -> mirrors
     mirror = mirrors.open_mirror(manifest, dep.source)
     if mirror.has(dep.commit):
         return mirror
-    unfetchable = not_fetched(mirror, f"commit {dep.commit[:12]}", offline)
+    unfetchable = mirrors.not_fetched(mirror, f"commit {dep.commit[:12]}", offline)
     if unfetchable is not None:
         raise unfetchable
     return mirrors.ensure_commit(manifest, dep.source, dep.commit)[0]
-
-
-def not_fetched(mirror: mirrors.Mirror, what: str, offline: bool) -> AssembleError | None:
-    """The error for a ``mirror`` that lacks ``what`` where no fetch can bring it: its cache is
-    read-only (the machine's doing: nothing in deps.toml is wrong, so the hint is about the
-    cache), or the run is offline. None when a fetch may still find it; the caller's own error
-    then says what to check in deps.toml."""
-    age = mirrors.age_text(mirror.last_fetched())
-    if mirrors._read_only(mirror.path):  # the rule mirrors.fetch skips its fetch by
-        return EnvironmentFailure(
-            f"the mirror of {mirror.url} ({age}) has no {what}, and {mirror.path.parent} is read-only: "
-            "it cannot be fetched there",
-            hint=f"make {mirror.path.parent} writable, or point ASSEMBLE_CACHE at a writable directory, then run the "
-                 "command again",
-        )
-    if offline:
-        return NetworkError(f"the mirror of {mirror.url} ({age}) has no {what}",
-                            hint="run without --offline to fetch it")
-    return None
 
 
 def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = False,
