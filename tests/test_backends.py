@@ -352,3 +352,19 @@ def test_backend_keys_are_checked(tmp_path: Path, recipe: str, complaint: str) -
     with pytest.raises(ManifestError, match=rf"^{manifest}:1[01]:\d+: deps\.x\.build\.") as error:
         load_manifest(manifest)
     assert complaint in error.value.message
+
+
+def test_the_setuptools_backend_replaces_a_planted_link_instead_of_writing_through_it(tmp_path: Path) -> None:
+    """The build tree is the workspace's: a link planted where the backend writes its ninja
+    wrapper is replaced by the file, and what it pointed at is never written (#29 item 3)."""
+    from assembler.builder.backends.setuptools import ninja_wrapper
+
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    build_base = tmp_path / "build"
+    (build_base / "assemble-bin").mkdir(parents=True)
+    (build_base / "assemble-bin" / "ninja").symlink_to(victim)
+    bin_dir, _ = ninja_wrapper(build_base, Path("/usr/bin/ninja"))
+    wrapper = bin_dir / "ninja"
+    assert victim.read_text() == "keep me\n"
+    assert not wrapper.is_symlink() and os.access(wrapper, os.X_OK) and "ASSEMBLE_REAL_NINJA" in wrapper.read_text()

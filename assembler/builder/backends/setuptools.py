@@ -47,6 +47,7 @@ from assembler.builder.backends.skbuild import configure_digest, one_wheel, unpa
 from assembler.builder.cache import digest_texts
 from assembler.builder.recipe import torch_arch_list, uses_cuda
 from assembler.builder.units import RecipePathError
+from assembler.fsutil import atomic_write
 from assembler.manifest import MANIFEST_NAME, Dependency
 from assembler.toolchain.cxx import cxx_name
 from assembler.toolchain.driver import driver_stub
@@ -134,7 +135,8 @@ class SetuptoolsBackend:
         wheel_dir.mkdir(parents=True)
         egg_base.mkdir(parents=True)
         config = build_base / "assemble-setup.cfg"
-        config.write_text(EXTRA_CONFIG.format(build_base=build_base, egg_base=egg_base))
+        # replaced, never written through: a link planted in the build tree stays a link to nothing we write
+        atomic_write(config, EXTRA_CONFIG.format(build_base=build_base, egg_base=egg_base), inside=work.tree)
         env = self.environment(ctx, request, jobs, config)
         try:
             stand_ins = cuda_stand_ins(build_base, ctx.toolchain.env.torch_dir) if request.cuda else None
@@ -245,7 +247,7 @@ def ninja_wrapper(build_base: Path, ninja: Path) -> tuple[Path, dict[str, str]]:
     saved.mkdir(parents=True)
     bin_dir.mkdir(exist_ok=True)
     wrapper = bin_dir / "ninja"
-    wrapper.write_text(NINJA_WRAPPER)
+    atomic_write(wrapper, NINJA_WRAPPER, inside=build_base)
     wrapper.chmod(0o755)
     return bin_dir, {"ASSEMBLE_NINJA_SAVE": str(saved), "ASSEMBLE_REAL_NINJA": str(ninja)}
 
