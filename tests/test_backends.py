@@ -299,7 +299,8 @@ def test_setuptools_backend_builds_a_cuda_extension_with_the_selected_nvcc(tmp_p
     module = Path(report["artifacts"]) / "cprobe" / "files" / "cprobe" / "_cprobe_C.abi3.so"
     needed = subprocess.run(["readelf", "-d", str(module)], capture_output=True, text=True, check=True).stdout
     # CUDAExtension's -ltorch_cuda -lc10_cuda link although the build's torch is CPU-only (soname
-    # stand-ins; unused, so --as-needed drops them as it would the real ones); cudart is the toolkit's
+    # stand-ins; libtorch_cuda is kept in DT_NEEDED whatever the compiler's --as-needed default:
+    # tests/test_setuptools_link.py); cudart is the toolkit's
     assert "[libcudart.so.13]" in needed and "[libtorch_cpu.so]" in needed
     record = json.loads((module.parents[2] / "artifact.json").read_text())
     assert record["toolchain"]["nvcc"] == report["nvcc"]
