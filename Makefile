@@ -8,10 +8,13 @@ CUDA ?= 13.2
 
 .PHONY: demo test lint clean
 
+# The install is the longest silent step of a fresh clone's `make demo` unless pip may speak:
+# one line per package resolved and downloaded, with progress bars on a terminal (the upgraded
+# pip also shows one for the install itself). Only the quick pip upgrade stays quiet.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --progress-bar on -e '.[test]'
 	touch $(STAMP)
 
 demo: $(STAMP)
