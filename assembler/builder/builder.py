@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from assembler.builder import backends
+from assembler.builder import backends, memory
 from assembler.builder.cache import KeyParts, digest_texts, is_materialization, materialize
 from assembler.builder.diagnose import UnstableInclude, first_failure, log_tail, torch_include_roots, unstable_includes
 from assembler.builder.evidence import workspace_records
@@ -63,6 +63,7 @@ class Outcome:
     record: Artifact | None = None  # the artifact.json of a cached or built artifact
     compiler_cache: dict[str, Any] | None = None  # sccache's counts for this build (toolchain.sccache.CompileStats)
     shared: str | None = None  # what the shared store did: "downloaded", "uploaded", or why not
+    peak_rss: int | None = None  # bytes: the largest compile process of this build (builder.memory); None: nothing compiled
 
 
 def source_identity(checkout: Path) -> tuple[str, str | None]:
@@ -110,6 +111,7 @@ def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: s
         archs=archs,
         flags=("Release", *dep.build.cmake_args),
         python_abi=ctx.bundle.python_abi,
+        profile=dep.profile,
     )
     state = CheckoutState.load(checkout)
     return BuildRequest(dep, checkout, head, dirty is not None, state.head if state else None, parts, archs, prepared.uses_cuda,
@@ -263,6 +265,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     times.parent.mkdir(parents=True, exist_ok=True)
     times.unlink(missing_ok=True)
     started = time.monotonic()
+    peaks: list[int] = []  # each command's largest process (wait4), for builder.memory
     with sccache.server(ctx.compiler_cache, dep.name) as server:  # one per build: its stats are this dep's
         client = server.client_environment() if server is not None else {}
         if server is not None:  # what our launcher reads (toolchain/launch.py)
@@ -273,22 +276,25 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
             tree=ctx.state_dir / "build" / dep.name,
             files=staging / FILES_DIR,
             compdb=compile_commands_path(ctx.state_dir, dep.name),
-            run=lambda command, cwd, env: _run_logged(command, cwd, {**env, **client}, log_path, on_line),
+            run=lambda command, cwd, env: _run_logged(command, cwd, {**env, **client}, log_path, on_line, peaks),
         )
         work.tree.mkdir(parents=True, exist_ok=True)
-        try:
-            backends.for_dep(dep).build(ctx, request, jobs, work)
-            failure = None
-        except backends.BuildFailure as failed:
-            failure = failed
+        with memory.ServerSampler(server.pids if server is not None else ()) as sampler:  # its compilers are not ours
+            try:
+                backends.for_dep(dep).build(ctx, request, jobs, work)
+                failure = None
+            except backends.BuildFailure as failed:
+                failure = failed
         compiled = _compiler_cache_figures(server, build_failed=failure is not None)
+    peak_rss = max([*peaks, sampler.peak], default=0) if compiled is None or compiled.get("misses", 0) > 0 else None
     touch(workspace_records(ctx.state_dir.parent))  # they hold its compile commands: used now (`cache prune`)
     record_unit_times(ctx.state_dir, dep.name, times)
     if shard is not None:
         shutil.rmtree(tree, ignore_errors=True)
         shutil.rmtree(staging, ignore_errors=True)
         if failure is None:
-            return Outcome(dep.name, BuildOutcome.COMPILED, time.monotonic() - started, log=log_path, compiler_cache=compiled)
+            return Outcome(dep.name, BuildOutcome.COMPILED, time.monotonic() - started, log=log_path, compiler_cache=compiled,
+                           peak_rss=peak_rss)
     if failure is not None:
         shutil.rmtree(staging, ignore_errors=True)
         seconds = time.monotonic() - started
@@ -309,7 +315,7 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     shared = ctx.shared.upload(stored, dep.name, request.key) if ctx.shared is not None else None
     materialize(stored, ctx.artifacts / dep.name)
     return Outcome(dep.name, BuildOutcome.BUILT, seconds, artifact=ctx.artifacts / dep.name, log=log_path,
-                   record=stored_artifact(ctx.artifacts / dep.name), compiler_cache=compiled, shared=shared)
+                   record=stored_artifact(ctx.artifacts / dep.name), compiler_cache=compiled, shared=shared, peak_rss=peak_rss)
 
 
 def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) -> dict[str, Any]:
@@ -345,11 +351,15 @@ def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) ->
         },
         "archs": list(request.archs),
         "build_seconds": round(seconds, 2),
+        **({"profile": dep.profile} if dep.profile is not None else {}),  # absent: the full build (wheel.merge reads it)
     }
 
 
-def _run_logged(command: list[str], cwd: Path, env: dict[str, str], log_path: Path, on_line: Callable[[str], None]) -> int:
-    """Run ``command`` with its output appended to the log and passed on line by line."""
+def _run_logged(command: list[str], cwd: Path, env: dict[str, str], log_path: Path, on_line: Callable[[str], None],
+                peaks: list[int] | None = None) -> int:
+    """Run ``command`` with its output appended to the log and passed on line by line; its exit
+    is collected with wait4, whose ru_maxrss (KiB) is the largest process of its tree (the
+    compilers it reaped), appended to ``peaks`` in bytes (builder.memory)."""
     with os.fdopen(open_build_log(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "a") as log, subprocess.Popen(
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
     ) as process:
@@ -357,7 +367,14 @@ def _run_logged(command: list[str], cwd: Path, env: dict[str, str], log_path: Pa
         for line in process.stdout:
             log.write(line)
             on_line(line.rstrip("\n"))
-        return process.wait()
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except ChildProcessError:  # already collected
+            return process.wait()
+        process.returncode = os.waitstatus_to_exitcode(status)
+        if peaks is not None:
+            peaks.append(usage.ru_maxrss * 1024)
+        return process.returncode
 
 
 def format_failure(outcome: Outcome, tail_lines: int = 30) -> str:

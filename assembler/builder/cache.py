@@ -39,9 +39,16 @@ class KeyParts:
     archs: tuple[str, ...]
     flags: tuple[str, ...]  # cmake-args and build type
     python_abi: str
+    profile: str | None = None  # [deps.X.profiles.NAME] the build is reduced by; None: the full build
 
     def digest(self) -> str:
-        payload = json.dumps({"schema": KEY_SCHEMA, **asdict(self)}, sort_keys=True)
+        """The key. A profile is a part of its own (its defines and units reach the recipe's
+        digest too, but a profile that changed only what a backend reads from its build files
+        must not share the full build's key); a full build's key is what it was before profiles."""
+        parts = asdict(self)
+        if parts["profile"] is None:
+            del parts["profile"]
+        payload = json.dumps({"schema": KEY_SCHEMA, **parts}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 

@@ -51,6 +51,7 @@ class MatrixEntry:
     cached: bool  # the local store has the key
     in_store: bool | None  # the shared store ([cache] artifacts) has it; None: it could not be asked
     units_known: bool = True
+    profile: str | None = None  # the build profile the key is of (None: the full build)
 
     @property
     def cost(self) -> float:
@@ -68,17 +69,19 @@ class MatrixEntry:
             "units": self.cxx_units + self.cuda_units, "cuda_units": self.cuda_units,
             "arch_compilations": self.cxx_units + self.cuda_units * max(1, len(self.archs)),
             "cached": self.cached, "in_store": self.in_store, "units_known": self.units_known,
-            "cost": round(self.cost, 1), "compile_seconds": round(self.compile_seconds, 1),
+            "cost": round(self.cost, 1), "compile_seconds": round(self.compile_seconds, 1), "profile": self.profile,
         }
 
 
 def entry_for(plan: DepPlan, key: str, cached: bool, in_store: bool | None) -> MatrixEntry:
     units = plan.units
     if units is None:
-        return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), UNKNOWN_UNITS, 0, cached, in_store, units_known=False)
+        return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), UNKNOWN_UNITS, 0, cached, in_store, units_known=False,
+                           profile=plan.profile)
     cuda = sum(1 for unit in units if unit["language"] == CUDA)
     stubs = plan.jobs - len(units)  # the helper's generated PyInit stubs are C++ units too
-    return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), len(units) - cuda + stubs, cuda, cached, in_store)
+    return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), len(units) - cuda + stubs, cuda, cached, in_store,
+                       profile=plan.profile)
 
 
 @dataclass(frozen=True)
@@ -143,14 +146,26 @@ def plan_shards(workspace: Workspace, plans: dict[str, DepPlan], entries: list[M
 
 
 def plan_matrix(workspace: Workspace, cuda: str, torch: str | None = None, only: tuple[str, ...] = (),
-                note: Callable[[str], None] = lambda _: None, shards: int = 0) -> tuple[list[MatrixEntry], list[ShardEntry]]:
+                note: Callable[[str], None] = lambda _: None, shards: int = 0,
+                profile: str | None = None) -> tuple[list[MatrixEntry], list[ShardEntry]]:
     """Check out, resolve the toolchain (the key depends on it), then one entry per dependency,
-    most expensive first, and with ``shards`` its shard jobs. Raises the plan's error when a
+    most expensive first, and with ``shards`` its shard jobs; on ``profile`` (a PR's reduced
+    build, Manifest.with_profile) the keys are the profile's. Raises the plan's error when a
     dependency cannot be planned."""
+    full = workspace.manifest
+    workspace.manifest = full.with_profile(profile)
+    try:
+        return _plan_matrix(workspace, cuda, torch, only, note, shards)
+    finally:
+        workspace.manifest = full
+
+
+def _plan_matrix(workspace: Workspace, cuda: str, torch: str | None, only: tuple[str, ...], note: Callable[[str], None],
+                 shards: int) -> tuple[list[MatrixEntry], list[ShardEntry]]:
     from assembler.builder.evidence import default_artifacts
     from assembler.builder.pipeline import BuildOptions, resolve_toolchain
 
-    plan = plan_build(workspace, only, note)
+    plan = plan_build(workspace, only, note)  # on the profile workspace.manifest already has
     if plan.error is not None:
         raise plan.error
     manifest = workspace.manifest
@@ -199,17 +214,20 @@ def sharded_document(entries: list[MatrixEntry], split: list[ShardEntry]) -> dic
             "final": {"include": final_entries(entries, split)}}
 
 
-def buildkite_pipeline(entries: list[MatrixEntry], split: list[ShardEntry], cuda: str) -> dict[str, Any]:
+def buildkite_pipeline(entries: list[MatrixEntry], split: list[ShardEntry], cuda: str,
+                       profile: str | None = None) -> dict[str, Any]:
     """A Buildkite pipeline (``buildkite-agent pipeline upload``): a step per shard, a final step
-    per dependency that ``depends_on`` exactly its shards, then the merge that depends on all."""
+    per dependency that ``depends_on`` exactly its shards, then the merge that depends on all;
+    every build on ``profile`` when given."""
+    on = f" --profile {profile}" if profile else ""
     steps: list[dict[str, Any]] = []
     for shard in split:
         steps.append({"label": f"{shard.dep} shard {shard.index}/{shard.count}", "key": shard.id,
-                      "command": f"assemble build --cuda {cuda} --only {shard.dep} --shard {shard.index}/{shard.count} --json"})
+                      "command": f"assemble build --cuda {cuda}{on} --only {shard.dep} --shard {shard.index}/{shard.count} --json"})
     finals = final_entries(entries, split)
     for final in finals:
         steps.append({"label": f"{final['dep']} ({final['job']})", "key": final["id"], "depends_on": final["needs"],
-                      "command": f"assemble build --cuda {cuda} --only {final['dep']} --json"})
+                      "command": f"assemble build --cuda {cuda}{on} --only {final['dep']} --json"})
     steps.append({"label": "merge", "key": "merge", "depends_on": [final["id"] for final in finals],
-                  "command": f"assemble build --cuda {cuda} --json"})
+                  "command": f"assemble build --cuda {cuda}{on} --json"})
     return {"steps": steps}

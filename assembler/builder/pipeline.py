@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import Version
 
 from assembler.audit.gate import CheckKind, Verdict, findings, object_verdict, passes, summarize
-from assembler.builder import builder, links, scheduler, units
+from assembler.builder import builder, links, memory, scheduler, units
 from assembler.builder.builder import Outcome
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
 from assembler.builder.outcome import BuildOutcome, Event
+from assembler.builder.recipe import missing_recipe
 from assembler.builder.request import BuildContext, BuildRequest, Toolchain
 from assembler.builder.shards import Shard
 from assembler.cache import in_use, touch
@@ -50,7 +51,7 @@ Note = Callable[[str], None]
 class BuildOptions:
     cuda: str
     torch: str | None = None
-    jobs: int = 0  # 0: one per CPU
+    jobs: int = 0  # compiler processes in all; 0: auto, by CPUs and memory (builder.memory.choose_jobs)
     only: tuple[str, ...] = ()
     artifacts: Path | None = None
     output: Path | None = None  # where the merged wheel goes (default <workspace>/dist)
@@ -59,6 +60,7 @@ class BuildOptions:
     verify: bool = False  # run `assemble verify` on [bundle] verify-torch after the gate
     shard: Shard | None = None  # --shard k/N: compile one shard of the one --only dependency (builder.shards)
     partial: bool = False  # with --only: merge, gate (and verify) just those, into a wheel labelled partial
+    profile: str | None = None  # --profile NAME: each dependency that defines it built reduced (manifest.model.Profile)
 
     @property
     def merges(self) -> bool:
@@ -99,6 +101,8 @@ class DepReport:
     shared: str | None = None  # the shared artifact store: "downloaded", "uploaded", or what went wrong
     cuda_components: list[str] = field(default_factory=list)  # its cuda-components (their wheels are in its artifact.json)
     shard: dict[str, Any] | None = None  # --shard: {shard, count, split, units, cost} (builder.shards)
+    profile: str | None = None  # the build profile it was built on; None: the full build
+    peak_rss: int | None = None  # bytes: its largest compile process in this build (None: nothing compiled)
 
 
 @dataclass
@@ -118,6 +122,8 @@ class BuildReport:
     warnings: list[str] = field(default_factory=list)  # a failing compiler cache; the merge's: unshipped files, local work in forks/, ...
     size: dict[str, Any] | None = None  # the wheel per dependency and CUDA arch, with deps.toml's budgets (assembler.wheel.size)
     seconds: float = 0.0
+    profile: str | None = None  # --profile: the build profile asked for (dependencies without it built in full)
+    jobs: dict[str, Any] | None = None  # what --jobs chose and why (builder.memory.JobsChoice)
     verified: VerifyReport | None = None  # with --verify, once the gate passed
     error: AssembleError | None = None  # what the command exits with: BuildFailed, the gate, a verify FAIL
 
@@ -176,6 +182,16 @@ def run_build(
         if not workspace.manifest.bundle.verify_torch:
             raise InputError("deps.toml: [bundle] verify-torch is not set, so --verify has no torch to verify on",
                              hint='set verify-torch = ["2.13.0", "2.14.1"] in [bundle] of deps.toml')
+    full = workspace.manifest
+    workspace.manifest = full.with_profile(options.profile)  # an unknown profile: ManifestError, before any work
+    try:
+        return _run_build(workspace, options, note, on_event)
+    finally:
+        workspace.manifest = full
+
+
+def _run_build(workspace: Workspace, options: BuildOptions, note: Note, on_event: Event) -> BuildReport:
+    """run_build on the manifest as the build's profile makes it."""
     with workspace.lock():
         try:
             report = build_artifacts(workspace, options, note, on_event)
@@ -196,7 +212,8 @@ def run_build(
                     f"{', '.join(info.requested for info in report.verified.torch)}",
                     hint=f"the verify table names each failure; rerun with `assemble verify {report.wheel}`",
                 )
-        publish_evidence(workspace, report)
+        if options.profile is None:  # a reduced build proves nothing about the recipe at the pin
+            publish_evidence(workspace, report)
     return report
 
 
@@ -228,6 +245,10 @@ def build_artifacts(
     started = time.monotonic()
     manifest = workspace.manifest
     deps = manifest.select(list(options.only))
+    for dep in deps:  # before any checkout or toolchain: a recipe-less dependency has nothing to build
+        recipe_error = missing_recipe(manifest.path, dep)
+        if recipe_error is not None:
+            raise recipe_error
     if options.shard is not None:
         _check_shard_options(workspace, options)
     for name in options.allow_unstable:
@@ -264,22 +285,28 @@ def build_artifacts(
             else:
                 outcomes[request.dep.name] = reused
                 on_event(request.dep.name, BuildOutcome.CACHED, None, None)
-        jobs = options.jobs or available_cpus()
-        memory = options.memory or scheduler.default_memory_budget()
+        choice = memory.choose_jobs(options.jobs, [(r.dep.name, r.cuda) for r in pending], memory.recorded_peaks(workspace.root),
+                                    available_cpus(), memory.available_memory())
+        note(f"jobs: {choice.jobs} ({choice.reason})")
+        jobs = choice.jobs
+        budget = options.memory or scheduler.default_memory_budget()
         shard_of: dict[str, dict[str, Any]] = {}
         if options.shard is not None:
             for request in pending:
                 outcome, shard_of[request.dep.name] = _compile_shard(workspace, ctx, request, options.shard, jobs, on_event)
                 outcomes[request.dep.name] = outcome
             pending = []
-        for outcome in scheduler.run_builds(ctx, pending, jobs, memory, on_event):
+        per_job = {name: item.bytes for name, item in choice.per_job.items()}
+        for outcome in scheduler.run_builds(ctx, pending, jobs, budget, on_event, per_job):
             outcomes[outcome.dep] = outcome
+        memory.record_peaks(workspace.root, {o.dep: o.peak_rss for o in outcomes.values() if o.peak_rss})
     report = BuildReport(
         bundle=manifest.bundle.name, artifacts=ctx.artifacts, cuda=toolchain.cuda.version, nvcc=toolchain.cuda.release, cuda_origin=toolchain.cuda.origin,
         cuda_root=toolchain.cuda.root, torch=toolchain.env.torch,
         # the exact build tools (pinned by data/build-constraints.txt) and what installed them
         tools={**dict(toolchain.versions(with_cuda=False)), **toolchain.env.tool_versions(),
                "installer": toolchain.env.installer or "unknown"},
+        profile=options.profile, jobs=choice.to_json(),
     )
     for request in requests:
         outcome = outcomes[request.dep.name]
@@ -290,6 +317,7 @@ def build_artifacts(
             archs=list(request.archs), torch_target=request.dep.torch_target, artifact=outcome.artifact, log=outcome.log,
             compiler_cache=outcome.compiler_cache, shared=outcome.shared, shard=shard_of.get(request.dep.name),
             cuda_components=list(request.dep.cuda_components) if request.cuda else [],
+            profile=request.dep.profile, peak_rss=outcome.peak_rss,
         ))
     report.warnings.extend(  # a crashed or failing sccache: the compiles ran, uncached
         f"{dep.dep}: the compiler cache failed: {dep.compiler_cache['problem']}" for dep in report.deps

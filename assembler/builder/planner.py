@@ -39,10 +39,11 @@ class DepPlan:
     arch_compilations: int = 0  # units x archs: one per C++ unit, one per architecture of each CUDA unit
     note: str | None = None
     error: AssembleError | None = None
+    profile: str | None = None  # the build profile planned (None: the full build)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "backend": self.backend, "checkout": str(self.checkout) if self.checkout else None,
+            "backend": self.backend, "profile": self.profile, "checkout": str(self.checkout) if self.checkout else None,
             "torch_target": self.torch_target, "archs": self.archs, "defines": self.defines,
             "units": self.units, "jobs": self.jobs, "arch_compilations": self.arch_compilations, "note": self.note,
             "error": None if self.error is None else self.error.to_json(),
@@ -75,7 +76,18 @@ class BuildPlan:
                 "deps": [{"name": plan.dep, **plan.to_json()} for plan in self.deps]}
 
 
-def plan_build(workspace: Workspace, only: tuple[str, ...] = (), note: Callable[[str], None] = lambda _: None) -> BuildPlan:
+def plan_build(workspace: Workspace, only: tuple[str, ...] = (), note: Callable[[str], None] = lambda _: None,
+               profile: str | None = None) -> BuildPlan:
+    """The plan of the build (on ``profile``, when given: Manifest.with_profile)."""
+    full = workspace.manifest
+    workspace.manifest = full.with_profile(profile)
+    try:
+        return _plan_build(workspace, only, note)
+    finally:
+        workspace.manifest = full
+
+
+def _plan_build(workspace: Workspace, only: tuple[str, ...], note: Callable[[str], None]) -> BuildPlan:
     """Check out (as `build` does), then plan every selected dependency. Checkouts already at
     the pin with the series are read as they are, without the workspace lock: a plan never
     waits for a running build; only a dependency that needs checking out takes the lock."""
@@ -113,7 +125,10 @@ def plan_dep(workspace: Workspace, dep: Dependency, checkout: Path) -> DepPlan:
 
     bundle = workspace.manifest.bundle
     plan = DepPlan(dep.name, dep.build.backend, checkout, dep.torch_target,
-                   defines=list(backends.stable_defines(dep, bundle.python_abi)))
+                   defines=list(backends.stable_defines(dep, bundle.python_abi)), profile=dep.profile)
+    plan.error = recipe.missing_recipe(workspace.manifest.path, dep)
+    if plan.error is not None:
+        return plan
     try:
         plan.archs = list(dep_archs(dep, bundle.cuda_archs, recipe.uses_cuda(dep)))
         compdb = unit_resolver.compile_commands_path(workspace.state_dir, dep.name)

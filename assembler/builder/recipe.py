@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from assembler.builder import units
+from assembler.errors import InputError
 from assembler.fsutil import atomic_write_if_changed
 from assembler.manifest import Dependency, Extension
 from assembler.manifest.model import CUDA, CXX, arch_specific
@@ -187,3 +188,20 @@ install.strip = true
 
 def _toml_string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+RECIPES_DOC = "docs/reference/recipes.md"  # where the three backends' recipes are described
+
+
+def missing_recipe(manifest: Path, dep: Dependency) -> InputError | None:
+    """The error for a dependency whose deps.toml says nothing to build (no [deps.X.build], as
+    `assemble add` leaves it; or a helper recipe without extensions, packages or data): said
+    where the build is planned, not as a missing file when the empty artifact is packed."""
+    recipe = dep.build
+    if recipe.backend != "helper" or recipe.extensions or recipe.python_packages or recipe.data:
+        return None
+    return InputError(
+        f"{manifest}: [deps.{dep.name}] has no build recipe, so there is nothing to build",
+        hint=f"add a [deps.{dep.name}.build] table to {manifest.name}: backend = \"setuptools\" for its setup.py, "
+             f"backend = \"cmake\" with cmake-dir for its CMakeLists.txt, or [[deps.{dep.name}.build.extensions]] "
+             f"blocks naming its sources ({RECIPES_DOC})")

@@ -2,17 +2,19 @@
 memory budget, with one progress line per dependency.
 
 Each running build is granted some of the job slots (its CMAKE_BUILD_PARALLEL_LEVEL) and the
-memory those compilers are expected to need; a build waits until at least one slot and its
-memory are free, so two CUDA builds never push a small machine into swap together.
+memory those compilers are expected to need (``builder.memory``: the peak RSS per compile
+measured in the dependency's last build, else 5 GiB per nvcc job, 1.5 GiB per g++ job); a build
+waits until at least one slot and its memory are free, so two CUDA builds never push a small
+machine into swap together.
 """
 
 from __future__ import annotations
 
-import os
 import threading
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 
-from assembler.builder import builder
+from assembler.builder import builder, memory
 from assembler.builder.builder import Outcome
 from assembler.builder.outcome import Event
 from assembler.builder.progress import compile_command, ninja_step
@@ -20,23 +22,15 @@ from assembler.builder.request import BuildContext, BuildRequest
 from assembler.builder.units import GLOB_CHARS
 from assembler.manifest.model import CUDA, CXX
 
-GIB = 1 << 30
-# Memory budgeted per compiler process. The example's sources peak at 0.16 GiB (g++) and 0.43 GiB
-# (nvcc, sm_90a); template-heavy kernels (CUTLASS, CUB) take several GiB under nvcc, so CUDA
-# jobs are budgeted higher. --memory-gb caps the total.
-MEMORY_PER_JOB = {CXX: 1 * GIB, CUDA: 2 * GIB}
+GIB = memory.GIB
+# Memory budgeted per compiler process when none was measured (builder.memory.DEFAULT_PER_JOB).
+MEMORY_PER_JOB = {CUDA: memory.DEFAULT_PER_JOB["nvcc"], CXX: memory.DEFAULT_PER_JOB["g++"]}
 
 
 def default_memory_budget() -> int:
-    """80 % of the memory available now (MemAvailable), the kernel's own estimate."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 * 8 // 10
-    except OSError:
-        pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.8)
+    """What the compilers may use together: the share of MemAvailable (the kernel's own
+    estimate) that ``--jobs auto`` sizes by, so the pool never refuses the jobs it chose."""
+    return int(memory.available_memory() * memory.HEADROOM)
 
 
 class ResourcePool:
@@ -87,17 +81,21 @@ def run_builds(
     ctx: BuildContext,
     requests: list[BuildRequest],
     jobs: int,
-    memory: int,
+    budget: int,
     on_event: Event = lambda *_: None,
+    per_job: Mapping[str, int] | None = None,
 ) -> list[Outcome]:
-    """Build every request (none is skipped when another fails). ``on_event(dep, phase, done,
-    total, unit)`` reports progress: phase is queued, configuring, compiling (a unit done: done of
-    total, total None when not known), installing, built, failed."""
-    pool = ResourcePool(jobs, memory)
+    """Build every request (none is skipped when another fails) within ``jobs`` compiler
+    processes and ``budget`` bytes, each job of a dependency costing ``per_job[dep]`` (else the
+    default of its compiler). ``on_event(dep, phase, done, total, unit)`` reports progress: phase
+    is queued, configuring, compiling (a unit done: done of total, total None when not known),
+    installing, built, failed."""
+    pool = ResourcePool(jobs, budget)
+    budgets = dict(per_job or {})
 
     def one(request: BuildRequest) -> Outcome:
         name = request.dep.name
-        per_job = MEMORY_PER_JOB[CUDA if request.cuda else CXX]
+        per_job = budgets.get(name) or MEMORY_PER_JOB[CUDA if request.cuda else CXX]
         on_event(name, "queued", None, None)
         granted = pool.acquire(min(jobs, compile_units(request)), per_job)
         try:

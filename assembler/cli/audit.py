@@ -82,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
         for report in reports:
             render(report, console, verbose=args.verbose)
+            if (line := _profile_line(report.path)) is not None:
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
     broken = unreadable(reports)
     if broken:  # every other object's verdict is in the report above; the run still says no
         more = f" (and {len(broken) - 1} more object(s))" if len(broken) > 1 else ""
@@ -93,6 +95,31 @@ def run(args: argparse.Namespace) -> int:
         if failed:
             raise CheckFailed(f"--check {args.check}: {len(failed)} finding(s)")
     return 0
+
+
+def _profile_line(path: str) -> str | None:
+    """A merged wheel built on a build profile says so (its assembler.json's per-dependency
+    "profile"), so a smoke bundle is never taken for a release; None for anything else."""
+    import json
+    import re
+
+    from assembler.audit.limits import MAX_JSON_DOCUMENT
+    from assembler.audit.member import read_small_member
+    from assembler.audit.zipindex import read_index
+    from assembler.errors import AssembleError
+
+    if not path.endswith(".whl"):
+        return None
+    try:
+        members = read_index(path, re.compile(rb"^[^/]+\.dist-info/assembler\.json$"))
+        deps = json.loads(read_small_member(members[0], MAX_JSON_DOCUMENT))["deps"] if members else {}
+        profiled = {name: str(dep["profile"]) for name, dep in deps.items() if isinstance(dep, dict) and dep.get("profile")}
+    except (AssembleError, OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not profiled:
+        return None
+    return (f"build profile: {', '.join(f'{name} {profile}' for name, profile in profiled.items())} "
+            "(a reduced build, not a release)")
 
 
 def _import_output(json_only: bool) -> None:

@@ -29,10 +29,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--plan", action="store_true",
                         help="check out, then list each dependency's backend, translation units x archs and compile jobs; compile nothing")
     parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch to build against (default: [bundle] torch)")
-    parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
-                        help="compiler processes in all (default 0: one per CPU)")
+    parser.add_argument("--jobs", "-j", type=jobs_count, default=0, metavar="N|auto",
+                        help="compiler processes in all (default auto: the fewer of the CPUs and what the available "
+                             "memory holds of one compile's peak, measured in the dependency's last build, else "
+                             "5 GiB per nvcc job, 1.5 GiB per g++ job)")
     parser.add_argument("--memory-gb", type=positive_float, default=None, metavar="GB",
-                        help="memory the compilers may use together (default: 80%% of what is available)")
+                        help="memory the compilers may use together (default: 90%% of what is available)")
+    parser.add_argument("--profile", metavar="NAME", type=profile_name,
+                        help="build each dependency that defines [deps.X.profiles.NAME] reduced by it (the others in "
+                             "full); the wheel is labelled +cuXY.NAME, never a release")
     # --verify needs the merged wheel, which --only makes only with --partial (else: verify after `assemble merge`)
     parser.add_argument("--only", action="append", default=[], metavar="DEP",
                         help="build just this dependency's artifact, no merge unless --partial (repeatable)")
@@ -58,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
 
     workspace = open_workspace(args)
     if args.plan:
-        return _plan(workspace, tuple(args.only), args.json)
+        return _plan(workspace, tuple(args.only), args.json, args.profile)
     if args.cuda is None:
         from assembler.errors import InputError
 
@@ -69,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         shard=parse_shard(args.shard) if args.shard is not None else None,
         cuda=args.cuda, torch=args.torch, jobs=args.jobs, only=tuple(args.only), artifacts=args.artifacts,
         output=args.output, allow_unstable=tuple(args.allow_unstable), verify=args.verify, partial=args.partial,
-        memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None,
+        memory=int(args.memory_gb * (1 << 30)) if args.memory_gb else None, profile=args.profile,
     )
     with _Progress(logs=workspace.state_dir) as progress:
         report = run_build(workspace, options, note=progress.note, on_event=progress.event)
@@ -81,12 +86,27 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _plan(workspace: Workspace, only: tuple[str, ...], as_json: bool) -> int:
+def jobs_count(text: str) -> int:
+    """--jobs: ``auto`` (0: builder.memory.choose_jobs decides) or a number of compiler processes."""
+    return 0 if text == "auto" else non_negative_int(text)
+
+
+def profile_name(text: str) -> str:
+    """--profile NAME: a profile's name as deps.toml may spell it (a segment of the wheel's version)."""
+    from assembler.manifest.load import PROFILE_NAME_RE
+
+    if not PROFILE_NAME_RE.match(text):
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a profile name: 1 to 32 lowercase letters and digits, "
+                                         "starting with a letter (as [deps.X.profiles.NAME] names it)")
+    return text
+
+
+def _plan(workspace: Workspace, only: tuple[str, ...], as_json: bool, profile: str | None = None) -> int:
     """`build --plan`: the plan on stdout (JSON or text); exit 2 when a dependency cannot be planned."""
     from assembler.builder.planner import plan_build, render
     from assembler.report.output import console, emit_json, note
 
-    plan = plan_build(workspace, only, note=(lambda _: None) if as_json else note)
+    plan = plan_build(workspace, only, note=(lambda _: None) if as_json else note, profile=profile)
     if as_json:
         emit_json(plan.to_json())
     else:
@@ -266,7 +286,8 @@ def _emit(report: BuildReport, as_json: bool) -> None:
 
     # Names, SHAs and verdicts are never cut; how it was built and the archs wrap between words.
     table = TextTable("dep", "commit", "patches", "build", "archs", "min torch", "verdict", text=("build", "archs"),
-                      title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}")
+                      title=f"{report.bundle} for CUDA {report.cuda}, torch {report.torch}"
+                      + (f", profile {report.profile}" if report.profile else ""))
     for dep in report.deps:
         build = {BuildOutcome.CACHED: Cell("cached"), BuildOutcome.BUILT: Cell(f"built {dep.seconds:.1f}s"),
                  BuildOutcome.COMPILED: Cell(f"shard {dep.shard['shard']}/{dep.shard['count']} compiled {dep.seconds:.1f}s"

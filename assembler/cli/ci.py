@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from assembler.cli.common import cuda_version, shard_count
+from assembler.cli.build import profile_name
+from assembler.cli.common import add_format, cuda_version, shard_count
+from assembler.cli.plan import DEFAULT_CUDA
 
 SYSTEMS = ("github", "buildkite")
 
@@ -18,7 +20,12 @@ SYSTEMS = ("github", "buildkite")
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("ci", help="write the CI fan-out workflow (plan --matrix, build --only, merge) for GitHub or Buildkite")
     parser.add_argument("system", choices=SYSTEMS, metavar="SYSTEM", help="github (Actions) or buildkite")
-    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, default="13.2", help="CUDA version the jobs build with (default 13.2)")
+    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, default=DEFAULT_CUDA,
+                        help=f"CUDA version the jobs build with (default {DEFAULT_CUDA}, as `plan --matrix`)")
+    parser.add_argument("--profile", metavar="NAME", type=profile_name,
+                        help="a pull request's workflow: every plan and build on this build profile "
+                             "([deps.X.profiles.NAME]; its wheel is labelled +cuXY.NAME); without it, the release "
+                             "workflow on the full build")
     parser.add_argument("--output", "-o", type=Path, metavar="FILE", help="write it there (e.g. .github/workflows/release.yml); default: stdout")
     parser.add_argument("--shards", type=shard_count, default=0, metavar="N",
                         help="split each dependency's compile jobs over up to N runners before its final build "
@@ -33,6 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--from-pipeline", type=Path, metavar="FILE",
                         help="buildkite: this `plan --matrix --shards N --buildkite` pipeline, "
                              "each step installing assembler first")
+    add_format(parser)  # json: {system, profile, output, install, workflow}; the workflow text is "workflow"
     parser.set_defaults(handler=run)
 
 
@@ -77,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
             document = json.loads(source.read_text(encoding="utf-8"))
             if args.from_matrix is not None:
                 deps = [str(entry["dep"]) for entry in document["include"]]
-                text = workflows.buildkite_steps(args.cuda, deps, install)
+                text = workflows.buildkite_steps(args.cuda, deps, install, args.profile)
             else:
                 text = json.dumps(workflows.with_install(document, install), indent=2) + "\n"
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
@@ -85,16 +93,22 @@ def run(args: argparse.Namespace) -> int:
             raise InputError(f"{source}: not a `{made_by}` document ({type(error).__name__}: {error})",
                              hint=f"pass the output of `assemble {made_by}`") from None
     elif args.system == "github":
-        text = (workflows.github_sharded(args.cuda, args.shards, install) if args.shards
-                else workflows.github(args.cuda, install))
+        text = (workflows.github_sharded(args.cuda, args.shards, install, args.profile) if args.shards
+                else workflows.github(args.cuda, install, args.profile))
     else:
-        text = workflows.buildkite(args.cuda, install, args.shards)
-    if args.output is None:
-        sys.stdout.write(text)
-        return 0
-    from assembler.fsutil import atomic_write
+        text = workflows.buildkite(args.cuda, install, args.shards, args.profile)
+    if args.output is not None:
+        from assembler.fsutil import atomic_write
 
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(args.output, text)
-    print(f"wrote {args.output}", file=sys.stderr)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(args.output, text)
+        print(f"wrote {args.output}", file=sys.stderr)
+    if args.json:
+        from assembler.report.output import emit_json
+
+        emit_json({"system": args.system, "cuda": args.cuda, "profile": args.profile, "shards": args.shards,
+                   "output": None if args.output is None else str(args.output),
+                   "install": {"requirement": install.requirement, "origin": install.origin}, "workflow": text})
+    elif args.output is None:
+        sys.stdout.write(text)
     return 0

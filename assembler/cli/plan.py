@@ -8,10 +8,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from assembler.cli.build import profile_name
 from assembler.cli.common import add_format, cuda_version, shard_count, torch_version
 
 if TYPE_CHECKING:
     from assembler.builder.matrix import MatrixEntry, ShardEntry
+
+DEFAULT_CUDA = "13.2"  # what `plan --matrix` and `ci` plan for without --cuda (one default for both)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,7 +28,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "a Buildkite pipeline with depends_on.",
     )
     parser.add_argument("--matrix", action="store_true", required=True, help="plan the CI fan-out (the only kind of plan)")
-    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, required=True, help="CUDA toolkit version the jobs build with (part of each key)")
+    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, default=DEFAULT_CUDA,
+                        help=f"CUDA toolkit version the jobs build with (part of each key; default {DEFAULT_CUDA}, as `ci`)")
+    parser.add_argument("--profile", metavar="NAME", type=profile_name,
+                        help="plan the build on this profile ([deps.X.profiles.NAME]): a pull request's reduced jobs")
     parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch to build against (default: [bundle] torch)")
     parser.add_argument("--only", action="append", default=[], metavar="DEP", help="plan just this dependency (repeatable)")
     parser.add_argument("--shards", type=shard_count, default=0, metavar="N",
@@ -44,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
     workspace = open_workspace(args)
     entries, split = plan_matrix(workspace, args.cuda, args.torch, tuple(args.only),
                                  note=lambda line: err_console.print(line, markup=False, highlight=False, soft_wrap=True),
-                                 shards=args.shards)
+                                 shards=args.shards, profile=args.profile)
     if args.buildkite:
-        emit_json(buildkite_pipeline(entries, split, args.cuda))
+        emit_json(buildkite_pipeline(entries, split, args.cuda, args.profile))
         return 0
     if args.json:
         emit_json(sharded_document(entries, split) if args.shards else matrix_document(entries))

@@ -28,6 +28,7 @@ from assembler.manifest.model import (
     Dependency,
     Extension,
     Manifest,
+    Profile,
     VerifySpec,
     parse_size,
     reserved_env,
@@ -67,7 +68,7 @@ BUNDLE_KEYS = {"name", "version", "python-abi", "torch-target", "torch", "cuda-a
                "cuda-components"}
 DEP_KEYS = {
     "upstream", "source", "commit", "track", "submodules", "torch-target", "patches",
-    "build", "install", "verify", "max-size", "cuda-components",
+    "build", "install", "verify", "max-size", "cuda-components", "profiles",
 }
 BUILD_KEYS = {
     "extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs",
@@ -79,6 +80,8 @@ CXX_STANDARDS = ("17", "20", "23")  # what cxx-std accepts (gcc and CMake know t
 CUDA_STANDARDS = ("17", "20")  # what nvcc 12 and 13 accept as -std=c++N
 LIBRARY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")  # a name for -l / find_library, never a path or a flag
 VERIFY_KEYS = {"ops", "smoke", "requires-cuda"}
+PROFILE_KEYS = {"description", "defines", "build-env", "sources", "cuda-archs"}  # [deps.X.profiles.NAME]
+PROFILE_NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,31}$")  # a PEP 440 local version segment: +cu132.smoke
 TOP_KEYS = {"bundle", "mirrors", "deps", "cache"}
 CACHE_KEYS = {"compiler", "remote", "artifacts", "s3-endpoint"}
 ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -561,7 +564,51 @@ def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) 
         submodules=submodules, torch_target=torch_target, patches_dir=patches_dir,
         series=series, build=build, install=install, verify=verify, max_size=_size(v, table, (*key, "max-size")),
         cuda_components=tuple(sorted({*bundle.cuda_components, *_cuda_components(v, table, (*key, "cuda-components"))})),
+        profiles=_profiles(v, table.get("profiles", {}), (*key, "profiles"), build),
     )
+
+
+def _profiles(v: _Validator, raw: Any, keys: tuple[str, ...], recipe: BuildRecipe) -> tuple[Profile, ...]:
+    """[deps.X.profiles.NAME]: reduced configurations of the recipe. Each must change something,
+    and reduce only what the recipe has: its sources are entries of the recipe's sources (of an
+    extension's, for the helper), build-env is for the backends that read one."""
+    v.check(isinstance(raw, dict), keys, "expected a table of profiles", f"write [{'.'.join(keys)}.smoke] tables")
+    profiles = []
+    for name, item in raw.items():
+        where = (*keys, name)
+        v.check(isinstance(name, str) and bool(PROFILE_NAME_RE.match(name)), where,
+                f"{name!r} is not a profile name (it becomes a segment of the wheel's local version, +cu132.NAME)",
+                "use 1 to 32 lowercase letters and digits, starting with a letter, e.g. smoke")
+        table = v.table(item, where, PROFILE_KEYS)
+        v.check(bool(set(table) - {"description"}), where, "the profile changes nothing",
+                "add defines, build-env, sources or cuda-archs to it, or remove it")
+        helper = recipe.backend == "helper"
+        if helper and "build-env" in table:
+            raise v.fail((*where, "build-env"), "the helper backend runs no build of the dependency's own to give an environment to",
+                         "use defines, sources or cuda-archs for a helper recipe")
+        sources = v.strings(table, (*where, "sources")) if "sources" in table else None
+        if sources is not None:
+            recipe_sources = [s for ext in recipe.extensions for s in ext.sources] if helper else list(recipe.sources)
+            for source in sources:
+                v.check(source in recipe_sources, (*where, "sources"),
+                        f"{_shown(source)} is not one of the recipe's sources",
+                        f"list entries of [{'.'.join(keys[:-1])}.build]" + (" extensions' sources" if helper else " sources")
+                        + ", written the same way (a profile builds a subset of the units the build files know)")
+            v.check(bool(sources), (*where, "sources"), "a profile of no units builds nothing",
+                    "list the sources to keep, or drop the key to keep every unit")
+        archs = v.strings(table, (*where, "cuda-archs")) if "cuda-archs" in table else None
+        for arch in archs or ():
+            v.check(bool(ARCH_RE.match(arch)), (*where, "cuda-archs"), f"{arch!r} is not a CUDA architecture",
+                    'write e.g. cuda-archs = ["9.0a"]')
+        v.check(archs is None or bool(archs), (*where, "cuda-archs"), "a profile of no CUDA architecture",
+                'name at least one, e.g. cuda-archs = ["9.0a"]')
+        profiles.append(Profile(
+            name=name, description=v.string(table, (*where, "description")),
+            defines=_defines(v, table, (*where, "defines")),
+            build_env=_build_env(v, table.get("build-env", {}), (*where, "build-env")),
+            sources=tuple(sources) if sources is not None else None, cuda_archs=tuple(archs) if archs is not None else None,
+        ))
+    return tuple(profiles)
 
 
 def _shown(value: str) -> str:

@@ -90,6 +90,35 @@ class BuildRecipe(NamedTuple):
         return {**self._asdict(), "extensions": [extension._asdict() for extension in self.extensions]}
 
 
+class Profile(NamedTuple):
+    """A reduced configuration of a dependency's own build (``[deps.X.profiles.NAME]``), for PR CI
+    and developers who cannot wait for the full set: more defines, more build environment, a
+    subset of the recipe's units or of its CUDA architectures. ``assemble build --profile NAME``
+    applies it (``Dependency.with_profile``); the artifact key, the wheel's version label,
+    assembler.json and the SBOM then say so, so a reduced wheel is never taken for a release."""
+
+    name: str
+    description: str | None = None
+    defines: tuple[str, ...] = ()  # added to the recipe's (cmake/setuptools) or to every extension's (helper)
+    build_env: tuple[tuple[str, str], ...] = ()  # cmake/setuptools: over the recipe's build-env, sorted by name
+    sources: tuple[str, ...] | None = None  # entries of the recipe's sources kept (None: all of them)
+    cuda_archs: tuple[str, ...] | None = None  # instead of the recipe's (or the bundle's)
+
+    def apply(self, recipe: BuildRecipe) -> BuildRecipe:
+        """``recipe`` reduced by this profile (load.py proved its sources a subset of the recipe's)."""
+        archs = self.cuda_archs if self.cuda_archs is not None else recipe.cuda_archs
+        env = tuple(sorted({**dict(recipe.build_env), **dict(self.build_env)}.items()))
+        if recipe.backend != "helper":
+            sources = recipe.sources if self.sources is None else self.sources
+            return recipe._replace(defines=(*recipe.defines, *self.defines), build_env=env, sources=sources, cuda_archs=archs)
+        kept = set(self.sources) if self.sources is not None else None
+        extensions = tuple(
+            ext._replace(defines=(*ext.defines, *self.defines),
+                         sources=tuple(s for s in ext.sources if kept is None or s in kept))
+            for ext in recipe.extensions)
+        return recipe._replace(extensions=tuple(ext for ext in extensions if ext.sources), cuda_archs=archs)
+
+
 class VerifySpec(NamedTuple):
     ops: tuple[str, ...] = ()
     smoke: str | None = None
@@ -111,6 +140,19 @@ class Dependency(NamedTuple):
     verify: VerifySpec
     max_size: int | None = None  # [deps.X] max-size: bytes it may add to the wheel (compressed)
     cuda_components: tuple[str, ...] = ()  # [deps.X] cuda-components, sorted, with the bundle's
+    profiles: tuple[Profile, ...] = ()  # [deps.X.profiles.NAME], in file order
+    profile: str | None = None  # the profile ``build`` is reduced by (with_profile); None: the full build
+
+    def profile_named(self, name: str) -> Profile | None:
+        return next((profile for profile in self.profiles if profile.name == name), None)
+
+    def with_profile(self, name: str | None) -> Dependency:
+        """This dependency built on profile ``name``; a dependency without that profile builds
+        in full (a bundle's smoke run reduces what its dependencies know how to reduce)."""
+        profile = self.profile_named(name) if name is not None else None
+        if profile is None:
+            return self
+        return self._replace(build=profile.apply(self.build), profile=profile.name)
 
     @property
     def builds_extensions(self) -> bool:
@@ -171,6 +213,24 @@ class Manifest(NamedTuple):
     @property
     def root(self) -> Path:
         return self.path.parent
+
+    def with_profile(self, name: str | None) -> Manifest:
+        """The manifest as ``build --profile NAME`` builds it: each dependency that defines the
+        profile reduced by it, the others in full. A name no dependency defines is a mistake
+        (a typo would otherwise build everything in full and take hours)."""
+        if name is None:
+            return self
+        if not any(dep.profile_named(name) for dep in self.deps.values()):
+            import difflib
+
+            known = sorted({profile.name for dep in self.deps.values() for profile in dep.profiles})
+            close = difflib.get_close_matches(name, known, n=1)
+            fix = (f"did you mean '{close[0]}'? " if close else "") + (
+                f"profiles defined: {', '.join(known)}" if known else
+                f"define it in {self.path.name}: [deps.NAME.profiles.{name}] with defines, build-env, sources or "
+                "cuda-archs (docs/guides/build-profiles.md)")
+            raise ManifestError(f"{self.path}: no dependency defines a build profile named '{name}'", hint=fix)
+        return self._replace(deps={key: dep.with_profile(name) for key, dep in self.deps.items()})
 
     def select(self, names: list[str] | None) -> list[Dependency]:
         """The dependencies named on the command line (all when none), each once, in manifest

@@ -180,6 +180,20 @@ def manifest_schema() -> Schema:
         "ptx": _boolean("cmake/setuptools: also ship PTX for arch-specific targets (the helper's is per extension)"),
     }, load.BUILD_KEYS, allOf=[*_backend_rules(load.BACKEND_KEYS)])
 
+    profile = _table("deps.NAME.profiles.PROFILE", "A reduced configuration of the dependency's own build, chosen by "
+                     "`assemble build --profile PROFILE` (docs/guides/build-profiles.md); the wheel says it was built so.", {
+        "description": _string("what the profile leaves out, and for what it is meant (PR CI, a developer's smoke build)"),
+        "defines": {**defines, "description": defines["description"] + "; added to the recipe's (the helper: every "
+                                                                        "extension's), e.g. the build's own DISABLE switches"},
+        "build-env": {**build["properties"]["build-env"],
+                      "description": "cmake/setuptools: environment over the recipe's build-env, e.g. its setup.py's "
+                                     "switches"},
+        "sources": {**_strings("the units kept: entries of the recipe's sources (the helper: of its extensions'), "
+                               "written the same way; an extension left with none is not built", **relative),
+                    "minItems": 1},
+        "cuda-archs": {**_strings("CUDA architectures instead of the recipe's (or the bundle's)", **arch), "minItems": 1},
+    }, load.PROFILE_KEYS, minProperties=1)
+
     what = "What `assemble verify` checks where the wheel is installed, on each verify-torch."
     verify = _table("deps.NAME.verify", what, {
         "ops": _strings("operator schemas the wheel must register, "
@@ -203,6 +217,10 @@ def manifest_schema() -> Schema:
         "verify": {"$ref": "#/definitions/verify"},
         "max-size": {**size, "description": "optional: compressed bytes this dependency may add to the wheel"},
         "cuda-components": components,
+        "profiles": {"type": "object", "title": "deps.NAME.profiles",
+                     "description": "reduced configurations of its build, [deps.NAME.profiles.PROFILE] each",
+                     "propertyNames": {"pattern": load.PROFILE_NAME_RE.pattern},
+                     "additionalProperties": {"$ref": "#/definitions/profile"}},
     }, load.DEP_KEYS, required=["commit"], anyOf=[{"required": ["upstream"]}, {"required": ["source"]}])
 
     top: dict[str, Schema] = {
@@ -221,7 +239,7 @@ def manifest_schema() -> Schema:
         **_table("deps.toml", "The assembler workspace manifest: every pin, series, recipe and wheel placement.",
                  top, load.TOP_KEYS, required=["bundle"]),
         "definitions": {"bundle": bundle, "cache": cache, "dependency": dependency, "build": build,
-                        "extension": extension, "verify": verify},
+                        "extension": extension, "verify": verify, "profile": profile},
     }
 
 

@@ -243,7 +243,8 @@ def merge_wheel(
     check_same_release(manifest, artifacts)  # one release: series contents and toolchain agree
     cuda = resolve_cuda(cuda, artifacts)
     missing = tuple(name for name in manifest.deps if name not in {a.dep for a in artifacts})
-    version = wheel_version(bundle, cuda, [a.dep for a in artifacts] if missing else ())
+    profiles = {a.dep: profile for a in artifacts if (profile := artifact_profile(a)) is not None}
+    version = wheel_version(bundle, cuda, [a.dep for a in artifacts] if missing else (), list(profiles.values()))
     stem = f"{dist_name(bundle.name)}-{version}"
     dist_info = f"{stem}.dist-info"
     placements, unshipped = place(artifacts, {name: dep.install for name, dep in manifest.deps.items()}, dist_info)
@@ -259,7 +260,9 @@ def merge_wheel(
             payload: list[Written] = archive.verified()  # every digest from the bytes written, CRCs checked
             archive.flush()  # the platform check copies the ELF members out of this file
             verdict = platform_verdict([w for w in payload if w.head == ELF_MAGIC], exclude)
-            provenance = {a.dep: a.provenance() for a in artifacts}
+            # "profile" only for a reduced build: its absence says full (verify reads exactly this key)
+            provenance = {a.dep: {**a.provenance(), **({"profile": profiles[a.dep]} if a.dep in profiles else {})}
+                          for a in artifacts}
             files: dict[str, list[str]] = {}
             for p in placements:
                 files.setdefault(p.dep, []).append(p.path)
@@ -271,7 +274,7 @@ def merge_wheel(
                 verify={a.dep: manifest.deps[a.dep].verify_record() for a in artifacts}, missing=missing).encode())
             digests = {w.name: w.sha256 for w in payload}
             sbom = _sbom(manifest, artifacts, version, cuda, epoch, {dep: file_hashes([(p, digests[p]) for p in paths]) for dep, paths in files.items()},
-                         missing)
+                         missing, profiles)
             archive.write_bytes(sbom_path(dist_info, dist_name(bundle.name)), sbom.encode())
             record = f"{dist_info}/RECORD"
             archive.write_bytes(record, record_text(archive.written, record).encode())
@@ -284,6 +287,28 @@ def merge_wheel(
         files={dep: tuple(paths) for dep, paths in files.items()}, unshipped=unshipped,
         warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started, missing=missing,
     )
+
+
+def artifact_profile(artifact: Artifact) -> str | None:
+    """The build profile an artifact was built on (artifact.json's "profile", written by the
+    build only for a reduced build), None for a full build. Read from the file, not from deps.toml:
+    artifacts from CI runners say what they were built as. A value that is no profile name is an
+    error, never a silent full build."""
+    from assembler import jsonfile
+    from assembler.fsutil import read_regular
+    from assembler.manifest.load import PROFILE_NAME_RE
+    from assembler.wheel.artifact import ARTIFACT_JSON, ARTIFACT_JSON_LIMIT
+
+    where = artifact.root / ARTIFACT_JSON
+    try:
+        data = jsonfile.loads(read_regular(where, ARTIFACT_JSON_LIMIT), where)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{where}: unreadable ({exc})", hint="rebuild that dependency") from None
+    profile = data.get("profile") if isinstance(data, dict) else None
+    if profile is not None and not (isinstance(profile, str) and PROFILE_NAME_RE.match(profile)):
+        raise InputError(f"{where}: 'profile' must be a build profile's name, got {profile!r}",
+                         hint="rebuild that dependency with this assembler")
+    return profile
 
 
 @dataclass(frozen=True)
@@ -322,7 +347,8 @@ def torch_floor(manifest: Manifest, artifacts: Sequence[Artifact], symbols: Symb
 
 
 def _sbom(manifest: Manifest, artifacts: Sequence[Artifact], version: str, cuda: str, epoch: int,
-          hashes: Mapping[str, tuple[tuple[str, str], ...]], missing: Sequence[str] = ()) -> str:
+          hashes: Mapping[str, tuple[tuple[str, str], ...]], missing: Sequence[str] = (),
+          profiles: Mapping[str, str] | None = None) -> str:
     """The wheel's CycloneDX document (see assembler.wheel.sbom)."""
     entries = []
     for a in artifacts:
@@ -331,6 +357,7 @@ def _sbom(manifest: Manifest, artifacts: Sequence[Artifact], version: str, cuda:
             name=a.dep, source=a.source or dep.source, upstream=dep.upstream, track=dep.track, commit=a.commit,
             head=a.head, dirty=a.dirty, archs=a.archs, toolchain=a.toolchain,
             patches=read_patches(dep.patches_dir, a.patches), files=hashes.get(a.dep, ()),
+            profile=(profiles or {}).get(a.dep),
         ))
     bundle = manifest.bundle
     return sbom_json(name=bundle.name, version=version, wheel_purl_name=dist_name(bundle.name).replace("_", "-"),

@@ -47,11 +47,14 @@ def cuda_label(cuda: str) -> str:
 PARTIAL_LABEL = "partial"  # the local version segment that marks a wheel of some dependencies only
 
 
-def wheel_version(bundle: Bundle, cuda: str, partial: Sequence[str] = ()) -> str:
+def wheel_version(bundle: Bundle, cuda: str, partial: Sequence[str] = (), profiles: Sequence[str] = ()) -> str:
     """``0.1.0+cu132``; a partial wheel (only the dependencies in ``partial``) is
-    ``0.1.0+cu132.partial.vecadd``: PEP 440 local segments, never a release (PyPI refuses local
-    versions, and `assemble merge` without --partial never makes one)."""
+    ``0.1.0+cu132.partial.vecadd``, one built on a build profile ``0.1.0+cu132.smoke`` (each
+    profile of its dependencies, sorted): PEP 440 local segments, never a release (PyPI refuses
+    local versions, and a release merge makes neither)."""
     label = cuda_label(cuda)
+    for profile in sorted(set(profiles)):
+        label += "." + (re.sub(r"[^a-z0-9]", "", profile.lower()) or "profile")
     if partial:
         label += "." + ".".join([PARTIAL_LABEL, *(re.sub(r"[^a-z0-9]", "", name.lower()) or "dep" for name in partial)])
     return str(Version(f"{bundle.version}+{label}"))
@@ -70,11 +73,13 @@ def wheel_text(python: str, platforms: Sequence[str]) -> str:
 
 def metadata_text(bundle: Bundle, version: str, cuda: str, min_torch: str, provenance: Mapping[str, Mapping[str, Any]]) -> str:
     """Core metadata 2.1; the body says in words what assembler.json says in full."""
+    profiled = {dep: str(record["profile"]) for dep, record in provenance.items() if record.get("profile")}
     header = [
         "Metadata-Version: 2.1",
         f"Name: {bundle.name}",
         f"Version: {version}",
-        f"Summary: {bundle.name} kernels, abi3 / LibTorch Stable ABI, CUDA {cuda}",
+        f"Summary: {bundle.name} kernels, abi3 / LibTorch Stable ABI, CUDA {cuda}"
+        + (f"; build profile {', '.join(sorted(set(profiled.values())))}, not a release" if profiled else ""),
         f"Requires-Python: >={bundle.python_abi}",
         f"Requires-Dist: torch>={min_torch}",
         "Description-Content-Type: text/markdown",
@@ -83,15 +88,20 @@ def metadata_text(bundle: Bundle, version: str, cuda: str, min_torch: str, prove
         f"Merged by assembler {__version__} from {len(provenance)} dependencies, CUDA {cuda}, "
         f"Python >= {bundle.python_abi} (abi3), torch >= {min_torch} (Stable ABI).",
         "",
-        "| dependency | commit | patches | archs | torch | nvcc | cmake | scikit-build-core |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    if profiled:
+        body += [f"**Not a release:** built on a reduced build profile ({', '.join(f'{dep}: {name}' for dep, name in profiled.items())}); "
+                 "see `profile` in assembler.json.", ""]
+    body += [
+        "| dependency | commit | patches | archs | torch | nvcc | cmake | scikit-build-core | profile |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for dep, record in provenance.items():
         tool = record["toolchain"]
         body.append(
             f"| {dep} | {record['commit'][:12]} | {len(record['patches'])} | {' '.join(record['archs']) or '-'} "
             f"| {tool.get('torch') or '-'} | {tool.get('nvcc') or '-'} | {tool.get('cmake') or '-'} "
-            f"| {tool.get('scikit_build_core') or '-'} |"
+            f"| {tool.get('scikit_build_core') or '-'} | {record.get('profile') or 'full'} |"
         )
     return "\n".join(header) + "\n\n" + "\n".join(body) + "\n"
 

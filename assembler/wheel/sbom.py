@@ -70,6 +70,7 @@ class DepEntry:
     toolchain: Mapping[str, Any]
     patches: tuple[PatchEntry, ...]
     files: tuple[tuple[str, str], ...]  # (wheel path, sha256 hex)
+    profile: str | None = None  # the build profile it was built on ([deps.X.profiles.NAME]); None: the full build
 
 
 def declared_status(header: PatchHeader) -> tuple[PatchStatus, str]:
@@ -129,7 +130,10 @@ _TOOLS = (  # toolchain key in artifact.json -> tool name in the BOM
 def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps: Sequence[DepEntry], cuda: str | None,
               missing: Sequence[str] = ()) -> str:
     """The CycloneDX 1.6 document for the merged wheel, as deterministic JSON text. A partial
-    wheel (``missing`` the dependencies it lacks) says so in its description and properties."""
+    wheel (``missing`` the dependencies it lacks) says so in its description and properties;
+    a dependency built on a build profile carries ``assembler:profile`` (absent: the full build),
+    and the BOM's metadata lists the profiles."""
+    profiles = sorted({dep.profile for dep in deps if dep.profile})
     from cyclonedx.model import ExternalReference, ExternalReferenceType, HashAlgorithm, HashType, Property, XsUri
     from cyclonedx.model.bom import Bom, BomMetaData
     from cyclonedx.model.component import Commit, Component, ComponentType, Diff, Patch, PatchClassification, Pedigree
@@ -141,7 +145,8 @@ def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps
         name=name, version=version, type=ComponentType.LIBRARY, bom_ref="wheel",
         purl=PackageURL("pypi", None, wheel_purl_name, version),
         description=f"{name} kernels bundled by assembler (abi3, LibTorch Stable ABI" + (f", CUDA {cuda})" if cuda else ")")
-        + (f"; PARTIAL, not a release: lacks {', '.join(missing)}" if missing else ""),
+        + (f"; PARTIAL, not a release: lacks {', '.join(missing)}" if missing else "")
+        + (f"; built on build profile {', '.join(profiles)}, not a release" if profiles else ""),
     )
     tools: dict[tuple[str, str], Component] = {}
     tools[("assembler", __version__)] = Component(name="assembler", version=__version__, type=ComponentType.APPLICATION, bom_ref="tool:assembler")
@@ -164,6 +169,7 @@ def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps
             Property(name=f"{PROPERTY}dirty", value="true" if dep.dirty else "false"),
             Property(name=f"{PROPERTY}archs", value=" ".join(dep.archs)),
             Property(name=f"{PROPERTY}patch-status-source", value=STATUS_SOURCE),
+            *([Property(name=f"{PROPERTY}profile", value=dep.profile)] if dep.profile else []),
         ]
         props += [Property(name=f"{PROPERTY}toolchain:{key}", value=str(value)) for key, value in sorted(dep.toolchain.items()) if value is not None]
         patches = []
@@ -193,7 +199,8 @@ def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps
         tools=ToolRepository(components=sorted(tools.values(), key=lambda c: (c.name, c.version or ""))),
         properties=[Property(name=f"{PROPERTY}patch-status-source", value=STATUS_SOURCE)]
         + ([Property(name=f"{PROPERTY}partial", value="true"), Property(name=f"{PROPERTY}partial:missing", value=" ".join(missing))]
-           if missing else []),
+           if missing else [])
+        + ([Property(name=f"{PROPERTY}profile", value=" ".join(profiles))] if profiles else []),
     )
     bom = Bom(components=components, metadata=metadata, serial_number=uuid.UUID(int=0))
     bom.register_dependency(root, components)
