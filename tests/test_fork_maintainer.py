@@ -114,7 +114,7 @@ def test_drop_at_a_conflict_goes_on_and_undo_restores_byte_for_byte(git_workspac
         result = ws.assemble("rebase", "kern", "--drop", second.name)
     assert result.returncode == 0, result.stderr
     assert f"dropped by you: {first.name}" in result.stdout and "dropped as upstream" not in result.stdout
-    assert "range-diff:" in result.stdout and f"< {first.name}" in result.stdout
+    assert "range-diff of the series" in result.stdout and f"< {first.name}" in result.stdout
     kept = ws.root / ".assemble" / "rebase" / ".undo" / "kern" / "journal.json"
     journal = json.loads(kept.read_text())
     assert "Use stable tensor type" in journal["range_diff"] and first.name in journal["confirmed"]

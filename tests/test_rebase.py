@@ -505,3 +505,21 @@ def test_fork_pinned_dependency_moves_onto_upstream(git_workspace: GitWorkspace)
     assert series[0] == "0003-Fork-add-a-benchmark-script.patch" and series[1:] == [p.name for p in patch_files(ws)[:2]]
     assert "\nsource =" not in ws.manifest.read_text() and f'commit = "{tip}"' in ws.manifest.read_text()
     assert "bench.py" in git(ws.fork, "ls-files")
+
+
+def test_the_text_report_at_60_columns_says_each_thing_once_and_keeps_its_indentation(git_workspace: GitWorkspace) -> None:
+    """#30's rebase report: ``--onto SHA`` printed ``rebased X X``; wrapped lines fell back to
+    column 0; "0 dropped" was printed right under a dropped patch."""
+    ws = git_workspace
+    first, _ = patch_files(ws)
+    land_verbatim(ws, first)
+    tip = ws.upstream.head()
+    result = run_assemble("-C", str(ws.root), "rebase", "kern", "--onto", tip,
+                          env={"ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "60"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith(f"kern: rebased {tip[:12]} (base") and tip[:12] not in lines[0][len("kern: rebased ") + 12:]
+    assert all(len(line) <= 60 for line in lines), result.stdout
+    dropped = next(i for i, line in enumerate(lines) if "dropped as upstream" in line)
+    assert lines[dropped + 1].startswith("    ") and first.name in result.stdout  # the continuation stays in its item
+    assert not any(" 0 " in line for line in lines if "range-diff" in line), result.stdout

@@ -111,18 +111,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_report(report: RebaseReport) -> None:
+    import sys
+    import textwrap
+
     from rich.markup import escape
 
-    from assembler.report.output import clean, console, short
+    from assembler.report.output import clean, console, short, terminal_columns
     from assembler.upstreaming.rebase import RebaseStatus
 
+    width = terminal_columns(sys.stdout)
+
     def say(text: str) -> None:
-        console.print(escape(clean(text)))  # subjects and names are data: no control character reaches the terminal
+        """One item of the report; wrapped lines keep the item's indentation plus two, as a list does."""
+        line = clean(text)  # subjects and names are data: no control character reaches the terminal
+        if width is not None and len(line) > width:
+            indent = " " * (len(line) - len(line.lstrip(" ")) + 2)
+            line = textwrap.fill(line, width=width, subsequent_indent=indent, break_on_hyphens=False,
+                                 break_long_words=False)
+        console.print(escape(line), soft_wrap=True)
 
     verb = {RebaseStatus.DONE: "rebased", RebaseStatus.DRY_RUN: "would rebase", RebaseStatus.STOPPED: "stopped rebasing",
             RebaseStatus.UP_TO_DATE: "up to date with", RebaseStatus.ABORTED: "aborted the rebase onto",
             RebaseStatus.UNDONE: "undid the rebase onto"}[report.status]
-    say(f"{report.dep}: {verb} {report.onto_label} {short(report.new_base)}"
+    # --onto SHA: the label is the commit itself, said once
+    target = short(report.new_base) if report.new_base.startswith(report.onto_label) else f"{report.onto_label} {short(report.new_base)}"
+    say(f"{report.dep}: {verb} {target}"
         + (f" (base {short(report.old_base)} -> {short(report.new_base)}, {report.crossed} upstream commits crossed)"
            if report.status != RebaseStatus.ABORTED and report.new_base != report.old_base else ""))
     if report.status == RebaseStatus.UNDONE:
@@ -146,9 +159,13 @@ def print_report(report: RebaseReport) -> None:
         say(f"  Forwarded: trailer written to {name}: it is in upstream's {pull}")
     if report.range_diff:
         counts = {mark: sum(e.mark == mark for e in report.range_diff) for mark in "=!<>"}
-        say(f"  range-diff: {counts['=']} unchanged, {counts['!']} changed, {counts['<']} dropped, {counts['>']} added")
+        words = {"=": "unchanged", "!": "changed", "<": "left out", ">": "added"}
+        # only what happened: "0 dropped" under a dropped patch read as a contradiction
+        said = ", ".join(f"{counts[mark]} {word}" for mark, word in words.items() if counts[mark])
+        say(f"  range-diff of the series, before -> after: {said}")
         for entry in report.range_diff:
-            detail = {"!": f" ({entry.hunks} hunk{'s' if entry.hunks != 1 else ''} differ)", "<": " (dropped)", ">": " (added)"}.get(entry.mark, "")
+            detail = {"!": f" ({entry.hunks} hunk{'s' if entry.hunks != 1 else ''} differ)", "<": " (left out)",
+                      ">": " (added)"}.get(entry.mark, "")
             say(f"    {entry.mark} {entry.old or entry.new} {entry.subject}{detail}")
     for conflict in report.conflicts:
         say(f"  conflict: {conflict.name} in {', '.join(conflict.files)}")
