@@ -72,9 +72,17 @@ INTERNAL_VARIABLES = ("ASSEMBLE_CUDA_HOME", "ASSEMBLE_NINJA_SAVE", "ASSEMBLE_REA
 
 # Exit codes of a run stopped by a signal (the shell's 128 + signal number); re-running recovers.
 SIGNAL_EXIT_CODES = {
-    130: "interrupted (Ctrl-C, SIGINT): re-run the same command (or --continue / --abort) to recover",
+    130: "interrupted (Ctrl-C, SIGINT): re-run the same command to recover (a rebase: --continue or --abort)",
     143: "terminated (SIGTERM): stopped as for Ctrl-C; re-run the same command to recover",
 }
+
+
+def _interrupt_hint(command: str | None) -> str:
+    """How to recover from an interrupted command: only rebase has --continue and --abort; every
+    other command is safe to re-run (interrupted runs leave nothing half done)."""
+    if command == "rebase":
+        return "`assemble rebase --continue` goes on where it stopped; `assemble rebase --abort` puts everything back"
+    return "re-run the same command to recover: what was interrupted is redone, nothing half done is kept"
 
 
 class Terminated(KeyboardInterrupt):
@@ -281,9 +289,10 @@ def main(argv: list[str] | None = None) -> int:
             code = int(error.exit_code)
         except KeyboardInterrupt as interrupt:
             what = "terminated" if isinstance(interrupt, Terminated) else "interrupted"
-            error = AssembleError(what, hint="re-run the same command (or --continue / --abort) to recover")
+            hint = _interrupt_hint(command)
+            error = AssembleError(what, hint=hint)
             code = 143 if isinstance(interrupt, Terminated) else 130
-            print(f"{what}; re-run the same command (or --continue / --abort) to recover", file=sys.stderr)
+            print(f"{what}; {hint}", file=sys.stderr)
             _finish(session, as_json, code, error)
             return code
         except Exception as failure:
