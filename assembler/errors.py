@@ -10,7 +10,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Exit codes shared by every command; documented in the README."""
+    """Exit codes shared by every command; documented in docs/reference/exit-codes.md (generated from this enum)."""
 
     OK = 0
     CHECK_FAILED = 1  # a gate said no: audit --check, verify FAIL, build gate

@@ -9,8 +9,8 @@ costs is bounded whatever its headers say:
     + the decoded symbols
 
 Objects are audited in parallel (one per thread), so the bound holds per object in flight.
-Anything over a limit is refused as corrupt or hostile input (exit 2), never truncated.  The
-README's "Security and failure model" section states the same numbers.
+Anything over a limit is refused as corrupt or hostile input (exit 2), never truncated.
+docs/security.md states the same numbers.
 """
 
 from __future__ import annotations

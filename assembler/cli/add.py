@@ -68,5 +68,5 @@ def run(args: argparse.Namespace) -> int:
     if checked_out is not None:
         print(f"{dep.name}: {checked_out.action} at {checked_out.head[:12]} -> {checked_out.path}")
     else:
-        print(f"next: `assemble checkout {dep.name}`; a recipe goes in [deps.{dep.name}.build] (see the README)")
+        print(f"next: `assemble checkout {dep.name}`; a recipe goes in [deps.{dep.name}.build] (see docs/reference/recipes.md)")
     return 0

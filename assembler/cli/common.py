@@ -24,10 +24,10 @@ N = TypeVar("N", int, float)  # what number() reads
 
 def add_format(parser: argparse.ArgumentParser, markdown: bool = False) -> None:
     """``--format table|json`` (and ``markdown`` where it makes sense) with ``--json`` as its
-    alias: the output contract every command shares (JSON documented in the README)."""
+    alias: the output contract every command shares (JSON shapes: docs/reference/json.md)."""
     choices = ("table", "markdown", "json") if markdown else ("table", "json")
     parser.add_argument("--format", choices=choices, default="table",
-                        help="table for people (default), json for machines (one document on stdout, schema in the README)"
+                        help="table for people (default), json for machines (one document on stdout, schemas: docs/reference/json.md)"
                         + (", markdown for a release note" if markdown else ""))
     parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
 

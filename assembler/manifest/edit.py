@@ -59,7 +59,7 @@ def new_manifest(name: str, version: str) -> str:
     """The text of a new workspace's deps.toml: [bundle] with the defaults spelled out and
     commented, no dependency yet (`assemble add` appends them)."""
     document = tomlkit.document()
-    document.add(tomlkit.comment("The workspace manifest: every pin, series, recipe and wheel placement (see the README)."))
+    document.add(tomlkit.comment("The workspace manifest: every pin, series, recipe and wheel placement (docs/reference/deps-toml.md)."))
     bundle = tomlkit.table()
     bundle["name"] = name
     bundle["name"].comment("distribution name of the merged wheel")
