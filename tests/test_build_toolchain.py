@@ -151,7 +151,7 @@ def _parts() -> KeyParts:
 CHANGES = {
     "dep": "scalekit", "source": "b" * 40, "series": "s2", "recipe": "r2",
     "toolchain": (("nvcc", "13.0.88"), ("cmake", "4.4.5")), "torch": "2.14.1", "torch_target": "2.11",
-    "archs": ("10.0a",), "flags": ("Release", "-DFAST=1"), "python_abi": "3.10",
+    "archs": ("10.0a",), "flags": ("Release", "-DFAST=1"), "python_abi": "3.10", "profile": "smoke",
 }
 
 
