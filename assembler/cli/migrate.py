@@ -60,8 +60,25 @@ def run(args: argparse.Namespace) -> int:
                    f"{report.went_clean} went from UNSTABLE to CLEAN")
     if not report.dry_run and report.steps:
         out.append(f"next: review with `assemble review {report.dep}` after `assemble export {report.dep}`")
-    sys.stdout.write(clean_block("\n".join(out)) + "\n")  # paths, diffs and reasons come from the fork: data
+    sys.stdout.write(clean_block("\n".join(_fitted(out, report.dry_run))) + "\n")  # the fork's paths and reasons: data
     return 0
+
+
+def _fitted(lines: list[str], dry_run: bool) -> list[str]:
+    """Each report line wrapped between words at stdout's width (80 columns at COLUMNS=80),
+    its continuation indented; a table is already fitted, a dry run's diff is the fork's text."""
+    import sys
+
+    from assembler.report.table import layout, paragraph
+
+    width = layout(sys.stdout)[0]
+    out = []
+    for line in lines:
+        if "\n" in line or (dry_run and line.startswith(("---", "+++", "@@", "+", "-", " "))):
+            out.append(line)  # a fitted table, or a diff
+        else:
+            out.append(paragraph(line, width, hang="    ").rstrip("\n"))
+    return out
 
 
 def proof_lines(report: MigrateReport) -> list[str]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from assembler.cli.common import add_format, open_workspace
 
 if TYPE_CHECKING:
-    from assembler.migration.review import ReviewReport
+    from assembler.migration.review import Hunk, ReviewReport
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -60,8 +60,9 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
 
             out.append(paragraph(f"{patch.patch}: {patch.subject}", layout(sys.stdout)[0], hang="  ").rstrip("\n"))
         out.append("")
-        out.append(f"{len(patch.hunks)} hunks: {counts[HunkVerdict.API]} API-only, {counts[HunkVerdict.FORMAT]} format/comment only, "
-                   f"{counts[HunkVerdict.FLAGGED]} flagged ({len(patch.unacknowledged)} not acknowledged)")
+        counted = (f"{len(patch.hunks)} hunks: {counts[HunkVerdict.API]} API-only, {counts[HunkVerdict.FORMAT]} "
+                   f"format/comment only, {counts[HunkVerdict.FLAGGED]} flagged ({len(patch.unacknowledged)} not acknowledged)")
+        out.append(counted if markdown else _wrapped(counted))
         out.append("")
         if not patch.hunks:
             out += ["no C/C++/CUDA hunks", ""]
@@ -69,7 +70,7 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
         rows = [["hunk", "verdict", "removed tokens", "added tokens", "acknowledged"]]
         for hunk in patch.hunks:
             name = f"[{hunk.id}]({base}{hunk.file}#L{hunk.new_start})" if markdown else f"{hunk.id} (+{hunk.new_start})"
-            rows.append([name, hunk.verdict.words, " ".join(hunk.removed_tokens), " ".join(hunk.added_tokens), hunk.acknowledged or ""])
+            rows.append([name, hunk.verdict.words, *_token_cells(hunk), hunk.acknowledged or ""])
         if markdown:
             out.append("| " + " | ".join(rows[0]) + " |")
             out.append("|" + "---|" * len(rows[0]))
@@ -86,13 +87,25 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
                 line = f"{hunk.id} does not compile: {hunk.compile_error}"
                 out.append(f"- {line.replace('|', chr(92) + '|')}" if markdown else _wrapped(line))
         for ack in patch.unknown_acknowledgements:
-            out.append(f"{'- ' if markdown else ''}Migration-Review: {ack}: names no hunk of this patch (write FILE#N or FILE:LINE)")
+            unknown = f"Migration-Review: {ack}: names no hunk of this patch (write FILE#N or FILE:LINE)"
+            out.append(f"- {unknown}" if markdown else _wrapped(unknown))
         out.append("")
     out.append(_wrapped(compile_line(report)))
     flagged = sum(len(p.unacknowledged) for p in report.patches)
     out.append(f"{report.dep}: {flagged} flagged hunks not acknowledged" if flagged else f"{report.dep}: every hunk is API-only, "
                "format-only or acknowledged")
     return "\n".join(out) + "\n"
+
+
+def _token_cells(hunk: Hunk) -> list[str]:
+    """The removed and added tokens; a hunk that only moved them says so, rather than print the
+    same tokens twice (``FLAGGED  in  in``); a hunk flagged by the compile alone says that."""
+    removed, added = " ".join(hunk.removed_tokens), " ".join(hunk.added_tokens)
+    if hunk.reordered and removed:
+        return [removed, "(the same tokens, in another order)"]
+    if not removed and not added and hunk.compile_error is not None:
+        return ["", "(does not compile: below)"]
+    return [removed, added]
 
 
 def compile_line(report: ReviewReport) -> str:

@@ -40,6 +40,7 @@ from assembler.manifest.model import CUDA
 from assembler.migration import helpers
 from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.pybind import GENERATED_MARK, ModuleEdit
+from assembler.migration.registration import WRAPPER_MARK, Library
 from assembler.migration.rewrite import (
     Declined,
     FileRewrite,
@@ -185,10 +186,12 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
         modules = _pybind11_modules(workspace, dep, files, report, checkout, key)
-        needed, left, pieces = _plan(files, rewrites, dep.torch_target, style, ruleset, modules)
+        libraries = _torch_libraries(workspace, files, report, checkout)
+        needed, left, pieces = _plan(files, rewrites, dep.torch_target, style, ruleset, modules, libraries)
         placement = _helper_placement(tree, checkout, pieces)
         variants = {path: _variants(path, file, rewrites, dep.torch_target, style, modules, needed[path], left[path],
-                                    checkout, report, placement.include(path) if pieces[path] and placement else None)
+                                    checkout, report, placement.include(path) if pieces[path] and placement else None,
+                                    libraries)
                     for path, file in files.items()}
         anywhere = any(left.values())  # unproven: the unstable includes go only when no use is left anywhere
         if dry_run:
@@ -227,6 +230,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
             if run is not None:
                 report.declined += [as_json(d, rel) for d in _unique(final.declined)]
                 report.schemas += [schema for edit in modules.get(path, []) for schema in edit.schemas]
+                report.schemas += libraries[path].schemas if path in libraries else []
             active = {i + 1 for i, flag in enumerate(final.active) if flag}
             for found in match_rules(ruleset, blank_comments_and_strings(final.text), active):
                 report.remaining.append({"at": f"{rel}:{found.line}", "rule": found.rule.id, "api": found.rule.api,
@@ -280,14 +284,15 @@ DROP, KEEP, ORIGINAL = "drop", "keep", "original"
 
 def _variants(path: Path, file: FileRewrite, rewrites: RewriteSet, target: str, style: dict[str, str],
               modules: dict[Path, list[ModuleEdit]], needed: set[str], left: bool, checkout: Path,
-              report: MigrateReport, helper: str | None = None) -> Variants:
+              report: MigrateReport, helper: str | None = None, libraries: dict[Path, Library] | None = None) -> Variants:
     """The file migrated keeping its unstable includes and, when no use is left in it, also
     without them (which one is committed the compile proof decides). ``helper``: the quoted
     include of the helper header, for a file whose rewrites call it."""
-    keep = _run_file(path, file, rewrites, target, style, modules, needed, True, checkout, report, helper)
+    keep = _run_file(path, file, rewrites, target, style, modules, needed, True, checkout, report, helper, libraries)
     found: Variants = []
     if not left:
-        drop = _run_file(path, file, rewrites, target, style, modules, needed, False, checkout, report, helper)
+        drop = _run_file(path, file, rewrites, target, style, modules, needed, False, checkout, report, helper,
+                         libraries)
         if drop.texts[-1] != keep.texts[-1]:
             found.append((DROP, drop))
     found.append((KEEP, keep if keep.changed else None))
@@ -296,7 +301,7 @@ def _variants(path: Path, file: FileRewrite, rewrites: RewriteSet, target: str, 
 
 def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: str, style: dict[str, str],
               modules: dict[Path, list[ModuleEdit]], needed: set[str], keep_unstable: bool, checkout: Path,
-              report: MigrateReport, helper: str | None = None) -> FileRun:
+              report: MigrateReport, helper: str | None = None, libraries: dict[Path, Library] | None = None) -> FileRun:
     """One file through every step. A rewrite keeps the line breaks, the include step and the
     formatting do not: what was declined so far is moved to the lines it is on afterwards."""
     file = FileRewrite(original.text, list(original.active))
@@ -306,6 +311,8 @@ def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: s
         made_before = Counter(file.made)
         if step == "registration" and path in modules:
             _apply_modules(file, modules[path])
+        if step == "registration" and libraries and path in libraries and path not in modules:
+            _apply_library(file, libraries[path])
         apply_step(rewrites.of_step(step), file, target, style)
         rewritten = file.text
         if step == "headers-and-types":
@@ -558,6 +565,61 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
     return found
 
 
+def _torch_libraries(workspace: Workspace, files: dict[Path, FileRewrite], report: MigrateReport,
+                     checkout: Path) -> dict[Path, Library]:
+    """The TORCH_LIBRARY blocks to make stable, per file (migration/registration.py), every final
+    schema parsed by the build torch; a file whose blocks cannot be converted, or whose schema
+    torch refuses, is reported and left as it is."""
+    from assembler.migration.assess import _active_only, _definition_body, _signature
+    from assembler.migration.pybind import parse_schemas
+    from assembler.migration.registration import convert_libraries
+    from assembler.toolchain.torchenv import ensure_build_env
+
+    codes = {path: _active_only(blank_comments_and_strings(file.text), {i + 1 for i, f in enumerate(file.active) if f})
+             for path, file in files.items()}
+    if not any("TORCH_LIBRARY" in code for code in codes.values()):
+        return {}
+    every = {path: blank_comments_and_strings(file.text) for path, file in files.items()}
+    texts = {path: file.text for path, file in files.items()}
+    active = {path: {i + 1 for i, flag in enumerate(file.active) if flag} for path, file in files.items()}
+    found, declined = convert_libraries(texts, every, active,
+                                        lambda name: _signature(codes, name) or _signature(every, name),
+                                        lambda name: _definition_body(codes, name))
+    for path, line, reason in declined:
+        report.declined.append({"at": f"{path.relative_to(checkout).as_posix()}:{line}", "rewrite": "torch-library",
+                                "reason": reason})
+    schemas = [schema for library in found.values() for schema in library.schemas]
+    if not schemas:
+        return found
+    torch = workspace.manifest.bundle.torch
+    python = ensure_build_env(torch).python if torch else None
+    refused = dict(parse_schemas(python, schemas)) if python else dict.fromkeys(schemas, "no [bundle] torch to parse it")
+    kept = {}
+    for path, library in found.items():
+        bad = [(schema, refused[schema]) for schema in library.schemas if refused.get(schema)]
+        if bad:
+            rel = path.relative_to(checkout).as_posix()
+            report.declined += [{"at": f"{rel}:{library.line}", "rewrite": "torch-library",
+                                 "reason": f"torch._C.parse_schema refused {schema!r}: {error}"} for schema, error in bad]
+        else:
+            kept[path] = library
+    return kept
+
+
+def _apply_library(file: FileRewrite, library: Library) -> None:
+    """The registration blocks' edits, last first; the new lines are compiled as the blocks' were."""
+    for edit in sorted(library.edits, key=lambda e: (e.start, e.end), reverse=True):
+        first = file.text.count("\n", 0, edit.start)
+        last = file.text.count("\n", 0, edit.end)
+        file.text = file.text[:edit.start] + edit.text + file.text[edit.end:]
+        lines = [True] * (edit.text.count("\n") + 1)  # the new lines are code; the last keeps the old tail's flag
+        if len(lines) > 1:
+            lines[-1] = file.active[last] if last < len(file.active) else True
+        file.active[first:last + 1] = lines
+    file.made.update(library.made)
+    file.includes.add("torch/csrc/stable/library.h")
+
+
 def _generated_trailers(diff: str, header: str | None, result: StepResult) -> list[str]:
     """``Migration-Review:`` trailers for the hunks of this step that review's token criterion
     flags, saying why each is migration work: generated code (a converted pybind11 module, the
@@ -570,7 +632,10 @@ def _generated_trailers(diff: str, header: str | None, result: StepResult) -> li
     made = ", ".join(sorted(result.made))
     found = []
     for hunk in hunks:
-        if any(GENERATED_MARK in line for line in hunk.added):
+        if any(WRAPPER_MARK in line for line in hunk.added):
+            found.append(f"Migration-Review: {hunk.id} boxable wrappers, generated by assemble migrate for TORCH_BOX: "
+                         "check each conversion (int64_t -> int, double -> float) and the tensors marked written")
+        elif any(GENERATED_MARK in line for line in hunk.added):
             found.append(f"Migration-Review: {hunk.id} the pybind11 module, converted by assemble migrate; each schema "
                          "parsed by torch._C.parse_schema: check the names, defaults and the wrappers")
         elif header is not None and hunk.file == header:
@@ -605,7 +670,7 @@ def _flags(path: Path, lines: set[int]) -> list[bool]:
 
 
 def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, style: dict[str, str],
-          ruleset: RuleSet, modules: dict[Path, list[ModuleEdit]],
+          ruleset: RuleSet, modules: dict[Path, list[ModuleEdit]], libraries: dict[Path, Library],
           ) -> tuple[dict[Path, set[str]], dict[Path, bool], dict[Path, set[str]]]:
     """A trial run of every step on copies: the stable headers each file will need, whether a
     use is left in it (then its unstable includes stay, so what is not yet migrated still
@@ -618,6 +683,8 @@ def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, sty
         trial = FileRewrite(file.text, list(file.active))
         if path in modules:
             _apply_modules(trial, modules[path])
+        if path in libraries and path not in modules:
+            _apply_library(trial, libraries[path])
         for step in rewrites.steps:
             apply_step(rewrites.of_step(step), trial, target, style)
         needed[path] = set(trial.includes)

@@ -50,7 +50,7 @@ VOCABULARY = frozenset({
     "IntHeaderOnlyArrayRef", "HeaderOnlyArrayRef", "optional", "nullopt", "StableIValue",
     "TORCH_CHECK", "STD_TORCH_CHECK", "TORCH_INTERNAL_ASSERT", "TORCH_LIBRARY", "TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_FRAGMENT",
     "STABLE_TORCH_LIBRARY", "STABLE_TORCH_LIBRARY_IMPL", "STABLE_TORCH_LIBRARY_FRAGMENT", "TORCH_BOX", "PYBIND11_MODULE",
-    "TORCH_EXTENSION_NAME", "arg", "def", "impl", "doc",
+    "TORCH_EXTENSION_NAME", "TORCH_FN", "arg", "def", "impl", "doc",
     "contiguous", "view", "reshape", "transpose", "clone", "zero_", "fill_", "narrow", "select", "flatten", "squeeze",
     "unsqueeze", "copy_", "to", "pad", "amax", "sum", "sum_out", "empty", "empty_like", "new_empty", "zeros", "new_zeros",
     "full", "from_blob", "matmul", "subtract", "data_ptr", "const_data_ptr", "mutable_data_ptr", "options", "dtype",
