@@ -19,6 +19,7 @@ from typing import Any
 
 from assembler.errors import AssembleError, InputError, NetworkError, ToolchainError
 from assembler.jsonfile import loads
+from assembler.toolchain.installer import installer
 from assembler.toolchain.torchenv import torch_requirement
 from assembler.toolchain.venv import ensure_venv, installed_versions, recorded_files, venv_python
 
@@ -73,6 +74,27 @@ def interpreter_env(python: Path) -> TorchEnv:
                     python=python, given=True)
 
 
+def unavailable(version: str, error: AssembleError) -> ToolchainError:
+    """torch ``version`` could not be installed: one full sentence saying so and what the
+    installer said, and a hint naming what the index does offer (its newest release, asked the
+    way the environments are made), the log and the way to pick releases that exist."""
+    from assembler.verify.window import index_description, newest_release
+
+    said = error.message.split("): ", 1)[-1].rstrip(".")  # after "cannot create the ... environment (torch==X)"
+    try:
+        newest = newest_release()
+        where = index_description(installer())
+    except AssembleError:  # the index fails this time too: the installer's own words are the answer
+        newest, where = None, "pip's configuration"
+    offered = f"The newest release the package index offers here is {newest}." if newest else (
+        "The package index offers no torch release here.")
+    fix = (f"pass --torch {newest}, or --torch window for each minor from the wheel's floor to the newest"
+           if newest else "check the index settings (pip config list)")
+    log = f"; the installer's output is in {error.hint.removeprefix('full installer output: ')}" if error.hint else ""
+    return ToolchainError(f"torch {version} cannot be installed: {said}. {offered}",
+                          hint=f"{fix} (indexes and constraints: {where}){log}")
+
+
 def ensure_torch_env(version: str, progress: Callable[[str], None] = lambda _: None) -> TorchEnv:
     """The verify venv for torch ``version``, created on first use.
 
@@ -85,7 +107,7 @@ def ensure_torch_env(version: str, progress: Callable[[str], None] = lambda _: N
     except NetworkError:
         raise
     except AssembleError as error:
-        raise ToolchainError(f"torch {version}: {error.message}", hint=error.hint) from None
+        raise unavailable(version, error) from None
     installed = installed_versions(path).get("torch")
     if installed is None:
         raise InputError(f"the verify environment {path} holds no torch", hint=f"delete {path} and re-run")

@@ -141,9 +141,49 @@ class Cell:
             text += f" ({_passed(passed)} PASS)"
         return text
 
+    @property
+    def ops(self) -> tuple[int, int]:
+        """The [verify] ops that passed, of those checked (every declared op is checked or SKIPPED)."""
+        declared = [check for check in self.checks if check.kind == "op"]
+        return sum(1 for check in declared if check.status is Status.PASS), len(declared)
+
+    @property
+    def registered(self) -> int:
+        """The operators its extensions' loads registered (with or without [verify] ops)."""
+        return sum(len(check.ops) for check in self.checks if check.kind == "registered")
+
+    @property
+    def counted(self) -> str:
+        """The ops as the matrix counts them: "4/4 ops" (declared ops that passed), else "3 ops
+        registered", else "" (nothing about ops is known: not loaded, or no op library)."""
+        passed, declared = self.ops
+        if declared:
+            return f"{passed}/{declared} ops"
+        return f"{self.registered} ops registered" if self.registered else ""
+
+    @property
+    def short(self) -> str:
+        """The cell in a few words, for the markdown matrix: "PASS 4/4 ops", "FAIL 3/4 ops", "SKIPPED"."""
+        status = self.status
+        counted = self.counted
+        if status is Status.PASS:
+            smoke = any(check.kind == "smoke" for check in self.checks)
+            return f"PASS {counted or _passed(self.checks)}" + (", smoke" if smoke and counted else "")
+        return f"{status.value} {counted}" if counted and status is Status.FAIL else status.value
+
+    @property
+    def text(self) -> str:
+        """The cell of the terminal table: the short form, and the reason unless it passed."""
+        if self.status is Status.PASS:
+            return self.short
+        counted = f"; {self.counted}" if self.counted and self.status is Status.FAIL else ""
+        return f"{self.status.value} {self.reason}{counted}"
+
     def to_json(self) -> dict[str, Any]:
+        passed, declared = self.ops
         return {
             "dep": self.dep, "torch": self.torch, "status": self.status.value, "reason": self.reason,
+            "text": self.short, "ops": {"passed": passed, "declared": declared, "registered": self.registered},
             "checks": [check.to_json() for check in self.checks],
         }
 
@@ -173,10 +213,17 @@ class TorchInfo:
     python: str | None = None  # the interpreter given with --python (its own torch), else None
 
     @property
+    def build(self) -> str:
+        """Which CUDA this torch brings (its torch.version.cuda), and whether a GPU was there."""
+        return f"CUDA {self.cuda}" + ("" if self.gpu else ", no GPU") if self.cuda else "CPU-only"
+
+    @property
     def label(self) -> str:
-        build = f"CUDA {self.cuda}" + ("" if self.gpu else ", no GPU") if self.cuda else "CPU-only"
         where = f" ({self.python})" if self.python else ""
-        return f"torch {self.installed}{where}\n({build})"
+        return f"torch {self.installed}{where}\n({self.build})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "build": self.build}
 
 
 @dataclass
@@ -187,6 +234,13 @@ class VerifyReport:
     cells: dict[tuple[str, str], Cell]
     seconds: float = 0.0
     specs: dict[str, Any] = field(default_factory=dict)  # which ops / smoke specs were used (verify.specs.Specs)
+    window: dict[str, Any] | None = None  # `--torch window`: its floor and releases (verify.window.TorchWindow)
+    profiles: dict[str, str | None] = field(default_factory=dict)  # dependency -> the build profile the wheel records
+
+    def dep_label(self, dep: str) -> str:
+        """A row's name, with the build profile it was built on when not the full build."""
+        profile = self.profiles.get(dep)
+        return f"{dep} (profile {profile})" if profile else dep
 
     def cell(self, dep: str, torch: str) -> Cell:
         return self.cells[(dep, torch)]
@@ -203,11 +257,47 @@ class VerifyReport:
             "wheel": self.wheel,
             "ok": not self.failed,
             "specs": self.specs,
-            "torch": [asdict(info) for info in self.torch],
+            "window": self.window,
+            "torch": [info.to_json() for info in self.torch],
+            "deps": [{"name": dep, "profile": self.profiles.get(dep)} for dep in self.deps],
             "results": [self.cells[(dep, info.requested)].to_json() for dep in self.deps for info in self.torch],
             "summary": {status.value: self.count(status) for status in Status},
             "seconds": round(self.seconds, 2),
         }
+
+    def markdown(self) -> str:
+        """The matrix for release notes: one row per dependency (its build profile named), one
+        column per torch (the CUDA it brings), each cell "PASS 4/4 ops" / "FAIL ..." / "SKIPPED"
+        with the reason of every cell that did not pass as a numbered note under the table."""
+        def escaped(text: str) -> str:
+            return " ".join(text.split()).replace("|", "\\|")
+
+        name = self.wheel.rsplit("/", 1)[-1]
+        lines = [f"### {escaped(name)}", ""]
+        if self.window is not None:
+            floor = self.window["floor"]
+            lines += [f"Torch window: from {floor['version']} ({escaped(floor['detail'])}) to the newest release on "
+                      f"the package index, each minor at its latest patch ({escaped(self.window['index'])}).", ""]
+        if any(self.profiles.get(dep) for dep in self.deps):
+            reduced = ", ".join(f"{dep}: {self.profiles[dep]}" for dep in self.deps if self.profiles.get(dep))
+            lines += [f"Build profiles: {escaped(reduced)}; every other dependency is the full build.", ""]
+        lines.append("| dependency | " + " | ".join(f"torch {escaped(i.installed)} ({i.build})" for i in self.torch) + " |")
+        lines.append("| --- |" + " --- |" * len(self.torch))
+        notes: list[str] = []
+        for dep in self.deps:
+            row = [escaped(self.dep_label(dep))]
+            for info in self.torch:
+                cell = self.cells[(dep, info.requested)]
+                if cell.status is Status.PASS:
+                    row.append(cell.short)
+                    continue
+                notes.append(f"{len(notes) + 1}. {escaped(dep)} on torch {escaped(info.installed)}: {cell.status.value}: "
+                             f"{escaped(cell.reason)}")
+                row.append(f"{cell.short} [{len(notes)}]")
+            lines.append("| " + " | ".join(row) + " |")
+        lines += ["", *notes, *([""] if notes else [])]
+        lines.append(", ".join(f"{self.count(s)} {s.value}" for s in Status) + ".")
+        return "\n".join(lines) + "\n"
 
     def render(self, console: Console) -> None:
         from assembler.report.table import Cell as TableCell
@@ -216,11 +306,11 @@ class VerifyReport:
         labels = [info.label for info in self.torch]  # free text: a verdict's reason wraps, the names never do
         table = TextTable("dependency", *labels, text=labels, title=f"verify {self.wheel}")
         for dep in self.deps:
-            row: list[str | TableCell] = [dep]
+            row: list[str | TableCell] = [self.dep_label(dep)]
             for info in self.torch:
                 cell = self.cells[(dep, info.requested)]
                 style = {Status.PASS: "green", Status.FAIL: "red", Status.SKIPPED: "yellow"}[cell.status]
-                row.append(TableCell(f"{cell.status.value} {cell.reason}", style))
+                row.append(TableCell(cell.text, style))
             table.add_row(*row)
         table.print(console.file)
         failures = [(cell, check) for cell in self.cells.values() for check in cell.checks if check.diagnosis is not None]
@@ -232,6 +322,10 @@ class VerifyReport:
                           soft_wrap=True, highlight=False)
             for line in check.diagnosis.lines():
                 console.print(f"    {escape(line)}", soft_wrap=True, highlight=False)
+        if self.window is not None:
+            floor = self.window["floor"]
+            console.print(f"torch window: from {escape(floor['version'])} ({escape(floor['detail'])}), each minor's "
+                          f"latest patch on the index ({escape(self.window['index'])})", soft_wrap=True, highlight=False)
         if self.specs:
             console.print(f"specs: {escape(self.specs['detail'])}", soft_wrap=True)
         summary = ", ".join(f"{self.count(s)} {s.value}" for s in Status)

@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from packaging.version import Version
+
 from assembler.audit.demangle import demangle
 from assembler.cache import in_use
 from assembler.errors import InputError, ManifestError
@@ -50,8 +52,10 @@ from assembler.verify.contents import ExtensionFile, attribute, scan
 from assembler.verify.diagnose import ProbedTorch, diagnose_loads
 from assembler.verify.envs import TorchEnv, ensure_torch_env, interpreter_env
 from assembler.verify.probe import IMPORTING_TORCH
+from assembler.verify.progress import Heartbeat
 from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
 from assembler.verify.specs import DepSpec, Specs, resolve_specs
+from assembler.verify.window import TorchWindow, torch_window
 from assembler.workspace import open_workspace
 
 PROBE = Path(__file__).with_name("probe.py")
@@ -93,9 +97,12 @@ def verify_wheel(
     progress: Callable[[str], None] = lambda _: None,
     timeout: float = DEFAULT_TIMEOUT,
     pythons: Sequence[Path] = (),
+    window: bool = False,
 ) -> VerifyReport:
     """The PASS / FAIL / SKIPPED matrix for ``wheel`` on each of ``torch_versions`` (default: the
-    [bundle] verify-torch of the specs used) and on the torch of each interpreter in ``pythons``.
+    [bundle] verify-torch of the specs used) and on the torch of each interpreter in ``pythons``;
+    with ``window``, also on every release of the wheel's torch window (``verify.window``).
+    ``progress`` hears what is being done at least every ``progress.HEARTBEAT`` seconds.
 
     ``manifest`` (the workspace's) supplies the ops and smoke calls when the wheel is its
     bundle's; otherwise the wheel's own record does (see ``specs``); without either, each
@@ -106,14 +113,29 @@ def verify_wheel(
     started = time.monotonic()
     if not wheel.is_file() or not zipfile.is_zipfile(wheel):
         raise InputError(f"{wheel}: no such wheel", hint="pass the path of a .whl file (assemble build prints it)")
+    beat = Heartbeat(progress)
+    with beat.running():
+        return _verify(manifest, wheel, torch_versions, beat, timeout, pythons, window, started)
+
+
+def _verify(manifest: Manifest | None, wheel: Path, torch_versions: Sequence[str], beat: Heartbeat, timeout: float,
+            pythons: Sequence[Path], window: bool, started: float) -> VerifyReport:
     specs = resolve_specs(manifest, wheel)
-    progress(f"verify specs: {specs.detail}")
+    beat(f"verify specs: {specs.detail}")
+    span: TorchWindow | None = None
+    if window:
+        beat.doing("verify", "asking the package index for the torch releases of the window")
+        span = torch_window(wheel, manifest, beat)
+        beat.doing("verify", None)
+        beat(span.describe())
+        torch_versions = sorted(dict.fromkeys([*span.versions, *torch_versions]), key=Version)
     versions = list(dict.fromkeys(torch_versions or (() if pythons else specs.verify_torch)))
     if not versions and not pythons:
         raise InputError("no torch version to verify against",
-                         hint="pass --torch X.Y.Z or --python PATH, or set [bundle] verify-torch")
+                         hint="pass --torch X.Y.Z, --torch window or --python PATH, or set [bundle] verify-torch")
     given = [interpreter_env(python) for python in dict.fromkeys(pythons)]
-    envs = [ensure_torch_env(version, progress) for version in versions] + given
+    envs = [_torch_env(version, beat) for version in versions] + given
+    progress = beat
     with tempfile.TemporaryDirectory(prefix="assemble-verify-") as scratch, contextlib.ExitStack() as held:
         for env in envs:
             if not env.given:
@@ -129,9 +151,9 @@ def verify_wheel(
         sites = [installed[env.python if env.given else None] for env in envs]
         plan = _plan(specs, scan(sites[0]))
         read_only = _read_only(envs, sites)
-        progress(f"verifying on torch {', '.join(env.requested for env in envs)}")
+        progress(f"verifying on torch {', '.join(env.requested for env in envs)}: {_what_a_probe_does(plan)}")
         with ThreadPoolExecutor(max_workers=min(len(envs), available_cpus())) as pool:
-            states = list(pool.map(lambda job: _probe(job[1], sites[job[0]], plan, read_only, timeout), enumerate(envs)))
+            states = list(pool.map(lambda job: _probe(job[1], sites[job[0]], plan, read_only, timeout, beat), enumerate(envs)))
         changed = {env.path: _env_changed(env, state, plan) for env, state in zip(envs, states, strict=True)}
         for env, state in zip(envs, states, strict=True):
             _say_sandbox(env, state, progress)
@@ -157,8 +179,31 @@ def verify_wheel(
             cells[(dep["name"], env.requested)] = Cell(dep["name"], env.requested, checks)
     return VerifyReport(
         wheel=str(wheel), torch=infos, deps=[dep["name"] for dep in plan], cells=cells,
-        seconds=time.monotonic() - started, specs=specs.to_json(),
+        seconds=time.monotonic() - started, specs=specs.to_json(), window=span.to_json() if span else None,
+        profiles={dep["name"]: specs.profiles.get(dep["name"]) for dep in plan},
     )
+
+
+def _torch_env(version: str, beat: Heartbeat) -> TorchEnv:
+    """The cached environment of one torch version, the heartbeat saying meanwhile that it is
+    being made (the installer's own progress bars on a terminal, its phase lines otherwise)."""
+    from assembler.toolchain.installer import _terminal
+
+    part = f"torch {version}"
+    beat.doing(part, f"making its environment (torch=={version}, about 5 GB with CUDA)", quiet=_terminal())
+    try:
+        return ensure_torch_env(version, beat.relay)
+    finally:
+        beat.doing(part, None)
+
+
+def _what_a_probe_does(plan: list[dict[str, Any]]) -> str:
+    """What each probe is about to do, counted (it runs for tens of seconds)."""
+    extensions = sum(len(row["extensions"]) for row in plan)
+    ops = sum(len(row["ops"]) for row in plan)
+    smoke = sum(1 for row in plan if row["smoke"])
+    return (f"one probe per torch imports torch, loads {extensions} extension(s), checks {ops} op(s) and runs "
+            f"{smoke} smoke call(s)")
 
 
 def _read_only(envs: Sequence[TorchEnv], sites: Sequence[Path]) -> list[str]:
@@ -246,8 +291,24 @@ def _absent(dep: DepSpec, owned: list[ExtensionFile], recorded: dict[str, set[st
     return f"no extension of {dep.name} in the wheel ({rules})"
 
 
-def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], read_only: list[str], timeout: float) -> _ProbeState:
+def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], read_only: list[str], timeout: float,
+           beat: Heartbeat | None = None) -> _ProbeState:
     """Run the probe until every row is settled, restarting after a row that killed it."""
+    part = f"torch {env.requested}"
+
+    def announce(what: str) -> None:
+        if beat is not None:
+            beat.doing(part, what)
+
+    try:
+        return _probe_until_settled(env, site, plan, read_only, timeout, announce)
+    finally:
+        if beat is not None:
+            beat.doing(part, None)
+
+
+def _probe_until_settled(env: TorchEnv, site: Path, plan: list[dict[str, Any]], read_only: list[str], timeout: float,
+                         announce: Callable[[str], None]) -> _ProbeState:
     state = _ProbeState()
     attempt = 0
     while True:
@@ -258,7 +319,8 @@ def _probe(env: TorchEnv, site: Path, plan: list[dict[str, Any]], read_only: lis
         # A restart re-loads what the earlier probes loaded, so a dependency's ops that another
         # dependency's extension registers are still there, as in one uninterrupted process.
         preload = [ext for row in plan if row["name"] in state.done - state.crashed for ext in row["extensions"]]
-        run = _run_probe(env, {"site": str(site), "deps": remaining, "preload": preload}, read_only, timeout)
+        announce("starting the probe" if attempt == 1 else f"starting the probe again (attempt {attempt})")
+        run = _run_probe(env, {"site": str(site), "deps": remaining, "preload": preload}, read_only, timeout, announce)
         try:
             step = _read_events(run.events, state, site)
         except (KeyError, ValueError, TypeError) as error:  # the nonce was right, the event is not one the probe writes
@@ -302,11 +364,14 @@ class _ProbeRun:
     died: str | None  # how the process ended, when not with status 0
 
 
-def _run_probe(env: TorchEnv, plan: dict[str, Any], read_only: list[str], timeout: float) -> _ProbeRun:
+def _run_probe(env: TorchEnv, plan: dict[str, Any], read_only: list[str], timeout: float,
+               step: Callable[[str], None] = lambda _: None) -> _ProbeRun:
     """One probe process. Its input (plan, nonce, the channel's descriptor) goes through stdin,
     which it reads whole and closes before anything of the wheel runs; its results come back
     through a pipe of their own, never stdout or a file the wheel could name. The sandbox
-    launcher makes ``read_only`` read-only first where the kernel allows it (``sandbox.py``)."""
+    launcher makes ``read_only`` read-only first where the kernel allows it (``sandbox.py``).
+    ``step`` hears each step the probe announces, as it announces it (for the heartbeat only:
+    the results are read once the probe has ended)."""
     nonce = secrets.token_hex(16)
     read_end, write_end = os.pipe()
     command = [str(env.python), "-I", "-B", str(SANDBOX), json.dumps(read_only), str(PROBE)]  # -I: no PYTHONPATH, no user site
@@ -322,7 +387,7 @@ def _run_probe(env: TorchEnv, plan: dict[str, Any], read_only: list[str], timeou
                 process.stdin.write(json.dumps({"plan": plan, "nonce": nonce, "fd": write_end}).encode())
             with contextlib.suppress(BrokenPipeError):
                 process.stdin.close()
-            raw, timed_out = _collect(read_end, process, timeout)
+            raw, timed_out = _collect(read_end, process, timeout, _StepWatcher(nonce, step))
             stderr.seek(0)
             tail = stderr.read()[-20000:].decode(errors="replace")
     finally:
@@ -350,13 +415,39 @@ def _run_probe(env: TorchEnv, plan: dict[str, Any], read_only: list[str], timeou
     return _ProbeRun(events, forged, died)
 
 
-def _collect(read_end: int, process: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bool]:
+class _StepWatcher:
+    """Reads the channel's lines as they arrive and passes each step the probe announces
+    (a "start" event behind this run's nonce) to ``step``; what it says decides nothing."""
+
+    def __init__(self, nonce: str, step: Callable[[str], None]) -> None:
+        self._tag = nonce.encode() + b" "
+        self._step = step
+        self._pending = b""
+
+    def __call__(self, data: bytes) -> None:
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        if len(self._pending) > 1 << 20:  # not a line the probe writes: nothing to announce in it
+            self._pending = b""
+        for line in lines:
+            if not line.startswith(self._tag):
+                continue
+            try:
+                event = json.loads(line[len(self._tag):])
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "start" and isinstance(event.get("step"), str):
+                dep = event.get("dep")
+                self._step(event["step"] + (f" ({dep})" if isinstance(dep, str) and dep not in event["step"] else ""))
+
+
+def _collect(read_end: int, process: subprocess.Popen[bytes], timeout: float,
+             watch: Callable[[bytes], None] = lambda _: None) -> tuple[bytes, bool]:
     """Everything written to the channel until every writer closed it (or, once the probe has
     exited, until a grandchild it left holding the pipe is given up on); whether it timed out.
     The probe runs in a session of its own, so it and whatever it started are killed here on
     the way out (Ctrl-C included), never left running."""
     try:
-        return _drain(read_end, process, timeout)
+        return _drain(read_end, process, timeout, watch)
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -364,7 +455,8 @@ def _collect(read_end: int, process: subprocess.Popen[bytes], timeout: float) ->
         raise
 
 
-def _drain(read_end: int, process: subprocess.Popen[bytes], timeout: float) -> tuple[bytes, bool]:
+def _drain(read_end: int, process: subprocess.Popen[bytes], timeout: float,
+           watch: Callable[[bytes], None]) -> tuple[bytes, bool]:
     deadline = time.monotonic() + timeout
     chunks: list[bytes] = []
     exited_at: float | None = None
@@ -385,6 +477,7 @@ def _drain(read_end: int, process: subprocess.Popen[bytes], timeout: float) -> t
             if not data:
                 break
             chunks.append(data)
+            watch(data)
     try:
         process.wait(timeout=max(deadline - time.monotonic(), 0.1))  # the probe closed its channel: it is ending
     except subprocess.TimeoutExpired:

@@ -43,6 +43,7 @@ class Specs:
     bundle: str | None  # the wheel's bundle, when it says
     recorded: dict[str, set[str]] | None  # wheel paths per dependency, from the wheel's record
     verify_torch: tuple[str, ...] = ()  # default torch versions
+    profiles: Mapping[str, str | None] = field(default_factory=dict)  # the build profile each dependency was built on
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "detail": self.detail, "bundle": self.bundle}
@@ -90,6 +91,19 @@ def _record_problem(data: dict[str, Any]) -> str | None:
     return None
 
 
+def recorded_profiles(record: Mapping[str, Any] | None) -> dict[str, str | None]:
+    """Dependency -> the build profile its ``assembler.json`` entry names (``"profile"``), None
+    for the full build. Read defensively: a wheel of an assembler without profiles has no key, and
+    a value that is not a non-empty string names no profile."""
+    if record is None:
+        return {}
+    profiles: dict[str, str | None] = {}
+    for name, entry in record["deps"].items():
+        profile = entry.get("profile") if isinstance(entry, dict) else None
+        profiles[str(name)] = profile if isinstance(profile, str) and profile.strip() else None
+    return profiles
+
+
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
@@ -127,6 +141,7 @@ def resolve_specs(manifest: Manifest | None, wheel: Path) -> Specs:
                      f"{manifest.path} (bundle {manifest.bundle.name}; the wheel has no assembler.json)", None, None,
                      manifest.bundle.verify_torch)
     deps = record["deps"]
+    profiles = recorded_profiles(record)
     recorded = {str(name): set(entry.get("files", ())) for name, entry in deps.items() if isinstance(entry, dict)}
     bundle = str(record["bundle"].get("name", ""))
     wheel_torch = tuple(str(v) for v in record["bundle"].get("verify_torch", ()))
@@ -136,12 +151,12 @@ def resolve_specs(manifest: Manifest | None, wheel: Path) -> Specs:
         if isinstance(record.get("partial"), dict):  # a partial wheel: the dependencies it lacks are not rows
             specs = [spec for spec in specs if spec.name in recorded]
             detail += f"; a partial wheel of {', '.join(spec.name for spec in specs)}"
-        return Specs(specs, "workspace", detail, bundle, recorded, manifest.bundle.verify_torch)
+        return Specs(specs, "workspace", detail, bundle, recorded, manifest.bundle.verify_torch, profiles)
     embedded = any(isinstance(entry, dict) and "verify" in entry for entry in deps.values())
     elsewhere = f"; the workspace {manifest.path} is bundle {manifest.bundle.name}" if manifest is not None else ""
     if embedded:
         return Specs(_from_record(wheel, deps), "wheel", f"the wheel's own {RECORD_NAME} (bundle {bundle}){elsewhere}",
-                     bundle, recorded, wheel_torch)
+                     bundle, recorded, wheel_torch, profiles)
     if manifest is not None:
         raise InputError(
             f"{wheel.name} belongs to bundle {bundle}, not to this workspace's bundle {manifest.bundle.name} ({manifest.path}), "
@@ -150,4 +165,4 @@ def resolve_specs(manifest: Manifest | None, wheel: Path) -> Specs:
         )
     return Specs(_from_record(wheel, deps), "wheel",
                  f"the wheel's own {RECORD_NAME} (bundle {bundle}; it carries no verify specs: each extension must load)",
-                 bundle, recorded, wheel_torch)
+                 bundle, recorded, wheel_torch, profiles)
