@@ -246,6 +246,7 @@ def run_check(
             check = DepCheck(dep.name)
             report.deps.append(check)
             try:
+                require_recipe(workspace, dep)
                 checkout = sync_checkouts(workspace, [dep], lambda name, step: note(f"{name}: {step}"))[dep.name].path
                 plan = _plan(workspace, dep, check, checkout, tools, options, CheckoutState.load(checkout), series_digest(dep))
             except AssembleError as error:
@@ -262,6 +263,24 @@ def run_check(
             report.cuda, report.nvcc = cuda.version, cuda.release
     report.seconds = time.monotonic() - started
     return report
+
+
+def require_recipe(workspace: Workspace, dep: Dependency) -> None:
+    """Refuse a dependency with no build recipe at all: it compiles nothing, so "0 of 0
+    translation units clean" would pass while proving nothing (a pure-Python recipe, with
+    python-packages or data, is "no extensions" and passes). Checked before any checkout."""
+    recipe = dep.build
+    if recipe.backend != "helper" or recipe.extensions or recipe.python_packages or recipe.data:
+        return
+    from assembler.manifest.load import value_position
+
+    raise InputError(
+        f"{value_position(workspace.manifest_path, ('deps', dep.name))}: deps.{dep.name} has no build recipe "
+        f"([deps.{dep.name}.build]), so it has no translation units to check",
+        hint=f'add [[deps.{dep.name}.build.extensions]] with name = "_C" and sources = ["csrc/*.cpp"] (or a '
+             f'[deps.{dep.name}.build] with backend = "setuptools" or "cmake" and its sources), then '
+             f"`assemble check {dep.name}` again",
+    )
 
 
 class DepModel(NamedTuple):

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 from assembler.cli.common import add_format, cuda_version, non_negative_int, open_workspace, torch_version
 
 if TYPE_CHECKING:
-    from rich.console import Console
+    from collections.abc import Sequence
+    from typing import IO
 
     from assembler.check.run import CheckReport, DepCheck
 
@@ -30,11 +31,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.markup import escape
+    import sys
 
     from assembler.audit.report import verdict_style
     from assembler.check.run import CheckOptions, run_check
-    from assembler.report.output import clean, emit_json, err_console, note, status
+    from assembler.report.output import emit_json, note, status
+    from assembler.report.table import write
 
     workspace = open_workspace(args)
     options = CheckOptions(cuda=args.cuda, torch=args.torch, jobs=args.jobs, syntax=not args.preprocess_only,
@@ -43,45 +45,72 @@ def run(args: argparse.Namespace) -> int:
     def done(check: DepCheck) -> None:  # one line per dependency as it finishes
         how = "cached" if check.cached else f"{check.seconds:.1f} s"
         if check.error is not None:
-            err_console.print(f"{check.dep}: [red]not checked[/]: {escape(clean(check.error.message))}", soft_wrap=True)
+            line = _Lines(sys.stderr)
+            line.add(f"{check.dep}: not checked: {check.error.message}", paint=[("not checked", "red")])
         else:
             verdict = str(check.verdict)
-            err_console.print(f"{check.dep}: [{verdict_style(verdict)}]{verdict}[/], {check.summary} ({how})", soft_wrap=True, highlight=False)
+            line = _Lines(sys.stderr)
+            line.add(f"{check.dep}: {verdict}, {check.summary} ({how})", paint=[(verdict, verdict_style(verdict))])
+        write(line.text(), sys.stderr)
 
     with status("checking translation units", active=not args.json):
         report = run_check(workspace, list(args.names), options, note=note, on_dep=done)
     if args.json:
         emit_json(report.to_json())
     else:
-        from assembler.report.output import console
-
-        _print(report, console)
+        write(_text(report, sys.stdout), sys.stdout)
     return report.exit_code
 
 
-def _print(report: CheckReport, console: Console) -> None:
-    from rich.markup import escape
+class _Lines:
+    """Lines for one stream, each wrapped to its width (COLUMNS, the terminal's) with a hanging
+    indent, then words painted (so no escape counts toward a line's width)."""
 
+    def __init__(self, stream: IO[str]) -> None:
+        from assembler.report.table import layout
+
+        self.width, self.colour = layout(stream)
+        self.parts: list[str] = []
+
+    def add(self, text: str, hang: str = "    ", paint: Sequence[tuple[str, str]] = ()) -> None:
+        from assembler.report.table import paint as painted
+        from assembler.report.table import paragraph
+
+        block = paragraph(text, self.width, hang=hang)
+        if self.colour:
+            for word, style in paint:
+                if word in block:
+                    block = block.replace(word, painted(word, *style.split()), 1)
+        self.parts.append(block)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+def _text(report: CheckReport, stream: IO[str]) -> str:
+    """The report for a person: the toolchain, then per dependency its verdict and each unit's,
+    every line within the width."""
     from assembler.audit.report import verdict_style
-    from assembler.report.output import clean
 
+    out = _Lines(stream)
     cuda = f", nvcc {report.nvcc}" if report.nvcc else ""
-    console.print(f"assemble check: torch {report.torch} headers, {report.cxx}{cuda}", highlight=False, soft_wrap=True)
+    out.add(f"assemble check: torch {report.torch} headers, {report.cxx}{cuda}", hang="  ")
     for check in report.deps:
         if check.error is not None:
-            console.print(f"[bold red]{check.dep}: not checked[/]: {escape(clean(check.error.message))}", soft_wrap=True)
+            out.add(f"{check.dep}: not checked: {check.error.message}", hang="  ", paint=[(f"{check.dep}: not checked", "bold red")])
             if check.error.hint:
-                console.print(f"  hint: {escape(clean(check.error.hint))}", soft_wrap=True, highlight=False)
+                out.add(f"  hint: {check.error.hint}", hang="        ")
             continue
         verdict = str(check.verdict)
         when = "cached, " if check.cached else ""
-        console.print(f"[bold]{check.dep}[/]: [{verdict_style(verdict)}]{verdict}[/] {check.summary} "
-                      f"({when}{check.seconds:.1f} s, {check.obtained})", highlight=False, soft_wrap=True)
+        out.add(f"{check.dep}: {verdict} {check.summary} ({when}{check.seconds:.1f} s, {check.obtained})", hang="  ",
+                paint=[(check.dep, "bold"), (verdict, verdict_style(verdict))])
         for unit in check.units:
-            console.print(f"  {escape(clean(unit.source))}: [{verdict_style(unit.verdict)}]{unit.verdict.value}[/] ({', '.join(unit.passes)})",
-                          highlight=False, soft_wrap=True)
+            out.add(f"  {unit.source}: {unit.verdict.value} ({', '.join(unit.passes)})", hang="      ",
+                    paint=[(f": {unit.verdict.value} ", verdict_style(unit.verdict))])
             for line in unit.lines():
-                console.print(f"    {escape(clean(line))}", highlight=False, soft_wrap=True)
+                out.add(f"    {line}", hang="      ")
     if not report.ok:
-        console.print(f"exit {report.exit_code}: " + ("a dependency could not be checked" if any(d.error for d in report.deps)
-                      else "not every translation unit is CLEAN"), highlight=False)
+        out.add(f"exit {report.exit_code}: " + ("a dependency could not be checked" if any(d.error for d in report.deps)
+                                                 else "not every translation unit is CLEAN"))
+    return out.text()
