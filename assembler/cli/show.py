@@ -9,7 +9,7 @@ import argparse
 from assembler.cli.common import add_format
 
 DESCRIPTION = """\
-Without PATCH: the series of DEP, one patch per line (number, file, subject), as `quilt series`.
+Without PATCH: the series of DEP, one patch per line (the number PATCH takes, file, subject).
 With PATCH: that patch file, its message and diff, as `git show` or `quilt diff -P` print it.
 PATCH is a file name of the series, its number (0002 or 2) or a part of its name found in one
 patch only. --range-diff prints the full `git range-diff` of the last rebase of DEP (of the
@@ -58,8 +58,13 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if not headers:
             print(f"{dep.name}: no patches (patches/{dep.name}/series is empty or absent)")
-        for number, header in enumerate(headers, start=1):
-            print(f"{number:>3}  {clean(header.file)}\n       {clean(header.subject)}")
+        from assembler.series.seriesfile import patch_label
+
+        for name, header in zip(dep.series, headers, strict=True):
+            # the number `show DEP N` takes: the file's own (0002 after 0001 was dropped), never
+            # its place in the series; "-" for a file without a number of its own
+            label = patch_label(dep.series, name)
+            print(f"{str(int(label)) if label.isdigit() else '-':>4}  {clean(header.file)}\n      {clean(header.subject)}")
         return 0
     name = _patch_name(dep.series, args.patch, dep.name)
     path = dep.patches_dir / name
