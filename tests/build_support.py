@@ -24,13 +24,33 @@ BUILD_TORCH = "2.13.0"  # the example's [bundle] torch
 SHARED = ("venvs", "toolchains")
 
 
+# The developer's (or CI's) own cache, read before any test points ASSEMBLE_CACHE elsewhere: only
+# its toolchains and venvs are shared with the tests (made once, reused by every later run).
+USER_CACHE = cache_root()
+
+
 @pytest.fixture(scope="session", name="toolchains")
 def toolchains_fixture() -> Path:
     """The shared cache, holding CUDA 13.2 and the torch build venv."""
-    root = cache_root()
-    select_cuda(HERMETIC_CUDA)
-    ensure_build_env(BUILD_TORCH)
-    return root
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ASSEMBLE_CACHE", str(USER_CACHE))
+        select_cuda(HERMETIC_CUDA)
+        ensure_build_env(BUILD_TORCH)
+    return USER_CACHE
+
+
+@pytest.fixture(autouse=True)
+def own_cache(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test runs with a cache of its own (mirrors, artifacts, check results, evidence),
+    never the developer's: only the toolchains and venvs are shared, through links. A test
+    that makes its own (private_cache, a workspace's cache) sets ASSEMBLE_CACHE over this one."""
+    if "private_cache" in request.fixturenames:
+        return
+    for name in SHARED:
+        (USER_CACHE / name).mkdir(parents=True, exist_ok=True)
+    cache = sharing_toolchains(tmp_path_factory.mktemp("assemble-cache") / "cache", USER_CACHE)
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(cache))
 
 
 @pytest.fixture(scope="session", name="build_env_path")
