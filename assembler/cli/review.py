@@ -78,9 +78,11 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
         else:
             from assembler.report.table import TextTable
 
-            table = TextTable(*rows[0], text=("removed tokens", "added tokens", "acknowledged"))
+            # the acknowledgement on a line of its own under its row: five columns do not fit 80
+            table = TextTable(*rows[0][:4], text=("hunk", "verdict", "removed tokens", "added tokens"),
+                              notes_at="removed tokens")
             for row in rows[1:]:
-                table.add_row(*row)
+                table.add_row(*row[:4], notes=[f"acknowledged: {row[4]}"] if row[4] else [])
             out.append(table.text_for())  # fitted to stdout: boxes on a terminal, plain columns piped
         for hunk in patch.hunks:
             if hunk.compile_error is not None:
