@@ -61,9 +61,20 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "empty-like": ("auto y = at::empty_like(x);", "auto y = torch::stable::empty_like(x);"),
     "sum": ("auto s = at::sum(x, dims, true);", "auto s = torch::stable::sum(x, dims, true);"),
     "sum-out": ("at::sum_out(dk, x, dims);", "torch::stable::sum_out(dk, x, dims);"),
+    "scalar-type-e8m0": ("A_sf.scalar_type() == at::kFloat8_e8m0fnu",
+                         "A_sf.scalar_type() == torch::headeronly::ScalarType::Float8_e8m0fnu"),
+    # QuTLASS's kernels: an untemplated data_ptr() in a C cast, read or written by what the cast says
+    "cast-data-ptr": ("void f(const at::Tensor& x, at::Tensor& o) { g((T*)x.data_ptr(), (T const*)x.data_ptr(), (T*)o.data_ptr()); }",
+                      "void f(const torch::stable::Tensor& x, torch::stable::Tensor& o) { "
+                      "g(static_cast<T*>(const_cast<void*>(x.const_data_ptr())), static_cast<T const*>(x.const_data_ptr()), "
+                      "static_cast<T*>(o.mutable_data_ptr())); }"),
+    "sizes-index": ("void f(at::Tensor A) { auto m = A.sizes()[0] * 2; }", "void f(torch::stable::Tensor A) { auto m = A.size(0) * 2; }"),
+    "strides-index": ("void f(at::Tensor A) { auto s = A.strides()[1]; }", "void f(torch::stable::Tensor A) { auto s = A.stride(1); }"),
     "data-ptr": ("const float* p = x.data_ptr<float>();\nfloat* q = y.data_ptr<float>();",
                  "const float* p = x.const_data_ptr<float>();\nfloat* q = y.mutable_data_ptr<float>();"),
 }
+
+TARGETS = {"scalar-type-e8m0": "2.11"}  # an example whose rewrite needs a torch-target above 2.10
 
 
 def _run(text: str, target: str = "2.10", active: list[bool] | None = None, style: dict[str, str] | None = None) -> FileRewrite:
@@ -80,7 +91,7 @@ def test_every_rewrite_has_an_example() -> None:
 @pytest.mark.parametrize("rewrite_id", sorted(EXAMPLES))
 def test_each_rewrite(rewrite_id: str) -> None:
     before, after = EXAMPLES[rewrite_id]
-    file = _run(before)
+    file = _run(before, target=TARGETS.get(rewrite_id, "2.10"))
     assert file.text == after
     assert file.made[rewrite_id] >= 1 and not file.declined
 

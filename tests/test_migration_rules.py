@@ -63,7 +63,12 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "sum": ("at::sum_out(dk, x, {3})", "torch::stable::sum_out(dk, x, dims)"),
     "has-storage": ("x.has_storage()", "x.storage_offset()"),
     "aten-function": ("at::softmax(x, -1)", "torch::stable::amax(x, 1)"),
-    "libtorch-name": ("c10::SymInt n;", "torch::headeronly::HeaderOnlyArrayRef<int64_t> n;"),
+    "libtorch-name": ("c10::Scalar n;", "torch::headeronly::HeaderOnlyArrayRef<int64_t> n;"),
+    # blog step 2: what moves to Python, listed by assess with that fix
+    "autograd-function": ("struct Mul : public torch::autograd::Function<Mul> {};\nTORCH_LIBRARY_IMPL(ns, Autograd, m) {}",
+                          "TORCH_LIBRARY_IMPL(ns, CUDA, m) {} // torch.autograd.Function"),
+    "meta-kernel": ("TORCH_LIBRARY_IMPL(ns, Meta, m) {}\nc10::SymInt n = x.sym_size(0);",
+                    "TORCH_LIBRARY_IMPL(ns, CPU, m) {} auto meta = x.is_meta();"),
 }
 
 
@@ -91,7 +96,7 @@ def test_comments_strings_and_inactive_lines_are_not_uses() -> None:
 
 
 def test_a_fallback_yields_to_the_specific_rule() -> None:
-    assert _rules_matching("at::empty_like(x); at::softmax(x, 1); c10::SymInt n;") == ["empty-like", "aten-function", "libtorch-name"]
+    assert _rules_matching("at::empty_like(x); at::softmax(x, 1); c10::Scalar n;") == ["empty-like", "aten-function", "libtorch-name"]
     assert _rules_matching("#include <torch/extension.h>\nat::Tensor t;") == ["include-torch-extension", "tensor-type"]
 
 

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import InputError
+from assembler.migration import syntax
 from assembler.migration.helpers import PIECES
 from assembler.migration.lexer import blank_comments_and_strings, continued_lines
 
 REWRITES_FILE = Path(__file__).resolve().parent.parent / "data" / "migration_rewrites.json"
 SKIP = "\x00"  # marks a declined method call until the step ends (no regex matches across it)
 STYLE_KEYS = {"data-ptr": ("const-mutable", "mutable")}
-TYPES = ("replace", "method", "call", "data-ptr", "rename-method", "new-empty", "helper")
+TYPES = ("replace", "method", "call", "data-ptr", "rename-method", "new-empty", "helper", "syntax", "cast-data-ptr")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ class Rewrite:
     helper: str = ""  # type helper: the piece of the helper header (migration/helpers.py) the result calls
     value_types: tuple[str, ...] = ()  # type helper: the declared types that may keep what the new call returns
     members: tuple[str, ...] = ()  # type helper: the members of the old result that the new one has too
+    syntax: tuple[str, ...] = ()  # types syntax, cast-data-ptr: ast-grep patterns (migration/syntax.py)
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 raise ValueError(f"rewrite {raw.get('id')!r}: unknown step or type")
             if raw.get("receiver", "tensor") != "tensor":
                 raise ValueError(f"rewrite {raw.get('id')!r}: receiver must be 'tensor'")
+            if (raw["type"] in ("syntax", "cast-data-ptr")) != bool(raw.get("syntax")):
+                raise ValueError(f"rewrite {raw.get('id')!r}: types syntax and cast-data-ptr (only) name ast-grep patterns")
             if (raw["type"] == "helper") != (raw.get("helper") in PIECES):
                 raise ValueError(f"rewrite {raw.get('id')!r}: a helper rewrite names one of the pieces {sorted(PIECES)}")
             rewrites.append(Rewrite(
@@ -81,6 +85,7 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 tensor_functions=functions, helper=raw.get("helper", ""),
                 value_types=tuple(str(name) for name in raw.get("value_types", ())),
                 members=tuple(str(name) for name in raw.get("members", ())),
+                syntax=tuple(str(pattern) for pattern in raw.get("syntax", ())),
             ))
         replaced = {str(old): str(new) for old, new in data.get("replaced_includes", {}).items()}
         return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites), replaced)
@@ -355,6 +360,8 @@ def apply_step(rewrites: list[Rewrite], file: FileRewrite, torch_target: str, st
             _new_empty(rewrite, file, torch_target)
         elif rewrite.type == "helper":
             _helper(rewrite, file, torch_target)
+        elif rewrite.type in ("syntax", "cast-data-ptr"):
+            _syntax(rewrite, file, torch_target)
         else:
             _data_ptr(rewrite, file, torch_target, style.get("data-ptr", "const-mutable"))
     file.text = file.text.replace(SKIP, "")
@@ -651,6 +658,62 @@ def _kept_otherwise(code: str, found: re.Match[str], rewrite: Rewrite) -> str | 
                 return (f"{name} keeps what it returns and a member of it is used (.{use.group('member')}): "
                         "rewrite that use, then the call")
     return None
+
+
+_CONST_TENSOR = r"(?:\bconst\s+(?:[\w:]*::)?Tensor\b|\bTensor\s+const\b)\s*&?\s*{name}\b"
+
+
+def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
+    """The ast-grep patterns of ``rewrite`` (migration/syntax.py) on the compiled lines: type
+    syntax writes ``replacement`` with the metavariables put in; type cast-data-ptr turns a cast
+    of an untemplated ``$X.data_ptr()`` into a ``static_cast`` of ``const_data_ptr()`` where the
+    cast's type is a const pointer, of ``const_cast<void*>(...const_data_ptr())`` where the
+    tensor is declared const (the cast's type stays as written), else of ``mutable_data_ptr()``.
+    ``$X`` must be declared a tensor when ``receiver`` says so. A match inside another is
+    rewritten on the next pass (``v[0].sizes()[x.sizes()[0]]``)."""
+    for _ in range(20):
+        code = blank_comments_and_strings(file.text)
+        declarations: Declarations | None = None
+        edits: list[tuple[int, int, str]] = []
+        taken: list[tuple[int, int]] = []
+        root = syntax.parse(file.text)
+        for pattern in rewrite.syntax:
+            for match in syntax.outermost(syntax.matches(file.text, pattern, root)):
+                if not file.active[match.line] or any(s < match.end and match.start < e for s, e in taken):
+                    continue
+                receiver = match.captures.get("X", "")
+                if rewrite.receiver and receiver:
+                    declarations = declarations or Declarations(code, rewrite.tensor_functions)
+                    if declarations.kind(code[slice(*match.spans["X"])], match.line) != TENSOR:
+                        file.declined.append(Declined(match.line + 1, rewrite.id, f"{receiver.strip()} {NOT_DECLARED}"))
+                        taken.append((match.start, match.end))
+                        continue
+                if not _eligible(rewrite, file, match.line, torch_target):
+                    taken.append((match.start, match.end))
+                    continue
+                if rewrite.type == "cast-data-ptr":
+                    declarations = declarations or Declarations(code, rewrite.tensor_functions)
+                    new = _cast_data_ptr(match, code, declarations)
+                else:
+                    new = match.expand(rewrite.replacement)
+                edits.append((match.start, match.end, new))
+                taken.append((match.start, match.end))
+        if not edits:
+            return
+        _apply(edits, rewrite, file)
+
+
+def _cast_data_ptr(match: syntax.Match, code: str, declarations: Declarations) -> str:
+    """The static_cast for a cast of ``$X.data_ptr()`` to ``$T`` (see :func:`_syntax`)."""
+    kind, tensor = match.captures["T"].strip(), match.captures["X"].strip()
+    if re.search(r"\bconst\b", kind):
+        return f"static_cast<{kind}>({tensor}.const_data_ptr())"
+    declared = declarations.declared(tensor, match.line) if _IDENTIFIER.fullmatch(tensor) else None
+    if declared is not None:
+        lines = code.split("\n")
+        if re.search(_CONST_TENSOR.format(name=re.escape(tensor)), lines[declared.first]):
+            return f"static_cast<{kind}>(const_cast<void*>({tensor}.const_data_ptr()))"
+    return f"static_cast<{kind}>({tensor}.mutable_data_ptr())"
 
 
 def _apply(edits: list[tuple[int, int, str]], rewrite: Rewrite, file: FileRewrite,
