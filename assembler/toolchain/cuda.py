@@ -48,6 +48,10 @@ COMPONENT_FILES = {
     "profiler": "include/cuda_profiler_api.h", "culibos": "lib/libculibos.a",
 }
 MARKER = ".assemble-toolkit.json"
+# CUDA 12's nvidia-cuda-nvcc-cu12 wheels (12.0.76 to 12.9.86) hold only bin/ptxas, nvvm and the
+# CRT headers, for JIT users; the nvcc driver is on PyPI from CUDA 13.0 on. An older major is
+# refused before anything is downloaded (CUDA 12.4's wheels are ~24 MB of no nvcc).
+FIRST_COMPLETE_MAJOR = 13
 TOOLKIT_DIRS = ("bin", "include", "lib", "nvvm")
 
 
@@ -135,6 +139,11 @@ def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None, 
 
 def hermetic_cuda(version: str, progress: Callable[[str], None] = lambda _: None, components: tuple[str, ...] = ()) -> CudaToolkit:
     """CUDA ``version`` with ``components`` from NVIDIA's wheels, installed once into the cache and reused."""
+    if int(version.split(".")[0]) < FIRST_COMPLETE_MAJOR:
+        raise ToolchainError(
+            f"PyPI has no nvcc for CUDA {version}: NVIDIA's CUDA {version.split('.')[0]} wheels "
+            f"(nvidia-cuda-nvcc-cu{version.split('.')[0]}) hold only ptxas; nvcc is there from CUDA {FIRST_COMPLETE_MAJOR}.0 on",
+            hint=f"use --cuda {FIRST_COMPLETE_MAJOR}.0 or newer, which PyPI has complete")
     root = cache_root() / "toolchains"
     root.mkdir(parents=True, exist_ok=True)
     components = tuple(sorted(set(components)))
@@ -261,11 +270,6 @@ def _no_release(version: str, error: ToolchainError) -> ToolchainError:
         f"NVIDIA publishes no CUDA {version} wheels ({METAPACKAGE} exists for {', '.join(minors)}; "
         f"those with an nvcc: {', '.join(complete) or 'none'})",
         hint=f"pick one of those, e.g. --cuda {complete[-1] if complete else minors[-1]}")
-
-
-# CUDA 12's nvidia-cuda-nvcc-cu12 wheels (12.0.76 to 12.9.86) hold only bin/ptxas, nvvm and the
-# CRT headers, for JIT users; the nvcc driver is on PyPI from CUDA 13.0 on.
-FIRST_COMPLETE_MAJOR = 13
 
 
 def _no_nvcc(version: str, packages: dict[str, str]) -> ToolchainError:
