@@ -22,6 +22,7 @@ from assembler.manifest.model import (
     CUDA_COMPONENTS,
     CXX,
     LANGUAGES,
+    BackendName,
     BuildRecipe,
     Bundle,
     CacheConfig,
@@ -779,6 +780,7 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
     backend = v.string(table, (*keys, "backend"), "cmake" if cmake_dir is not None else "helper")
     assert backend is not None
     v.check(backend in BACKENDS, (*keys, "backend"), f"{backend!r} is not a build backend", f"write backend = one of {', '.join(map(repr, BACKENDS))}")
+    backend_name = BackendName(backend) if backend in BACKENDS else BackendName.HELPER  # refused above when not
     _backend_keys(v, table, keys, backend)
     project_dir = v.string(table, (*keys, "project-dir"), ".")
     assert project_dir is not None
@@ -801,7 +803,7 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
         cmake_dir=cmake_dir,
         cmake_args=_cmake_args(v, table, (*keys, "cmake-args")),
         cuda_archs=cuda_archs,
-        backend=backend,
+        backend=backend_name,
         project_dir=project_dir,
         sources=sources,
         include_dirs=include_dirs,

@@ -7,6 +7,7 @@ costs ~15 ms of the 100 ms start-up budget (benchmarks/startup.py)."""
 from __future__ import annotations
 
 import re
+from enum import StrEnum
 from pathlib import Path
 from typing import NamedTuple
 
@@ -43,7 +44,16 @@ class Extension(NamedTuple):
     ptx: bool = False  # also ship PTX for arch-specific targets (9.0a, 10.0a); by default SASS only
 
 
-BACKENDS = ("helper", "cmake", "setuptools")
+class BackendName(StrEnum):
+    """The build backends a recipe names (``[deps.X.build] backend``); each is a module of
+    assembler/builder/backends/ behind one protocol. A str: a recipe compares and prints as its name."""
+
+    HELPER = "helper"  # our CMake helper, driven by the recipe's extensions
+    CMAKE = "cmake"  # the dependency's own CMakeLists.txt (cmake-dir), which includes the helper
+    SETUPTOOLS = "setuptools"  # the dependency's own setup.py / pyproject.toml (project-dir)
+
+
+BACKENDS = tuple(BackendName)
 # Environment variables the build sets itself (toolchain, flags, parallelism, interpreter):
 # a recipe's build-env may not name them, exactly or by prefix.
 RESERVED_ENV = frozenset({
@@ -77,7 +87,7 @@ class BuildRecipe(NamedTuple):
     cmake_dir: str | None = None
     cmake_args: tuple[str, ...] = ()
     cuda_archs: tuple[str, ...] | None = None
-    backend: str = "helper"
+    backend: BackendName = BackendName.HELPER
     project_dir: str = "."
     sources: tuple[str, ...] = ()
     include_dirs: tuple[str, ...] = ()
@@ -108,7 +118,7 @@ class Profile(NamedTuple):
         """``recipe`` reduced by this profile (load.py proved its sources a subset of the recipe's)."""
         archs = self.cuda_archs if self.cuda_archs is not None else recipe.cuda_archs
         env = tuple(sorted({**dict(recipe.build_env), **dict(self.build_env)}.items()))
-        if recipe.backend != "helper":
+        if recipe.backend != BackendName.HELPER:
             sources = recipe.sources if self.sources is None else self.sources
             return recipe._replace(defines=(*recipe.defines, *self.defines), build_env=env, sources=sources, cuda_archs=archs)
         kept = set(self.sources) if self.sources is not None else None
