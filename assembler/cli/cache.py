@@ -123,24 +123,45 @@ def _workspace_entries(args: argparse.Namespace, root: Path) -> list[Path]:
 
 
 def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Entry], uv_cache: str | None) -> None:
-    from assembler.report.output import console
-    from assembler.report.table import TextTable
+    import sys
+
+    from assembler.report.table import TextTable, layout, paragraph, write
     from assembler.wheel.size import format_size
 
-    console.print(f"cache: {root}", soft_wrap=True, markup=False, highlight=False)
+    width, _ = layout(sys.stdout)
+    write(f"cache: {root}\n")  # an identifier, whole on its line
     table = TextTable("kind", "entries", "size", right=("entries", "size"), edge=False)
     for kind, total in totals.items():
         table.add_row(kind, str(total["count"]), format_size(total["bytes"]))
     table.add_row("total", str(sum(t["count"] for t in totals.values())), format_size(sum(t["bytes"] for t in totals.values())))
-    table.print(console.file)
+    table.print()
     if uv_cache:
-        console.print(f"environments hard-link their files from uv's cache {uv_cache}: most of their size is shared with it",
-                      soft_wrap=True, markup=False, highlight=False)
-    # one line per entry, the name last and whole: a table would cut it on a narrow or piped console
+        write(paragraph(f"environments hard-link their files from uv's cache {uv_cache}: most of their size is shared with it",
+                        width, hang="  "))
+    # One line per entry, its name last. A mirror is named by the URL it mirrors: its directory
+    # name is that URL cut to its last 60 characters and a digest (git/mirrors.mirror_path), which
+    # loses the host and owner. A name that cannot share the line goes on the next, indented,
+    # broken only after a "/" when wider than the width; nothing is cut.
+    lines = []
     for entry in entries:
         leftover = " (leftover of a killed run)" if entry.leftover else ""
-        console.print(f"{entry.kind:<12}  {format_size(entry.bytes):>10}  {_age(entry.last_used) + ' ago':>10}  {entry.name}{leftover}",
-                      soft_wrap=True, markup=False, highlight=False)
+        head = f"{entry.kind:<12}  {format_size(entry.bytes):>10}  {_age(entry.last_used) + ' ago':>10}"
+        label = _entry_label(entry) + leftover
+        if width is None or len(head) + 2 + len(label) <= width:
+            lines.append(f"{head}  {label}\n")
+        else:
+            lines.append(head + "\n" + paragraph(f"  {label}", width, hang="    "))
+    write("".join(lines))
+
+
+def _entry_label(entry: Entry) -> str:
+    """How a person tells an entry apart: a mirror's URL (its directory name when it has none),
+    else its name."""
+    if entry.kind != "mirrors":
+        return entry.name
+    from assembler.git.mirrors import _origin_url
+
+    return _origin_url(entry.path) or entry.name
 
 
 def _prune_table(pruned: PruneResult, dry_run: bool) -> None:
