@@ -699,8 +699,9 @@ def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
                 edits.append((match.start, match.end, new))
                 taken.append((match.start, match.end))
         if not edits:
-            return
+            break
         _apply(edits, rewrite, file)
+    file.declined = list(dict.fromkeys(file.declined))  # a later pass meets a declined match again
 
 
 def _cast_data_ptr(match: syntax.Match, code: str, declarations: Declarations) -> str:
@@ -883,6 +884,16 @@ _CONST_CAST = re.compile(r"(?:(?:reinterpret|static)_cast\s*<\s*(?:const\s+[\w:]
                          r"|\(\s*(?:const\s+[\w:]+|[\w:]+\s+const)\s*\*\s*\))\s*$")
 _POINTER_DECLARATION = re.compile(r"(?:^|[;{}(]|\s)(?P<type>auto\s*\*?|(?!return\b)[A-Za-z_][\w:]*\s*\*)\s*"
                                   r"(?P<name>[A-Za-z_]\w*)\s*=\s*$")
+# ``p = x.data_ptr<T>()`` into a pointer the file declares to const (``int64_t const* p = nullptr;``)
+_ASSIGNED = re.compile(r"(?:^|[;{}])\s*(?P<name>[A-Za-z_]\w*)\s*=\s*$")
+_POINTER_OF = r"(?P<type>(?:\bconst\s+)?[\w:]+(?:\s*<[^<>;]*>)?(?:\s+const\b)?)\s*\*\s*{name}\s*[=;,)]"
+
+
+def _declared_to_const(code: str, name: str) -> bool:
+    """Whether the last pointer declaration of ``name`` in ``code`` points to const."""
+    found = list(re.finditer(_POINTER_OF.format(name=re.escape(name)), code))
+    last = found[-1] if found else None
+    return last is not None and re.search(r"\bconst\b", last.group("type")) is not None
 _WRITE_BEFORE = re.compile(r"(?:\+\+|--|&)\s*$")
 _WRITE_AFTER = re.compile(r"\s*(?:=(?!=)|[-+*/%&|^]=|<<=|>>=|\+\+|--)")
 
@@ -908,6 +919,8 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
         after = "" if closing is None else code[closing + 1:]
         const = style != "mutable" and (_CONST_DECLARATION.search(before) is not None
                                         or (_CONST_CAST.search(before) is not None and after.lstrip().startswith(")")))
+        if not const and style != "mutable" and (assigned := _ASSIGNED.search(before)) is not None:
+            const = _declared_to_const(code[:start], assigned.group("name"))
         declared = _POINTER_DECLARATION.search(before) if templated and not const and style != "mutable" else None
         if declared is not None and after.lstrip().startswith(";"):
             declarations = declarations or Declarations(code, rewrite.tensor_functions)

@@ -1,0 +1,89 @@
+"""The idioms real trees use (issue #27 item 3), through migrate's rewrites on small C++ of our
+own: each is made where the code says enough, and declined at its line otherwise. The shapes
+are those measured on real migrations (a C cast of an untemplated data_ptr(), A.sizes()[0],
+torch::checkAllContiguous, a pointer declared to const assigned later)."""
+
+from __future__ import annotations
+
+import pytest
+
+from assembler.migration import syntax
+from assembler.migration.rewrite import FileRewrite, apply_step, load_rewrites
+
+REWRITES = load_rewrites()
+
+
+def _run(text: str, target: str = "2.10", active: list[bool] | None = None) -> FileRewrite:
+    file = FileRewrite(text, active if active is not None else [True] * (text.count("\n") + 1))
+    for step in REWRITES.steps:
+        apply_step(REWRITES.of_step(step), file, target, {})
+    return file
+
+
+def test_a_cast_of_data_ptr_says_const_by_its_type_or_the_tensor_s_declaration() -> None:
+    file = _run("void run(at::Tensor& out, at::Tensor const& x, const torch::Tensor& y) {\n"
+                "  Args args{{(cutlass::bfloat16_t *)x.data_ptr(), K},\n"
+                "            {(ElementD*)out.data_ptr(), N},\n"
+                "            (float const*)y.data_ptr()};\n"
+                "}")
+    assert file.text == ("void run(torch::stable::Tensor& out, torch::stable::Tensor const& x, const torch::stable::Tensor& y) {\n"
+                         "  Args args{{static_cast<cutlass::bfloat16_t *>(const_cast<void*>(x.const_data_ptr())), K},\n"
+                         "            {static_cast<ElementD*>(out.mutable_data_ptr()), N},\n"
+                         "            static_cast<float const*>(y.const_data_ptr())};\n"
+                         "}")
+    assert file.made["cast-data-ptr"] == 3
+
+
+def test_a_cast_of_what_is_not_a_tensor_is_declined_at_its_line() -> None:
+    file = _run("void f(Buffer b) {\n  auto p = (float*)b.data_ptr();\n}")
+    assert "(float*)b.data_ptr()" in file.text
+    assert [(d.line, d.rewrite) for d in file.declined] == [(2, "cast-data-ptr")]
+    assert "not declared a tensor" in file.declined[0].reason
+
+
+def test_sizes_and_strides_by_index_nest_and_leave_comments_strings_and_other_lines() -> None:
+    text = ("void f(at::Tensor A, std::vector<at::Tensor> v) {\n"
+            "  auto const m = A.sizes()[0] * v[1].strides()[A.sizes()[1]];\n"
+            '  // A.sizes()[0]\n  const char* s = "A.sizes()[0]";\n'
+            "  auto k = A.sizes()[2];\n"
+            "  auto n = other.sizes()[0];\n"
+            "}")
+    file = _run(text, active=[True, True, True, True, False, True, True])
+    assert file.text.split("\n")[1] == "  auto const m = A.size(0) * v[1].stride(A.size(1));"
+    assert file.text.split("\n")[2:5] == ["  // A.sizes()[0]", '  const char* s = "A.sizes()[0]";', "  auto k = A.sizes()[2];"]
+    assert file.text.split("\n")[5] == "  auto n = other.sizes()[0];"
+    assert [(d.line, d.rewrite) for d in file.declined] == [(6, "sizes-index")]
+
+
+def test_the_tensor_checks_of_namespace_torch_go_through_the_helper_header() -> None:
+    file = _run('void f(const torch::Tensor& A, const torch::Tensor& B) {\n'
+                '  torch::checkAllContiguous("f", {{A, "A", 0}, {B, "B", 1}});\n'
+                '  torch::checkDeviceType("f", {A, B}, at::DeviceType::CUDA);\n'
+                '  torch::checkAllSameGPU("f", {{A, "A", 0}, {B, "B", 1}});\n}')
+    lines = file.text.split("\n")
+    assert lines[1].startswith("  assemble_stable::checkAllContiguous(")
+    assert lines[2] == '  assemble_stable::checkDeviceType("f", {A, B}, torch::headeronly::DeviceType::CUDA);'
+    assert lines[3].startswith("  assemble_stable::checkAllSameGPU(")
+    assert file.helpers == {"tensor-checks"}
+
+
+def test_a_pointer_declared_to_const_then_assigned_reads_const() -> None:
+    file = _run("void f(at::Tensor c, at::Tensor o) {\n  int64_t const* dev = nullptr;\n  float* w = nullptr;\n"
+                "  if (x) { dev = c.data_ptr<int64_t>(); w = o.data_ptr<float>(); }\n}")
+    assert file.text.split("\n")[3] == "  if (x) { dev = c.const_data_ptr<int64_t>(); w = o.mutable_data_ptr<float>(); }"
+
+
+@pytest.mark.parametrize(("target", "made"), [("2.10", False), ("2.11", True)])
+def test_float8_e8m0_needs_torch_2_11(target: str, made: bool) -> None:
+    file = _run("TORCH_CHECK(s.scalar_type() == at::kFloat8_e8m0fnu);", target=target)
+    assert ("ScalarType::Float8_e8m0fnu" in file.text) is made
+    assert bool(file.declined) is not made
+
+
+def test_the_syntax_layer_reads_spans_in_characters_and_nests_outermost_first() -> None:
+    text = "// ü é\nint n = v[0].sizes()[x.sizes()[0]];"
+    found = list(syntax.matches(text, "$X.sizes()[$I]"))
+    assert [text[m.start:m.end] for m in found] == ["v[0].sizes()[x.sizes()[0]]", "x.sizes()[0]"]
+    assert [m.line for m in found] == [1, 1]
+    assert [m.captures["X"] for m in syntax.outermost(iter(found))] == ["v[0]"]
+    assert found[0].expand("$X.size($I)") == "v[0].size(x.sizes()[0])"
