@@ -16,15 +16,15 @@ import json
 import keyword
 import re
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from assembler.migration.lexer import blank_comments_and_strings
 
 GENERATED_MARK = "Registered with the Stable ABI by `assemble migrate`"  # what review's trailer looks for
 _MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{")
-_ARG = re.compile(r'py::arg\s*\(\s*"(\w+)"\s*\)(?:\s*=\s*([^,]+?))?\s*(?=,|$)', re.S)
 _TENSOR = r"(?:at|torch)::Tensor"
 _OPTIONAL_TENSOR = re.compile(rf"^(?:std|c10)::optional\s*<\s*{_TENSOR}\s*>$")
 _NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlL]?$")
@@ -41,6 +41,7 @@ class Binding:
     args: list[tuple[str, str | None]]  # py::arg names and default texts
     guard: list[str] = field(default_factory=list)  # preprocessor lines open around it
     cast: tuple[str, list[str]] | None = None  # a static_cast to the overload's pointer type: (returns, parameters)
+    body: str | None = None  # a lambda's body: what it writes
 
 
 @dataclass
@@ -97,6 +98,10 @@ def _scalar(base: str, reference: bool) -> tuple[str, str, bool]:
         return "int", "int64_t", True
     if base == "bool":
         return "bool", "bool", reference
+    if base in ("std::string", "std::string_view"):  # TORCH_BOX unboxes str to std::string (target >= 2.10)
+        return "str", "std::string", False
+    if re.match(r"(?:std|c10|boost)::variant<", base):
+        raise Unconvertible(f"parameter type {base} has no schema form (a schema argument has one type)")
     raise Unconvertible(f"parameter type {base} has no schema type this step knows")
 
 
@@ -110,6 +115,8 @@ def _default(text: str | None) -> str:
         return "=None"
     if _NUMBER.match(value):
         return "=" + value.rstrip("fFlL")
+    if re.fullmatch(r'"[^"\\\']*"', value):  # a string literal, quoted as the C string of m.def needs no escape
+        return f"='{value[1:-1]}'"
     raise Unconvertible(f"default {value!r} is not a literal")
 
 
@@ -162,10 +169,51 @@ def pointer_taken_in(body: str, name: str) -> bool:
     return False
 
 
-def operator_for(binding: Binding, returns: str, parameters: list[str], body: str | None = None) -> Operator:
-    """The schema, and a wrapper when the C++ signature is not what TORCH_BOX takes. ``body``,
-    the function's definition where it was found: a tensor it certainly writes is mutated in
-    the schema however it is taken; one whose data pointer it keeps is left to a person."""
+def _split_tuple(name: str, base: str, optional: bool, default_text: str | None, schema_args: list[str],
+                 wrapper_params: list[str], call_args: list[str], python_params: list[str], python_args: list[str]) -> None:
+    """A ``std::tuple`` parameter (or an optional one) as one schema argument per element: the
+    wrapper joins them into the tuple, the Python forwarder splits the caller's tuple."""
+    elements = _split_template(base)
+    defaults: list[str] = [""] * len(elements)
+    python_default = ""
+    if default_text is not None:
+        value = default_text.strip()
+        literal = re.fullmatch(r"(?:std::make_tuple\s*\(|std::tuple\s*<[^()]*>\s*[({]|\{)(.*)[)}]", value, re.S)
+        if value in ("std::nullopt", "c10::nullopt", "py::none()") and optional:
+            defaults, python_default = ["=None"] * len(elements), "=None"
+        elif literal:
+            parts = [part.strip() for part in literal.group(1).split(",")] if literal else []
+            if len(parts) != len(elements):
+                raise Unconvertible(f"default {value!r} of {name} does not have {len(elements)} elements")
+            defaults = [_default(part) for part in parts]
+            python_default = "=(" + ", ".join(d[1:] for d in defaults) + ("," if len(parts) == 1 else "") + ")"
+        else:
+            raise Unconvertible(f"default {value!r} of the tuple {name} is not a literal")
+    pieces = []
+    for position, element in enumerate(elements):
+        schema_type, wrapper_type, converts = _scalar(element, False)
+        piece = f"{name}_{position}"
+        if optional:
+            schema_args.append(f"{schema_type}? {piece}{defaults[position]}")
+            wrapper_params.append(f"std::optional<{wrapper_type}> {piece}")
+            pieces.append(f"static_cast<{element}>(*{piece})" if converts else f"*{piece}")
+        else:
+            schema_args.append(f"{schema_type} {piece}{defaults[position]}")
+            wrapper_params.append(f"{wrapper_type} {piece}")
+            pieces.append(f"static_cast<{element}>({piece})" if converts else piece)
+    joined = f"{base}({', '.join(pieces)})"
+    call_args.append(f"({name}_0 ? std::optional<{base}>({joined}) : std::nullopt)" if optional else joined)
+    python_params.append(f"{name}{python_default}")
+    # the caller still passes the tuple (None for an optional one); the schema takes its elements
+    python_args.append(f"*((None,) * {len(elements)} if {name} is None else {name})" if optional else f"*{name}")
+
+
+def operator_for(binding: Binding, returns: str, parameters: list[str], body: str | None = None,
+                 wrap: bool = False) -> Operator:
+    """The schema, and a wrapper when the C++ signature is not what TORCH_BOX takes (``wrap``:
+    always, an inline one, for a function named from another namespace). ``body``, the
+    function's definition where it was found: a tensor it certainly writes is mutated in the
+    schema however it is taken; one whose data pointer it keeps is left to a person."""
     names = [name for name, _ in binding.args]
     if names and len(names) != len(parameters):
         raise Unconvertible(f"{len(names)} py::arg for {len(parameters)} parameters")
@@ -184,23 +232,15 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
         if not cxx_type or "&" in cxx_name:
             cxx_type, cxx_name = parameter.rsplit("&", 1)[0] + "&", parameter.rsplit("&", 1)[1].strip()
         name = names[index] if names else cxx_name.strip()
-        default = _default(binding.args[index][1]) if names else ""
         base, reference = _base(cxx_type)
-        if base.startswith("std::tuple<"):
-            elements = _split_template(base)
-            if default:
-                raise Unconvertible("a tuple parameter with a default")
-            pieces = []
-            for position, element in enumerate(elements):
-                schema_type, wrapper_type, _ = _scalar(element, False)
-                schema_args.append(f"{schema_type} {name}_{position}")
-                wrapper_params.append(f"{wrapper_type} {name}_{position}")
-                pieces.append(f"{name}_{position}")
-            call_args.append(f"{base}({', '.join(pieces)})")
-            python_params.append(name)
-            python_args.append(f"*{name}")  # the caller still passes the tuple; the schema takes its elements
+        tuple_base = re.fullmatch(r"(?:std|c10)::optional<(std::tuple<.+>)>", base)
+        if base.startswith("std::tuple<") or tuple_base:
+            _split_tuple(name, tuple_base.group(1) if tuple_base else base, tuple_base is not None,
+                         binding.args[index][1] if names else None, schema_args, wrapper_params, call_args,
+                         python_params, python_args)
             needs_wrapper = True
             continue
+        default = _default(binding.args[index][1]) if names else ""
         optional = re.fullmatch(r"(?:std|c10)::optional<(.+)>", base)
         if optional and not _OPTIONAL_TENSOR.match(base):  # an optional scalar: int? float? bool?
             inner = optional.group(1).strip()
@@ -232,7 +272,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
         python_params.append(f"{name}{default}")
         python_args.append(name)
         needs_wrapper = needs_wrapper or converts
-    ret_base, _ = _base(returns.replace("inline", "").replace("static", ""))
+    ret_base, _ = _base(re.sub(r"\b(?:inline|static|constexpr)\b", "", returns))
+    ret_cast = None  # what the wrapper returns instead, when TORCH_BOX does not box the function's own type
     if re.fullmatch(_TENSOR, ret_base):
         schema_ret = "Tensor"
     elif ret_base.startswith("std::tuple<") and all(re.fullmatch(_TENSOR, e) for e in _split_template(ret_base)):
@@ -241,10 +282,16 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
         schema_ret = "Tensor[]"
     elif ret_base == "void":
         schema_ret = "()"
-    elif ret_base in ("int64_t", "std::int64_t", "double", "bool"):
-        schema_ret = _scalar(ret_base, False)[0]
     else:
-        raise Unconvertible(f"return type {ret_base} has no schema type this step knows")
+        try:
+            schema_ret, boxed, converts = _scalar(ret_base, False)
+        except Unconvertible:
+            raise Unconvertible(f"return type {ret_base} has no schema type this step knows") from None
+        if schema_ret not in ("int", "float", "bool", "str"):
+            raise Unconvertible(f"return type {ret_base} has no schema type this step knows")
+        if converts:
+            ret_cast = boxed
+            needs_wrapper = True
     schema = f"{binding.name}({', '.join(schema_args)}) -> {schema_ret}"
     unsure = None
     if kept_pointers:
@@ -253,12 +300,14 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
     elif schema_ret == "()" and not mutated and read_only:
         unsure = (f"{binding.name} returns nothing and its schema marks no argument written: annotate the tensors "
                   f"its kernels write ({', '.join(read_only)}: which, the text of {binding.function} does not say) as Tensor(a!)")
-    if not needs_wrapper:
+    if not needs_wrapper and not wrap:
         return Operator(schema, f"&{binding.function}", guard=binding.guard, python_params=python_params,
                         python_args=python_args, unsure=unsure)
     wrapper_name = f"{binding.name}_boxed"
-    body = f"return {binding.function}({', '.join(call_args)});" if ret_base != "void" else f"{binding.function}({', '.join(call_args)});"
-    wrapper = f"{ret_base} {wrapper_name}({', '.join(wrapper_params)}) {{\n  {body}\n}}"
+    call = f"{binding.function}({', '.join(call_args)})"
+    body = (f"{call};" if ret_base == "void" else f"return static_cast<{ret_cast}>({call});" if ret_cast
+            else f"return {call};")
+    wrapper = f"{ret_cast or ret_base} {wrapper_name}({', '.join(wrapper_params)}) {{\n  {body}\n}}"
     return Operator(schema, f"&{wrapper_name}", wrapper, guard=binding.guard, python_params=python_params,
                     python_args=python_args, unsure=unsure)
 
@@ -271,42 +320,258 @@ class ModuleEdit:
     replacement: str
     schemas: list[str]
     unsure: list[tuple[str, str]] = field(default_factory=list)  # (schema, what a person must decide about it)
+    # a function the module hands itself to, in another file: (that file, the edit replacing it)
+    others: list[tuple[Path, ModuleEdit]] = field(default_factory=list)
+
+
+@dataclass
+class _Source:
+    """One file: its text, and the same with comments and string contents blanked."""
+
+    path: Path | None
+    text: str
+    code: str
+    name: str  # how a message names it
+
+
+@dataclass
+class _Helper:
+    """A function a module hands itself to (``register_apis(pybind11::module_& m)``)."""
+
+    source: _Source
+    start: int  # its first keyword
+    end: int  # after its closing brace
+    body_start: int
+    var: str
+    scope: list[str]  # the namespaces it is defined in ("" for an anonymous one)
+    generated: list[str] = field(default_factory=list)  # the named lambdas and wrappers that take its place
+
+
+@dataclass
+class _Collected:
+    bindings: list[tuple[Binding, _Helper | None]] = field(default_factory=list)
+    aliases: list[tuple[list[str], str, str]] = field(default_factory=list)  # (guard, new name, existing name)
+    declined: list[tuple[_Source, int, str]] = field(default_factory=list)
+    helpers: list[_Helper] = field(default_factory=list)
+    lambdas: list[tuple[Binding, _Helper | None, str]] = field(default_factory=list)  # a named lambda's definition
+
+
+_HELPER_DEF = re.compile(r"(?:\b(?:static|inline)\s+)*\bvoid\s+(\w+)\s*\(\s*(?:::)?(?:pybind11|py)::module_?\s*&\s*(\w+)\s*\)\s*\{")
+_LIBRARY = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{")
+
+
+def _top_level(code: str, start: int, end: int) -> list[tuple[int, int]]:
+    """The (start, end) of each comma-separated item of ``code[start:end]`` (brackets nested)."""
+    items, depth, first = [], 0, start
+    for index in range(start, end):
+        char = code[index]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append((first, index))
+            first = index + 1
+    items.append((first, end))
+    return [(a, b) for a, b in items if code[a:b].strip()]
+
+
+def _namespace_at(code: str, at: int) -> list[str]:
+    """The namespaces open at ``at`` (``namespace a::b {`` gives a, b; an anonymous one "")."""
+    stack: list[list[str] | None] = []
+    for found in re.finditer(r"\bnamespace\s+([\w:]*)\s*\{|[{}]", code[:at]):
+        if found.group(0) == "}":
+            if stack:
+                stack.pop()
+        elif found.group(0) == "{":
+            stack.append(None)
+        else:
+            stack.append(found.group(1).split("::") if found.group(1) else [""])
+    return [part for entry in stack if entry is not None for part in entry]
+
+
+def _named(scope: list[str]) -> list[str]:
+    return [part for part in scope if part]
+
+
+def _helpers(sources: list[_Source]) -> dict[str, list[_Helper]]:
+    """Every function of the sources that takes a pybind11 module, by name."""
+    found: dict[str, list[_Helper]] = {}
+    for source in sources:
+        for match in _HELPER_DEF.finditer(source.code):
+            close = _close(source.code, match.end() - 1)
+            found.setdefault(match.group(1), []).append(_Helper(source, match.start(), close + 1, match.end(),
+                                                                match.group(2), _namespace_at(source.code, match.start())))
+    return found
+
+
+def _resolve(called: str, scope: list[str], helpers: dict[str, list[_Helper]]) -> _Helper | None:
+    """The helper a call ``called(m)`` made in ``scope`` names, as C++ looks it up: the
+    innermost enclosing namespace that holds it."""
+    parts = called.split("::")
+    absolute = parts[0] == ""
+    qualifier, name = [p for p in parts[:-1] if p], parts[-1]
+    within = _named(scope)
+    for depth in ([0] if absolute else range(len(within), -1, -1)):
+        wanted = within[:depth] + qualifier
+        for helper in helpers.get(name, []):
+            if _named(helper.scope) == wanted:
+                return helper
+    return None
+
+
+def _lambda(binding_name: str, source: _Source, start: int, end: int, var: str,
+            signature: Callable[[str], tuple[str, list[str]] | None], taken: set[str]) -> tuple[str, str, list[str], str, str]:
+    """A lambda bound by ``var.def`` as a named function: (name, return type, parameters,
+    definition without storage class). Its return type is as written (``-> T``), else void
+    when it returns nothing, else that of what it returns (a literal, or a call of a function
+    whose declaration is found)."""
+    code, text = source.code, source.text
+    opening = code.index("[", start)
+    captures = code[opening + 1:_close(code, opening)].strip()
+    paren = code.index("(", opening)
+    close = _close(code, paren)
+    head = re.match(r"\s*((?:mutable|constexpr|noexcept)\s*)*(?:->\s*([^{]+?))?\s*\{", code[close + 1:end])
+    if head is None:
+        raise Unconvertible(f"{binding_name}: a lambda this step cannot read")
+    body_open = close + 1 + head.end() - 1
+    body_close = _close(code, body_open)
+    body = code[body_open:body_close + 1]
+    if captures not in ("", "&", "=") or re.search(rf"\b{re.escape(var)}\b", body):
+        raise Unconvertible(f"{binding_name}: the lambda captures a local ({captures or var}); name it by hand")
+    parameters = [text[a:b].strip() for a, b in _top_level(code, paren + 1, close)]
+    if any(re.match(r"(?:const\s+)?auto\b", p) for p in parameters):
+        raise Unconvertible(f"{binding_name}: a generic lambda (auto parameter) has no one schema")
+    returns = head.group(2).strip() if head.group(2) else _returned(body, signature)
+    if returns is None:
+        raise Unconvertible(f"{binding_name}: the lambda's return type is neither written (-> T) nor found")
+    name = f"{binding_name}_fn"
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    definition = f"{returns} {name}({', '.join(parameters)}) {text[body_open:body_close + 1]}"
+    return name, returns, parameters, definition, body
+
+
+def _returned(body: str, signature: Callable[[str], tuple[str, list[str]] | None]) -> str | None:
+    """The type a lambda without ``-> T`` returns, when its return statements say it."""
+    types = set()
+    for found in re.finditer(r"\breturn\b\s*([^;]*);", body):
+        value = found.group(1).strip()
+        if not value:
+            types.add("void")
+        elif value in ("true", "false"):
+            types.add("bool")
+        elif re.fullmatch(r"[-+]?\d+", value):
+            types.add("int64_t")
+        elif _NUMBER.match(value):
+            types.add("double")
+        elif called := re.search(r"(\w+)\s*\((?:[^()]|\([^()]*\))*\)$", value):
+            declared = signature(called.group(1))
+            if declared is None:
+                return None
+            types.add(" ".join(re.sub(r"\b(?:inline|static|constexpr|virtual)\b", "", declared[0]).split()))
+        else:
+            return None
+    return "void" if not types else types.pop() if len(types) == 1 else None
+
+
+def _collect(source: _Source, body_start: int, body_end: int, var: str, helper: _Helper | None, outer: list[str],
+             helpers: dict[str, list[_Helper]], signature: Callable[[str], tuple[str, list[str]] | None],
+             taken: set[str], out: _Collected, seen: set[int]) -> None:
+    """The registrations of a module body or of a helper's, following the helpers it calls."""
+    code, text = source.code, source.text
+    scope = helper.scope if helper else []
+    for use in re.finditer(rf"\b{re.escape(var)}\b", code[body_start:body_end]):
+        at = body_start + use.start()
+        if at < body_start or any(start <= at < end for start, end in _spans(out, source)):
+            continue
+        line = code.count("\n", 0, at) + 1
+        guard = outer + _guard_at(text, body_start, at)
+        after = code[at + len(var):body_end]
+        called = re.search(r"((?:::)?[\w:]*\w)\s*\(\s*$", code[body_start:at])
+        if re.match(r"\s*\.\s*def\s*\(", after):
+            opening = code.index("(", at + len(var))
+            close = _close(code, opening)
+            _spans(out, source).append((at, close))
+            try:
+                binding = _binding(source, opening, close, var, guard, signature, taken, out, helper)
+            except Unconvertible as error:
+                out.declined.append((source, line, str(error)))
+                continue
+            out.bindings.append((binding, helper))
+        elif re.match(r"\s*\.\s*doc\s*\(", after):
+            continue
+        elif alias := re.match(rf'\s*\.\s*attr\s*\(\s*"\s*"\s*\)\s*=\s*{re.escape(var)}\s*\.\s*attr\s*\(\s*"\s*"\s*\)\s*;',
+                               after):
+            names = re.findall(r'"(\w+)"', text[at:at + len(var) + alias.end()])
+            _spans(out, source).append((at, at + len(var) + alias.end()))
+            if len(names) == 2:
+                out.aliases.append((guard, names[0], names[1]))
+            else:
+                out.declined.append((source, line, f"{var}.attr: names this step cannot read"))
+        elif called and re.match(r"\s*\)", after):
+            target = _resolve(called.group(1), scope, helpers)
+            if target is None:
+                out.declined.append((source, line, f"{called.group(1)}({var}): its definition is in none of the files"
+                                                   " the build reads; convert its registrations by hand"))
+            elif id(target) not in seen:
+                seen.add(id(target))
+                out.helpers.append(target)
+                _collect(target.source, target.body_start, target.end - 1, target.var, target, guard, helpers,
+                         signature, taken, out, seen)
+        else:
+            out.declined.append((source, line, f"the module {var} is used other than by {var}.def, {var}.attr "
+                                               f"aliases and calls that hand it on; convert that by hand"))
+
+
+def _spans(out: _Collected, source: _Source) -> list[tuple[int, int]]:
+    """The text already read as one registration, per file: a use of the module inside it is not another."""
+    spans: dict[int, list[tuple[int, int]]] = out.__dict__.setdefault("_spans", {})
+    return spans.setdefault(id(source), [])
+
+
+def _binding(source: _Source, opening: int, close: int, var: str, guard: list[str],
+             signature: Callable[[str], tuple[str, list[str]] | None], taken: set[str], out: _Collected,
+             helper: _Helper | None) -> Binding:
+    code, text = source.code, source.text
+    items = _top_level(code, opening + 1, close)
+    head = re.fullmatch(r'\s*"(\w+)"\s*', text[items[0][0]:items[0][1]]) if items else None
+    if head is None or len(items) < 2:
+        raise Unconvertible(f"{var}.def without a name and a function")
+    name = head.group(1)
+    args: list[tuple[str, str | None]] = []
+    for a, b in items[2:]:
+        arg = re.fullmatch(r'\s*(?:py|pybind11)::arg\s*\(\s*"(\w+)"\s*\)\s*(?:=\s*(.+?))?\s*', text[a:b], re.S)
+        if arg:
+            args.append((arg.group(1), arg.group(2)))
+    what = text[items[1][0]:items[1][1]].strip()
+    if what.startswith("["):
+        function, returns, parameters, definition, body = _lambda(name, source, items[1][0], items[1][1], var,
+                                                                  signature, taken)
+        binding = Binding(name, function, args, guard, (returns, parameters), body)
+        out.lambdas.append((binding, helper, definition))
+        return binding
+    cast = re.fullmatch(r"static_cast\s*<\s*(.+?)\s*\(\s*\*\s*\)\s*\((.*?)\)\s*>\s*\(\s*&?\s*([\w:]+)\s*\)", what, re.S)
+    target = re.fullmatch(r"&?\s*([\w:]+)", what)
+    if cast is None and target is None:
+        raise Unconvertible(f"{name}: {var}.def of {what.split('(')[0][:60]!r}, neither a function nor a lambda")
+    binding = Binding(name, cast.group(3) if cast else target.group(1) if target else "", args, guard)
+    if cast:  # the overload is spelt out: its types are the signature, the py::arg names its names
+        types = [t.strip() for t in cast.group(2).split(",") if t.strip()]
+        named = args or [(f"arg{i}", None) for i in range(len(types))]
+        binding.cast = (cast.group(1).strip(), [f"{t} {n}" for t, (n, _) in zip(types, named, strict=False)])
+    return binding
 
 
 def parse_bindings(code: str, text: str, body_start: int, body_end: int, var: str) -> list[Binding]:
     """The ``var.def(...)`` calls between the braces, with the preprocessor lines open around each."""
-    bindings: list[Binding] = []
-    for found in re.finditer(rf"\b{re.escape(var)}\s*\.\s*def\s*\(", code[body_start:body_end]):
-        at = body_start + found.end() - 1
-        close = _close(code, at)
-        call = text[at + 1:close]
-        head = re.match(r'\s*"(\w+)"\s*,\s*', call)
-        cast = re.match(r"static_cast\s*<\s*(.+?)\s*\(\s*\*\s*\)\s*\((.*?)\)\s*>\s*\(\s*&?\s*([\w:]+)\s*\)",
-                        call[head.end():] if head else "", re.S)
-        target = re.match(r"&?\s*([\w:]+)", call[head.end():]) if head else None
-        if head is None or (cast is None and target is None):
-            raise Unconvertible(f"{var}.def without a name and a function pointer")
-        args = [(m.group(1), m.group(2)) for m in _ARG.finditer(call)]
-        binding = Binding(head.group(1), cast.group(3) if cast else target.group(1) if target else "", args,
-                          _guard_at(text, body_start, at))
-        if cast:  # the overload is spelt out: its types are the signature, the py::arg names its names
-            types = [t.strip() for t in cast.group(2).split(",") if t.strip()]
-            binding.cast = (cast.group(1).strip(), [f"{t} {name}" for t, (name, _) in zip(types, args or [(f"arg{i}", None) for i in range(len(types))], strict=False)])
-        bindings.append(binding)
-    return bindings
-
-
-def _only_defs(body: str, var: str) -> None:
-    """A module body this step can replace holds ``var.def(...)`` calls (and ``var.doc()``)
-    only: a module handed to a function (``register_apis(m)``), or given attributes, would lose
-    what that code registers."""
-    for use in re.finditer(rf"\b{re.escape(var)}\b", body):
-        after = body[use.end():]
-        if re.match(r"\s*\.\s*(?:def|doc)\s*\(", after):
-            continue
-        call = re.search(r"([\w:]+)\s*\([^()]*$", body[:use.start()])
-        what = f"is handed to {call.group(1)}({var})" if call else f"is used other than by {var}.def"
-        raise Unconvertible(f"the module {what}: its registrations are elsewhere; convert them by hand")
+    out = _Collected()
+    source = _Source(None, text, code, "")
+    _collect(source, body_start, body_end, var, None, [], {}, lambda _: None, set(), out, set())
+    if out.declined:
+        raise Unconvertible(out.declined[0][2])
+    return [binding for binding, _ in out.bindings]
 
 
 def _guard_at(text: str, body_start: int, at: int) -> list[str]:
@@ -338,62 +603,213 @@ def _guarded(lines: list[str], guard: list[str]) -> list[str]:
     return [*guard, *lines, *("#endif" for _ in guard)]
 
 
+def _existing_library(sources: list[_Source], skip: tuple[_Source, int, int], namespace: str) -> tuple[str, set[str]] | None:
+    """The dependency's own torch library that a converted module joins: (its namespace, the
+    operators it defines already). ``namespace`` when the tree has a library of that name, else
+    its only one; None when it has none."""
+    libraries: dict[str, set[str]] = {}
+    for source in sources:
+        for found in _LIBRARY.finditer(source.code):
+            if source is skip[0] and skip[1] <= found.start() < skip[2]:
+                continue
+            ops = libraries.setdefault(found.group(1), set())
+            if "_IMPL" in found.group(0):
+                continue
+            close = _close(source.code, found.end() - 1)
+            body = source.text[found.end():close]
+            ops.update(re.findall(rf'\b{re.escape(found.group(2))}\s*\.\s*def\s*\(\s*"(\w+)', body))
+    if namespace in libraries:
+        return namespace, libraries[namespace]
+    if len(libraries) == 1:
+        return next(iter(libraries.items()))
+    return None
+
+
 def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool, signature: object,
-                    body: Callable[[str], str | None] = lambda _: None) -> tuple[list[ModuleEdit], list[tuple[int, str]]]:
+                    body: Callable[[str], str | None] = lambda _: None, files: Mapping[Path, str] | None = None,
+                    root: Path | None = None) -> tuple[list[ModuleEdit], list[tuple[int, str]]]:
     """The edits that turn each pybind11 module of ``text`` into a stable registration, and
-    (line, reason) for each module left as it is. ``signature(name)`` finds a bound
-    function's (return type, parameters), ``body(name)`` its definition's body."""
-    code = blank_comments_and_strings(text)
+    (line, reason) for each module left as it is or binding not converted (a binding with no
+    schema form: the rest of its module is converted, the binding named at its file:line, and
+    its Python function raises NotImplementedError). ``signature(name)`` finds a bound
+    function's (return type, parameters), ``body(name)`` its definition's body. ``files``: the
+    dependency's files (path -> text, ``text``'s own among them or not), where the functions a
+    module hands itself to (``register_apis(m)``) are found, each replaced by the named lambdas
+    and wrappers it needs (an edit in ``ModuleEdit.others`` when in another file), and where an
+    existing torch library is found, which the module then joins as a fragment (its operators
+    not defined twice); ``root`` names those files in messages."""
+    files = dict(files or {})
+    own = next((path for path, other in files.items() if other == text), None)
+    sources = [_Source(own, text, blank_comments_and_strings(text), _display(own, root))]
+    sources += [_Source(path, other, blank_comments_and_strings(other), _display(path, root))
+                for path, other in files.items() if path != own]
+    module_source = sources[0]
+    code = module_source.code
+    helpers = _helpers(sources)
+    find: Callable[[str], tuple[str, list[str]] | None] = signature  # type: ignore[assignment]
+    taken = {word for source in sources for word in re.findall(r"\b\w+_fn_*\b", source.code)}
     edits: list[ModuleEdit] = []
     declined: list[tuple[int, str]] = []
     for module in _MODULE.finditer(code):
         line = code.count("\n", 0, module.start()) + 1
         try:
             close = _close(code, module.end() - 1)
-            _only_defs(code[module.end():close], module.group(2))
-            bindings = parse_bindings(code, text, module.end(), close, module.group(2))
-            operators = []
-            for binding in bindings:
-                function = binding.function.split("::")[-1]
-                found = binding.cast or signature(function)  # type: ignore[operator]
-                if found is None:
-                    raise Unconvertible(f"no declaration of {binding.function} found")
-                # a spelt-out overload names its parameters after the py::args: the body's names differ
-                operators.append(operator_for(binding, found[0], found[1], None if binding.cast else body(function)))
-            python = forwarders(namespace, operators, bindings) if pyinit else []
         except Unconvertible as error:
             declined.append((line, str(error)))
             continue
-        wrappers = [op.wrapper for op in operators if op.wrapper]
-        out = [f"// {GENERATED_MARK} (was a pybind11 module)."]
-        if wrappers:
-            out += ["namespace {", "", "// What TORCH_BOX takes: int64_t for ints, one argument per tuple element."]
-            for op in operators:
-                if op.wrapper:
-                    out += _guarded(op.wrapper.split("\n"), op.guard)
-            out += ["", "}  // namespace", ""]
-        out.append(f"STABLE_TORCH_LIBRARY({namespace}, m) {{")
-        for op in operators:
-            out += _guarded([f'  m.def("{op.schema}");'], op.guard)
-        out += ["}", "", f"STABLE_TORCH_LIBRARY_IMPL({namespace}, {dispatch_key}, m) {{"]
-        for op, binding in zip(operators, bindings, strict=True):
-            out += _guarded([f'  m.impl("{binding.name}", TORCH_BOX({op.impl}));'], op.guard)
-        out.append("}")
-        if pyinit:
-            out += ["", *_pyinit(module.group(1), python)]
-        edits.append(ModuleEdit(module.start(), close + 1, line, "\n".join(out), [op.schema for op in operators],
-                                [(op.schema, op.unsure) for op in operators if op.unsure]))
+        out = _Collected()
+        _collect(module_source, module.end(), close, module.group(2), None, [], helpers, find, taken, out, set())
+        joined = _existing_library(sources, (module_source, module.start(), close), namespace)
+        library = joined[0] if joined else namespace
+        defined = joined[1] if joined else set()
+        operators: list[tuple[Operator, Binding, _Helper | None]] = []
+        for binding, helper in out.bindings:
+            try:
+                operators.append((_operator(binding, helper, find, body), binding, helper))
+            except Unconvertible as error:
+                where = _where(binding, out, helper, module_source)
+                out.declined.append((where[0], where[1], f"{binding.name}: {error}"))
+        try:
+            python = forwarders(library, [op for op, _, _ in operators], [b for _, b, _ in operators],
+                                aliases=out.aliases, missing=[(source, number, reason) for source, number, reason
+                                                              in out.declined]) if pyinit else []
+        except Unconvertible as error:
+            declined.append((line, str(error)))
+            continue
+        for source, number, reason in out.declined:
+            declined.append((number, reason) if source is module_source else (line, f"at {source.name}:{number}: {reason}"))
+        if not operators and out.declined:
+            continue  # nothing this step can register: the module is left whole
+        edit = _module_edit(module, close, line, module_source, library, joined is not None, defined, dispatch_key,
+                            operators, out, python if pyinit else None)
+        parts = [(helper.source, ModuleEdit(helper.start, helper.end, helper.source.code.count("\n", 0, helper.start) + 1,
+                                            _helper_text(helper, module_source, out, operators), []))
+                 for helper in out.helpers]
+        replaced = [(module_source, edit), *parts]
+        for source in {id(source): source for source, _ in replaced}.values():
+            parts += [(source, include) for include in _pybind_includes(source, [e for s, e in replaced if s is source])]
+        for source, part in parts:
+            if source is module_source:
+                edits.append(part)
+            elif source.path is not None:
+                edit.others.append((source.path, part))
+        edits.append(edit)
     return edits, declined
+
+
+_PYBIND_INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"](?:pybind11/[\w/.]+|torch/python\.h)[>\"][^\n]*\n", re.M)
+
+
+def _pybind_includes(source: _Source, replaced: list[ModuleEdit]) -> list[ModuleEdit]:
+    """Edits removing a file's pybind11 includes (and ``torch/python.h``, torch's pybind11
+    glue) when nothing of pybind11 is left in it once ``replaced`` are made."""
+    kept = source.code
+    for edit in replaced:
+        kept = kept[:edit.start] + " " * (edit.end - edit.start) + kept[edit.end:]
+    if re.search(r"\b(?:py|pybind11)::|\bPYBIND11_", _PYBIND_INCLUDE.sub("", kept)):
+        return []
+    return [ModuleEdit(found.start(), found.end(), source.code.count("\n", 0, found.start()) + 1, "", [])
+            for found in _PYBIND_INCLUDE.finditer(source.text)]
+
+
+def _display(path: Path | None, root: Path | None) -> str:
+    if path is None:
+        return "<module>"
+    if root is not None and path.is_relative_to(root):
+        return path.relative_to(root).as_posix()
+    return path.as_posix()
+
+
+def _where(binding: Binding, out: _Collected, helper: _Helper | None, module_source: _Source) -> tuple[_Source, int]:
+    """The file and line of a binding's ``.def``."""
+    source = helper.source if helper else module_source
+    found = re.search(rf'\.\s*def\s*\(\s*"{re.escape(binding.name)}"', source.text)
+    return source, source.text.count("\n", 0, found.start() if found else 0) + 1
+
+
+def _operator(binding: Binding, helper: _Helper | None, find: Callable[[str], tuple[str, list[str]] | None],
+              body: Callable[[str], str | None]) -> Operator:
+    """A binding's operator; one registered by a helper in a namespace is called by its
+    qualified name (through an inline wrapper beside the helper when the binding names its
+    function relative to that namespace)."""
+    function = binding.function.split("::")[-1]
+    found = binding.cast or find(function)
+    if found is None:
+        raise Unconvertible(f"no declaration of {binding.function} found")
+    text_body = binding.body if binding.body is not None else None if binding.cast else body(function)
+    prefix = "::".join(_named(helper.scope)) if helper else ""
+    relative = bool(prefix) and "::" in binding.function and not binding.function.startswith("::")
+    op = operator_for(binding, found[0], found[1], text_body, wrap=relative)
+    if helper is not None and prefix:
+        if op.wrapper is not None:
+            op.impl = f"&{prefix}::{op.impl.removeprefix('&')}"
+        elif not binding.function.startswith("::"):
+            op.impl = f"&{prefix}::{binding.function}"
+    if helper is not None and op.wrapper is not None and not op.wrapper.startswith("inline "):
+        op.wrapper = "inline " + op.wrapper  # beside the helper, in a header a unit may include twice
+    return op
+
+
+def _helper_text(helper: _Helper, module_source: _Source, out: _Collected,
+                 operators: list[tuple[Operator, Binding, _Helper | None]]) -> str:
+    """What takes a helper's place: its lambdas as named functions and the wrappers of what it
+    registered, in its own namespace (where the names its bindings use resolve as before)."""
+    where = "this file" if helper.source is module_source else module_source.name
+    lines = [f"// {GENERATED_MARK} (was {helper.source.text[helper.start:helper.body_start].split('(')[0].split()[-1]}"
+             f"(pybind11::module_&): the operators it registered are in the STABLE_TORCH_LIBRARY of {where})."]
+    for binding, owner, definition in out.lambdas:
+        if owner is helper:
+            lines += _guarded(f"inline {definition}".split("\n"), binding.guard)
+    for op, _, owner in operators:
+        if owner is helper and op.wrapper:
+            lines += _guarded(op.wrapper.split("\n"), op.guard)
+    return "\n".join(lines)
+
+
+def _module_edit(module: re.Match[str], close: int, line: int, source: _Source, library: str, fragment: bool,
+                 defined: set[str], dispatch_key: str, operators: list[tuple[Operator, Binding, _Helper | None]],
+                 out: _Collected, python: list[tuple[list[str], list[str]]] | None) -> ModuleEdit:
+    own = [(op, binding) for op, binding, helper in operators if binding.name not in defined]
+    text = [f"// {GENERATED_MARK} (was a pybind11 module)."]
+    local_lambdas = [(binding, definition) for binding, owner, definition in out.lambdas if owner is None]
+    wrappers = [op for op, _, helper in operators if op.wrapper and helper is None]
+    if local_lambdas or wrappers:
+        text += ["namespace {", "", "// What TORCH_BOX takes: int64_t for ints, one argument per tuple element."]
+        for binding, definition in local_lambdas:
+            text += _guarded(definition.split("\n"), binding.guard)
+        for op in wrappers:
+            text += _guarded((op.wrapper or "").split("\n"), op.guard)
+        text += ["", "}  // namespace", ""]
+    if own:
+        macro = "STABLE_TORCH_LIBRARY_FRAGMENT" if fragment else "STABLE_TORCH_LIBRARY"
+        if fragment:
+            text.append(f"// These operators join the library {library} this dependency already defines.")
+        text.append(f"{macro}({library}, m) {{")
+        for op, _ in own:
+            text += _guarded([f'  m.def("{op.schema}");'], op.guard)
+        text += ["}", "", f"STABLE_TORCH_LIBRARY_IMPL({library}, {dispatch_key}, m) {{"]
+        for op, binding in own:
+            text += _guarded([f'  m.impl("{binding.name}", TORCH_BOX({op.impl}));'], op.guard)
+        text.append("}")
+    if python is not None:
+        text += ["", *_pyinit(module.group(1), python)]
+    return ModuleEdit(module.start(), close + 1, line, "\n".join(text), [op.schema for op, _ in own],
+                      [(op.schema, op.unsure) for op, _ in own if op.unsure])
 
 
 _TORCH_ALIAS = "_assemble_torch"  # the forwarders' name for torch: not a name a module is likely to define
 
 
-def forwarders(namespace: str, operators: list[Operator], bindings: list[Binding]) -> list[tuple[list[str], list[str]]]:
+def forwarders(namespace: str, operators: list[Operator], bindings: list[Binding],
+               aliases: list[tuple[list[str], str, str]] | None = None,
+               missing: list[tuple[Any, int, str]] | None = None) -> list[tuple[list[str], list[str]]]:
     """(guard, Python lines) per operator: a function of the module's old name and parameters
     (py::arg names and defaults) that calls ``torch.ops.<namespace>.<op>``, passing a tuple
     argument as its elements. Callers of the pybind11 module keep working unchanged; a name
-    that is not a Python identifier gets ``*args, **kwargs`` (no tuple to split) or is refused."""
+    that is not a Python identifier gets ``*args, **kwargs`` (no tuple to split) or is refused.
+    ``aliases``: (guard, name, existing name), ``m.attr("a") = m.attr("b")``; ``missing``: the
+    bindings not converted (their reason), each a function that raises NotImplementedError, so
+    an ``import`` of its name still works."""
     out: list[tuple[list[str], list[str]]] = []
     for op, binding in zip(operators, bindings, strict=True):
         names = [p.split("=", 1)[0] for p in op.python_params]
@@ -406,6 +822,13 @@ def forwarders(namespace: str, operators: list[Operator], bindings: list[Binding
         else:
             raise Unconvertible(f"{binding.name}: a parameter name is not a Python identifier, so its forwarder cannot split the tuple")
         out.append((op.guard, lines))
+    for _, _, reason in missing or []:
+        name = reason.split(":", 1)[0]
+        if name.isidentifier() and not keyword.iskeyword(name):
+            out.append(([], [f"def {name}(*args, **kwargs):",
+                             f"    raise NotImplementedError({json.dumps('not migrated to the Stable ABI: ' + reason)})"]))
+    for guard, new, existing in aliases or []:
+        out.append((guard, [f"{new} = {existing}"]))
     try:  # every guard's branch taken at once: each forwarder must compile on its own anyway
         compile("\n".join(line for _, lines in out for line in lines) + "\n", "<assemble forwarders>", "exec")
     except SyntaxError as error:
