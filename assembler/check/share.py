@@ -7,7 +7,7 @@ the unit's *directive skeleton*: its directive lines at their line numbers. Gene
 instantiations (FlashAttention's 194 units) differ only in their text, so one scan answers for
 all of them: the others take its output with their own path put in.
 
-The skeleton is read by a small lexer that gives up (the unit is scanned on its own) on
+The skeleton is read by the project's one lexer (``check/lexer.py``), which gives up (the unit is scanned on its own) on
 anything where its reading of the file could differ from the compiler's: raw strings,
 trigraphs, digraph directives, unterminated comments or literals, a splice after whitespace,
 computed includes, ``#line``, and names that the lexer itself would diagnose or that name the
@@ -25,23 +25,17 @@ from pathlib import Path
 
 from assembler.builder.diagnose import Diagnostic
 from assembler.check.compilers import Pass
+from assembler.check.lexer import Unsure, directives
 from assembler.check.scan import ScanOutput
 
 PLACEHOLDER = "\0unit\0"  # the unit's path in a pass's command, for the sharing key
 _DIRECTIVES = {"include", "include_next", "define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef",
                "else", "endif", "pragma", "error", "warning", ""}
-# Names whose use in the unit's text the lexer diagnoses or expands, or that name the main file.
-_TEXT_NAMES = {"_Pragma", "__VA_ARGS__", "__VA_OPT__", "__has_include", "__has_include_next",
-               "__FILE__", "__BASE_FILE__", "__FILE_NAME__", "__TIMESTAMP__"}
 # In any file a scan read: what could make the unit's own text or name matter.
 _HEADER_RISK = re.compile(rb"__BASE_FILE__|__FILE_NAME__|__TIMESTAMP__")
 # A poisoned name is an error wherever a unit's text uses it: such a unit scans itself.
 _POISON = re.compile(rb"#[ \t]*pragma[ \t]+(?:GCC[ \t]+)?poison([^\n]*)|_Pragma\s*\(\s*\"(?:GCC\s+)?poison([^\"]*)\"")
-_TRIGRAPH = re.compile(r"\?\?[=/'()!<>\-]")
-_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
-_NUMBER = re.compile(r"\.?[0-9](?:[eEpP][+-]|'[0-9A-Za-z_]|[0-9A-Za-z_.])*")
 _SIMPLE_IF = re.compile(r"#\s*if(?:n)?def\s+[A-Za-z_]\w*\s*")
-_CHAR_PREFIXES = {"L", "u", "U", "u8"}
 
 
 class _GiveUp(Exception):
@@ -59,113 +53,11 @@ def skeleton(path: Path) -> tuple[tuple[int, str], ...] | None:
 
 
 def _directives(text: str) -> list[tuple[int, str, str]]:
-    """(line, raw text, comment-free text) of each directive."""
-    if "\r" in text.replace("\r\n", "\n") or _TRIGRAPH.search(text) or re.search(r"\\[ \t\f\v]+\n", text.replace("\r\n", "\n")):
-        raise _GiveUp
-    lines = text.replace("\r\n", "\n").split("\n")
-    found: list[tuple[int, str, str]] = []
-    number = 0
-    in_comment = False
-    while number < len(lines):
-        start = number
-        _, clean, number, in_comment, first_after_comment = _logical_line(lines, number, in_comment)
-        stripped = clean.strip()
-        if stripped.startswith("#") and in_comment:
-            raise _GiveUp  # a directive that goes on inside a comment over the next line
-        if stripped.startswith("#") and not first_after_comment:
-            found.append((start + 1, "\n".join(lines[start:number]), stripped))
-        elif stripped.startswith("#") or stripped.startswith("%:"):
-            raise _GiveUp  # a directive after a comment's end, or a digraph one
-    if in_comment:
-        raise _GiveUp
-    return found
-
-
-def _logical_line(lines: list[str], number: int, in_comment: bool) -> tuple[str, str, int, bool, bool]:
-    """One line after splices, with comments blanked: (raw, clean, next line, in a block comment,
-    the first token follows a block comment that began on an earlier line)."""
-    raw = lines[number]
-    number += 1
-    while raw.endswith("\\") and number < len(lines):
-        raw = raw[:-1] + lines[number]
-        number += 1
-    out: list[str] = []
-    at = 0
-    after_comment = in_comment
-    seen_token = False
-    directive = raw.lstrip().startswith("#") and not in_comment
-    while at < len(raw):
-        if in_comment:
-            end = raw.find("*/", at)
-            if end < 0:
-                return raw, "".join(out), number, True, False
-            in_comment = False
-            out.append(" ")
-            at = end + 2
-            continue
-        char = raw[at]
-        if raw.startswith("//", at):
-            break
-        if raw.startswith("/*", at):
-            in_comment = True
-            at += 2
-            continue
-        if char in " \t\f\v":
-            out.append(char)
-            at += 1
-            continue
-        if not seen_token and after_comment and char != "#":
-            after_comment = False
-        seen_token = True
-        if directive and char in "<\"" and re.match(r"\s*#\s*include(?:_next)?\s*$", "".join(out)):
-            close = raw.find(">" if char == "<" else '"', at + 1)
-            if close < 0:
-                raise _GiveUp
-            name = raw[at:close + 1]
-            if "/*" in name or "//" in name:
-                raise _GiveUp
-            out.append(name)
-            at = close + 1
-            continue
-        if char in "\"'":
-            at = _literal(raw, at, out)
-            continue
-        ident = _IDENT.match(raw, at)
-        if ident:
-            word = ident.group(0)
-            if word.endswith("R") and raw.startswith('"', ident.end()) and word in {"R", "LR", "uR", "UR", "u8R"}:
-                raise _GiveUp  # raw strings undo splices: not read here
-            if word in _TEXT_NAMES or "\\" in word:
-                raise _GiveUp
-            out.append(word)
-            at = ident.end()
-            if word in _CHAR_PREFIXES and at < len(raw) and raw[at] in "\"'":
-                at = _literal(raw, at, out)
-            continue
-        number_token = _NUMBER.match(raw, at)
-        if number_token:
-            out.append(number_token.group(0))
-            at = number_token.end()
-            continue
-        if char == "\\":
-            raise _GiveUp  # a stray backslash or a universal character name outside a literal
-        out.append(char)
-        at += 1
-    return raw, "".join(out), number, in_comment, after_comment and seen_token
-
-
-def _literal(raw: str, at: int, out: list[str]) -> int:
-    quote = raw[at]
-    end = at + 1
-    while end < len(raw):
-        if raw[end] == "\\":
-            end += 2
-            continue
-        if raw[end] == quote:
-            out.append(raw[at:end + 1])
-            return end + 1
-        end += 1
-    raise _GiveUp  # unterminated: the compiler says so, in this unit only
+    """(line, raw text, comment-free text) of each directive, read by the project's one lexer."""
+    try:
+        return directives(text)
+    except Unsure:
+        raise _GiveUp from None
 
 
 def _drop_text_only_blocks(found: list[tuple[int, str, str]]) -> list[tuple[int, str]]:
