@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from assembler.builder import builder
+from assembler.builder import backends, builder
 from assembler.builder.cache import ArtifactStore
 from assembler.builder.planner import DepPlan, plan_build
 from assembler.builder.request import BuildContext
@@ -131,8 +131,7 @@ def plan_shards(workspace: Workspace, plans: dict[str, DepPlan], entries: list[M
         if entry.cost == 0 or plan.units is None:
             continue
         dep = workspace.manifest.deps[entry.dep]
-        extensions = tuple(ext.name for ext in dep.build.extensions) if dep.build.backend == "helper" else ()
-        jobs = shards.compile_jobs(plan, extensions, shards.unit_times(workspace.state_dir, entry.dep))
+        jobs = shards.compile_jobs(plan, backends.for_dep(dep).extension_modules(dep), shards.unit_times(workspace.state_dir, entry.dep))
         mine = shard_count(count, entry.cost, largest, len(jobs))
         if mine < 2:
             continue

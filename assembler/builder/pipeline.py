@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from packaging.version import Version
 
 from assembler.audit.gate import CheckKind, Verdict, findings, object_verdict, passes, summarize
-from assembler.builder import builder, links, memory, scheduler, units
+from assembler.builder import backends, builder, links, memory, scheduler, units
 from assembler.builder.builder import Outcome
 from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
@@ -256,7 +256,7 @@ def build_artifacts(
     with workspace.lock(), contextlib.ExitStack() as held:
         checkouts = sync_checkouts(workspace, deps, lambda dep, step: note(f"{dep}: {step}"))
         for dep in deps:  # refused before any toolchain or backend runs, as check and --plan refuse them
-            if dep.build.backend == "helper":  # a link out of the checkout, then a recipe path it lacks (deps.toml line)
+            if backends.for_dep(dep).from_extensions:  # a link out of the checkout, then a recipe path it lacks (deps.toml line)
                 units.translation_units(workspace, dep, checkouts[dep.name].path)
             else:  # its own build decides what it reads: a link out of the checkout
                 links.refuse_escaping(workspace.root, dep.name, checkouts[dep.name].path)
@@ -350,7 +350,7 @@ def _compile_shard(workspace: Workspace, ctx: BuildContext, request: BuildReques
     plan = plan_dep(workspace, dep, request.checkout)
     if plan.error is not None:
         raise plan.error
-    extensions = tuple(ext.name for ext in dep.build.extensions) if dep.build.backend == "helper" else ()
+    extensions = backends.for_dep(dep).extension_modules(dep)
     split = shards.split(shards.compile_jobs(plan, extensions, shards.unit_times(workspace.state_dir, dep.name)), shard.count)
     mine = split[shard.index - 1]
     on_event(dep.name, "configuring", None, None)

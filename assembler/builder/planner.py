@@ -129,10 +129,11 @@ def plan_dep(workspace: Workspace, dep: Dependency, checkout: Path) -> DepPlan:
     plan.error = recipe.missing_recipe(workspace.manifest.path, dep)
     if plan.error is not None:
         return plan
+    backend = backends.for_dep(dep)
     try:
-        plan.archs = list(dep_archs(dep, bundle.cuda_archs, recipe.uses_cuda(dep)))
+        plan.archs = list(dep_archs(dep, bundle.cuda_archs, backend.uses_cuda(dep.build)))
         compdb = unit_resolver.compile_commands_path(workspace.state_dir, dep.name)
-        if dep.build.backend != "helper" and not dep.build.sources and not compdb.is_file():
+        if not backend.from_extensions and not dep.build.sources and not compdb.is_file():
             links.refuse_escaping(workspace.root, dep.name, checkout)  # translation_units does it for the others
             plan.note = (f"the recipe names no sources and no build recorded compile commands yet: its {dep.build.backend} "
                          "build decides (add sources = [...] to plan them)")
@@ -149,8 +150,7 @@ def plan_dep(workspace: Workspace, dep: Dependency, checkout: Path) -> DepPlan:
         item["compiler"] = "nvcc" if unit.language == CUDA else cxx_name()
         plan.units.append(item)
         plan.arch_compilations += max(1, len(archs))
-    stubs = len(dep.build.extensions) if dep.build.backend == "helper" else 0
-    plan.jobs = len(found) + stubs
+    plan.jobs = len(found) + len(backend.extension_modules(dep))  # a stub compile per module
     return plan
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from assembler.builder import units
+from assembler.builder import backends, units
 from assembler.errors import InputError
 from assembler.fsutil import atomic_write_if_changed
 from assembler.manifest import Dependency, Extension
@@ -36,15 +36,6 @@ class Project:
         base = inside if inside is not None else directory.parent
         atomic_write_if_changed(directory / "pyproject.toml", self.pyproject, inside=base)
         atomic_write_if_changed(directory / "CMakeLists.txt", self.cmakelists, inside=base)
-
-
-def uses_cuda(dep: Dependency) -> bool:
-    """Whether nvcc takes part: any CUDA extension, or the dependency's own CMake (unknown); for
-    its own setup.py, when the recipe sets cuda-archs or lists a .cu source."""
-    recipe = dep.build
-    if recipe.backend == "setuptools":
-        return recipe.cuda_archs is not None or any(source.endswith(".cu") for source in recipe.sources)
-    return recipe.cmake_dir is not None or any(ext.language == CUDA for ext in recipe.extensions)
 
 
 def module_destination(dep: Dependency) -> str:
@@ -197,8 +188,7 @@ def missing_recipe(manifest: Path, dep: Dependency) -> InputError | None:
     """The error for a dependency whose deps.toml says nothing to build (no [deps.X.build], as
     `assemble add` leaves it; or a helper recipe without extensions, packages or data): said
     where the build is planned, not as a missing file when the empty artifact is packed."""
-    recipe = dep.build
-    if recipe.backend != "helper" or recipe.extensions or recipe.python_packages or recipe.data:
+    if not backends.for_dep(dep).nothing_to_build(dep.build):
         return None
     return InputError(
         f"{manifest}: [deps.{dep.name}] has no build recipe, so there is nothing to build",

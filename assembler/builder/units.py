@@ -1,10 +1,10 @@
 """The translation units a dependency's build compiles, resolved against its checkout without
 compiling: what `assemble check` preprocesses and `assemble build --plan` lists.
 
-Where they come from, by backend:
+Where they come from, by backend (``Backend.from_extensions``):
 - ``helper``: each ``[[deps.X.build.extensions]]`` (its sources, include-dirs and defines; a
   CUDA extension defines ``USE_CUDA`` for all of its sources, as the CMake helper does);
-- ``cmake`` and ``setuptools``: the recipe's ``sources`` (globs allowed), ``include-dirs`` and
+- a dependency's own build (``cmake``, ``setuptools``): the recipe's ``sources`` (globs allowed), ``include-dirs`` and
   ``defines`` when ``sources`` is given; else the compile commands the last build of the
   dependency recorded on this machine (``compile_commands_path``: in the user's cache, never
   the workspace, where a committed file could leave units out); else an error naming the recipe.
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from assembler.builder import links
+from assembler.builder import backends, links
 from assembler.errors import InputError
 from assembler.manifest import Dependency, Extension
 from assembler.manifest.globs import expand
@@ -143,7 +143,7 @@ def translation_units(workspace: Workspace, dep: Dependency, checkout: Path | No
         )
     links.refuse_escaping(workspace.root, dep.name, root)  # what a unit includes is read through them
     recipe = dep.build
-    if recipe.backend == "helper":
+    if backends.for_dep(dep).from_extensions:
         return _helper_units(workspace, dep, root)
     if recipe.sources:
         return _recipe_units(workspace, dep, root)
@@ -192,15 +192,16 @@ def _helper_units(workspace: Workspace, dep: Dependency, root: Path) -> list[Tra
 
 
 def _recipe_units(workspace: Workspace, dep: Dependency, root: Path) -> list[TranslationUnit]:
-    """A cmake or setuptools recipe's ``sources``: the recipe's include dirs and defines (CUDA
-    units see USE_CUDA); a cmake build's standard, a setuptools build's is torch's default."""
+    """The ``sources`` of a recipe the dependency's own build compiles: the recipe's include dirs
+    and defines (CUDA units see USE_CUDA), the standard its backend says (``Backend.unit_std``)."""
     keys = ("deps", dep.name, "build")
     recipe = dep.build
+    backend = backends.for_dep(dep)
     includes = tuple(_include_dir(workspace, root, (*keys, "include-dirs"), item) for item in recipe.include_dirs)
 
     def shape(language: str) -> UnitShape:
         defines = (*recipe.defines, "USE_CUDA") if language == CUDA else recipe.defines
-        return UnitShape(defines, cmake_standard(dep, language) if recipe.backend == "cmake" else None)
+        return UnitShape(defines, backend.unit_std(dep, language))
 
     return _units(workspace, root, keys, recipe.sources, None, set(), includes, shape, None)
 

@@ -14,17 +14,26 @@ files of an artifact (``build``), writing the compile commands it ran to ``Work.
 steps (cache, store, record, packing) stay in ``builder``; which translation units a recipe
 compiles (for `assemble check` and `build --plan`) is ``builder.units``, which reads the recipe
 or those compile commands.
+
+Every other question about a backend (where its units come from, their default standard, the
+modules it names, whether CUDA takes part...) is a member of :class:`Backend`, answered by its
+module: nothing outside this package compares a backend's name. The backend of a
+``BackendName`` is the module of that name here (its ``BACKEND``, :func:`get`), so a new backend
+is its module, a member of ``manifest.model.BackendName`` and a test.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, cast
 
 from assembler.manifest import Dependency
+from assembler.manifest.model import BackendName, BuildRecipe
 
 if TYPE_CHECKING:
     from assembler.builder.request import BuildContext, BuildRequest
@@ -60,7 +69,36 @@ class Work:
 
 
 class Backend(Protocol):
-    name: str
+    """One backend: how a recipe of its name builds, and what the rest of assembler may ask of it."""
+
+    name: BackendName
+    # Its units are the recipe's [[extensions]] and it gives each its whole compile model (the
+    # helper); else the dependency's own build decides, described by the recipe's sources or the
+    # compile commands its last build recorded (a recipe path is then checked by that build).
+    from_extensions: bool
+    # A unit whose compile model names no -std gets torch.utils.cpp_extension's default (c++20
+    # since torch 2.10), not the CMake helper's floor (c++17).
+    cpp_extension_std: bool
+    # The extension module's PyInit_ comes from the dependency's sources (setup.py's Extension
+    # looks for it), not from the stub the CMake helper generates.
+    pyinit_in_sources: bool
+
+    def uses_cuda(self, recipe: BuildRecipe) -> bool:
+        """Whether nvcc takes part (or may: a dependency's own build decides)."""
+        ...
+
+    def nothing_to_build(self, recipe: BuildRecipe) -> bool:
+        """The recipe names nothing to build (`assemble add` leaves a helper recipe empty)."""
+        ...
+
+    def extension_modules(self, dep: Dependency) -> tuple[str, ...]:
+        """The Python extension modules the recipe names before any build (one stub compile each)."""
+        ...
+
+    def unit_std(self, dep: Dependency, language: str) -> str | None:
+        """The -std= of the recipe's ``sources`` of ``language`` (``cxx`` or ``cuda``); None: the
+        default (:attr:`cpp_extension_std`). Not asked of a backend :attr:`from_extensions`."""
+        ...
 
     def prepare(self, ctx: BuildContext, dep: Dependency, checkout: Path) -> Prepared:
         """The key contribution of ``dep``'s recipe (raises InputError for a recipe that cannot build)."""
@@ -72,16 +110,17 @@ class Backend(Protocol):
         ...
 
 
-def get(name: str) -> Backend:
-    from assembler.builder.backends.cmake import CMakeBackend
-    from assembler.builder.backends.helper import HelperBackend
-    from assembler.builder.backends.setuptools import SetuptoolsBackend
-
-    backends: dict[str, Backend] = {"helper": HelperBackend(), "cmake": CMakeBackend(), "setuptools": SetuptoolsBackend()}
-    return backends[name]
+@functools.cache
+def get(name: BackendName) -> Backend:
+    """The one registry: ``BackendName.X`` is the ``BACKEND`` of ``assembler.builder.backends.<x>``."""
+    module = importlib.import_module(f"{__name__}.{BackendName(name).value}")
+    backend = cast(Backend, module.BACKEND)
+    assert backend.name == name, f"{module.__name__}.BACKEND is named {backend.name!r}"
+    return backend
 
 
 def for_dep(dep: Dependency) -> Backend:
+    """The backend of ``dep``'s recipe."""
     return get(dep.build.backend)
 
 

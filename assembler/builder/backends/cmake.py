@@ -8,8 +8,22 @@ last build."""
 
 from __future__ import annotations
 
+from assembler.builder.backends import Backend
 from assembler.builder.backends.skbuild import ScikitBuildBackend
+from assembler.builder.units import cmake_standard
+from assembler.manifest import Dependency
+from assembler.manifest.model import BackendName, BuildRecipe
 
 
 class CMakeBackend(ScikitBuildBackend):
-    name = "cmake"
+    name = BackendName.CMAKE
+    from_extensions = False
+
+    def uses_cuda(self, recipe: BuildRecipe) -> bool:
+        return True  # its own CMake decides, unknown until it runs
+
+    def unit_std(self, dep: Dependency, language: str) -> str | None:
+        return cmake_standard(dep, language)
+
+
+BACKEND: Backend = CMakeBackend()  # backends.get finds it by the module's name

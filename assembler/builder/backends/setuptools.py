@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from assembler.builder.backends import (
+    Backend,
     BuildFailure,
     Prepared,
     Work,
@@ -45,10 +46,11 @@ from assembler.builder.backends import (
 )
 from assembler.builder.backends.skbuild import configure_digest, one_wheel, unpack
 from assembler.builder.cache import digest_texts
-from assembler.builder.recipe import torch_arch_list, uses_cuda
+from assembler.builder.recipe import torch_arch_list
 from assembler.builder.units import RecipePathError
 from assembler.fsutil import atomic_write
 from assembler.manifest import MANIFEST_NAME, Dependency
+from assembler.manifest.model import BackendName, BuildRecipe
 from assembler.toolchain.cxx import cxx_name
 from assembler.toolchain.driver import driver_stub
 from assembler.toolchain.sccache import setuptools_environment, unshimmed
@@ -107,7 +109,23 @@ egg_base = {egg_base}
 
 
 class SetuptoolsBackend:
-    name = "setuptools"
+    name = BackendName.SETUPTOOLS
+    from_extensions = False
+    cpp_extension_std = True  # torch.utils.cpp_extension adds -std=c++20 (2.10+) unless the setup.py says
+    pyinit_in_sources = True  # setup.py's Extension is a Python module: its PyInit_ is in its sources
+
+    def uses_cuda(self, recipe: BuildRecipe) -> bool:
+        """When the recipe sets cuda-archs or lists a .cu source (its setup.py decides the rest)."""
+        return recipe.cuda_archs is not None or any(source.endswith(".cu") for source in recipe.sources)
+
+    def nothing_to_build(self, recipe: BuildRecipe) -> bool:
+        return False
+
+    def extension_modules(self, dep: Dependency) -> tuple[str, ...]:
+        return ()
+
+    def unit_std(self, dep: Dependency, language: str) -> str | None:
+        return None  # cpp_extension's, unless its setup.py adds one (then its compile commands say)
 
     def prepare(self, ctx: BuildContext, dep: Dependency, checkout: Path) -> Prepared:
         project = checkout / dep.build.project_dir
@@ -121,7 +139,7 @@ class SetuptoolsBackend:
             *(("ptx",) if dep.build.ptx else ()),  # unset keeps the keys that came before the key
         )
         tools = (("setuptools", versions.get("setuptools", "(none)")),)
-        return Prepared(recipe=recipe, uses_cuda=uses_cuda(dep), tools=tools)
+        return Prepared(recipe=recipe, uses_cuda=self.uses_cuda(dep.build), tools=tools)
 
     def build(self, ctx: BuildContext, request: BuildRequest, jobs: int, work: Work) -> None:
         dep = request.dep
@@ -269,3 +287,6 @@ def export_compdb(build_base: Path, ninja: Path, target: Path) -> None:
                 entries.append({"directory": entry["directory"], "file": entry["file"], "arguments": arguments})
     if entries:
         write_compdb(target, entries)
+
+
+BACKEND: Backend = SetuptoolsBackend()  # backends.get finds it by the module's name

@@ -27,6 +27,7 @@ from assembler.builder.backends import (
 )
 from assembler.builder.cache import digest_texts
 from assembler.manifest import Dependency
+from assembler.manifest.model import BackendName, BuildRecipe
 from assembler.toolchain.cxx import cxx_name
 from assembler.toolchain.driver import driver_stub
 from assembler.toolchain.sccache import cmake_launcher_defines
@@ -47,17 +48,33 @@ ARCH_SPELLING = "CMAKE_CUDA_ARCHITECTURES and TORCH_CUDA_ARCH_LIST, arch-specifi
 
 
 class ScikitBuildBackend:
-    """Base of ``helper`` and ``cmake``; they differ in the project ``recipe.generate`` writes."""
+    """Base of ``helper`` and ``cmake``; they differ in the project ``recipe.generate`` writes and
+    in :attr:`from_extensions` (the helper's own extensions, else the dependency's own CMake)."""
 
-    name = "helper"
+    name: BackendName
+    from_extensions: bool
+    cpp_extension_std = False  # the CMake helper's floor, c++17
+    pyinit_in_sources = False  # the helper generates each module's PyInit_
+
+    def uses_cuda(self, recipe: BuildRecipe) -> bool:
+        raise NotImplementedError
+
+    def nothing_to_build(self, recipe: BuildRecipe) -> bool:
+        return False
+
+    def extension_modules(self, dep: Dependency) -> tuple[str, ...]:
+        return ()
+
+    def unit_std(self, dep: Dependency, language: str) -> str | None:
+        return None
 
     def prepare(self, ctx: BuildContext, dep: Dependency, checkout: Path) -> Prepared:
         project = recipe.generate(dep, ctx.bundle.python_abi)
         helper = (recipe.CMAKE_HELPER_DIR / "AssemblerStableExtension.cmake").read_text()
         texts = [project.pyproject, project.cmakelists, helper, json.dumps(dep.install, sort_keys=True)]
-        if self.name != "helper":  # the helper's keys stay what they were before backends existed
+        if not self.from_extensions:  # the helper's keys stay what they were before backends existed
             texts += [f"backend={self.name}", json.dumps(dep.build.build_env), f"cuda-architectures: {ARCH_SPELLING}, ptx={dep.build.ptx}"]
-        return Prepared(recipe=digest_texts(*texts), uses_cuda=recipe.uses_cuda(dep))
+        return Prepared(recipe=digest_texts(*texts), uses_cuda=self.uses_cuda(dep.build))
 
     def build(self, ctx: BuildContext, request: BuildRequest, jobs: int, work: Work) -> None:
         project_dir, wheel_dir = work.tree / "project", work.tree / "wheel"
@@ -72,7 +89,7 @@ class ScikitBuildBackend:
         env = ctx.toolchain.cuda.environment(env)
         env["PATH"] = os.pathsep.join([str(ctx.toolchain.env.python.parent), env["PATH"]])
         env["CMAKE_BUILD_PARALLEL_LEVEL"] = str(jobs)
-        if request.archs and self.name != "helper":  # find_package(Torch) reads it (see recipe.torch_arch_list)
+        if request.archs and not self.from_extensions:  # find_package(Torch) reads it (see recipe.torch_arch_list)
             env["TORCH_CUDA_ARCH_LIST"] = recipe.torch_arch_list(request.archs, request.dep.build.ptx)
         env.update(request.dep.build.build_env)
         command = [str(ctx.toolchain.env.python), "-c", DRIVER, str(wheel_dir), json.dumps(self._settings(ctx, request, cmake_dir))]
@@ -107,12 +124,12 @@ class ScikitBuildBackend:
         if request.cuda:
             settings["cmake.define.CMAKE_CUDA_COMPILER"] = str(tc.cuda.nvcc)
             settings["cmake.define.ASSEMBLER_CUDA_HOME"] = str(tc.cuda.root)
-            if self.name != "helper":  # FindCUDAToolkit's CUDA::cuda_driver; the wheels ship no stub (toolchain.driver)
+            if not self.from_extensions:  # FindCUDAToolkit's CUDA::cuda_driver; the wheels ship no stub (toolchain.driver)
                 stub = driver_stub(tc.cuda.root, cmake_dir.parent / "assemble-driver", cxx_name())
                 settings["cmake.define.CUDA_cuda_driver_LIBRARY"] = str(stub)
         if request.archs:
             # the helper decides per extension; a dependency's own CMake gets SASS-only spellings
-            sass_only = self.name != "helper" and not request.dep.build.ptx
+            sass_only = not self.from_extensions and not request.dep.build.ptx
             settings["cmake.define.CMAKE_CUDA_ARCHITECTURES"] = recipe.cmake_archs(request.archs, sass_only)
         return settings
 
