@@ -87,3 +87,18 @@ def test_the_syntax_layer_reads_spans_in_characters_and_nests_outermost_first() 
     assert [m.line for m in found] == [1, 1]
     assert [m.captures["X"] for m in syntax.outermost(iter(found))] == ["v[0]"]
     assert found[0].expand("$X.size($I)") == "v[0].size(x.sizes()[0])"
+
+
+def test_options_a_variable_builds_from_a_tensor_s_device_allocate_like_it() -> None:
+    """QuTLASS: auto opts = TensorOptions().dtype(kFloat).device(A.device()); torch::tensor(0.0f, opts)."""
+    file = _run("void f(at::Tensor A) {\n"
+                "  auto opts = torch::TensorOptions().dtype(torch::kFloat).device(A.device());\n"
+                "  auto zero = torch::tensor(0.0f, opts);\n"
+                "  auto buf = torch::empty({4}, opts);\n"
+                "  auto two = torch::tensor(2.0f, A.options());\n}")
+    assert file.text.split("\n")[1:5] == [
+        "", "  auto zero = torch::stable::new_zeros(A, {}, torch::headeronly::ScalarType::Float);",
+        "  auto buf = torch::stable::new_empty(A, {4}, torch::headeronly::ScalarType::Float);",
+        "  auto two = torch::tensor(2.0f, A.options());"]
+    assert [(d.line, d.rewrite) for d in file.declined] == [(5, "new-empty")]
+    assert "other than zero" in file.declined[0].reason

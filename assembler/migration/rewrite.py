@@ -167,6 +167,7 @@ class _Declared:
     last: int
     of: str = ""  # OPTIONS: the tensor whose options these are
     line: tuple[int, int] | None = None  # OPTIONS: the span of the line that holds the declaration alone
+    dtype: tuple[int, int] | None = None  # OPTIONS made with .dtype(X): X's span in the step's text
 
 
 class Declarations:
@@ -188,11 +189,11 @@ class Declarations:
                 kind = HANDLE
             elif kind == TENSOR and code[match.end():match.end() + 1] == "[":
                 kind = SEQUENCE
-            of, alone = "", None
+            of, alone, dtype = "", None, None
             if kind == "auto":
-                kind, of, alone = self._auto_kind(match, first)
+                kind, of, alone, dtype = self._auto_kind(match, first)
             if kind and first <= last:
-                self.names.setdefault(name, []).append(_Declared(name, kind, first, last, of, alone))
+                self.names.setdefault(name, []).append(_Declared(name, kind, first, last, of, alone, dtype))
 
     def scope(self, offset: int) -> tuple[int, int]:
         """The lines (0-based, first > last: none) a declaration at ``offset`` holds for."""
@@ -240,32 +241,35 @@ class Declarations:
                 scopes.append((1, 0))  # a declaration without a body, or parentheses of an expression
         return scopes
 
-    def _auto_kind(self, match: re.Match[str], line: int) -> tuple[str, str, tuple[int, int] | None]:
+    def _auto_kind(self, match: re.Match[str], line: int) -> tuple[str, str, tuple[int, int] | None,
+                                                                   tuple[int, int] | None]:
         """What an ``auto`` (or TensorOptions) variable is, from its initializer; for the
-        options of a tensor, which tensor, and the line when the declaration is all it holds."""
+        options of a tensor (``A.options()``, or ``TensorOptions().dtype(X).device(A.device())``),
+        which tensor, the line when the declaration is all it holds, and X's span."""
         code = self.code
         if code[match.end():match.end() + 1] != "=" or code[match.end():match.end() + 2] == "==":
-            return "", "", None
+            return "", "", None, None
         start = match.end() + 1
         end = _statement_end(code, start)
         initializer = code[start:end].strip()
         reference = match.group("ref")
         if reference == "*":
             pointed = initializer.startswith("&") and self.kind(initializer[1:], line) == TENSOR
-            return (HANDLE if pointed else ""), "", None
+            return (HANDLE if pointed else ""), "", None, None
         options = _OPTIONS_OF.fullmatch(initializer)
-        if options is not None and not reference and self.kind(options.group("tensor"), line) == TENSOR:
+        tensor, dtype = (options.group("tensor"), None) if options is not None else _made_options(code, start, end)
+        if tensor and not reference and self.kind(tensor, line) == TENSOR:
             line_start = code.rfind("\n", 0, match.start()) + 1
             line_end = code.find("\n", end)
             line_end = len(code) if line_end < 0 else line_end
             alone = (re.fullmatch(r"\s*(?:const\s+)?", code[line_start:match.start()]) is not None
                      and code[end:end + 1] == ";" and not code[end + 1:line_end].strip())
-            return OPTIONS, options.group("tensor"), (line_start, line_end) if alone else None
+            return OPTIONS, tensor, (line_start, line_end) if alone else None, dtype
         if not match.group(0).startswith("auto"):  # TensorOptions made some other way
-            return "", "", None
+            return "", "", None, None
         if self.kind(initializer, line) == TENSOR:
-            return TENSOR, "", None
-        return (SCALAR if self.is_scalar_type(initializer, line) else ""), "", None
+            return TENSOR, "", None, None
+        return (SCALAR if self.is_scalar_type(initializer, line) else ""), "", None, None
 
     def declared(self, name: str, line: int) -> _Declared | None:
         """The declaration of ``name`` in scope at ``line`` (0-based): the innermost one."""
@@ -774,8 +778,39 @@ class _Allocation:
     kept: _Declared | None  # the options variable (auto opts = A.options()) the call names
 
 
-def _from_options(code: str, opening: int, closing: int, declarations: Declarations, line: int) -> _Allocation | str:
-    """What an ``empty``/``zeros`` call allocates, or why it is not of a form the rewrite reads."""
+def _option_links(code: str, position: int, end: int) -> dict[str, tuple[int, int]] | None:
+    """The ``.name(...)`` links of an options chain from ``position`` to ``end``: name -> the
+    span inside its parentheses; None when something else is there."""
+    links: dict[str, tuple[int, int]] = {}
+    while position < end:
+        link = _LINK.match(code, position)
+        closing = None if link is None else _close_paren(code, link.end() - 1)
+        if link is None or closing is None or closing > end or link.group("name") in links:
+            return None
+        links[link.group("name")] = (link.end(), closing)
+        position = closing + 1
+    return links
+
+
+def _made_options(code: str, start: int, end: int) -> tuple[str, tuple[int, int] | None]:
+    """For ``TensorOptions().dtype(X).device(A.device())`` (either order, or torch::dtype(X)...)
+    between ``start`` and ``end``: A and X's span; else ("", None)."""
+    left, right = _trimmed(code, start, end)
+    base = _NEW_OPTIONS.match(code, left)
+    links = None if base is None else _option_links(code, base.end(), right)
+    if links is None or set(links) != {"dtype", "device"}:
+        return "", None
+    device = _DEVICE_OF.fullmatch(code, *_trimmed(code, *links["device"]))
+    return ("", None) if device is None else (device.group("tensor").strip(), _trimmed(code, *links["dtype"]))
+
+
+_ZERO = re.compile(r"(?:0+\.?0*|\.0+)(?:[eE][+-]?\d+)?[fFlL]?")
+
+
+def _from_options(code: str, opening: int, closing: int, declarations: Declarations, line: int,
+                  scalar: bool = False) -> _Allocation | str:
+    """What an ``empty``/``zeros`` call allocates (``scalar``: a ``tensor(0, options)`` call, a
+    zero-dimensional zero), or why it is not of a form the rewrite reads."""
     arguments = _split_arguments(code, opening, closing)
     if len(arguments) != 2:
         return ("no tensor to take the device from (no options, or more than sizes and options): call "
@@ -783,7 +818,9 @@ def _from_options(code: str, opening: int, closing: int, declarations: Declarati
                 "yourself")
     (size_start, size_end), (options_start, options_end) = arguments
     sizes = code[size_start:size_end]
-    plain = _IDENTIFIER.fullmatch(sizes) is not None
+    if scalar and not _ZERO.fullmatch(sizes):
+        return "a tensor of a value other than zero: fill a torch::stable::new_empty(A, {}, dtype) yourself"
+    plain = scalar or _IDENTIFIER.fullmatch(sizes) is not None
     of_tensor = (match := _SIZES_OF.fullmatch(sizes)) is not None and declarations.kind(match.group(1), line) == TENSOR
     if not (plain or of_tensor or (sizes.startswith("{") and _close(sizes, 0) == len(sizes) - 1)):
         return ("the sizes are not a braced list, a name or a tensor's sizes(): pass them to torch::stable::new_empty "
@@ -809,6 +846,8 @@ def _from_options(code: str, opening: int, closing: int, declarations: Declarati
         tensor = base.group("tensor")
     elif base is not None and base.re is _IDENTIFIER and kept is not None and set(links) <= {"dtype"}:
         tensor = kept.of
+        if "dtype" not in links and kept.dtype is not None:
+            links["dtype"] = kept.dtype  # the variable's own .dtype(X)
     elif base is not None and base.re is _NEW_OPTIONS and set(links) == {"dtype", "device"}:
         left, right = _trimmed(code, *links["device"])
         device = _DEVICE_OF.fullmatch(code, left, right)
@@ -844,7 +883,8 @@ def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         if closing is None:
             continue
         declarations = declarations or Declarations(code, rewrite.tensor_functions)
-        read = _from_options(code, opening, closing, declarations, line)
+        scalar = found.group(1) == "tensor"
+        read = _from_options(code, opening, closing, declarations, line, scalar)
         if isinstance(read, str):
             file.declined.append(Declined(line + 1, rewrite.id, f"{found.group(0)}: {read}"))
             continue
@@ -858,7 +898,8 @@ def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         else:
             tail = text[sizes[1]:options[0]] + text[dtype[0]:dtype[1]] + breaks + text[options[1]:closing]
         function = rewrite.mapping[found.group(1)]
-        edits.append((found.start(), closing + 1, f"{function}({read.tensor}, {text[sizes[0]:sizes[1]]}{tail})"))
+        shape = "{}" if scalar else text[sizes[0]:sizes[1]]
+        edits.append((found.start(), closing + 1, f"{function}({read.tensor}, {shape}{tail})"))
         if read.kept is not None:
             kept.add(read.kept)
     removed = [_unused(declared, code, edits) for declared in kept]
