@@ -10,7 +10,7 @@ import re
 import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from assembler import jsonfile
 from assembler.errors import ManifestError
@@ -47,6 +47,9 @@ from assembler.manifest.values import (
 )
 from assembler.series.seriesfile import parse_series
 
+if TYPE_CHECKING:
+    from assembler.manifest.positions import Positions, Spot
+
 MANIFEST_NAME = "deps.toml"
 STATE_DIR = ".assemble"  # the workspace's state directory, next to deps.toml (workspace.Workspace.state_dir)
 PARSED_DIR = "manifests"  # in the user cache: <digest of the text>.json, a parse of deps.toml with its text (_parse_text)
@@ -61,7 +64,6 @@ UTF8_BOM = b"\xef\xbb\xbf"
 MAX_TEXT_BYTES = 16 << 20  # a manifest or series larger than this is not one
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-BARE_KEY_RE = re.compile(r"^[A-Za-z0-9_-]+$")  # a TOML key that needs no quotes (a '.' would nest it)
 TORCH_TARGET_RE = re.compile(r"^\d+\.\d+$")
 ARCH_RE = re.compile(r"^\d+\.\d+[af]?$")
 
@@ -89,99 +91,65 @@ ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 DEFINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=[^;$\r\n]*)?$")  # no ; or $: CMake would split or expand them
 
 
+Keys = tuple[str | int, ...]  # a path in the manifest: keys, and the index of an [[array of tables]] block
+
+
+def _dotted(keys: Keys) -> str:
+    """A path as errors name it: deps.x.build.extensions.name (the block is in the position)."""
+    return ".".join(key for key in keys if isinstance(key, str))
+
+
 class _Locator:
-    """Maps a key path to file:line:column by reading the TOML text (tomlkit keeps no positions)."""
+    """Maps a key path to file:line:column. The text is scanned by TOML's own grammar
+    (manifest/positions.py: a ``[`` inside a string is no header) on the first error only: a
+    valid manifest never pays for it."""
 
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
-        self.lines = text.splitlines()
+        self.text = text
+        self._positions: Positions | None = None
 
-    def _table_span(self, table: tuple[str, ...]) -> tuple[int, int] | None:
-        headers = {
-            ".".join(table),
-            ".".join(p if BARE_KEY_RE.match(p) else f'"{p}"' for p in table),
-        }
-        start = None
-        for number, line in enumerate(self.lines):
-            stripped = line.strip()
-            match = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?", stripped)
-            if not match:
-                continue
-            if start is not None:
-                return start, number
-            if match.group(1).replace(" ", "") in {h.replace(" ", "") for h in headers}:
-                start = number
-        return (start, len(self.lines)) if start is not None else None
+    @property
+    def positions(self) -> Positions:
+        if self._positions is None:
+            from assembler.manifest.positions import Positions, Unclosed
+
+            self._positions = Positions(self.text)
+            with contextlib.suppress(Unclosed):  # tomllib read the text whole: nothing is left open
+                self._positions.scan()
+        return self._positions
+
+    def _path(self, keys: tuple[str | int, ...]) -> tuple[str | int, ...]:
+        """``keys`` with the first block of each array of tables it names without an index."""
+        spots = self.positions.spots
+        path: tuple[str | int, ...] = ()
+        for number, key in enumerate(keys):
+            path = (*path, key)
+            if (*path, 0) in spots and isinstance(key, str) and number + 1 < len(keys) and isinstance(keys[number + 1], str) \
+                    and (*path, keys[number + 1]) not in spots:
+                path = (*path, 0)
+        return path
+
+    def _at(self, spot: Spot) -> str:
+        return f"{self.path}:{spot.line}:{spot.column}"
+
+    def where(self, keys: tuple[str | int, ...]) -> str:
+        """Best position for ``keys``: the key's own, else its nearest table's, else the file's first line."""
+        return self._at(self.positions.find(self._path(keys)))
 
     def where_value(self, keys: tuple[str, ...], value: str, index: int | None = None) -> str:
         """Position of the string ``value`` in the array at ``keys`` (the line a missing path is
         named on); ``index`` picks the n-th ``[[table]]`` of an array of tables (keys[:-1])."""
-        start = self.where(keys) if index is None else self.where_in_array(keys[:-1], index, keys[-1])
-        _, line_text, _ = start.rsplit(":", 2)
-        first = int(line_text) - 1
-        quoted = re.compile(rf"""(["']){re.escape(value)}\1""")
-        for number in range(first, min(first + 200, len(self.lines))):
-            if number > first and re.match(r"^\s*(\[|[A-Za-z0-9_\-\"]+\s*=)", self.lines[number]):
-                break  # the next key or table: the array ended
-            match = quoted.search(self.lines[number])
-            if match:
-                return f"{self.path}:{number + 1}:{match.start() + 1}"
-        return start
+        path: tuple[str | int, ...] = self._path(keys) if index is None else (*keys[:-1], index, keys[-1])
+        return self._at(self.positions.find_string(path, value))
 
     def where_in_array(self, table: tuple[str, ...], index: int, key: str) -> str:
         """Position of ``key`` in the ``index``-th ``[[table]]`` block (0-based)."""
-        header = re.compile(rf"^\s*\[\[\s*{re.escape('.'.join(table))}\s*\]\]")
-        blocks = [number for number, line in enumerate(self.lines) if header.match(line)]
-        if index >= len(blocks):
-            return self.where((*table, key))
-        begin = blocks[index]
-        pattern = re.compile(rf'^\s*("?{re.escape(key)}"?)\s*=')
-        for number in range(begin + 1, len(self.lines)):
-            if re.match(r"^\s*\[", self.lines[number]):
-                break
-            match = pattern.match(self.lines[number])
-            if match:
-                return f"{self.path}:{number + 1}:{match.start(1) + 1}"
-        return f"{self.path}:{begin + 1}:1"
+        return self.where((*table, index, key))
 
     def where_entry(self, keys: tuple[str, ...], name: str) -> str:
         """Position of ``name = ...`` inside the table at ``keys``, written inline or not."""
-        start = self.where(keys)
-        _, line_text, _ = start.rsplit(":", 2)
-        first = int(line_text) - 1
-        pattern = re.compile(rf'(^|[\s{{,])("?{re.escape(name)}"?)\s*=')
-        for number in range(first, min(first + 200, len(self.lines))):
-            match = pattern.search(self.lines[number], self.lines[number].find("{") + 1 if number == first else 0)
-            if match:
-                return f"{self.path}:{number + 1}:{match.start(2) + 1}"
-        return start
-
-    def where(self, keys: tuple[str, ...]) -> str:
-        """Best position for ``keys``: the key's own line, else its table header, else the file."""
-        for split in range(len(keys), 0, -1):
-            table, rest = keys[:split], keys[split:]
-            span = self._table_span(table)
-            if span is None:
-                continue
-            begin, end = span
-            if not rest:
-                col = self.lines[begin].find("[") + 1
-                return f"{self.path}:{begin + 1}:{col}"
-            key = rest[0]
-            pattern = re.compile(rf'^\s*("?{re.escape(key)}"?)\s*=')
-            for number in range(begin + 1, end):
-                match = pattern.match(self.lines[number])
-                if match:
-                    return f"{self.path}:{number + 1}:{match.start(1) + 1}"
-            return f"{self.path}:{begin + 1}:1"
-        # keys written inline (dotted or in the root table)
-        key = keys[-1]
-        pattern = re.compile(rf'(^|[\s.{{,])("?{re.escape(key)}"?)\s*=')
-        for number, line in enumerate(self.lines):
-            match = pattern.search(line)
-            if match:
-                return f"{self.path}:{number + 1}:{match.start(2) + 1}"
-        return f"{self.path}:1:1"
+        return self.where((*keys, name))
 
 
 class _Validator:
@@ -189,13 +157,13 @@ class _Validator:
         self.path = path
         self.locator = _Locator(path, text)
 
-    def fail(self, keys: tuple[str, ...], message: str, fix: str) -> ManifestError:
-        dotted = ".".join(keys)
+    def fail(self, keys: Keys, message: str, fix: str) -> ManifestError:
+        dotted = _dotted(keys)
         return ManifestError(f"{self.locator.where(keys)}: {dotted}: {message}", hint=fix)
 
-    def table(self, value: Any, keys: tuple[str, ...], allowed: set[str]) -> dict[str, Any]:
+    def table(self, value: Any, keys: Keys, allowed: set[str]) -> dict[str, Any]:
         if not isinstance(value, dict):
-            raise self.fail(keys, f"expected a table, got {type(value).__name__}", f"write [{'.'.join(keys)}] as a table")
+            raise self.fail(keys, f"expected a table, got {type(value).__name__}", f"write [{_dotted(keys)}] as a table")
         for key in value:
             if key not in allowed:
                 import difflib
@@ -205,8 +173,8 @@ class _Validator:
                 raise self.fail((*keys, key), "unknown key", fix)
         return dict(value)
 
-    def string(self, table: dict[str, Any], keys: tuple[str, ...], default: str | None = None, *, required: bool = False) -> str | None:
-        value = table.get(keys[-1])
+    def string(self, table: dict[str, Any], keys: Keys, default: str | None = None, *, required: bool = False) -> str | None:
+        value = table.get(str(keys[-1]))
         if value is None:
             if required:
                 raise self.fail(keys, "missing required key", f'add {keys[-1]} = "..."')
@@ -215,13 +183,13 @@ class _Validator:
             raise self.fail(keys, f"expected a non-empty string, got {value!r}", f'write {keys[-1]} = "..."')
         return str(value)
 
-    def strings(self, table: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
-        value = table.get(keys[-1], [])
+    def strings(self, table: dict[str, Any], keys: Keys) -> tuple[str, ...]:
+        value = table.get(str(keys[-1]), [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise self.fail(keys, f"expected a list of strings, got {value!r}", f'write {keys[-1]} = ["..."]')
         return tuple(str(v) for v in value)
 
-    def check(self, ok: bool, keys: tuple[str, ...], message: str, fix: str) -> None:
+    def check(self, ok: bool, keys: Keys, message: str, fix: str) -> None:
         if not ok:
             raise self.fail(keys, message, fix)
 
@@ -268,16 +236,25 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any], bool]:
         # formatting we only need when editing: see manifest/edit.py).
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        line, col = match.groups() if match else ("1", "1")
-        reason = re.sub(r"\s*\(at line.*\)$", "", str(exc))
-        raise ManifestError(
-            f"{path}:{line}:{col}: TOML syntax error: {reason}",
-            hint="fix the TOML syntax at that position",
-        ) from None
+        raise _syntax_error(path, text, str(exc)) from None
     except RecursionError:  # tomllib recurses per nested array or inline table
         raise ManifestError(f"{path}: TOML nested too deeply", hint="a deps.toml needs a few levels of nesting, not thousands") from None
     return text, data, False
+
+
+def _syntax_error(path: Path, text: str, reason: str) -> ManifestError:
+    """tomllib's complaint at file:line:column; a string, array or inline table left open is
+    named where it opens (tomllib reports the line break after it, or the end of the document)."""
+    from assembler.manifest.positions import unclosed_problem
+
+    match = re.search(r"\(at line (\d+), column (\d+)\)$", reason)
+    line, col = (int(match[1]), int(match[2])) if match else (text.count("\n") + 1, 1)  # else "at end of document"
+    reason = re.sub(r"\s*\(at (line \d+, column \d+|end of document)\)$", "", reason)
+    found = unclosed_problem(text)
+    if found is not None and found[0].line <= line:
+        spot, problem, fix = found
+        return ManifestError(f"{path}:{spot.line}:{spot.column}: TOML syntax error: {problem}", hint=fix)
+    return ManifestError(f"{path}:{line}:{col}: TOML syntax error: {reason}", hint="fix the TOML syntax at that position")
 
 
 MAX_KEY_PARTS = 64  # parts of one dotted key or table header (deps.x.build.extensions is 4)
@@ -725,7 +702,7 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
     v.check(isinstance(extensions_raw, list), (*keys, "extensions"), "expected an array of tables", f"write [[{'.'.join(keys)}.extensions]] blocks")
     extensions = []
     for index, item in enumerate(extensions_raw):
-        ext_keys = (*keys, "extensions")
+        ext_keys: Keys = (*keys, "extensions", index)
         ext = v.table(item, ext_keys, EXTENSION_KEYS)
         ext_name = v.string(ext, (*ext_keys, "name"), required=True)
         assert ext_name is not None
@@ -742,31 +719,31 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
         libraries = v.strings(ext, (*ext_keys, "libraries"))
         for library in libraries:
             if not LIBRARY_RE.match(library) or library.startswith("-"):
-                raise ManifestError(f"{v.locator.where_in_array(ext_keys, index, 'libraries')}: {'.'.join(ext_keys)}.libraries: "
+                raise ManifestError(f"{v.locator.where((*ext_keys, 'libraries'))}: {_dotted(ext_keys)}.libraries: "
                                     f"{_shown(library)} is not a library name", hint='write the name without lib and .so, e.g. libraries = ["cuda"]')
-        cuda_flags = _compiler_flags(v, ext, ext_keys, index, "cuda-flags")
-        cxx_std = _standard(v, ext, ext_keys, index, "cxx-std", CXX_STANDARDS)
-        cuda_std = _standard(v, ext, ext_keys, index, "cuda-std", CUDA_STANDARDS)
+        cuda_flags = _compiler_flags(v, ext, ext_keys, "cuda-flags")
+        cxx_std = _standard(v, ext, ext_keys, "cxx-std", CXX_STANDARDS)
+        cuda_std = _standard(v, ext, ext_keys, "cuda-std", CUDA_STANDARDS)
         if language != CUDA:
             for key, given in (("cuda-flags", cuda_flags), ("cuda-std", cuda_std), ("ptx", "ptx" in ext)):
                 if given:
-                    raise ManifestError(f"{v.locator.where_in_array(ext_keys, index, key)}: {'.'.join(ext_keys)}.{key}: "
+                    raise ManifestError(f"{v.locator.where((*ext_keys, key))}: {_dotted(ext_keys)}.{key}: "
                                         f"extension {ext_name} is not a CUDA extension (language = {language!r})",
                                         hint=f'remove {key}, or set language = "cuda"')
         elif cuda_std is None and cxx_std is not None and cxx_std not in CUDA_STANDARDS:
-            raise ManifestError(f"{v.locator.where_in_array(ext_keys, index, 'cxx-std')}: {'.'.join(ext_keys)}.cxx-std: "
+            raise ManifestError(f"{v.locator.where((*ext_keys, 'cxx-std'))}: {_dotted(ext_keys)}.cxx-std: "
                                 f"the CUDA units follow cxx-std, and nvcc knows no C++{cxx_std}",
                                 hint=f'add cuda-std = "{CUDA_STANDARDS[-1]}" (one of {", ".join(CUDA_STANDARDS)})')
         ptx = ext.get("ptx", False)
         if not isinstance(ptx, bool):
-            raise ManifestError(f"{v.locator.where_in_array(ext_keys, index, 'ptx')}: {'.'.join(ext_keys)}.ptx: expected true or false, "
+            raise ManifestError(f"{v.locator.where((*ext_keys, 'ptx'))}: {_dotted(ext_keys)}.ptx: expected true or false, "
                                 f"got {ptx!r}", hint="write ptx = true to ship PTX next to the SASS of arch-specific targets")
         extensions.append(Extension(
             name=ext_name, sources=sources, language=language,
             include_dirs=ext_include_dirs,
             defines=_defines(v, ext, (*ext_keys, "defines")),
             libraries=libraries,
-            cxx_flags=_compiler_flags(v, ext, ext_keys, index, "cxx-flags"),
+            cxx_flags=_compiler_flags(v, ext, ext_keys, "cxx-flags"),
             cuda_flags=cuda_flags,
             cxx_std=cxx_std,
             cuda_std=cuda_std,
@@ -813,24 +790,24 @@ def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
     )
 
 
-def _standard(v: _Validator, ext: dict[str, Any], keys: tuple[str, ...], index: int, key: str, allowed: tuple[str, ...]) -> str | None:
+def _standard(v: _Validator, ext: dict[str, Any], keys: Keys, key: str, allowed: tuple[str, ...]) -> str | None:
     """cxx-std / cuda-std: 17, 20 (a number or a string; "c++20" too) -> "20"."""
     value = ext.get(key)
     if value is None:
         return None
     text = str(value).removeprefix("c++").removeprefix("gnu++") if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
     if text not in allowed:
-        raise ManifestError(f"{v.locator.where_in_array(keys, index, key)}: {'.'.join(keys)}.{key}: {value!r} is not a C++ standard "
+        raise ManifestError(f"{v.locator.where((*keys, key))}: {_dotted(keys)}.{key}: {value!r} is not a C++ standard "
                             f"this key accepts", hint=f"write {key} = {allowed[-1]} (one of {', '.join(allowed)})")
     return text
 
 
-def _compiler_flags(v: _Validator, ext: dict[str, Any], keys: tuple[str, ...], index: int, key: str) -> tuple[str, ...]:
+def _compiler_flags(v: _Validator, ext: dict[str, Any], keys: Keys, key: str) -> tuple[str, ...]:
     """cxx-flags / cuda-flags: single compiler options (-O3, --use_fast_math, -Xptxas=-v). Never
     an output, a mode, another program, or what another key says (-std, -D, -I, -l, -gencode)."""
     flags = v.strings(ext, (*keys, key))
     for flag in flags:
-        where = f"{v.locator.where_in_array(keys, index, key)}: {'.'.join(keys)}.{key}: {_shown(flag)}"
+        where = f"{v.locator.where((*keys, key))}: {_dotted(keys)}.{key}: {_shown(flag)}"
         problem = text_problem(flag, limit=1000)
         if problem is not None or not flag.startswith("-") or any(c.isspace() for c in flag):
             raise ManifestError(f"{where} is not one compiler option ({problem or 'options start with - and hold no space'})",
@@ -871,7 +848,7 @@ def _backend_keys(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], b
                      'add cmake-dir = "." (the directory holding CMakeLists.txt, relative to the checkout)')
 
 
-def _relative_path(v: _Validator, keys: tuple[str, ...], value: str) -> None:
+def _relative_path(v: _Validator, keys: Keys, value: str) -> None:
     """A recipe path is data inside the checkout: never absolute, never climbing out of it, and
     never CMake syntax (``;`` splits a list, ``$`` expands a variable: ``a;/etc`` is two paths)."""
     v.check(bool(value) and not value.startswith("/") and ".." not in Path(value).parts, keys,
@@ -880,7 +857,7 @@ def _relative_path(v: _Validator, keys: tuple[str, ...], value: str) -> None:
             "rename the file or directory, or name it with a glob")
 
 
-def _defines(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
+def _defines(v: _Validator, table: dict[str, Any], keys: Keys) -> tuple[str, ...]:
     defines = v.strings(table, keys)
     for define in defines:
         v.check(bool(DEFINE_RE.match(define)), keys, f"{define!r} is not a NAME or NAME=VALUE define (without ; or $)",
