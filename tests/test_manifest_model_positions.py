@@ -12,7 +12,8 @@ from assembler.errors import ManifestError
 from assembler.manifest.load import load_manifest
 from tests.conftest import run_assemble
 
-HEAD = '[bundle]\nname = "b"\nversion = "1.0"\n\n[deps.k]\nupstream = "https://git.invalid/k"\ncommit = "' + "a" * 40 + '"\n'
+HEAD = ('[bundle]\nname = "b"\nversion = "1.0"\n\n'
+        '[deps.k]\nupstream = "https://git.invalid/k"\ncommit = "' + "a" * 40 + '"\n')
 
 
 def _error(tmp_path: Path, text: str) -> ManifestError:
@@ -26,7 +27,8 @@ def _line_of(text: str, fragment: str) -> int:
     return next(number for number, line in enumerate(text.splitlines(), 1) if fragment in line)
 
 
-@pytest.mark.parametrize("inside", ["[not a table]", "[deps.k.verify]", "[[deps.k.build.extensions]]", "  [x]  # a comment"])
+@pytest.mark.parametrize("inside", ["[not a table]", "[deps.k.verify]", "[[deps.k.build.extensions]]",
+                                    "  [x]  # a comment"])
 def test_a_bracket_line_inside_a_multiline_string_is_no_header(tmp_path: Path, inside: str,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
@@ -36,7 +38,8 @@ def test_a_bracket_line_inside_a_multiline_string_is_no_header(tmp_path: Path, i
     assert error.message.startswith(f"{tmp_path / 'deps.toml'}:{line}:1: deps.k.verify.requires-cuda: "), error.message
 
 
-def test_a_second_array_of_tables_block_is_named_at_its_own_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_second_array_of_tables_block_is_named_at_its_own_key(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     block = '[[deps.k.build.extensions]]\nname = "{name}"\nsources = ["a.cpp"]\nlanguage = "{language}"\n'
     text = (HEAD + "\n" + block.format(name="_a", language="cxx") + "\n" + block.format(name="_b", language="fortran"))
@@ -49,12 +52,14 @@ def test_a_string_item_is_named_at_its_own_line(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     text = HEAD + '\n[deps.k.install]\n"[z-a]*" = "pkg/"\n'
     error = _error(tmp_path, text)
-    assert error.message.startswith(f"{tmp_path / 'deps.toml'}:{_line_of(text, '[z-a]')}:1: deps.k.install: "), error.message
+    where = f"{tmp_path / 'deps.toml'}:{_line_of(text, '[z-a]')}:1"
+    assert error.message.startswith(f"{where}: deps.k.install: "), error.message
 
 
 UNCLOSED = [
     # (what is written, where it opens: line, column; what the error says, what the fix says)
-    ('track = "main\n', 8, 9, 'unterminated string: the " that opens it is not closed on its line', 'end the string with "'),
+    ('track = "main\n', 8, 9, 'unterminated string: the " that opens it is not closed on its line',
+     'end the string with "'),
     ("track = 'main\n", 8, 9, "unterminated string: the ' that opens it", "end the string with '"),
     ('[deps.k.verify]\nsmoke = """\nimport k\n', 9, 9, 'unterminated multi-line string: the """', 'close it with """'),
     ('submodules = ["a",\n"b"\n', 8, 14, "unterminated array: the [ that opens it", "close it with ]"),
@@ -62,7 +67,8 @@ UNCLOSED = [
 ]
 
 
-@pytest.mark.parametrize(("written", "line", "column", "message", "fix"), UNCLOSED, ids=[u[3].split(":")[0] for u in UNCLOSED])
+@pytest.mark.parametrize(("written", "line", "column", "message", "fix"), UNCLOSED,
+                         ids=[u[3].split(":")[0] for u in UNCLOSED])
 def test_what_is_left_open_is_named_where_it_opens(tmp_path: Path, written: str, line: int, column: int, message: str,
                                                    fix: str) -> None:
     """tomllib says "Illegal character '\\n'" at the line's end, or gives no line at all ("at

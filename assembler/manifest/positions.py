@@ -301,7 +301,8 @@ def unclosed_problem(text: str) -> tuple[Spot, str, str] | None:
                     f"end the string with {exc.closer} on line {spot.line} (a string of several lines goes between "
                     f"{exc.closer * 3} and {exc.closer * 3}; {inner})")
         opener = {"array": "[", "inline table": "{"}.get(exc.what, exc.closer)
-        before = "the end of its line (an inline table is one line)" if exc.what == "inline table" else "the end of the file"
+        inline = exc.what == "inline table"
+        before = "the end of its line (an inline table is one line)" if inline else "the end of the file"
         return (spot, f"unterminated {exc.what}: the {opener} that opens it is not closed before {before}",
-                f"close it with {exc.closer}" + (", or write a [table] for more lines" if exc.what == "inline table" else ""))
+                f"close it with {exc.closer}" + (", or write a [table] for more lines" if inline else ""))
     return None
