@@ -6,7 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from assembler.audit.gate import CheckKind, Verdict, findings, object_verdict, passes, summarize, worst_torch
+from assembler.audit.gate import (
+    CheckKind,
+    GateVerdict,
+    Verdict,
+    findings,
+    object_verdict,
+    passes,
+    summarize,
+    worst_torch,
+)
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.audit.report import VERDICT_STYLE, verdict_style
 from assembler.audit.scan import CHECKS, check
@@ -43,8 +52,9 @@ def test_findings_per_check_kind() -> None:
     assert [f.member for f in everything] == ["a.so"] * 3
     assert everything[2].offending == ("PyType_GetModuleByDef (Python 3.13)",)
     assert "needs Python 3.13" in everything[2].line and "tagged abi3 for Python 3.9" in everything[2].line
-    assert object_verdict(bad, everything) == "UNSTABLE+NON-ABI3+ABI3-MISMATCH"
-    assert object_verdict(report.extensions[1], everything) == "STABLE"
+    assert object_verdict(bad, everything) == GateVerdict((Verdict.UNSTABLE, Verdict.NON_ABI3, Verdict.ABI3_MISMATCH))
+    assert str(object_verdict(bad, everything)) == "UNSTABLE+NON-ABI3+ABI3-MISMATCH"
+    assert object_verdict(report.extensions[1], everything) == GateVerdict.of(Verdict.STABLE)
     assert check(report, "torch") == [everything[0].line]
 
 
@@ -55,13 +65,16 @@ def test_a_wheel_without_abi3_tag_fails_abi3_as_a_whole() -> None:
 
 
 def test_dependency_summary() -> None:
-    assert summarize([]) == "no extensions"
-    assert summarize(["NO-TORCH", "STABLE"]) == "STABLE"
-    assert summarize(["NO-TORCH"]) == "NO-TORCH"
-    assert summarize(["STABLE", "UNSTABLE+NON-ABI3"]) == "UNSTABLE+NON-ABI3"
-    assert summarize(["UNSTABLE"], allow=True) == "UNSTABLE (allowed)"
-    assert passes("STABLE") and passes("NO-TORCH") and passes("CLEAN")
-    assert not passes("UNSTABLE") and not passes("UNSTABLE (allowed)") and not passes("INCOMPLETE")
+    stable, no_torch = GateVerdict.of(Verdict.STABLE), GateVerdict.of(Verdict.NO_TORCH)
+    both = GateVerdict((Verdict.UNSTABLE, Verdict.NON_ABI3))
+    assert summarize([]) == GateVerdict.of(Verdict.NO_EXTENSIONS) and str(summarize([])) == "no extensions"
+    assert summarize([no_torch, stable]) == stable
+    assert summarize([no_torch]) == no_torch
+    assert summarize([stable, both]) == both
+    allowed = summarize([GateVerdict.of(Verdict.UNSTABLE)], allow=True)
+    assert allowed.allowed and not allowed.passes and str(allowed) == "UNSTABLE (allowed)"
+    assert passes(Verdict.STABLE) and passes(Verdict.NO_TORCH) and passes(Verdict.CLEAN)
+    assert not passes(Verdict.UNSTABLE) and not passes(Verdict.INCOMPLETE)
     assert worst_torch(["NO-TORCH", "STABLE"]) is Verdict.STABLE
     assert worst_torch([Verdict.STABLE, Verdict.UNSTABLE]) is Verdict.UNSTABLE
     assert worst_torch([]) is Verdict.NO_TORCH

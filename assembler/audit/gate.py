@@ -3,11 +3,17 @@
 `assemble audit --check`, the build's audit gate, `assemble patches`' build evidence, the build
 report and `assemble check` all read verdicts from here; adding a verdict means adding it here,
 giving it a style in :mod:`assembler.audit.report`, and testing it.
+
+A verdict is a :class:`Verdict`; what the gate says of an object or a dependency is a
+:class:`GateVerdict` (the checks it fails, else the one passing verdict, and whether
+--allow-unstable let it through), written as text in one place (``GateVerdict.__str__``: the
+strings every output and JSON schema has always had) and never read back from text.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -64,8 +70,57 @@ class CheckKind(StrEnum):
 PYTHON_LIMITED, PYTHON_FULL, PYTHON_NONE = "limited", "full", "none"  # ElfReport.python_api: which API its CPython symbols target
 SOURCE_SEVERITY = (Verdict.UNSTABLE, Verdict.NOT_LIMITED, Verdict.INCOMPLETE)  # `assemble check`'s failures, worst first
 PASSING = frozenset({Verdict.STABLE, Verdict.NO_TORCH, Verdict.CLEAN, Verdict.NO_EXTENSIONS})
-ALLOWED_SUFFIX = " (allowed)"  # a failing verdict let through by --allow-unstable
-_JOIN = "+"  # one object failing several checks: UNSTABLE+NON-ABI3
+_ALLOWED = " (allowed)"  # GateVerdict.__str__'s mark of one let through by --allow-unstable
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """What the gate says of one object or dependency: the checks it fails, in the order the gate
+    runs them (an object failing several: UNSTABLE, NON-ABI3), else its one passing verdict
+    (STABLE, NO-TORCH, "no extensions"); ``allowed`` when --allow-unstable let a failing one through."""
+
+    verdicts: tuple[Verdict, ...]
+    allowed: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.verdicts or (len(self.verdicts) > 1 and self.passes):
+            raise ValueError(f"a gate verdict is failing checks or one passing verdict, not {self.verdicts!r}")
+        if self.allowed and self.passes:
+            raise ValueError(f"only a failing verdict is let through, not {self.verdicts[0]}")
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> GateVerdict:
+        return cls((verdict,))
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, object]) -> GateVerdict:
+        """From :meth:`record`'s form; raises ValueError, TypeError or KeyError for anything else."""
+        verdicts, allowed = record["verdicts"], record["allowed"]
+        if not isinstance(verdicts, list) or not isinstance(allowed, bool):
+            raise TypeError(f"not a recorded gate verdict: {record!r}")
+        return cls(tuple(Verdict(value) for value in verdicts), allowed)
+
+    def record(self) -> dict[str, object]:
+        """The form kept in the build's records (merge state, evidence): the verdicts' values, not text."""
+        return {"verdicts": [verdict.value for verdict in self.verdicts], "allowed": self.allowed}
+
+    @property
+    def passes(self) -> bool:
+        """Whether it passes the gate (one let through by --allow-unstable still does not)."""
+        return all(passes(verdict) for verdict in self.verdicts)
+
+    @property
+    def first(self) -> Verdict:
+        """The verdict it is shown by (styled, sorted): the first failing check, or the passing one."""
+        return self.verdicts[0]
+
+    def let_through(self) -> GateVerdict:
+        """This failing verdict as recorded when --allow-unstable lets it through."""
+        return GateVerdict(self.verdicts, allowed=True)
+
+    def __str__(self) -> str:
+        """The one text of a gate verdict: ``UNSTABLE+NON-ABI3``, ``UNSTABLE (allowed)``, ``STABLE``."""
+        return "+".join(verdict.value for verdict in self.verdicts) + (_ALLOWED if self.allowed else "")
 
 
 class Finding(NamedTuple):
@@ -196,36 +251,33 @@ def floor_findings(report: AuditReport) -> list[Finding]:
     return [f for f in findings(report, CheckKind.ALL) if f.verdict == Verdict.FLOOR_TOO_LOW]
 
 
-def object_verdict(elf: ElfReport, found: Sequence[Finding]) -> str:
-    """One object's verdict: its failing checks joined (``UNSTABLE+NON-ABI3``), else its torch verdict."""
-    mine = [f.verdict.value for f in found if f.member == elf.path]
-    return _JOIN.join(mine) or str(elf.torch_abi)
+def object_verdict(elf: ElfReport, found: Sequence[Finding]) -> GateVerdict:
+    """One object's verdict: the checks it fails (UNSTABLE, NON-ABI3), else its torch verdict."""
+    mine = tuple(f.verdict for f in found if f.member == elf.path)
+    return GateVerdict(mine) if mine else GateVerdict.of(Verdict(elf.torch_abi))
 
 
-def passes(verdict: str) -> bool:
-    """Whether an object (or dependency) with this verdict passes the gate."""
+def passes(verdict: Verdict) -> bool:
+    """Whether an object (or dependency, or unit) with this verdict passes the gate."""
     return verdict in PASSING
 
 
-def allowed(verdict: str) -> str:
-    """A failing verdict as recorded when --allow-unstable lets it through."""
-    return verdict + ALLOWED_SUFFIX
-
-
 def is_allowed(verdict: str) -> bool:
-    return verdict.endswith(ALLOWED_SUFFIX)
+    """Whether ``str(GateVerdict)`` is one let through: for audit.report.verdict_style until it
+    takes the GateVerdict itself (#31), the one reader of the text."""
+    return verdict.endswith(_ALLOWED)
 
 
-def summarize(verdicts: Sequence[str], allow: bool = False) -> str:
-    """A dependency's verdict from its objects' verdicts: the first failing one (``(allowed)``
-    when let through), else STABLE when any object uses torch, else NO-TORCH; "no extensions"
+def summarize(verdicts: Sequence[GateVerdict], allow: bool = False) -> GateVerdict:
+    """A dependency's verdict from its objects' verdicts: the first failing one (let through
+    with ``allow``), else STABLE when any object uses torch, else NO-TORCH; "no extensions"
     when it ships no shared object."""
     if not verdicts:
-        return Verdict.NO_EXTENSIONS.value
-    bad = [v for v in verdicts if not passes(v)]
+        return GateVerdict.of(Verdict.NO_EXTENSIONS)
+    bad = [v for v in verdicts if not v.passes]
     if not bad:
-        return Verdict.STABLE.value if Verdict.STABLE in verdicts else Verdict.NO_TORCH.value
-    return allowed(bad[0]) if allow else bad[0]
+        return GateVerdict.of(Verdict.STABLE if any(Verdict.STABLE in v.verdicts for v in verdicts) else Verdict.NO_TORCH)
+    return bad[0].let_through() if allow else bad[0]
 
 
 def worst_torch(verdicts: Iterable[str]) -> Verdict:

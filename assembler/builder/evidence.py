@@ -26,13 +26,16 @@ import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from assembler.cache import KINDS, cache_root
 from assembler.errors import AssembleError
 from assembler.git.state import pinned_state
 from assembler.manifest import Dependency
 from assembler.workspace import Workspace
+
+if TYPE_CHECKING:
+    from assembler.audit.gate import GateVerdict
 
 MERGE_STATE = "last-merge.json"  # in workspace_records
 EVIDENCE_SCHEMA = 1
@@ -119,7 +122,7 @@ def audit_digest() -> str:
 class BuildEvidence(NamedTuple):
     """What the last gated build of a pin + series said of its extensions."""
 
-    verdicts: tuple[str, ...]  # the gate's verdict of each extension
+    gate: tuple[GateVerdict, ...]  # the gate's verdict of each extension
     obtained: str  # when (ISO 8601, UTC)
     current: bool  # given by this assembler's audit and gate (else it proves nothing)
     verify_failed: tuple[str, ...] = ()  # torch versions on which `--verify` FAILed
@@ -130,16 +133,17 @@ class BuildEvidence(NamedTuple):
     def passes(self) -> bool:
         """Every extension passes the gate (the load check included), none FAILed verify, and
         it is this gate's word."""
-        from assembler.audit.gate import passes
-
-        return self.current and bool(self.verdicts) and all(passes(v) for v in self.verdicts) and not self.verify_failed
+        return self.current and bool(self.gate) and all(v.passes for v in self.gate) and not self.verify_failed
 
     @property
     def work_left(self) -> bool:
         """An extension fails the gate, or verify FAILed: the migration is not done."""
-        from assembler.audit.gate import passes
+        return self.current and (any(not v.passes for v in self.gate) or bool(self.verify_failed))
 
-        return self.current and (any(not passes(v) for v in self.verdicts) or bool(self.verify_failed))
+    @property
+    def verdicts(self) -> tuple[str, ...]:
+        """Each extension's verdict as its text (``UNSTABLE+NON-ABI3``), as `patches` prints it."""
+        return tuple(str(v) for v in self.gate)
 
     def summary(self) -> str:
         verdicts = ", ".join(sorted(set(self.verdicts))) or "no extension"
@@ -158,7 +162,7 @@ class BuildEvidence(NamedTuple):
                 "workspace": self.workspace, "passes": self.passes}
 
 
-def publish_build(workspace: Workspace, dep: Dependency, artifact: Path, verdicts: Sequence[str],
+def publish_build(workspace: Workspace, dep: Dependency, artifact: Path, verdicts: Sequence[GateVerdict],
                   verified: Sequence[str] = (), verify_failed: Sequence[str] = ()) -> None:
     """Publish a gated build's verdicts as evidence, when its artifact is of exactly the pin plus
     the series (``artifact``: its directory)."""
@@ -170,22 +174,24 @@ def publish_build(workspace: Workspace, dep: Dependency, artifact: Path, verdict
     if record is None or record.commit != dep.commit or not is_exactly_pinned(workspace, dep, record.head, record.series_head, record.dirty):
         return
     publish(dep, BUILD, {
-        "verdicts": list(verdicts), "audit": audit_digest(), "verified": list(verified), "verify_failed": list(verify_failed),
+        "gate": [verdict.record() for verdict in verdicts], "audit": audit_digest(), "verified": list(verified), "verify_failed": list(verify_failed),
         "obtained": datetime.now(UTC).isoformat(timespec="seconds"), "workspace": str(workspace.root),
     })
 
 
 def build_evidence(dep: Dependency) -> BuildEvidence | None:
     """The evidence of the last gated build of ``dep``'s pin, series and recipe, from any workspace."""
+    from assembler.audit.gate import GateVerdict
+
     record = read_evidence(dep, BUILD)
     if record is None:
         return None
     try:
         return BuildEvidence(
-            tuple(str(v) for v in record["verdicts"]), str(record["obtained"]), record["audit"] == audit_digest(),
+            tuple(GateVerdict.from_record(v) for v in record["gate"]), str(record["obtained"]), record["audit"] == audit_digest(),
             tuple(str(v) for v in record["verify_failed"]), tuple(str(v) for v in record["verified"]), str(record["workspace"]),
         )
-    except (KeyError, TypeError):
+    except (KeyError, TypeError, ValueError):  # not this format (an older assembler's): no evidence
         return None
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.version import Version
 
-from assembler.audit.gate import CheckKind, Verdict, findings, object_verdict, passes, summarize
+from assembler.audit.gate import CheckKind, GateVerdict, Verdict, findings, object_verdict, summarize
 from assembler.builder import backends, builder, links, memory, scheduler, units
 from assembler.builder.builder import Outcome
 from assembler.builder.cache import ArtifactStore, digest_texts
@@ -71,14 +71,27 @@ class BuildOptions:
 @dataclass
 class ExtensionVerdict:
     path: str  # inside the wheel
-    verdict: str  # a gate verdict (assembler.audit.gate), or several joined: UNSTABLE+NON-ABI3
+    verdict: GateVerdict  # the checks it fails (UNSTABLE, NON-ABI3), else STABLE or NO-TORCH
     min_torch: str | None
     offending: list[str] = field(default_factory=list)  # symbols that make it fail
 
     @property
     def ok(self) -> bool:
         """STABLE, or no torch at all (a plain abi3 helper module)."""
-        return passes(self.verdict)
+        return self.verdict.passes
+
+    def record(self) -> dict[str, Any]:
+        """As the merge state keeps it (:meth:`from_record` reads it back)."""
+        return {"path": self.path, "verdict": self.verdict.record(), "min_torch": self.min_torch, "offending": self.offending}
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> ExtensionVerdict:
+        return cls(str(record["path"]), GateVerdict.from_record(record["verdict"]),
+                   None if record["min_torch"] is None else str(record["min_torch"]), [str(s) for s in record["offending"]])
+
+    def as_dict(self) -> dict[str, Any]:
+        """The --json form: the verdict as its text (build.schema.json)."""
+        return {**self.record(), "verdict": str(self.verdict)}
 
 
 @dataclass
@@ -94,7 +107,7 @@ class DepReport:
     torch_target: str
     artifact: Path | None
     log: Path | None
-    verdict: str | None = None  # from the audit of the merged wheel
+    verdict: GateVerdict | None = None  # from the audit of the merged wheel
     min_torch: str | None = None
     extensions: list[ExtensionVerdict] = field(default_factory=list)
     compiler_cache: dict[str, Any] | None = None  # sccache's requests, hits, misses, problem of this build, or of the build that made a reused artifact ("reused": true); None: built without it
@@ -131,6 +144,9 @@ class BuildReport:
         """The --json summary: every field, the verify matrix under "verify" and the error as
         {"message", "hint", "exit_code"} (null on success)."""
         data = asdict(replace(self, verified=None, error=None))
+        for dep, shown in zip(self.deps, data["deps"], strict=True):  # verdicts as their text
+            shown["verdict"] = None if dep.verdict is None else str(dep.verdict)
+            shown["extensions"] = [item.as_dict() for item in dep.extensions]
         data["verify"] = self.verified.to_json() if self.verified is not None else None
         data["error"] = None if self.error is None else self.error.to_json()
         summary: dict[str, Any] = json.loads(json.dumps(data, default=str))
@@ -429,7 +445,7 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
             atomic_write(state_path, json.dumps({
                 "key": key, "workspace": str(workspace.root), "wheel": str(result.wheel), "stat": _stat(result.wheel),
                 "warnings": list(result.warnings), "partial": list(result.missing),
-                "audit": {dep: [asdict(item) for item in items] for dep, items in audits.items()},
+                "audit": {dep: [item.record() for item in items] for dep, items in audits.items()},
             }, indent=2, sort_keys=True) + "\n")
     error = _gate(report, audits, options.allow_unstable)
     if report.wheel is not None:  # over a deps.toml size budget: exit 1 with the breakdown
@@ -470,7 +486,7 @@ def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[Extens
         state = json.loads(state_path.read_text())
         if state["key"] != key or not _same_file(Path(state["wheel"]), state["stat"]):
             return None
-        audits = {dep: [ExtensionVerdict(**item) for item in items] for dep, items in state["audit"].items()}
+        audits = {dep: [ExtensionVerdict.from_record(item) for item in items] for dep, items in state["audit"].items()}
         return (Path(state["wheel"]), audits, [str(warning) for warning in state["warnings"]],
                 [str(name) for name in state.get("partial", [])])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -520,7 +536,7 @@ def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]], torch_lib: Path
     for finding in found:  # a finding about a member that is no object (UNSAFE-PATH): gated all the same
         if finding.member not in objects:
             verdicts.setdefault(owner.get(finding.member or "", "(unknown)"), []).append(
-                ExtensionVerdict(finding.member or report.path, finding.verdict.value, None, list(finding.offending)))
+                ExtensionVerdict(finding.member or report.path, GateVerdict.of(finding.verdict), None, list(finding.offending)))
     return verdicts
 
 
@@ -546,7 +562,8 @@ def _gate(report: BuildReport, audits: dict[str, list[ExtensionVerdict]], allowe
     if not failures:
         return None
     names = [dep.dep for dep in report.deps if any(not item.ok for item in audits.get(dep.dep, [])) and dep.dep not in allowed]
-    verdicts = {item.verdict for dep in report.deps if dep.dep in names for item in audits.get(dep.dep, []) if not item.ok}
+    verdicts = {verdict for dep in report.deps if dep.dep in names for item in audits.get(dep.dep, []) if not item.ok
+                for verdict in item.verdict.verdicts}
     fix = ("link the library the finding names, or build the unit that defines each symbol into the extension (it cannot load as it is)"
            if verdicts == {Verdict.UNRESOLVED} else f"port {', '.join(names)} to the Stable ABI")
     return CheckFailed("audit gate: " + "; ".join(failures), hint=f"{fix}, or ship it anyway with --allow-unstable {names[0]}")

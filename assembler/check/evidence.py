@@ -21,7 +21,7 @@ class CheckEvidence(NamedTuple):
     dep: str
     clean: int  # translation units found CLEAN
     total: int  # translation units checked
-    verdicts: dict[str, str]  # unit (path in the checkout) -> CLEAN / UNSTABLE / NOT-LIMITED / INCOMPLETE
+    verdicts: dict[str, Verdict]  # unit (path in the checkout) -> CLEAN / UNSTABLE / NOT-LIMITED / INCOMPLETE
     obtained: str  # when the scans ran (ISO 8601, UTC)
     key: str  # the check's cache key
     torch: str  # the torch whose headers were read
@@ -86,7 +86,7 @@ def publish_check(workspace: Workspace, dep: Dependency, record: dict[str, Any])
         if not exact:
             return
         publish(dep, CHECK, {
-            "verdicts": {str(unit["source"]): str(Verdict(unit["verdict"])) for unit in record["result"]["units"]},
+            "verdicts": {str(unit["source"]): Verdict(unit["verdict"]) for unit in record["result"]["units"]},
             "obtained": str(record["obtained"]), "check_key": str(record["key"]), "torch": str(record["torch"]),
             "torch_target": str(record["torch_target"]), "workspace": str(workspace.root),
         })
@@ -103,7 +103,7 @@ def check_evidence(workspace: Workspace, dep: Dependency) -> CheckEvidence | Non
     if record is None:
         return None
     try:
-        verdicts = {str(unit): str(Verdict(verdict)) for unit, verdict in record["verdicts"].items()}
+        verdicts = {str(unit): Verdict(verdict) for unit, verdict in record["verdicts"].items()}
         return CheckEvidence(
             dep=dep.name, clean=sum(v == Verdict.CLEAN for v in verdicts.values()), total=len(verdicts),
             verdicts=verdicts, obtained=str(record["obtained"]), key=str(record["check_key"]),

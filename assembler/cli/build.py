@@ -293,7 +293,7 @@ def _emit(report: BuildReport, as_json: bool) -> None:
                  BuildOutcome.COMPILED: Cell(f"shard {dep.shard['shard']}/{dep.shard['count']} compiled {dep.seconds:.1f}s"
                                              if dep.shard else "compiled"),
                  }.get(dep.status, Cell(str(dep.status), "red"))
-        verdict = dep.verdict or "-"
+        verdict = "-" if dep.verdict is None else str(dep.verdict)
         table.add_row(dep.dep, short(dep.commit), str(dep.patches), build, " ".join(dep.archs) or "-",
                       dep.min_torch or dep.torch_target, Cell(verdict, *verdict_style(verdict).split()))
     table.print(console.file)
