@@ -57,7 +57,7 @@ def test_migrate_gemmkit_alone_is_clean_builds_and_verifies(tmp_path: Path, priv
     assert "PYBIND11_MODULE(" not in api and "#include <pybind11" not in api and "torch/python.h" not in api
     assert "TORCH_BOX(&gemmkit::runtime::get_num_threads_boxed)" in api and "TORCH_BOX(&gemmkit::gemm::gemm_nt)" in api
     runtime = (fork / "csrc" / "apis" / "runtime.hpp").read_text()
-    assert "register_apis" not in runtime and "inline int get_num_threads_fn() {" in runtime
+    assert "void register_apis(" not in runtime and "inline int get_num_threads_fn() {" in runtime
     # the Python function joins what the schema splits: block_amax(x, (2, 4)) as before
     assert '"def block_amax(x, block=(2, 2)):\\n"' in api and '"    return _assemble_torch.ops.gemmkit.block_amax(x, *block)\\n"' in api
     status = subprocess.run(["git", "status", "--porcelain"], cwd=fork, capture_output=True, text=True, check=True)
