@@ -102,3 +102,21 @@ def test_options_a_variable_builds_from_a_tensor_s_device_allocate_like_it() -> 
         "  auto two = torch::tensor(2.0f, A.options());"]
     assert [(d.line, d.rewrite) for d in file.declined] == [(5, "new-empty")]
     assert "other than zero" in file.declined[0].reason
+
+
+@pytest.mark.parametrize(("text", "short"), [
+    ("#include <t.h>\ntorch::stable::Tensor f(torch::stable::Tensor x);\nauto d = torch::headeronly::ScalarType::Half;",
+     {"Tensor", "ScalarType"}),
+    ("#include <t.h>\nusing namespace at;\ntorch::stable::Tensor f();", set()),  # at::Tensor is a Tensor too
+    ("#include <t.h>\nstruct Tensor;\ntorch::stable::Tensor f();\nauto d = torch::headeronly::ScalarType::Half;",
+     {"ScalarType"}),  # the file's own Tensor stays its own
+])
+def test_short_names_only_where_they_can_mean_nothing_else(text: str, short: set[str]) -> None:
+    from assembler.migration.rewrite import use_short_names
+
+    file = FileRewrite(text, [True] * (text.count("\n") + 1))
+    use_short_names(file)
+    assert {name for name in ("Tensor", "ScalarType") if f"using torch::stable::{name};" in file.text
+            or f"using torch::headeronly::{name};" in file.text} == short
+    assert file.text.split("\n")[1].startswith("using torch::") == bool(short)
+    assert len(file.active) == file.text.count("\n") + 1

@@ -203,6 +203,22 @@ at::Tensor shifted(const std::optional<at::Tensor>& shift) {
   return b;
 }
 """),
+    # QuTLASS's host code: C casts of an untemplated data_ptr(), sizes by index, an options
+    # variable made from a tensor's device, a zero scalar from it
+    Case("casts-sizes-and-options", ("tensor-type", "cast-data-ptr", "sizes-index", "new-empty"), """\
+struct Args { float* out; const float* in; float* scratch; long m; long n; };
+Args args_of(at::Tensor& out, at::Tensor const& x) {
+  auto const m = x.sizes()[0];
+  auto const n = out.sizes()[1] * 2;
+  return Args{(float *)out.data_ptr(), (float const*)x.data_ptr(), (float*)x.data_ptr(), m, n};
+}
+at::Tensor scale_like(const at::Tensor& A) {
+  auto opts = torch::TensorOptions().dtype(torch::kFloat).device(A.device());
+  auto global_scale = torch::tensor(0.0f, opts);
+  auto buf = torch::empty({4}, opts);
+  return global_scale;
+}
+"""),
 ]
 
 
@@ -577,3 +593,23 @@ def test_a_header_of_the_forks_own_with_the_name_is_never_written_over(tmp_path:
     tracked = [f"csrc/{helpers.NAME}", "csrc/assemble_stable_helpers_1.h"]
     assert helpers.find(tmp_path, tracked) == placement.path and mine.read_text() == "// the project's own\n"
     assert helpers.INCLUDE.match('#include "../assemble_stable_helpers_1.h"')
+
+
+@pytest.mark.slow
+def test_short_names_after_using_declarations_compile(tmp_path: Path, torch_flags: tuple[list[str], Path]) -> None:
+    """A C++ source spells Tensor and ScalarType short, as QuTLASS's and FlashAttention-2's
+    authors did; the result compiles at the torch-target."""
+    flags, _ = torch_flags
+    text = OLD_INCLUDE + "namespace q {\n" + next(c.body for c in CASES if c.name == "casts-sizes-and-options") + (
+        "bool is_byte(const at::Tensor& t) { return t.scalar_type() == at::kByte; }\n}\n")
+    file = FileRewrite(text, [True] * (text.count("\n") + 1))
+    for step in REWRITES.steps:
+        apply_step(REWRITES.of_step(step), file, TARGET, {})
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, keep_unstable=False, short=True)
+    assert "using torch::stable::Tensor;\nusing torch::headeronly::ScalarType;\n" in file.text
+    assert "torch::stable::Tensor&" not in file.text and "return t.scalar_type() == ScalarType::Byte;" in file.text
+    assert "torch::stable::new_zeros(A, {}, ScalarType::Float)" in file.text and file.declined == []
+    source = tmp_path / "short.cpp"
+    source.write_text(file.text)
+    returncode, stderr = _finish(_compile([source], [TARGET_DEFINE, *flags]))
+    assert returncode == 0, stderr[-4000:]

@@ -141,7 +141,7 @@ _DEREFERENCED = re.compile(r"\*\s*([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*\.\s*value\s*\
 _SUBSCRIPTED = re.compile(r"([A-Za-z_]\w*)\s*\[")
 _FUNCTION_CALL = re.compile(r"(?:torch::stable|at|torch)::(\w+)\s*\(")
 _METHOD_CALL = re.compile(r"\.\s*(\w+)\s*\(\s*[^()]*\)$")
-_ENUMERATOR = re.compile(r"torch::headeronly::ScalarType::\w+")
+_ENUMERATOR = re.compile(r"(?:torch::headeronly::)?ScalarType::\w+")  # short after using torch::headeronly::ScalarType
 _SCALAR_TYPE_OF = re.compile(r"(.+?)\s*(\.|->)\s*scalar_type\s*\(\s*\)", re.S)
 
 
@@ -1005,7 +1005,8 @@ _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M
 
 
 def rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, ...], keep_unstable: bool,
-                     local: tuple[str, ...] = (), replaced: dict[str, str] | None = None) -> None:
+                     local: tuple[str, ...] = (), replaced: dict[str, str] | None = None,
+                     short: bool = False) -> None:
     """Put the stable headers ``needed`` (then the quoted ``local`` ones, e.g. the helper
     header) where the file's first unstable include was, else after its last include, else at
     the top, and, unless ``keep_unstable`` (uses remain that need them), drop its unstable
@@ -1013,7 +1014,64 @@ def rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, .
     is such a place (a header guard is around them all): what every build of the file needs
     does not go behind a condition. A header of ``replaced`` (a CUDA one, often behind an
     ``#if``) is replaced on its own line by what the map names, or dropped. Lines that name
-    none stay as they are."""
+    none stay as they are. ``short``: a C++ source (not a header, not CUDA) then spells the
+    stable names short (:func:`use_short_names`)."""
+    try:
+        _rewrite_includes(file, needed, unstable, keep_unstable, local, replaced)
+    finally:
+        if short:
+            use_short_names(file)
+
+
+# The stable names people spell short in a C++ source after a using-declaration (QuTLASS's
+# bindings.cpp, FlashAttention-2's flash_api*.cpp as their authors migrated them).
+SHORT_NAMES = {"torch::stable::Tensor": "Tensor", "torch::headeronly::ScalarType": "ScalarType"}
+SOURCE_SUFFIXES = (".cpp", ".cc", ".cxx", ".C")  # where short names go: not headers, not CUDA units
+_USING_NAMESPACE = re.compile(r"\busing\s+namespace\s+(?:at|c10|torch)\b")
+
+
+def use_short_names(file: FileRewrite) -> None:
+    """``torch::stable::Tensor`` and ``torch::headeronly::ScalarType`` spelled ``Tensor`` and
+    ``ScalarType`` after ``using`` declarations put below the file's last top-level include,
+    where the file spells the long name at least once and neither spells the short one itself
+    (its own type, another namespace's) nor opens a LibTorch namespace (``using namespace
+    at``): then the short name can only mean the stable one."""
+    code = blank_comments_and_strings(file.text)
+    if _USING_NAMESPACE.search(code):
+        return
+    chosen: list[tuple[str, str]] = []
+    for long, short in SHORT_NAMES.items():
+        uses = [m.start() for m in re.finditer(rf"(?<![\w:]){re.escape(long)}\b", code)]
+        declared = re.search(rf"\busing\s+{re.escape(long)}\s*;", code) is not None
+        bare = re.search(rf"(?<![\w:/]){short}\b", code) is not None
+        if uses and (declared or not bare):
+            chosen.append((long, short))
+    if not chosen:
+        return
+    lines = code.split("\n")
+    depths = _conditional_depths(lines)
+    top = [i for i, line in enumerate(lines) if _INCLUDE.match(line) and depths[i] == min(depths)]
+    where = max(top) + 1 if top else 0
+    text = file.text
+    for long, short in chosen:
+        pattern = re.compile(rf"(?<![\w:]){re.escape(long)}\b")
+        code = blank_comments_and_strings(text)
+        pieces, last = [], 0
+        for found in pattern.finditer(code):
+            if re.search(r"\busing\s+$", code[max(0, found.start() - 12):found.start()]):
+                continue  # its own using-declaration
+            pieces += [text[last:found.start()], short]
+            last = found.end()
+            file.made["short-name"] += 1
+        text = "".join(pieces) + text[last:]
+    added = [f"using {long};" for long, _ in chosen if f"using {long};" not in text]
+    new_lines = text.split("\n")
+    file.text = "\n".join([*new_lines[:where], *added, *new_lines[where:]])
+    file.active = [*file.active[:where], *([True] * len(added)), *file.active[where:]]
+
+
+def _rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, ...], keep_unstable: bool,
+                      local: tuple[str, ...], replaced: dict[str, str] | None) -> None:
     if replaced and not keep_unstable:
         _replace_includes(file, replaced)
     lines = file.text.split("\n")
