@@ -55,7 +55,8 @@ def test_the_status_samples_are_what_status_prints(example_ws: Path, private_cac
     printed = assemble("status", "vecadd").splitlines()
     assert max(len(line) for line in printed) <= 80
 
-    stable = BuildEvidence((GateVerdict.of(Verdict.STABLE),), "2026-12-02T22:05:49+00:00", True, verified=("2.13.0", "2.14.1"))
+    stable = BuildEvidence((GateVerdict.of(Verdict.STABLE),), "2026-12-02T22:05:49+00:00", True,
+                           verified=("2.13.0", "2.14.1"))
     for page, lines in documented:
         building = [line for line in lines if line.startswith("  build: ")]
         assert [normal(line) for line in building] == [normal(f"  build: {stable.summary()}")], page

@@ -61,8 +61,8 @@ def test_nothing_outside_the_backends_compares_a_backend_name() -> None:
 
 def test_the_scan_sees_a_comparison(tmp_path: Path) -> None:
     """The check above can fail: the shapes the seam replaced are found."""
-    (tmp_path / "m.py").write_text('if dep.build.backend == "helper":\n    pass\nok = recipe.backend != BackendName.CMAKE\n'
-                                   'fine = tool == "cmake"\n')
+    (tmp_path / "m.py").write_text('if dep.build.backend == "helper":\n    pass\n'
+                                   'ok = recipe.backend != BackendName.CMAKE\nfine = tool == "cmake"\n')
     assert name_comparisons(tmp_path) == ["m.py:1", "m.py:3"]
 
 
@@ -85,7 +85,8 @@ language = "cuda"
 name = "_ops"
 sources = ["csrc/b.cpp"]
 """,
-    BackendName.CMAKE: '[deps.kit.build]\ncmake-dir = "."\ncmake-args = ["-DCMAKE_CXX_STANDARD=20"]\nsources = ["a.cpp"]\n',
+    BackendName.CMAKE: '[deps.kit.build]\ncmake-dir = "."\ncmake-args = ["-DCMAKE_CXX_STANDARD=20"]\n'
+                       'sources = ["a.cpp"]\n',
     BackendName.SETUPTOOLS: '[deps.kit.build]\nbackend = "setuptools"\nsources = ["a.cpp"]\n',
 }
 

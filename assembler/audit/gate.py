@@ -276,7 +276,8 @@ def summarize(verdicts: Sequence[GateVerdict], allow: bool = False) -> GateVerdi
         return GateVerdict.of(Verdict.NO_EXTENSIONS)
     bad = [v for v in verdicts if not v.passes]
     if not bad:
-        return GateVerdict.of(Verdict.STABLE if any(Verdict.STABLE in v.verdicts for v in verdicts) else Verdict.NO_TORCH)
+        uses_torch = any(Verdict.STABLE in v.verdicts for v in verdicts)
+        return GateVerdict.of(Verdict.STABLE if uses_torch else Verdict.NO_TORCH)
     return bad[0].let_through() if allow else bad[0]
 
 

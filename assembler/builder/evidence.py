@@ -174,7 +174,8 @@ def publish_build(workspace: Workspace, dep: Dependency, artifact: Path, verdict
     if record is None or record.commit != dep.commit or not is_exactly_pinned(workspace, dep, record.head, record.series_head, record.dirty):
         return
     publish(dep, BUILD, {
-        "gate": [verdict.record() for verdict in verdicts], "audit": audit_digest(), "verified": list(verified), "verify_failed": list(verify_failed),
+        "gate": [verdict.record() for verdict in verdicts], "audit": audit_digest(),
+        "verified": list(verified), "verify_failed": list(verify_failed),
         "obtained": datetime.now(UTC).isoformat(timespec="seconds"), "workspace": str(workspace.root),
     })
 
@@ -188,7 +189,8 @@ def build_evidence(dep: Dependency) -> BuildEvidence | None:
         return None
     try:
         return BuildEvidence(
-            tuple(GateVerdict.from_record(v) for v in record["gate"]), str(record["obtained"]), record["audit"] == audit_digest(),
+            tuple(GateVerdict.from_record(v) for v in record["gate"]), str(record["obtained"]),
+            record["audit"] == audit_digest(),
             tuple(str(v) for v in record["verify_failed"]), tuple(str(v) for v in record["verified"]), str(record["workspace"]),
         )
     except (KeyError, TypeError, ValueError):  # not this format (an older assembler's): no evidence

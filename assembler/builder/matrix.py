@@ -131,7 +131,8 @@ def plan_shards(workspace: Workspace, plans: dict[str, DepPlan], entries: list[M
         if entry.cost == 0 or plan.units is None:
             continue
         dep = workspace.manifest.deps[entry.dep]
-        jobs = shards.compile_jobs(plan, backends.for_dep(dep).extension_modules(dep), shards.unit_times(workspace.state_dir, entry.dep))
+        modules = backends.for_dep(dep).extension_modules(dep)
+        jobs = shards.compile_jobs(plan, modules, shards.unit_times(workspace.state_dir, entry.dep))
         mine = shard_count(count, entry.cost, largest, len(jobs))
         if mine < 2:
             continue

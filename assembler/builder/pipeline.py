@@ -82,12 +82,14 @@ class ExtensionVerdict:
 
     def record(self) -> dict[str, Any]:
         """As the merge state keeps it (:meth:`from_record` reads it back)."""
-        return {"path": self.path, "verdict": self.verdict.record(), "min_torch": self.min_torch, "offending": self.offending}
+        return {"path": self.path, "verdict": self.verdict.record(), "min_torch": self.min_torch,
+                "offending": self.offending}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> ExtensionVerdict:
         return cls(str(record["path"]), GateVerdict.from_record(record["verdict"]),
-                   None if record["min_torch"] is None else str(record["min_torch"]), [str(s) for s in record["offending"]])
+                   None if record["min_torch"] is None else str(record["min_torch"]),
+                   [str(s) for s in record["offending"]])
 
     def as_dict(self) -> dict[str, Any]:
         """The --json form: the verdict as its text (build.schema.json)."""
@@ -272,7 +274,7 @@ def build_artifacts(
     with workspace.lock(), contextlib.ExitStack() as held:
         checkouts = sync_checkouts(workspace, deps, lambda dep, step: note(f"{dep}: {step}"))
         for dep in deps:  # refused before any toolchain or backend runs, as check and --plan refuse them
-            if backends.for_dep(dep).from_extensions:  # a link out of the checkout, then a recipe path it lacks (deps.toml line)
+            if backends.for_dep(dep).from_extensions:  # a link out of the checkout, then a recipe path (deps.toml line)
                 units.translation_units(workspace, dep, checkouts[dep.name].path)
             else:  # its own build decides what it reads: a link out of the checkout
                 links.refuse_escaping(workspace.root, dep.name, checkouts[dep.name].path)
@@ -536,7 +538,8 @@ def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]], torch_lib: Path
     for finding in found:  # a finding about a member that is no object (UNSAFE-PATH): gated all the same
         if finding.member not in objects:
             verdicts.setdefault(owner.get(finding.member or "", "(unknown)"), []).append(
-                ExtensionVerdict(finding.member or report.path, GateVerdict.of(finding.verdict), None, list(finding.offending)))
+                ExtensionVerdict(finding.member or report.path, GateVerdict.of(finding.verdict), None,
+                                 list(finding.offending)))
     return verdicts
 
 

@@ -124,7 +124,7 @@ class ScikitBuildBackend:
         if request.cuda:
             settings["cmake.define.CMAKE_CUDA_COMPILER"] = str(tc.cuda.nvcc)
             settings["cmake.define.ASSEMBLER_CUDA_HOME"] = str(tc.cuda.root)
-            if not self.from_extensions:  # FindCUDAToolkit's CUDA::cuda_driver; the wheels ship no stub (toolchain.driver)
+            if not self.from_extensions:  # FindCUDAToolkit's CUDA::cuda_driver; no stub in wheels (toolchain.driver)
                 stub = driver_stub(tc.cuda.root, cmake_dir.parent / "assemble-driver", cxx_name())
                 settings["cmake.define.CUDA_cuda_driver_LIBRARY"] = str(stub)
         if request.archs:
