@@ -120,3 +120,14 @@ def test_short_names_only_where_they_can_mean_nothing_else(text: str, short: set
             or f"using torch::headeronly::{name};" in file.text} == short
     assert file.text.split("\n")[1].startswith("using torch::") == bool(short)
     assert len(file.active) == file.text.count("\n") + 1
+
+
+def test_qutlass_s_unstable_includes_go_once_no_use_is_left() -> None:
+    from assembler.migration.rewrite import rewrite_includes
+
+    text = ("#include <ATen/ATen.h>\n#include <torch/types.h>\n#include <ATen/cuda/CUDAContextLight.h>\n"
+            "#include <c10/cuda/CUDAGuard.h>\n#include <cuda_runtime.h>\n\nvoid f(at::Tensor x);\n")
+    file = _run(text)
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
+    assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#include <cuda_runtime_api.h>\n#include <cuda_runtime.h>\n"
+                         "\nvoid f(torch::stable::Tensor x);\n")
