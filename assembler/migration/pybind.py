@@ -787,10 +787,17 @@ def _module_edit(module: re.Match[str], close: int, line: int, source: _Source, 
         text.append(f"{macro}({library}, m) {{")
         for op, _ in own:
             text += _guarded([f'  m.def("{op.schema}");'], op.guard)
-        text += ["}", "", f"STABLE_TORCH_LIBRARY_IMPL({library}, {dispatch_key}, m) {{"]
-        for op, binding in own:
-            text += _guarded([f'  m.impl("{binding.name}", TORCH_BOX({op.impl}));'], op.guard)
         text.append("}")
+        # an operator without a tensor argument has no device to dispatch on: it is registered for
+        # every backend (CompositeExplicitAutograd), else a call finds no kernel
+        keys = {op.schema: dispatch_key if "Tensor" in op.schema.split(") ->")[0] else "CompositeExplicitAutograd"
+                for op, _ in own}
+        for key in dict.fromkeys(keys.values()):
+            text += ["", f"STABLE_TORCH_LIBRARY_IMPL({library}, {key}, m) {{"]
+            for op, binding in own:
+                if keys[op.schema] == key:
+                    text += _guarded([f'  m.impl("{binding.name}", TORCH_BOX({op.impl}));'], op.guard)
+            text.append("}")
     if python is not None:
         text += ["", *_pyinit(module.group(1), python)]
     return ModuleEdit(module.start(), close + 1, line, "\n".join(text), [op.schema for op, _ in own],
