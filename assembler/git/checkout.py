@@ -120,7 +120,7 @@ def _make(workspace: Workspace, dep: Dependency, path: Path, digest: str, fd: in
             return CheckoutResult.unchanged(dep, path, state)
         if state.status == CheckoutStatus.APPLYING:  # our own run, cut short: clear what git left
             _clear_interrupted(path, state, on_step)
-        refuse_to_lose_work(None, dep, path, state)
+        refuse_to_lose_work(dep, path, state)
     on_step("mirror")
     state = CheckoutState(base=dep.commit, source=dep.source, series_digest=digest)
     with _held_mirror(workspace.manifest, dep.source, dep.commit) as (mirror, fetched):
@@ -250,14 +250,13 @@ def _clear_interrupted(path: Path, state: CheckoutState, on_step: Callable[[str]
         shutil.rmtree(git_dir / "rebase-apply")
 
 
-def refuse_to_lose_work(repo: object, dep: Dependency, path: Path, state: CheckoutState) -> None:
+def refuse_to_lose_work(dep: Dependency, path: Path, state: CheckoutState) -> None:
     """Raise when resetting ``path`` would lose work of the user's: a git operation stopped in
-    it, a series resolved by hand, edits, or commits that are not in the series. ``repo`` is
-    not used (callers that hold a GitPython repository may pass it)."""
+    it, a series resolved by hand, edits, or commits that are not in the series."""
     tree = WorkTree(path)
     operation = operation_in(tree.git_dir)
     if operation is not None:
-        files = _conflicted_files(tree)
+        files = tree.conflicted_files()
         raise ConflictError(
             f"{path} is stopped in the middle of a git {operation}"
             + (f" (conflicts in {', '.join(files)})" if files else ""),
@@ -287,11 +286,6 @@ def refuse_to_lose_work(repo: object, dep: Dependency, path: Path, state: Checko
             f"{path} has commits that are not in patches/{dep.name} (HEAD {head[:12]}, series ends at {(state.head or '')[:12]})",
             hint=f"run `assemble export {dep.name}` to save them as patches first",
         )
-
-
-def _conflicted_files(tree: WorkTree) -> list[str]:
-    output = tree.run("diff", "--name-only", "--diff-filter=U", check=False).stdout
-    return [line for line in output.splitlines() if line]
 
 
 def _point_remotes(workspace: Workspace, dep: Dependency, tree: WorkTree, mirror: mirrors.Mirror) -> None:
@@ -391,7 +385,7 @@ def apply_series(tree: WorkTree, dep: Dependency, path: Path, state: CheckoutSta
         name = dep.series[min(done, len(dep.series) - 1)]
         state.status = CheckoutStatus.STOPPED
         state.save(path)
-        files = _conflicted_files(tree) or _files_in_patch(dep.patches_dir / name)
+        files = tree.conflicted_files() or _files_in_patch(dep.patches_dir / name)
         raise ConflictError(
             f"{dep.name}: patch {name} does not apply"
             + (f"; conflicts in {', '.join(files)}" if files else "")

@@ -14,13 +14,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import git
-
 from assembler.errors import ConflictError, InputError
 from assembler.fsutil import ignored_dir, remove_stale, replace_dir
 from assembler.git.process import WorkTree
-from assembler.git.runner import END_OF_OPTIONS, in_progress_operation, repo_at
-from assembler.git.state import CheckoutState, CheckoutStatus, series_digest
+from assembler.git.runner import END_OF_OPTIONS, operation_in
+from assembler.git.state import CheckoutState, CheckoutStatus, read_head, series_digest
 from assembler.git.sync import refuse_during_rebase
 from assembler.manifest import Dependency, load_manifest
 from assembler.series.headers import parse_patch_header
@@ -45,9 +43,9 @@ class ExportResult:
         return bool(self.written or self.removed)
 
 
-def format_patches(repo: git.Repo, base: str, head: str, out: Path) -> list[Path]:
+def format_patches(tree: WorkTree, base: str, head: str, out: Path) -> list[Path]:
     """``git format-patch`` of base..head in order, with the stable options we always use."""
-    names = repo.git.format_patch(*FORMAT_PATCH_ARGS, "-o", str(out), END_OF_OPTIONS, f"{base}..{head}")
+    names = tree.out("format-patch", *FORMAT_PATCH_ARGS, "-o", str(out), END_OF_OPTIONS, f"{base}..{head}")
     return [Path(line) for line in names.splitlines() if line]
 
 
@@ -69,11 +67,11 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     state = CheckoutState.load(path) if path.exists() else None
     if state is None:
         raise InputError(f"{path} is not a checkout made by assemble", hint=f"run `assemble checkout {dep.name}` first")
-    repo = repo_at(path)
-    operation = in_progress_operation(repo)
+    tree = WorkTree(path)  # the state file lies in its .git
+    operation = operation_in(tree.git_dir)
     if operation:
         raise ConflictError(f"{path} is stopped in a git {operation}", hint=f"finish it (git {operation} --continue) or abort it, then export")
-    head = repo.head.commit.hexsha
+    head = read_head(path)
     if state.status == CheckoutStatus.APPLYING:
         raise InputError(f"the checkout of {dep.name} was interrupted", hint=f"re-run `assemble checkout {dep.name}` first")
     if state.status == CheckoutStatus.STOPPED and head == state.base and dep.series:
@@ -81,21 +79,20 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
             f"{path}: the series was aborted (HEAD is the pinned commit); exporting would delete every patch",
             hint=f"fix the patch that failed and re-run `assemble checkout {dep.name}`",
         )
-    listed = repo.git.rev_list("--reverse", "--topo-order", "--parents", END_OF_OPTIONS, f"{state.base}..{head}").splitlines()
+    listed = tree.out("rev-list", "--reverse", "--topo-order", "--parents", END_OF_OPTIONS, f"{state.base}..{head}").splitlines()
     if any(len(line.split()) > 2 for line in listed):
         raise InputError(f"{path}: the branch has merge commits since {state.base[:12]}", hint="linearise it (git rebase) before exporting")
     commits = [line.split()[0] for line in listed]
-    try:
-        repo.git.merge_base("--is-ancestor", END_OF_OPTIONS, state.base, head)
-    except git.GitCommandError:
+    if tree.run("merge-base", "--is-ancestor", END_OF_OPTIONS, state.base, head, check=False).returncode != 0:
         raise InputError(
             f"{path}: HEAD is not based on the pinned commit {state.base[:12]}",
             hint=f"use `assemble rebase {dep.name}` to move the base",
-        ) from None
-    empty = _empty_commit(repo, state.base, commits)
+        )
+    empty = _empty_commit(tree, state.base, commits)
     if empty is not None:
+        summary = tree.out("log", "-1", "--format=%s", END_OF_OPTIONS, empty)
         raise InputError(
-            f"{path}: commit {empty[:12]} ({repo.commit(empty).summary!s}) changes nothing; its patch would be empty",
+            f"{path}: commit {empty[:12]} ({summary}) changes nothing; its patch would be empty",
             hint=f"drop it (git -C {path} rebase -i {state.base[:12]}) or give it a change, then export again",
         )
 
@@ -113,7 +110,7 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     remove_stale(ignored_dir(workspace.state_dir), EXPORT_STAGING_RE)  # left by an export that was killed
     with tempfile.TemporaryDirectory(dir=workspace.state_dir, prefix=f"export-{os.getpid()}-") as tmp_name:
         tmp = Path(tmp_name)
-        generated = format_patches(repo, state.base, head, tmp / "generated")
+        generated = format_patches(tree, state.base, head, tmp / "generated")
         staged = tmp / "staged"
         staged.mkdir()
         if dep.patches_dir.exists():
@@ -159,7 +156,7 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     state.series_digest = series_digest(refreshed)
     state.status = CheckoutStatus.READY
     state.save(path)
-    return ExportResult(dep.name, written, unchanged, removed, WorkTree(path).dirty())
+    return ExportResult(dep.name, written, unchanged, removed, tree.dirty())
 
 
 def _copy(source: Path, target: Path) -> None:
@@ -173,12 +170,12 @@ def _copy(source: Path, target: Path) -> None:
         shutil.copy2(source, target)
 
 
-def _empty_commit(repo: git.Repo, base: str, commits: list[str]) -> str | None:
+def _empty_commit(tree: WorkTree, base: str, commits: list[str]) -> str | None:
     """The first of ``commits`` (a linear history on ``base``) that changes no file: its patch
     would be empty, and the next checkout would fail on it and blame it wrongly."""
     if not commits:
         return None
     revs = (base, *commits)  # full SHAs (rev-list's output, the checkout state), never options
     assert all(re.fullmatch(r"[0-9a-f]{40,64}", rev) for rev in revs), revs
-    trees = repo.git.rev_parse(*(f"{rev}^{{tree}}" for rev in revs)).split()
+    trees = tree.out("rev-parse", *(f"{rev}^{{tree}}" for rev in revs)).split()
     return next((commit for commit, before, after in zip(commits, trees, trees[1:], strict=False) if before == after), None)

@@ -271,3 +271,9 @@ class WorkTree:
         """Paths with uncommitted edits, untracked files included (ignored files are not work)."""
         status = self.run("status", "--porcelain", "--untracked-files=normal").stdout
         return [line[3:] for line in status.splitlines() if line.strip()]
+
+    def conflicted_files(self) -> list[str]:
+        """The paths git left unmerged (a stopped ``am``, ``rebase`` or ``merge``); for messages,
+        so a git that cannot tell gives none rather than an error over the error being said."""
+        output = self.run("diff", "--name-only", "--diff-filter=U", check=False).stdout
+        return [line for line in output.splitlines() if line]

@@ -3,17 +3,11 @@ every machine, whatever the user's git configuration says."""
 
 from __future__ import annotations
 
-import errno
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from assembler.errors import InputError
 from assembler.manifest.refname import refname_problem
-
-if TYPE_CHECKING:
-    import git  # imported where a Repo is made: GitPython costs ~100 ms of start-up
 
 # Commits that assemble creates while applying a series: fixed committer, committer date =
 # author date (git am --committer-date-is-author-date), so SHAs depend only on the inputs.
@@ -36,31 +30,9 @@ GIT_ENV = {**QUIET_ENV, **ISOLATED_CONFIG_ENV}
 END_OF_OPTIONS = "--end-of-options"  # git >= 2.24: what follows is a revision or a path, never an option
 
 
-def repo_at(path: Path) -> git.Repo:
-    """A checkout's repository with the isolated, deterministic environment."""
-    import shutil
-
-    if shutil.which(os.environ.get("GIT_PYTHON_GIT_EXECUTABLE") or "git") is None:
-        from assembler.errors import ToolchainError
-
-        raise ToolchainError(f"cannot run git: {os.strerror(errno.ENOENT)}", hint="install git")
-    import git
-
-    try:
-        repo = git.Repo(path)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise InputError(f"{path} is not a git checkout", hint="move it away and run `assemble checkout` again") from None
-    repo.git.update_environment(**GIT_ENV, **COMMITTER_ENV)
-    return repo
-
-
-def in_progress_operation(repo: git.Repo) -> str | None:
-    """'am', 'rebase', 'merge' or 'cherry-pick' when the checkout is stopped mid-operation."""
-    return operation_in(Path(repo.git_dir))
-
-
 def operation_in(git_dir: Path) -> str | None:
-    """in_progress_operation from the git directory alone (no Repo object)."""
+    """'am', 'rebase', 'merge' or 'cherry-pick' when the checkout whose git directory is
+    ``git_dir`` is stopped mid-operation (read from git's session files, no process)."""
     if (git_dir / "rebase-apply").exists():
         return "am" if (git_dir / "rebase-apply" / "applying").exists() else "rebase"
     if (git_dir / "rebase-merge").exists():
@@ -144,11 +116,6 @@ def _packed_ref(git_dir: Path, name: str) -> str | None:
         if ref == name and not line.startswith(("#", "^")):
             return sha
     return None
-
-
-def conflicted_files(repo: git.Repo) -> list[str]:
-    output = repo.git.diff("--name-only", "--diff-filter=U")
-    return [line for line in output.splitlines() if line]
 
 
 # What git says when a repository lacks an object its refs need (a damaged or partial copy, a

@@ -16,10 +16,8 @@ three-way merges (renames included) and the same speed as plain git. Around it:
 
 from __future__ import annotations
 
-import functools
 import re
 import shlex
-import shutil
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -27,14 +25,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-import git
-
 from assembler.errors import ConflictError, InputError, WouldLoseWorkError
 from assembler.git import mirrors
 from assembler.git.checkout import checkout, refuse_to_lose_work
-from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitFailed, GitView, WorkTree, object_id
-from assembler.git.runner import conflicted_files, in_progress_operation, repo_at
+from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView, WorkTree, object_id
 from assembler.git.scratch import Scratch
+from assembler.git.sequencer import Sequencer
 from assembler.git.state import CheckoutState, CheckoutStatus, already_applied, pinned_state, read_head
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
@@ -51,13 +47,6 @@ from assembler.upstreaming.status import resolve, source_mirror, tracked_tip
 from assembler.upstreaming.verdicts import LANDED, Commit, Evidence, pull_request_link
 from assembler.workspace import Workspace, locked
 
-# The replay must not depend on the user's git configuration or hooks: GIT_ENV leaves out the
-# global and system files and hooks; these override what the checkout's own config could set.
-SEQUENCER_CONFIG = (
-    "-c", "rebase.missingCommitsCheck=ignore", "-c", "rebase.autoStash=false", "-c", "rebase.updateRefs=false",
-    "-c", "rebase.autoSquash=false", "-c", "commit.gpgSign=false", "-c", "rerere.enabled=false",
-    "-c", "rebase.abbreviateCommands=false",
-)
 # Checkout files the rebase changes and --abort / --undo put back (ORIG_HEAD: git's own
 # "before" pointer, which the replay moves).
 CHECKOUT_FILES = {"state": Path(".git/assemble-state.json"), "alternates": Path(".git/objects/info/alternates"),
@@ -146,43 +135,11 @@ class RebaseReport:
         }
 
 
-class _Fork(WorkTree):
+class _Fork(Sequencer):
     """git in forks/<dep>, children holding the journal's running lock (see journal.running)."""
 
     def __init__(self, path: Path, fd: int | None) -> None:
-        super().__init__(path, fd, hint="`assemble rebase --abort` restores the state before the rebase")
-
-    @functools.cached_property
-    def repo(self) -> git.Repo:
-        return repo_at(self.path)
-
-    def stopped(self) -> bool:
-        """git is in the middle of a rebase (or another operation) here."""
-        return in_progress_operation(self.repo) is not None
-
-    def clean_stop(self) -> bool:
-        """The sequencer stopped on its own at a patch (as opposed to being killed mid-step)."""
-        return (self.git_dir / "rebase-merge" / "stopped-sha").exists() and self.rev("REBASE_HEAD") is not None
-
-    def reset_to(self, branch: str | None, head: str) -> None:
-        """Drop any sequencer state and stale locks a killed git left, then put the branch,
-        HEAD, index and tracked files back at ``head`` (untracked files are left alone)."""
-        if self.stopped():
-            self.run("rebase", "--quit", check=False)
-            for name in ("rebase-merge", "rebase-apply"):
-                shutil.rmtree(self.git_dir / name, ignore_errors=True)
-        (self.git_dir / "REBASE_HEAD").unlink(missing_ok=True)  # `rebase --quit` leaves it
-        for lock in [*self.git_dir.glob("*.lock"), *self.git_dir.glob("refs/**/*.lock")]:
-            lock.unlink(missing_ok=True)
-        if branch:
-            self.run("checkout", "--quiet", "--force", "-B", branch, head, "--")
-        else:
-            self.run("checkout", "--quiet", "--force", "--detach", head, "--")
-
-
-# "dropping <sha> <subject> -- patch contents already upstream": git's note for --empty=drop
-# (after a newline, or after the "\r" of a progress line)
-_DROPPING = re.compile(r"(?:^|\r)dropping ([0-9a-f]{40}) .* -- patch contents already upstream$", re.MULTILINE)
+        super().__init__(path, fd, hint=f"`assemble rebase --abort {path.name}` restores the state before the rebase")
 
 
 # -- planning ------------------------------------------------------------------------------
@@ -270,7 +227,7 @@ def _ready_checkout(workspace: Workspace, dep: Dependency) -> CheckoutState:
         checkout(workspace, dep)
         state = CheckoutState.load(path)
         assert state is not None
-    refuse_to_lose_work(repo_at(path), dep, path, state)
+    refuse_to_lose_work(dep, path, state)
     return state
 
 
@@ -484,18 +441,11 @@ def _replay_once(workspace: Workspace, journal: Journal, fork: _Fork) -> set[str
     # Only full object names go into the todo list: a subject is text from a patch, and a
     # newline in it would be a line of git's own (an ``exec``).
     todo.write_text("".join(f"pick {object_id(p.commit, str(todo))}\n" for p in journal.picks) or "noop\n")
-    result = fork.run(
-        *SEQUENCER_CONFIG, "rebase", "--interactive", "--empty=drop", "--reapply-cherry-picks",
-        "--committer-date-is-author-date", "--no-autosquash", "--onto", journal.onto, END_OF_OPTIONS, journal.replay_base,
-        check=False, env={"GIT_SEQUENCE_EDITOR": f"cp {shlex.quote(str(todo))}"},
-    )
-    if result.returncode == 0 and not fork.stopped():
+    dropped = fork.replay(todo, journal.onto, journal.replay_base)
+    if dropped is not None:
         # Not saved: a crash from here until "exported" replays again, with the same result.
         journal.result_head, journal.phase = read_head(fork.path), Phase.REPLAYED
-        return set(_DROPPING.findall(result.stderr))
-    if not fork.clean_stop():
-        raise GitFailed(str(fork.path), ["rebase"], result,
-                        hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
+        return dropped
     _record_stop(workspace, journal, fork)
     return None
 
@@ -519,7 +469,7 @@ def _record_stop(workspace: Workspace, journal: Journal, fork: _Fork) -> None:
     else:
         journal.phase = Phase.STOPPED
         journal.stopped = Stopped(index=index, commit=current, head=fork.out("rev-parse", "HEAD"),
-                                  files=conflicted_files(fork.repo))
+                                  files=fork.conflicted_files())
     jr.save(workspace, journal)
 
 
@@ -749,7 +699,7 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
         journal.result_head, journal.phase = head, Phase.REPLAYED
         jr.save(workspace, journal)
         return True
-    unmerged = conflicted_files(fork.repo)
+    unmerged = fork.conflicted_files()
     if unmerged:
         raise ConflictError(f"{journal.dep}: still unresolved: {', '.join(unmerged)}",
                             hint=f"edit them, `git -C {fork.path} add` them, then `assemble rebase --continue {journal.dep}`")
