@@ -82,9 +82,10 @@ def test_dependency_summary() -> None:
 
 def test_every_verdict_has_a_style() -> None:
     assert set(VERDICT_STYLE) == set(Verdict)
-    assert verdict_style("UNSTABLE (allowed)") == "yellow"
-    assert verdict_style("UNSTABLE+NON-ABI3") == VERDICT_STYLE[Verdict.UNSTABLE]
-    assert verdict_style("-") == "dim"
+    assert verdict_style(GateVerdict.of(Verdict.UNSTABLE).let_through()) == "yellow"
+    assert verdict_style(GateVerdict((Verdict.UNSTABLE, Verdict.NON_ABI3))) == VERDICT_STYLE[Verdict.UNSTABLE]
+    assert verdict_style(Verdict.NO_TORCH) == VERDICT_STYLE[Verdict.NO_TORCH]
+    assert verdict_style(None) == "dim"
 
 
 def test_report_json_prints_plain_strings() -> None:

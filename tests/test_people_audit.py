@@ -122,8 +122,6 @@ def test_fail_lines_wrap_with_their_indentation(cp311: Path, monkeypatch: pytest
     assert all(line.startswith("     ") for block in blocks for line in block.splitlines()[1:])
 
 
-@pytest.mark.xfail(strict=True, reason="cli/audit.py (not this change's) still prints FAIL lines unwrapped; "
-                                       "it is to call audit.report.print_failures (#30 report)")
 def test_check_fail_lines_fit_80_columns(cp311: Path) -> None:
     done = run_assemble("audit", "--check", "all", str(cp311), env=NARROW)
     assert done.returncode == 1

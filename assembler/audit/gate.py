@@ -262,12 +262,6 @@ def passes(verdict: Verdict) -> bool:
     return verdict in PASSING
 
 
-def is_allowed(verdict: str) -> bool:
-    """Whether ``str(GateVerdict)`` is one let through: for audit.report.verdict_style until it
-    takes the GateVerdict itself (#31), the one reader of the text."""
-    return verdict.endswith(_ALLOWED)
-
-
 def summarize(verdicts: Sequence[GateVerdict], allow: bool = False) -> GateVerdict:
     """A dependency's verdict from its objects' verdicts: the first failing one (let through
     with ``allow``), else STABLE when any object uses torch, else NO-TORCH; "no extensions"

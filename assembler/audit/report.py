@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
 
 from assembler.audit import gate
-from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, CheckKind, Finding, Verdict, findings, is_allowed
+from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, CheckKind, Finding, GateVerdict, Verdict, findings
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.report.table import Cell, TextTable, clean, is_terminal, layout, paint, paragraph, wrap, write
 
@@ -53,16 +53,16 @@ LEGEND: dict[str, str] = {
 }
 
 
-def verdict_style(verdict: str) -> str:
-    """Style words of a verdict as printed ("bold red"): one verdict, several joined by ``+``
-    (styled by the first), one let through by --allow-unstable (yellow), or "-" for none."""
-    if is_allowed(verdict):
-        return "yellow"
-    first = verdict.split("+")[0]
-    try:
-        return VERDICT_STYLE[Verdict(first)]
-    except ValueError:
-        return "dim" if verdict == "-" else "red"
+def verdict_style(verdict: GateVerdict | Verdict | None) -> str:
+    """Style words of a verdict as printed ("bold red"): a gate verdict by its first check (yellow
+    when --allow-unstable let it through), one verdict by its own, "dim" for none."""
+    if verdict is None:
+        return "dim"
+    if isinstance(verdict, GateVerdict):
+        if verdict.allowed:
+            return "yellow"
+        verdict = verdict.first
+    return VERDICT_STYLE.get(verdict, "red")
 
 
 def _styled(text: str, style: str) -> Cell:
@@ -210,47 +210,50 @@ def _count(items: Sequence[object], noun: str) -> str:
     return f"{len(items)} {noun}{'s' * (len(items) != 1)}"
 
 
-def next_steps(report: AuditReport) -> list[str]:
-    """What to do about each failing verdict of ``report`` (every check kind), one line each."""
+def next_steps(report: AuditReport) -> list[tuple[Verdict, str]]:
+    """What to do about each failing verdict of ``report`` (every check kind): (the verdict, its line)."""
     found = findings(report, CheckKind.ALL)
     by_verdict: dict[tuple[Verdict, bool], list[Finding]] = {}
     for finding in found:
         by_verdict.setdefault((finding.verdict, finding.member is None), []).append(finding)
-    steps = []
+    steps: list[tuple[Verdict, str]] = []
     for (verdict, whole), group in by_verdict.items():
+        step: str | None = None
         objects = _count(group, "object")
         if verdict == Verdict.UNSTABLE:
             declared = f"; it declares {report.requires_torch}" if report.requires_torch else ""
-            steps.append(f"{verdict} ({objects}): it loads only on the exact torch it was built against: pin that "
-                         f"torch (torch==X in Requires-Dist{declared}), or port it to the Stable ABI "
-                         "(`assemble assess DEP`, then `assemble migrate DEP`)")
+            step = (f"{verdict} ({objects}): it loads only on the exact torch it was built against: pin that "
+                    f"torch (torch==X in Requires-Dist{declared}), or port it to the Stable ABI "
+                    "(`assemble assess DEP`, then `assemble migrate DEP`)")
         elif verdict == Verdict.UNRESOLVED:
-            steps.append(f"{verdict} ({objects}): link the library that defines each symbol, or build it against "
-                         "the torch it runs with (`--torch-lib DIR` audits against that torch; -v lists the symbols)")
+            step = (f"{verdict} ({objects}): link the library that defines each symbol, or build it against "
+                    "the torch it runs with (`--torch-lib DIR` audits against that torch; -v lists the symbols)")
         elif verdict == Verdict.NON_ABI3 and whole:
             python = next((tag.split("-")[0] for tag in report.tags if tag.startswith("cp")), "one CPython")
-            steps.append(f"{verdict} (the wheel): it is built for {python} alone: use `--check torch` to gate only "
-                         "its torch ABI, or build it for the limited API (python-abi in [bundle] of deps.toml) "
-                         "and tag it abi3")
+            step = (f"{verdict} (the wheel): it is built for {python} alone: use `--check torch` to gate only "
+                    "its torch ABI, or build it for the limited API (python-abi in [bundle] of deps.toml) "
+                    "and tag it abi3")
         elif verdict == Verdict.NON_ABI3:
-            steps.append(f"{verdict} ({objects}): replace the calls outside the limited API (-v lists them) with "
-                         "limited-API ones, or ship a wheel per Python and gate it with `--check torch`")
+            step = (f"{verdict} ({objects}): replace the calls outside the limited API (-v lists them) with "
+                    "limited-API ones, or ship a wheel per Python and gate it with `--check torch`")
         elif verdict == Verdict.ABI3_MISMATCH:
-            steps.append(f"{verdict} ({objects}): tag the wheel abi3 for Python {report.min_python} "
-                         f"(python-abi = \"{report.min_python}\" in [bundle] of deps.toml), or stop using the "
-                         "newer symbols (-v lists them)")
+            step = (f"{verdict} ({objects}): tag the wheel abi3 for Python {report.min_python} "
+                    f"(python-abi = \"{report.min_python}\" in [bundle] of deps.toml), or stop using the "
+                    "newer symbols (-v lists them)")
         elif verdict == Verdict.FLOOR_TOO_LOW and whole:
             needed = max((v for v in (report.min_python, report.abi3_floor) if v), key=_version, default="?")
-            steps.append(f"{verdict} (Requires-Python): declare Requires-Python >={needed}")
+            step = (f"{verdict} (Requires-Python): declare Requires-Python >={needed}")
         elif verdict == Verdict.FLOOR_TOO_LOW:
-            steps.append(f"{verdict} (Requires-Dist): declare torch>={report.min_torch}, the oldest torch "
-                         "with every shim symbol it uses")
+            step = (f"{verdict} (Requires-Dist): declare torch>={report.min_torch}, the oldest torch "
+                    "with every shim symbol it uses")
         elif verdict == Verdict.UNSAFE_PATH:
-            steps.append(f"{verdict} ({_count(group, 'member')}): rebuild the wheel with every member inside its "
-                         "install directory: pip refuses it as it is")
+            step = (f"{verdict} ({_count(group, 'member')}): rebuild the wheel with every member inside its "
+                    "install directory: pip refuses it as it is")
         elif verdict == Verdict.INCOMPLETE:
-            steps.append(f"{verdict} ({objects}): it could not be read (the reason is in the FAIL line, or -v): "
-                         "check the file is whole, or rebuild it")
+            step = (f"{verdict} ({objects}): it could not be read (the reason is in the FAIL line, or -v): "
+                    "check the file is whole, or rebuild it")
+        if step is not None:
+            steps.append((verdict, step))
     return steps
 
 
@@ -324,9 +327,8 @@ def _legend_lines(out: _Text, terms: list[tuple[str, str]]) -> None:
 def _closing(out: _Text, report: AuditReport) -> None:
     """The summary, then a next step per failing verdict."""
     out.line(summary_line(report), hang="  ", paint_words=[("passes", "green"), ("fails", "bold red")])
-    for step in next_steps(report):
-        verdict = step.split(" ", 1)[0]
-        out.line(f"  next: {step}", paint_words=[(verdict, verdict_style(verdict))])
+    for verdict, step in next_steps(report):
+        out.line(f"  next: {step}", paint_words=[(str(verdict), verdict_style(verdict))])
 
 
 def render(report: AuditReport, console: Console | None = None, verbose: bool = False, legend: bool = True) -> None:

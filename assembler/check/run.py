@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from assembler import jsonfile
 from assembler.audit.gate import Verdict, passes, worst_source
-from assembler.builder.backends import limited_api_version, torch_target_version
+from assembler.builder.backends import for_dep, limited_api_version, torch_target_version
 from assembler.builder.cache import KeyParts, digest_texts
 from assembler.builder.diagnose import torch_include_roots
 from assembler.builder.units import CUDA_ROOT, TORCH_ROOT, TranslationUnit, compile_commands_path, translation_units
@@ -269,8 +269,7 @@ def require_recipe(workspace: Workspace, dep: Dependency) -> None:
     """Refuse a dependency with no build recipe at all: it compiles nothing, so "0 of 0
     translation units clean" would pass while proving nothing (a pure-Python recipe, with
     python-packages or data, is "no extensions" and passes). Checked before any checkout."""
-    recipe = dep.build
-    if recipe.backend != "helper" or recipe.extensions or recipe.python_packages or recipe.data:
+    if not for_dep(dep).nothing_to_build(dep.build):
         return
     from assembler.manifest.load import value_position
 
@@ -303,7 +302,7 @@ def dep_model(workspace: Workspace, dep: Dependency, units: list[TranslationUnit
     toolkit = tools.cuda(components) if needs_cuda else None
     system = list(torch_include_roots(tools.env.torch_dir))[::-1]  # torch/include first, then the C++ API's
     system += tools.cuda_includes(
-        required=needs_cuda, wanted=dep.build.backend != "helper",  # a dependency's own build may compile C++ against CUDA's headers
+        required=needs_cuda, wanted=not for_dep(dep).from_extensions,  # a dependency's own build may compile C++ against CUDA's headers
         components=components,
     )
     flags = Flags(
@@ -312,7 +311,7 @@ def dep_model(workspace: Workspace, dep: Dependency, units: list[TranslationUnit
         system_includes=tuple(system), python_include=tools.python_include,
         roots=((TORCH_ROOT, tools.env.torch_dir), *(((CUDA_ROOT, toolkit.root),) if toolkit is not None else ())),
     )
-    default_std = compilers.torch_extension_std(tools.env.torch_dir) if dep.build.backend == "setuptools" else compilers.DEFAULT_STD
+    default_std = compilers.torch_extension_std(tools.env.torch_dir) if for_dep(dep).cpp_extension_std else compilers.DEFAULT_STD
     return DepModel(flags, toolkit, archs, default_std)
 
 

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
     reports = audit_paths(args.paths, table_path=table, torch_lib=args.torch_lib, keep_going=True)
     loader.join()
-    from assembler.report.output import console, emit_json, err_console
+    from assembler.report.output import console, emit_json
 
     if args.json:
         payload = [r.to_json() for r in reports]
@@ -81,17 +81,18 @@ def run(args: argparse.Namespace) -> int:
         from assembler.audit.report import render
 
         for report in reports:
-            render(report, console, verbose=args.verbose)
-            if (line := _profile_line(report.path)) is not None:
+            if (line := _profile_line(report.path)) is not None:  # first: what was built, then what it is
                 console.print(line, markup=False, highlight=False, soft_wrap=True)
+            render(report, console, verbose=args.verbose, legend=report is reports[-1])
     broken = unreadable(reports)
     if broken:  # every other object's verdict is in the report above; the run still says no
         more = f" (and {len(broken) - 1} more object(s))" if len(broken) > 1 else ""
         raise InputError(broken[0] + more, hint="the report lists every other object's verdict")
     if args.check:
         failed = [finding for r in reports for finding in findings(r, args.check)]
-        for finding in failed:
-            err_console.print(f"[red]FAIL[/] {finding.line}", markup=True, highlight=False, soft_wrap=True)
+        from assembler.audit.report import print_failures
+
+        print_failures(failed)
         if failed:
             raise CheckFailed(f"--check {args.check}: {len(failed)} finding(s)")
     return 0

@@ -295,7 +295,7 @@ def _emit(report: BuildReport, as_json: bool) -> None:
                  }.get(dep.status, Cell(str(dep.status), "red"))
         verdict = "-" if dep.verdict is None else str(dep.verdict)
         table.add_row(dep.dep, short(dep.commit), str(dep.patches), build, " ".join(dep.archs) or "-",
-                      dep.min_torch or dep.torch_target, Cell(verdict, *verdict_style(verdict).split()))
+                      dep.min_torch or dep.torch_target, Cell(verdict, *verdict_style(dep.verdict).split()))
     table.print(console.file)
     for name in report.allowed_unstable:
         console.print(f"[yellow]allowed UNSTABLE:[/] {name} (--allow-unstable)")

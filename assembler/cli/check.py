@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             verdict = str(check.verdict)
             line = _Lines(sys.stderr)
-            line.add(f"{check.dep}: {verdict}, {check.summary} ({how})", paint=[(verdict, verdict_style(verdict))])
+            line.add(f"{check.dep}: {verdict}, {check.summary} ({how})", paint=[(verdict, verdict_style(check.verdict))])
         write(line.text(), sys.stderr)
 
     with status("checking translation units", active=not args.json):
@@ -104,7 +104,7 @@ def _text(report: CheckReport, stream: IO[str]) -> str:
         verdict = str(check.verdict)
         when = "cached, " if check.cached else ""
         out.add(f"{check.dep}: {verdict} {check.summary} ({when}{check.seconds:.1f} s, {check.obtained})", hang="  ",
-                paint=[(check.dep, "bold"), (verdict, verdict_style(verdict))])
+                paint=[(check.dep, "bold"), (verdict, verdict_style(check.verdict))])
         for unit in check.units:
             out.add(f"  {unit.source}: {unit.verdict.value} ({', '.join(unit.passes)})", hang="      ",
                     paint=[(f": {unit.verdict.value} ", verdict_style(unit.verdict))])

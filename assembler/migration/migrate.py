@@ -34,6 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from assembler.builder.backends import for_dep
 from assembler.errors import InputError, WouldLoseWorkError
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
@@ -541,7 +542,7 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
     for path, file in files.items():
         if "PYBIND11_MODULE" not in codes[path]:
             continue
-        edits, declined = convert_modules(file.text, namespace, key, dep.build.backend == "setuptools",
+        edits, declined = convert_modules(file.text, namespace, key, for_dep(dep).pyinit_in_sources,
                                           lambda name: _signature(codes, name) or _signature(every, name),
                                           lambda name: _definition_body(codes, name))
         rel = path.relative_to(checkout).as_posix()
