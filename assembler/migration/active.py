@@ -8,10 +8,17 @@ CUDA and Python headers define) but macros are not expanded, and a skipped block
 blank lines. The line markers then say which lines of which file survived. A header the
 machine does not have is replaced by an empty stand-in and the pass repeated, as ``-MG``
 does for check's scans (gcc has no ``-MG`` with ``-E``).
+
+What one pass kept is kept in the cache (``checks/preprocess-<key>.json``, pruned with check's
+results), keyed by its command, and reused while every file it read has the same size and
+modification time: `assess` and the `migrate` that follows preprocess each unit once. A pass
+that needed a stand-in is not kept (the missing header may appear).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import subprocess
@@ -54,6 +61,12 @@ def active_lines(scans: list[Pass], cwd: Path, root: Path) -> ActiveLines:
     with tempfile.TemporaryDirectory(prefix="assemble-assess-") as stand_in_dir:
         for scan in scans:
             command = directives_only(scan)
+            key = _key(command, cwd, root)
+            if (kept := _load(key)) is not None:
+                for path, numbers in kept.items():
+                    result.lines.setdefault(path, set()).update(numbers)
+                continue
+            before = (len(result.stand_ins), len(result.errors))
             scanned = False
             for _ in range(MAX_STAND_INS):
                 output, error = _run([*command, "-idirafter", stand_in_dir], cwd)
@@ -76,9 +89,71 @@ def active_lines(scans: list[Pass], cwd: Path, root: Path) -> ActiveLines:
                 result.stand_ins.append(name)
             else:
                 output = b""
-            _collect(output, cwd, root, result.lines)
+            lines: dict[Path, set[int]] = {}
+            read = _collect(output, cwd, root, lines)
+            for path, numbers in lines.items():
+                result.lines.setdefault(path, set()).update(numbers)
+            if output and (len(result.stand_ins), len(result.errors)) == before:
+                _store(key, read | _directories(command, cwd, read), lines)
     result.seconds = time.monotonic() - started
     return result
+
+
+_INCLUDE_FLAGS = ("-I", "-isystem", "-iquote", "-idirafter")
+
+
+def _directories(command: list[str], cwd: Path, read: set[Path]) -> set[Path]:
+    """The directories a search could find a new header in: every include directory of the
+    command and every directory a read file is in (a file added there changes its mtime)."""
+    found = {path.parent for path in read}
+    for index, token in enumerate(command):
+        if token in _INCLUDE_FLAGS and index + 1 < len(command):
+            found.add(Path(os.path.normpath(cwd / command[index + 1])))
+        elif token.startswith("-I") and len(token) > 2:
+            found.add(Path(os.path.normpath(cwd / token[2:])))
+    return {path for path in found if path.is_dir()}
+
+
+def _key(command: list[str], cwd: Path, root: Path) -> str:
+    text = json.dumps([command, str(cwd.resolve()), str(root), 1])
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _entry(key: str) -> Path:
+    from assembler.cache import cache_root
+
+    return cache_root() / "checks" / f"preprocess-{key}.json"
+
+
+def _stamp(path: Path) -> list[int] | None:
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return [status.st_size, status.st_mtime_ns]
+
+
+def _load(key: str) -> dict[Path, set[int]] | None:
+    """A kept pass whose every file is as it was, else None."""
+    try:
+        data = json.loads(_entry(key).read_text(encoding="utf-8"))
+        if any(_stamp(Path(name)) != stamp for name, stamp in data["read"].items()):
+            return None
+        return {Path(name): set(numbers) for name, numbers in data["lines"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _store(key: str, read: set[Path], lines: dict[Path, set[int]]) -> None:
+    stamps = {str(path): _stamp(path) for path in sorted(read)}
+    if any(stamp is None for stamp in stamps.values()):
+        return
+    entry = _entry(key)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    data = {"read": stamps, "lines": {str(path): sorted(numbers) for path, numbers in lines.items()}}
+    with tempfile.NamedTemporaryFile("w", dir=entry.parent, prefix=".tmp-", suffix=".json", delete=False) as handle:
+        json.dump(data, handle)
+    os.replace(handle.name, entry)
 
 
 def _stand_ins_from_scan(scan: Pass, cwd: Path, stand_in_dir: Path, result: ActiveLines) -> None:
@@ -107,12 +182,13 @@ def _run(command: list[str], cwd: Path) -> tuple[bytes, str]:
     return done.stdout, done.stderr.decode(errors="replace")
 
 
-def _collect(output: bytes, cwd: Path, root: Path, lines: dict[Path, set[int]]) -> None:
+def _collect(output: bytes, cwd: Path, root: Path, lines: dict[Path, set[int]]) -> set[Path]:
     """Fold the line markers of ``output`` into ``lines``: every output line after a marker
-    ``# N "file"`` is line N, N+1, ... of that file."""
+    ``# N "file"`` is line N, N+1, ... of that file. Returns every file the markers name."""
     current: set[int] | None = None
     number = 0
     known: dict[bytes, set[int] | None] = {}
+    read: set[Path] = set()
     for raw in output.split(b"\n"):
         if raw.startswith(b"# "):
             marker = _MARKER.match(raw)
@@ -120,11 +196,15 @@ def _collect(output: bytes, cwd: Path, root: Path, lines: dict[Path, set[int]]) 
                 name = marker.group(2)
                 if name not in known:
                     known[name] = _inside(name, cwd, root, lines)
+                    text = name.decode(errors="replace").replace('\\"', '"').replace("\\\\", "\\")
+                    if not text.startswith("<"):
+                        read.add(Path(os.path.normpath(cwd / text)))
                 current, number = known[name], int(marker.group(1))
                 continue
         if current is not None and raw.strip():
             current.add(number)
         number += 1
+    return read
 
 
 def _inside(name: bytes, cwd: Path, root: Path, lines: dict[Path, set[int]]) -> set[int] | None:
