@@ -187,6 +187,8 @@ def test_the_markdown_matrix_counts_ops_names_cuda_and_profiles() -> None:
     assert [t["build"] for t in data["torch"]] == ["CPU-only", "CUDA 13.2, no GPU"]
     kern = data["results"][1]
     assert kern["text"] == "FAIL 1/2 ops" and kern["ops"] == {"passed": 1, "declared": 2, "registered": 2}
+    no_gpu = Cell("kern", "2.15.0", [*report().cells[("kern", "2.13.0")].checks[:4], Check("smoke", "", Status.SKIPPED, "needs a GPU")])
+    assert no_gpu.short == "SKIPPED, 2/2 ops PASS"  # what did run on a CUDA torch without a GPU is said
 
 
 def test_the_heartbeat_says_what_is_still_running_and_lines_fit_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,6 +212,8 @@ def test_the_heartbeat_says_what_is_still_running_and_lines_fit_80_columns(monke
     assert said[1].startswith("  torch 2.15.0: still loading x/x/") and said[1].endswith(" s)") and len(said[1]) <= 80
     beat.relay("  Downloaded nvidia-cublas-cu12 " + "x" * 150)
     assert len(said[-1]) == 80 and said[-1].endswith("...")
+    beat.relay("the verify-torch2.13.0 environment changed since it was made (added " + "x" * 100 + ")")
+    assert said[-1].endswith("x)")  # assembler's own line is never cut
     assert shorten("short") == "short"
     long = "verifying on torch 2.10.0, 2.11.0, 2.12.1, 2.13.0, 2.14.1, 2.15.0: one probe per torch imports torch and more"
     lines = wrapped(long + " /a/very/long/path/" + "p" * 90, 80)

@@ -47,12 +47,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from assembler.report.output import console, emit_json, err_console
     from assembler.verify import verify_wheel, workspace_manifest
-    from assembler.verify.progress import wrapped
     from assembler.verify.window import WINDOW
 
     def say(message: str) -> None:
-        for line in wrapped(message):
-            err_console.print(line, markup=False, highlight=False, soft_wrap=True)
+        err_console.print(message, markup=False, highlight=False, soft_wrap=True)
 
     # used only when the wheel is its bundle's (see verify.specs); searched from -C DIR, else the cwd
     manifest = workspace_manifest(args.workspace, args.directory)

@@ -63,8 +63,9 @@ class Heartbeat:
             self._say(message)
 
     def relay(self, message: str) -> None:
-        """A line of the installer's (uv, pip), cut to the width."""
-        self(shorten(message))
+        """A progress line of the environment's making: the tool's own lines (uv's, pip's: indented,
+        as ``toolchain.installer`` passes them on) cut to the width, assembler's whole."""
+        self(shorten(message) if message.startswith("  ") else message)
 
     def doing(self, part: str, what: str | None, quiet: bool = False) -> None:
         """``part`` ("torch 2.14.1") is now doing ``what``; None: it is done. ``quiet``: a tool

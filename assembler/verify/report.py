@@ -163,12 +163,15 @@ class Cell:
 
     @property
     def short(self) -> str:
-        """The cell in a few words, for the markdown matrix: "PASS 4/4 ops", "FAIL 3/4 ops", "SKIPPED"."""
+        """The cell in a few words, for the markdown matrix: "PASS 4/4 ops", "FAIL 3/4 ops",
+        "SKIPPED" ("SKIPPED, 4/4 ops PASS" when only the smoke call was skipped)."""
         status = self.status
         counted = self.counted
         if status is Status.PASS:
             smoke = any(check.kind == "smoke" for check in self.checks)
             return f"PASS {counted or _passed(self.checks)}" + (", smoke" if smoke and counted else "")
+        if status is Status.SKIPPED and self.ops[0]:
+            return f"SKIPPED, {self.ops[0]}/{self.ops[1]} ops PASS"
         return f"{status.value} {counted}" if counted and status is Status.FAIL else status.value
 
     @property

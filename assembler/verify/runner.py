@@ -52,7 +52,7 @@ from assembler.verify.contents import ExtensionFile, attribute, scan
 from assembler.verify.diagnose import ProbedTorch, diagnose_loads
 from assembler.verify.envs import TorchEnv, ensure_torch_env, interpreter_env
 from assembler.verify.probe import IMPORTING_TORCH
-from assembler.verify.progress import Heartbeat
+from assembler.verify.progress import Heartbeat, wrapped
 from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
 from assembler.verify.specs import DepSpec, Specs, resolve_specs
 from assembler.verify.window import TorchWindow, torch_window
@@ -127,7 +127,7 @@ def _verify(manifest: Manifest | None, wheel: Path, torch_versions: Sequence[str
         beat.doing("verify", "asking the package index for the torch releases of the window")
         span = torch_window(wheel, manifest, beat)
         beat.doing("verify", None)
-        beat(span.describe())
+        beat("\n".join(wrapped(span.describe())))
         torch_versions = sorted(dict.fromkeys([*span.versions, *torch_versions]), key=Version)
     versions = list(dict.fromkeys(torch_versions or (() if pythons else specs.verify_torch)))
     if not versions and not pythons:
@@ -135,7 +135,6 @@ def _verify(manifest: Manifest | None, wheel: Path, torch_versions: Sequence[str
                          hint="pass --torch X.Y.Z, --torch window or --python PATH, or set [bundle] verify-torch")
     given = [interpreter_env(python) for python in dict.fromkeys(pythons)]
     envs = [_torch_env(version, beat) for version in versions] + given
-    progress = beat
     with tempfile.TemporaryDirectory(prefix="assemble-verify-") as scratch, contextlib.ExitStack() as held:
         for env in envs:
             if not env.given:
@@ -146,24 +145,26 @@ def _verify(manifest: Manifest | None, wheel: Path, torch_versions: Sequence[str
             interpreter = env.python if env.given else None
             if interpreter not in installed:
                 installed[interpreter] = Path(scratch) / f"site-{len(installed)}"
-                progress(f"installing {wheel.name} for {env.python} (--no-deps --target)")
+                beat(f"installing {wheel.name} for {env.python} (--no-deps --target)")
                 _install(env, wheel, installed[interpreter])
         sites = [installed[env.python if env.given else None] for env in envs]
         plan = _plan(specs, scan(sites[0]))
         read_only = _read_only(envs, sites)
-        progress(f"verifying on torch {', '.join(env.requested for env in envs)}: {_what_a_probe_does(plan)}")
+        beat("\n".join(wrapped(f"verifying on torch {', '.join(env.requested for env in envs)}: {_what_a_probe_does(plan)}")))
         with ThreadPoolExecutor(max_workers=min(len(envs), available_cpus())) as pool:
             states = list(pool.map(lambda job: _probe(job[1], sites[job[0]], plan, read_only, timeout, beat), enumerate(envs)))
         changed = {env.path: _env_changed(env, state, plan) for env, state in zip(envs, states, strict=True)}
         for env, state in zip(envs, states, strict=True):
-            _say_sandbox(env, state, progress)
+            _say_sandbox(env, state, beat)
+        beat.doing("verify", "reading the torch libraries of the environments for the loads that failed")
         diagnose_loads([  # while the wheel is still installed: the failing objects' other imports are read too
             ProbedTorch(state.env["torch"], Path(state.env["torch_lib"]) if state.env.get("torch_lib") else None, site, state.checks)
             for site, state in zip(sites, states, strict=True) if state.env is not None
-        ], plan, [dep.name for dep in specs.deps], progress)
+        ], plan, [dep.name for dep in specs.deps], beat)
+    beat.doing("verify", None)
     for env in envs:  # after the shared locks are let go: a discard waits for every other run using it
         if changed.get(env.path) and env.files is not None and discard_changed(env.path, env.files):
-            progress(f"removed the changed environment {env.path}; the next verify makes it again")
+            beat(f"removed the changed environment {env.path}; the next verify makes it again")
     infos = []
     cells: dict[tuple[str, str], Cell] = {}
     for env, state in zip(envs, states, strict=True):

@@ -34,6 +34,7 @@ from assembler.errors import AssembleError, InputError, NetworkError, ToolchainE
 from assembler.manifest.model import Manifest
 from assembler.toolchain.installer import Installer, install_error, installer
 from assembler.toolchain.pipconfig import pip_settings, uv_environment, uv_flags
+from assembler.verify.progress import wrapped
 from assembler.verify.specs import wheel_record
 
 WINDOW = "window"  # the spelling of `--torch window`
@@ -111,8 +112,8 @@ def torch_window(wheel: Path, manifest: Manifest | None, progress: Callable[[str
             hint="name the releases to verify on: --torch X.Y.Z (repeatable)",
         )
     floor = max(floors, key=lambda f: Version(f.version))
-    progress(f"torch window: from the floor {floor.version} ({floor.detail}); asking the package index for each "
-             "minor's latest release")
+    progress("\n".join(wrapped(f"torch window: from the floor {floor.version} ({floor.detail}); asking the package "
+                                "index for each minor's latest release")))
     tool = installer()
     releases = offered_releases(floor.version, tool)
     index = index_description(tool)
