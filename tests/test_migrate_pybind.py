@@ -7,7 +7,6 @@ g++, git and torch."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 from pathlib import Path
@@ -15,15 +14,9 @@ from pathlib import Path
 import pytest
 import tomlkit
 
-from assembler.migration import migrate
 from tests.build_support import HERMETIC_CUDA, assemble, example_copy
 
-pytestmark = [
-    pytest.mark.slow,
-    # the helpers' own files are edited only when migrate hands convert_modules the dependency's files
-    pytest.mark.skipif("files=" not in inspect.getsource(migrate._pybind11_modules),
-                       reason="migrate.py does not yet pass files= to pybind.convert_modules (#27 item 5)"),
-]
+pytestmark = pytest.mark.slow
 
 SCHEMAS = [
     "gemm_nt(Tensor a, Tensor b, Tensor? c=None, str compiled_dims='nk') -> Tensor",

@@ -80,16 +80,11 @@ def source_identity(checkout: Path) -> tuple[str, str | None]:
 def _git(checkout: Path, *args: str) -> str:
     """git in the checkout through the one git layer (plain subprocess, no gitpython import:
     this runs on every no-op build)."""
-    from assembler.git.process import GitFailed, WorkTree
+    from assembler.git.process import WorkTree
 
-    try:
-        return WorkTree(checkout).run(*args).stdout
-    except GitFailed as failed:
-        reason = failed.message.partition(" failed: ")[2]
-        raise InputError(
-            f"{checkout}: `git {' '.join(args)}` failed: {reason}",
-            hint="check that the checkout is a sound git repository, or move it away and run `assemble checkout`",
-        ) from None
+    # GitFailed: git's reason, exit 2, or 9 when the machine refused (a full disk)
+    hint = "check that the checkout is a sound git repository, or move it away and run `assemble checkout`"
+    return WorkTree(checkout, hint=hint).run(*args).stdout
 
 
 def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: str) -> BuildRequest:

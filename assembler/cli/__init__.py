@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import Any, NoReturn
 
 from assembler import __version__
-from assembler.errors import AssembleError, ExitCode, InputError, environment_failure, from_os_error
+from assembler.errors import AssembleError, ExitCode, InputError, from_os_error
 
 # Command name -> module under assembler.cli, in the order `assemble --help` lists them.
 COMMAND_MODULES = {
@@ -298,13 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as failure:
             if debug:
                 raise
-            error = _git_failure(failure)
-            if error is not None:
-                code = int(error.exit_code)
-            else:
-                error = AssembleError(f"internal error: {type(failure).__name__}: {failure}".splitlines()[0][:500],
-                                      hint="this is a bug in assemble: re-run with --debug and report the traceback")
-                code = int(ExitCode.INTERNAL)
+            error = AssembleError(f"internal error: {type(failure).__name__}: {failure}".splitlines()[0][:500],
+                                  hint="this is a bug in assemble: re-run with --debug and report the traceback")
+            code = int(ExitCode.INTERNAL)
         if error is not None:
             _report(error)
         _finish(session, as_json, code, error)
@@ -340,24 +336,6 @@ def _finish(session: Any, as_json: bool, code: int, error: AssembleError | None)
         return
     detail = None if error is None else {**error.to_json(), "exit_code": code}
     output.write_json(output.envelope(session.command, session.document, code, detail))
-
-
-def _git_failure(error: Exception) -> AssembleError | None:
-    """A git process that failed where no caller expected it (GitPython's GitCommandError):
-    git's own first line, exit ENVIRONMENT when the system refused (a full disk, a read-only
-    file system), else BAD_INPUT."""
-    git_module = sys.modules.get("git")
-    if git_module is None or not isinstance(error, git_module.GitCommandError):
-        return None
-    from assembler.git.process import SOUND_REPO_HINT, subcommand
-    from assembler.git.runner import git_error_line
-
-    command = error.command if isinstance(error.command, list) else str(error.command).split()
-    stderr = error.stderr.decode(errors="replace") if isinstance(error.stderr, bytes) else str(error.stderr or "")
-    lines = [line.strip().removeprefix("stderr: '").strip("' ") for line in stderr.splitlines()]
-    reason = next((line for line in lines if line.startswith(("fatal:", "error:"))), None) or git_error_line(stderr, error.status)
-    message = f"git {subcommand([str(word) for word in command[1:]])} failed: {reason}"
-    return environment_failure(message, stderr) or InputError(message, hint=SOUND_REPO_HINT)
 
 
 def _report(error: AssembleError) -> None:

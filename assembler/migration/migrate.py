@@ -544,7 +544,8 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
             continue
         edits, declined = convert_modules(file.text, namespace, key, for_dep(dep).pyinit_in_sources,
                                           lambda name: _signature(codes, name) or _signature(every, name),
-                                          lambda name: _definition_body(codes, name))
+                                          lambda name: _definition_body(codes, name),
+                                          files={other: f.text for other, f in files.items()}, root=checkout)
         rel = path.relative_to(checkout).as_posix()
         report.declined += [{"at": f"{rel}:{line}", "rewrite": "pybind11-module", "reason": reason} for line, reason in declined]
         if not edits:
@@ -561,8 +562,10 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
                                      "reason": f"torch._C.parse_schema refused {schema!r}: {error}"} for schema, error in refused]
             else:
                 kept.append(edit)
-        if kept:
-            found[path] = kept
+        for edit in kept:  # a register_apis helper in another file (a header) is edited there
+            found.setdefault(path, []).append(edit)
+            for other, part in edit.others:
+                found.setdefault(other, []).append(part)
     return found
 
 
