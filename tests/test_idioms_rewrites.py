@@ -131,3 +131,14 @@ def test_qutlass_s_unstable_includes_go_once_no_use_is_left() -> None:
     rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
     assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#include <cuda_runtime_api.h>\n#include <cuda_runtime.h>\n"
                          "\nvoid f(torch::stable::Tensor x);\n")
+
+
+def test_a_macro_whose_every_use_passes_a_tensor_reads_its_parameter_as_one() -> None:
+    file = _run('#define CHECK_FLOAT(x) \\\n  TORCH_CHECK((x).dtype() == at::kFloat, #x " must be float32")\n'
+                "#define CHECK_ANY(x) TORCH_CHECK((x).dtype() == at::kFloat)\n"
+                "void f(const at::Tensor& a, std::optional<at::Tensor> o, int n) {\n"
+                "  CHECK_FLOAT(a);\n  CHECK_FLOAT(*o);\n  CHECK_ANY(a);\n  CHECK_ANY(n);\n}")
+    lines = file.text.split("\n")
+    assert lines[1] == '  STD_TORCH_CHECK((x).scalar_type() == torch::headeronly::ScalarType::Float, #x " must be float32")'
+    assert "(x).dtype()" in lines[2]  # CHECK_ANY(n): not every use is a tensor
+    assert [(d.line, d.rewrite) for d in file.declined] == [(3, "dtype")]

@@ -136,6 +136,7 @@ _USING_TENSOR = re.compile(r"\busing\s+(?:(?:torch::stable|at|torch)::Tensor|nam
 _AFTER_PARAMETERS = re.compile(r"\s*(?:(?:const|noexcept|override|final|mutable)\b\s*|->\s*[\w:<>,\s*&]+?)*\{")
 _KEYWORDS = frozenset({"const", "return", "operator", "new", "delete", "sizeof", "decltype", "typename", "template"})
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_DEFINE = re.compile(r"\s*#\s*define\s+(?P<name>[A-Za-z_]\w*)\((?P<parameters>[^()]*)\)")
 _PARENTHESIZED = re.compile(r"\(\s*(.*)\s*\)", re.S)
 _DEREFERENCED = re.compile(r"\*\s*([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*\.\s*value\s*\(\s*\)")
 _SUBSCRIPTED = re.compile(r"([A-Za-z_]\w*)\s*\[")
@@ -291,7 +292,7 @@ class Declarations:
         text = expression.strip()
         whole = len(text) - 1
         if _IDENTIFIER.fullmatch(text):
-            return self.of(text, line)
+            return self.of(text, line) or self._macro_argument(text, line)
         if (match := _PARENTHESIZED.fullmatch(text)) and _close(text, 0) == whole:
             return self.kind(match.group(1), line)
         if match := _DEREFERENCED.fullmatch(text):
@@ -303,6 +304,33 @@ class Declarations:
         if (match := _METHOD_CALL.search(text)) and (match.group(1) in self.functions or match.group(1) == "t"):
             return TENSOR if self.kind(text[:match.start()], line) == TENSOR else ""
         return ""
+
+    def _macro_argument(self, name: str, line: int) -> str:
+        """For a parameter of the ``#define NAME(...)`` whose body holds ``line``: TENSOR or
+        HANDLE when every invocation of the macro in the file passes one (``CHECK_FLOAT(x)``
+        with ``x`` a tensor), else ""."""
+        lines = self.code.split("\n")
+        first = line
+        while first > 0 and lines[first - 1].rstrip().endswith("\\"):
+            first -= 1
+        define = _DEFINE.match(lines[first])
+        if define is None:
+            return ""
+        parameters = [p.strip() for p in define.group("parameters").split(",")]
+        if name not in parameters:
+            return ""
+        index = parameters.index(name)
+        kinds = set()
+        for use in re.finditer(rf"(?<![\w#]){re.escape(define.group('name'))}\s*\(", self.code):
+            at = _line_of(self.code, use.start())
+            if at == first:
+                continue
+            closing = _close_paren(self.code, use.end() - 1)
+            arguments = [] if closing is None else _split_arguments(self.code, use.end() - 1, closing)
+            if len(arguments) != len(parameters):
+                return ""
+            kinds.add(self.kind(self.code[slice(*arguments[index])], at))
+        return kinds.pop() if len(kinds) == 1 and kinds <= {TENSOR, HANDLE} else ""
 
     def is_scalar_type(self, expression: str, line: int) -> bool:
         """A ScalarType: an enumerator, a tensor's ``scalar_type()``, or a name declared one."""
