@@ -17,32 +17,44 @@ from assembler.errors import ManifestError
 from assembler.manifest.flags import JOINED_FLAGS, cmake_arg_problem, flag_allowed, flag_owner
 from assembler.manifest.globs import glob_problem
 from assembler.manifest.model import (
-    BACKENDS,
+    ANY,
+    BOOL,
+    BUILD_TABLE,
     CUDA,
-    CUDA_COMPONENTS,
-    CXX,
-    LANGUAGES,
+    CUDA_STANDARDS,
+    CXX_STANDARDS,
+    ENV_NAME_RE,
+    MANIFEST_TABLE,
+    NAMED,
+    SIZE,
+    STRING,
+    STRINGS,
+    TABLE,
+    TABLES,
     BackendName,
     BuildRecipe,
     Bundle,
     CacheConfig,
     Dependency,
     Extension,
+    Key,
     Manifest,
     Profile,
+    Table,
     VerifySpec,
     parse_size,
     reserved_env,
 )
-from assembler.manifest.refname import branch_problem
+from assembler.manifest.model import NAME_RE as NAME_RE  # cli/add.py checks a name before writing it
+from assembler.manifest.model import PROFILE_NAME_RE as PROFILE_NAME_RE  # cli/build.py, wheel/merge.py
+from assembler.manifest.model import SHA_RE as SHA_RE
 from assembler.manifest.values import (
     MAX_VALUE_CHARS,
     control_character,
     file_name_problem,
     install_destination_problem,
-    relative_path_problem,
+    shown,
     text_problem,
-    torch_release_problem,
     url_problem,
 )
 from assembler.series.seriesfile import parse_series
@@ -62,33 +74,6 @@ PATCHES_OUTSIDE_ENV = "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE"
 RESERVED_DIRS = ("forks", ".assemble", ".git")
 UTF8_BOM = b"\xef\xbb\xbf"
 MAX_TEXT_BYTES = 16 << 20  # a manifest or series larger than this is not one
-SHA_RE = re.compile(r"^[0-9a-f]{40}$")
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-TORCH_TARGET_RE = re.compile(r"^\d+\.\d+$")
-ARCH_RE = re.compile(r"^\d+\.\d+[af]?$")
-
-BUNDLE_KEYS = {"name", "version", "python-abi", "torch-target", "torch", "cuda-archs", "verify-torch", "max-wheel-size",
-               "cuda-components"}
-DEP_KEYS = {
-    "upstream", "source", "commit", "track", "submodules", "torch-target", "patches",
-    "build", "install", "verify", "max-size", "cuda-components", "profiles",
-}
-BUILD_KEYS = {
-    "extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs",
-    "backend", "project-dir", "sources", "include-dirs", "defines", "build-env", "ptx",
-}
-EXTENSION_KEYS = {"name", "sources", "language", "include-dirs", "defines", "libraries",
-                  "cxx-flags", "cuda-flags", "cxx-std", "cuda-std", "ptx"}
-CXX_STANDARDS = ("17", "20", "23")  # what cxx-std accepts (gcc and CMake know them all)
-CUDA_STANDARDS = ("17", "20")  # what nvcc 12 and 13 accept as -std=c++N
-LIBRARY_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]*$")  # a name for -l / find_library, never a path or a flag
-VERIFY_KEYS = {"ops", "smoke", "requires-cuda"}
-PROFILE_KEYS = {"description", "defines", "build-env", "sources", "cuda-archs"}  # [deps.X.profiles.NAME]
-PROFILE_NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,31}$")  # a PEP 440 local version segment: +cu132.smoke
-TOP_KEYS = {"bundle", "mirrors", "deps", "cache"}
-CACHE_KEYS = {"compiler", "remote", "artifacts", "s3-endpoint"}
-ENV_NAME_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
-DEFINE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(=[^;$\r\n]*)?$")  # no ; or $: CMake would split or expand them
 
 
 Keys = tuple[str | int, ...]  # a path in the manifest: keys, and the index of an [[array of tables]] block
@@ -143,16 +128,10 @@ class _Locator:
         path: tuple[str | int, ...] = self._path(keys) if index is None else (*keys[:-1], index, keys[-1])
         return self._at(self.positions.find_string(path, value))
 
-    def where_in_array(self, table: tuple[str, ...], index: int, key: str) -> str:
-        """Position of ``key`` in the ``index``-th ``[[table]]`` block (0-based)."""
-        return self.where((*table, index, key))
-
-    def where_entry(self, keys: tuple[str, ...], name: str) -> str:
-        """Position of ``name = ...`` inside the table at ``keys``, written inline or not."""
-        return self.where((*keys, name))
-
 
 class _Validator:
+    """Errors at their position: ``fail`` names file:line:column, the key, what is wrong and the fix."""
+
     def __init__(self, path: Path, text: str) -> None:
         self.path = path
         self.locator = _Locator(path, text)
@@ -162,6 +141,7 @@ class _Validator:
         return ManifestError(f"{self.locator.where(keys)}: {dotted}: {message}", hint=fix)
 
     def table(self, value: Any, keys: Keys, allowed: set[str]) -> dict[str, Any]:
+        """``value`` as a table of only the ``allowed`` keys (an unknown one: the closest name)."""
         if not isinstance(value, dict):
             raise self.fail(keys, f"expected a table, got {type(value).__name__}", f"write [{_dotted(keys)}] as a table")
         for key in value:
@@ -172,22 +152,6 @@ class _Validator:
                 fix = f"did you mean '{close[0]}'?" if close else f"allowed keys: {', '.join(sorted(allowed))}"
                 raise self.fail((*keys, key), "unknown key", fix)
         return dict(value)
-
-    def string(self, table: dict[str, Any], keys: Keys, default: str | None = None, *, required: bool = False) -> str | None:
-        value = table.get(str(keys[-1]))
-        if value is None:
-            if required:
-                raise self.fail(keys, "missing required key", f'add {keys[-1]} = "..."')
-            return default
-        if not isinstance(value, str) or not value:
-            raise self.fail(keys, f"expected a non-empty string, got {value!r}", f'write {keys[-1]} = "..."')
-        return str(value)
-
-    def strings(self, table: dict[str, Any], keys: Keys) -> tuple[str, ...]:
-        value = table.get(str(keys[-1]), [])
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(keys, f"expected a list of strings, got {value!r}", f'write {keys[-1]} = ["..."]')
-        return tuple(str(v) for v in value)
 
     def check(self, ok: bool, keys: Keys, message: str, fix: str) -> None:
         if not ok:
@@ -361,131 +325,106 @@ def _store_parse(text: str, data: dict[str, Any]) -> None:
             old.unlink(missing_ok=True)
 
 
+class _Values(dict[str, Any]):
+    """A table converted by _convert: each key's value by its record field (defaults filled in),
+    and which keys the table wrote (``written``: a backend's keys are checked by them)."""
+
+    written: frozenset[str] = frozenset()
+
+
+def _convert(v: _Validator, spec: Table, raw: Any, keys: Keys) -> _Values:
+    """The one converter from a TOML table to the model: a table, no unknown key (the closest
+    one suggested), each key of ``spec`` typed, required or defaulted, its values held to the
+    Key's pattern, choices and check, nested tables converted the same way; every error at its
+    position. What is left is a rule between keys (the callers')."""
+    table = v.table(raw, keys, spec.names)
+    values = _Values()
+    values.written = frozenset(table)
+    for key in spec.keys:
+        values[key.field] = _convert_key(v, key, table.get(key.name), (*keys, key.name))
+    return values
+
+
+def _convert_key(v: _Validator, key: Key, raw: Any, keys: Keys) -> Any:
+    if raw is None:
+        if key.required:
+            if key.kind == TABLE:
+                raise v.fail(keys, f"missing [{_dotted(keys)}] table", key.fix or f"add [{_dotted(keys)}]")
+            example = '["..."]' if key.kind == STRINGS else '"..."'
+            raise v.fail(keys, "missing required key", f"add {key.name} = {example}")
+        if key.kind != TABLE:
+            return key.default
+        raw = {}  # a table not written: its keys' defaults
+    if key.kind == STRING:
+        if not isinstance(raw, str) or not raw:
+            raise v.fail(keys, f"expected a non-empty string, got {raw!r}", f'write {key.name} = "..."')
+        _check_item(v, key, raw, keys)
+        return raw
+    if key.kind == STRINGS:
+        if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
+            raise v.fail(keys, f"expected a list of strings, got {raw!r}", f'write {key.name} = ["..."]')
+        for item in raw:
+            _check_item(v, key, item, keys)
+        if key.unique and len(set(raw)) != len(raw):
+            twice = next(item for item in raw if raw.count(item) > 1)
+            raise v.fail(keys, f"{shown(twice)} is listed twice", "list each once")
+        return tuple(raw)
+    if key.kind == BOOL:
+        if not isinstance(raw, bool):
+            raise v.fail(keys, f"expected true or false, got {raw!r}", key.fix or f"write {key.name} = true")
+        return raw
+    if key.kind == SIZE:
+        try:
+            return parse_size(raw)
+        except ValueError as exc:
+            raise v.fail(keys, str(exc), f'write {key.name} = "400MB" (kB, MB, GB, KiB, MiB, GiB or bytes)') from None
+    assert key.table is not None or key.kind == ANY
+    if key.kind == TABLE and key.table is not None:
+        return _convert(v, key.table, raw, keys)
+    if key.kind == TABLES and key.table is not None:
+        if not isinstance(raw, list):
+            raise v.fail(keys, "expected an array of tables", f"write [[{_dotted(keys)}]] blocks")
+        return tuple(_convert(v, key.table, item, (*keys, index)) for index, item in enumerate(raw))
+    if key.kind == NAMED and key.table is not None:
+        if not isinstance(raw, dict):
+            raise v.fail(keys, f"expected a table of {key.table.title.rsplit('.', 1)[-1]} tables",
+                         f"write [{_dotted(keys)}.NAME] tables")
+        named = {}
+        for name, item in raw.items():
+            _check_item(v, key, name, (*keys, name))
+            named[name] = _convert(v, key.table, item, (*keys, name))
+        return named
+    return raw  # ANY: read by the caller's own rules
+
+
+def _check_item(v: _Validator, key: Key, value: str, keys: Keys) -> None:
+    """A value (an item of an array, a name of a NAMED table) against the Key's rules."""
+    mismatch = key.pattern is not None and bool(key.bad) and not key.pattern.fullmatch(value)
+    if mismatch or (key.choices and value not in key.choices):
+        fix = key.fix
+        if key.choices:
+            import difflib
+
+            close = difflib.get_close_matches(value, key.choices, n=1)
+            fix = f"did you mean '{close[0]}'? {fix}" if close else fix
+        raise v.fail(keys, key.bad.format(value=shown(value)), fix)
+    if key.check is not None and (problem := key.check(value)) is not None:
+        raise v.fail(keys, *problem)
+
+
 def load_manifest(path: Path) -> Manifest:
     """Read, validate and type ``path``; raises ManifestError on the first problem found."""
     text, data, stored = _parse_text(path)
     v = _Validator(path, text)
-    top = v.table(data, (), TOP_KEYS)
-    bundle = _bundle(v, top.get("bundle"))
-    mirrors = _mirrors(v, top.get("mirrors", {}))
-    deps_table = top.get("deps", {})
-    v.check(isinstance(deps_table, dict), ("deps",), "expected a table of dependencies", "write [deps.<name>] tables")
-    deps: dict[str, Dependency] = {}
-    for name, raw in deps_table.items():
-        deps[name] = _dependency(v, path.parent, name, raw, bundle)
-    manifest = Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps, cache=_cache(v, top.get("cache", {})))
+    top = _convert(v, MANIFEST_TABLE, data, ())
+    values = top["bundle"]
+    bundle = Bundle(**{**values, "cuda_components": tuple(sorted(values["cuda_components"]))})
+    mirrors = _mirrors(v, top["mirrors"])
+    deps = {name: _dependency(v, path.parent, name, values, bundle) for name, values in top["deps"].items()}
+    manifest = Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps, cache=CacheConfig(**top["cache"]))
     if not stored:
         _store_parse(text, data)
     return manifest
-
-
-def _torch_target(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], default: str | None) -> str:
-    value = v.string(table, keys, default, required=default is None)
-    assert value is not None
-    v.check(bool(TORCH_TARGET_RE.match(value)), keys, f"{value!r} is not a MAJOR.MINOR torch version", 'write e.g. torch-target = "2.10"')
-    return value
-
-
-def _torch_release(v: _Validator, keys: tuple[str, ...], value: str) -> None:
-    """A torch release, X.Y.Z: the rule of --torch too (values.torch_release_problem)."""
-    problem = torch_release_problem(value)
-    if problem is not None:
-        raise v.fail(keys, *problem)
-
-
-def _version(v: _Validator, keys: tuple[str, ...], value: str) -> None:
-    """A PEP 440 version. Plain release numbers (``1.2.3``, the usual case) are valid PEP 440
-    as they stand; packaging is imported only for anything else (its import and patterns are
-    ~3 ms of the start-up budget every command pays, benchmarks/startup.py)."""
-    if value and all(part.isdigit() and part.isascii() for part in value.split(".")):
-        return
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        Version(value)
-    except InvalidVersion:
-        raise v.fail(keys, f"{value!r} is not a PEP 440 version", 'write e.g. "2.13.0"') from None
-
-
-def _bundle(v: _Validator, raw: Any) -> Bundle:
-    if raw is None:
-        raise v.fail(("bundle",), "missing [bundle] table", 'add [bundle] with name, version and python-abi')
-    table = v.table(raw, ("bundle",), BUNDLE_KEYS)
-    key = ("bundle",)
-    name = v.string(table, (*key, "name"), required=True)
-    assert name is not None
-    v.check(bool(re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", name)), (*key, "name"), f"{name!r} is not a valid distribution name", "use letters, digits, '.', '-' and '_'")
-    version = v.string(table, (*key, "version"), required=True)
-    assert version is not None
-    _version(v, (*key, "version"), version)
-    v.check("+" not in version, (*key, "version"), "a local version label is added at build time (+cuXYZ)", "drop the '+...' part")
-    python_abi = v.string(table, (*key, "python-abi"), "3.9")
-    assert python_abi is not None
-    v.check(bool(re.match(r"^3\.\d+$", python_abi)), (*key, "python-abi"), f"{python_abi!r} is not a Python 3 MAJOR.MINOR version", 'write e.g. python-abi = "3.9"')
-    torch_target = _torch_target(v, table, (*key, "torch-target"), "2.10")
-    torch = v.string(table, (*key, "torch"))
-    if torch is not None:
-        _torch_release(v, (*key, "torch"), torch)
-    archs = v.strings(table, (*key, "cuda-archs"))
-    for arch in archs:
-        v.check(bool(ARCH_RE.match(arch)), (*key, "cuda-archs"), f"{arch!r} is not a CUDA architecture", 'write e.g. cuda-archs = ["9.0a"]')
-    verify_torch = v.strings(table, (*key, "verify-torch"))
-    for item in verify_torch:
-        _torch_release(v, (*key, "verify-torch"), item)
-    return Bundle(name, version, python_abi, torch_target, torch, archs, verify_torch,
-                  max_wheel_size=_size(v, table, (*key, "max-wheel-size")),
-                  cuda_components=_cuda_components(v, table, (*key, "cuda-components")))
-
-
-def _cuda_components(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
-    """cuda-components = ["curand", ...]: toolkit libraries beyond nvcc, CCCL and the runtime,
-    installed into the hermetic toolkit from NVIDIA's wheels (names as the cuda-toolkit wheel's extras)."""
-    components = v.strings(table, keys)
-    for component in components:
-        if component not in CUDA_COMPONENTS:
-            import difflib
-
-            close = difflib.get_close_matches(component, CUDA_COMPONENTS, n=1)
-            base = " (part of every toolkit already)" if component in ("nvcc", "cccl", "cudart", "crt", "nvvm") else ""
-            raise v.fail(keys, f"{_shown(component)} is not a CUDA toolkit component{base}",
-                         (f"did you mean '{close[0]}'? " if close else "") + f"known: {', '.join(CUDA_COMPONENTS)}")
-    v.check(len(set(components)) == len(components), keys, "a component is listed twice", "list each component once")
-    return tuple(sorted(components))
-
-
-def _size(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> int | None:
-    """A size budget ("400MB", "321MiB", or bytes); `assemble build` fails when the wheel exceeds it."""
-    value = table.get(keys[-1])
-    if value is None:
-        return None
-    try:
-        return parse_size(value)
-    except ValueError as exc:
-        raise v.fail(keys, str(exc), f'write {keys[-1]} = "400MB" (kB, MB, GB, KiB, MiB, GiB or bytes)') from None
-
-
-def _cache(v: _Validator, raw: Any) -> CacheConfig:
-    """[cache]: compiler = "sccache" | "none", remote = "redis://HOST:PORT/DB", artifacts =
-    "file:///DIR" | "s3://BUCKET/PREFIX", s3-endpoint = "http://HOST:PORT"."""
-    key = ("cache",)
-    table = v.table(raw, key, CACHE_KEYS)
-    compiler = v.string(table, (*key, "compiler"), "sccache") or "sccache"
-    v.check(compiler in ("sccache", "none"), (*key, "compiler"), f"expected \"sccache\" or \"none\", got {compiler!r}",
-            'write compiler = "sccache" (the default) or compiler = "none"')
-    remote = v.string(table, (*key, "remote"))
-    if remote is not None:
-        v.check(re.fullmatch(r"rediss?://[^\s/]+(/\d+)?/?", remote) is not None, (*key, "remote"),
-                f"{_shown(remote)} is not a Redis URL", 'write remote = "redis://HOST:PORT/DB" (S3, GCS, WebDAV: sccache\'s own SCCACHE_* variables)')
-    artifacts = v.string(table, (*key, "artifacts"))
-    if artifacts is not None:
-        v.check(re.fullmatch(r"file:///\S*|s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?", artifacts) is not None
-                and "/../" not in f"{artifacts}/", (*key, "artifacts"),
-                f"{_shown(artifacts)} is not a file:/// or s3:// store", 'write artifacts = "file:///shared/dir" or "s3://bucket/prefix"')
-    endpoint = v.string(table, (*key, "s3-endpoint"))
-    if endpoint is not None:
-        v.check(re.fullmatch(r"https?://[^\s/]+/?", endpoint) is not None, (*key, "s3-endpoint"),
-                f"{_shown(endpoint)} is not an http(s)://HOST[:PORT] endpoint", 'write s3-endpoint = "http://127.0.0.1:9000"')
-    return CacheConfig(compiler=compiler, remote=remote, artifacts=artifacts, s3_endpoint=endpoint)
 
 
 def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:
@@ -495,132 +434,85 @@ def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:
         for value in (prefix, target):
             problem = url_problem(value, prefix=True)
             if problem is not None:
-                where = v.locator.where_entry(("mirrors",), prefix)
-                raise ManifestError(f"{where}: mirrors: {_shown(value)} is not a repository URL prefix: {problem}",
+                where = v.locator.where(("mirrors", prefix))
+                raise ManifestError(f"{where}: mirrors: {shown(value)} is not a repository URL prefix: {problem}",
                                     hint='write e.g. "https://github.com/" = "/srv/git-mirrors/"')
     return {str(k): str(val) for k, val in raw.items()}
 
 
-def _dependency(v: _Validator, root: Path, name: str, raw: Any, bundle: Bundle) -> Dependency:
+def _dependency(v: _Validator, root: Path, name: str, values: _Values, bundle: Bundle) -> Dependency:
+    """Rules between a dependency's keys: a repository to fetch, the series on disk."""
     key = ("deps", name)
-    v.check(bool(NAME_RE.match(name)) and len(name) <= 100 and branch_problem(name) is None, key,  # the branch assemble/NAME
-            f"{name[:100]!r} is not a valid dependency name" + (f" ({problem})" if (problem := branch_problem(name)) else ""),
-            "use at most 100 lowercase letters, digits, '.', '-' and '_' (no '..', not ending in '.' or '.lock')")
-    table = v.table(raw, key, DEP_KEYS)
-    upstream = v.string(table, (*key, "upstream"))
-    source = v.string(table, (*key, "source"), upstream)
+    upstream = values["upstream"]
+    source = values["source"] or upstream
     if source is None:
         raise v.fail(key, "neither source nor upstream is set", 'add upstream = "https://..." (and source = "..." for a fork)')
-    for url_key in ("upstream", "source"):
-        if url_key in table:
-            _url(v, (*key, url_key), str(table[url_key]))
-    commit = v.string(table, (*key, "commit"), required=True)
-    assert commit is not None
-    v.check(
-        bool(SHA_RE.match(commit)), (*key, "commit"),
-        f"{commit!r} is not a full 40-hex commit SHA",
-        "pin the full SHA (git rev-parse <ref>); branches, tags and short SHAs move or collide",
-    )
-    track = v.string(table, (*key, "track"), "main")
-    assert track is not None
-    problem = branch_problem(track) if len(track) <= MAX_VALUE_CHARS else f"it is longer than {MAX_VALUE_CHARS} characters"
-    if problem is not None:
-        raise v.fail((*key, "track"), f"{_shown(track)} is not a valid branch name: {problem}",
-                     'name the upstream branch to follow, e.g. track = "main" (git check-ref-format --branch rules)')
-    submodules = v.strings(table, (*key, "submodules"))
-    for sub in submodules:
-        if (problem := relative_path_problem(sub)) is not None:
-            raise v.fail((*key, "submodules"), f"{_shown(sub)} is not a submodule path: {problem}", "use the path from .gitmodules, relative to the checkout")
-    torch_target = _torch_target(v, table, (*key, "torch-target"), bundle.torch_target)
-    patches_dir = _patches_dir(v, root, (*key, "patches"), table.get("patches"), name)
-    series = _series(v, (*key, "patches"), patches_dir, explicit="patches" in table, root=root)
-    build = _build(v, table.get("build", {}), (*key, "build"))
-    install = _install(v, table.get("install", {}), (*key, "install"))
-    verify = _verify(v, table.get("verify", {}), (*key, "verify"))
+    patches_dir = _patches_dir(v, root, (*key, "patches"), values["patches"], name)
+    build = _build(v, values["build"], (*key, "build"))
     return Dependency(
-        name=name, upstream=upstream, source=source, commit=commit, track=track,
-        submodules=submodules, torch_target=torch_target, patches_dir=patches_dir,
-        series=series, build=build, install=install, verify=verify, max_size=_size(v, table, (*key, "max-size")),
-        cuda_components=tuple(sorted({*bundle.cuda_components, *_cuda_components(v, table, (*key, "cuda-components"))})),
-        profiles=_profiles(v, table.get("profiles", {}), (*key, "profiles"), build),
+        name=name, upstream=upstream, source=source, commit=values["commit"], track=values["track"],
+        submodules=values["submodules"], torch_target=values["torch_target"] or bundle.torch_target,
+        patches_dir=patches_dir,
+        series=_series(v, (*key, "patches"), patches_dir, explicit="patches" in values.written, root=root),
+        build=build, install=_install(v, values["install"], (*key, "install")), verify=VerifySpec(**values["verify"]),
+        max_size=values["max_size"],
+        cuda_components=tuple(sorted({*bundle.cuda_components, *values["cuda_components"]})),
+        profiles=_profiles(v, values["profiles"], (*key, "profiles"), build),
     )
 
 
-def _profiles(v: _Validator, raw: Any, keys: tuple[str, ...], recipe: BuildRecipe) -> tuple[Profile, ...]:
+def _profiles(v: _Validator, profiles: dict[str, _Values], keys: Keys, recipe: BuildRecipe) -> tuple[Profile, ...]:
     """[deps.X.profiles.NAME]: reduced configurations of the recipe. Each must change something,
     and reduce only what the recipe has: its sources are entries of the recipe's sources (of an
     extension's, for the helper), build-env is for the backends that read one."""
-    v.check(isinstance(raw, dict), keys, "expected a table of profiles", f"write [{'.'.join(keys)}.smoke] tables")
-    profiles = []
-    for name, item in raw.items():
+    made = []
+    for name, values in profiles.items():
         where = (*keys, name)
-        v.check(isinstance(name, str) and bool(PROFILE_NAME_RE.match(name)), where,
-                f"{name!r} is not a profile name (it becomes a segment of the wheel's local version, +cu132.NAME)",
-                "use 1 to 32 lowercase letters and digits, starting with a letter, e.g. smoke")
-        table = v.table(item, where, PROFILE_KEYS)
-        v.check(bool(set(table) - {"description"}), where, "the profile changes nothing",
+        v.check(bool(values.written - {"description"}), where, "the profile changes nothing",
                 "add defines, build-env, sources or cuda-archs to it, or remove it")
-        helper = recipe.backend == "helper"
-        if helper and "build-env" in table:
+        helper = recipe.backend == BackendName.HELPER  # backend question: does it run a build of its own?
+        if helper and "build-env" in values.written:
             raise v.fail((*where, "build-env"), "the helper backend runs no build of the dependency's own to give an environment to",
                          "use defines, sources or cuda-archs for a helper recipe")
-        sources = v.strings(table, (*where, "sources")) if "sources" in table else None
+        sources = values["sources"]
         if sources is not None:
             recipe_sources = [s for ext in recipe.extensions for s in ext.sources] if helper else list(recipe.sources)
             for source in sources:
                 v.check(source in recipe_sources, (*where, "sources"),
-                        f"{_shown(source)} is not one of the recipe's sources",
-                        f"list entries of [{'.'.join(keys[:-1])}.build]" + (" extensions' sources" if helper else " sources")
+                        f"{shown(source)} is not one of the recipe's sources",
+                        f"list entries of [{_dotted(keys[:-1])}.build]"
+                        + (" extensions' sources" if helper else " sources")
                         + ", written the same way (a profile builds a subset of the units the build files know)")
             v.check(bool(sources), (*where, "sources"), "a profile of no units builds nothing",
                     "list the sources to keep, or drop the key to keep every unit")
-        archs = v.strings(table, (*where, "cuda-archs")) if "cuda-archs" in table else None
-        for arch in archs or ():
-            v.check(bool(ARCH_RE.match(arch)), (*where, "cuda-archs"), f"{arch!r} is not a CUDA architecture",
-                    'write e.g. cuda-archs = ["9.0a"]')
-        v.check(archs is None or bool(archs), (*where, "cuda-archs"), "a profile of no CUDA architecture",
-                'name at least one, e.g. cuda-archs = ["9.0a"]')
-        profiles.append(Profile(
-            name=name, description=v.string(table, (*where, "description")),
-            defines=_defines(v, table, (*where, "defines")),
-            build_env=_build_env(v, table.get("build-env", {}), (*where, "build-env")),
-            sources=tuple(sources) if sources is not None else None, cuda_archs=tuple(archs) if archs is not None else None,
-        ))
-    return tuple(profiles)
+        v.check(values["cuda_archs"] is None or bool(values["cuda_archs"]), (*where, "cuda-archs"),
+                "a profile of no CUDA architecture", 'name at least one, e.g. cuda-archs = ["9.0a"]')
+        build_env = _build_env(v, values["build_env"], (*where, "build-env"))
+        made.append(Profile(**{**values, "name": name, "build_env": build_env}))
+    return tuple(made)
 
 
-def _shown(value: str) -> str:
-    """A value as an error message shows it: escaped (no newline reaches the terminal), cut short."""
-    return repr(value if len(value) <= 80 else value[:80] + "...")
-
-
-def _url(v: _Validator, keys: tuple[str, ...], url: str) -> None:
-    problem = url_problem(url)
-    if problem is not None:
-        raise v.fail(keys, f"{_shown(url)} is not a repository URL: {problem}",
-                     "use an https://, http://, ssh://, git:// or file:// URL, user@host:path, or a local path")
-
-
-def _patches_dir(v: _Validator, root: Path, keys: tuple[str, ...], value: Any, name: str) -> Path:
+def _patches_dir(v: _Validator, root: Path, keys: Keys, value: Any, name: str) -> Path:
     """Where the series lives: below the workspace (not in forks/ or .assemble/), unless whoever
     runs assemble sets ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE=1."""
     if value is not None and (not isinstance(value, str) or not value):
         raise v.fail(keys, f"expected a non-empty string, got {value!r}", f'write patches = "patches/{name}"')
     rel = value if value is not None else f"patches/{name}"
     if (char := control_character(rel)) is not None or len(rel) > MAX_VALUE_CHARS:
-        raise v.fail(keys, f"{_shown(rel)} is not a directory path ({f'it contains {char}' if char else 'too long'})", f'write patches = "patches/{name}"')
+        raise v.fail(keys, f"{shown(rel)} is not a directory path ({f'it contains {char}' if char else 'too long'})",
+                     f'write patches = "patches/{name}"')
     root = root.resolve()
     try:
         patches_dir = (root / rel).resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop
-        raise v.fail(keys, f"{_shown(rel)} cannot be resolved ({exc})", f'write patches = "patches/{name}"') from None
+        raise v.fail(keys, f"{shown(rel)} cannot be resolved ({exc})", f'write patches = "patches/{name}"') from None
     if os.environ.get(PATCHES_OUTSIDE_ENV) == "1":
         return patches_dir
     inside = patches_dir.is_relative_to(root) and patches_dir != root
     first = patches_dir.relative_to(root).parts[0] if inside else ""
     if not inside or first in RESERVED_DIRS:
         where = "is the workspace itself" if patches_dir == root else f"is inside {first}/, which assemble writes" if inside else "leaves the workspace"
-        raise v.fail(keys, f"{_shown(rel)} {where} ({patches_dir})",
+        raise v.fail(keys, f"{shown(rel)} {where} ({patches_dir})",
                      f"keep the series below the workspace, e.g. patches = \"patches/{name}\" (or set {PATCHES_OUTSIDE_ENV}=1 to allow a directory outside it)")
     return patches_dir
 
@@ -641,11 +533,12 @@ def _link_out_of(root: Path, path: Path) -> Path | None:
     return None if inside and target.relative_to(root).parts[0] not in RESERVED_DIRS else target
 
 
-def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path, *, explicit: bool, root: Path | None = None) -> tuple[str, ...]:
+def _series(v: _Validator, keys: Keys, patches_dir: Path, *, explicit: bool,
+            root: Path | None = None) -> tuple[str, ...]:
     """The series must name exactly the *.patch files present: a missing file or an orphan
     patch is the classic way a series silently loses a change. Entries are plain file names in
     ``patches_dir``. A missing directory is an empty series only when ``patches`` is not set."""
-    dotted = ".".join(keys)
+    dotted = _dotted(keys)
     try:
         mode = patches_dir.stat().st_mode
     except FileNotFoundError:
@@ -669,7 +562,7 @@ def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path, *, explicit
     entries = parse_series(read_utf8(series_file, "a series")) if listed_file else []
     for number, entry in entries:
         if (problem := file_name_problem(entry)) is not None:
-            raise ManifestError(f"{series_file}:{number}:1: {dotted}: series entry {_shown(entry)}: {problem}",
+            raise ManifestError(f"{series_file}:{number}:1: {dotted}: series entry {shown(entry)}: {problem}",
                                 hint=f"list plain file names of patches in {patches_dir}")
         if not (patches_dir / entry).is_file():
             raise ManifestError(
@@ -696,132 +589,79 @@ def _series(v: _Validator, keys: tuple[str, ...], patches_dir: Path, *, explicit
     return tuple(names)
 
 
-def _build(v: _Validator, raw: Any, keys: tuple[str, ...]) -> BuildRecipe:
-    table = v.table(raw, keys, BUILD_KEYS)
-    extensions_raw = table.get("extensions", [])
-    v.check(isinstance(extensions_raw, list), (*keys, "extensions"), "expected an array of tables", f"write [[{'.'.join(keys)}.extensions]] blocks")
-    extensions = []
-    for index, item in enumerate(extensions_raw):
-        ext_keys: Keys = (*keys, "extensions", index)
-        ext = v.table(item, ext_keys, EXTENSION_KEYS)
-        ext_name = v.string(ext, (*ext_keys, "name"), required=True)
-        assert ext_name is not None
-        v.check(bool(re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", ext_name)), (*ext_keys, "name"), f"{ext_name!r} is not a valid module name", "use a C identifier")
-        sources = v.strings(ext, (*ext_keys, "sources"))
-        v.check(bool(sources), (*ext_keys, "sources"), f"extension #{index + 1} has no sources", 'write sources = ["csrc/op.cpp"]')
-        ext_include_dirs = v.strings(ext, (*ext_keys, "include-dirs"))
-        for key, paths in (("sources", sources), ("include-dirs", ext_include_dirs)):
-            for item in paths:
-                _relative_path(v, (*ext_keys, key), item)
-        language = v.string(ext, (*ext_keys, "language"), CXX)
-        assert language is not None
-        v.check(language in LANGUAGES, (*ext_keys, "language"), f"{language!r} is not a known language", 'write language = "cxx" or "cuda"')
-        libraries = v.strings(ext, (*ext_keys, "libraries"))
-        for library in libraries:
-            if not LIBRARY_RE.match(library) or library.startswith("-"):
-                raise ManifestError(f"{v.locator.where((*ext_keys, 'libraries'))}: {_dotted(ext_keys)}.libraries: "
-                                    f"{_shown(library)} is not a library name", hint='write the name without lib and .so, e.g. libraries = ["cuda"]')
-        cuda_flags = _compiler_flags(v, ext, ext_keys, "cuda-flags")
-        cxx_std = _standard(v, ext, ext_keys, "cxx-std", CXX_STANDARDS)
-        cuda_std = _standard(v, ext, ext_keys, "cuda-std", CUDA_STANDARDS)
-        if language != CUDA:
-            for key, given in (("cuda-flags", cuda_flags), ("cuda-std", cuda_std), ("ptx", "ptx" in ext)):
-                if given:
-                    raise ManifestError(f"{v.locator.where((*ext_keys, key))}: {_dotted(ext_keys)}.{key}: "
-                                        f"extension {ext_name} is not a CUDA extension (language = {language!r})",
-                                        hint=f'remove {key}, or set language = "cuda"')
-        elif cuda_std is None and cxx_std is not None and cxx_std not in CUDA_STANDARDS:
-            raise ManifestError(f"{v.locator.where((*ext_keys, 'cxx-std'))}: {_dotted(ext_keys)}.cxx-std: "
-                                f"the CUDA units follow cxx-std, and nvcc knows no C++{cxx_std}",
-                                hint=f'add cuda-std = "{CUDA_STANDARDS[-1]}" (one of {", ".join(CUDA_STANDARDS)})')
-        ptx = ext.get("ptx", False)
-        if not isinstance(ptx, bool):
-            raise ManifestError(f"{v.locator.where((*ext_keys, 'ptx'))}: {_dotted(ext_keys)}.ptx: expected true or false, "
-                                f"got {ptx!r}", hint="write ptx = true to ship PTX next to the SASS of arch-specific targets")
-        extensions.append(Extension(
-            name=ext_name, sources=sources, language=language,
-            include_dirs=ext_include_dirs,
-            defines=_defines(v, ext, (*ext_keys, "defines")),
-            libraries=libraries,
-            cxx_flags=_compiler_flags(v, ext, ext_keys, "cxx-flags"),
-            cuda_flags=cuda_flags,
-            cxx_std=cxx_std,
-            cuda_std=cuda_std,
-            ptx=ptx,
-        ))
-    archs = table.get("cuda-archs")
-    cuda_archs = v.strings(table, (*keys, "cuda-archs")) if archs is not None else None
-    for arch in cuda_archs or ():
-        v.check(bool(ARCH_RE.match(arch)), (*keys, "cuda-archs"), f"{arch!r} is not a CUDA architecture", 'write e.g. cuda-archs = ["9.0a"]')
-    cmake_dir = v.string(table, (*keys, "cmake-dir"))
-    backend = v.string(table, (*keys, "backend"), "cmake" if cmake_dir is not None else "helper")
-    assert backend is not None
-    v.check(backend in BACKENDS, (*keys, "backend"), f"{backend!r} is not a build backend", f"write backend = one of {', '.join(map(repr, BACKENDS))}")
-    backend_name = BackendName(backend) if backend in BACKENDS else BackendName.HELPER  # refused above when not
-    _backend_keys(v, table, keys, backend)
-    project_dir = v.string(table, (*keys, "project-dir"), ".")
-    assert project_dir is not None
+def _build(v: _Validator, values: _Values, keys: Keys) -> BuildRecipe:
+    """Rules between a recipe's keys: its backend's keys only, paths inside the checkout, flags."""
+    extensions = tuple(_extension(v, ext, (*keys, "extensions", index))
+                       for index, ext in enumerate(values["extensions"]))
+    backend = values["backend"] or (BackendName.CMAKE if values["cmake_dir"] is not None else BackendName.HELPER)
+    _backend_keys(v, values.written, keys, backend)
     for key in ("cmake-dir", "project-dir"):
-        if key in table:
-            _relative_path(v, (*keys, key), str(table[key]))
-    sources = v.strings(table, (*keys, "sources"))
-    include_dirs = v.strings(table, (*keys, "include-dirs"))
-    for key, paths in (("sources", sources), ("include-dirs", include_dirs), ("python-packages", v.strings(table, (*keys, "python-packages"))), ("data", v.strings(table, (*keys, "data")))):
-        for item in paths:
+        if key in values.written:
+            _relative_path(v, (*keys, key), values[key.replace("-", "_")])
+    for key in ("sources", "include-dirs", "python-packages", "data"):
+        for item in values[key.replace("-", "_")]:
             _relative_path(v, (*keys, key), item)
-    defines = _defines(v, table, (*keys, "defines"))
-    ptx = table.get("ptx", False)
-    v.check(isinstance(ptx, bool), (*keys, "ptx"), f"expected true or false, got {ptx!r}",
-            "write ptx = true to ship PTX next to the SASS of arch-specific targets")
-    return BuildRecipe(
-        extensions=tuple(extensions),
-        python_packages=v.strings(table, (*keys, "python-packages")),
-        data=v.strings(table, (*keys, "data")),
-        cmake_dir=cmake_dir,
-        cmake_args=_cmake_args(v, table, (*keys, "cmake-args")),
-        cuda_archs=cuda_archs,
-        backend=backend_name,
-        project_dir=project_dir,
-        sources=sources,
-        include_dirs=include_dirs,
-        defines=defines,
-        build_env=_build_env(v, table.get("build-env", {}), (*keys, "build-env")),
-        ptx=ptx,
-    )
+    return BuildRecipe(**{
+        **values, "extensions": extensions, "backend": BackendName(backend),
+        "cmake_args": _cmake_args(v, values["cmake_args"], (*keys, "cmake-args")),
+        "build_env": _build_env(v, values["build_env"], (*keys, "build-env")),
+    })
 
 
-def _standard(v: _Validator, ext: dict[str, Any], keys: Keys, key: str, allowed: tuple[str, ...]) -> str | None:
+def _extension(v: _Validator, values: _Values, keys: Keys) -> Extension:
+    """Rules between an extension's keys: sources inside the checkout, flags and standards its
+    language's compiler takes."""
+    v.check(bool(values["sources"]), (*keys, "sources"), f"extension #{int(keys[-1]) + 1} has no sources",
+            'write sources = ["csrc/op.cpp"]')
+    for key in ("sources", "include-dirs"):
+        for item in values[key.replace("-", "_")]:
+            _relative_path(v, (*keys, key), item)
+    language, name = values["language"], values["name"]
+    cuda_flags = _compiler_flags(v, values["cuda_flags"], keys, "cuda-flags")
+    cxx_std = _standard(v, values["cxx_std"], keys, "cxx-std", CXX_STANDARDS)
+    cuda_std = _standard(v, values["cuda_std"], keys, "cuda-std", CUDA_STANDARDS)
+    if language != CUDA:
+        for key, given in (("cuda-flags", cuda_flags), ("cuda-std", cuda_std), ("ptx", "ptx" in values.written)):
+            if given:
+                raise v.fail((*keys, key), f"extension {name} is not a CUDA extension (language = {language!r})",
+                             f'remove {key}, or set language = "cuda"')
+    elif cuda_std is None and cxx_std is not None and cxx_std not in CUDA_STANDARDS:
+        raise v.fail((*keys, "cxx-std"), f"the CUDA units follow cxx-std, and nvcc knows no C++{cxx_std}",
+                     f'add cuda-std = "{CUDA_STANDARDS[-1]}" (one of {", ".join(CUDA_STANDARDS)})')
+    return Extension(**{**values, "cxx_flags": _compiler_flags(v, values["cxx_flags"], keys, "cxx-flags"),
+                        "cuda_flags": cuda_flags, "cxx_std": cxx_std, "cuda_std": cuda_std})
+
+
+def _standard(v: _Validator, value: Any, keys: Keys, key: str, allowed: tuple[str, ...]) -> str | None:
     """cxx-std / cuda-std: 17, 20 (a number or a string; "c++20" too) -> "20"."""
-    value = ext.get(key)
     if value is None:
         return None
     text = str(value).removeprefix("c++").removeprefix("gnu++") if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
     if text not in allowed:
-        raise ManifestError(f"{v.locator.where((*keys, key))}: {_dotted(keys)}.{key}: {value!r} is not a C++ standard "
-                            f"this key accepts", hint=f"write {key} = {allowed[-1]} (one of {', '.join(allowed)})")
+        raise v.fail((*keys, key), f"{value!r} is not a C++ standard this key accepts",
+                     f"write {key} = {allowed[-1]} (one of {', '.join(allowed)})")
     return text
 
 
-def _compiler_flags(v: _Validator, ext: dict[str, Any], keys: Keys, key: str) -> tuple[str, ...]:
+def _compiler_flags(v: _Validator, flags: tuple[str, ...], keys: Keys, key: str) -> tuple[str, ...]:
     """cxx-flags / cuda-flags: single compiler options (-O3, --use_fast_math, -Xptxas=-v). Never
     an output, a mode, another program, or what another key says (-std, -D, -I, -l, -gencode)."""
-    flags = v.strings(ext, (*keys, key))
     for flag in flags:
-        where = f"{v.locator.where((*keys, key))}: {_dotted(keys)}.{key}: {_shown(flag)}"
         problem = text_problem(flag, limit=1000)
-        if problem is not None or not flag.startswith("-") or any(c.isspace() for c in flag):
-            raise ManifestError(f"{where} is not one compiler option ({problem or 'options start with - and hold no space'})",
-                                hint=f'write one option per string, e.g. {key} = ["-O3", "-Xptxas=-v"]')
-        owner = flag_owner(flag)
-        if owner is not None:
-            raise ManifestError(f"{where} is what {owner} says", hint=f"use {owner} instead of the flag")
-        if flag in JOINED_FLAGS:
-            raise ManifestError(f"{where} needs its value in the same string", hint=f'write {flag}=VALUE, e.g. "{flag}=-v"')
-        if not flag_allowed(flag, "nvcc" if key == "cuda-flags" else "c++"):
-            raise ManifestError(
-                f"{where} is not allowed: it changes what the build runs or writes, or is not an option shape assemble knows",
-                hint="pass only options that change how a unit compiles (-O, -g, -f, -m, -W; nvcc's --use_fast_math, "
-                     "-Xptxas=..., -Xcompiler=...); see assembler/manifest/flags.py")
+        found = (
+            (f"is not one compiler option ({problem or 'options start with - and hold no space'})",
+             f'write one option per string, e.g. {key} = ["-O3", "-Xptxas=-v"]')
+            if problem is not None or not flag.startswith("-") or any(c.isspace() for c in flag)
+            else (f"is what {owner} says", f"use {owner} instead of the flag")
+            if (owner := flag_owner(flag)) is not None
+            else ("needs its value in the same string", f'write {flag}=VALUE, e.g. "{flag}=-v"') if flag in JOINED_FLAGS
+            else ("is not allowed: it changes what the build runs or writes, or is not an option shape assemble knows",
+                  "pass only options that change how a unit compiles (-O, -g, -f, -m, -W; nvcc's --use_fast_math, "
+                  "-Xptxas=..., -Xcompiler=...); see assembler/manifest/flags.py")
+            if not flag_allowed(flag, "nvcc" if key == "cuda-flags" else "c++") else None
+        )
+        if found is not None:
+            raise v.fail((*keys, key), f"{shown(flag)} {found[0]}", found[1])
     return flags
 
 
@@ -834,16 +674,17 @@ BACKEND_KEYS = {
 }
 
 
-def _backend_keys(v: _Validator, table: dict[str, Any], keys: tuple[str, ...], backend: str) -> None:
-    if backend == "helper" and "ptx" in table:
+def _backend_keys(v: _Validator, written: frozenset[str], keys: Keys, backend: str) -> None:
+    """The recipe's keys (``written``) are the ones its backend reads (BACKEND_KEYS)."""
+    if backend == BackendName.HELPER and "ptx" in written:  # backend question: PTX per extension
         raise v.fail((*keys, "ptx"), "the helper backend asks for PTX per extension",
-                     f"move ptx = true into the [[{'.'.join(keys)}.extensions]] that needs it")
-    for key in table:
+                     f"move ptx = true into the [[{_dotted(keys)}.extensions]] that needs it")
+    for key in (key.name for key in BUILD_TABLE.keys if key.name in written):
         if key not in BACKEND_KEYS[backend]:
             users = [name for name, allowed in BACKEND_KEYS.items() if key in allowed]
             raise v.fail((*keys, key), f"not used by the {backend!r} backend (only by {', '.join(users)})",
                          f"remove {key}, or set backend = {users[0]!r}")
-    if backend == "cmake" and "cmake-dir" not in table:
+    if backend == BackendName.CMAKE and "cmake-dir" not in written:  # backend question: needs cmake-dir
         raise v.fail((*keys, "backend"), "the cmake backend builds the dependency's own CMakeLists.txt, but cmake-dir is not set",
                      'add cmake-dir = "." (the directory holding CMakeLists.txt, relative to the checkout)')
 
@@ -857,26 +698,17 @@ def _relative_path(v: _Validator, keys: Keys, value: str) -> None:
             "rename the file or directory, or name it with a glob")
 
 
-def _defines(v: _Validator, table: dict[str, Any], keys: Keys) -> tuple[str, ...]:
-    defines = v.strings(table, keys)
-    for define in defines:
-        v.check(bool(DEFINE_RE.match(define)), keys, f"{define!r} is not a NAME or NAME=VALUE define (without ; or $)",
-                'write e.g. defines = ["MY_FLAG=1"]')
-    return defines
-
-
-def _cmake_args(v: _Validator, table: dict[str, Any], keys: tuple[str, ...]) -> tuple[str, ...]:
+def _cmake_args(v: _Validator, args: tuple[str, ...], keys: Keys) -> tuple[str, ...]:
     """cmake-args: the project's own cache definitions (flags.cmake_arg_problem), as data."""
-    args = v.strings(table, keys)
     for arg in args:
         problem = text_problem(arg, limit=1000)
         found = (f"is not one argument ({problem})", "write one argument per string") if problem else cmake_arg_problem(arg)
         if found is not None:
-            raise v.fail(keys, f"{_shown(arg)} {found[0]}", found[1])
+            raise v.fail(keys, f"{shown(arg)} {found[0]}", found[1])
     return args
 
 
-def _build_env(v: _Validator, raw: Any, keys: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+def _build_env(v: _Validator, raw: Any, keys: Keys) -> tuple[tuple[str, str], ...]:
     v.check(isinstance(raw, dict), keys, "expected a table of NAME = value", f'write {keys[-1]} = {{ MY_FLAG = "1" }}')
     for name, value in raw.items():
         problem = (
@@ -888,34 +720,24 @@ def _build_env(v: _Validator, raw: Any, keys: tuple[str, ...]) -> tuple[tuple[st
             else None
         )
         if problem is not None:
-            where = v.locator.where_entry(keys, name)
-            raise ManifestError(f"{where}: {'.'.join((*keys, name))}: {problem[0]}", hint=problem[1])
+            where = v.locator.where((*keys, name))
+            raise ManifestError(f"{where}: {_dotted((*keys, name))}: {problem[0]}", hint=problem[1])
     return tuple(sorted((str(name), str(value)) for name, value in raw.items()))
 
 
-def _install(v: _Validator, raw: Any, keys: tuple[str, ...]) -> dict[str, str]:
-    v.check(isinstance(raw, dict), keys, "expected a table of pattern = destination", f'write [{".".join(keys)}] with "_x_C*.so" = "pkg/"')
+def _install(v: _Validator, raw: Any, keys: Keys) -> dict[str, str]:
+    v.check(isinstance(raw, dict), keys, "expected a table of pattern = destination",
+            f'write [{_dotted(keys)}] with "_x_C*.so" = "pkg/"')
     for pattern, dest in raw.items():
         if (problem := glob_problem(pattern)) is not None:
-            where = v.locator.where_entry(keys, pattern)
-            raise ManifestError(f"{where}: {'.'.join(keys)}: {_shown(pattern)}: {problem}",
+            where = v.locator.where((*keys, pattern))
+            raise ManifestError(f"{where}: {_dotted(keys)}: {shown(pattern)}: {problem}",
                                 hint='write a glob such as "pkg/*.so" ([a-z] ranges go low to high; "**" spans directories)')
         v.check(isinstance(dest, str), (*keys, pattern), f"destination must be a string, got {dest!r}", f'write "{pattern}" = "pkg/"')
         problem = install_destination_problem(str(dest))
-        v.check(problem is None, (*keys, pattern), f"destination {_shown(str(dest))}: {problem}",
+        v.check(problem is None, (*keys, pattern), f"destination {shown(str(dest))}: {problem}",
                 'install under a package directory inside the wheel, e.g. "pkg/" or "pkg/lib/"')
     return {str(k): str(val) for k, val in raw.items()}
-
-
-def _verify(v: _Validator, raw: Any, keys: tuple[str, ...]) -> VerifySpec:
-    table = v.table(raw, keys, VERIFY_KEYS)
-    requires_cuda = table.get("requires-cuda", False)
-    v.check(isinstance(requires_cuda, bool), (*keys, "requires-cuda"), f"expected true or false, got {requires_cuda!r}", "write requires-cuda = true")
-    return VerifySpec(
-        ops=v.strings(table, (*keys, "ops")),
-        smoke=v.string(table, (*keys, "smoke")),
-        requires_cuda=bool(requires_cuda),
-    )
 
 
 def value_position(path: Path, keys: tuple[str, ...], value: str | None = None, index: int | None = None) -> str:

@@ -37,6 +37,11 @@ def torch_release_problem(value: str) -> tuple[str, str] | None:
             f"write {example}" + (" (the full release, as pip names it)" if short else ", or e.g. 2.11.0+cu130"))
 
 
+def shown(value: str) -> str:
+    """A value as an error message shows it: escaped (no newline reaches the terminal), cut short."""
+    return repr(value if len(value) <= 80 else value[:80] + "...")
+
+
 def control_character(value: str) -> str | None:
     """The first ASCII control character (or DEL) in ``value``, shown escaped."""
     for char in value:
