@@ -19,6 +19,8 @@ REWRITES = load_rewrites()
 EXAMPLES: dict[str, tuple[str, str]] = {
     "torch-library": ("TORCH_LIBRARY_IMPL(ns, CPU, m) {}", "STABLE_TORCH_LIBRARY_IMPL(ns, CPU, m) {}"),
     "impl-box": ('m.impl("op", &ns::op);', 'm.impl("op", TORCH_BOX(&ns::op));'),
+    # QuTLASS: TORCH_FN in a file whose pybind11 module migrate converts too
+    "impl-fn": ('m.impl("op",   TORCH_FN(ns::op));', 'm.impl("op",   TORCH_BOX(&ns::op));'),
     "tensor-type": ("torch::Tensor f(const at::Tensor& x);", "torch::stable::Tensor f(const torch::stable::Tensor& x);"),
     "scalar-type": ("x.scalar_type() == at::kHalf || y == torch::kInt64",
                     "x.scalar_type() == torch::headeronly::ScalarType::Half || y == torch::headeronly::ScalarType::Long"),
