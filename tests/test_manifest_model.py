@@ -169,3 +169,22 @@ def test_the_schema_has_no_key_the_model_lacks() -> None:
         assert list(node["properties"]) == [key.name for key in table.keys]
         assert node["additionalProperties"] is False
         assert node.get("required", []) == [key.name for key in table.keys if key.required]
+
+
+def test_every_backend_names_the_recipe_keys_it_reads() -> None:
+    """A backend added to BackendName names its keys in BACKEND_KEYS, keys of [deps.X.build]."""
+    from assembler.manifest.model import BACKEND_KEYS, BackendName
+
+    assert set(BACKEND_KEYS) == set(BackendName)
+    assert all(keys <= BUILD_TABLE.names and "backend" in keys for keys in BACKEND_KEYS.values())
+
+
+def test_a_key_the_backend_does_not_read_names_the_backend_it_defaulted_to(tmp_path: Path) -> None:
+    """cmake-dir makes the backend cmake: a helper key there is named as cmake's mistake."""
+    path = tmp_path / "deps.toml"
+    path.write_text(TEMPLATE.replace("[deps.k.build]\n", '[deps.k.build]\ncmake-dir = "."\n'), encoding="utf-8")
+    error = _refused(path)
+    line = TEMPLATE.splitlines().index("[[deps.k.build.extensions]]") + 2
+    assert error.message == (f"{path}:{line}:1: deps.k.build.extensions: not used by the 'cmake' backend "
+                             "(only by helper)"), error.message
+    assert error.hint == "remove extensions, or set backend = 'helper'"

@@ -18,6 +18,7 @@ from assembler.manifest.flags import JOINED_FLAGS, cmake_arg_problem, flag_allow
 from assembler.manifest.globs import glob_problem
 from assembler.manifest.model import (
     ANY,
+    BACKEND_KEYS,
     BOOL,
     BUILD_TABLE,
     CUDA,
@@ -593,7 +594,7 @@ def _build(v: _Validator, values: _Values, keys: Keys) -> BuildRecipe:
     """Rules between a recipe's keys: its backend's keys only, paths inside the checkout, flags."""
     extensions = tuple(_extension(v, ext, (*keys, "extensions", index))
                        for index, ext in enumerate(values["extensions"]))
-    backend = values["backend"] or (BackendName.CMAKE if values["cmake_dir"] is not None else BackendName.HELPER)
+    backend = BackendName(values["backend"] or (BackendName.CMAKE if values["cmake_dir"] is not None else BackendName.HELPER))
     _backend_keys(v, values.written, keys, backend)
     for key in ("cmake-dir", "project-dir"):
         if key in values.written:
@@ -602,7 +603,7 @@ def _build(v: _Validator, values: _Values, keys: Keys) -> BuildRecipe:
         for item in values[key.replace("-", "_")]:
             _relative_path(v, (*keys, key), item)
     return BuildRecipe(**{
-        **values, "extensions": extensions, "backend": BackendName(backend),
+        **values, "extensions": extensions, "backend": backend,
         "cmake_args": _cmake_args(v, values["cmake_args"], (*keys, "cmake-args")),
         "build_env": _build_env(v, values["build_env"], (*keys, "build-env")),
     })
@@ -665,25 +666,16 @@ def _compiler_flags(v: _Validator, flags: tuple[str, ...], keys: Keys, key: str)
     return flags
 
 
-# Which recipe keys each backend reads; any other is a mistake worth an error, not a silent no-op.
-BACKEND_KEYS = {
-    "helper": {"extensions", "python-packages", "data", "cmake-args", "cuda-archs", "backend"},
-    "cmake": {"cmake-dir", "cmake-args", "python-packages", "data", "cuda-archs", "backend", "sources", "include-dirs", "defines", "build-env",
-              "ptx"},
-    "setuptools": {"project-dir", "cuda-archs", "backend", "sources", "include-dirs", "defines", "build-env", "ptx"},
-}
-
-
-def _backend_keys(v: _Validator, written: frozenset[str], keys: Keys, backend: str) -> None:
-    """The recipe's keys (``written``) are the ones its backend reads (BACKEND_KEYS)."""
+def _backend_keys(v: _Validator, written: frozenset[str], keys: Keys, backend: BackendName) -> None:
+    """The recipe's keys (``written``) are the ones its backend reads (model.BACKEND_KEYS)."""
     if backend == BackendName.HELPER and "ptx" in written:  # backend question: PTX per extension
         raise v.fail((*keys, "ptx"), "the helper backend asks for PTX per extension",
                      f"move ptx = true into the [[{_dotted(keys)}.extensions]] that needs it")
     for key in (key.name for key in BUILD_TABLE.keys if key.name in written):
-        if key not in BACKEND_KEYS[backend]:
+        if key not in BACKEND_KEYS.get(backend, BUILD_TABLE.names):
             users = [name for name, allowed in BACKEND_KEYS.items() if key in allowed]
-            raise v.fail((*keys, key), f"not used by the {backend!r} backend (only by {', '.join(users)})",
-                         f"remove {key}, or set backend = {users[0]!r}")
+            raise v.fail((*keys, key), f"not used by the '{backend}' backend (only by {', '.join(users)})",
+                         f"remove {key}, or set backend = '{users[0]}'")
     if backend == BackendName.CMAKE and "cmake-dir" not in written:  # backend question: needs cmake-dir
         raise v.fail((*keys, "backend"), "the cmake backend builds the dependency's own CMakeLists.txt, but cmake-dir is not set",
                      'add cmake-dir = "." (the directory holding CMakeLists.txt, relative to the checkout)')

@@ -57,6 +57,15 @@ class BackendName(StrEnum):
 
 
 BACKENDS = tuple(BackendName)
+# Which recipe keys each backend reads ([deps.X.build]); any other is a mistake worth an error,
+# not a silent no-op. A backend added to BackendName names its keys here too (a test holds it).
+BACKEND_KEYS: dict[BackendName, frozenset[str]] = {
+    BackendName.HELPER: frozenset({"extensions", "python-packages", "data", "cmake-args", "cuda-archs", "backend"}),
+    BackendName.CMAKE: frozenset({"cmake-dir", "cmake-args", "python-packages", "data", "cuda-archs", "backend", "sources",
+                                  "include-dirs", "defines", "build-env", "ptx"}),
+    BackendName.SETUPTOOLS: frozenset({"project-dir", "cuda-archs", "backend", "sources", "include-dirs", "defines",
+                                       "build-env", "ptx"}),
+}
 # Environment variables the build sets itself (toolchain, flags, parallelism, interpreter):
 # a recipe's build-env may not name them, exactly or by prefix.
 RESERVED_ENV = frozenset({

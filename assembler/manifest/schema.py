@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from assembler.manifest.model import (
     ANY,
+    BACKEND_KEYS,
     BOOL,
     MANIFEST_TABLE,
     NAMED,
@@ -35,6 +36,7 @@ from assembler.manifest.model import (
     STRINGS,
     TABLE,
     TABLES,
+    BackendName,
     Key,
     Table,
 )
@@ -117,8 +119,6 @@ def _definitions(table: Table, found: dict[str, Schema]) -> dict[str, Schema]:
 
 def manifest_schema() -> Schema:
     """The JSON Schema of deps.toml (draft-07), generated from the model (model.MANIFEST_TABLE)."""
-    from assembler.manifest.load import BACKEND_KEYS
-
     definitions = _definitions(MANIFEST_TABLE, {})
     definitions["build"]["allOf"] = _backend_rules(BACKEND_KEYS)
     return {
@@ -129,17 +129,18 @@ def manifest_schema() -> Schema:
     }
 
 
-def _backend_rules(backend_keys: Mapping[str, set[str]]) -> list[Schema]:
-    """Each backend reads its own recipe keys (load.BACKEND_KEYS); without ``backend`` it is
+def _backend_rules(backend_keys: Mapping[BackendName, frozenset[str]]) -> list[Schema]:
+    """Each backend reads its own recipe keys (model.BACKEND_KEYS); without ``backend`` it is
     cmake when cmake-dir is set, else helper; cmake needs cmake-dir."""
-    def only(backend: str) -> Schema:
+    def only(backend: BackendName) -> Schema:
         return {"propertyNames": {"enum": sorted(backend_keys[backend])}}
 
     rules = [{"if": {"required": ["backend"], "properties": {"backend": {"const": backend}}}, "then": only(backend)}
              for backend in sorted(backend_keys)]
     rules.append({"if": {"not": {"required": ["backend"]}},
-                  "then": {"if": {"required": ["cmake-dir"]}, "then": only("cmake"), "else": only("helper")}})
-    rules.append({"if": {"required": ["backend"], "properties": {"backend": {"const": "cmake"}}},
+                  "then": {"if": {"required": ["cmake-dir"]}, "then": only(BackendName.CMAKE),
+                           "else": only(BackendName.HELPER)}})
+    rules.append({"if": {"required": ["backend"], "properties": {"backend": {"const": BackendName.CMAKE}}},
                   "then": {"required": ["cmake-dir"]}})
     return rules
 
