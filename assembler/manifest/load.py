@@ -594,7 +594,8 @@ def _build(v: _Validator, values: _Values, keys: Keys) -> BuildRecipe:
     """Rules between a recipe's keys: its backend's keys only, paths inside the checkout, flags."""
     extensions = tuple(_extension(v, ext, (*keys, "extensions", index))
                        for index, ext in enumerate(values["extensions"]))
-    backend = BackendName(values["backend"] or (BackendName.CMAKE if values["cmake_dir"] is not None else BackendName.HELPER))
+    default = BackendName.CMAKE if values["cmake_dir"] is not None else BackendName.HELPER
+    backend = BackendName(values["backend"] or default)
     _backend_keys(v, values.written, keys, backend)
     for key in ("cmake-dir", "project-dir"):
         if key in values.written:

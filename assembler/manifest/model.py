@@ -61,8 +61,8 @@ BACKENDS = tuple(BackendName)
 # not a silent no-op. A backend added to BackendName names its keys here too (a test holds it).
 BACKEND_KEYS: dict[BackendName, frozenset[str]] = {
     BackendName.HELPER: frozenset({"extensions", "python-packages", "data", "cmake-args", "cuda-archs", "backend"}),
-    BackendName.CMAKE: frozenset({"cmake-dir", "cmake-args", "python-packages", "data", "cuda-archs", "backend", "sources",
-                                  "include-dirs", "defines", "build-env", "ptx"}),
+    BackendName.CMAKE: frozenset({"cmake-dir", "cmake-args", "python-packages", "data", "cuda-archs", "backend",
+                                  "sources", "include-dirs", "defines", "build-env", "ptx"}),
     BackendName.SETUPTOOLS: frozenset({"project-dir", "cuda-archs", "backend", "sources", "include-dirs", "defines",
                                        "build-env", "ptx"}),
 }
