@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from assembler.audit.elf import _table as read_table
+from assembler.audit.elf import find_section
 from assembler.audit.limits import MAX_JSON_DOCUMENT
 from assembler.audit.member import DeflatedMember, FileSource, MemberInfo, StoredMember, open_member, read_small_member
 from assembler.audit.zipindex import read_index
@@ -52,8 +52,6 @@ KIND_PTX, KIND_CUBIN = 1, 2
 FLAG_ARCH_SPECIFIC, FLAG_FAMILY = 0x100000, 0x200000
 _CONTAINER = struct.Struct("<IHHQ")
 _ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")  # kind, ?, header size, payload size, compressed size, ?, minor, major, arch, name off/len, flags, ?, uncompressed size
-_ELF64_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
-_ELF64_SECTION = struct.Struct("<IIQQQQIIQQ")
 _PARALLEL_FROM = 16 << 20  # compressed bytes of shared objects worth a thread pool
 _WINDOW = 1 << 20  # bytes of a .nv_fatbin read at once
 _NONZERO = re.compile(rb"[^\x00]")
@@ -260,33 +258,8 @@ def split_fatbin(read: Any, offset: int, size: int, name: str) -> Fatbin:
     return Fatbin(size=size, headers=headers, archs=archs)
 
 
-def _fatbin_section(source: FileSource | StoredMember | DeflatedMember) -> tuple[int, int] | None:
-    """(offset, size) of ``.nv_fatbin`` from the section headers; None when there is none (or
-    the object is not a little-endian ELF64, which no CUDA host platform is)."""
-    if source.size < _ELF64_HEADER.size:
-        return None
-    header = _ELF64_HEADER.unpack(source.read(0, _ELF64_HEADER.size))
-    ident = header[0]
-    if ident[:4] != b"\x7fELF" or ident[4] != 2 or ident[5] != 1:
-        return None
-    shoff, shentsize, shnum, shstrndx = header[6], header[11], header[12], header[13]
-    if not shoff or shentsize < _ELF64_SECTION.size or not shnum or shstrndx >= shnum:
-        return None
-    source.prefetch_tail(shoff)
-    table = read_table(source, shoff, shnum * shentsize, "section header table")  # bounded like the audit's reads
-    sections = [_ELF64_SECTION.unpack_from(table, i * shentsize) for i in range(shnum)]
-    names_at, names_size = sections[shstrndx][4], sections[shstrndx][5]
-    source.prefetch_tail(names_at)  # .shstrtab sits just before the section headers
-    names = read_table(source, names_at, names_size, "section name table")
-    wanted = FATBIN_SECTION.encode() + b"\0"
-    for sh_name, sh_type, _flags, _addr, sh_offset, sh_size, *_ in sections:
-        if names[sh_name:sh_name + len(wanted)] == wanted and sh_type != 8:  # 8: SHT_NOBITS
-            return sh_offset, sh_size
-    return None
-
-
 def object_fatbin(source: FileSource | StoredMember | DeflatedMember) -> Fatbin | None:
-    found = _fatbin_section(source)
+    found = find_section(source, FATBIN_SECTION)
     if found is None:
         return None
     offset, size = found
