@@ -22,21 +22,13 @@ if TYPE_CHECKING:
 
 
 def sha256(data: bytes = b"") -> _Hash:
-    """A SHA-256 hash object for the small digests of the start-up paths (a series, a URL, a
-    classification key): CPython's built-in implementation, since hashlib loads OpenSSL first,
-    ~3 ms of the 100 ms start-up budget (benchmarks/startup.py). Large inputs (wheels,
-    artifacts) use hashlib, whose OpenSSL code is faster per byte."""
-    import importlib
+    """A SHA-256 hash object (hashlib, imported here: not every command makes a digest). A copy
+    of CPython's private ``_sha256`` once saved hashlib's OpenSSL load; benchmarks/startup.py
+    --tricks priced that at 3-4 ms of CPU per command (issue 31), under the 10 ms a second way
+    to hash is worth."""
+    import hashlib
 
-    for module in ("_sha256", "_sha2"):  # CPython 3.11, 3.12+
-        try:
-            built_in: _Hash = importlib.import_module(module).sha256(data)
-            return built_in
-        except (ImportError, AttributeError):
-            continue
-    from hashlib import sha256 as openssl
-
-    return openssl(data)
+    return hashlib.sha256(data)
 
 
 def digest_texts(*texts: str | bytes) -> str:

@@ -33,8 +33,6 @@ HEAVY = {
     "torch": "never in assemble's own process",
     "filelock": "the cache locks: only when a mirror is created or fetched",
     "jsonschema": "a test dependency",
-    "dataclasses": "with inspect and ast, ~10 ms, plus ~0.5 ms per class: start-up records are NamedTuples or __slots__ classes",
-    "platformdirs": "~4 ms: the cache directory follows XDG on Linux without it",
     "email": "RFC 2047 decoding, only for a patch header that needs it",
 }
 

@@ -146,17 +146,8 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
                        help="show the Python traceback of an unexpected error (for bug reports)")
 
 
-def _help_width() -> int:
-    """What argparse's HelpFormatter computes, by the width rule of every output
-    (report.output.terminal_columns: COLUMNS, else the terminal's usable width, else 80)."""
-    from assembler.report.output import DEFAULT_COLUMNS, terminal_columns
-
-    return max((terminal_columns(sys.__stdout__) or DEFAULT_COLUMNS) - 2, 11)
-
-
 class _HelpFormatter(argparse.HelpFormatter):
-    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None) -> None:
-        super().__init__(prog, indent_increment, max_help_position, _help_width() if width is None else width)
+    """argparse's own width (shutil.get_terminal_size: COLUMNS, else the terminal, else 80)."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         if text.startswith("examples:\n"):  # a subcommand's examples (cli/examples.py): one per line, as written
