@@ -188,3 +188,25 @@ def test_a_key_the_backend_does_not_read_names_the_backend_it_defaulted_to(tmp_p
     assert error.message == (f"{path}:{line}:1: deps.k.build.extensions: not used by the 'cmake' backend "
                              "(only by helper)"), error.message
     assert error.hint == "remove extensions, or set backend = 'helper'"
+
+
+@pytest.mark.parametrize(("header", "key", "bad"), [
+    ("[deps.k.build]", "cuda-archs", '"sm90"'), ("[[deps.k.build.extensions]]", "sources", '"../out.cpp"'),
+    ("[[deps.k.build.extensions]]", "cxx-flags", '"-o/tmp/x"'), ("[[deps.k.build.extensions]]", "defines", '"A;B"'),
+    ("[deps.k.profiles.smoke]", "sources", '"b.cpp"')])
+def test_an_item_of_an_array_over_several_lines_is_named_at_its_own_line(tmp_path: Path, header: str, key: str,
+                                                                         bad: str) -> None:
+    """The generic rules (cuda-archs, defines) and the hand-written ones (paths, flags, a
+    profile's sources) alike: the position is the item's, not its key's."""
+    good = {"cuda-archs": '"9.0a"', "sources": '"a.cpp"', "cxx-flags": '"-O3"', "defines": '"A=1"'}[key]
+    block = f"{key} = [\n  {good},\n  {good},\n  {bad},\n]"
+    path, line = _write(tmp_path, header, block)
+    if header == "[[deps.k.build.extensions]]" and key == "sources":
+        path.write_text(path.read_text().replace('sources = ["a.cpp"]\n', ""), encoding="utf-8")
+    text = path.read_text()
+    if key == "defines" or header.startswith("[deps.k.profiles"):  # one defines key per table
+        path.write_text(text.replace('defines = ["SMOKE"]\n', 'description = "d"\n'), encoding="utf-8")
+    error = _refused(path)
+    dotted = header.strip("[]")
+    assert error.message.startswith(f"{path}:{line + 3}:3: {dotted}.{key}: {bad.replace(chr(34), chr(39))}"), \
+        error.message

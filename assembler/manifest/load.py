@@ -364,11 +364,11 @@ def _convert_key(v: _Validator, key: Key, raw: Any, keys: Keys) -> Any:
     if key.kind == STRINGS:
         if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
             raise v.fail(keys, f"expected a list of strings, got {raw!r}", f'write {key.name} = ["..."]')
-        for item in raw:
-            _check_item(v, key, item, keys)
+        for index, item in enumerate(raw):  # an item is named at its own position
+            _check_item(v, key, item, (*keys, index))
         if key.unique and len(set(raw)) != len(raw):
-            twice = next(item for item in raw if raw.count(item) > 1)
-            raise v.fail(keys, f"{shown(twice)} is listed twice", "list each once")
+            index = next(index for index, item in enumerate(raw) if raw.index(item) < index)
+            raise v.fail((*keys, index), f"{shown(raw[index])} is listed twice", "list each once")
         return tuple(raw)
     if key.kind == BOOL:
         if not isinstance(raw, bool):
@@ -478,8 +478,8 @@ def _profiles(v: _Validator, profiles: dict[str, _Values], keys: Keys, recipe: B
         sources = values["sources"]
         if sources is not None:
             recipe_sources = [s for ext in recipe.extensions for s in ext.sources] if helper else list(recipe.sources)
-            for source in sources:
-                v.check(source in recipe_sources, (*where, "sources"),
+            for index, source in enumerate(sources):
+                v.check(source in recipe_sources, (*where, "sources", index),
                         f"{shown(source)} is not one of the recipe's sources",
                         f"list entries of [{_dotted(keys[:-1])}.build]"
                         + (" extensions' sources" if helper else " sources")
@@ -601,8 +601,8 @@ def _build(v: _Validator, values: _Values, keys: Keys) -> BuildRecipe:
         if key in values.written:
             _relative_path(v, (*keys, key), values[key.replace("-", "_")])
     for key in ("sources", "include-dirs", "python-packages", "data"):
-        for item in values[key.replace("-", "_")]:
-            _relative_path(v, (*keys, key), item)
+        for index, item in enumerate(values[key.replace("-", "_")]):
+            _relative_path(v, (*keys, key, index), item)
     return BuildRecipe(**{
         **values, "extensions": extensions, "backend": backend,
         "cmake_args": _cmake_args(v, values["cmake_args"], (*keys, "cmake-args")),
@@ -616,8 +616,8 @@ def _extension(v: _Validator, values: _Values, keys: Keys) -> Extension:
     v.check(bool(values["sources"]), (*keys, "sources"), f"extension #{int(keys[-1]) + 1} has no sources",
             'write sources = ["csrc/op.cpp"]')
     for key in ("sources", "include-dirs"):
-        for item in values[key.replace("-", "_")]:
-            _relative_path(v, (*keys, key), item)
+        for index, item in enumerate(values[key.replace("-", "_")]):
+            _relative_path(v, (*keys, key, index), item)
     language, name = values["language"], values["name"]
     cuda_flags = _compiler_flags(v, values["cuda_flags"], keys, "cuda-flags")
     cxx_std = _standard(v, values["cxx_std"], keys, "cxx-std", CXX_STANDARDS)
@@ -648,7 +648,7 @@ def _standard(v: _Validator, value: Any, keys: Keys, key: str, allowed: tuple[st
 def _compiler_flags(v: _Validator, flags: tuple[str, ...], keys: Keys, key: str) -> tuple[str, ...]:
     """cxx-flags / cuda-flags: single compiler options (-O3, --use_fast_math, -Xptxas=-v). Never
     an output, a mode, another program, or what another key says (-std, -D, -I, -l, -gencode)."""
-    for flag in flags:
+    for index, flag in enumerate(flags):
         problem = text_problem(flag, limit=1000)
         found = (
             (f"is not one compiler option ({problem or 'options start with - and hold no space'})",
@@ -663,7 +663,7 @@ def _compiler_flags(v: _Validator, flags: tuple[str, ...], keys: Keys, key: str)
             if not flag_allowed(flag, "nvcc" if key == "cuda-flags" else "c++") else None
         )
         if found is not None:
-            raise v.fail((*keys, key), f"{shown(flag)} {found[0]}", found[1])
+            raise v.fail((*keys, key, index), f"{shown(flag)} {found[0]}", found[1])
     return flags
 
 
@@ -693,11 +693,11 @@ def _relative_path(v: _Validator, keys: Keys, value: str) -> None:
 
 def _cmake_args(v: _Validator, args: tuple[str, ...], keys: Keys) -> tuple[str, ...]:
     """cmake-args: the project's own cache definitions (flags.cmake_arg_problem), as data."""
-    for arg in args:
+    for index, arg in enumerate(args):
         problem = text_problem(arg, limit=1000)
         found = (f"is not one argument ({problem})", "write one argument per string") if problem else cmake_arg_problem(arg)
         if found is not None:
-            raise v.fail(keys, f"{shown(arg)} {found[0]}", found[1])
+            raise v.fail((*keys, index), f"{shown(arg)} {found[0]}", found[1])
     return args
 
 
