@@ -109,10 +109,10 @@ class _Locator:
         """``keys`` with the first block of each array of tables it names without an index."""
         spots = self.positions.spots
         path: tuple[str | int, ...] = ()
-        for number, key in enumerate(keys):
+        for key, following in zip(keys, (*keys[1:], None), strict=True):
             path = (*path, key)
-            if (*path, 0) in spots and isinstance(key, str) and number + 1 < len(keys) and isinstance(keys[number + 1], str) \
-                    and (*path, keys[number + 1]) not in spots:
+            if isinstance(key, str) and isinstance(following, str) and (*path, 0) in spots \
+                    and (*path, following) not in spots:
                 path = (*path, 0)
         return path
 
@@ -144,7 +144,8 @@ class _Validator:
     def table(self, value: Any, keys: Keys, allowed: set[str]) -> dict[str, Any]:
         """``value`` as a table of only the ``allowed`` keys (an unknown one: the closest name)."""
         if not isinstance(value, dict):
-            raise self.fail(keys, f"expected a table, got {type(value).__name__}", f"write [{_dotted(keys)}] as a table")
+            raise self.fail(keys, f"expected a table, got {type(value).__name__}",
+                            f"write [{_dotted(keys)}] as a table")
         for key in value:
             if key not in allowed:
                 import difflib
@@ -219,7 +220,8 @@ def _syntax_error(path: Path, text: str, reason: str) -> ManifestError:
     if found is not None and found[0].line <= line:
         spot, problem, fix = found
         return ManifestError(f"{path}:{spot.line}:{spot.column}: TOML syntax error: {problem}", hint=fix)
-    return ManifestError(f"{path}:{line}:{col}: TOML syntax error: {reason}", hint="fix the TOML syntax at that position")
+    return ManifestError(f"{path}:{line}:{col}: TOML syntax error: {reason}",
+                         hint="fix the TOML syntax at that position")
 
 
 MAX_KEY_PARTS = 64  # parts of one dotted key or table header (deps.x.build.extensions is 4)
@@ -656,8 +658,10 @@ def _compiler_flags(v: _Validator, flags: tuple[str, ...], keys: Keys, key: str)
             if problem is not None or not flag.startswith("-") or any(c.isspace() for c in flag)
             else (f"is what {owner} says", f"use {owner} instead of the flag")
             if (owner := flag_owner(flag)) is not None
-            else ("needs its value in the same string", f'write {flag}=VALUE, e.g. "{flag}=-v"') if flag in JOINED_FLAGS
-            else ("is not allowed: it changes what the build runs or writes, or is not an option shape assemble knows",
+            else ("needs its value in the same string", f'write {flag}=VALUE, e.g. "{flag}=-v"')
+            if flag in JOINED_FLAGS
+            else ("is not allowed: it changes what the build runs or writes, or is not an option shape assemble "
+                  "knows",
                   "pass only options that change how a unit compiles (-O, -g, -f, -m, -W; nvcc's --use_fast_math, "
                   "-Xptxas=..., -Xcompiler=...); see assembler/manifest/flags.py")
             if not flag_allowed(flag, "nvcc" if key == "cuda-flags" else "c++") else None
