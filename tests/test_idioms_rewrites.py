@@ -142,3 +142,12 @@ def test_a_macro_whose_every_use_passes_a_tensor_reads_its_parameter_as_one() ->
     assert lines[1] == '  STD_TORCH_CHECK((x).scalar_type() == torch::headeronly::ScalarType::Float, #x " must be float32")'
     assert "(x).dtype()" in lines[2]  # CHECK_ANY(n): not every use is a tensor
     assert [(d.line, d.rewrite) for d in file.declined] == [(3, "dtype")]
+
+
+def test_a_named_cast_of_data_ptr_says_const_or_mutable_and_stays_itself() -> None:
+    """QuTLASS's gemm.cu: static_cast<ElementD*>(D.data_ptr()) is where the kernel writes."""
+    file = _run("void f(at::Tensor& D, const at::Tensor& A) {\n"
+                "  g(static_cast<E*>(D.data_ptr()), static_cast<E const*>(A.data_ptr()), reinterpret_cast<E*>(A.data_ptr()));\n}")
+    assert file.text.split("\n")[1] == (
+        "  g(static_cast<E*>(D.mutable_data_ptr()), static_cast<E const*>(A.const_data_ptr()), "
+        "reinterpret_cast<E*>(const_cast<void*>(A.const_data_ptr())));")

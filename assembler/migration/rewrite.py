@@ -739,14 +739,15 @@ def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
 def _cast_data_ptr(match: syntax.Match, code: str, declarations: Declarations) -> str:
     """The static_cast for a cast of ``$X.data_ptr()`` to ``$T`` (see :func:`_syntax`)."""
     kind, tensor = match.captures["T"].strip(), match.captures["X"].strip()
+    cast = "reinterpret_cast" if code.startswith("reinterpret_cast", match.start) else "static_cast"
     if re.search(r"\bconst\b", kind):
-        return f"static_cast<{kind}>({tensor}.const_data_ptr())"
+        return f"{cast}<{kind}>({tensor}.const_data_ptr())"
     declared = declarations.declared(tensor, match.line) if _IDENTIFIER.fullmatch(tensor) else None
     if declared is not None:
         lines = code.split("\n")
         if re.search(_CONST_TENSOR.format(name=re.escape(tensor)), lines[declared.first]):
-            return f"static_cast<{kind}>(const_cast<void*>({tensor}.const_data_ptr()))"
-    return f"static_cast<{kind}>({tensor}.mutable_data_ptr())"
+            return f"{cast}<{kind}>(const_cast<void*>({tensor}.const_data_ptr()))"
+    return f"{cast}<{kind}>({tensor}.mutable_data_ptr())"
 
 
 def _apply(edits: list[tuple[int, int, str]], rewrite: Rewrite, file: FileRewrite,
