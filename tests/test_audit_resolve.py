@@ -113,10 +113,10 @@ def test_the_build_gate_refuses_it(objects: dict[str, Path], torch_lib: Path) ->
             DepReport("dep", "c" * 40, "c" * 40, "k", 0, BuildOutcome.BUILT, 0.0, [], "2.10", None, None)])
         error = _gate(build, audits, ())
         if failed:
-            assert isinstance(error, CheckFailed) and build.deps[0].verdict == "UNRESOLVED"
+            assert isinstance(error, CheckFailed) and str(build.deps[0].verdict) == "UNRESOLVED"
             assert f"{member} is UNRESOLVED: {CUDA_SHIM} (libtorch_cuda.so)" in error.message
         else:
-            assert error is None and build.deps[0].verdict == "STABLE"
+            assert error is None and str(build.deps[0].verdict) == "STABLE"
 
 
 # --- every other import: a kernel unit left out of the build (audit.loadscope) ---------------
@@ -198,6 +198,6 @@ def test_the_build_gate_refuses_a_left_out_kernel(kernel_objects: dict[str, Path
     build = BuildReport(bundle="b", cuda="13.2", nvcc="13.2", cuda_origin="test", cuda_root=Path("/"), torch="2.13.0", deps=[
         DepReport("dep", "c" * 40, "c" * 40, "k", 0, BuildOutcome.BUILT, 0.0, [], "2.10", None, None)])
     error = _gate(build, audits, ())
-    assert isinstance(error, CheckFailed) and build.deps[0].verdict == "UNRESOLVED"
+    assert isinstance(error, CheckFailed) and str(build.deps[0].verdict) == "UNRESOLVED"
     assert "lost/ops.abi3.so is UNRESOLVED: kern::run_kernel(int)" in error.message, error.message
     assert error.hint is not None and error.hint.startswith("link the library the finding names")
