@@ -253,7 +253,8 @@ def manifest_page() -> str:
              "and a `hint:` with the fix, exit 2.", "",
              "Tables: " + ", ".join(f"[`[{title}]`](#{_anchor(title)})" for title in
                                     ("bundle", "mirrors", "cache", "deps.NAME", "deps.NAME.build",
-                                     "deps.NAME.build.extensions", "deps.NAME.install", "deps.NAME.verify")), ""]
+                                     "deps.NAME.build.extensions", "deps.NAME.install", "deps.NAME.verify",
+                                     "deps.NAME.profiles")), ""]
     props = schema["properties"]
     lines += _table_section("[bundle]", definitions["bundle"], schema)
     lines += [f"## `[{props['mirrors']['title']}]`", "", _escape(props["mirrors"]["description"]), "",
@@ -269,6 +270,9 @@ def manifest_page() -> str:
     lines += [f"## `[{install['title']}]`", "", _escape(install["description"]) + ".", "",
               '- `"GLOB"` (string): the directory in the wheel, e.g. `"vllm/"`', ""]
     lines += _table_section("[deps.NAME.verify]", definitions["verify"], schema)
+    lines += _table_section("[deps.NAME.profiles]", definitions["profile"], schema,
+                            note="One table per profile, `[deps.NAME.profiles.PROFILE]`: a reduced build that "
+                                 "`assemble build --profile PROFILE` selects.")
     return "\n".join(lines).rstrip() + "\n"
 
 
