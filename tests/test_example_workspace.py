@@ -73,7 +73,7 @@ def test_make_upstreams_is_deterministic_and_matches_the_pins(
     monkeypatch.setenv("GIT_COMMITTER_DATE", "2001-01-01T00:00:00+00:00")
     monkeypatch.setenv("TZ", "America/New_York")
     assert make_upstreams(tmp_path / "again") == heads
-    assert set(heads) == {"vecadd", "scalekit", "scalekit-fork", "rowsum", "normkit"}
+    assert set(heads) == {"vecadd", "scalekit", "scalekit-fork", "rowsum", "normkit", "attnkit", "gemmkit", "checkkit"}
     for dep in manifest.deps.values():
         assert dep.commit == heads[_repo_name(dep.source)], f"deps.toml pin of {dep.name} is stale"
 
