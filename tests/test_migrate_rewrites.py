@@ -273,15 +273,6 @@ def test_the_surface_counts_the_defs_of_a_function_the_module_is_handed_to(tmp_p
     assert (surface.modules, surface.helpers, surface.defs, surface.args) == (1, 1, 2, 2)
 
 
-def test_a_module_handed_to_a_function_is_not_converted() -> None:
-    """Replacing the module would drop what register_apis registers: it is declined, by line."""
-    from assembler.migration.pybind import convert_modules
-
-    edits, declined = convert_modules(HANDED_OVER, "dep", "CUDA", True, lambda name: ("at::Tensor", ["const at::Tensor& a"]))
-    assert edits == []
-    assert declined == [(7, "the module is handed to api::register_apis(m): its registrations are elsewhere; convert them by hand")]
-
-
 FORWARDED = """\
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("scale_shift", &ns::scale_shift, py::arg("x"), py::arg("affine"), py::arg("eps") = 1e-5f);

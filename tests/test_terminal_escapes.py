@@ -9,8 +9,6 @@ import io
 import shutil
 from pathlib import Path
 
-from rich.console import Console
-
 from assembler.builder.units import TranslationUnit
 from assembler.check import compilers
 from assembler.check.run import CheckReport, DepCheck
@@ -60,8 +58,8 @@ def test_check_report_escapes_compiler_text_and_names(tmp_path: Path) -> None:
     assert any("\x1b" in line for line in result.lines())  # g++ passed the bytes through
     report = CheckReport(torch="2.13.0", cxx="g++")
     report.deps.append(DepCheck("kern", units=[result]))
-    from assembler.cli.check import _print
+    from assembler.cli.check import _text
 
     buffer = io.StringIO()
-    _print(report, Console(file=buffer, width=200, force_terminal=False, color_system=None))
+    buffer.write(_text(report, buffer))
     assert "\x1b" not in buffer.getvalue() and "\\x1b" in buffer.getvalue(), buffer.getvalue()
