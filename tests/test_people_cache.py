@@ -28,5 +28,7 @@ def test_cache_info_names_mirrors_by_their_url_within_80_columns(tmp_path: Path,
     info = run_assemble("cache", "info", env={"ASSEMBLE_CACHE": str(cache), "COLUMNS": "80"})
     assert info.returncode == 0, info.stderr
     lines = info.stdout.splitlines()
-    assert max(cell_width(line) for line in lines) <= 80, "\n".join(f"{cell_width(line):3} {line}" for line in lines)
+    # the cache's own path is the test's temporary directory (its length is the machine's): not measured
+    measured = [line for line in lines if str(cache) not in line]
+    assert max(cell_width(line) for line in measured) <= 80, "\n".join(f"{cell_width(line):3} {line}" for line in lines)
     assert URL in "".join(line.strip() for line in lines), info.stdout  # whole, if over lines broken after a "/"
