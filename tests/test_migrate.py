@@ -106,6 +106,7 @@ def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_
 
 def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Path, private_cache: Path) -> None:
     ws = example_copy(tmp_path / "ws") / "migrate"
+    _only(ws, "normkit")  # the other libraries of the migration example have tests of their own
     result = assemble("-C", str(ws), "migrate", "normkit", "--json", cache=private_cache)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
@@ -228,3 +229,15 @@ def test_the_dispatch_key_follows_the_build_unless_the_style_says(tmp_path: Path
     result = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", cache=private_cache)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "+STABLE_TORCH_LIBRARY_IMPL(normkit, CUDA, m) {" in result.stdout
+
+
+def _only(ws: Path, name: str) -> None:
+    """The workspace's deps.toml with dependency ``name`` alone (comments kept)."""
+    import tomlkit
+
+    manifest = ws / "deps.toml"
+    document = tomlkit.parse(manifest.read_text())
+    deps = document["deps"]
+    for other in [key for key in deps if key != name]:  # type: ignore[union-attr]
+        del deps[other]  # type: ignore[union-attr]
+    manifest.write_text(tomlkit.dumps(document))
