@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 # One operation each, in a fresh interpreter. Both sides import assembler's git package first
 # (GitPython's Repo was made by runner.repo_at, with runner.GIT_ENV), so the difference is the engine.
-PRELUDE = "import sys; P = sys.argv[1]; from assembler.git.runner import GIT_ENV, COMMITTER_ENV; "
+PRELUDE = "import sys; P = sys.argv[1]; from assembler.git.reproducible import GIT_ENV, COMMITTER_ENV; "
 GITPYTHON = "import git; repo = git.Repo(P); repo.git.update_environment(**GIT_ENV, **COMMITTER_ENV); "
 STATUS_OPTIONS = "'--porcelain=v2', '--branch', '--untracked-files=normal'"
 COLD: dict[str, str] = {
@@ -79,7 +79,7 @@ def warm(repo: Path, rounds: int) -> dict[str, float]:
     import git
 
     from assembler.git.process import WorkTree, isolated_env, run_git
-    from assembler.git.runner import COMMITTER_ENV, GIT_ENV
+    from assembler.git.reproducible import COMMITTER_ENV, GIT_ENV
     from assembler.git.state import read_head
 
     gp = git.Repo(repo)

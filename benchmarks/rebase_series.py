@@ -149,7 +149,7 @@ def assemble(root: Path, cache: Path, *args: str) -> float:
 def in_process(root: Path, cache: Path, what: str) -> float:
     os.environ["ASSEMBLE_CACHE"] = str(cache)
     from assembler.upstreaming import rebase
-    from assembler.upstreaming.status import dependency_status
+    from assembler.upstreaming.patches_report import dependency_status
     from assembler.workspace import open_workspace
 
     started = time.perf_counter()

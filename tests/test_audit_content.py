@@ -17,7 +17,7 @@ from assembler.audit.elf import read_dynamic
 from assembler.audit.gate import Verdict, findings
 from assembler.audit.limits import MAX_STRING_TABLE, STRING_TABLE_IN_MEMORY
 from assembler.audit.member import FileSource
-from assembler.audit.scan import audit_paths
+from assembler.audit.wheel_scan import audit_paths
 from assembler.audit.wheelsource import declared_requirements
 from assembler.builder.outcome import BuildOutcome
 from assembler.builder.pipeline import BuildReport, DepReport, _audit_wheel, _gate

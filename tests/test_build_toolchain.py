@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from assembler.builder import builder
-from assembler.builder.cache import KeyParts
-from assembler.builder.diagnose import torch_include_roots, unstable_includes
+from assembler.builder.artifact_keys import KeyParts
+from assembler.builder.header_diagnostics import torch_include_roots, unstable_includes
 from assembler.builder.scheduler import ResourcePool
 from assembler.errors import InputError, NetworkError, ToolchainError
 from assembler.toolchain import venv

@@ -349,7 +349,7 @@ def test_check_without_checkout_of_a_bad_name_is_a_clean_error(example_ws: Path,
 
 def test_a_dependency_compiling_nothing_passes_but_is_no_evidence() -> None:
     from assembler.check.run import CheckReport, DepCheck
-    from assembler.check.scan import UnitResult
+    from assembler.check.unit_scan import UnitResult
 
     nothing = DepCheck("pure-python")
     assert nothing.verdict == "no extensions" and nothing.summary == "0 of 0 translation units clean"

@@ -16,7 +16,7 @@ from assembler.audit.gate import Verdict
 from assembler.builder import recipe
 from assembler.builder.units import TranslationUnit
 from assembler.check import compilers
-from assembler.check.scan import Reader, UnitResult, classify, run_pass
+from assembler.check.unit_scan import Reader, UnitResult, classify, run_pass
 from assembler.errors import ManifestError
 from assembler.manifest import load_manifest
 from tests.build_support import HERMETIC_CUDA, assemble

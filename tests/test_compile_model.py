@@ -18,11 +18,11 @@ import pytest
 
 from assembler.audit.gate import Verdict
 from assembler.builder import builder, units
-from assembler.builder.diagnose import first_failure
+from assembler.builder.header_diagnostics import first_failure
 from assembler.builder.pipeline import BuildFailed, BuildOptions, build_artifacts
 from assembler.builder.units import compile_commands_path
 from assembler.check.run import CheckOptions, run_check
-from assembler.check.scan import Limits
+from assembler.check.unit_scan import Limits
 from assembler.toolchain.cuda import select_cuda
 from assembler.toolchain.torchenv import ensure_build_env
 from assembler.workspace import open_workspace

@@ -18,7 +18,7 @@ from assembler.audit.gate import (
 )
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.audit.report import VERDICT_STYLE, verdict_style
-from assembler.audit.scan import CHECKS, check
+from assembler.audit.wheel_scan import CHECKS, check
 from assembler.errors import InputError
 
 

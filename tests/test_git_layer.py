@@ -96,7 +96,7 @@ def test_git_errors_are_read_in_the_layer_only() -> None:
 def test_the_scans_see_what_they_look_for() -> None:
     """The three scans catch the shapes they are for, so an empty result means something."""
     sample = ast.parse("import git\nfrom git.exc import GitCommandError\nimport os, git.cmd\n"
-                       "subprocess.run(['git', 'status'])\nfrom assembler.git.runner import git_error_line\n")
+                       "subprocess.run(['git', 'status'])\nfrom assembler.git.reproducible import git_error_line\n")
     assert list(gitpython_imports(sample)) == [1, 2, 3]
     assert list(git_spawns(sample)) == [4]
     assert {name for name, _ in names_used(sample)} >= {"GitCommandError", "git_error_line"}

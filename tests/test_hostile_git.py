@@ -438,7 +438,7 @@ def test_subjects_with_line_breaks_python_splits_on_stay_one_record(git_workspac
     forged "<sha> subject" after it: the first-parent chain and describe() see one commit, its
     whole subject, and only SHAs that git printed as SHAs."""
     from assembler.git.process import GitView
-    from assembler.upstreaming.classify import describe
+    from assembler.upstreaming.evidence_layers import describe
     from assembler.upstreaming.horizon import first_parent_chain
 
     ws = git_workspace

@@ -402,7 +402,7 @@ def _failed(paths: list[Path], stderr: str) -> set[str]:
 
 @pytest.fixture(scope="module", name="torch_flags")
 def torch_flags_fixture(build_env_path: Path) -> tuple[list[str], Path]:
-    from assembler.builder.diagnose import torch_include_roots
+    from assembler.builder.header_diagnostics import torch_include_roots
     from assembler.check.compilers import python_include_dir
     from assembler.toolchain.torchenv import ensure_build_env
 

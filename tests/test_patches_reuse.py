@@ -1,5 +1,5 @@
 """`assemble patches` reuses a dependency's classification while nothing it was computed from
-changed (upstreaming/classified.py), and computes it again when anything did: the series'
+changed (upstreaming/classification_cache.py), and computes it again when anything did: the series'
 bytes, the tracked tip, the pin, the upstream mirror's pull-request refs. A reused answer
 starts no git process, and is the same answer."""
 
@@ -93,13 +93,13 @@ def test_a_damaged_record_is_computed_again(git_workspace: GitWorkspace) -> None
     records = list((ws.cache / "classifications").glob("*.json"))  # in the user cache (issue 21)
     assert len(records) == 1 and not (ws.root / ".assemble" / "patches").exists()
     record = records[0]
-    from assembler.upstreaming.classified import FORMAT
+    from assembler.upstreaming.classification_cache import FORMAT
 
     assert json.loads(record.read_text())["format"] == FORMAT
     for damage in ("{not json", json.dumps({"format": 1, "key": json.loads(record.read_text())["key"], "verdicts": "x"}), "[]"):
         record.write_text(damage)
         dep = report(ws, "--offline")
         assert dep["classified"]["reused"] is False and without_time(dep) == without_time(first)
-        from assembler.upstreaming.classified import FORMAT
+        from assembler.upstreaming.classification_cache import FORMAT
 
     assert json.loads(record.read_text())["format"] == FORMAT  # rewritten whole

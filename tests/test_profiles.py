@@ -15,7 +15,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from assembler.builder.cache import KEY_SCHEMA, KeyParts
+from assembler.builder.artifact_keys import KEY_SCHEMA, KeyParts
 from assembler.builder.workflows import Install, buildkite, github
 from assembler.errors import ManifestError
 from assembler.manifest import load_manifest

@@ -17,7 +17,7 @@ from assembler.git.scratch import Scratch
 from assembler.git.state import STATE_FILE, CheckoutState, CheckoutStatus
 from assembler.series.headers import PatchStatus
 from assembler.upstreaming import journal as jr
-from assembler.upstreaming.classify import classify
+from assembler.upstreaming.evidence_layers import classify
 from assembler.upstreaming.journal import Dropped, Journal, Phase, Pick, Stopped
 from assembler.upstreaming.patchset import from_series, series_as_commits
 from assembler.upstreaming.rebase import _behind_base, _fork_point, _manifest_values, _Target

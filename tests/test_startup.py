@@ -40,8 +40,8 @@ HEAVY = {
 # checkout reads refs and its state file; an unchanged patches report reuses its classification).
 NOT_ON = {
     "checkout (no-op)": {"subprocess", "assembler.git.process"},
-    "patches --offline --json": {"subprocess", "assembler.git.process", "assembler.upstreaming.classify"},
-    "patches --offline (table)": {"subprocess", "assembler.git.process", "assembler.upstreaming.classify"},
+    "patches --offline --json": {"subprocess", "assembler.git.process", "assembler.upstreaming.evidence_layers"},
+    "patches --offline (table)": {"subprocess", "assembler.git.process", "assembler.upstreaming.evidence_layers"},
 }
 
 PATHS = {
@@ -106,7 +106,7 @@ def test_the_check_sees_a_heavy_import(example: tuple[Path, dict[str, str]]) -> 
 def test_refs_read_without_git_agree_with_git(tmp_path: Path) -> None:
     """read_ref/read_head (the no-process reads of the no-op paths) give what git gives: loose
     and packed refs, a symbolic HEAD, a detached HEAD; None for what is not there."""
-    from assembler.git.runner import read_ref
+    from assembler.git.reproducible import read_ref
     from assembler.git.state import read_head
 
     def git(*args: str) -> str:

@@ -12,7 +12,7 @@ from pathlib import Path
 from assembler.builder.units import TranslationUnit
 from assembler.check import compilers
 from assembler.check.run import CheckReport, DepCheck
-from assembler.check.scan import Reader, UnitResult, classify, run_pass
+from assembler.check.unit_scan import Reader, UnitResult, classify, run_pass
 from assembler.report.output import clean_block
 from tests.conftest import GitWorkspace
 

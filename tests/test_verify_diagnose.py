@@ -17,8 +17,8 @@ from assembler.audit.torchdata import format_version, load_table
 from assembler.audit.torchlibs import EXPORTS_DIR
 from assembler.audit.torchlibs import read_lib_dir as torch_exports
 from assembler.toolchain.venv import site_packages
-from assembler.verify.diagnose import ProbedTorch, diagnose, missing_symbol
 from assembler.verify.envs import TorchEnv
+from assembler.verify.load_failure import ProbedTorch, diagnose, missing_symbol
 from tests.conftest import run_assemble
 from tests.test_verify import NEW, OLD, cells, demo, libraries, torch_envs, wheel, workspace  # noqa: F401  (session fixtures)
 from tests.verify_fixtures.demo import MANIFEST, package_files, write_wheel

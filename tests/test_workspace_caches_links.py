@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from assembler.builder.cache import is_materialization, materialize
+from assembler.builder.artifact_keys import is_materialization, materialize
 from assembler.builder.recipe import Project
 from assembler.errors import InputError
 from assembler.toolchain.driver import driver_stub

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from assembler.audit.model import AuditReport, ElfReport
-    from assembler.audit.scan import CHECKS, audit_object, audit_paths, check
+    from assembler.audit.wheel_scan import CHECKS, audit_object, audit_paths, check
 
 __all__ = ["CHECKS", "AuditReport", "ElfReport", "audit_object", "audit_paths", "check"]
 _HOME = {"AuditReport": "model", "ElfReport": "model"}
@@ -31,4 +31,4 @@ _HOME = {"AuditReport": "model", "ElfReport": "model"}
 def __getattr__(name: str) -> Any:
     if name not in __all__:
         raise AttributeError(f"module 'assembler.audit' has no attribute {name!r}")
-    return getattr(import_module(f"assembler.audit.{_HOME.get(name, 'scan')}"), name)
+    return getattr(import_module(f"assembler.audit.{_HOME.get(name, 'wheel_scan')}"), name)

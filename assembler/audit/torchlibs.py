@@ -40,10 +40,10 @@ from functools import cache
 from pathlib import Path
 
 from assembler import jsonfile
-from assembler.audit.classify import SHIM_PREFIXES
 from assembler.audit.elf import ELF_MAGIC, read_dynamic
 from assembler.audit.gate import NOT_EXPORTED
 from assembler.audit.member import ByteSource, FileSource
+from assembler.audit.torch_abi import SHIM_PREFIXES
 from assembler.errors import InputError
 
 EXPORTS_DIR = "torch-exports"

@@ -21,9 +21,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assembler.builder import backends, memory
-from assembler.builder.cache import KeyParts, digest_texts, is_materialization, materialize
-from assembler.builder.diagnose import UnstableInclude, first_failure, log_tail, torch_include_roots, unstable_includes
+from assembler.builder.artifact_keys import KeyParts, digest_texts, is_materialization, materialize
 from assembler.builder.evidence import workspace_records
+from assembler.builder.header_diagnostics import (
+    UnstableInclude,
+    first_failure,
+    log_tail,
+    torch_include_roots,
+    unstable_includes,
+)
 from assembler.builder.outcome import BuildOutcome
 from assembler.builder.request import BuildContext, BuildRequest, Toolchain
 from assembler.builder.units import compile_commands_path

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.builder import backends, builder
-from assembler.builder.cache import ArtifactStore
+from assembler.builder.artifact_keys import ArtifactStore
 from assembler.builder.planner import DepPlan, plan_build
 from assembler.builder.request import BuildContext
 from assembler.git.state import series_digest

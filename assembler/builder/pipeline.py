@@ -20,8 +20,8 @@ from packaging.version import Version
 
 from assembler.audit.gate import CheckKind, GateVerdict, Verdict, findings, object_verdict, summarize
 from assembler.builder import backends, builder, links, memory, scheduler, units
+from assembler.builder.artifact_keys import ArtifactStore, digest_texts
 from assembler.builder.builder import Outcome
-from assembler.builder.cache import ArtifactStore, digest_texts
 from assembler.builder.evidence import default_artifacts, merge_state_path
 from assembler.builder.outcome import BuildOutcome, Event
 from assembler.builder.recipe import missing_recipe

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from assembler.builder.cache import ArtifactStore, KeyParts
+from assembler.builder.artifact_keys import ArtifactStore, KeyParts
 from assembler.manifest import Bundle, Dependency
 from assembler.toolchain.cuda import CudaToolkit
 from assembler.toolchain.sccache import CompilerCache

@@ -23,15 +23,15 @@ from typing import Any, NamedTuple
 
 from assembler import jsonfile
 from assembler.audit.gate import Verdict, passes, worst_source
+from assembler.builder.artifact_keys import KeyParts, digest_texts
 from assembler.builder.backends import for_dep, limited_api_version, torch_target_version
-from assembler.builder.cache import KeyParts, digest_texts
-from assembler.builder.diagnose import torch_include_roots
+from assembler.builder.header_diagnostics import torch_include_roots
 from assembler.builder.units import CUDA_ROOT, TORCH_ROOT, TranslationUnit, compile_commands_path, translation_units
 from assembler.check import compilers
 from assembler.check.compilers import Flags, NvccPasses, Pass
 from assembler.check.evidence import RECORD_SCHEMA, publish_check, recipe_digest, record_path, units_summary
-from assembler.check.scan import Limits, Reader, ScanOutput, UnitResult, classify, run_pass, undeclared
 from assembler.check.share import Sharing, derive, unit_key, uses
+from assembler.check.unit_scan import Limits, Reader, ScanOutput, UnitResult, classify, run_pass, undeclared
 from assembler.errors import AssembleError, ExitCode, InputError, ToolchainError
 from assembler.fsutil import atomic_write
 from assembler.git.state import CheckoutState

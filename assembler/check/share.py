@@ -23,10 +23,10 @@ import threading
 from dataclasses import replace
 from pathlib import Path
 
-from assembler.builder.diagnose import Diagnostic
+from assembler.builder.header_diagnostics import Diagnostic
 from assembler.check.compilers import Pass
 from assembler.check.lexer import Unsure, directives
-from assembler.check.scan import ScanOutput
+from assembler.check.unit_scan import ScanOutput
 
 PLACEHOLDER = "\0unit\0"  # the unit's path in a pass's command, for the sharing key
 _DIRECTIVES = {"include", "include_next", "define", "undef", "if", "ifdef", "ifndef", "elif", "elifdef", "elifndef",

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     # Output modules (rich) load while the audit inflates members: start-up is most of the budget.
     loader = threading.Thread(target=_import_output, args=(args.json,), daemon=True)
     loader.start()
-    from assembler.audit.scan import unreadable
+    from assembler.audit.wheel_scan import unreadable
 
     reports = audit_paths(args.paths, table_path=table, torch_lib=args.torch_lib, keep_going=True)
     loader.join()

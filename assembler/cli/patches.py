@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from assembler.cli.common import failures_json, open_workspace, print_failures
     from assembler.report.output import DeferredStatus, emit_json
-    from assembler.upstreaming.status import dependency_status
+    from assembler.upstreaming.patches_report import dependency_status
 
     workspace = open_workspace(args)
     from assembler.errors import AssembleError

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from assembler.cli.common import add_format
 
 if TYPE_CHECKING:
-    from assembler.upstreaming.overview import DepOverview
+    from assembler.upstreaming.fork_status import DepOverview
 
 DESCRIPTION = """\
 What `git status` and `quilt applied` say, per dependency of the workspace: the pin, the
@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     from assembler.cli.common import open_workspace
     from assembler.report.output import emit_json
-    from assembler.upstreaming.overview import workspace_overview
+    from assembler.upstreaming.fork_status import workspace_overview
 
     workspace = open_workspace(args)
     found = workspace_overview(workspace, workspace.manifest.select(args.names))

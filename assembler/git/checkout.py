@@ -51,7 +51,7 @@ from assembler.git.process import (
     refusal,
     run_git,
 )
-from assembler.git.runner import git_error_line, operation_in
+from assembler.git.reproducible import git_error_line, operation_in
 from assembler.git.state import (
     CheckoutResult,
     CheckoutState,
@@ -223,7 +223,7 @@ def _holds_nothing(path: Path) -> bool:
     git_dir = path / ".git"
     if entries != [".git"] or git_dir.is_symlink() or not git_dir.is_dir() or os.path.lexists(git_dir / "index"):
         return False
-    from assembler.git.runner import read_ref
+    from assembler.git.reproducible import read_ref
 
     try:
         head = (git_dir / "HEAD").read_text(encoding="utf-8").strip()

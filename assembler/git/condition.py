@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from assembler.git.process import WorkTree
-from assembler.git.runner import operation_in
+from assembler.git.reproducible import operation_in
 from assembler.git.state import CheckoutCondition, CheckoutState, CheckoutStatus, interrupted_series_am, series_digest
 
 if TYPE_CHECKING:

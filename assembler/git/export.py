@@ -17,7 +17,7 @@ from pathlib import Path
 from assembler.errors import ConflictError, InputError
 from assembler.fsutil import ignored_dir, remove_stale, replace_dir
 from assembler.git.process import WorkTree
-from assembler.git.runner import END_OF_OPTIONS, operation_in
+from assembler.git.reproducible import END_OF_OPTIONS, operation_in
 from assembler.git.state import CheckoutState, CheckoutStatus, read_head, series_digest
 from assembler.git.sync import refuse_during_rebase
 from assembler.manifest import Dependency, load_manifest

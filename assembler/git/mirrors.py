@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from assembler.cache import cache_root, creating
 from assembler.errors import AssembleError, EnvironmentFailure, InputError, ManifestError, NetworkError
 from assembler.fsutil import remove_stale, sha256, temporary_path
-from assembler.git.runner import END_OF_OPTIONS, QUIET_ENV, git_error_line, missing_object
+from assembler.git.reproducible import END_OF_OPTIONS, QUIET_ENV, git_error_line, missing_object
 from assembler.manifest import Manifest
 from assembler.manifest.refname import branch_problem
 from assembler.manifest.values import url_problem

@@ -161,7 +161,7 @@ def own_objects(checkout: Path, stores: Sequence[Path], trusted: Path) -> None:
         result = WorkTree(checkout).run("rev-list", "--objects", "--all", "--quiet", check=False)
         if result.returncode != 0:
             os.replace(objects / ASIDE, objects / ALTERNATES)
-            from assembler.git.runner import missing_object
+            from assembler.git.reproducible import missing_object
 
             missing = missing_object(result.stderr)
             listed = ", ".join(str(store) for store in borrowed(objects))

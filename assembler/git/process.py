@@ -2,7 +2,7 @@
 ``--end-of-options`` (or ``--``) before every argument that comes from a manifest, a series or
 the command line, so a ref, URL or path is never read as an option.
 
-Three shapes, all on :data:`assembler.git.runner.GIT_ENV` (no global or system configuration,
+Three shapes, all on :data:`assembler.git.reproducible.GIT_ENV` (no global or system configuration,
 no hooks, no prompts) with a fixed committer:
 
 - :class:`GitView`: a repository by its git directory, optionally seeing other object stores;
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.errors import EnvironmentFailure, InputError, ToolchainError, environment_failure
-from assembler.git.runner import COMMITTER_ENV, END_OF_OPTIONS, GIT_ENV, git_error_line, is_full_sha
+from assembler.git.reproducible import COMMITTER_ENV, END_OF_OPTIONS, GIT_ENV, git_error_line, is_full_sha
 
 __all__ = ["DIFF_CONFIG", "END_OF_OPTIONS", "SOUND_REPO_HINT", "GitFailed", "GitView", "WorkTree", "isolated_env",
            "object_dir", "object_id", "run_git", "subcommand"]

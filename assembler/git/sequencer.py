@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from assembler.git.process import END_OF_OPTIONS, GitFailed, WorkTree
-from assembler.git.runner import operation_in
+from assembler.git.reproducible import operation_in
 
 # The replay must not depend on the user's git configuration or hooks: GIT_ENV leaves out the
 # global and system files and hooks; these override what the checkout's own config could set.

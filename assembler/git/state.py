@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 from assembler.errors import InputError, NewerStateError
 from assembler.fsutil import atomic_write, sha256
-from assembler.git.runner import is_full_sha
+from assembler.git.reproducible import is_full_sha
 from assembler.manifest import Dependency
 
 STATE_FILE = "assemble-state.json"
@@ -138,7 +138,7 @@ def interrupted_series_am(checkout: Path, state: CheckoutState) -> bool:
 def _made_by_assemble(checkout: Path, base: str, head: str) -> bool:
     """``head`` descends from ``base`` and every commit between was committed by assemble."""
     from assembler.git.process import END_OF_OPTIONS, WorkTree
-    from assembler.git.runner import COMMITTER_ENV
+    from assembler.git.reproducible import COMMITTER_ENV
 
     tree = WorkTree(checkout)
     if not is_full_sha(head) or tree.run("merge-base", "--is-ancestor", END_OF_OPTIONS, base, head, check=False).returncode != 0:
@@ -151,7 +151,7 @@ def _made_by_assemble(checkout: Path, base: str, head: str) -> bool:
 def read_head(checkout: Path) -> str:
     """The commit checked out: from .git/HEAD and the ref files (no process: the no-op
     `assemble checkout` reads one per dependency), else from `git rev-parse`."""
-    from assembler.git.runner import read_ref
+    from assembler.git.reproducible import read_ref
 
     git_dir = checkout / ".git"
     try:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assembler.check.compilers import SCAN, Pass
-from assembler.check.scan import C_ENV, TIMEOUT
+from assembler.check.unit_scan import C_ENV, TIMEOUT
 
 _MARKER = re.compile(rb'^# (\d+) "((?:[^"\\]|\\.)*)"')
 _MISSING = re.compile(r"fatal error: (?P<name>[^:\n]+): No such file or directory")
@@ -160,7 +160,7 @@ def _stand_ins_from_scan(scan: Pass, cwd: Path, stand_in_dir: Path, result: Acti
     """Every header the unit names that this machine lacks, found at once by check's own
     ``-M -MG`` scan, gets its empty stand-in before the directives-only pass (one pass, not
     one retry per missing header: a real tree without its CUTLASS submodule lacks dozens)."""
-    from assembler.check.scan import parse_make_rule
+    from assembler.check.unit_scan import parse_make_rule
 
     output, _ = _run([*scan.command, "-idirafter", str(stand_in_dir)], cwd)
     for name in parse_make_rule(output.decode(errors="replace")):

@@ -200,8 +200,8 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
     from datetime import UTC, datetime
 
     from assembler.builder.builder import source_identity
-    from assembler.builder.diagnose import torch_include_roots
     from assembler.builder.evidence import is_exactly_pinned
+    from assembler.builder.header_diagnostics import torch_include_roots
     from assembler.check.compilers import Flags
     from assembler.check.run import CheckOptions, _Toolchain
     from assembler.git.state import pinned_state

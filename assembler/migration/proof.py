@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from assembler.builder.diagnose import parse_diagnostics, torch_include_roots
+from assembler.builder.header_diagnostics import parse_diagnostics, torch_include_roots
 from assembler.builder.units import TranslationUnit, translation_units
-from assembler.check.scan import C_ENV, Limits, Reader, parse_make_rule
+from assembler.check.unit_scan import C_ENV, Limits, Reader, parse_make_rule
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
 from assembler.workspace import Workspace

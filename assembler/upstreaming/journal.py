@@ -30,7 +30,7 @@ from typing import Any
 
 from assembler.errors import InputError, NewerStateError
 from assembler.fsutil import UnsafeFile, atomic_write, open_state_file, read_regular, refuse_links, replace_dir
-from assembler.git.runner import is_full_sha
+from assembler.git.reproducible import is_full_sha
 from assembler.workspace import JOURNAL_NAME, Workspace
 
 BACKUP = "backup.tar"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from assembler.errors import InputError
 from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, SOUND_REPO_HINT, GitView, WorkTree, object_id
-from assembler.git.runner import operation_in
+from assembler.git.reproducible import operation_in
 from assembler.git.scratch import Scratch
 from assembler.git.state import CheckoutState, pinned_state
 from assembler.manifest import Dependency

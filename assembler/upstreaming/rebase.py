@@ -37,13 +37,13 @@ from assembler.manifest.edit import update_dependency
 from assembler.series.headers import PatchStatus, forwarded_status, parse_patch_header
 from assembler.series.seriesfile import find_patch
 from assembler.upstreaming import journal as jr
-from assembler.upstreaming.classify import classify, find_carriers, in_pull_requests, known_upstream
+from assembler.upstreaming.evidence_layers import classify, find_carriers, in_pull_requests, known_upstream
 from assembler.upstreaming.floors import floor_warnings
 from assembler.upstreaming.horizon import ChainProbe, Horizon, first_parent_chain
 from assembler.upstreaming.journal import Dropped, Journal, Phase, Pick, Stopped
+from assembler.upstreaming.patches_report import resolve, source_mirror, tracked_tip
 from assembler.upstreaming.patchset import Patch, by_sha, checkout_in_sync, from_commits, from_series, series_as_commits
 from assembler.upstreaming.replay import APPLIES, CONFLICT, EMPTY, reverse_applies
-from assembler.upstreaming.status import resolve, source_mirror, tracked_tip
 from assembler.upstreaming.verdicts import LANDED, Commit, Evidence, pull_request_link
 from assembler.workspace import Workspace, locked
 

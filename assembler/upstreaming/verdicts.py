@@ -1,7 +1,7 @@
 """What `assemble patches` says of each carried patch and each dependency: the verdicts, the
 evidence each rests on (``Evidence``), the per-dependency summary and the two release-table
-columns ("migrated on fork / migrated upstream"). Data only: classify.py computes the
-verdicts, classified.py stores them, status.py puts a report together."""
+columns ("migrated on fork / migrated upstream"). Data only: evidence_layers.py computes the
+verdicts, classification_cache.py stores them, patches_report.py puts a report together."""
 
 from __future__ import annotations
 

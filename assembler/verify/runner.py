@@ -49,8 +49,8 @@ from assembler.system import available_cpus
 from assembler.toolchain.installer import install, installer
 from assembler.toolchain.venv import changed_files, discard_changed, summary
 from assembler.verify.contents import ExtensionFile, attribute, scan
-from assembler.verify.diagnose import ProbedTorch, diagnose_loads
 from assembler.verify.envs import TorchEnv, ensure_torch_env, interpreter_env
+from assembler.verify.load_failure import ProbedTorch, diagnose_loads
 from assembler.verify.probe import IMPORTING_TORCH
 from assembler.verify.progress import Heartbeat, wrapped
 from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport

@@ -130,7 +130,7 @@ def torch_window(wheel: Path, manifest: Manifest | None, progress: Callable[[str
 
 def wheel_floors(wheel: Path, manifest: Manifest | None) -> list[Floor]:
     """Every lower bound the wheel carries (see the module docstring), highest first."""
-    from assembler.audit.scan import audit_paths
+    from assembler.audit.wheel_scan import audit_paths
 
     found: list[Floor] = []
     [report] = audit_paths([wheel], keep_going=True)

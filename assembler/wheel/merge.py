@@ -323,8 +323,8 @@ class SymbolFloor:
 def symbol_floor(archive: Path, elves: Sequence[Written]) -> SymbolFloor | None:
     """Audit the ELF members just written to ``archive`` (read in place) for their torch floor."""
     from assembler.audit.member import MemberInfo
-    from assembler.audit.scan import audit_object
     from assembler.audit.torchdata import DEFAULT_TABLE, load_table
+    from assembler.audit.wheel_scan import audit_object
 
     table = load_table(DEFAULT_TABLE)
     best: SymbolFloor | None = None

@@ -34,6 +34,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from assembler.builder.artifact_keys import digest_texts
 from assembler.builder.backends import (
     Backend,
     BuildFailure,
@@ -45,7 +46,6 @@ from assembler.builder.backends import (
     write_compdb,
 )
 from assembler.builder.backends.skbuild import configure_digest, one_wheel, unpack
-from assembler.builder.cache import digest_texts
 from assembler.builder.recipe import torch_arch_list
 from assembler.builder.units import RecipePathError
 from assembler.fsutil import atomic_write

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from assembler import jsonfile
 from assembler.builder import recipe
+from assembler.builder.artifact_keys import digest_texts
 from assembler.builder.backends import (
     BuildFailure,
     Prepared,
@@ -25,7 +26,6 @@ from assembler.builder.backends import (
     scrubbed_environment,
     write_compdb,
 )
-from assembler.builder.cache import digest_texts
 from assembler.manifest import Dependency
 from assembler.manifest.model import BackendName, BuildRecipe
 from assembler.toolchain.cxx import cxx_name

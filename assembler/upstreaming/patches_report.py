@@ -1,6 +1,6 @@
 """`assemble patches` for one dependency: the tracked branch's tip (fetched unless offline), the
 classification of its carried patches, reused while nothing it was computed from changed
-(classified.py) and else computed (classify.py, imported only then: an unchanged report starts
+(classification_cache.py) and else computed (evidence_layers.py, imported only then: an unchanged report starts
 no git process), and the evidence of the last check and build, read fresh."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from assembler.builder.evidence import build_evidence
 from assembler.check.evidence import check_evidence
 from assembler.errors import InputError, NetworkError
 from assembler.git import mirrors
-from assembler.git.runner import read_ref
+from assembler.git.reproducible import read_ref
 from assembler.manifest import Dependency, Manifest
 from assembler.migration.progress import read_progress
-from assembler.upstreaming import classified
+from assembler.upstreaming import classification_cache
 from assembler.upstreaming.verdicts import DepStatus
 from assembler.workspace import Workspace
 
@@ -70,29 +70,29 @@ def source_mirror(manifest: Manifest, dep: Dependency, offline: bool) -> mirrors
 def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = False,
                       on_classify: Callable[[], None] = lambda: None) -> DepStatus:
     """The dependency's patches classified against its tracked branch (fetched first unless
-    ``offline``), reusing the last classification while its inputs are unchanged (classified.py);
+    ``offline``), reusing the last classification while its inputs are unchanged (classification_cache.py);
     ``on_classify`` is told when it has to be computed (seconds, where reuse takes milliseconds)."""
     from datetime import UTC, datetime
 
     manifest = workspace.manifest
     upstream, tip = tracked_tip(manifest, dep.upstream_url, dep.track, offline)
-    digest = classified.key(workspace, dep, upstream.path, tip)
-    record = classified.load(digest) if digest is not None else None
+    digest = classification_cache.key(workspace, dep, upstream.path, tip)
+    record = classification_cache.load(digest) if digest is not None else None
     found = None
     if record is not None:
         with contextlib.suppress(KeyError, TypeError, ValueError, IndexError):
-            found = classified.from_record(record)
+            found = classification_cache.from_record(record)
     if found is not None:
         base, origin, broken, verdicts, at = found
     else:
         at = datetime.now(UTC).isoformat(timespec="seconds")
         on_classify()
-        from assembler.upstreaming.classify import classify_dependency
+        from assembler.upstreaming.evidence_layers import classify_dependency
 
         source = source_mirror(manifest, dep, offline)
         base, origin, broken, verdicts = classify_dependency(workspace, dep, upstream, source, tip)
         if digest is not None:
-            classified.store(digest, classified.to_record(base, origin, broken, verdicts, at))
+            classification_cache.store(digest, classification_cache.to_record(base, origin, broken, verdicts, at))
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
                      base, origin, verdicts, broken, build_evidence(dep), check_evidence(workspace, dep), classified_at=at, reused=found is not None,
                      fetched_at=_utc(upstream.last_fetched()), progress=read_progress(dep))

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.audit.gate import Verdict, worst_source
-from assembler.builder.diagnose import Diagnostic, both_ways, parse_diagnostics, torch_header
+from assembler.builder.header_diagnostics import Diagnostic, both_ways, parse_diagnostics, torch_header
 from assembler.builder.units import TranslationUnit
 from assembler.check.compilers import Pass
 

@@ -18,7 +18,7 @@ from assembler.builder.evidence import BuildEvidence, build_evidence
 from assembler.check.evidence import CheckEvidence, check_evidence
 from assembler.git.condition import inspect
 from assembler.git.process import END_OF_OPTIONS, WorkTree
-from assembler.git.runner import is_full_sha
+from assembler.git.reproducible import is_full_sha
 from assembler.git.state import CheckoutCondition, CheckoutState, CheckoutStatus, already_applied
 from assembler.manifest import Dependency
 from assembler.upstreaming import journal as jr
@@ -131,7 +131,7 @@ def overview(workspace: Workspace, dep: Dependency) -> DepOverview:
     unexported: tuple[Commit, ...] = ()
     if state is not None and condition in _READABLE:
         tree = WorkTree(path, hint="move it away and run `assemble checkout` again")
-        from assembler.git.runner import operation_in
+        from assembler.git.reproducible import operation_in
 
         operation = operation_in(tree.git_dir)
         branch, head = _branch_and_head(tree)

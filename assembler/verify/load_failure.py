@@ -21,10 +21,10 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from assembler.audit.classify import SHIM_PREFIXES
 from assembler.audit.demangle import demangle
 from assembler.audit.elf import read_dynamic
 from assembler.audit.member import FileSource
+from assembler.audit.torch_abi import SHIM_PREFIXES
 from assembler.audit.torchdata import format_version, load_table
 from assembler.audit.torchlibs import TorchLibraries, read_lib_dir
 from assembler.errors import InputError

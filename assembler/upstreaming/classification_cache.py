@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from assembler import __version__
 from assembler.fsutil import sha256
 from assembler.git.mirrors import PULL_NAMESPACE
-from assembler.git.runner import refs_under
+from assembler.git.reproducible import refs_under
 from assembler.git.state import pinned_state, series_digest
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from assembler.upstreaming.verdicts import Base, PatchVerdict
     from assembler.workspace import Workspace
 
-FORMAT = 2  # of the record; bump it when classify.py decides differently: older records are then recomputed
+FORMAT = 2  # of the record; bump it when evidence_layers.py decides differently: older records are then recomputed
 DIRECTORY = "classifications"  # in the user cache
 KEPT = 256  # records kept, the most recently written
 

@@ -1,6 +1,6 @@
 """Read what gcc (and nvcc, whose preprocessing is gcc's) prints about torch headers: the one
 parser and rule for "which torch header is outside the Stable ABI, and from where", used by a
-failed build's log here and by `assemble check`'s scans (:mod:`assembler.check.scan`).
+failed build's log here and by `assemble check`'s scans (:mod:`assembler.check.unit_scan`).
 
 ``TORCH_TARGET_VERSION`` turns every torch header outside the Stable ABI into an ``#error``;
 the compiler then prints an include chain per header and a cascade of follow-on errors. The

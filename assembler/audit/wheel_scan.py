@@ -14,12 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from assembler.audit.classify import classify_torch
 from assembler.audit.cpython import classify_cpython, describe_source, format_py, is_entry_point, limited_api
 from assembler.audit.elf import read_dynamic
 from assembler.audit.gate import NOWHERE, PYTHON_FULL, PYTHON_LIMITED, PYTHON_NONE, CheckKind, findings
 from assembler.audit.loadscope import Bundled, Library, judge, library_of
 from assembler.audit.model import AuditReport, ElfReport
+from assembler.audit.torch_abi import classify_torch
 from assembler.audit.torchdata import DEFAULT_TABLE, TorchTable, load_table
 from assembler.audit.torchlibs import TorchLibraries, resolver
 from assembler.audit.wheelsource import FileJob, Job, PyVersion, open_job, open_target
