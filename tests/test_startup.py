@@ -137,14 +137,14 @@ def test_refs_read_without_git_agree_with_git(tmp_path: Path) -> None:
 def test_mirror_origin_read_without_git_agrees_with_git(tmp_path: Path, url: str) -> None:
     """A mirror's origin URL is read from its config file without configparser in the usual case
     (mirrors._simple_origin_url) and with it otherwise; either way what git itself reads."""
-    from assembler.git.mirrors import _origin_url
+    from assembler.git.mirrors import origin_url
 
     env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1"}
     repo = tmp_path / "mirror.git"
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], env=env, check=True)
     subprocess.run(["git", "-C", str(repo), "config", "remote.origin.url", url], env=env, check=True)
     subprocess.run(["git", "-C", str(repo), "config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"], env=env, check=True)
-    assert _origin_url(repo) == url
+    assert origin_url(repo) == url
 
 
 def test_the_stored_parse_of_deps_toml_never_hides_an_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

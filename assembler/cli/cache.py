@@ -159,9 +159,9 @@ def _entry_label(entry: Entry) -> str:
     else its name."""
     if entry.kind != "mirrors":
         return entry.name
-    from assembler.git.mirrors import _origin_url
+    from assembler.git.mirrors import origin_url
 
-    return _origin_url(entry.path) or entry.name
+    return origin_url(entry.path) or entry.name
 
 
 def _prune_table(pruned: PruneResult, dry_run: bool) -> None:

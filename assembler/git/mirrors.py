@@ -84,11 +84,11 @@ def open_mirror(manifest: Manifest, url: str) -> Mirror:
                              hint="fix the URL in deps.toml ([deps.X] upstream/source, [mirrors]) or in the .gitmodules it came from")
     path = mirror_path(manifest, url)
     fetch_url = manifest.resolve_url(url)
-    if _origin_url(path) == fetch_url:
+    if origin_url(path) == fetch_url:
         return Mirror(url=url, fetch_url=fetch_url, path=path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with creating(path):
-        origin = _origin_url(path)
+        origin = origin_url(path)
         if origin is None:
             _create(path, fetch_url)
         elif origin != fetch_url:  # made by an older assemble, which keyed mirrors by the manifest URL
@@ -111,7 +111,7 @@ def _repoint(path: Path, fetch_url: str) -> None:
         (path / FETCHED_STAMP).unlink()
 
 
-def _origin_url(path: Path) -> str | None:
+def origin_url(path: Path) -> str | None:
     """The fetch URL of the mirror at ``path``; None when there is none or it is half-made.
     Read from the config file (no git process, no GitPython: start-up), as git reads it."""
     if not (path / "HEAD").is_file() or not (path / "objects").is_dir():
@@ -207,7 +207,7 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
 
     refuse_foreign(mirror.fetch_url, mirror.fetch_url + (f" ([mirrors] maps {mirror.url} there)" if mirror.fetch_url != mirror.url else ""))
     with creating(mirror.path):
-        if _origin_url(mirror.path) != mirror.fetch_url:  # removed (or left half-made) since it was opened
+        if origin_url(mirror.path) != mirror.fetch_url:  # removed (or left half-made) since it was opened
             _create(mirror.path, mirror.fetch_url)
         specs = refs or [*FETCH_REFSPECS, *(PULL_REFSPECS if pull_requests_wanted() else [])]
         result = _run_fetch(mirror, ["fetch", "--prune", "--quiet", END_OF_OPTIONS, "origin", *specs])

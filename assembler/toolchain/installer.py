@@ -172,7 +172,7 @@ def install(
     else:
         runner = python if target is None else _pip_host(python)
         command = [str(runner), "-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-        if not _terminal():
+        if not draws_on_terminal():
             command += ["--progress-bar", "off"]
         if not user_config:
             env["PIP_CONFIG_FILE"] = os.devnull
@@ -204,7 +204,7 @@ def _pip_host(python: Path) -> Path:
     return Path(sys.executable)
 
 
-def _terminal() -> bool:
+def draws_on_terminal() -> bool:
     """Whether the installer may draw on our terminal: stderr is one, and nobody (a rich live
     display, such as `assemble build`'s) has taken sys.stderr over; then phase lines go through
     ``progress`` instead, which prints above that display."""
@@ -216,7 +216,7 @@ def _terminal() -> bool:
 
 def run_tool(command: Sequence[str], env: dict[str, str], progress: Progress, started: float, cwd: Path) -> tuple[int, str]:
     """Run an installer; return its exit code and its output (terminal codes removed)."""
-    if _terminal():
+    if draws_on_terminal():
         code, raw = _tee_through_pty(command, env, cwd)
         return code, _ANSI.sub("", raw)
     process = subprocess.Popen(

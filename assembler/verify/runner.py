@@ -188,10 +188,10 @@ def _verify(manifest: Manifest | None, wheel: Path, torch_versions: Sequence[str
 def _torch_env(version: str, beat: Heartbeat) -> TorchEnv:
     """The cached environment of one torch version, the heartbeat saying meanwhile that it is
     being made (the installer's own progress bars on a terminal, its phase lines otherwise)."""
-    from assembler.toolchain.installer import _terminal
+    from assembler.toolchain.installer import draws_on_terminal
 
     part = f"torch {version}"
-    beat.doing(part, f"making its environment (torch=={version}, about 5 GB with CUDA)", quiet=_terminal())
+    beat.doing(part, f"making its environment (torch=={version}, about 5 GB with CUDA)", quiet=draws_on_terminal())
     try:
         return ensure_torch_env(version, beat.relay)
     finally:
