@@ -190,3 +190,27 @@ def test_an_honest_packed_artifact_still_merges(workspace: Path) -> None:
     _pack(workspace, "vecadd")
     for jobs in (1, 3):
         assert _merge(workspace, f"packed{jobs}", cuda="13.2", jobs=jobs).wheel.read_bytes() == loose
+
+
+@pytest.mark.parametrize("profile", ["../../release", "Smoke", 7, ""])
+def test_a_profile_that_is_no_profile_name_is_refused_never_a_silent_full_build(workspace: Path, profile: object) -> None:
+    """artifact.json's "profile" is data from a CI runner: a path, a number or a name no
+    manifest could declare is refused (naming the file), and no wheel is written."""
+    import json
+
+    where = workspace / "artifacts" / "ops" / "artifact.json"
+    data = json.loads(where.read_text())
+    where.write_text(json.dumps({**data, "profile": profile}))
+    error = _refused(workspace, "'profile'")
+    assert str(where) in error.message
+
+
+def test_a_profile_in_artifact_json_reaches_the_wheels_provenance(workspace: Path) -> None:
+    """The artifact's own record decides (not deps.toml), and the merged wheel's assembler.json says it."""
+    import json
+
+    where = workspace / "artifacts" / "ops" / "artifact.json"
+    where.write_text(json.dumps({**json.loads(where.read_text()), "profile": "smoke"}))
+    result = _merge(workspace, cuda="13.2", jobs=2)
+    assert result.provenance["ops"]["profile"] == "smoke"
+    assert "+cu132.smoke" in result.version

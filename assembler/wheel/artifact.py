@@ -35,6 +35,7 @@ from typing import Any
 from assembler import jsonfile
 from assembler.errors import InputError
 from assembler.fsutil import UnsafeFile, open_regular, read_regular
+from assembler.manifest.model import PROFILE_NAME_RE
 from assembler.wheel.metadata import record_text
 from assembler.wheel.writer import ZIP_EPOCH, RawMember, ReproducibleZip
 
@@ -74,15 +75,20 @@ class Artifact:
     series_head: str | None = None  # the commit that applying the series produced
     series_digest: str | None = None  # the patch series' content it was built from (git.state.series_digest)
     build_seconds: float = 0.0
+    # The build profile it was built on ([deps.X.profiles.NAME]); None: the full build. Read from
+    # artifact.json, not deps.toml: artifacts from CI runners say what they were built as.
+    profile: str | None = None
 
     def provenance(self) -> dict[str, Any]:
         """What the wheel records about this artifact; only fields that are the same on every
         rebuild of the same inputs (so not build_seconds). ``head`` and ``dirty`` say what was
-        really compiled, which is more than commit + patches when forks/ held local work."""
+        really compiled, which is more than commit + patches when forks/ held local work.
+        "profile" only for a reduced build: its absence says full (verify reads exactly this key)."""
         return {
             "commit": self.commit, "source": self.source, "patches": list(self.patches),
             "head": self.head, "dirty": self.dirty,
             "key": self.key, "toolchain": self.toolchain, "archs": list(self.archs),
+            **({"profile": self.profile} if self.profile is not None else {}),
         }
 
     def payload(self) -> list[PayloadFile]:
@@ -142,13 +148,17 @@ def read_artifact(root: Path) -> Artifact:
         return value
 
     patches, archs = field("patches", list, []), field("archs", list, [])
+    profile = field("profile", (str, type(None)))
+    if profile is not None and not PROFILE_NAME_RE.match(profile):  # a value that is no name is never a silent full build
+        raise InputError(f"{where}: 'profile' must be a build profile's name, got {profile!r}",
+                         hint="rebuild that dependency with this assembler")
     return Artifact(
         dep=field("dep", str), root=root, commit=field("commit", str), source=field("source", str, ""),
         patches=tuple(str(p) for p in patches), key=field("key", str, ""),
         toolchain=dict(field("toolchain", dict)), archs=tuple(str(a) for a in archs),
         head=field("head", (str, type(None))), dirty=field("dirty", bool, False),
         series_head=field("series_head", (str, type(None))), series_digest=field("series_digest", (str, type(None))),
-        build_seconds=float(field("build_seconds", (int, float), 0.0)),
+        build_seconds=float(field("build_seconds", (int, float), 0.0)), profile=profile,
     )
 
 

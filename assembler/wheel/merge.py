@@ -243,7 +243,7 @@ def merge_wheel(
     check_same_release(manifest, artifacts)  # one release: series contents and toolchain agree
     cuda = resolve_cuda(cuda, artifacts)
     missing = tuple(name for name in manifest.deps if name not in {a.dep for a in artifacts})
-    profiles = {a.dep: profile for a in artifacts if (profile := artifact_profile(a)) is not None}
+    profiles = {a.dep: a.profile for a in artifacts if a.profile is not None}
     version = wheel_version(bundle, cuda, [a.dep for a in artifacts] if missing else (), list(profiles.values()))
     stem = f"{dist_name(bundle.name)}-{version}"
     dist_info = f"{stem}.dist-info"
@@ -260,9 +260,7 @@ def merge_wheel(
             payload: list[Written] = archive.verified()  # every digest from the bytes written, CRCs checked
             archive.flush()  # the platform check copies the ELF members out of this file
             verdict = platform_verdict([w for w in payload if w.head == ELF_MAGIC], exclude)
-            # "profile" only for a reduced build: its absence says full (verify reads exactly this key)
-            provenance = {a.dep: {**a.provenance(), **({"profile": profiles[a.dep]} if a.dep in profiles else {})}
-                          for a in artifacts}
+            provenance = {a.dep: a.provenance() for a in artifacts}
             files: dict[str, list[str]] = {}
             for p in placements:
                 files.setdefault(p.dep, []).append(p.path)
@@ -287,28 +285,6 @@ def merge_wheel(
         files={dep: tuple(paths) for dep, paths in files.items()}, unshipped=unshipped,
         warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started, missing=missing,
     )
-
-
-def artifact_profile(artifact: Artifact) -> str | None:
-    """The build profile an artifact was built on (artifact.json's "profile", written by the
-    build only for a reduced build), None for a full build. Read from the file, not from deps.toml:
-    artifacts from CI runners say what they were built as. A value that is no profile name is an
-    error, never a silent full build."""
-    from assembler import jsonfile
-    from assembler.fsutil import read_regular
-    from assembler.manifest.load import PROFILE_NAME_RE
-    from assembler.wheel.artifact import ARTIFACT_JSON, ARTIFACT_JSON_LIMIT
-
-    where = artifact.root / ARTIFACT_JSON
-    try:
-        data = jsonfile.loads(read_regular(where, ARTIFACT_JSON_LIMIT), where)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{where}: unreadable ({exc})", hint="rebuild that dependency") from None
-    profile = data.get("profile") if isinstance(data, dict) else None
-    if profile is not None and not (isinstance(profile, str) and PROFILE_NAME_RE.match(profile)):
-        raise InputError(f"{where}: 'profile' must be a build profile's name, got {profile!r}",
-                         hint="rebuild that dependency with this assembler")
-    return profile
 
 
 @dataclass(frozen=True)
