@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from assembler.errors import ManifestError
 from tests.example import EXAMPLE, make_upstreams
 
 # Top-level packages that must not load on these paths, and why they are heavy.
@@ -145,41 +144,6 @@ def test_mirror_origin_read_without_git_agrees_with_git(tmp_path: Path, url: str
     subprocess.run(["git", "-C", str(repo), "config", "remote.origin.url", url], env=env, check=True)
     subprocess.run(["git", "-C", str(repo), "config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"], env=env, check=True)
     assert origin_url(repo) == url
-
-
-def test_the_stored_parse_of_deps_toml_never_hides_an_edit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """load_manifest reuses the last parse (in the user cache, keyed by the text's digest) only
-    for the very same text: an edit of the same size, with the file's times put back, is still
-    seen; a damaged or foreign record is ignored."""
-    from assembler.manifest.load import _parse_record, load_manifest
-
-    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
-    workspace = tmp_path / "ws"
-    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
-    manifest = workspace / "deps.toml"
-    first = load_manifest(manifest)
-    record = _parse_record(manifest.read_text())
-    assert record.is_file() and '"text"' in record.read_text()
-    assert not (workspace / ".assemble").exists()  # nothing of it in the workspace
-    assert load_manifest(manifest) == first  # from the record
-
-    times = manifest.stat()
-    text = manifest.read_text()
-    assert f'version = "{first.bundle.version}"' in text
-    edited = text.replace(f'version = "{first.bundle.version}"', 'version = "9.9.9"', 1)
-    assert len(edited) == len(text)
-    manifest.write_text(edited)
-    os.utime(manifest, ns=(times.st_atime_ns, times.st_mtime_ns))
-    assert load_manifest(manifest).bundle.version == "9.9.9"
-
-    record = _parse_record(edited)
-    for damage in ("{", "[]", json.dumps({"format": 1, "python": sys.version, "text": "other", "data": {}})):
-        record.write_text(damage)
-        assert load_manifest(manifest).bundle.version == "9.9.9"
-    forged = json.loads(json.dumps({"format": 1, "python": sys.version, "text": edited, "data": {"bundle": "not a table"}}))
-    record.write_text(json.dumps(forged))  # the same text: the record is used, and validated like any parse
-    with pytest.raises(ManifestError):
-        load_manifest(manifest)
 
 
 def test_deps_inspects_checkouts_side_by_side_and_reports_the_first_failure(tmp_path: Path) -> None:

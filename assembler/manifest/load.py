@@ -4,15 +4,12 @@ file:line:column, the key and the fix; nothing downstream re-checks the manifest
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import stat
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from assembler import jsonfile
 from assembler.errors import ManifestError
 from assembler.manifest.flags import JOINED_FLAGS, cmake_arg_problem, flag_allowed, flag_owner
 from assembler.manifest.globs import glob_problem
@@ -65,9 +62,6 @@ if TYPE_CHECKING:
 
 MANIFEST_NAME = "deps.toml"
 STATE_DIR = ".assemble"  # the workspace's state directory, next to deps.toml (workspace.Workspace.state_dir)
-PARSED_DIR = "manifests"  # in the user cache: <digest of the text>.json, a parse of deps.toml with its text (_parse_text)
-PARSED_FORMAT = 1
-PARSED_KEPT = 64  # parses kept in the cache, the most recently written (one per distinct deps.toml text)
 # Set to 1 by whoever runs assemble (never by the manifest, which may come from a pull request)
 # to allow a `patches` directory outside the workspace (absolute, '..', or a symlink out).
 PATCHES_OUTSIDE_ENV = "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE"
@@ -186,15 +180,13 @@ def read_utf8(path: Path, what: str) -> str:
         raise ManifestError(f"{path}:{line}:{col}: not UTF-8 text ({exc.reason})", hint=f"save {path.name} as UTF-8") from None
 
 
-def _parse_text(path: Path) -> tuple[str, dict[str, Any], bool]:
-    """(the text, its parse, whether the parse is the stored one)."""
+def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
+    """(the text, its parse). Parsed on every run: a stored parse saved ~6 ms of tomllib
+    (benchmarks/startup.py), under the 10 ms a start-up shortcut must save to be kept."""
     if not path.exists() and not path.is_symlink():
         raise ManifestError(f"{path}: no such manifest", hint="create deps.toml or pass --workspace DIR")
     text = read_utf8(path, "a manifest")
     _bound_shape(path, text)
-    stored = _stored_parse(text)
-    if stored is not None:
-        return text, stored, True
     import tomllib
 
     try:
@@ -205,7 +197,7 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any], bool]:
         raise _syntax_error(path, text, str(exc)) from None
     except RecursionError:  # tomllib recurses per nested array or inline table
         raise ManifestError(f"{path}: TOML nested too deeply", hint="a deps.toml needs a few levels of nesting, not thousands") from None
-    return text, data, False
+    return text, data
 
 
 def _syntax_error(path: Path, text: str, reason: str) -> ManifestError:
@@ -278,54 +270,6 @@ def _bound_shape(path: Path, text: str) -> None:
             depth = max(depth - 1, 0)
         elif char == "\n":
             line += 1
-
-
-def _parse_record(text: str, create: bool = False) -> Path:
-    """Where the parse of ``text`` is kept: the user cache (trusted, like the mirrors), keyed by
-    the text's digest; never the workspace, whose files may come from a pull request (a stored
-    parse there could say what no reviewer sees in deps.toml). OSError when there is no cache."""
-    from assembler.cache import cache_root
-    from assembler.fsutil import sha256
-
-    digest = sha256(f"{PARSED_FORMAT}\0{sys.version}\0{text}".encode()).hexdigest()
-    return cache_root(create) / PARSED_DIR / f"{digest}.json"
-
-
-def _stored_parse(text: str) -> dict[str, Any] | None:
-    """The parse of deps.toml kept by an earlier run, when it was of exactly this text: every
-    command reads the manifest, and tomllib's import alone is ~7 ms of the 100 ms start-up
-    budget (benchmarks/startup.py), where reading back its JSON costs well under one. The text
-    is compared whole, so an edit is never missed, whatever the file's times say."""
-    try:
-        record = jsonfile.load(_parse_record(text))
-    except (OSError, ValueError):
-        return None
-    if (isinstance(record, dict) and record.get("format") == PARSED_FORMAT and record.get("python") == sys.version
-            and record.get("text") == text and isinstance(record.get("data"), dict)):
-        return record["data"]  # type: ignore[no-any-return]
-    return None
-
-
-def _store_parse(text: str, data: dict[str, Any]) -> None:
-    """Keep ``data`` for _stored_parse, once it proved a valid manifest (a command that fails
-    writes nothing), when JSON holds it exactly (TOML dates do not round-trip) and the cache
-    can be written (best effort: without one, every run parses); the oldest records beyond
-    PARSED_KEPT are removed."""
-    try:
-        encoded = json.dumps({"format": PARSED_FORMAT, "python": sys.version, "text": text, "data": data})
-        if json.loads(encoded)["data"] != data:
-            return
-    except (TypeError, ValueError):
-        return
-    from assembler.fsutil import atomic_write_if_changed
-
-    with contextlib.suppress(OSError):
-        record = _parse_record(text, create=True)
-        record.parent.mkdir(exist_ok=True)
-        atomic_write_if_changed(record, encoded)
-        kept = sorted(record.parent.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for old in kept[PARSED_KEPT:]:
-            old.unlink(missing_ok=True)
 
 
 class _Values(dict[str, Any]):
@@ -417,17 +361,14 @@ def _check_item(v: _Validator, key: Key, value: str, keys: Keys) -> None:
 
 def load_manifest(path: Path) -> Manifest:
     """Read, validate and type ``path``; raises ManifestError on the first problem found."""
-    text, data, stored = _parse_text(path)
+    text, data = _parse_text(path)
     v = _Validator(path, text)
     top = _convert(v, MANIFEST_TABLE, data, ())
     values = top["bundle"]
     bundle = Bundle(**{**values, "cuda_components": tuple(sorted(values["cuda_components"]))})
     mirrors = _mirrors(v, top["mirrors"])
     deps = {name: _dependency(v, path.parent, name, values, bundle) for name, values in top["deps"].items()}
-    manifest = Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps, cache=CacheConfig(**top["cache"]))
-    if not stored:
-        _store_parse(text, data)
-    return manifest
+    return Manifest(path=path, bundle=bundle, mirrors=mirrors, deps=deps, cache=CacheConfig(**top["cache"]))
 
 
 def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:
