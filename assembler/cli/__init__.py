@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,11 +153,42 @@ class _HelpFormatter(argparse.HelpFormatter):
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         if text.startswith("examples:\n"):  # a subcommand's examples (cli/examples.py): one per line, as written
             return "".join(indent + line + "\n" for line in text.splitlines()).rstrip("\n")
+        if text.startswith("exit codes:\n"):  # `assemble --help`'s epilog: its items kept apart, each wrapped
+            return _fill_items(text, width, indent)
         return super()._fill_text(text, width, indent)
 
+    def _format_usage(self, usage: str | None, actions: Any, groups: Any, prefix: str | None) -> str:
+        """argparse's usage, where a group of exclusive options wider than the width (rebase's
+        ``[--continue | --abort | ...]``) goes on over lines broken after a ``|``."""
+        text: str = super()._format_usage(usage, actions, groups, prefix)
+        lines: list[str] = []
+        for line in text.split("\n"):
+            while len(line) > self._width and " | " in line[:self._width]:
+                cut = line.rindex(" | ", 0, self._width - 1) + 2
+                head = line[:len(line) - len(line.lstrip(" "))]
+                lines.append(line[:cut])
+                line = head + " " + line[cut + 1:]
+            lines.append(line)
+        return "\n".join(lines)
 
-class _RawDescriptionFormatter(_HelpFormatter, argparse.RawDescriptionHelpFormatter):
-    pass
+
+def _fill_items(text: str, width: int, indent: str) -> str:
+    """A text of items, one a line (``  130 interrupted ...``, ``      the shared cache ...``),
+    each wrapped between words to ``width``, its continuation under its text; blank lines kept."""
+    import textwrap
+
+    out: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            out.append("")
+            continue
+        spaces = line[:len(line) - len(line.lstrip(" "))]
+        code = re.match(r"  \d+ +", line) if spaces == "  " else None  # an exit code: its text hangs under the text
+        lead = indent + spaces
+        hang = indent + " " * (code.end() if code else len(spaces))
+        out += textwrap.wrap(line.strip(), width, initial_indent=lead, subsequent_indent=hang,
+                             break_long_words=False, break_on_hyphens=False) or [lead]
+    return "\n".join(out)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -210,7 +242,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         prog="assemble",
         description="Carry kernel libraries as pinned forks plus patch series; build one Stable-ABI wheel.",
-        epilog=_epilog(), formatter_class=_RawDescriptionFormatter,
+        epilog=_epilog(),
     )
     parser.add_argument("--version", action="version", version=f"assemble {__version__}")
     add_global_options(parser, top=True)
@@ -330,19 +362,8 @@ def _finish(session: Any, as_json: bool, code: int, error: AssembleError | None)
 
 
 def _report(error: AssembleError) -> None:
-    """``error: MESSAGE`` and ``hint: HINT`` on stderr, each one line (never wrapped), red when
-    colour is on; without rich when colour is off (start-up)."""
-    from assembler.report import output
-    from assembler.report.output import clean
+    """``error: MESSAGE`` and ``hint: HINT`` on stderr (report.output.write_error): one line each
+    off a terminal, wrapped between words on one; red when colour is on."""
+    from assembler.report.output import write_error
 
-    stream = sys.stderr
-    message, hint = clean(error.message), clean(error.hint) if error.hint else None  # a quoted URL or subject is data
-    if not output.color_enabled(stream.isatty()):
-        stream.write(f"error: {message}\n" + (f"hint: {hint}\n" if hint else ""))
-        return
-    from rich.markup import escape
-
-    err = output.err_console
-    err.print(f"[bold red]error:[/] {escape(message)}", markup=True, emoji=False, soft_wrap=True)
-    if hint:
-        err.print(f"[bold]hint:[/] {escape(hint)}", markup=True, emoji=False, soft_wrap=True)
+    write_error(error.message, error.hint)

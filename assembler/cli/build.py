@@ -302,10 +302,12 @@ def _emit(report: BuildReport, as_json: bool) -> None:
     for warning in report.warnings:
         err_console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if report.size is not None:
+        from assembler.report.table import layout, paragraph, write
         from assembler.wheel.size import summary_lines
 
+        width = layout(console.file)[0]  # wrapped between words where a width is known (it ran to 111 columns)
         for line in summary_lines(report.size):
-            console.print(escape(line), highlight=False, soft_wrap=True)
+            write(paragraph(line, width, hang="  "), console.file)
     if report.wheel is not None and report.partial:
         console.print(f"partial wheel (not a release; lacks {', '.join(report.partial)}): {report.wheel}", highlight=False, soft_wrap=True)
     elif report.wheel is not None:

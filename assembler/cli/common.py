@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -122,11 +121,11 @@ def open_workspace(args: argparse.Namespace) -> Workspace:
 def print_failures(failures: Mapping[str, AssembleError]) -> None:
     """Keep going: each dependency's failure as ``error: DEP: ...`` (and ``hint: ...``) on
     stderr, also with --json (whose document lists them too, see failures_json)."""
-    from assembler.report.output import clean
+    from assembler.report.output import write_error
 
     for name, error in failures.items():
         message = error.message.removeprefix(f"{name}: ")  # an error that names its dependency already: once
-        print(f"error: {name}: {clean(message)}" + (f"\nhint: {clean(error.hint)}" if error.hint else ""), file=sys.stderr)
+        write_error(f"{name}: {message}", error.hint)
 
 
 def failures_json(failures: Mapping[str, AssembleError]) -> list[dict[str, str | int | None]]:
