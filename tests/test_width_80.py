@@ -11,6 +11,7 @@ import argparse
 import io
 import os
 import re
+import shutil
 import sys
 import termios
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from assembler.cli.build import _emit
 from assembler.report import output
 from assembler.report.table import cell_width
 from tests.conftest import run_assemble
+from tests.example import EXAMPLE
 from tests.test_table_reports import on_a_terminal, piped
 
 BOX = re.compile("[\u2500-\u257f]")
@@ -166,3 +168,36 @@ def test_an_interrupt_offers_continue_and_abort_only_to_rebase(words: list[str],
     assert err.startswith("interrupted; re-run the same command") and "--continue" not in err and "--abort" not in err, err
     assert main(["rebase", "kern", "--continue"]) == 130
     assert "`assemble rebase --continue`" in capsys.readouterr().err
+
+
+def test_review_draws_its_tables_in_one_style(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The example's vecadd series with a planted change to a name too long for a boxed table at
+    80 columns: review drew 0001's table in boxes and 0002's as plain columns in one output. Now
+    every table of the output is plain when one cannot be boxed, and boxed when all can."""
+    from assembler.cli.review import render
+    from assembler.migration.review import run_review
+    from assembler.workspace import open_workspace
+    from tests.test_review import PORT
+
+    ws = tmp_path / "ws"
+    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+
+    def draw_review() -> None:
+        dep = open_workspace(ws).manifest.select(["vecadd"])[0]
+        report = run_review(dep.name, dep.patches_dir, dep.series, [])
+        report.compile.reason = "not asked to (--no-compile)"
+        sys.stdout.write(render(report, markdown=False))
+
+    boxed = "\n".join(on_a_terminal(draw_review, 80, monkeypatch))
+    assert boxed.count("\u250f") == 2 and too_wide(boxed.splitlines()) == [], boxed  # both tables boxed, within 80
+    patch = ws / "patches" / "vecadd" / PORT
+    long_name = "a_scratch_tensor_whose_name_is_far_longer_than_any_column_of_a_boxed_table_at_80"
+    old = "torch::stable::Tensor out = torch::stable::empty_like(x);"
+    assert patch.read_text().count(old) == 1
+    patch.write_text(patch.read_text().replace(old, old.replace("(x)", f"({long_name})")))
+    lines = [SGR.sub("", line) for line in on_a_terminal(draw_review, 80, monkeypatch)]
+    text = "\n".join(lines)
+    assert not BOX.search(text), text  # 0002's table cannot be boxed: neither is 0001's
+    headers = [line for line in lines if re.match(r"hunk +verdict +removed", line)]
+    assert len(headers) == 2 and long_name in text.split(), text
+    assert too_wide([line for line in lines if long_name not in line]) == [], text

@@ -47,8 +47,10 @@ def run(args: argparse.Namespace) -> int:
 def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
     """One table per patch: each hunk, its verdict, the tokens that differ, the acknowledgement."""
     from assembler.migration.review import HunkVerdict
+    from assembler.report.table import TextTable
 
     out: list[str] = []
+    tables: dict[int, TextTable] = {}  # where each table goes in ``out``: drawn at the end, all in one style
     for patch in report.patches:
         counts = {v: sum(1 for h in patch.hunks if h.verdict is v) for v in HunkVerdict}
         if markdown:
@@ -76,14 +78,13 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
             out.append("|" + "---|" * len(rows[0]))
             out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows[1:]]
         else:
-            from assembler.report.table import TextTable
-
             # the acknowledgement on a line of its own under its row: five columns do not fit 80
             table = TextTable(*rows[0][:4], text=("hunk", "verdict", "removed tokens", "added tokens"),
                               notes_at="removed tokens")
             for row in rows[1:]:
                 table.add_row(*row[:4], notes=[f"acknowledged: {row[4]}"] if row[4] else [])
-            out.append(table.text_for())  # fitted to stdout: boxes on a terminal, plain columns piped
+            tables[len(out)] = table
+            out.append("")
         for hunk in patch.hunks:
             if hunk.compile_error is not None:
                 line = f"{hunk.id} does not compile: {hunk.compile_error}"
@@ -92,6 +93,11 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
             unknown = f"Migration-Review: {ack}: names no hunk of this patch (write FILE#N or FILE:LINE)"
             out.append(f"- {unknown}" if markdown else _wrapped(unknown))
         out.append("")
+    if tables:  # fitted to stdout: boxes on a terminal where every table fits boxed, else plain columns
+        from assembler.report.table import texts_for
+
+        for at, text in zip(tables, texts_for(list(tables.values())), strict=True):
+            out[at] = text
     out.append(_wrapped(compile_line(report)))
     flagged = sum(len(p.unacknowledged) for p in report.patches)
     out.append(f"{report.dep}: {flagged} flagged hunks not acknowledged" if flagged else f"{report.dep}: every hunk is API-only, "

@@ -316,6 +316,17 @@ class TextTable:
         return self.render(width, colour, plain=plain)
 
 
+def texts_for(tables: Sequence[TextTable], stream: IO[str] | None = None) -> list[str]:
+    """What text_for() gives each of ``tables``, all in one style: a command printing several
+    tables in one output (`assemble review`, `assemble assess`) boxes them only when every one
+    fits boxed, else draws them all as plain columns (it drew boxes, then plain columns where
+    one table could not be boxed)."""
+    stream = stream or sys.stdout
+    width, colour = layout(stream)
+    plain = not is_terminal(stream) or not all(table.fits(width, breaking=True) for table in tables)
+    return [table.render(width, colour, plain=plain) for table in tables]
+
+
 def write(text: str, stream: IO[str] | None = None) -> None:
     """``text`` on ``stream`` (stdout), flushed. When the reader has gone (`assemble deps | head`)
     stop quietly with exit 1, as rich's console did, rather than report a broken pipe."""
