@@ -73,24 +73,18 @@ class Outcome:
 
 
 def source_identity(checkout: Path) -> tuple[str, str | None]:
-    """(HEAD, digest of uncommitted edits or None): the build uses the working tree as it is."""
-    head = _git(checkout, "rev-parse", "HEAD").strip()
-    status = _git(checkout, "status", "--porcelain", "--untracked-files=all")
-    if not status.strip():
-        return head, None
-    untracked = sorted(line[3:] for line in status.splitlines() if line.startswith("??"))
-    contents = [(checkout / name).read_bytes() for name in untracked if (checkout / name).is_file()]
-    return head, digest_texts(_git(checkout, "diff", "HEAD", "--binary"), *untracked, *contents)
-
-
-def _git(checkout: Path, *args: str) -> str:
-    """git in the checkout through the one git layer (plain subprocess, no gitpython import:
-    this runs on every no-op build)."""
-    from assembler.git.process import WorkTree
+    """(HEAD, digest of uncommitted edits or None): the build uses the working tree as it is.
+    Read through the one git layer (plain processes, no gitpython: this runs on every no-op build)."""
+    from assembler.git.status import working_tree
 
     # GitFailed: git's reason, exit 2, or 9 when the machine refused (a full disk)
     hint = "check that the checkout is a sound git repository, or move it away and run `assemble checkout`"
-    return WorkTree(checkout, hint=hint).run(*args).stdout
+    head, changes = working_tree(checkout, hint)
+    if changes is None:
+        return head, None
+    diff, untracked = changes
+    contents = [(checkout / name).read_bytes() for name in untracked if (checkout / name).is_file()]
+    return head, digest_texts(diff, *untracked, *contents)
 
 
 def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: str) -> BuildRequest:

@@ -21,6 +21,7 @@ from assembler.manifest.values import url_problem
 
 if TYPE_CHECKING:
     import subprocess
+    from collections.abc import Sequence
 
 # Upstream branches land under refs/remotes/origin/ so fetch --prune never touches our refs.
 FETCH_REFSPECS = ["+refs/heads/*:refs/remotes/origin/*", "+refs/tags/*:refs/tags/*"]
@@ -184,6 +185,30 @@ def _create(path: Path, fetch_url: str) -> None:
         os.replace(staging, path)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+
+
+def has_pull_requests(path: Path) -> bool:
+    """The mirror at ``path`` fetched at least one pull-request head (under PULL_NAMESPACE)."""
+    from assembler.git.process import GitView
+
+    return bool(GitView(path).out("for-each-ref", "--count=1", "--format=%(refname)", PULL_NAMESPACE))
+
+
+def pull_requests_containing(path: Path, sha: str) -> list[int]:
+    """The numbers of the pull requests (fetched under PULL_NAMESPACE) whose head has commit
+    ``sha``, lowest first."""
+    from assembler.git.process import GitView
+
+    refs = GitView(path).out("for-each-ref", "--contains", sha, "--format=%(refname)", PULL_NAMESPACE).split()
+    return sorted(int(ref.rsplit("/", 1)[1]) for ref in refs if ref.rsplit("/", 1)[1].isdigit())
+
+
+def pull_request_patch_ids(path: Path, target: str, paths: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """(commit, patch-id) of the commits of the mirror's pull-request heads not in ``target``."""
+    from assembler.git.history import log_patch_ids
+    from assembler.git.process import GitView
+
+    return log_patch_ids(GitView(path), (f"--glob={PULL_NAMESPACE}*",), (f"^{target}",), paths)
 
 
 def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:

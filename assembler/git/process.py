@@ -273,6 +273,13 @@ class WorkTree:
         result = self.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, f"{rev}^{{commit}}", check=False)
         return result.stdout.strip() or None if result.returncode == 0 else None
 
+    def head(self) -> str:
+        """The commit HEAD names (GitFailed when there is none)."""
+        return self.out("rev-parse", "HEAD")
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        return self.run("merge-base", "--is-ancestor", END_OF_OPTIONS, ancestor, descendant, check=False).returncode == 0
+
     def submodule_paths(self) -> list[str]:
         """The paths of the submodules HEAD's index records (gitlinks), initialised or not:
         what lies below them is another repository's."""

@@ -80,3 +80,7 @@ class Scratch(GitView):
         """``git apply --cached`` (atomic: on failure the index is unchanged)."""
         return self.run("apply", "--cached", *args, "--", str(patch), index=index, check=False).returncode == 0
 
+    def commit_index(self, index: Path, parent: str, message: str) -> str:
+        """A commit of what ``index`` holds on ``parent`` (a series patch given a commit)."""
+        tree = self.out("write-tree", index=index)
+        return self.out("commit-tree", tree, "-p", parent, "-m", message)

@@ -8,9 +8,10 @@ import re
 import shlex
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
-from assembler.git.process import END_OF_OPTIONS, GitFailed, WorkTree
-from assembler.git.reproducible import operation_in
+from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitFailed, WorkTree
+from assembler.git.reproducible import is_full_sha, operation_in
 
 # The replay must not depend on the user's git configuration or hooks: GIT_ENV leaves out the
 # global and system files and hooks; these override what the checkout's own config could set.
@@ -21,7 +22,34 @@ SEQUENCER_CONFIG = (
 )
 # "dropping <sha> <subject> -- patch contents already upstream": git's note for --empty=drop
 # (after a newline, or after the "\r" of a progress line)
+# "1:  0123abc = 1:  4567def Subject", "-:  ------- > 2:  89abcde Subject"
+_RANGE_LINE = re.compile(r"^\s*(\d+|-):\s+([0-9a-f]+|-+) ([=!<>]) \s*(\d+|-):\s+([0-9a-f]+|-+) (.*)$")
 DROPPING = re.compile(r"(?:^|\r)dropping ([0-9a-f]{40}) .* -- patch contents already upstream$", re.MULTILINE)
+
+
+class RangeLine(NamedTuple):
+    """One line of ``git range-diff``'s summary: ``=`` same patch, ``!`` changed (``hunks``
+    hunks of the diff between the two patches), ``<`` dropped, ``>`` added."""
+
+    mark: str
+    old: str | None  # abbreviated SHA before; None for an added commit
+    new: str | None  # abbreviated SHA after; None for a dropped one
+    subject: str
+    hunks: int
+
+
+def range_diff_lines(text: str) -> list[RangeLine]:
+    """The summary lines of ``git range-diff`` output (Sequencer.range_diff), each with the
+    number of hunks git shows for a changed patch."""
+    lines: list[RangeLine] = []
+    for line in text.splitlines():
+        match = _RANGE_LINE.match(line)
+        if match:
+            _, old, mark, _, new, subject = match.groups()
+            lines.append(RangeLine(mark, None if old.startswith("-") else old, None if new.startswith("-") else new, subject, 0))
+        elif lines and lines[-1].mark == "!" and line.lstrip().startswith("@@"):
+            lines[-1] = lines[-1]._replace(hunks=lines[-1].hunks + 1)
+    return lines
 
 
 class Sequencer(WorkTree):
@@ -65,3 +93,21 @@ class Sequencer(WorkTree):
             self.run("checkout", "--quiet", "--force", "-B", branch, head, "--")
         else:
             self.run("checkout", "--quiet", "--force", "--detach", head, "--")
+
+    def unstaged(self) -> list[str]:
+        """Paths with changes not added to the index (a resolution the user has not staged)."""
+        return [name for name in self.out("diff", "--name-only").splitlines() if name]
+
+    def resolved_tree(self) -> str | None:
+        """The tree the index holds when it differs from HEAD's (what the user resolved at a
+        stop), else None (the stop's change resolved to nothing)."""
+        tree = self.out("write-tree")
+        return None if tree == self.out("rev-parse", "HEAD^{tree}") else tree
+
+    def range_diff(self, old_base: str, old_head: str, new_base: str, new_head: str) -> str:
+        """``git range-diff`` of a series before (old_base..old_head) and after (new_base..new_head);
+        empty when git cannot compare them. Full SHAs only (never read as options)."""
+        assert all(is_full_sha(rev) for rev in (old_base, old_head, new_base, new_head))
+        result = self.run(*DIFF_CONFIG, "range-diff", "--no-color", "--creation-factor=100", f"{old_base}..{old_head}",
+                          f"{new_base}..{new_head}", check=False)
+        return result.stdout if result.returncode == 0 else ""

@@ -20,19 +20,25 @@ from pathlib import Path
 
 from assembler.errors import InputError
 from assembler.git import mirrors
-from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView
+from assembler.git.history import (
+    cherry_marks,
+    diff_patch_ids,
+    left_right_counts,
+    patch_ids_between,
+    patch_ids_of,
+    subjects,
+)
+from assembler.git.process import GitView
 from assembler.git.scratch import Scratch
 from assembler.manifest import Dependency
 from assembler.series.headers import PatchStatus, forwarded_status
 from assembler.upstreaming.horizon import ChainProbe, first_parent_chain
 from assembler.upstreaming.patchset import (
-    DIFF_ARGS,
     Patch,
     checkout_in_sync,
     from_commits,
     from_series,
     load_diffs,
-    logged_subjects,
     series_as_commits,
 )
 from assembler.upstreaming.replay import APPLIES, EMPTY, REVERSE, reverse_applies, trial
@@ -61,41 +67,19 @@ def describe(scratch: GitView, shas: list[str]) -> dict[str, Commit]:
     unique = list(dict.fromkeys(shas))
     if not unique:
         return {}
-    logged = logged_subjects(scratch, "--no-walk=unsorted", END_OF_OPTIONS, *unique)
-    return {sha: Commit(full, subject) for sha, (_, full, subject) in zip(unique, logged, strict=True)}
+    return {sha: Commit(full, text) for sha, (full, text) in zip(unique, subjects(scratch, unique), strict=True)}
 
 
 def patch_ids(scratch: GitView, patches: list[Patch]) -> dict[str, int]:
     """patch-id -> index of our patch, from the diffs themselves (one ``git patch-id``)."""
-    stream = b"".join(b"commit %040x\n\n" % (i + 1) + (p.diff or b"") for i, p in enumerate(patches) if p.diff)
-    if not stream:
-        return {}
-    ids = {}
-    for line in scratch.out("patch-id", "--stable", input=stream).splitlines():
-        pid, number = line.split()
-        ids[pid] = int(number, 16) - 1
-    return ids
+    return diff_patch_ids(scratch, [p.diff for p in patches])
 
 
 def _pathspec(patches: list[Patch]) -> list[str]:
     """Our patches' files: an upstream commit whose diff on those paths equals a patch carries
     that patch, whatever else it changes; and ``git log -p`` stays cheap on big histories."""
     paths = sorted({name for p in patches for name in p.files})
-    return ["--", *paths] if paths and len(paths) <= _MAX_PATHSPEC else []
-
-
-def log_patch_ids(scratch: GitView, options: list[str], revisions: list[str], pathspec: list[str]) -> list[tuple[str, str]]:
-    """(commit, patch-id) for the non-merge commits ``revisions`` name, newest first, from
-    one ``git log -p | git patch-id --stable`` pipe."""
-    output = scratch.pipe(
-        [*DIFF_CONFIG, *DIFF_ARGS, "--no-merges", "--format=commit %H", *options, END_OF_OPTIONS, *revisions, *pathspec],
-        ["patch-id", "--stable"],
-    )
-    pairs = []
-    for line in output.splitlines():
-        pid, sha = line.split()
-        pairs.append((sha, pid))
-    return pairs
+    return paths if len(paths) <= _MAX_PATHSPEC else []
 
 
 def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: str) -> dict[int, tuple[Evidence, Commit]]:
@@ -125,12 +109,12 @@ def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: s
     if not all(p.commit for p in patches):
         load_diffs(scratch, patches)
         ours = {i: pid for pid, i in patch_ids(scratch, patches).items()}
-        upstream = {pid: sha for sha, pid in log_patch_ids(scratch, [], [target, f"^{since}"], _pathspec(patches))}
+        upstream = {pid: sha for sha, pid in patch_ids_between(scratch, since, target, _pathspec(patches))}
         matched = {i: upstream[pid] for i, pid in ours.items() if pid in upstream}
         commits = describe(scratch, list(matched.values()))
         return {i: commits[sha] for i, sha in matched.items()}
     index = {p.commit: i for i, p in enumerate(patches)}
-    marks = logged_subjects(scratch, "--cherry-mark", "--no-merges", END_OF_OPTIONS, f"{target}...{patches[-1].commit}", mark=True)
+    marks = cherry_marks(scratch, target, patches[-1].commit or "")
     mine: list[str] = []
     candidates: dict[str, Commit] = {}  # newest first
     for mark, sha, subject in marks:
@@ -146,7 +130,7 @@ def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: s
         return {index[sha]: list(candidates.values())[-1] for sha in mine}
     ours = {}
     theirs: dict[str, Commit] = {}  # patch-id -> upstream commit; newest first, so the oldest wins
-    for sha, pid in log_patch_ids(scratch, ["--no-walk=unsorted"], [*mine, *candidates], []):
+    for sha, pid in patch_ids_of(scratch, [*mine, *candidates]):
         if sha in index:
             ours[index[sha]] = pid
         else:
@@ -157,20 +141,18 @@ def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: s
 def in_pull_requests(upstream: Path, scratch: GitView, patches: list[Patch], indices: list[int], target: str) -> dict[int, int]:
     """Patch index -> the lowest-numbered pull request (fetched by the mirror under
     refs/assemble/pull/) that has a commit with the patch's patch-id, not yet in ``target``."""
-    view = GitView(upstream)
-    if not indices or not view.out("for-each-ref", "--count=1", "--format=%(refname)", mirrors.PULL_NAMESPACE):
+    if not indices or not mirrors.has_pull_requests(upstream):
         return {}
     chosen = [patches[i] for i in indices]
     load_diffs(scratch, chosen)
     ours = {pid: indices[k] for pid, k in patch_ids(scratch, chosen).items()}
     found: dict[int, int] = {}
-    pairs = log_patch_ids(view, [f"--glob={mirrors.PULL_NAMESPACE}*"], [f"^{target}"], _pathspec(chosen))
+    pairs = mirrors.pull_request_patch_ids(upstream, target, _pathspec(chosen))
     for sha, pid in pairs:
         index = ours.get(pid)
         if index is None or index in found:
             continue
-        refs = view.out("for-each-ref", "--contains", sha, "--format=%(refname)", mirrors.PULL_NAMESPACE).split()
-        numbers = sorted(int(ref.rsplit("/", 1)[1]) for ref in refs if ref.rsplit("/", 1)[1].isdigit())
+        numbers = mirrors.pull_requests_containing(upstream, sha)
         if numbers:
             found[index] = numbers[0]
     return found
@@ -262,7 +244,7 @@ def classify_dependency(workspace: Workspace, dep: Dependency, upstream: mirrors
         if not fork_point:
             raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {dep.upstream_url} {dep.track}",
                              hint="check `upstream`, `source` and `track` in deps.toml")
-        own, behind = (int(n) for n in scratch.out("rev-list", "--left-right", "--count", END_OF_OPTIONS, f"{dep.commit}...{tip}").split())
+        own, behind = left_right_counts(scratch, dep.commit, tip)
         date = scratch.commit_date(dep.commit)
         base = Base(dep.commit, date, "upstream" if own == 0 else "fork", behind, own, fork_point)
         patches, origin, broken = carried_patches(workspace, dep, scratch, fork_point)

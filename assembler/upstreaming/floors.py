@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from assembler.git.history import files_at
 from assembler.git.process import GitView
 
 # Top-level build files and, per file, the patterns that declare a floor: (kind, regex with
@@ -36,25 +37,10 @@ class Floor:
         return tuple(int(part) for part in self.version.split("."))
 
 
-def _blobs(view: GitView, commit: str, names: list[str]) -> dict[str, str]:
-    """The build files ``commit`` has, in one ``git cat-file --batch``."""
-    output = view.run("cat-file", "--batch", input="".join(f"{commit}:{name}\n" for name in names).encode()).stdout
-    found, position = {}, 0
-    for name in names:
-        end = output.index(b"\n", position)
-        header = output[position:end].split()
-        position = end + 1
-        if len(header) == 3 and header[1] == b"blob":
-            size = int(header[2])
-            found[name] = output[position:position + size].decode(errors="replace")
-            position += size + 1
-    return found
-
-
 def declared(view: GitView, commit: str) -> dict[str, Floor]:
     """The highest torch and CUDA floor each kind declares in ``commit``'s build files."""
     floors: dict[str, Floor] = {}
-    for name, text in _blobs(view, commit, list(PATTERNS)).items():
+    for name, text in files_at(view, commit, list(PATTERNS)).items():
         for number, line in enumerate(text.splitlines(), start=1):
             if line.lstrip().startswith("#"):
                 continue

@@ -17,9 +17,12 @@ from typing import NamedTuple
 from assembler.builder.evidence import BuildEvidence, build_evidence
 from assembler.check.evidence import CheckEvidence, check_evidence
 from assembler.git.condition import inspect
-from assembler.git.process import END_OF_OPTIONS, WorkTree
+from assembler.git.history import commits_between, count_since
+from assembler.git.process import WorkTree
 from assembler.git.reproducible import is_full_sha
 from assembler.git.state import CheckoutCondition, CheckoutState, CheckoutStatus, already_applied
+from assembler.git.status import branch_and_head
+from assembler.git.status import edits as working_edits
 from assembler.manifest import Dependency
 from assembler.upstreaming import journal as jr
 from assembler.upstreaming.verdicts import Migration, migration_on_fork
@@ -134,8 +137,8 @@ def overview(workspace: Workspace, dep: Dependency) -> DepOverview:
         from assembler.git.reproducible import operation_in
 
         operation = operation_in(tree.git_dir)
-        branch, head = _branch_and_head(tree)
-        edits = _edits(tree)
+        branch, head = branch_and_head(tree)
+        edits = tuple(Edit(code, name) for code, name in working_edits(tree))
         names = {**state.applied, **({pick.commit: pick.name for pick in journal.picks} if journal is not None else {})}
         stop = stopped_in(tree, operation, names, dep.series if state.status == CheckoutStatus.STOPPED else ())
         # mid-operation, the commits since the base are the operation's (replays, the series so
@@ -187,10 +190,8 @@ def stopped_in(tree: WorkTree, operation: str | None, names: dict[str, str],
     if patch is None and operation == "am" and len(series) == total and 0 < step <= total:
         patch = series[step - 1]
     applied = max(step - 1, 0)
-    if onto is not None:
-        counted = tree.run("rev-list", "--count", END_OF_OPTIONS, f"{onto}..HEAD", check=False)
-        if counted.returncode == 0 and counted.stdout.strip().isdigit():
-            applied = int(counted.stdout)
+    if onto is not None and (counted := count_since(tree, onto)) is not None:
+        applied = counted
     return Stop(operation, onto, applied, step, total, patch, commit, subject)
 
 
@@ -218,36 +219,12 @@ def _sha(path: Path) -> str | None:
     return text if is_full_sha(text) else None
 
 
-def _branch_and_head(tree: WorkTree) -> tuple[str | None, str | None]:
-    lines = tree.run("status", "--porcelain=v2", "--branch", "--untracked-files=no").stdout.splitlines()
-    head = next((line.split()[2] for line in lines if line.startswith("# branch.oid ")), None)
-    branch = next((line.split(" ", 2)[2] for line in lines if line.startswith("# branch.head ")), None)
-    return (None if branch == "(detached)" else branch), (None if head == "(initial)" else head)
-
-
-def _edits(tree: WorkTree) -> tuple[Edit, ...]:
-    """Uncommitted edits as `git status --short` shows them (untracked files included)."""
-    output = tree.run("status", "--porcelain=v1", "-z", "--untracked-files=normal").stdout
-    edits = []
-    entries = iter(output.split("\0"))
-    for entry in entries:
-        if len(entry) < 4:
-            continue
-        code, name = entry[:2], entry[3:]
-        if code[0] in "RC":  # a rename or copy: the next entry is the old name
-            next(entries, None)
-        edits.append(Edit(code.strip(), name))
-    return tuple(edits)
-
-
 def _unexported(tree: WorkTree, state: CheckoutState, head: str | None) -> tuple[Commit, ...]:
     """Commits since the base that no patch file made: what `assemble export` would write."""
     if head is None or head == state.head:
         return ()
     # a failure (a damaged fork, a base it lacks) is reported: silence would claim "nothing to export"
-    listed = tree.run("log", "--reverse", "--format=%H%x00%s", END_OF_OPTIONS, head, f"^{state.base}").stdout
-    commits = [Commit(*line.split("\0", 1)) for line in listed.splitlines() if "\0" in line]
-    return tuple(commit for commit in commits if commit.sha not in state.applied)
+    return tuple(Commit(sha, text) for sha, text in commits_between(tree, head, state.base) if sha not in state.applied)
 
 
 def workspace_overview(workspace: Workspace, deps: list[Dependency]) -> list[DepOverview]:

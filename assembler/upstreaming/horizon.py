@@ -12,9 +12,9 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from assembler.git.process import END_OF_OPTIONS
+from assembler.git.history import first_parent_line
 from assembler.git.scratch import Scratch
-from assembler.upstreaming.patchset import Patch, logged_subjects
+from assembler.upstreaming.patchset import Patch
 from assembler.upstreaming.replay import CONFLICT, Trial, trial
 from assembler.upstreaming.verdicts import Commit
 
@@ -43,8 +43,7 @@ class Horizon:
 
 def first_parent_chain(scratch: Scratch, since: str, tip: str) -> list[Commit]:
     """``tip``'s first-parent history after ``since``, oldest first."""
-    return [Commit(sha, subject) for _, sha, subject in
-            logged_subjects(scratch, "--first-parent", "--reverse", END_OF_OPTIONS, tip, f"^{since}")]
+    return [Commit(sha, subject) for sha, subject in first_parent_line(scratch, since, tip)]
 
 
 def first_true(count: int, predicate: Callable[[int], bool]) -> int:

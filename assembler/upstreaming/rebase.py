@@ -16,7 +16,6 @@ three-way merges (renames included) and the same speed as plain git. Around it:
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -26,11 +25,12 @@ from enum import StrEnum
 from pathlib import Path
 
 from assembler.errors import ConflictError, InputError, WouldLoseWorkError
-from assembler.git import mirrors
+from assembler.git import history, mirrors
 from assembler.git.checkout import checkout, refuse_to_lose_work
-from assembler.git.process import DIFF_CONFIG, END_OF_OPTIONS, GitView, WorkTree, object_id
+from assembler.git.commits import commit_like
+from assembler.git.process import GitView, WorkTree, object_id
 from assembler.git.scratch import Scratch
-from assembler.git.sequencer import Sequencer
+from assembler.git.sequencer import Sequencer, range_diff_lines
 from assembler.git.state import CheckoutState, CheckoutStatus, already_applied, pinned_state, read_head
 from assembler.manifest import Dependency
 from assembler.manifest.edit import update_dependency
@@ -76,21 +76,13 @@ class RangeEntry:
     hunks: int = 0
 
 
-# "1:  0123abc = 1:  4567def Subject", "-:  ------- > 2:  89abcde Subject"
-_RANGE_LINE = re.compile(r"^\s*(\d+|-):\s+([0-9a-f]+|-+) ([=!<>]) \s*(\d+|-):\s+([0-9a-f]+|-+) (.*)$")
-
-
 def parse_range_diff(text: str, names: dict[str, str]) -> list[RangeEntry]:
-    """The summary of ``git range-diff`` output; ``names``: old commit -> patch name."""
-    entries: list[RangeEntry] = []
-    for line in text.splitlines():
-        match = _RANGE_LINE.match(line)
-        if match:
-            _, old, mark, _, new, subject = match.groups()
-            name = next((n for sha, n in names.items() if sha.startswith(old)), old) if not old.startswith("-") else None
-            entries.append(RangeEntry(mark, name, None if new.startswith("-") else new, subject))
-        elif entries and entries[-1].mark == "!" and line.lstrip().startswith("@@"):
-            entries[-1].hunks += 1
+    """The summary of ``git range-diff`` output (git.sequencer.range_diff_lines reads it);
+    ``names``: old commit -> patch name."""
+    entries = []
+    for line in range_diff_lines(text):
+        name = next((n for sha, n in names.items() if sha.startswith(line.old)), line.old) if line.old else None
+        entries.append(RangeEntry(line.mark, name, line.new, line.subject, line.hunks))
     return entries
 
 
@@ -196,7 +188,7 @@ def _with_trailers(fork_path: Path, view: GitView, patches: list[Patch], series:
     by_commit: dict[str, str] = {}
     for patch in patches:
         if patch.commit in wanted and patch.parent:
-            new = _commit_like(tree, view.tree_of(patch.commit), patch.parent, patch.commit, trailers=wanted[patch.commit])
+            new = commit_like(tree, view.tree_of(patch.commit), patch.parent, patch.commit, trailers=wanted[patch.commit])
             renamed[new], by_commit[patch.commit] = patch.name, new
     if not renamed:
         return patches
@@ -249,16 +241,16 @@ def _dry_patches(workspace: Workspace, dep: Dependency, scratch: Scratch, fork_p
 def _fork_point(scratch: GitView, dep: Dependency, target: _Target) -> tuple[str, int]:
     """Where the pinned commit meets the target (commits after it are replayed), and how many
     upstream commits the move crosses: one walk when one contains the other (the usual case)."""
-    own, crossed = (int(n) for n in scratch.out("rev-list", "--left-right", "--count", END_OF_OPTIONS, f"{dep.commit}...{target.onto}").split())
+    own, crossed = history.left_right_counts(scratch, dep.commit, target.onto)
     if own == 0:
         return dep.commit, crossed
     if crossed == 0:
         return target.onto, 0
-    found = scratch.run("merge-base", END_OF_OPTIONS, dep.commit, target.onto, check=False)
-    if found.returncode != 0:
+    found = scratch.merge_base(dep.commit, target.onto)
+    if found is None:
         raise InputError(f"{dep.name}: {dep.commit[:12]} shares no history with {target.url} {target.label}",
                          hint="check --upstream / --onto (a repository switch needs a fork of the same project)")
-    return found.stdout.decode().strip(), crossed
+    return found, crossed
 
 
 def _behind_base(dep: Dependency, target: _Target, fork_point: str, explicit: bool) -> bool:
@@ -273,7 +265,7 @@ def _behind_base(dep: Dependency, target: _Target, fork_point: str, explicit: bo
 
 
 def _horizon(scratch: Scratch, patches: list[Patch], since: str, target: str, landed: dict[int, str]) -> Horizon:
-    probe = ChainProbe(scratch, patches, Commit(since, scratch.out("log", "-1", "--format=%s", END_OF_OPTIONS, since)),
+    probe = ChainProbe(scratch, patches, Commit(since, history.subject(scratch, since)),
                        first_parent_chain(scratch, since, target), landed)
     return probe.horizon(probe.at(len(probe.chain) - 1))
 
@@ -373,7 +365,7 @@ def _already_in_pin(scratch: GitView, dep: Dependency, state: CheckoutState) -> 
     names = already_applied(dep, state)
     if not names:
         return []
-    pin_subject = scratch.out("log", "-1", "--format=%s", END_OF_OPTIONS, dep.commit).strip()
+    pin_subject = history.subject(scratch, dep.commit)
     # no commit of the checkout was made from them: the pin stands for the pick (a full SHA, as the journal requires)
     return [Dropped(name, parse_patch_header(dep.patches_dir / name).subject, Evidence.APPLIES_EMPTY, dep.commit, dep.commit,
                     pin_subject) for name in names]
@@ -468,7 +460,7 @@ def _record_stop(workspace: Workspace, journal: Journal, fork: _Fork) -> None:
         journal.picks = journal.picks[:index] + [p for i, p in enumerate(remaining) if i not in present]
     else:
         journal.phase = Phase.STOPPED
-        journal.stopped = Stopped(index=index, commit=current, head=fork.out("rev-parse", "HEAD"),
+        journal.stopped = Stopped(index=index, commit=current, head=fork.head(),
                                   files=fork.conflicted_files())
     jr.save(workspace, journal)
 
@@ -579,9 +571,7 @@ def _range_diff(fork: _Fork, journal: Journal) -> str:
     """``git range-diff`` of the series before (replay base..old head) and after (onto..result)."""
     assert journal.result_head is not None
     revs = (journal.replay_base, journal.old_head, journal.onto, journal.result_head)
-    assert all(re.fullmatch(r"[0-9a-f]{40,64}", rev) for rev in revs), revs  # SHAs from git: never options
-    result = fork.run(*DIFF_CONFIG, "range-diff", "--no-color", "--creation-factor=100", f"{revs[0]}..{revs[1]}", f"{revs[2]}..{revs[3]}", check=False)
-    return result.stdout if result.returncode == 0 else ""
+    return fork.range_diff(*revs)
 
 
 def _verify_gone(fork: _Fork, result_head: str, gone: list[Pick]) -> tuple[list[Pick], list[Pick]]:
@@ -688,8 +678,8 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     stop_head = journal.stopped.head
     index = journal.stopped.index
     if not fork.stopped():
-        head = fork.out("rev-parse", "HEAD")
-        if fork.run("merge-base", "--is-ancestor", END_OF_OPTIONS, journal.onto, head, check=False).returncode != 0:
+        head = fork.head()
+        if not fork.is_ancestor(journal.onto, head):
             raise InputError(f"the rebase of {journal.dep} was abandoned outside assemble (HEAD is {head[:12]})",
                              hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
         dirty = fork.dirty()
@@ -703,13 +693,13 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     if unmerged:
         raise ConflictError(f"{journal.dep}: still unresolved: {', '.join(unmerged)}",
                             hint=f"edit them, `git -C {fork.path} add` them, then `assemble rebase --continue {journal.dep}`")
-    unstaged = [f for f in fork.out("diff", "--name-only").splitlines() if f]
+    unstaged = fork.unstaged()
     if unstaged:
         raise WouldLoseWorkError(f"{journal.dep}: changes not staged: {', '.join(unstaged)}",
                                  hint=f"`git -C {fork.path} add` them (or check them out) and continue")
     current = fork.rev("REBASE_HEAD") or journal.picks[index].commit
     position = next((i for i, p in enumerate(journal.picks) if p.commit == current), index)
-    head = fork.out("rev-parse", "HEAD")
+    head = fork.head()
     names = {p.key: p.name for p in journal.planned}
     made = from_commits(GitView(fork.git_dir), head, [stop_head])
     new = [Pick(c.commit or "", names.get(c.key, c.name), c.subject, c.key) for c in made]
@@ -717,33 +707,15 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
     # picks the user skipped with git on the way to this stop (or git dropped as empty)
     journal.skipped += [p for p in journal.picks[index:position] if p.key not in made_keys]
     pick = journal.picks[position]
-    tree = fork.out("write-tree")
-    if tree != fork.out("rev-parse", "HEAD^{tree}"):
-        new.append(Pick(_commit_like(fork, tree, head, current), pick.name, pick.subject, pick.key))
+    tree = fork.resolved_tree()
+    if tree is not None:
+        new.append(Pick(commit_like(fork, tree, head, current), pick.name, pick.subject, pick.key))
     else:
         journal.dropped.append(Dropped(pick.name, pick.subject, Evidence.RESOLVED_EMPTY, pick.commit))
     journal.picks = journal.picks[:index] + new + journal.picks[position + 1:]
     journal.phase, journal.stopped = Phase.REPLAYING, None
     jr.save(workspace, journal)
     return False
-
-
-def _commit_like(fork: WorkTree, tree: str, parent: str, original: str, trailers: list[str] | None = None) -> str:
-    """A commit of ``tree`` with ``original``'s author, date and message (plus ``trailers``;
-    ``Forwarded:`` replaces the one there): the resolution, made the way the replay makes
-    commits, so a later replay reproduces it exactly."""
-    headers, _, message = fork.run("cat-file", "commit", END_OF_OPTIONS, original).stdout.partition("\n\n")
-    if trailers:
-        args = [arg for t in trailers for arg in ("--if-exists", "replace" if t.startswith("Forwarded:") else "addIfDifferent",
-                                                  "--trailer", t)]
-        message = fork.run("interpret-trailers", *args, input=message).stdout
-    author = next(line[len("author "):] for line in headers.splitlines() if line.startswith("author "))
-    ident, _, when = author.rpartition(" ")
-    ident, _, stamp = ident.rpartition(" ")
-    name, _, email = ident.partition(" <")
-    date = f"{stamp} {when}"
-    env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
-    return fork.run("commit-tree", tree, "-p", parent, env=env, input=message).stdout.strip()
 
 
 @locked
