@@ -154,8 +154,9 @@ class _Plan:
     default_std: str  # for units whose recipe does not say (setuptools: torch's cpp_extension default)
 
 
-class _Toolchain:
-    """The build's torch environment and compilers, the CUDA toolkit chosen on first need."""
+class CheckToolchain:
+    """The build's torch environment and compilers, the CUDA toolkit chosen on first need; shared with
+    migration (assess, the compile proof), which compile with check's model."""
 
     def __init__(self, workspace: Workspace, options: CheckOptions, note: Note) -> None:
         from assembler.builder.builder import host_compiler_version
@@ -239,7 +240,7 @@ def run_check(
     deps = workspace.manifest.select(names)
     report = CheckReport()
     with workspace.lock():
-        tools = _Toolchain(workspace, options, note)
+        tools = CheckToolchain(workspace, options, note)
         report.torch, report.cxx = tools.env.torch, tools.cxx_version
         plans: list[_Plan] = []
         for dep in deps:
@@ -292,7 +293,7 @@ class DepModel(NamedTuple):
     default_std: str  # for units whose recipe does not say (setuptools: torch's cpp_extension default)
 
 
-def dep_model(workspace: Workspace, dep: Dependency, units: list[TranslationUnit], tools: _Toolchain) -> DepModel:
+def dep_model(workspace: Workspace, dep: Dependency, units: list[TranslationUnit], tools: CheckToolchain) -> DepModel:
     """The build's compile model of ``dep``: torch's include roots, then CUDA's, the torch-target
     and limited-API defines, the CUDA archs and the default standard."""
     archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
@@ -316,7 +317,7 @@ def dep_model(workspace: Workspace, dep: Dependency, units: list[TranslationUnit
 
 
 def _plan(
-    workspace: Workspace, dep: Dependency, check: DepCheck, checkout: Path, tools: _Toolchain,
+    workspace: Workspace, dep: Dependency, check: DepCheck, checkout: Path, tools: CheckToolchain,
     options: CheckOptions, state: CheckoutState | None, series: str,
 ) -> _Plan | None:
     from assembler.builder.builder import source_identity
@@ -372,7 +373,8 @@ def _stored(path: Path, key: str) -> dict[str, Any] | None:
     return None
 
 
-def _scan(plans: list[_Plan], tools: _Toolchain, options: CheckOptions, workspace: Workspace, on_dep: DepDone) -> None:
+def _scan(plans: list[_Plan], tools: CheckToolchain, options: CheckOptions, workspace: Workspace,
+          on_dep: DepDone) -> None:
     """All units of all plans on one pool of ``--jobs`` workers; a dependency is reported (and
     its record written) as soon as its last unit is done. Units that share a scan
     (:mod:`assembler.check.share`) are scanned once; the others then only read its output."""
@@ -409,7 +411,7 @@ def _scan(plans: list[_Plan], tools: _Toolchain, options: CheckOptions, workspac
                     pending[job] = (plan, [unit])
 
 
-def _groups(plan: _Plan, tools: _Toolchain, options: CheckOptions) -> list[list[TranslationUnit]]:
+def _groups(plan: _Plan, tools: CheckToolchain, options: CheckOptions) -> list[list[TranslationUnit]]:
     """The plan's units, those with one sharing key (check.share.unit_key) together, in order."""
     if not options.share:
         return [[unit] for unit in plan.units]
@@ -437,7 +439,7 @@ def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: 
     on_dep(check)
 
 
-def _passes(plan: _Plan, unit: TranslationUnit, tools: _Toolchain) -> list[Pass]:
+def _passes(plan: _Plan, unit: TranslationUnit, tools: CheckToolchain) -> list[Pass]:
     std = unit.std or plan.default_std
     if unit.language == CUDA:  # nvcc's passes for this unit's standard and flags (read by _plan)
         return tools.nvcc_passes(plan.dep.cuda_components, plan.archs, std, unit.flags).passes(plan.flags, unit)
@@ -445,7 +447,7 @@ def _passes(plan: _Plan, unit: TranslationUnit, tools: _Toolchain) -> list[Pass]
 
 
 def _scan_group(
-    plan: _Plan, group: list[TranslationUnit], tools: _Toolchain, options: CheckOptions, sharing: Sharing,
+    plan: _Plan, group: list[TranslationUnit], tools: CheckToolchain, options: CheckOptions, sharing: Sharing,
     outputs: list[ScanOutput] | None = None, scanned_as: str | None = None,
 ) -> tuple[UnitResult, list[ScanOutput] | None, frozenset[str]]:
     """The first unit of ``group`` checked (from ``outputs``, another unit's scans, when given),
@@ -460,7 +462,8 @@ def _scan_group(
     return result, (outputs if poisoned is not None else None), poisoned or frozenset()
 
 
-def _check_unit(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, options: CheckOptions, outputs: list[ScanOutput]) -> UnitResult:
+def _check_unit(plan: _Plan, unit: TranslationUnit, tools: CheckToolchain, options: CheckOptions,
+                outputs: list[ScanOutput]) -> UnitResult:
     result = UnitResult(unit.source, unit.language, unit.extension, unit.origin)
     std = unit.std or plan.default_std
     classify(unit, outputs, plan.reader, result)
@@ -471,7 +474,8 @@ def _check_unit(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, options: 
     return result
 
 
-def _syntax(plan: _Plan, unit: TranslationUnit, tools: _Toolchain, result: UnitResult, std: str, limits: Limits) -> None:
+def _syntax(plan: _Plan, unit: TranslationUnit, tools: CheckToolchain, result: UnitResult, std: str,
+            limits: Limits) -> None:
     """Shim functions and stable wrappers newer than the torch-target vanish behind
     TORCH_FEATURE_VERSION guards: the preprocessor is happy, the compiler is not. When the
     same pass with the build torch's own version as target compiles, the names it missed are

@@ -203,7 +203,7 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
     from assembler.builder.evidence import is_exactly_pinned
     from assembler.builder.header_diagnostics import torch_include_roots
     from assembler.check.compilers import Flags
-    from assembler.check.run import CheckOptions, _Toolchain
+    from assembler.check.run import CheckOptions, CheckToolchain
     from assembler.git.state import pinned_state
     from assembler.git.sync import sync_checkouts
     from assembler.system import available_cpus
@@ -213,7 +213,7 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
     report = AssessReport(ruleset)
     deps = workspace.manifest.select(names)
     with workspace.lock():
-        tools = _Toolchain(workspace, CheckOptions(torch=torch), note)
+        tools = CheckToolchain(workspace, CheckOptions(torch=torch), note)
         report.torch = tools.env.torch
         include_root = tools.env.torch_dir / "include"
         versions = Versions(include_root).all(ruleset)

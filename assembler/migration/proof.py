@@ -108,12 +108,12 @@ class Prover:
 
     def __init__(self, workspace: Workspace, dep: Dependency, checkout: Path, note: Note = lambda _: None,
                  units: list[TranslationUnit] | None = None, jobs: int = 0) -> None:
-        from assembler.check.run import CheckOptions, _Toolchain, dep_model
+        from assembler.check.run import CheckOptions, CheckToolchain, dep_model
         from assembler.system import available_cpus
 
         self.checkout = checkout.resolve()
         self.note = note
-        self.tools = _Toolchain(workspace, CheckOptions(), note)
+        self.tools = CheckToolchain(workspace, CheckOptions(), note)
         self.units = units if units is not None else translation_units(workspace, dep, self.checkout)
         self.model = dep_model(workspace, dep, self.units, self.tools)
         self.components = dep.cuda_components
