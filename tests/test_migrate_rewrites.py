@@ -33,6 +33,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "device-string": ('at::Device d("cuda:0");', 'torch::stable::Device d("cuda:0");'),
     "int-array-ref": ("void f(at::IntArrayRef s);", "void f(torch::headeronly::IntHeaderOnlyArrayRef s);"),
     "optional": ("c10::optional<int> n = c10::nullopt;", "std::optional<int> n = std::nullopt;"),
+    "string-view": ("void f(c10::string_view mode);", "void f(std::string_view mode);"),
     "bfloat16": ("auto p = x.data_ptr<at::BFloat16>();", "auto p = x.mutable_data_ptr<torch::headeronly::BFloat16>();"),
     "half": ("c10::Half h;", "torch::headeronly::Half h;"),
     "torch-check": ('TORCH_CHECK(ok, "message");', 'STD_TORCH_CHECK(ok, "message");'),
@@ -144,6 +145,29 @@ def test_what_is_not_mechanical_is_declined_with_the_reason(text: str, reason: s
     assert "torch::stable::contiguous" not in file.text and "torch::stable::empty_like" not in file.text
 
 
+def test_data_ptr_through_an_optional_tensor() -> None:
+    """The stable tensor has no templated data_ptr: opt->data_ptr<T>() is const or mutable like x.data_ptr<T>()."""
+    text = ("void f(const std::optional<at::Tensor>& b, std::optional<const at::Tensor>& c, Params* p) {\n"
+            "  const float* bp = b->data_ptr<float>();\n  float* wp = b->data_ptr<float>();\n"
+            "  const float* cp = c->data_ptr<float>();\n  auto* q = p->data_ptr<float>();\n}")
+    lines = _run(text).text.splitlines()
+    assert lines[1:5] == ["  const float* bp = b->const_data_ptr<float>();",
+                          "  float* wp = b->mutable_data_ptr<float>();",
+                          "  const float* cp = c->const_data_ptr<float>();",
+                          "  auto* q = p->data_ptr<float>();"]
+
+
+@pytest.mark.parametrize(("use", "method"), [
+    ("float& v = p[i];\n  v = 1.0f;", "mutable_data_ptr"),  # written through a reference to the element
+    ("auto& v = p[i];\n  v += 1.0f;", "mutable_data_ptr"),
+    ("const float& v = p[i];\n  s += v;", "const_data_ptr"),
+    ("s += p[i];", "const_data_ptr"),
+])
+def test_an_element_bound_to_a_non_const_reference_is_written(use: str, method: str) -> None:
+    text = f"void f(at::Tensor o, int i, float s) {{\n  float* p = o.data_ptr<float>();\n  {use}\n}}"
+    assert f"p = o.{method}<float>();" in _run(text).text
+
+
 def test_data_ptr_style_mutable() -> None:
     assert _run("const float* p = x.data_ptr<float>();", style={"data-ptr": "mutable"}).text == "const float* p = x.mutable_data_ptr<float>();"
 
@@ -183,6 +207,17 @@ def test_a_cuda_header_gives_its_own_line_once_nothing_needs_it() -> None:
     (["const std::vector<at::Tensor>& xs"], [], "std::vector<at::Tensor>", "f(Tensor[] xs) -> Tensor[]", False),
     (["int64_t T", "int64_t H"], [("T", None), ("H", None)], "int64_t", "f(int T, int H) -> int", False),
     (["std::optional<torch::Tensor> state = std::nullopt"], [("state", "py::none()")], "torch::Tensor", "f(Tensor? state=None) -> Tensor", False),
+    # DeepGEMM's shapes: a pair taken and returned, a tuple of tensors and ints returned, a dtype defaulted
+    (["const std::pair<torch::Tensor, torch::Tensor>& a"], [], "std::pair<torch::Tensor, torch::Tensor>",
+     "f(Tensor a_0, Tensor a_1) -> (Tensor, Tensor)", True),
+    (["const at::Tensor& x", "const at::ScalarType& dtype"], [("x", None), ("dtype", "torch::kFloat32")],
+     "std::tuple<at::Tensor, at::Tensor, int, int>",
+     "f(Tensor x, ScalarType dtype=float32) -> (Tensor, Tensor, int, int)", True),
+    (["const std::vector<int64_t>& rows", "std::vector<int> sizes"], [], "std::vector<int64_t>",
+     "f(int[] rows, int[] sizes) -> int[]", True),
+    (["at::IntArrayRef shape"], [], "at::Tensor", "f(int[] shape) -> Tensor", True),
+    (["const std::optional<const at::Tensor>& bias"], [], "at::Tensor", "f(Tensor? bias) -> Tensor", True),
+    (["c10::string_view mode"], [("mode", '"fast"')], "void", "f(str mode='fast') -> ()", True),
 ])
 def test_a_pybind11_binding_becomes_a_schema(parameters: list[str], args: list[tuple[str, str | None]], returns: str,
                                              schema: str, wrapped: bool) -> None:
@@ -222,6 +257,37 @@ def test_a_tensor_taken_by_non_const_reference_is_mutated(parameters: list[str],
     assert operator.wrapper is None and operator.impl == "&ns::f"  # TORCH_BOX hands a reference to its unboxed value
 
 
+def test_the_wrappers_hand_the_function_its_own_types() -> None:
+    """What TORCH_BOX unboxes (a std::optional<Tensor>, int64_t vectors, a std::tuple) becomes what the
+    function takes (an optional<const Tensor> it may hold by reference, a pair, std::vector<int>) and back."""
+    from assembler.migration.pybind import Binding, operator_for
+
+    optional = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["std::optional<const at::Tensor>& bias"])
+    assert optional.wrapper == ("at::Tensor f_boxed(const std::optional<at::Tensor>& bias) {\n"
+                                "  std::optional<const at::Tensor> bias_arg = bias;\n  return ns::f(bias_arg);\n}")
+    pair = operator_for(Binding("f", "ns::f", [("a", None)]), "std::pair<at::Tensor, at::Tensor>",
+                        ["const std::pair<at::Tensor, at::Tensor>& a"])
+    assert pair.wrapper is not None and "std::tuple<at::Tensor, at::Tensor> f_boxed(" in pair.wrapper
+    joined = "std::pair<at::Tensor, at::Tensor>(a_0, a_1)"
+    assert f"return std::tuple<at::Tensor, at::Tensor>(ns::f({joined}));" in pair.wrapper
+    assert pair.python_params == ["a"] and pair.python_args == ["*a"]  # the caller still passes the pair
+    vectors = operator_for(Binding("f", "ns::f", []), "std::vector<int>", ["std::vector<int> sizes"])
+    assert vectors.wrapper == ("std::vector<int64_t> f_boxed(std::vector<int64_t> sizes) {\n"
+                               "  auto result = ns::f(std::vector<int>(sizes.begin(), sizes.end()));\n"
+                               "  return std::vector<int64_t>(result.begin(), result.end());\n}")
+    dtype = operator_for(Binding("f", "ns::f", [("x", None), ("dtype", "at::ScalarType::Half")]), "at::Tensor",
+                         ["const at::Tensor& x", "at::ScalarType dtype"])
+    assert dtype.schema == "f(Tensor x, ScalarType dtype=float16) -> Tensor" and dtype.wrapper is None
+    assert dtype.python_params == ["x", "dtype=_assemble_torch.float16"]  # the forwarder's default is torch's
+
+
+def test_a_variant_is_declined_by_name() -> None:
+    from assembler.migration.pybind import Binding, Unconvertible, operator_for
+
+    with pytest.raises(Unconvertible, match=r"std::variant<int, std::tuple<int, int>> has no schema form"):
+        operator_for(Binding("f", "ns::f", []), "void", ["const std::variant<int, std::tuple<int, int>>& value"])
+
+
 def test_a_mutated_tensor_keeps_its_reference_through_a_wrapper() -> None:
     from assembler.migration.pybind import Binding, operator_for
 
@@ -244,6 +310,7 @@ def test_torch_parses_the_mutation_annotations(build_env_path: Path) -> None:
     from assembler.migration.pybind import Binding, operator_for, parse_schemas
 
     schemas = [operator_for(Binding("f", "ns::f", []), "at::Tensor", parameters).schema for parameters, _ in MUTATED]
+    schemas += ["f(Tensor x, ScalarType dtype=float32) -> (Tensor, Tensor, int, int)", "f(int[] rows) -> int[]"]
     assert parse_schemas(build_env_path / "bin" / "python", schemas) == [(schema, None) for schema in schemas]
     probe = ("import sys, torch\ns = torch._C.parse_schema(sys.argv[1])\n"
              "print([(a.name, a.alias_info.is_write, sorted(a.alias_info.before_set)) for a in s.arguments if a.alias_info])")

@@ -37,6 +37,7 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "device-type": ("d.type() == torch::kCUDA", "d.type() == torch::headeronly::DeviceType::CUDA"),
     "int-array-ref": ("c10::IntArrayRef s = x.sizes();", "torch::headeronly::IntHeaderOnlyArrayRef s = x.sizes();"),
     "optional": ("c10::optional<at::Tensor> o = c10::nullopt;", "std::optional<torch::stable::Tensor> o = std::nullopt;"),
+    "string-view": ("void f(c10::string_view mode);", "void f(std::string_view mode);"),
     "scalar-type-e8m0": ("at::kFloat8_e8m0fnu", "torch::headeronly::ScalarType::Float8_e8m0fnu"),
     "element-type": ("x.mutable_data_ptr<at::BFloat16>()", "x.mutable_data_ptr<torch::headeronly::BFloat16>()"),
     "tensor-options": ("x.options().dtype(at::kFloat)", "x.optionsFor()"),

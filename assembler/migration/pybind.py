@@ -28,6 +28,14 @@ _MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{")
 _TENSOR = r"(?:at|torch)::Tensor"
 _OPTIONAL_TENSOR = re.compile(rf"^(?:std|c10)::optional\s*<\s*{_TENSOR}\s*>$")
 _NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlL]?$")
+_SCALAR_TYPE = re.compile(r"(?:(?:at|c10|torch)::ScalarType|torch::Dtype|torch::headeronly::ScalarType)")
+# a ScalarType default as written in C++ (torch::kFloat32, at::ScalarType::Half) -> the dtype name a schema and
+# Python both spell (torch._C.parse_schema reads "ScalarType dtype=float32")
+_DTYPES = {"Float": "float32", "Float32": "float32", "Double": "float64", "Float64": "float64", "Half": "float16",
+           "Float16": "float16", "BFloat16": "bfloat16", "Int": "int32", "Int32": "int32", "Long": "int64",
+           "Int64": "int64", "Short": "int16", "Int16": "int16", "Char": "int8", "Int8": "int8", "Byte": "uint8",
+           "UInt8": "uint8", "Bool": "bool", "Float8_e4m3fn": "float8_e4m3fn", "Float8_e5m2": "float8_e5m2"}
+_DTYPE_DEFAULT = re.compile(r"(?:(?:at|c10|torch)::(?:ScalarType::|k)|torch::headeronly::ScalarType::)(\w+)")
 
 
 class Unconvertible(Exception):
@@ -98,11 +106,40 @@ def _scalar(base: str, reference: bool) -> tuple[str, str, bool]:
         return "int", "int64_t", True
     if base == "bool":
         return "bool", "bool", reference
-    if base in ("std::string", "std::string_view"):  # TORCH_BOX unboxes str to std::string (target >= 2.10)
-        return "str", "std::string", False
+    if base in ("std::string", "std::string_view", "c10::string_view"):  # TORCH_BOX unboxes str to std::string
+        return "str", "std::string", base == "c10::string_view"
+    if _SCALAR_TYPE.fullmatch(base):  # TORCH_BOX boxes torch::headeronly::ScalarType, which at::ScalarType becomes
+        return "ScalarType", "at::ScalarType", reference
+    if re.fullmatch(r"(?:at|c10|torch)::IntArrayRef", base):  # a view of the caller's list: the wrapper owns it
+        return "int[]", "std::vector<int64_t>", True
+    if (vector := re.fullmatch(r"std::vector<(.+)>", base)) is not None:
+        element, boxed, converts = _scalar(vector.group(1), False)
+        if element in ("int", "float", "bool"):
+            return f"{element}[]", f"std::vector<{boxed}>", converts or reference
     if re.match(r"(?:std|c10|boost)::variant<", base):
         raise Unconvertible(f"parameter type {base} has no schema form (a schema argument has one type)")
     raise Unconvertible(f"parameter type {base} has no schema type this step knows")
+
+
+def _converted(base: str, name: str) -> str:
+    """``name``, of the type the wrapper takes, as the ``base`` type the function takes."""
+    if base.startswith("std::vector<"):
+        return f"{base}({name}.begin(), {name}.end())"
+    return f"static_cast<{base}>({name})"
+
+
+def _tuple_element(base: str) -> tuple[str, str] | None:
+    """A returned tuple element's (schema type, boxed C++ type), or None when it has none."""
+    if re.fullmatch(_TENSOR, base):
+        return "Tensor", "at::Tensor"
+    if _OPTIONAL_TENSOR.match(base):
+        return "Tensor?", "std::optional<at::Tensor>"
+    try:
+        schema, boxed, _ = _scalar(base, False)
+    except Unconvertible:
+        return None
+    boxed = boxed.removeprefix("const ").removesuffix("&")
+    return (schema, boxed) if schema in ("int", "float", "bool", "str", "ScalarType", "Tensor[]", "int[]") else None
 
 
 def _default(text: str | None) -> str:
@@ -115,6 +152,8 @@ def _default(text: str | None) -> str:
         return "=None"
     if _NUMBER.match(value):
         return "=" + value.rstrip("fFlL")
+    if (dtype := _DTYPE_DEFAULT.fullmatch(value)) is not None and dtype.group(1) in _DTYPES:
+        return "=" + _DTYPES[dtype.group(1)]
     if re.fullmatch(r'"[^"\\\']*"', value):  # a string literal, quoted as the C string of m.def needs no escape
         return f"='{value[1:-1]}'"
     raise Unconvertible(f"default {value!r} is not a literal")
@@ -171,14 +210,15 @@ def pointer_taken_in(body: str, name: str) -> bool:
 
 def _split_tuple(name: str, base: str, optional: bool, default_text: str | None, schema_args: list[str],
                  wrapper_params: list[str], call_args: list[str], python_params: list[str], python_args: list[str]) -> None:
-    """A ``std::tuple`` parameter (or an optional one) as one schema argument per element: the
-    wrapper joins them into the tuple, the Python forwarder splits the caller's tuple."""
+    """A ``std::tuple`` or ``std::pair`` parameter (or an optional one) as one schema argument per
+    element: the wrapper joins them into the tuple, the Python forwarder splits the caller's tuple."""
     elements = _split_template(base)
     defaults: list[str] = [""] * len(elements)
     python_default = ""
     if default_text is not None:
         value = default_text.strip()
-        literal = re.fullmatch(r"(?:std::make_tuple\s*\(|std::tuple\s*<[^()]*>\s*[({]|\{)(.*)[)}]", value, re.S)
+        literal = re.fullmatch(r"(?:std::make_(?:tuple|pair)\s*\(|std::(?:tuple|pair)\s*<[^()]*>\s*[({]|\{)(.*)[)}]",
+                               value, re.S)
         if value in ("std::nullopt", "c10::nullopt", "py::none()") and optional:
             defaults, python_default = ["=None"] * len(elements), "=None"
         elif literal:
@@ -196,11 +236,11 @@ def _split_tuple(name: str, base: str, optional: bool, default_text: str | None,
         if optional:
             schema_args.append(f"{schema_type}? {piece}{defaults[position]}")
             wrapper_params.append(f"std::optional<{wrapper_type}> {piece}")
-            pieces.append(f"static_cast<{element}>(*{piece})" if converts else f"*{piece}")
+            pieces.append(_converted(element, f"*{piece}") if converts else f"*{piece}")
         else:
             schema_args.append(f"{schema_type} {piece}{defaults[position]}")
             wrapper_params.append(f"{wrapper_type} {piece}")
-            pieces.append(f"static_cast<{element}>({piece})" if converts else piece)
+            pieces.append(_converted(element, piece) if converts else piece)
     joined = f"{base}({', '.join(pieces)})"
     call_args.append(f"({name}_0 ? std::optional<{base}>({joined}) : std::nullopt)" if optional else joined)
     python_params.append(f"{name}{python_default}")
@@ -225,6 +265,7 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
     kept_pointers: list[str] = []  # tensors whose data pointer the body keeps, not written in the schema
     read_only: list[str] = []
     needs_wrapper = False
+    prelude: list[str] = []  # the wrapper's statements before the call
     mutated = 0
     for index, written in enumerate(parameters):
         parameter = written.split("=", 1)[0].strip()  # a C++ default argument: the py::arg default is the schema's
@@ -233,8 +274,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
             cxx_type, cxx_name = parameter.rsplit("&", 1)[0] + "&", parameter.rsplit("&", 1)[1].strip()
         name = names[index] if names else cxx_name.strip()
         base, reference = _base(cxx_type)
-        tuple_base = re.fullmatch(r"(?:std|c10)::optional<(std::tuple<.+>)>", base)
-        if base.startswith("std::tuple<") or tuple_base:
+        tuple_base = re.fullmatch(r"(?:std|c10)::optional<(std::(?:tuple|pair)<.+>)>", base)
+        if base.startswith(("std::tuple<", "std::pair<")) or tuple_base:
             _split_tuple(name, tuple_base.group(1) if tuple_base else base, tuple_base is not None,
                          binding.args[index][1] if names else None, schema_args, wrapper_params, call_args,
                          python_params, python_args)
@@ -247,12 +288,27 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
             schema_type, wrapper_type, converts = _scalar(inner, False)
             schema_args.append(f"{schema_type}? {name}{default}")
             wrapper_params.append(f"std::optional<{wrapper_type}> {name}")
-            call_args.append(f"{name} ? std::optional<{inner}>(static_cast<{inner}>(*{name})) : std::nullopt" if converts else name)
+            call_args.append(f"{name} ? std::optional<{inner}>({_converted(inner, '*' + name)}) : std::nullopt"
+                             if converts else name)
             needs_wrapper = needs_wrapper or converts or reference
             python_params.append(f"{name}{default}")
             python_args.append(name)
             continue
         schema_type, wrapper_type, converts = _scalar(base, reference)
+        python_default = default
+        if schema_type == "ScalarType" and default:
+            python_default = f"={_TORCH_ALIAS}.{default[1:]}"  # the forwarder's default is torch's dtype
+        if schema_type == "Tensor?" and re.search(r"optional\s*<\s*const\b", cxx_type):
+            # TORCH_BOX unboxes std::optional<Tensor>: the wrapper keeps the optional<const Tensor> the function takes
+            # (by reference, so in a local of its own)
+            schema_args.append(f"Tensor? {name}{default}")
+            wrapper_params.append(f"{wrapper_type} {name}")
+            prelude.append(f"std::optional<const at::Tensor> {name}_arg = {name};")
+            call_args.append(f"{name}_arg")
+            python_params.append(f"{name}{default}")
+            python_args.append(name)
+            needs_wrapper = True
+            continue
         by_reference = reference and not re.search(r"\bconst\b", cxx_type)
         if schema_type in ("Tensor", "Tensor?", "Tensor[]") and (
                 (by_reference and schema_type != "Tensor?") or (body is not None and written_in(body, cxx_name.strip()))):
@@ -268,8 +324,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
             read_only.append(name)
         schema_args.append(f"{schema_type} {name}{default}")
         wrapper_params.append(f"{wrapper_type} {name}")
-        call_args.append(f"static_cast<{base}>({name})" if converts and schema_type != "Tensor" else name)
-        python_params.append(f"{name}{default}")
+        call_args.append(_converted(base, name) if converts and schema_type != "Tensor" else name)
+        python_params.append(f"{name}{python_default}")
         python_args.append(name)
         needs_wrapper = needs_wrapper or converts
     ret_base, _ = _base(re.sub(r"\b(?:inline|static|constexpr)\b", "", returns))
@@ -278,6 +334,16 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
         schema_ret = "Tensor"
     elif ret_base.startswith("std::tuple<") and all(re.fullmatch(_TENSOR, e) for e in _split_template(ret_base)):
         schema_ret = "(" + ", ".join("Tensor" for _ in _split_template(ret_base)) + ")"
+    elif ret_base.startswith(("std::tuple<", "std::pair<")):
+        # TORCH_BOX boxes a std::tuple of boxable types: a pair, an int or a float element goes through one
+        elements = [_tuple_element(element) for element in _split_template(ret_base)]
+        if any(element is None for element in elements):
+            raise Unconvertible(f"return type {ret_base} has an element with no schema type this step knows")
+        schema_ret = "(" + ", ".join(element[0] for element in elements if element) + ")"
+        boxed_tuple = "std::tuple<" + ", ".join(element[1] for element in elements if element) + ">"
+        if boxed_tuple != ret_base:
+            ret_cast = boxed_tuple
+            needs_wrapper = True
     elif re.fullmatch(rf"std::vector<{_TENSOR}>", ret_base):
         schema_ret = "Tensor[]"
     elif ret_base == "void":
@@ -287,7 +353,7 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
             schema_ret, boxed, converts = _scalar(ret_base, False)
         except Unconvertible:
             raise Unconvertible(f"return type {ret_base} has no schema type this step knows") from None
-        if schema_ret not in ("int", "float", "bool", "str"):
+        if schema_ret not in ("int", "float", "bool", "str", "ScalarType", "int[]", "float[]", "bool[]"):
             raise Unconvertible(f"return type {ret_base} has no schema type this step knows")
         if converts:
             ret_cast = boxed
@@ -305,8 +371,17 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
                         python_args=python_args, unsure=unsure)
     wrapper_name = f"{binding.name}_boxed"
     call = f"{binding.function}({', '.join(call_args)})"
-    body = (f"{call};" if ret_base == "void" else f"return static_cast<{ret_cast}>({call});" if ret_cast
-            else f"return {call};")
+    if ret_base == "void":
+        body = f"{call};"
+    elif ret_cast and ret_base.startswith("std::vector<"):
+        body = f"auto result = {call};\n  return {ret_cast}(result.begin(), result.end());"
+    elif ret_cast and ret_cast.startswith("std::tuple<"):
+        body = f"return {ret_cast}({call});"
+    elif ret_cast:
+        body = f"return static_cast<{ret_cast}>({call});"
+    else:
+        body = f"return {call};"
+    body = "\n  ".join([*prelude, body])
     wrapper = f"{ret_cast or ret_base} {wrapper_name}({', '.join(wrapper_params)}) {{\n  {body}\n}}"
     return Operator(schema, f"&{wrapper_name}", wrapper, guard=binding.guard, python_params=python_params,
                     python_args=python_args, unsure=unsure)
@@ -360,14 +435,16 @@ _HELPER_DEF = re.compile(r"(?:\b(?:static|inline)\s+)*\bvoid\s+(\w+)\s*\(\s*(?::
 _LIBRARY = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{")
 
 
-def _top_level(code: str, start: int, end: int) -> list[tuple[int, int]]:
-    """The (start, end) of each comma-separated item of ``code[start:end]`` (brackets nested)."""
+def _top_level(code: str, start: int, end: int, templates: bool = False) -> list[tuple[int, int]]:
+    """The (start, end) of each comma-separated item of ``code[start:end]`` (brackets nested;
+    ``templates``: angle brackets too, as in a parameter list's ``std::variant<int, T>``)."""
     items, depth, first = [], 0, start
+    opening, closing = ("([{<", ")]}>") if templates else ("([{", ")]}")
     for index in range(start, end):
         char = code[index]
-        if char in "([{":
+        if char in opening:
             depth += 1
-        elif char in ")]}":
+        elif char in closing:
             depth -= 1
         elif char == "," and depth == 0:
             items.append((first, index))
@@ -439,7 +516,7 @@ def _lambda(binding_name: str, source: _Source, start: int, end: int, var: str,
     body = code[body_open:body_close + 1]
     if captures not in ("", "&", "=") or re.search(rf"\b{re.escape(var)}\b", body):
         raise Unconvertible(f"{binding_name}: the lambda captures a local ({captures or var}); name it by hand")
-    parameters = [text[a:b].strip() for a, b in _top_level(code, paren + 1, close)]
+    parameters = [text[a:b].strip() for a, b in _top_level(code, paren + 1, close, templates=True)]
     if any(re.match(r"(?:const\s+)?auto\b", p) for p in parameters):
         raise Unconvertible(f"{binding_name}: a generic lambda (auto parameter) has no one schema")
     returns = head.group(2).strip() if head.group(2) else _returned(body, signature)

@@ -151,7 +151,7 @@ def _declaration_patterns(bare: bool) -> list[tuple[str, re.Pattern[str]]]:
     scalar = r"(?:torch::headeronly::ScalarType|(?:at|c10|torch)::ScalarType|torch::Dtype)\b(?!\s*::)"
     return [
         (TENSOR, re.compile(rf"(?<![\w:]){tensor}\s*{_QUALIFIERS}{_NAME}")),
-        (HANDLE, re.compile(rf"(?:std|c10)::optional\s*<\s*{tensor}\s*>\s*{_QUALIFIERS}{_NAME}")),
+        (HANDLE, re.compile(rf"(?:std|c10)::optional\s*<\s*(?:const\s+)?{tensor}\s*>\s*{_QUALIFIERS}{_NAME}")),
         (SEQUENCE, re.compile(rf"(?:std::vector\s*<\s*{tensor}\s*>|std::array\s*<\s*{tensor}\s*,[^<>;]*>)\s*"
                               rf"{_QUALIFIERS}{_NAME}")),
         (SCALAR, re.compile(rf"(?<![\w:]){scalar}\s*{_QUALIFIERS}{_NAME}")),
@@ -966,13 +966,17 @@ def _declared_to_const(code: str, name: str) -> bool:
     return last is not None and re.search(r"\bconst\b", last.group("type")) is not None
 _WRITE_BEFORE = re.compile(r"(?:\+\+|--|&)\s*$")
 _WRITE_AFTER = re.compile(r"\s*(?:=(?!=)|[-+*/%&|^]=|<<=|>>=|\+\+|--)")
+# ``float& v = p[i];`` (or ``auto&``): the element gets a name that writes it; ``const float& v`` reads
+_REFERENCE_BOUND = re.compile(r"(?:^|[;{}(,])\s*(?P<type>(?:[\w:]+(?:\s*<[^<>;]*>)?\s*)+)&\s*\w+\s*=\s*$")
 
 
 def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str) -> None:
     """``.data_ptr<T>()`` -> ``.const_data_ptr<T>()`` where the code only reads through it (a
     ``const T*`` takes it, a cast to a const pointer, or a pointer variable the rest of its
-    block only reads as ``p[i]``), else ``.mutable_data_ptr<T>()``; an untemplated
-    ``data_ptr()`` (a stable call) becomes ``const_data_ptr()`` only where a const cast takes it."""
+    block only reads as ``p[i]``), else ``.mutable_data_ptr<T>()``; likewise ``p->data_ptr<T>()``
+    where ``p`` is declared an optional tensor or a pointer to one (the stable tensor has no
+    templated ``data_ptr``); an untemplated ``data_ptr()`` (a stable call) becomes
+    ``const_data_ptr()`` only where a const cast takes it."""
     code = blank_comments_and_strings(file.text)
     edits: list[tuple[int, int, str]] = []
     constants: list[tuple[int, int, str]] = []
@@ -981,8 +985,12 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
         line = _line_of(code, found.start())
         templated = found.group().endswith("<")
         start = _receiver_start(code, found.start())
-        if found.group().startswith("->") or (not templated and style == "mutable") or start is None:
+        if (not templated and style == "mutable") or start is None:
             continue
+        if found.group().startswith("->"):  # an optional or a pointer the file declares one (opt->data_ptr<T>())
+            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            if not templated or declarations.kind(code[start:found.start()], line) != HANDLE:
+                continue
         opening = code.find("(", found.end() if templated else found.start())
         closing = None if opening < 0 else _close_paren(code, opening)
         before = code[code.rfind("\n", 0, start) + 1:start]
@@ -1010,8 +1018,9 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
 
 def _only_read(code: str, declarations: Declarations, name: str, declared_at: int, statement_end: int) -> bool:
     """Whether every later use of the pointer ``name`` in its block reads an element
-    (``name[i]`` not assigned, incremented or decremented): anything else (passed on, kept,
-    dereferenced, offset) may write, so the pointer stays mutable."""
+    (``name[i]`` not assigned, incremented or decremented, nor bound to a non-const reference:
+    ``float& v = name[i]`` writes through ``v``): anything else (passed on, kept, dereferenced,
+    offset) may write, so the pointer stays mutable."""
     first, last = declarations.scope(declared_at)
     if first > last:
         return False
@@ -1025,6 +1034,9 @@ def _only_read(code: str, declarations: Declarations, name: str, declared_at: in
         closing = None if subscript is None else _close(code, use.end() + subscript.end() - 1)
         written = closing is None or _WRITE_AFTER.match(code, closing + 1) is not None
         if written or _WRITE_BEFORE.search(code, max(0, use.start() - 8), use.start()):
+            return False
+        bound = _REFERENCE_BOUND.search(code, max(0, use.start() - 120), use.start())
+        if bound is not None and not re.search(r"\bconst\b", bound.group("type")):
             return False
         reads += 1
     return reads > 0  # a pointer nothing reads says nothing either way
