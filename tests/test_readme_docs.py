@@ -116,3 +116,13 @@ def test_make_installs_with_pip_showing_progress() -> None:
     assert installs, recipe
     for line in installs:
         assert not re.search(r"\s(--quiet|-q+)\b", line) and "--progress-bar off" not in line, line
+
+
+def test_the_readme_says_how_long_the_two_commands_take() -> None:
+    """A newcomer could not tell a slow `make test` from a hung one: the README gives both
+    commands' times, next to the block that names them, as the docs' home page does."""
+    for page in (README, ROOT / "docs" / "index.md"):
+        text = " ".join(page.read_text().split())
+        after = text.split("make test #", 1)[1][:600]
+        for command in ("make demo", "make test"):
+            assert re.search(rf"`{command}`( takes)? about \d+(-\d+)? minutes", after), (page.name, command, after)
