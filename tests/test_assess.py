@@ -16,7 +16,7 @@ import pytest
 
 from tests.build_support import assemble, example_copy
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 # Counted by hand in upstream-src/normkit/01-rms-norm/csrc (normkit.h and normkit.cpp), less
 # what `#ifdef NORMKIT_WITH_CUDA` and `#ifndef NORMKIT_NO_LEGACY` leave out of the build.

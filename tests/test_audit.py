@@ -74,7 +74,7 @@ def abi3audit(wheel: Path) -> dict[str, dict]:
     return {item["name"]: item["result"] for item in spec["wheel"]}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("which", ["good", "bad"])
 def test_torch_verdicts_counts_and_min_torch_agree_with_torch_abi_audit(
     which: str, wheels: Wheels, reports: dict[str, dict], tmp_path: Path
@@ -90,7 +90,7 @@ def test_torch_verdicts_counts_and_min_torch_agree_with_torch_abi_audit(
         assert mine == theirs[name], name
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("which", ["good", "bad"])
 def test_abi3_findings_agree_with_abi3audit(which: str, wheels: Wheels, reports: dict[str, dict]) -> None:
     theirs = abi3audit(getattr(wheels, which))
@@ -102,7 +102,7 @@ def test_abi3_findings_agree_with_abi3audit(which: str, wheels: Wheels, reports:
         assert result["is_abi3_baseline_compatible"] == (not ours[name]["newer_than_tag"]), name
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_each_fixture_gets_the_verdict_it_was_built_for(reports: dict[str, dict]) -> None:
     good, bad = by_name(reports["good"]), by_name(reports["bad"])
     stable = good["stable_ops.abi3.so"]
@@ -128,7 +128,7 @@ def test_each_fixture_gets_the_verdict_it_was_built_for(reports: dict[str, dict]
     assert (reports["bad"]["torch_abi"], reports["bad"]["cpython_abi"]) == ("UNSTABLE", "NON-ABI3")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_json_schema_fields(reports: dict[str, dict]) -> None:
     for report in reports.values():
         assert set(report) >= TOP_FIELDS and report["schema"] == 1
@@ -138,7 +138,7 @@ def test_json_schema_fields(reports: dict[str, dict]) -> None:
             assert entry["kind"] in {"extension", "library"}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_check_gates_exit_codes(wheels: Wheels) -> None:
     assert run_assemble("audit", "--check", "torch", str(wheels.good)).returncode == 0
     abi3 = run_assemble("audit", "--check", "abi3", str(wheels.good))
@@ -152,7 +152,7 @@ def test_check_gates_exit_codes(wheels: Wheels) -> None:
     assert both.returncode == 1 and "PyObject_Print" in both.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_table_and_verbose_list_the_offenders(wheels: Wheels) -> None:
     done = run_assemble("audit", "-v", str(wheels.bad))
     assert done.returncode == 0
@@ -162,7 +162,7 @@ def test_table_and_verbose_list_the_offenders(wheels: Wheels) -> None:
     assert "abi3info" in done.stdout  # where the CPython table came from
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_directory_and_single_file_give_the_wheel_results(
     wheels: Wheels, reports: dict[str, dict], audit_build: tuple[Objects, Wheels], tmp_path: Path
 ) -> None:
@@ -177,7 +177,7 @@ def test_directory_and_single_file_give_the_wheel_results(
     assert entry == {**by_name(reports["bad"])["unstable_ops.abi3.so"], "path": "unstable_ops.abi3.so"}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_gate_api_for_the_build(wheels: Wheels, audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
     good, bad = audit_paths([wheels.good, wheels.bad])
     assert audit_paths([wheels.good, wheels.bad], workers=1) == [good, bad]  # threads change nothing

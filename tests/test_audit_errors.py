@@ -56,21 +56,21 @@ def test_non_elf_member_is_no_object_for_audit_and_size_alike(tmp_path: Path) ->
     assert alone.returncode == 0 and json.loads(alone.stdout)["not_elf"] == ["libfake.so"]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_truncated_elf_member(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
     head = audit_build[0].stable.read_bytes()[:6000]  # headers and symbol tables, no .dynamic
     wheel = make_wheel(tmp_path / "cut-1.0-cp39-abi3-linux_x86_64.whl", {"cut/_C.abi3.so": head})
     assert_exit_2(wheel, "cut/_C.abi3.so", "truncated ELF")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_truncated_shared_object_file(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
     path = tmp_path / "cut.so"
     path.write_bytes(audit_build[0].plain.read_bytes()[:40])
     assert_exit_2(path, "cut.so", "truncated ELF")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_corrupt_member_data(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
     wheel = tmp_path / "good-1.0-cp39-abi3-linux_x86_64.whl"
     shutil.copy(audit_build[1].good, wheel)
@@ -83,7 +83,7 @@ def test_corrupt_member_data(audit_build: tuple[Objects, Wheels], tmp_path: Path
     assert_exit_2(wheel, "good/stable_ops.abi3.so", "corrupt")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_cut_wheel(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
     wheel = tmp_path / "good-1.0-cp39-abi3-linux_x86_64.whl"
     wheel.write_bytes(audit_build[1].good.read_bytes()[:-5000])  # the central directory is gone

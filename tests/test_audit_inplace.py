@@ -78,7 +78,7 @@ def test_tail_of_a_random_stream_comes_from_stored_blocks() -> None:
     assert tail is not None and tail.data == data[-4096:]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_big_member_is_read_from_both_ends_and_agrees_with_pyelftools(audit_build: tuple[Objects, Wheels]) -> None:
     objects, wheels = audit_build
     src = open_member(member(wheels.good, "good/big_ops.abi3.so"))
@@ -90,7 +90,7 @@ def test_big_member_is_read_from_both_ends_and_agrees_with_pyelftools(audit_buil
     src.close()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_without_section_headers_the_tail_is_not_trusted(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
     objects, _ = audit_build
     raw = bytearray(objects.big.read_bytes())
@@ -103,7 +103,7 @@ def test_without_section_headers_the_tail_is_not_trusted(audit_build: tuple[Obje
     assert same(info, reference(objects.big))  # symbol count from DT_GNU_HASH equals the section's
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_random_access_reads_equal_the_file(audit_build: tuple[Objects, Wheels]) -> None:
     objects, wheels = audit_build
     truth = objects.big.read_bytes()
@@ -117,7 +117,7 @@ def test_random_access_reads_equal_the_file(audit_build: tuple[Objects, Wheels])
     src.close()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_stored_members_read_directly(audit_build: tuple[Objects, Wheels], tmp_path: Path) -> None:
     objects, _ = audit_build
     wheel = tmp_path / "stored-1.0-cp39-abi3-linux_x86_64.whl"

@@ -24,7 +24,7 @@ from assembler.errors import CheckFailed
 from tests.audit_fixtures.build import make_wheel
 from tests.conftest import run_assemble
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 CUDA_SHIM = "aoti_torch_get_current_cuda_stream"
 SOURCE = f"""\

@@ -67,7 +67,7 @@ def fake_torch_wheel(path: Path) -> Path:
     return path
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_refresh_from_a_torch_wheel_resolves_unknown_symbols(
     audit_build: tuple[Objects, Wheels], tmp_path: Path
 ) -> None:
@@ -92,7 +92,7 @@ def test_refresh_from_a_torch_wheel_resolves_unknown_symbols(
     assert entry["unknown_shim_symbols"] == []
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_refresh_from_an_installed_torch_confirms_the_table(tmp_path: Path) -> None:
     from assembler.toolchain.torchenv import ensure_build_env
 

@@ -56,7 +56,7 @@ def test_a_library_shipped_beside_the_extension_is_in_its_load_scope(tmp_path: P
     assert not [f for f in findings(report, CheckKind.ALL) if f.verdict == Verdict.UNRESOLVED]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_symbol_the_shipped_library_lacks_is_unresolved(tmp_path: Path) -> None:
     """Claimed missing only with every library of the tree known whole: torch's from a real torch/lib."""
     from assembler.toolchain.torchenv import ensure_build_env
@@ -89,7 +89,7 @@ def test_a_directory_is_read_as_the_loader_would(tmp_path: Path) -> None:
     assert ext.unjudged_imports is None and ext.unresolved == {}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_torch_symbol_the_named_torch_does_not_export_is_unresolved(tmp_path: Path) -> None:
     """As torchrl's ``_torchrl`` on torch 2.13.0 (``torch::autograd::_wrap_outputs``): the object
     links libtorch_cpu.so, which is there, but no library of that torch exports the symbol."""

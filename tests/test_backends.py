@@ -24,7 +24,7 @@ from assembler.workspace import open_workspace
 from tests.build_support import HERMETIC_CUDA, assemble, sharing_toolchains
 from tests.gitrepo import Repo, git
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 PROBE_SETUP = '''\
 """Records the environment setup.py sees, then builds one abi3 torch extension."""

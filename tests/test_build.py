@@ -9,7 +9,6 @@ import json
 import re
 import shutil
 import subprocess
-import time
 import zipfile
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from assembler.workspace import Workspace, open_workspace
 from tests.build_support import HERMETIC_CUDA, assemble
 from tests.gitrepo import Repo, git
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 UNSTABLE_CALL = """
 // Reaches into libc10 past the Stable ABI: the audit must call this extension UNSTABLE.
@@ -83,14 +82,11 @@ def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild
     )
     subprocess.run([build_env_path / "bin" / "python", "-c", probe, artifacts / "vecadd" / "files"], check=True)
 
-    started = time.monotonic()
     second = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--json", cache=private_cache)
-    elapsed = time.monotonic() - started
     assert second.returncode == 0, second.stderr[-4000:]
     again = json.loads(second.stdout)
     assert _statuses(again) == {"vecadd": "cached", "scalekit": "cached", "rowsum": "cached"}
-    assert Path(again["wheel"]).read_bytes() == wheel.read_bytes()
-    assert elapsed < 10, f"no-op build took {elapsed:.1f} s"  # ~0.3 s alone; generous under a loaded CI
+    assert Path(again["wheel"]).read_bytes() == wheel.read_bytes()  # nothing rebuilt (no time asserted: benchmarks/build_noop.py)
 
     # from scratch again (no artifact store, no build trees, no wheel): the same bytes
     for state in (private_cache / "artifacts", example_ws / ".assemble", example_ws / "dist"):

@@ -23,7 +23,7 @@ from assembler.toolchain.torchenv import describe_build_env
 from assembler.verify.envs import ensure_torch_env
 from tests.build_support import BUILD_TORCH, HERMETIC_CUDA
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def test_hermetic_cuda_reports_the_version_asked_for(toolchains: Path) -> None:

@@ -207,7 +207,7 @@ def _build(ws: Path, cache: Path) -> dict[str, dict[str, object]]:
     return {dep["dep"]: dep for dep in json.loads(done.stdout)["deps"]}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_runner_at_other_paths_with_its_own_toolkit_misses_nothing(
         tmp_path: Path, toolchains: Path, redis_url: str) -> None:
     """The issue's measurement: a second workspace and cache at other paths, whose CUDA toolkit

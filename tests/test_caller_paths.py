@@ -13,7 +13,7 @@ from tests.conftest import run_assemble
 from tests.test_verify import OLD, libraries, torch_envs, wheel, workspace  # noqa: F401 (fixtures)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_verify_takes_a_wheel_path_relative_to_the_caller(workspace: Path) -> None:  # noqa: F811
     """The installer runs in a scratch directory; a relative WHEEL was looked up there
     ("Distribution not found at: file://<scratch>/dist/X.whl", exit 2)."""
@@ -26,7 +26,7 @@ def test_verify_takes_a_wheel_path_relative_to_the_caller(workspace: Path) -> No
     assert {cell["status"] for cell in document["results"]} == {"PASS"}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_dash_c_is_gits_dash_c(workspace: Path) -> None:  # noqa: F811
     """`-C stable/dist verify NAME.whl`: the wheel is read against DIR and the workspace is the
     nearest deps.toml upward from DIR (stable/, whose specs are then used)."""

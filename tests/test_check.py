@@ -20,7 +20,7 @@ from assembler.errors import InputError
 from assembler.workspace import open_workspace
 from tests.build_support import HERMETIC_CUDA, assemble, example_copy
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 # A small library of its own next to the example's add_scaled.cpp, one file per finding.
 EXTRA_SOURCES = {

@@ -156,7 +156,7 @@ def _truncate_series(ws: Path, dep: str, keep: int) -> None:
     (patches / "series").write_text("\n".join(series[:keep]) + "\n")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_committed_check_result_is_never_read(example_ws: Path, private_cache: Path) -> None:
     """A record with the real key and its verdicts flipped to CLEAN, put where results used to
     be kept (.assemble/check/<dep>.json), and the cache's own record deleted: the next check

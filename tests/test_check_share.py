@@ -13,7 +13,7 @@ import pytest
 from assembler.check.share import skeleton
 from tests.build_support import HERMETIC_CUDA, assemble
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 INSTANCE = '// generated {n}\n\n#include "launch.h"\n\n#ifndef DISABLE_{n}\ntemplate void run<{n}>();\n#endif\n'
 HEADERS = {

@@ -30,7 +30,7 @@ from tests.build_support import BUILD_TORCH, HERMETIC_CUDA
 from tests.conftest import run_assemble
 from tests.gitrepo import Repo
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 HOST = """\
 #include <cuda_fp16.h>

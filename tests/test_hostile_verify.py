@@ -21,7 +21,7 @@ from assembler.toolchain.venv import changed_files, recorded_files, site_package
 from tests.conftest import run_assemble
 from tests.verify_fixtures.demo import write_wheel
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 TORCH = "2.13.0"
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.build_support import HERMETIC_CUDA, assemble, example_copy
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def test_migrate_checkkit_alone_reaches_clean_builds_and_verifies(tmp_path: Path, private_cache: Path) -> None:

@@ -19,7 +19,7 @@ import tomlkit
 
 from tests.build_support import EXAMPLE, HERMETIC_CUDA, assemble, example_copy
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 MANUAL = next((EXAMPLE / "migrate" / "manual").glob("0004-*.patch"))
 

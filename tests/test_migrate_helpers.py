@@ -17,7 +17,7 @@ from assembler.migration import helpers
 from tests.conftest import run_assemble
 from tests.gitrepo import Repo
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 GUARD = """#include <torch/extension.h>
 

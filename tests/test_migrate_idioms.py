@@ -411,7 +411,7 @@ def torch_flags_fixture(build_env_path: Path) -> tuple[list[str], Path]:
     return [flag for root in roots for flag in ("-isystem", str(root))], python_include_dir(env.path / "bin" / "python")
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_each_rewritten_case_compiles_and_would_not_without_its_rewrite(tmp_path: Path,
                                                                        torch_flags: tuple[list[str], Path]) -> None:
     flags, _ = torch_flags
@@ -433,7 +433,7 @@ def test_each_rewritten_case_compiles_and_would_not_without_its_rewrite(tmp_path
     assert _failed(without, without_stderr) == {path.name for path in without}, without_stderr[-6000:]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_old_cases_are_real_aten_code(tmp_path: Path, torch_flags: tuple[list[str], Path]) -> None:
     """All the cases at once, the old way, against the full torch (no torch-target): one
     translation unit, as <torch/extension.h> alone takes most of a minute to parse."""
@@ -531,7 +531,7 @@ def cuda_include_fixture(toolchains: Path) -> Path:
     return select_cuda(HERMETIC_CUDA).root / "include"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_guards_and_streams_compile_through_the_helper_and_would_not_without(
         tmp_path: Path, torch_flags: tuple[list[str], Path], cuda_include: Path) -> None:
     """The rewritten file and the header compile at torch-target 2.10 with only stable torch
@@ -596,7 +596,7 @@ def test_a_header_of_the_forks_own_with_the_name_is_never_written_over(tmp_path:
     assert helpers.INCLUDE.match('#include "../assemble_stable_helpers_1.h"')
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_short_names_after_using_declarations_compile(tmp_path: Path, torch_flags: tuple[list[str], Path]) -> None:
     """A C++ source spells Tensor and ScalarType short, as QuTLASS's and FlashAttention-2's
     authors did; the result compiles at the torch-target."""

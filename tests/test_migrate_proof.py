@@ -109,7 +109,7 @@ def test_a_dirty_fork_is_refused_before_any_work(tmp_path: Path) -> None:
     assert (ws.fork / "csrc" / "kern.cpp").read_text() == "// an edit of my own\n"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_only_what_compiles_is_committed(tmp_path: Path, private_cache: Path) -> None:
     ws = _workspace(tmp_path / "ws", "oldlib", OLDLIB)
     env = {"ASSEMBLE_CACHE": str(private_cache)}
@@ -143,7 +143,7 @@ def test_only_what_compiles_is_committed(tmp_path: Path, private_cache: Path) ->
     assert "torch::stable::contiguous(x)" in util
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_review_flags_a_hunk_that_does_not_compile(tmp_path: Path, private_cache: Path) -> None:
     """The token criterion passes ``x.contiguous()`` for ``torch::stable::contiguous(x)`` as
     API-only; the compile of the series' result flags it, with the compiler's message, until
@@ -197,7 +197,7 @@ void launch(Half* p) { twice<<<1, 32>>>(p); }
 """
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_cuda_unit_goes_through_nvccs_front_ends(tmp_path: Path, private_cache: Path) -> None:
     """``nvcc -cuda -fdevice-syntax-only`` instantiates the kernel template: an error only an
     instantiation shows is found, at file:line, and the build's defines are there (target model)."""

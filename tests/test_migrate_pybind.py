@@ -18,7 +18,7 @@ import tomlkit
 
 from tests.build_support import HERMETIC_CUDA, assemble, example_copy
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 SCHEMAS = [
     "gemm_nt(Tensor a, Tensor b, Tensor? c=None, str compiled_dims='nk') -> Tensor",

@@ -18,7 +18,7 @@ import pytest
 
 from tests.build_support import HERMETIC_CUDA, assemble, example_copy
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 FWD = ("fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? bias, float softmax_scale, int window_size, "
        "bool is_causal) -> Tensor")

@@ -303,7 +303,7 @@ def test_alias_letters_are_distinct_past_z() -> None:
     assert letters[:3] == ["a", "b", "c"] and letters[25:28] == ["z", "aa", "ab"] and len(set(letters)) == 30
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_torch_parses_the_mutation_annotations(build_env_path: Path) -> None:
     """The build torch's torch._C.parse_schema takes every generated schema, and reads each
     mutated argument as written to in its own alias set."""
@@ -385,7 +385,7 @@ def test_a_forwarder_for_a_name_python_cannot_spell() -> None:
     assert edits == [] and declined == [(1, "scale_shift: a parameter name is not a Python identifier, so its forwarder cannot split the tuple")]
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_forwarders_compile_and_run_in_the_limited_api(tmp_path: Path, build_env_path: Path) -> None:
     """The generated PyInit, compiled with g++ against the build env's Python headers with
     Py_LIMITED_API, creates a module whose forwarders call torch.ops (an operator defined here

@@ -122,7 +122,7 @@ def test_declaration_version_reads_the_guards() -> None:
     assert declaration_version(header, re.compile(r"\bmissing\("), baseline) is None
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_the_rules_releases_are_what_torch_2_13_headers_say(build_env_path: Path) -> None:
     from assembler.toolchain.torchenv import ensure_build_env
 

@@ -174,7 +174,7 @@ def test_a_dependency_without_a_recipe_is_refused_where_the_build_is_planned(tmp
     assert not (cache / "artifacts" / "normkit").exists()  # refused before anything was built or packed
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_a_real_build_on_a_profile(example_ws: Path, private_cache: Path) -> None:
     """vecadd built in full, then on a profile with one define more: another key, the define in
     the compile, and a wheel whose assembler.json, METADATA, SBOM and audit say smoke."""

@@ -133,7 +133,7 @@ def _build(ws: Path, cache: Path, *args: str, **env: str) -> dict[str, dict[str,
     return {dep["dep"]: dep for dep in json.loads(done.stdout)["deps"]}
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_second_runner_hits_everything_from_redis(tmp_path: Path, toolchains: Path, redis_url: str) -> None:
     """Two runners, one after the other, at different paths (a laptop and CI; a workspace and an
     ASSEMBLE_CACHE elsewhere each) with nothing local in common: the second compiles nothing

@@ -21,7 +21,7 @@ from assembler.audit.member import FileSource
 from tests.build_support import HERMETIC_CUDA, assemble
 from tests.gitrepo import Repo
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 SETUP = '''\
 from setuptools import setup

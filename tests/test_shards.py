@@ -137,7 +137,7 @@ def _built(done: subprocess.CompletedProcess[str]) -> dict[str, object]:
     return dep
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_cuda_dependency_split_over_two_runners_then_linked_from_the_cache(tmp_path: Path, toolchains: Path,
                                                                             redis_url: str) -> None:
     """scalekit (a CUDA unit and the helper's stub) in 2 shards on two runners at different paths,

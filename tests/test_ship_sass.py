@@ -26,7 +26,7 @@ from tests.build_support import HERMETIC_CUDA, assemble
 from tests.gitrepo import Repo
 from tests.test_backends import CUDA_MODULE, CUDA_SETUP, CUDA_SOURCE
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 # A dependency's own CMake build of a CUDA module, which leaves the architectures to
 # CMAKE_CUDA_ARCHITECTURES as most CMake projects do.

@@ -146,7 +146,7 @@ def _assemble(ws: Path, env: dict[str, str], *args: str, ok: bool = True) -> sub
     return done
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_two_runners_build_halves_and_a_third_merges(tmp_path: Path, toolchains: Path) -> None:
     store = tmp_path / "shared-store"
     ws_a, env_a = _runner(tmp_path / "a", toolchains, store)

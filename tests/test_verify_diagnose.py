@@ -23,7 +23,7 @@ from tests.conftest import run_assemble
 from tests.test_verify import NEW, OLD, cells, demo, libraries, torch_envs, wheel, workspace  # noqa: F401  (session fixtures)
 from tests.verify_fixtures.demo import MANIFEST, package_files, write_wheel
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 CHOLESKY = "_ZN2at3cpu12cholesky_outERNS_6TensorERKS1_b"
 CHOLESKY_CXX = "at::cpu::cholesky_out(at::Tensor&, at::Tensor const&, bool)"

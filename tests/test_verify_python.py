@@ -22,7 +22,7 @@ from assembler.wheel.merge import merge_wheel
 from tests.conftest import run_assemble
 from tests.verify_fixtures.demo import MANIFEST, compiled
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 OLD, NEW = "2.13.0", "2.14.1"
 STABLE_MANIFEST = MANIFEST.split("[deps.demo-unstable]")[0]

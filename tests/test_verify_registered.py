@@ -14,7 +14,7 @@ from tests.conftest import run_assemble
 from tests.test_verify import OLD, libraries, torch_envs  # noqa: F401  (session fixtures)
 from tests.verify_fixtures.demo import MANIFEST, compile_flags, package_files, write_wheel
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 EMPTY_LIBRARY = """\
 #include <Python.h>

@@ -15,7 +15,7 @@ from assembler.toolchain.pipconfig import pip_settings
 from tests.build_support import HERMETIC_CUDA, assemble
 from tests.conftest import run_assemble
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 
 def test_the_example_wheel_on_its_torch_window(example_ws: Path, private_cache: Path, build_env_path: Path) -> None:

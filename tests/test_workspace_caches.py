@@ -24,7 +24,7 @@ from assembler.workspace import open_workspace
 from tests.build_support import HERMETIC_CUDA, assemble
 from tests.gitrepo import git
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.integration
 
 # What a forged artifact carries: a shared object that uses no torch and no Python, so no audit
 # verdict stops it; it runs a command of its author's once loaded.
