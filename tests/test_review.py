@@ -102,6 +102,10 @@ def test_whitespace_and_comments_are_format_only(removed: str, added: str) -> No
     ("#include <torch/extension.h>", "#include <torch/csrc/stable/library.h>\n#include <torch/csrc/stable/ops.h>"),
     ("const float* p = t.data_ptr<float>();", "const float* p = t.const_data_ptr<float>();"),
     ('m.impl("op", &ns::op);', 'm.impl("op", TORCH_BOX(&ns::op));'),
+    # a C++ source spells the stable names short after migrate's using-declarations
+    ("#include <torch/extension.h>\nat::Tensor f(at::ScalarType d);",
+     "#include <torch/csrc/stable/tensor.h>\nusing torch::stable::Tensor;\nusing torch::headeronly::ScalarType;\n"
+     "Tensor f(ScalarType d);"),
 ])
 def test_torch_api_vocabulary_is_api_only(removed: str, added: str) -> None:
     assert _judged(removed, added).verdict is HunkVerdict.API
@@ -116,6 +120,10 @@ def test_torch_api_vocabulary_is_api_only(removed: str, added: str) -> None:
 def test_anything_else_is_flagged_with_its_tokens(removed: str, added: str, old: list[str], new: list[str]) -> None:
     hunk = _judged(removed, added)
     assert (hunk.verdict, hunk.removed_tokens, hunk.added_tokens) == (HunkVerdict.FLAGGED, old, new)
+
+
+def test_a_using_declaration_of_another_name_is_flagged() -> None:
+    assert _judged("at::Tensor f();", "using torch::stable::Tensor;\nusing std::vector;\nTensor f();").verdict is HunkVerdict.FLAGGED
 
 
 def test_a_reordering_is_flagged_and_says_so() -> None:

@@ -43,6 +43,7 @@ from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.pybind import GENERATED_MARK, ModuleEdit
 from assembler.migration.registration import WRAPPER_MARK, Library
 from assembler.migration.rewrite import (
+    SOURCE_SUFFIXES,
     Declined,
     FileRewrite,
     RewriteSet,
@@ -318,7 +319,7 @@ def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: s
         rewritten = file.text
         if step == "headers-and-types":
             rewrite_includes(file, needed, rewrites.unstable_includes, keep_unstable, (helper,) if helper else (),
-                             rewrites.replaced_includes)
+                             rewrites.replaced_includes, short=path.suffix in SOURCE_SUFFIXES)
         if file.text != before:
             _format_touched(file, before, path, checkout, report)
         if file.text != rewritten and file.declined:

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 TRAILER = "Migration-Review"
 _HUNK = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
 _INCLUDE = re.compile(r"^\s*#\s*include\s*[<\"](?:torch/|ATen/|c10/|pybind11/|Python\.h|cuda_runtime)")
+# the using-declarations migrate writes for the short stable names (rewrite.SHORT_NAMES): part of the API move
+_USING_STABLE = re.compile(r"^\s*using\s+(?:torch::stable::Tensor|torch::headeronly::ScalarType)\s*;\s*$")
 CODE_SUFFIXES = frozenset({".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl"})
 
 # The torch API vocabulary: removed from both sides before they are compared. Namespaces and
@@ -169,7 +171,8 @@ def vocabulary(ruleset: RuleSet) -> frozenset[str]:
 
 
 def _kept(lines: list[str], words: frozenset[str]) -> list[str]:
-    code = strip_comments("\n".join(line for line in lines if not _INCLUDE.match(line) and not HELPER_INCLUDE.match(line)))
+    code = strip_comments("\n".join(line for line in lines if not _INCLUDE.match(line) and not HELPER_INCLUDE.match(line)
+                                     and not _USING_STABLE.match(line)))
     return [t for t in tokens(code) if t not in words and not _DTYPES.match(t)]
 
 
