@@ -20,7 +20,7 @@ import pytest
 from assembler.report.table import cell_width
 from tests.build_support import example_copy, sharing_toolchains
 
-pytestmark = [pytest.mark.slow, pytest.mark.xfail(strict=True, reason="assess.py prints unwrapped summary lines and tables "
+pytestmark = [pytest.mark.integration, pytest.mark.xfail(strict=True, reason="assess.py prints unwrapped summary lines and tables "
                                                                         "of two styles (#30)")]
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
