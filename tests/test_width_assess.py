@@ -3,9 +3,9 @@ unmigrated normkit with the real build environment: its summary lines ran to 161
 printed one table in boxes and the next in plain columns (which still ran to 223), and one cell
 (the stable equivalent of <torch/extension.h>) was split over 12 lines of a narrow column.
 
-Strict xfails until assembler/cli/assess.py wraps its summary (report.table.paragraph), draws its
-tables in one style (report.table.texts_for) and puts a row's stable equivalent and uses under
-it, across the table (notes): then these fail, saying to drop the mark."""
+assembler/cli/assess.py now wraps its summary (report.table.paragraph), draws its tables in one
+style (report.table.texts_for) and puts a row's stable equivalent and uses under it, across the
+table."""
 
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ import pytest
 from assembler.report.table import cell_width
 from tests.build_support import example_copy, sharing_toolchains
 
-pytestmark = [pytest.mark.integration, pytest.mark.xfail(strict=True, reason="assess.py prints unwrapped summary lines and tables "
-                                                                        "of two styles (#30)")]
+pytestmark = pytest.mark.integration
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 CONTROL = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\r")
