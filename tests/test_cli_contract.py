@@ -299,6 +299,7 @@ def test_package_metadata_and_typing_marker() -> None:
 
 
 @pytest.mark.skipif(shutil.which("uv") is None and not (Path(sys.executable).parent / "uv").exists(), reason="uv not installed")
+@pytest.mark.integration
 def test_uv_installs_a_working_assemble_without_pip(tmp_path: Path) -> None:
     """What `uv tool install` or `pipx` give: a venv without pip. Dependencies come from uv's cache
     (or PyPI); the package from this checkout, not editable."""

@@ -68,6 +68,7 @@ def test_verify_of_a_wheel_whose_assembler_json_nests_deeply(tmp_path: Path) -> 
     assert not (cache / "venvs").exists()
 
 
+@pytest.mark.integration
 def test_the_reader_bounds_depth_not_size() -> None:
     """At the limit it reads; one level more it refuses; a wide, shallow document of a million
     values is read (the depth walk runs only when brackets could nest that deep)."""

@@ -70,6 +70,7 @@ def test_pip_settings_follow_pips_order(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("tool", ["uv", "pip"])
+@pytest.mark.integration
 def test_both_installers_follow_the_users_links_and_constraints(tool: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine that serves its packages from a find-links folder and caps them with a
     constraints file, in pip.conf: uv must pick what pip picks (1.0, not the newer 2.0)."""

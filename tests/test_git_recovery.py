@@ -108,6 +108,7 @@ def _check_recovered(ws: GitWorkspace, head: str) -> None:
 
 @pytest.mark.parametrize("how", ["SIGKILL to the process group", "SIGTERM to assemble"])
 @pytest.mark.parametrize("kind", ["upstream", "fork"])
+@pytest.mark.integration
 def test_a_checkout_killed_at_any_git_process_is_finished_by_a_re_run(tmp_path: Path, stopping_git: Path, how: str,
                                                                        kind: str) -> None:
     head, count = _reference(tmp_path, stopping_git, fork=kind == "fork")

@@ -101,6 +101,7 @@ def small_forks(tmp_path: Path) -> Iterator[list[Path]]:
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
 
 
+@pytest.mark.integration
 def test_a_full_file_system_is_never_a_conflict_and_a_re_run_finishes(tmp_path: Path, reference: str,
                                                                         small_forks: list[Path]) -> None:
     finished = 0

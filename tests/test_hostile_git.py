@@ -190,6 +190,7 @@ def _interrupt_the_series(ws: GitWorkspace) -> None:
 
 
 @pytest.mark.parametrize("cut", ["abort-safety", "ORIG_HEAD", "author-script", "applying", "next"])
+@pytest.mark.integration
 def test_an_am_whose_session_files_were_cut_is_still_recovered(git_workspace: GitWorkspace, cut: str) -> None:
     """git writes its session files in place: killed while writing one, it leaves it empty
     (or never wrote it). assemble's own am is told by its commits (assemble's committer, on
@@ -220,6 +221,7 @@ def test_a_commit_of_the_users_on_an_interrupted_am_is_never_clobbered(git_works
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["Ctrl-C", "kill -9"])
+@pytest.mark.integration
 def test_a_series_cut_as_its_git_am_starts_is_recovered_by_a_re_run(git_workspace: GitWorkspace, sig: int) -> None:
     """The signal goes to the process group as soon as git am's session directory appears:
     git may be splitting the mails, writing its session files or its first commit (a session

@@ -47,6 +47,7 @@ def within(text: str, columns: int = 80) -> None:
     assert not wide, "\n".join(f"{cell_width(line):3} {line}" for line in text.splitlines())
 
 
+@pytest.mark.integration
 def test_a_per_python_wheel_fits_80_columns_with_every_path_whole(cp311: Path) -> None:
     done = run_assemble("audit", str(cp311), env=NARROW)
     assert done.returncode == 0, done.stderr

@@ -321,6 +321,7 @@ def _start_and_kill(ws: GitWorkspace, delay: float, group: bool) -> bool:
     return running and journal.exists()
 
 
+@pytest.mark.integration
 def test_kill_9_mid_rebase_is_recoverable(tmp_path: Path) -> None:
     template = wide_workspace(tmp_path / "template")
     assert template.assemble("checkout").returncode == 0
