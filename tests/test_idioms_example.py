@@ -1,6 +1,8 @@
 """checkkit, the example's "options, checks, macro" library written the old way (issue #27):
 allocation from a tensor's options (an options variable, a zero scalar), ATen's argument
-checks, TORCH_CHECK and .dtype() inside a macro, C casts of data_ptr() and sizes()[i].
+checks, TORCH_CHECK and .dtype() inside a macro, C casts of data_ptr() and sizes()[i], and
+is_pinned(), which torch::stable lacks: called through the dispatcher (the helper header's
+call_aten, the stack from the build torch's schema of aten::is_pinned).
 `assemble migrate checkkit` alone takes it to CLEAN with every rewritten file proven to
 compile, the build passes the gate, and the wheel's operators run on both verify torches:
 no hand-written patch."""
@@ -26,12 +28,15 @@ def test_migrate_checkkit_alone_reaches_clean_builds_and_verifies(tmp_path: Path
     made = report["steps"][2]["made"]
     assert made["cast-data-ptr"] == 5 and made["sizes-index"] == 3 and made["tensor-checks"] == 3
     assert made["new-empty"] == 2 and made["dtype"] == 1  # the macro's .dtype(): every use passes a tensor
+    assert made["dispatcher"] == 1 and report["helpers"]
     assert report["proof"]["proven_files"] == ["csrc/checkkit.cpp"] and report["proof"]["not_committed"] == []
     assert report["check"]["after"] == {"verdict": "CLEAN", "clean": 1, "total": 1}
     source = (ws / "forks" / "checkkit" / "csrc" / "checkkit.cpp").read_text()
-    assert "torch::stable::new_zeros(x, {}, torch::headeronly::ScalarType::Float)" in source
+    assert "torch::stable::new_zeros(x, {}, ScalarType::Float)" in source  # short after its using-declaration
     assert "static_cast<const float*>(x.const_data_ptr())" in source and "static_cast<float*>(out.mutable_data_ptr())" in source
-    assert "(x).scalar_type() == torch::headeronly::ScalarType::Float" in source
+    assert "(x).scalar_type() == ScalarType::Float" in source
+    assert 'assemble_stable::call_aten<bool>("aten::is_pinned", "", x, std::nullopt) || x.is_cpu()' in source
+    assert "torch_call_dispatcher" in (ws / "forks" / "checkkit" / "csrc" / "assemble_stable_helpers.h").read_text()
 
     built = assemble("-C", str(ws), "build", "--cuda", HERMETIC_CUDA, "--only", "checkkit", "--partial", "--json",
                      cache=private_cache)

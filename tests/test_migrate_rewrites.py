@@ -7,6 +7,7 @@ includes are swapped only when nothing unstable is left."""
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,12 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                     "cudaStream_t s = assemble_stable::current_cuda_stream();"),
     "tensor-checks": ('at::TensorArg q_arg{q, "q", 1};\nat::checkAllContiguous("f", {q_arg});',
                       'assemble_stable::TensorArg q_arg{q, "q", 1};\nassemble_stable::checkAllContiguous("f", {q_arg});'),
+    "device-properties": ("int n = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;",
+                          "int n = assemble_stable::current_device_properties()->multiProcessorCount;"),
+    # a method torch::stable lacks: through the dispatcher, the stack from the schema (SCHEMAS, as torch prints it)
+    "dispatcher": ("bool f(const at::Tensor& x) { return x.is_pinned(); }",
+                   'bool f(const torch::stable::Tensor& x) { return assemble_stable::call_aten<bool>("aten::is_pinned", "", x, '
+                   "std::nullopt); }"),
     "empty-like": ("auto y = at::empty_like(x);", "auto y = torch::stable::empty_like(x);"),
     "sum": ("auto s = at::sum(x, dims, true);", "auto s = torch::stable::sum(x, dims, true);"),
     "sum-out": ("at::sum_out(dk, x, dims);", "torch::stable::sum_out(dk, x, dims);"),
@@ -77,13 +84,16 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                  "const float* p = x.const_data_ptr<float>();\nfloat* q = y.mutable_data_ptr<float>();"),
 }
 
-TARGETS = {"scalar-type-e8m0": "2.11"}  # an example whose rewrite needs a torch-target above 2.10
+TARGETS = {"scalar-type-e8m0": "2.11"}
+SCHEMAS = {"aten::is_pinned": ("aten::is_pinned(Tensor self, Device? device=None) -> bool",)}  # an example whose rewrite needs a torch-target above 2.10
 
 
 def _run(text: str, target: str = "2.10", active: list[bool] | None = None, style: dict[str, str] | None = None) -> FileRewrite:
     file = FileRewrite(text, active if active is not None else [True] * (text.count("\n") + 1))
-    for step in REWRITES.steps:
-        apply_step(REWRITES.of_step(step), file, target, style or {})
+    rewrites = replace(REWRITES, rewrites=tuple(replace(r, schemas=SCHEMAS) if r.type == "dispatcher" else r
+                                                for r in REWRITES.rewrites))
+    for step in rewrites.steps:
+        apply_step(rewrites.of_step(step), file, target, style or {})
     return file
 
 

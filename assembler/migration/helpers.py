@@ -8,7 +8,9 @@ header is ``assemble_stable_helpers.h``: a fork that has one (tracked, with the 
 keeps it, and a later run appends only the pieces it lacks; else it goes into the deepest
 directory that holds every file that needs it. Each file includes it by a quoted path relative
 to itself, which the compiler looks up beside the includer first, whatever the include path.
-Every piece rests on a shim symbol of torch 2.9 (``data/torch_shim_versions.json``' baseline)."""
+Every piece rests on a shim symbol of torch 2.9 (``data/torch_shim_versions.json``' baseline),
+but ``dispatcher``, whose ``torch_call_dispatcher`` is torch 2.10's (its rewrite's ``since``);
+``device-properties`` is the CUDA runtime's own call, for a file that already uses CUDA."""
 
 from __future__ import annotations
 
@@ -148,6 +150,58 @@ inline void checkDeviceType(CheckedFrom c, torch::headeronly::HeaderOnlyArrayRef
     STD_TORCH_CHECK(!tensor.defined() || tensor.device().type() == type,
                     "Expected tensor to have device type ", static_cast<int>(type), " but got ",
                     static_cast<int>(tensor.device().type()), " (while checking arguments for ", c, ")");
+  }
+}
+
+}  // namespace assemble_stable
+""",
+    "device-properties": """#include <map>
+#include <mutex>
+#include <cuda_runtime_api.h>
+#include <torch/headeronly/util/Exception.h>
+
+namespace assemble_stable {
+
+// at::cuda::getCurrentDeviceProperties(): the properties of the current CUDA device, read once
+// per device (cudaGetDeviceProperties is slow) and kept for the life of the process.
+inline cudaDeviceProp* current_device_properties() {
+  static std::mutex mutex;
+  static std::map<int, cudaDeviceProp> properties;
+  int device = 0;
+  STD_TORCH_CHECK(cudaGetDevice(&device) == cudaSuccess, "cudaGetDevice failed");
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = properties.find(device);
+  if (found == properties.end()) {
+    cudaDeviceProp read{};
+    STD_TORCH_CHECK(cudaGetDeviceProperties(&read, device) == cudaSuccess, "cudaGetDeviceProperties failed");
+    found = properties.emplace(device, read).first;
+  }
+  return &found->second;
+}
+
+}  // namespace assemble_stable
+""",
+    "dispatcher": """#include <array>
+#include <cstddef>
+#include <type_traits>
+#include <torch/csrc/stable/c/shim.h>
+#include <torch/csrc/stable/stableivalue_conversions.h>
+#include <torch/headeronly/util/shim_utils.h>
+#include <torch/headeronly/version.h>
+
+namespace assemble_stable {
+
+// An ATen operator torch::stable has no function for, called through the dispatcher (the C
+// shim's torch_call_dispatcher, torch 2.10): the arguments in the order of the operator's
+// schema, every one of them (migrate wrote the defaults out from the build torch's registry),
+// each an int64_t, double, bool, ScalarType, Tensor or an optional of one; R is what the
+// first return is read back as (void: none).
+template <typename R, typename... Args>
+R call_aten(const char* name, const char* overload, const Args&... args) {
+  std::array<StableIValue, (sizeof...(Args) > 0 ? sizeof...(Args) : 1)> stack{torch::stable::detail::from(args)...};
+  TORCH_ERROR_CODE_CHECK(torch_call_dispatcher(name, overload, stack.data(), TORCH_ABI_VERSION));
+  if constexpr (!std::is_void_v<R>) {
+    return torch::stable::detail::to<R>(stack[0]);
   }
 }
 

@@ -185,6 +185,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         if check and not dry_run:
             report.before = _check(workspace, dep.name, note)
         files = {path: FileRewrite(path.read_text(encoding="utf-8"), _flags(path, lines)) for path, lines in sorted(assessed.active.items())}
+        rewrites = _with_schemas(workspace, dep, rewrites, files)
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
         modules = _pybind11_modules(workspace, dep, files, report, checkout, key)
@@ -248,6 +249,31 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
             report.after = _check(workspace, dep.name, note)
     report.seconds = time.monotonic() - started
     return report
+
+
+def _with_schemas(workspace: Workspace, dep: Dependency, rewrites: RewriteSet, files: dict[Path, FileRewrite]) -> RewriteSet:
+    """The dispatcher rewrites with the schemas of the ops the files name, from the build
+    torch's registry, asked once (and kept in the check cache, migration/dispatcher.py); only
+    where the torch-target has torch_call_dispatcher (its since), else they are declined as
+    above the target with nothing asked."""
+    from assembler.migration.dispatcher import schemas_for
+    from assembler.migration.rewrite import _newer
+
+    wanted = [r for r in rewrites.rewrites if r.type == "dispatcher" and not _newer(r.since, dep.torch_target)]
+    codes = [blank_comments_and_strings(file.text) for file in files.values()]
+    named = {op for r in wanted for op in r.ops() if any(re.search(rf"\b{op[6:]}\s*\(", code) for code in codes)}
+    torch = workspace.manifest.bundle.torch
+    if not named or not torch:
+        return rewrites
+    from assembler.cache import KINDS, cache_root
+    from assembler.toolchain.torchenv import ensure_build_env
+
+    try:
+        cache: Path | None = cache_root() / KINDS["checks"]
+    except OSError:
+        cache = None
+    schemas = schemas_for(ensure_build_env(torch).python, torch, named, cache)
+    return replace(rewrites, rewrites=tuple(replace(r, schemas=schemas) if r in wanted else r for r in rewrites.rewrites))
 
 
 def refuse_dirty(checkout: Path, name: str) -> None:

@@ -22,7 +22,8 @@ from assembler.migration.lexer import blank_comments_and_strings, continued_line
 REWRITES_FILE = Path(__file__).resolve().parent.parent / "data" / "migration_rewrites.json"
 SKIP = "\x00"  # marks a declined method call until the step ends (no regex matches across it)
 STYLE_KEYS = {"data-ptr": ("const-mutable", "mutable")}
-TYPES = ("replace", "method", "call", "data-ptr", "rename-method", "new-empty", "helper", "syntax", "cast-data-ptr")
+TYPES = ("replace", "method", "call", "data-ptr", "rename-method", "new-empty", "helper", "syntax", "cast-data-ptr",
+         "dispatcher")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,13 @@ class Rewrite:
     value_types: tuple[str, ...] = ()  # type helper: the declared types that may keep what the new call returns
     members: tuple[str, ...] = ()  # type helper: the members of the old result that the new one has too
     syntax: tuple[str, ...] = ()  # types syntax, cast-data-ptr: ast-grep patterns (migration/syntax.py)
+    methods: tuple[str, ...] = ()  # type dispatcher: the Tensor methods called through the dispatcher
+    functions: tuple[str, ...] = ()  # type dispatcher: the at::/torch:: functions called through it
+    schemas: dict[str, tuple[str, ...]] = field(default_factory=dict)  # type dispatcher: aten::op -> the build torch's
+
+    def ops(self) -> set[str]:
+        """type dispatcher: the aten:: operators it may call."""
+        return {f"aten::{name}" for name in (*self.methods, *self.functions)}
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 raise ValueError(f"rewrite {raw.get('id')!r}: receiver must be 'tensor'")
             if (raw["type"] in ("syntax", "cast-data-ptr")) != bool(raw.get("syntax")):
                 raise ValueError(f"rewrite {raw.get('id')!r}: types syntax and cast-data-ptr (only) name ast-grep patterns")
-            if (raw["type"] == "helper") != (raw.get("helper") in PIECES):
+            if (raw["type"] in ("helper", "dispatcher")) != (raw.get("helper") in PIECES):
                 raise ValueError(f"rewrite {raw.get('id')!r}: a helper rewrite names one of the pieces {sorted(PIECES)}")
             rewrites.append(Rewrite(
                 id=raw["id"], step=raw["step"], type=raw["type"], since=raw["since"], includes=tuple(raw.get("includes", ())),
@@ -86,6 +94,8 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 value_types=tuple(str(name) for name in raw.get("value_types", ())),
                 members=tuple(str(name) for name in raw.get("members", ())),
                 syntax=tuple(str(pattern) for pattern in raw.get("syntax", ())),
+                methods=tuple(str(name) for name in raw.get("methods", ())),
+                functions=tuple(str(name) for name in raw.get("functions", ())),
             ))
         replaced = {str(old): str(new) for old, new in data.get("replaced_includes", {}).items()}
         return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites), replaced)
@@ -143,6 +153,8 @@ _SUBSCRIPTED = re.compile(r"([A-Za-z_]\w*)\s*\[")
 _FUNCTION_CALL = re.compile(r"(?:torch::stable|at|torch)::(\w+)\s*\(")
 _METHOD_CALL = re.compile(r"\.\s*(\w+)\s*\(\s*[^()]*\)$")
 _ENUMERATOR = re.compile(r"(?:torch::headeronly::)?ScalarType::\w+")  # short after using torch::headeronly::ScalarType
+_CALL_ATEN_TENSOR = re.compile(r"assemble_stable::call_aten\s*<\s*torch::stable::Tensor\s*>\s*\(")  # the dispatcher's
+_TEMPLATE_CALLEE = re.compile(r"\bassemble_stable::call_aten\s*<[\w:\s]*>\s*$")
 _SCALAR_TYPE_OF = re.compile(r"(.+?)\s*(\.|->)\s*scalar_type\s*\(\s*\)", re.S)
 
 
@@ -301,6 +313,8 @@ class Declarations:
             return TENSOR if self.of(match.group(1), line) == SEQUENCE else ""
         if (match := _FUNCTION_CALL.match(text)) and _close(text, match.end() - 1) == whole:
             return TENSOR if match.group(1) in self.functions else ""
+        if (match := _CALL_ATEN_TENSOR.match(text)) and _close(text, match.end() - 1) == whole:
+            return TENSOR
         if (match := _METHOD_CALL.search(text)) and (match.group(1) in self.functions or match.group(1) == "t"):
             return TENSOR if self.kind(text[:match.start()], line) == TENSOR else ""
         return ""
@@ -394,6 +408,8 @@ def apply_step(rewrites: list[Rewrite], file: FileRewrite, torch_target: str, st
             _helper(rewrite, file, torch_target)
         elif rewrite.type in ("syntax", "cast-data-ptr"):
             _syntax(rewrite, file, torch_target)
+        elif rewrite.type == "dispatcher":
+            _dispatcher(rewrite, file, torch_target)
         else:
             _data_ptr(rewrite, file, torch_target, style.get("data-ptr", "const-mutable"))
     file.text = file.text.replace(SKIP, "")
@@ -474,6 +490,8 @@ def _receiver_start(code: str, end: int) -> int | None:
                     return None
             else:
                 return None
+            if closing == ")" and (callee := _TEMPLATE_CALLEE.search(code, max(0, index - 200), index)):
+                return callee.start()  # the dispatcher's call, whose template argument holds '::'
             continue  # the callee or the subscripted expression comes before
         start = index
         while index > 0 and (code[index - 1].isalnum() or code[index - 1] == "_"):
@@ -553,6 +571,62 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         code = code[:start] + blank_comments_and_strings(new) + code[closing + 1:]
         file.made[rewrite.id] += 1
         file.includes.update(rewrite.includes)
+
+
+def _dispatcher(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
+    """RECEIVER.method(ARGS) on a receiver the file declares a tensor, and at::op(ARGS), for the
+    ops torch::stable lacks -> ``assemble_stable::call_aten<R>("aten::op", "overload", ...)``,
+    its stack written out from the build torch's schema (migration/dispatcher.py); one at a
+    time, rescanning, so a call inside another's arguments is rewritten too."""
+    from assembler.migration.dispatcher import call
+
+    alternatives = [rf"(?P<dot>\.)\s*(?P<method>{'|'.join(map(re.escape, rewrite.methods))})\s*\("] if rewrite.methods else []
+    if rewrite.functions:
+        names = "|".join(map(re.escape, rewrite.functions))
+        alternatives.append(rf"(?<![\w:])(?:at|torch)::(?P<function>{names})\s*\(")
+    if not alternatives:
+        return
+    pattern = re.compile("|".join(alternatives))
+    declarations: Declarations | None = None
+    code = blank_comments_and_strings(file.text)
+    for _ in range(100000):
+        found = next((m for m in pattern.finditer(code) if file.active[_line_of(code, m.start())]), None)
+        if found is None:
+            return
+        line = _line_of(code, found.start())
+        opening = found.end() - 1
+        closing = _close_paren(code, opening)
+        name = found.group("method") or found.group("function")
+        method = found.group("method") is not None
+        start = _receiver_start(code, found.start()) if method else found.start()
+        reason = None
+        if closing is None or start is None:
+            reason = "no receiver expression on this line"
+        elif method:
+            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            if declarations.kind(code[start:found.start()], line) != TENSOR:
+                reason = f"{code[start:found.start()].strip()} {NOT_DECLARED}: if it is one, call aten::{name} yourself"
+        new = ""
+        if reason is None and closing is not None and start is not None:
+            values = [file.text[begin:end] for begin, end in _split_arguments(code, opening, closing)]
+            if method:
+                values.insert(0, file.text[start:found.start()].strip())
+            made = call(f"aten::{name}", rewrite.schemas.get(f"aten::{name}", ()), values, method)
+            reason, new = (made.reason or None), made.text
+        if reason is None and not _eligible(rewrite, file, line, torch_target):
+            reason = ""
+        if reason is not None or closing is None or start is None:
+            if reason:
+                file.declined.append(Declined(line + 1, rewrite.id, reason))
+            at = found.start() + 1 if method else found.start("function")
+            file.text, code = file.text[:at] + SKIP + file.text[at:], code[:at] + SKIP + code[at:]
+            continue
+        file.text = file.text[:start] + new + file.text[closing + 1:]
+        code = code[:start] + blank_comments_and_strings(new) + code[closing + 1:]
+        file.made[rewrite.id] += 1
+        file.includes.update(rewrite.includes)
+        file.helpers.add(rewrite.helper)
+        declarations = None  # an auto kept from the call is now a tensor's: read again (few calls)
 
 
 def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:

@@ -32,6 +32,8 @@ at::Tensor row_scale(const at::Tensor& x, const at::Tensor& w) {
 at::Tensor total(const at::Tensor& x) {
   torch::checkAllContiguous("total", {{x, "x", 0}});
   CHECK_FLOAT(x);
+  // a page-locked (pinned) x is summed where it is: the kernel reads host memory either way
+  TORCH_CHECK(x.is_pinned() || x.is_cpu(), "x must be in host memory");
   auto opts = torch::TensorOptions().dtype(torch::kFloat).device(x.device());
   auto sum = torch::tensor(0.0f, opts);
   float* sp = (float*)sum.data_ptr();
