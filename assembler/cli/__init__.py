@@ -362,8 +362,8 @@ def _finish(session: Any, as_json: bool, code: int, error: AssembleError | None)
 
 
 def _report(error: AssembleError) -> None:
-    """``error: MESSAGE`` and ``hint: HINT`` on stderr (report.output.write_error): one line each
+    """``error: MESSAGE`` and ``hint: HINT`` on stderr (report.table.write_error): one line each
     off a terminal, wrapped between words on one; red when colour is on."""
-    from assembler.report.output import write_error
+    from assembler.report.table import write_error
 
     write_error(error.message, error.hint)

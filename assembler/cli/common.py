@@ -121,7 +121,7 @@ def open_workspace(args: argparse.Namespace) -> Workspace:
 def print_failures(failures: Mapping[str, AssembleError]) -> None:
     """Keep going: each dependency's failure as ``error: DEP: ...`` (and ``hint: ...``) on
     stderr, also with --json (whose document lists them too, see failures_json)."""
-    from assembler.report.output import write_error
+    from assembler.report.table import write_error
 
     for name, error in failures.items():
         message = error.message.removeprefix(f"{name}: ")  # an error that names its dependency already: once

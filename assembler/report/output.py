@@ -134,27 +134,6 @@ def clean_block(text: str) -> str:
     return "".join(ch if ch.isprintable() or ch in "\n\t" else ascii(ch)[1:-1] for ch in text)
 
 
-def write_error(message: str, hint: str | None = None, stream: IO[str] | None = None) -> None:
-    """``error: MESSAGE`` and ``hint: HINT`` on ``stream`` (stderr), the one way errors are shown
-    to people. Off a terminal each is one line, never wrapped (a CI log, grep); on a terminal
-    each wraps between words to its width, the lines after the first under the text (an error
-    naming a path and a commit ran to 180 columns, broken by the terminal mid-word). Bold red
-    when colour is on. Without rich (start-up): report.table's wrapping and SGR codes."""
-    from assembler.report.table import is_terminal, paint, paragraph, write
-
-    stream = stream or sys.stderr
-    terminal = is_terminal(stream)
-    width = terminal_columns(stream) if terminal else None
-    colour = color_enabled(terminal)
-    text = ""
-    for label, words, styles in (("error:", message, ("bold", "red")), ("hint:", hint, ("bold",))):
-        if words is None:
-            continue
-        lines = paragraph(f"{label} {clean(words)}", width, hang=" " * (len(label) + 1))
-        text += paint(label, *styles) + lines[len(label):] if colour else lines
-    write(text, stream)
-
-
 def note(message: str, level: int = 0) -> None:
     """A progress or status line on stderr, unless -q brought the verbosity below ``level``
     (level 1: only with -v). Plain text, never markup; one line, never wrapped when piped.

@@ -358,3 +358,25 @@ def layout(stream: IO[str]) -> tuple[int | None, bool]:
 
     terminal = is_terminal(stream)
     return terminal_columns(stream) if terminal or os.environ.get("COLUMNS") else None, color_enabled(terminal)
+
+
+def write_error(message: str, hint: str | None = None, stream: IO[str] | None = None) -> None:
+    """``error: MESSAGE`` and ``hint: HINT`` on ``stream`` (stderr), the one way errors are shown
+    to people. Off a terminal each is one line, never wrapped (a CI log, grep); on a terminal
+    each wraps between words to its width, the lines after the first under the text (an error
+    naming a path and a commit ran to 180 columns, broken by the terminal mid-word). Bold red
+    when colour is on. Without rich (start-up): this module's wrapping and SGR codes. It lives
+    here, not in report.output, which this module imports (no cycle)."""
+    from assembler.report.output import color_enabled, terminal_columns
+
+    stream = stream or sys.stderr
+    terminal = is_terminal(stream)
+    width = terminal_columns(stream) if terminal else None
+    colour = color_enabled(terminal)
+    text = ""
+    for label, words, styles in (("error:", message, ("bold", "red")), ("hint:", hint, ("bold",))):
+        if words is None:
+            continue
+        lines = paragraph(f"{label} {clean(words)}", width, hang=" " * (len(label) + 1))
+        text += paint(label, *styles) + lines[len(label):] if colour else lines
+    write(text, stream)
