@@ -21,8 +21,7 @@ pytest_plugins = ("tests.build_support", "tests.servers")
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The integration tier, decided here only: a test marked `integration` (or by its former name,
-# `slow`), or one that asks for a fixture that makes or starts something heavy (the hermetic
+# The integration tier, decided here only: a test marked `integration`, or one that asks for a fixture that makes or starts something heavy (the hermetic
 # CUDA toolkit and the torch build venv, a redis server). `pytest -m "not integration"` is the
 # fast tier; `make test` runs both.
 INTEGRATION_FIXTURES = frozenset({"toolchains", "build_env_path", "private_cache", "redis_url"})
@@ -31,7 +30,7 @@ INTEGRATION_FIXTURES = frozenset({"toolchains", "build_env_path", "private_cache
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if item.get_closest_marker("slow") is not None or fixtures & INTEGRATION_FIXTURES:
+        if fixtures & INTEGRATION_FIXTURES:
             item.add_marker(pytest.mark.integration)
 
 

@@ -53,7 +53,7 @@ def test_a_style_file_above_the_checkout_is_not_the_projects(tmp_path: Path) -> 
     assert style_file(checkout / "csrc" / "a.cpp", checkout) == (checkout / ".clang-format").resolve()
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_migrate_formats_its_lines_in_the_projects_style_and_no_other(tmp_path: Path, private_cache: Path) -> None:
     """vecadd's unmigrated upstream with a planted .clang-format and a badly formatted line the
     migration does not touch: the rewritten lines follow the style, that line stays as it is."""
