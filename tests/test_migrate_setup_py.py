@@ -1,0 +1,93 @@
+"""migration/setup_py.py: a setuptools dependency's setup.py asks for abi3 (issue 27: FlashKDA's
+person added py_limited_api by hand). Every case is a setup.py of ours, written the old way; the
+edited text is built for real by setuptools in the migrate end-to-end tests."""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+
+from assembler.migration.setup_py import limit_setup_py
+
+OLD_WAY = textwrap.dedent('''\
+    import os
+    from setuptools import setup
+    from torch.utils.cpp_extension import BuildExtension, CUDAExtension
+
+    def extensions():
+        return [
+            CUDAExtension(
+                name="mykernels_C",
+                sources=["csrc/api.cpp", "csrc/kernel.cu"],
+                extra_compile_args={"cxx": ["-O3"], "nvcc": ["-O3"]},
+            )
+        ]
+
+    setup(
+        name="mykernels",
+        ext_modules=extensions(),
+        cmdclass={"build_ext": BuildExtension},
+    )
+    ''')
+
+
+def _keywords(text: str, name: str) -> list[dict[str, str]]:
+    calls = [n for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", getattr(n.func, "attr", None)) == name]
+    return [{k.arg or "**": ast.unparse(k.value) for k in call.keywords} for call in calls]
+
+
+def test_each_extension_and_setup_ask_for_abi3_in_their_own_layout() -> None:
+    edit = limit_setup_py(OLD_WAY, "3.9")
+    assert edit.text is not None and edit.extensions == [7] and edit.setup_line == 14 and not edit.declined
+    [extension] = _keywords(edit.text, "CUDAExtension")
+    [setup] = _keywords(edit.text, "setup")
+    assert extension["py_limited_api"] == "True"
+    assert ast.literal_eval(setup["options"]) == {"bdist_wheel": {"py_limited_api": "cp39"}}
+    # every line it had is still there, in order; the new ones sit at the arguments' indentation
+    added = [line for line in edit.text.splitlines() if line not in OLD_WAY.splitlines()]
+    assert added == ["            py_limited_api=True,", '    options={"bdist_wheel": {"py_limited_api": "cp39"}},']
+
+
+def test_one_line_calls_and_the_bundles_python_abi() -> None:
+    text = ('from setuptools import setup\nfrom torch.utils import cpp_extension as ce\n'
+            'setup(name="k", ext_modules=[ce.CppExtension("k._C", ["a.cpp"])])\n')
+    edit = limit_setup_py(text, "3.10")
+    assert edit.text == ('from setuptools import setup\nfrom torch.utils import cpp_extension as ce\n'
+                         'setup(name="k", ext_modules=[ce.CppExtension("k._C", ["a.cpp"], py_limited_api=True)], '
+                         'options={"bdist_wheel": {"py_limited_api": "cp310"}})\n')
+
+
+def test_a_second_run_changes_nothing() -> None:
+    once = limit_setup_py(OLD_WAY, "3.9").text
+    assert once is not None
+    again = limit_setup_py(once, "3.9")
+    assert again.text is None and not again.declined
+
+
+def test_what_cannot_be_edited_safely_is_declined_at_its_line() -> None:
+    text = textwrap.dedent('''\
+        from setuptools import setup, Extension
+        common = {"py_limited_api": False}
+        setup(
+            name="k",
+            ext_modules=[Extension("k._C", ["a.cpp"], **common)],
+            options={"build_ext": {"parallel": 2}},
+        )
+        ''')
+    edit = limit_setup_py(text, "3.9")
+    assert edit.text is None
+    assert [line for line, _ in edit.declined] == [3, 5]
+    assert all("by hand" in reason for _, reason in edit.declined)
+
+
+def test_text_that_is_not_python_is_declined_not_raised() -> None:
+    edit = limit_setup_py("setup(\n", "3.9")
+    assert edit.text is None and edit.declined and edit.declined[0][1].startswith("setup.py does not parse")
+
+
+def test_non_ascii_before_the_call_keeps_its_offsets() -> None:
+    text = 'from setuptools import setup\nsetup(name="k", description="naïve — ünïcode")\n'
+    edit = limit_setup_py(text, "3.9")
+    assert edit.text == ('from setuptools import setup\nsetup(name="k", description="naïve — ünïcode", '
+                         'options={"bdist_wheel": {"py_limited_api": "cp39"}})\n')
