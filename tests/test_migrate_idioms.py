@@ -576,7 +576,7 @@ def test_a_decline_before_the_include_step_is_at_its_line_after_it(tmp_path: Pat
     run = _run_file(path, FileRewrite(text, [True] * (text.count("\n") + 1)), REWRITES, "2.9", {}, {}, needed,
                     True, tmp_path, MigrateReport("first", REWRITES.version, True))
     [declined] = [d for d in run.final.declined if d.rewrite == "device-string"]
-    assert declined.line == 7 and 'at::Device first("cuda:0");' in run.final.text.splitlines()[declined.line - 1]
+    assert declined.line == 8 and 'at::Device first("cuda:0");' in run.final.text.splitlines()[declined.line - 1]
     assert (declined.line, "device") in _remaining(run.final.text)
 
 

@@ -182,8 +182,21 @@ def test_data_ptr_style_mutable() -> None:
     assert _run("const float* p = x.data_ptr<float>();", style={"data-ptr": "mutable"}).text == "const float* p = x.mutable_data_ptr<float>();"
 
 
+def test_a_chain_continued_on_the_next_line_keeps_its_line_break() -> None:
+    """FlashMLA's ``q = q.view(...).transpose(2, 3)`` then ``.reshape({...});`` on the next line:
+    the receiver is the whole chain above, not an empty one, and the line count holds."""
+    text = "void f(at::Tensor q, int64_t b) {\n  q = q.view({b, 4}).transpose(0, 1)\n      .reshape({4, b});\n}"
+    file = _run(text)
+    assert file.text == ("void f(torch::stable::Tensor q, int64_t b) {\n  q = torch::stable::reshape(torch::stable::transpose("
+                         "torch::stable::view(q, {b, 4}), 0, 1),\n      {4, b});\n}")
+    assert not file.declined
+
+
 def test_includes_swap_only_when_nothing_unstable_is_left() -> None:
     text = "#include <torch/extension.h>\n#include <vector>\n#include <ATen/ATen.h>\nat::Tensor f();"
+    functional = _run("#include <torch/nn/functional.h>\n#include <vector>\nat::Tensor f();")  # FlashMLA's, FA2's
+    rewrite_includes(functional, functional.includes, REWRITES.unstable_includes, keep_unstable=False)
+    assert functional.text == "#include <torch/csrc/stable/tensor.h>\n#include <vector>\ntorch::stable::Tensor f();"
     file = _run(text)
     rewrite_includes(file, file.includes, REWRITES.unstable_includes, keep_unstable=False)
     assert file.text == "#include <torch/csrc/stable/tensor.h>\n#include <vector>\ntorch::stable::Tensor f();"

@@ -472,7 +472,8 @@ def _receiver_start(code: str, end: int) -> int | None:
     index = end
     while True:
         begin = index  # where the expression starts if what comes before is not part of it
-        while index > 0 and code[index - 1] in " \t":
+        blank = " \t\n" if index == end else " \t"  # a chain may go on on the next line: `x.view(s)\n  .t()`
+        while index > 0 and code[index - 1] in blank:
             index -= 1
         if index > 0 and code[index - 1] in ")]":
             closing = code[index - 1]
@@ -561,12 +562,17 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             at = found.start() + len(found.group(1))
             file.text, code = file.text[:at] + SKIP + file.text[at:], code[:at] + SKIP + code[at:]
             continue
-        receiver = file.text[start:found.start()].strip()
+        gap = file.text[start:found.start()]
+        receiver = gap.strip()
         if found.group(1) == "->":
             receiver = f"*{receiver}"
+        tail = gap[len(gap.rstrip()):]  # the line break of a chain continued on the next line stays
         arguments = [text for text in (file.text[opening + 1:closing].strip(), rewrite.arguments) if text]
-        joined = ", ".join([receiver, *arguments])
-        new = f"{rewrite.function}({joined})"
+        if "\n" in tail:
+            new = f"{rewrite.function}({receiver}," + tail + ", ".join(arguments) + ")" if arguments else \
+                f"{rewrite.function}({receiver}{tail})"
+        else:
+            new = f"{rewrite.function}({', '.join([receiver, *arguments])})"
         file.text = file.text[:start] + new + file.text[closing + 1:]
         code = code[:start] + blank_comments_and_strings(new) + code[closing + 1:]
         file.made[rewrite.id] += 1
