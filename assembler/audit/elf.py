@@ -109,7 +109,8 @@ def read_dynamic(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None = N
 def _table(src: ByteSource, offset: int, length: int, what: str, limit: int = MAX_TABLE) -> bytes:
     """``length`` bytes of a table read whole, refused over ``limit`` (or past the object's end)."""
     if length > limit:
-        raise InputError(f"{src.name}: {what} of {length} bytes is over the {limit}-byte limit (corrupt or hostile ELF)")
+        raise InputError(f"{src.name}: {what} of {length} bytes is over the {limit}-byte limit (corrupt or "
+                         "hostile ELF)")
     return src.read(offset, length)
 
 
@@ -226,7 +227,8 @@ def _read(src: ByteSource, defined_prefixes: tuple[bytes, ...] | None) -> Dynami
         symbols=tuple(symbols),
         needed=tuple(strings.get(v) for v in entries.get(DT_NEEDED, [])),
         soname=strings.get(soname[0]) if soname else None,
-        runpath=tuple(entry for v in entries.get(DT_RUNPATH, entries.get(DT_RPATH, [])) for entry in strings.get(v).split(":") if entry),
+        runpath=tuple(entry for v in entries.get(DT_RUNPATH, entries.get(DT_RPATH, []))
+                      for entry in strings.get(v).split(":") if entry),
     )
 
 
@@ -270,10 +272,13 @@ class _StreamedStrings(_Strings):
             end = window.find(b"\0", offset - start)
             while end < 0:
                 if start + len(window) >= size:
-                    raise InputError(f"{src.name}: string at offset {offset} runs past the end of .dynstr (corrupt ELF)")
+                    raise InputError(f"{src.name}: string at offset {offset} runs past the end of .dynstr "
+                                     "(corrupt ELF)")
                 if start + len(window) - offset > MAX_NAME:
-                    raise InputError(f"{src.name}: a symbol name over the {MAX_NAME}-byte limit at .dynstr offset {offset} (corrupt or hostile ELF)")
-                window = window[offset - start :] + src.read(base + start + len(window), min(PIECE, size - start - len(window)))
+                    raise InputError(f"{src.name}: a symbol name over the {MAX_NAME}-byte limit at .dynstr offset "
+                                     f"{offset} (corrupt or hostile ELF)")
+                window = window[offset - start :] + src.read(base + start + len(window),
+                                                             min(PIECE, size - start - len(window)))
                 start = offset
                 end = window.find(b"\0")
             self._names[offset] = window[offset - start : end]
@@ -309,7 +314,8 @@ def _file_offset(src: ByteSource, loads: list[_Segment], vaddr: int, tag: int) -
     raise InputError(f"{src.name}: dynamic tag {tag:#x} points outside every loaded segment (corrupt ELF)")
 
 
-def _section_headers(src: ByteSource, lay: _Layout, shoff: int, shnum: int, shentsize: int) -> list[tuple[Any, ...]] | None:
+def _section_headers(src: ByteSource, lay: _Layout, shoff: int, shnum: int,
+                     shentsize: int) -> list[tuple[Any, ...]] | None:
     """Section headers, when present and cheap to read (a file, or inside the decoded tail)."""
     if not shoff or shentsize < lay.size(lay.shdr):
         return None

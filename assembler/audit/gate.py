@@ -48,7 +48,8 @@ class Verdict(StrEnum):
     ABI3_MISMATCH = "ABI3-MISMATCH"  # limited API, but newer than the abi3 tag
     NO_PYTHON = "NO-PYTHON"  # no CPython symbol at all
     # the wheel's member names
-    UNSAFE_PATH = "UNSAFE-PATH"  # a member name that installs outside the target directory (absolute, '..', drive, backslash)
+    # a member name that installs outside the target directory (absolute, '..', drive, backslash)
+    UNSAFE_PATH = "UNSAFE-PATH"
     # declared metadata against the symbols
     FLOOR_TOO_LOW = "FLOOR-TOO-LOW"  # Requires-Dist torch / Requires-Python below what the symbols need
     # source level (`assemble check`, one translation unit)
@@ -62,13 +63,17 @@ class Verdict(StrEnum):
 class CheckKind(StrEnum):
     """What `--check` gates on."""
 
-    TORCH = "torch"  # unstable LibTorch C++ symbols; unresolvable torch symbols; Requires-Dist torch below the symbol floor
-    ABI3 = "abi3"  # outside the limited API, newer than the abi3 tag, no abi3 tag while using CPython; Requires-Python too low
+    # unstable LibTorch C++ symbols; unresolvable torch symbols; Requires-Dist torch below the symbol floor
+    TORCH = "torch"
+    # outside the limited API, newer than the abi3 tag, no abi3 tag while using CPython; Requires-Python too low
+    ABI3 = "abi3"
     ALL = "all"  # both
 
 
-PYTHON_LIMITED, PYTHON_FULL, PYTHON_NONE = "limited", "full", "none"  # ElfReport.python_api: which API its CPython symbols target
-SOURCE_SEVERITY = (Verdict.UNSTABLE, Verdict.NOT_LIMITED, Verdict.INCOMPLETE)  # `assemble check`'s failures, worst first
+# ElfReport.python_api: which API its CPython symbols target
+PYTHON_LIMITED, PYTHON_FULL, PYTHON_NONE = "limited", "full", "none"
+# `assemble check`'s failures, worst first
+SOURCE_SEVERITY = (Verdict.UNSTABLE, Verdict.NOT_LIMITED, Verdict.INCOMPLETE)
 PASSING = frozenset({Verdict.STABLE, Verdict.NO_TORCH, Verdict.CLEAN, Verdict.NO_EXTENSIONS})
 _ALLOWED = " (allowed)"  # GateVerdict.__str__'s mark of one let through by --allow-unstable
 
@@ -164,8 +169,8 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
                 found.append(Finding(
                     Verdict.UNRESOLVED, report.path, e.path, tuple(f"{s} ({lib})" for s, lib in absent.items()),
                     f"{report.path}: {e.path} imports {_listing(_demangled(absent))}, which "
-                    f"{sorted(set(absent.values()))[0]} does not export: it fails to load there with \"undefined symbol\"; "
-                    f"build it against that torch, or port it to the Stable ABI",
+                    f"{sorted(set(absent.values()))[0]} does not export: it fails to load there with \"undefined "
+                    "symbol\"; build it against that torch, or port it to the Stable ABI",
                 ))
             linkable = {s: lib for s, lib in e.unresolved.items() if lib != NOWHERE and s not in absent}
             if linkable:
@@ -174,7 +179,8 @@ def findings(report: AuditReport, kind: CheckKind | str) -> list[Finding]:
                     Verdict.UNRESOLVED, report.path, e.path, tuple(f"{s} ({lib})" for s, lib in linkable.items()),
                     f"{report.path}: {e.path} imports {_listing(f'{s} (from {lib})' for s, lib in linkable.items())} "
                     f"but {', '.join(providers)} is not in its DT_NEEDED tree ({_listing(e.needed, 6) or 'none'}): "
-                    f"it fails to load with \"undefined symbol\"; link {', '.join(p.removeprefix('lib').split('.so')[0] for p in providers)}",
+                    "it fails to load with \"undefined symbol\"; link "
+                    f"{', '.join(p.removeprefix('lib').split('.so')[0] for p in providers)}",
                 ))
             nowhere = _demangled(s for s, lib in e.unresolved.items() if lib == NOWHERE)
             if nowhere:
@@ -222,8 +228,8 @@ def _torch_floor(report: AuditReport) -> list[Finding]:
         return []
     setter = max((e for e in report.extensions if e.min_torch), key=lambda e: Version(e.min_torch or "0"))
     return [Finding(Verdict.FLOOR_TOO_LOW, report.path, setter.path, setter.min_torch_symbols,
-                    f"{report.path}: declares Requires-Dist: {report.requires_torch} but {setter.path} needs torch {needed} "
-                    f"({_listing(setter.min_torch_symbols) or 'the stable-ABI baseline'})")]
+                    f"{report.path}: declares Requires-Dist: {report.requires_torch} but {setter.path} needs torch "
+                    f"{needed} ({_listing(setter.min_torch_symbols) or 'the stable-ABI baseline'})")]
 
 
 def _python_floor(report: AuditReport) -> list[Finding]:
@@ -233,14 +239,16 @@ def _python_floor(report: AuditReport) -> list[Finding]:
 
     if report.requires_python is None:
         return []
-    needs = [(v, why) for v, why in ((report.min_python, "its limited-API symbols"), (report.abi3_floor, "its abi3 tag")) if v]
+    needs = [(v, why) for v,
+             why in ((report.min_python, "its limited-API symbols"), (report.abi3_floor, "its abi3 tag")) if v]
     if not needs:
         return []
     needed, why = max(needs, key=lambda item: Version(item[0]))
     declared = report.declared_python
     if declared is not None and Version(declared) >= Version(needed):
         return []
-    symbols = tuple(sorted({s for e in report.extensions if e.min_python == needed for s in e.min_python_symbols})) if why.startswith("its limited") else ()
+    symbols = tuple(sorted({s for e in report.extensions if e.min_python == needed
+                            for s in e.min_python_symbols})) if why.startswith("its limited") else ()
     return [Finding(Verdict.FLOOR_TOO_LOW, report.path, None, symbols,
                     f"{report.path}: declares Requires-Python: {report.requires_python} but {why} need Python {needed}"
                     + (f" ({_listing(symbols)})" if symbols else ""))]

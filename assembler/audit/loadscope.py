@@ -99,7 +99,8 @@ def _linker_cache() -> dict[str, str]:
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         for ldconfig in ("ldconfig", "/sbin/ldconfig", "/usr/sbin/ldconfig"):
             try:
-                listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=20, check=False).stdout
+                listing = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=20,
+                                         check=False).stdout
             except FileNotFoundError:
                 continue
             for line in listing.splitlines():
@@ -159,7 +160,8 @@ def judge(undefined: Iterable[str], needed: Sequence[str], torch: TorchLibraries
         return Judgement()
     exports: list[frozenset[str]] = []
     prefixes: list[str] = []
-    global_scope = [*INTERPRETER_LIBRARIES, *([GLOBAL_DEPS] if torch is not None and GLOBAL_DEPS in torch.needed else [])]
+    global_scope = [*INTERPRETER_LIBRARIES, *([GLOBAL_DEPS] if torch is not None and GLOBAL_DEPS in torch.needed
+                                              else [])]
     queue: list[tuple[str, str, Sequence[str]]] = [(name, "", ()) for name in global_scope]
     queue += [(Path(n).name if "/" not in n else n, origin, runpath) for n in needed]
     seen: set[str] = set()
@@ -181,14 +183,16 @@ def judge(undefined: Iterable[str], needed: Sequence[str], torch: TorchLibraries
             continue
         if torch is not None and name in torch.needed:
             if name not in torch.complete:
-                unknown.append(f"{name}: only its shim symbols are known ({torch.describe()}); give a torch/lib with --torch-lib")
+                unknown.append(f"{name}: only its shim symbols are known ({torch.describe()}); give a torch/lib with "
+                               "--torch-lib")
                 continue
             exports.append(torch.libs.get(name, frozenset()))
             queue += [(n, "", ()) for n in torch.needed[name]]
             continue
         library = _locate(name, library_dirs)
         if library is None:
-            unknown.append(f"{name} is not on this machine" + (" (nor in this wheel through $ORIGIN)" if bundled is not None else ""))
+            unknown.append(f"{name} is not on this machine"
+                           + (" (nor in this wheel through $ORIGIN)" if bundled is not None else ""))
             continue
         exports.append(library.exports)
         queue += [(n, "", ()) for n in library.needed]  # a library of this machine: its $ORIGIN is not the wheel

@@ -114,7 +114,8 @@ class FileSource:
         _check_range(self, offset, length)
         data = os.pread(self._fd, length, offset)
         if len(data) != length:
-            raise TruncatedError(f"{self.name}: the file shrank while it was read (needs bytes {offset}..{offset + length})")
+            raise TruncatedError(f"{self.name}: the file shrank while it was read (needs bytes "
+                                 f"{offset}..{offset + length})")
         return data
 
     def retain_head(self, length: int) -> None:

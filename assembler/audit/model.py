@@ -15,7 +15,8 @@ One object per PATH (a JSON array when several PATHs are given)::
       "requires_torch": "torch>=2.11", # the wheel's Requires-Dist on torch (METADATA); null if none
       "requires_python": ">=3.8",      # its Requires-Python; null if none
       "floor_too_low": ["..."],        # FLOOR-TOO-LOW: a declared floor below what the symbols need
-      "not_elf": ["pkg/notes.so"],     # named like a shared object but not ELF: not audited (objects are found by content)
+      "not_elf": ["pkg/notes.so"],     # named like a shared object but not ELF: not audited
+                                       # (objects are found by content)
       "unsafe_names": ["../x.so (a '..' component)"],  # UNSAFE-PATH: members that install outside the target
       "sources": {"torch": "...", "cpython": "..."},   # where the version tables came from
       "extensions": [                  # every ELF shared object, Python extension or not
@@ -99,9 +100,12 @@ class ElfReport:
     @classmethod
     def unreadable(cls, path: str, error: str) -> ElfReport:
         """An object the audit could not read: INCOMPLETE, with the reason, so the others still report."""
-        return cls(path=path, kind="unknown", torch_abi=Verdict.INCOMPLETE, stable_shim=0, unstable=0, unstable_symbols=(),
-                   min_torch=None, min_torch_symbols=(), unknown_shim_symbols=(), abi3_compliant=False, abi3_violations=(),
-                   min_python=None, min_python_symbols=(), newer_than_tag={}, needed=(), python_api=PYTHON_NONE, error=error)
+        return cls(path=path, kind="unknown", torch_abi=Verdict.INCOMPLETE, stable_shim=0, unstable=0,
+                   unstable_symbols=(),
+                   min_torch=None, min_torch_symbols=(), unknown_shim_symbols=(), abi3_compliant=False,
+                   abi3_violations=(),
+                   min_python=None, min_python_symbols=(), newer_than_tag={}, needed=(), python_api=PYTHON_NONE,
+                   error=error)
 
     @property
     def uses_python(self) -> bool:

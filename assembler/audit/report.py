@@ -274,7 +274,8 @@ def report_text(report: AuditReport, stream: IO[str], verbose: bool = False, leg
     else:
         tag = f"abi3 tag {report.abi3_floor}" if report.abi3_floor else "no abi3 tag"
         cpython = f"CPython {report.cpython_abi} ({tag}{f', needs {report.min_python}' if report.min_python else ''})"
-    verdicts = [(report.torch_abi, VERDICT_STYLE[report.torch_abi]), (report.cpython_abi, VERDICT_STYLE[report.cpython_abi])]
+    verdicts = [(report.torch_abi, VERDICT_STYLE[report.torch_abi]),
+                (report.cpython_abi, VERDICT_STYLE[report.cpython_abi])]
     both = f"{torch}   {cpython}"
     for text in [both] if out.width is None or len(both) <= out.width else [torch, cpython]:  # one line where it fits
         out.line(text, hang="  ", paint_words=verdicts)

@@ -89,15 +89,18 @@ def _headers_in_wheel(wheel: Path) -> tuple[str, list[tuple[str, str]]]:
         with os.fdopen(open_regular(str(wheel)), "rb") as raw, zipfile.ZipFile(raw) as zf:
             names = zf.namelist()
             version = next(
-                (n.split("/")[0].removesuffix(".dist-info").split("-", 1)[1] for n in names if n.endswith(".dist-info/METADATA")),
+                (n.split("/")[0].removesuffix(".dist-info").split("-", 1)[1] for n in names
+                 if n.endswith(".dist-info/METADATA")),
                 "?",
             )
             wanted = sorted(n for n in names if any(fnmatch.fnmatch(n, f"torch/include/{p}") for p in SHIM_HEADERS))
             for name in wanted:
                 if zf.getinfo(name).file_size > MAX_TORCH_HEADER:
-                    raise InputError(f"{wheel}: {name} declares more than the {MAX_TORCH_HEADER}-byte limit for a header")
+                    raise InputError(f"{wheel}: {name} declares more than the {MAX_TORCH_HEADER}-byte limit for "
+                                     "a header")
             return version, [(n.removeprefix("torch/include/"), zf.read(n).decode(errors="replace")) for n in wanted]
-    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, struct.error, NotImplementedError, RuntimeError, ValueError) as error:
+    except (OSError, EOFError, zipfile.BadZipFile, zlib.error, struct.error, NotImplementedError, RuntimeError,
+            ValueError) as error:
         # zipfile's own ways of saying "damaged": bad CRC, unknown method, encryption, broken names
         raise InputError(f"cannot read torch wheel {wheel}: {error}") from None
 

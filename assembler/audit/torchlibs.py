@@ -174,7 +174,8 @@ def _from_json(data: Mapping[str, object], source: str, complete: bool = False) 
 def _to_json(table: TorchLibraries, **extra: object) -> dict[str, object]:
     return {
         "schema": _SCHEMA, "torch": table.torch, **extra,
-        "libs": {name: {"needed": list(table.needed[name]), "exports": sorted(table.libs.get(name, ()))} for name in sorted(table.needed)},
+        "libs": {name: {"needed": list(table.needed[name]), "exports": sorted(table.libs.get(name, ()))}
+                 for name in sorted(table.needed)},
     }
 
 
@@ -246,7 +247,8 @@ def resolver(lib_dir: Path | None = None, torch: str | None = None) -> TorchLibr
         return base
     real = read_lib_dir(torch or lib_dir_version(lib_dir), lib_dir)
     if real is None:
-        raise InputError(f"{lib_dir}: no torch libraries (lib*.so) there", hint="give torch's lib directory: .../site-packages/torch/lib")
+        raise InputError(f"{lib_dir}: no torch libraries (lib*.so) there",
+                         hint="give torch's lib directory: .../site-packages/torch/lib")
     return real.overlaid(base)
 
 
@@ -264,7 +266,8 @@ def refresh_from_wheel(wheel: Path, path: Path = SHIPPED) -> TorchLibraries:
         source = open_member(entry)
         try:
             if entry.name == "torch/version.py":
-                match = re.search(r"""__version__\s*=\s*['"]([^'"]+)['"]""", source.read(0, min(source.size, 1 << 16)).decode(errors="replace"))
+                match = re.search(r"""__version__\s*=\s*['"]([^'"]+)['"]""",
+                                  source.read(0, min(source.size, 1 << 16)).decode(errors="replace"))
                 version = match[1] if match else version
                 continue
             found = _record(source, tuple(p.encode() for p in SHIM_PREFIXES))

@@ -57,14 +57,16 @@ def audit_object(job: Job, floor: PyVersion | None, table: TorchTable, libraries
     undefined = [s.name for s in info.symbols if not s.defined]
     strong = [s.name for s in info.symbols if not s.defined and not s.weak]
     unresolved = libraries.unresolved(strong, info.needed) if libraries else {}
-    scope = judge(strong, info.needed, libraries, library_dirs, origin=posixpath.dirname(job.name), runpath=info.runpath)
+    scope = judge(strong, info.needed, libraries, library_dirs, origin=posixpath.dirname(job.name),
+                  runpath=info.runpath)
     unresolved |= dict.fromkeys(scope.missing, NOWHERE)
     if scope.unjudged is not None and unjudged is not None:
         unjudged[job.name] = _Unjudged(tuple(strong), info.needed, info.runpath)
     extension = any(s.defined and not s.local and is_entry_point(s.name) for s in info.symbols)
     torch = classify_torch(undefined, table)
     python = classify_cpython(info.symbols, floor)
-    api = PYTHON_NONE if not (python.violations or python.min_python) else PYTHON_LIMITED if is_abi3_object(job.name, floor) else PYTHON_FULL
+    api = (PYTHON_NONE if not (python.violations or python.min_python)
+           else PYTHON_LIMITED if is_abi3_object(job.name, floor) else PYTHON_FULL)
     if api == PYTHON_FULL:  # the limited-API floor means nothing for a full-API build: report none
         python = replace(python, min_python=None, min_python_symbols=(), newer_than_tag={})
     return ElfReport(
@@ -118,7 +120,8 @@ def _audit_or_report(job: Job, floor: PyVersion | None, table: TorchTable, libra
         return ElfReport.unreadable(job.name, error.message)
 
 
-def _judge_in_target(report: ElfReport, facts: _Unjudged, jobs: Sequence[Job], name: str, libraries: TorchLibraries | None,
+def _judge_in_target(report: ElfReport, facts: _Unjudged, jobs: Sequence[Job], name: str,
+                     libraries: TorchLibraries | None,
                      library_dirs: tuple[Path, ...]) -> ElfReport:
     """``report`` judged again with the libraries shipped beside it (loadscope.Bundled): a
     wheel's own ``libdgl.so``, reached through ``$ORIGIN``, is part of its load scope."""
@@ -129,9 +132,11 @@ def _judge_in_target(report: ElfReport, facts: _Unjudged, jobs: Sequence[Job], n
         return library_of(open_job(by_name[path]))
 
     bundled = Bundled(frozenset(by_name), read)
-    scope = judge(facts.strong, facts.needed, libraries, library_dirs, origin=posixpath.dirname(name), runpath=facts.runpath,
+    scope = judge(facts.strong, facts.needed, libraries, library_dirs, origin=posixpath.dirname(name),
+                  runpath=facts.runpath,
                   bundled=bundled)
-    return replace(report, unresolved={**report.unresolved, **dict.fromkeys(scope.missing, NOWHERE)}, unjudged_imports=scope.unjudged)
+    return replace(report, unresolved={**report.unresolved, **dict.fromkeys(scope.missing, NOWHERE)},
+                   unjudged_imports=scope.unjudged)
 
 
 def unreadable(reports: Iterable[AuditReport]) -> list[str]:

@@ -185,7 +185,8 @@ def _wheel(path: Path) -> Target:
     unsafe = tuple(f"{e.name} ({why})" for e in entries if (why := unsafe_name(e.name)))
     core = [e for e in entries if _METADATA_FILE.match(e.name)]
     try:
-        torch, python = declared_requirements(read_small_member(core[0], MAX_WHEEL_METADATA).decode(errors="replace")) if core else (None, None)
+        torch, python = (declared_requirements(read_small_member(core[0], MAX_WHEEL_METADATA).decode(errors="replace"))
+                         if core else (None, None))
     except InputError:  # an oversized METADATA: no declared floors to compare, the audit goes on
         torch, python = None, None
     return Target(str(path), "wheel", _wheel_tags(path.name, metadata), jobs, torch, python,
@@ -223,7 +224,8 @@ def _wheel_tags(filename: str, metadata: str) -> tuple[str, ...]:
     parts = filename.removesuffix(".whl").split("-")
     if len(parts) in (5, 6):
         pythons, abis, platforms = parts[-3:]
-        return tuple(f"{p}-{a}-{pl}" for p in pythons.split(".") for a in abis.split(".") for pl in platforms.split("."))
+        return tuple(f"{p}-{a}-{pl}" for p in pythons.split(".") for a in abis.split(".")
+                     for pl in platforms.split("."))
     return tuple(line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Tag:"))
 
 
