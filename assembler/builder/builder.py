@@ -69,7 +69,8 @@ class Outcome:
     record: Artifact | None = None  # the artifact.json of a cached or built artifact
     compiler_cache: dict[str, Any] | None = None  # sccache's counts for this build (toolchain.sccache.CompileStats)
     shared: str | None = None  # what the shared store did: "downloaded", "uploaded", or why not
-    peak_rss: int | None = None  # bytes: the largest compile process of this build (builder.memory); None: nothing compiled
+    # bytes: the largest compile process of this build (builder.memory); None: nothing compiled
+    peak_rss: int | None = None
 
 
 def source_identity(checkout: Path) -> tuple[str, str | None]:
@@ -109,7 +110,8 @@ def prepare(ctx: BuildContext, dep: Dependency, checkout: Path, series_digest: s
         profile=dep.profile,
     )
     state = CheckoutState.load(checkout)
-    return BuildRequest(dep, checkout, head, dirty is not None, state.head if state else None, parts, archs, prepared.uses_cuda,
+    return BuildRequest(dep, checkout, head, dirty is not None, state.head if state else None, parts, archs,
+                        prepared.uses_cuda,
                         toolchain)
 
 
@@ -135,7 +137,8 @@ def dep_archs(dep: Dependency, bundle_archs: tuple[str, ...], uses_cuda: bool) -
     """The GPU architectures ``dep`` compiles for: its own cuda-archs, else the bundle's; none
     when nvcc takes no part. A recipe that surely compiles CUDA must have some."""
     archs = (dep.build.cuda_archs if dep.build.cuda_archs is not None else bundle_archs) if uses_cuda else ()
-    surely_cuda = any(ext.language == CUDA for ext in dep.build.extensions) or any(s.endswith(".cu") for s in dep.build.sources)
+    surely_cuda = (any(ext.language == CUDA for ext in dep.build.extensions)
+                   or any(s.endswith(".cu") for s in dep.build.sources))
     if not archs and surely_cuda:  # own CMake may set them itself
         raise InputError(
             f"deps.toml: [deps.{dep.name}.build] compiles CUDA but cuda-archs is set neither there nor in [bundle]",
@@ -169,7 +172,8 @@ def reuse(ctx: BuildContext, request: BuildRequest) -> Outcome | None:
     if stored is None:
         return None
     materialize(stored, target)
-    return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=stored_artifact(target), shared=shared,
+    return Outcome(request.dep.name, BuildOutcome.CACHED, artifact=target, record=stored_artifact(target),
+                   shared=shared,
                    compiler_cache=recorded_compiler_cache(target))
 
 
@@ -288,14 +292,17 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
         shutil.rmtree(tree, ignore_errors=True)
         shutil.rmtree(staging, ignore_errors=True)
         if failure is None:
-            return Outcome(dep.name, BuildOutcome.COMPILED, time.monotonic() - started, log=log_path, compiler_cache=compiled,
+            return Outcome(dep.name, BuildOutcome.COMPILED, time.monotonic() - started, log=log_path,
+                           compiler_cache=compiled,
                            peak_rss=peak_rss)
     if failure is not None:
         shutil.rmtree(staging, ignore_errors=True)
         seconds = time.monotonic() - started
         if failure.error is not None:
-            return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, error=failure.error, compiler_cache=compiled)
-        unstable = unstable_includes(log_path.read_text(errors="replace"), request.checkout, torch_include_roots(ctx.toolchain.env.torch_dir),
+            return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, error=failure.error,
+                           compiler_cache=compiled)
+        unstable = unstable_includes(log_path.read_text(errors="replace"), request.checkout,
+                                     torch_include_roots(ctx.toolchain.env.torch_dir),
                                      _working_dirs(tree))
         return Outcome(dep.name, BuildOutcome.FAILED, seconds, log=log_path, unstable=unstable, compiler_cache=compiled)
     seconds = time.monotonic() - started
@@ -310,7 +317,8 @@ def build(ctx: BuildContext, request: BuildRequest, jobs: int, on_line: Callable
     shared = ctx.shared.upload(stored, dep.name, request.key) if ctx.shared is not None else None
     materialize(stored, ctx.artifacts / dep.name)
     return Outcome(dep.name, BuildOutcome.BUILT, seconds, artifact=ctx.artifacts / dep.name, log=log_path,
-                   record=stored_artifact(ctx.artifacts / dep.name), compiler_cache=compiled, shared=shared, peak_rss=peak_rss)
+                   record=stored_artifact(ctx.artifacts / dep.name), compiler_cache=compiled, shared=shared,
+                   peak_rss=peak_rss)
 
 
 def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) -> dict[str, Any]:
@@ -346,7 +354,8 @@ def artifact_record(ctx: BuildContext, request: BuildRequest, seconds: float) ->
         },
         "archs": list(request.archs),
         "build_seconds": round(seconds, 2),
-        **({"profile": dep.profile} if dep.profile is not None else {}),  # absent: the full build (wheel.merge reads it)
+        # absent: the full build (wheel.merge reads it)
+        **({"profile": dep.profile} if dep.profile is not None else {}),
     }
 
 

@@ -99,7 +99,8 @@ def read_evidence(dep: Dependency, kind: str) -> dict[str, Any] | None:
     return record
 
 
-def is_exactly_pinned(workspace: Workspace, dep: Dependency, head: str | None, series_head: str | None, dirty: bool) -> bool:
+def is_exactly_pinned(workspace: Workspace, dep: Dependency, head: str | None, series_head: str | None,
+                      dirty: bool) -> bool:
     """Whether a run that saw ``head`` (``series_head`` what the series produced, ``dirty``)
     ran on exactly the pinned commit plus the series: what may be published as evidence."""
     try:
@@ -171,7 +172,8 @@ def publish_build(workspace: Workspace, dep: Dependency, artifact: Path, verdict
     from assembler.wheel.artifact import stored_artifact
 
     record = stored_artifact(artifact)
-    if record is None or record.commit != dep.commit or not is_exactly_pinned(workspace, dep, record.head, record.series_head, record.dirty):
+    if (record is None or record.commit != dep.commit
+            or not is_exactly_pinned(workspace, dep, record.head, record.series_head, record.dirty)):
         return
     publish(dep, BUILD, {
         "gate": [verdict.record() for verdict in verdicts], "audit": audit_digest(),
@@ -191,7 +193,8 @@ def build_evidence(dep: Dependency) -> BuildEvidence | None:
         return BuildEvidence(
             tuple(GateVerdict.from_record(v) for v in record["gate"]), str(record["obtained"]),
             record["audit"] == audit_digest(),
-            tuple(str(v) for v in record["verify_failed"]), tuple(str(v) for v in record["verified"]), str(record["workspace"]),
+            tuple(str(v) for v in record["verify_failed"]), tuple(str(v) for v in record["verified"]),
+            str(record["workspace"]),
         )
     except (KeyError, TypeError, ValueError):  # not this format (an older assembler's): no evidence
         return None

@@ -107,7 +107,8 @@ def unstable_includes(log: str, source_root: Path, include_roots: Sequence[Path]
     found: list[UnstableInclude] = []
     for error in parse_diagnostics(log)[1]:
         if error.is_stable_guard:
-            item = _culprit(_absolute(error.file, bases), error.chain, source_root, roots, guard_message(error.text), bases)
+            item = _culprit(_absolute(error.file, bases), error.chain, source_root, roots, guard_message(error.text),
+                            bases)
             if item is not None and item not in found:
                 found.append(item)
     return found
@@ -126,7 +127,8 @@ def _culprit(erroring: Path, chain: Sequence[tuple[str, int]], source_root: Path
     for file, line in chain:  # innermost first
         path = _absolute(file, bases or (source_root,))
         if path.is_relative_to(source_root):
-            return UnstableInclude(torch_header(included, roots) or str(included), str(path.relative_to(source_root)), line, guard)
+            return UnstableInclude(torch_header(included, roots) or str(included), str(path.relative_to(source_root)),
+                                   line, guard)
         included = path
     return None
 

@@ -145,8 +145,9 @@ class LinkOutOfTree(InputError):
             f"{dep}: {count} in {shown_root} {'leads' if len(found) == 1 else 'lead'} out of the dependency's tree "
             f"(the build would read, and could ship, what {'it points' if len(found) == 1 else 'they point'} at): "
             f"{named}{more}",
-            hint=f"a link in {dep} may point only inside its checkout: remove it, or replace it with the file it stands "
-                 f"for, in the patch that adds it (edit {shown_root}, commit, `assemble export {dep}`), then build again",
+            hint=f"a link in {dep} may point only inside its checkout: remove it, or replace it with the file "
+                 f"it stands for, in the patch that adds it (edit {shown_root}, commit, `assemble export {dep}`), then "
+                 "build again",
         )
         self.found = found
 

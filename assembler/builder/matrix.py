@@ -76,11 +76,13 @@ class MatrixEntry:
 def entry_for(plan: DepPlan, key: str, cached: bool, in_store: bool | None) -> MatrixEntry:
     units = plan.units
     if units is None:
-        return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), UNKNOWN_UNITS, 0, cached, in_store, units_known=False,
+        return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), UNKNOWN_UNITS, 0, cached, in_store,
+                           units_known=False,
                            profile=plan.profile)
     cuda = sum(1 for unit in units if unit["language"] == CUDA)
     stubs = plan.jobs - len(units)  # the helper's generated PyInit stubs are C++ units too
-    return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), len(units) - cuda + stubs, cuda, cached, in_store,
+    return MatrixEntry(plan.dep, key, plan.backend, tuple(plan.archs), len(units) - cuda + stubs, cuda, cached,
+                       in_store,
                        profile=plan.profile)
 
 
@@ -119,7 +121,8 @@ def shard_count(runners: int, cost: float, largest: float, jobs: int) -> int:
     return max(1, min(runners, jobs, math.ceil(runners * cost / largest - 1e-9)))
 
 
-def plan_shards(workspace: Workspace, plans: dict[str, DepPlan], entries: list[MatrixEntry], count: int) -> list[ShardEntry]:
+def plan_shards(workspace: Workspace, plans: dict[str, DepPlan], entries: list[MatrixEntry],
+                count: int) -> list[ShardEntry]:
     """Each dependency still to compile whose units are known, split over up to ``count`` shards
     (``shard_count``)."""
     from assembler.builder import shards
@@ -170,7 +173,8 @@ def _plan_matrix(workspace: Workspace, cuda: str, torch: str | None, only: tuple
         raise plan.error
     manifest = workspace.manifest
     toolchain = resolve_toolchain(workspace, BuildOptions(cuda=cuda, torch=torch), note)
-    ctx = BuildContext(state_dir=workspace.state_dir, artifacts=default_artifacts(workspace).resolve(), store=ArtifactStore(),
+    ctx = BuildContext(state_dir=workspace.state_dir, artifacts=default_artifacts(workspace).resolve(),
+                       store=ArtifactStore(),
                        toolchain=toolchain, bundle=manifest.bundle)
     shared: SharedStore | None = open_store(manifest.cache.artifacts, manifest.cache.s3_endpoint)
     entries = []
@@ -202,7 +206,8 @@ def final_entries(entries: list[MatrixEntry], split: list[ShardEntry]) -> list[d
     out = []
     for entry in entries:
         needs = [shard.id for shard in split if shard.dep == entry.dep]
-        out.append({**entry.to_json(), "job": "final" if needs else "build", "id": f"{entry.dep}-final", "needs": needs})
+        out.append({**entry.to_json(), "job": "final" if needs else "build", "id": f"{entry.dep}-final",
+                    "needs": needs})
     return out
 
 
@@ -223,7 +228,8 @@ def buildkite_pipeline(entries: list[MatrixEntry], split: list[ShardEntry], cuda
     steps: list[dict[str, Any]] = []
     for shard in split:
         steps.append({"label": f"{shard.dep} shard {shard.index}/{shard.count}", "key": shard.id,
-                      "command": f"assemble build --cuda {cuda}{on} --only {shard.dep} --shard {shard.index}/{shard.count} --json"})
+                      "command": f"assemble build --cuda {cuda}{on} --only {shard.dep} --shard "
+                                 f"{shard.index}/{shard.count} --json"})
     finals = final_entries(entries, split)
     for final in finals:
         steps.append({"label": f"{final['dep']} ({final['job']})", "key": final["id"], "depends_on": final["needs"],

@@ -19,4 +19,5 @@ class Event(Protocol):
     compiling, ``done`` of ``total`` steps are finished (total None: not known) and ``unit`` is
     what the last one made."""
 
-    def __call__(self, dep: str, phase: str, done: int | None, total: int | None, unit: str | None = None, /) -> None: ...
+    def __call__(self, dep: str, phase: str, done: int | None, total: int | None, unit: str | None = None,
+                 /) -> None: ...

@@ -112,9 +112,12 @@ class DepReport:
     verdict: GateVerdict | None = None  # from the audit of the merged wheel
     min_torch: str | None = None
     extensions: list[ExtensionVerdict] = field(default_factory=list)
-    compiler_cache: dict[str, Any] | None = None  # sccache's requests, hits, misses, problem of this build, or of the build that made a reused artifact ("reused": true); None: built without it
+    # sccache's requests, hits, misses, problem of this build, or of the build that made a reused artifact ("reused":
+    # true); None: built without it
+    compiler_cache: dict[str, Any] | None = None
     shared: str | None = None  # the shared artifact store: "downloaded", "uploaded", or what went wrong
-    cuda_components: list[str] = field(default_factory=list)  # its cuda-components (their wheels are in its artifact.json)
+    # its cuda-components (their wheels are in its artifact.json)
+    cuda_components: list[str] = field(default_factory=list)
     shard: dict[str, Any] | None = None  # --shard: {shard, count, split, units, cost} (builder.shards)
     profile: str | None = None  # the build profile it was built on; None: the full build
     peak_rss: int | None = None  # bytes: its largest compile process in this build (None: nothing compiled)
@@ -132,10 +135,13 @@ class BuildReport:
     artifacts: Path | None = None
     deps: list[DepReport] = field(default_factory=list)
     wheel: Path | None = None
-    partial: list[str] = field(default_factory=list)  # a partial wheel's missing dependencies (empty: every one, or no wheel)
+    # a partial wheel's missing dependencies (empty: every one, or no wheel)
+    partial: list[str] = field(default_factory=list)
     allowed_unstable: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # a failing compiler cache; the merge's: unshipped files, local work in forks/, ...
-    size: dict[str, Any] | None = None  # the wheel per dependency and CUDA arch, with deps.toml's budgets (assembler.wheel.size)
+    # a failing compiler cache; the merge's: unshipped files, local work in forks/, ...
+    warnings: list[str] = field(default_factory=list)
+    # the wheel per dependency and CUDA arch, with deps.toml's budgets (assembler.wheel.size)
+    size: dict[str, Any] | None = None
     seconds: float = 0.0
     profile: str | None = None  # --profile: the build profile asked for (dependencies without it built in full)
     jobs: dict[str, Any] | None = None  # what --jobs chose and why (builder.memory.JobsChoice)
@@ -152,7 +158,8 @@ class BuildReport:
         data["verify"] = self.verified.to_json() if self.verified is not None else None
         data["error"] = None if self.error is None else self.error.to_json()
         summary: dict[str, Any] = json.loads(json.dumps(data, default=str))
-        summary["deps"] = [{"name": dep["dep"], **dep} for dep in summary["deps"]]  # "name", as in every command; "dep" kept
+        # "name", as in every command; "dep" kept
+        summary["deps"] = [{"name": dep["dep"], **dep} for dep in summary["deps"]]
         return summary
 
 
@@ -164,7 +171,8 @@ def compiler_cache(workspace: Workspace) -> CompilerCache:
     settings = workspace.manifest.cache
     root = cache_root()
     return sccache.configure(settings.compiler, settings.remote, root / "sccache", (workspace.root, root),
-                             workspace.state_dir / "logs", roots=sccache.path_roots(workspace.root, workspace.state_dir, root))
+                             workspace.state_dir / "logs",
+                             roots=sccache.path_roots(workspace.root, workspace.state_dir, root))
 
 
 def resolve_toolchain(workspace: Workspace, options: BuildOptions, note: Note) -> Toolchain:
@@ -176,7 +184,8 @@ def resolve_toolchain(workspace: Workspace, options: BuildOptions, note: Note) -
     env = ensure_build_env(torch, progress=note)
     if env.torch_cuda is not None and env.torch_cuda.split(".")[0] != options.cuda.split(".")[0]:
         raise ToolchainError(
-            f"torch {env.torch} is built for CUDA {env.torch_cuda}, which cannot load code built for CUDA {options.cuda}",
+            f"torch {env.torch} is built for CUDA {env.torch_cuda}, which cannot load code built for CUDA "
+            f"{options.cuda}",
             hint=f"pick a torch built for CUDA {options.cuda.split('.')[0]}.x or another --cuda",
         )
     return Toolchain(cuda=cuda, env=env, cxx=builder.host_compiler_version(dict(os.environ)))
@@ -252,7 +261,8 @@ def publish_evidence(workspace: Workspace, report: BuildReport) -> None:
             for (name, torch), cell in report.verified.cells.items():
                 if name == dep.dep and cell.status in (Status.PASS, Status.FAIL):
                     (passed if cell.status is Status.PASS else failed).append(torch)
-        publish_build(workspace, manifest.deps[dep.dep], dep.artifact, [item.verdict for item in dep.extensions], passed, failed)
+        publish_build(workspace, manifest.deps[dep.dep], dep.artifact, [item.verdict for item in dep.extensions],
+                      passed, failed)
 
 
 def build_artifacts(
@@ -281,7 +291,8 @@ def build_artifacts(
         toolchain = resolve_toolchain(workspace, options, note)
         held.enter_context(in_use(toolchain.env.path))  # no `assemble cache prune` removes it mid-build
         cuda = toolchain.cuda
-        note(f"CUDA {cuda.version} (nvcc {cuda.release}, {cuda.origin}: {cuda.root}); torch {toolchain.env.torch}; {toolchain.cxx}")
+        note(f"CUDA {cuda.version} (nvcc {cuda.release}, {cuda.origin}: {cuda.root}); torch {toolchain.env.torch}; "
+             f"{toolchain.cxx}")
         ctx = BuildContext(
             state_dir=workspace.state_dir,
             artifacts=(options.artifacts or default_artifacts(workspace)).resolve(),
@@ -303,7 +314,8 @@ def build_artifacts(
             else:
                 outcomes[request.dep.name] = reused
                 on_event(request.dep.name, BuildOutcome.CACHED, None, None)
-        choice = memory.choose_jobs(options.jobs, [(r.dep.name, r.cuda) for r in pending], memory.recorded_peaks(workspace.root),
+        choice = memory.choose_jobs(options.jobs, [(r.dep.name, r.cuda) for r in pending],
+                                    memory.recorded_peaks(workspace.root),
                                     available_cpus(), memory.available_memory())
         note(f"jobs: {choice.jobs} ({choice.reason})")
         jobs = choice.jobs
@@ -311,7 +323,8 @@ def build_artifacts(
         shard_of: dict[str, dict[str, Any]] = {}
         if options.shard is not None:
             for request in pending:
-                outcome, shard_of[request.dep.name] = _compile_shard(workspace, ctx, request, options.shard, jobs, on_event)
+                outcome, shard_of[request.dep.name] = _compile_shard(workspace, ctx, request, options.shard, jobs,
+                                                                     on_event)
                 outcomes[request.dep.name] = outcome
             pending = []
         per_job = {name: item.bytes for name, item in choice.per_job.items()}
@@ -319,7 +332,8 @@ def build_artifacts(
             outcomes[outcome.dep] = outcome
         memory.record_peaks(workspace.root, {o.dep: o.peak_rss for o in outcomes.values() if o.peak_rss})
     report = BuildReport(
-        bundle=manifest.bundle.name, artifacts=ctx.artifacts, cuda=toolchain.cuda.version, nvcc=toolchain.cuda.release, cuda_origin=toolchain.cuda.origin,
+        bundle=manifest.bundle.name, artifacts=ctx.artifacts, cuda=toolchain.cuda.version, nvcc=toolchain.cuda.release,
+        cuda_origin=toolchain.cuda.origin,
         cuda_root=toolchain.cuda.root, torch=toolchain.env.torch,
         # the exact build tools (pinned by data/build-constraints.txt) and what installed them
         tools={**dict(toolchain.versions(with_cuda=False)), **toolchain.env.tool_versions(),
@@ -330,9 +344,11 @@ def build_artifacts(
         outcome = outcomes[request.dep.name]
         built_in = outcome.record.build_seconds if outcome.record is not None else 0.0
         report.deps.append(DepReport(
-            dep=request.dep.name, commit=request.dep.commit, head=request.head, key=request.key, patches=len(request.dep.series),
+            dep=request.dep.name, commit=request.dep.commit, head=request.head, key=request.key,
+            patches=len(request.dep.series),
             status=outcome.status, seconds=outcome.seconds if outcome.status != BuildOutcome.CACHED else built_in,
-            archs=list(request.archs), torch_target=request.dep.torch_target, artifact=outcome.artifact, log=outcome.log,
+            archs=list(request.archs), torch_target=request.dep.torch_target, artifact=outcome.artifact,
+            log=outcome.log,
             compiler_cache=outcome.compiler_cache, shared=outcome.shared, shard=shard_of.get(request.dep.name),
             cuda_components=list(request.dep.cuda_components) if request.cuda else [],
             profile=request.dep.profile, peak_rss=outcome.peak_rss,
@@ -351,10 +367,13 @@ def _check_shard_options(workspace: Workspace, options: BuildOptions) -> None:
     """--shard splits one dependency, and only the compiler cache carries a shard's work on."""
     if len(options.only) != 1:
         raise InputError("--shard compiles a share of one dependency: name it with exactly one --only DEP",
-                         hint="e.g. assemble build --only DEP --shard 1/4, as the shard entries of `assemble plan --matrix --shards 4` say")
+                         hint="e.g. assemble build --only DEP --shard 1/4, as the shard entries of `assemble plan "
+                              "--matrix --shards 4` say")
     if not compiler_cache(workspace).enabled:
-        raise InputError("--shard compiles into the compiler cache for the final build to find, and the compiler cache is off",
-                         hint='set [cache] compiler = "sccache" and remote = "redis://HOST:PORT/0" (shared by the runners), '
+        raise InputError("--shard compiles into the compiler cache for the final build to find, and the compiler "
+                         "cache is off",
+                         hint='set [cache] compiler = "sccache" and remote = "redis://HOST:PORT/0" (shared by the '
+                              'runners), '
                          "and leave ASSEMBLE_SCCACHE unset or 1")
 
 
@@ -369,7 +388,8 @@ def _compile_shard(workspace: Workspace, ctx: BuildContext, request: BuildReques
     if plan.error is not None:
         raise plan.error
     extensions = backends.for_dep(dep).extension_modules(dep)
-    split = shards.split(shards.compile_jobs(plan, extensions, shards.unit_times(workspace.state_dir, dep.name)), shard.count)
+    split = shards.split(shards.compile_jobs(plan, extensions, shards.unit_times(workspace.state_dir, dep.name)),
+                         shard.count)
     mine = split[shard.index - 1]
     on_event(dep.name, "configuring", None, None)
     outcome = builder.build(ctx, request, jobs, scheduler.LineEvents(dep.name, on_event),
@@ -416,7 +436,8 @@ def merge_artifacts(workspace: Workspace, dirs: Sequence[Path], out: Path | None
     return merge_wheel(workspace.manifest, list(dirs), output, cuda, exclude=tuple(exclude), jobs=jobs, partial=partial)
 
 
-def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildReport, note: Note = lambda _: None) -> CheckFailed | None:
+def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildReport,
+                   note: Note = lambda _: None) -> CheckFailed | None:
     """Merge the artifacts into one wheel, audit it, and fill the report's verdicts. Returns the
     gate's error (the caller prints the summary first, then raises it) or None.
 
@@ -437,12 +458,14 @@ def merge_and_gate(workspace: Workspace, options: BuildOptions, report: BuildRep
     else:
         from assembler.wheel.merge import merge_wheel
 
-        result = merge_wheel(manifest, [dep.artifact for dep in report.deps if dep.artifact is not None], output, options.cuda,
+        result = merge_wheel(manifest, [dep.artifact for dep in report.deps if dep.artifact is not None], output,
+                             options.cuda,
                              partial=options.partial)
         report.wheel, report.partial = result.wheel, list(result.missing)
         report.warnings.extend(result.warnings)
         note(f"merged {result.wheel.name}; auditing")
-        audits = _audit_wheel(result.wheel, result.files, _build_torch_lib(workspace, options), _toolkit_lib_dirs(report.cuda_root))
+        audits = _audit_wheel(result.wheel, result.files, _build_torch_lib(workspace, options),
+                              _toolkit_lib_dirs(report.cuda_root))
         with contextlib.suppress(OSError):  # only a shortcut for the next build: a read-only cache keeps none
             atomic_write(state_path, json.dumps({
                 "key": key, "workspace": str(workspace.root), "wheel": str(result.wheel), "stat": _stat(result.wheel),
@@ -473,15 +496,18 @@ def _merge_key(workspace: Workspace, report: BuildReport, cuda: str, output: Pat
         "bundle": manifest.bundle._asdict(),
         "install": {name: dep.install for name, dep in manifest.deps.items()},
         "targets": {name: dep.torch_target for name, dep in manifest.deps.items()},
-        "sbom": {name: [dep.source, dep.upstream, dep.track] for name, dep in manifest.deps.items()},  # in the wheel's SBOM
+        # in the wheel's SBOM
+        "sbom": {name: [dep.source, dep.upstream, dep.track] for name, dep in manifest.deps.items()},
         "cuda": cuda,
         "epoch": os.environ.get("SOURCE_DATE_EPOCH"),
         "output": str(output),
     }
-    return digest_texts(json.dumps(payload, sort_keys=True, default=str), *(name + "\0" for name, _ in code), *(data for _, data in code))
+    return digest_texts(json.dumps(payload, sort_keys=True, default=str), *(name + "\0" for name, _ in code),
+                        *(data for _, data in code))
 
 
-def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[ExtensionVerdict]], list[str], list[str]] | None:
+def _last_merge(state_path: Path, key: str) -> tuple[Path, dict[str, list[ExtensionVerdict]], list[str],
+                                                     list[str]] | None:
     """The wheel, audit and warnings of the last merge when its key is ``key`` and the wheel is
     still there untouched; None otherwise (then: merge again), also for a state that does not parse."""
     try:
@@ -543,7 +569,8 @@ def _audit_wheel(wheel: Path, files: dict[str, tuple[str, ...]], torch_lib: Path
     return verdicts
 
 
-def _gate(report: BuildReport, audits: dict[str, list[ExtensionVerdict]], allowed: tuple[str, ...]) -> CheckFailed | None:
+def _gate(report: BuildReport, audits: dict[str, list[ExtensionVerdict]],
+          allowed: tuple[str, ...]) -> CheckFailed | None:
     """Fill each dependency's verdict; the gate fails on any extension that is not STABLE,
     unless its dependency is in --allow-unstable (then the exception is recorded)."""
     failures: list[str] = []
@@ -564,9 +591,12 @@ def _gate(report: BuildReport, audits: dict[str, list[ExtensionVerdict]], allowe
             )
     if not failures:
         return None
-    names = [dep.dep for dep in report.deps if any(not item.ok for item in audits.get(dep.dep, [])) and dep.dep not in allowed]
+    names = [dep.dep for dep in report.deps if any(not item.ok for item in audits.get(dep.dep, []))
+             and dep.dep not in allowed]
     verdicts = {verdict for dep in report.deps if dep.dep in names for item in audits.get(dep.dep, []) if not item.ok
                 for verdict in item.verdict.verdicts}
-    fix = ("link the library the finding names, or build the unit that defines each symbol into the extension (it cannot load as it is)"
+    fix = ("link the library the finding names, or build the unit that defines each symbol into the extension (it "
+           "cannot load as it is)"
            if verdicts == {Verdict.UNRESOLVED} else f"port {', '.join(names)} to the Stable ABI")
-    return CheckFailed("audit gate: " + "; ".join(failures), hint=f"{fix}, or ship it anyway with --allow-unstable {names[0]}")
+    return CheckFailed("audit gate: " + "; ".join(failures),
+                       hint=f"{fix}, or ship it anyway with --allow-unstable {names[0]}")

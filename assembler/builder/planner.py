@@ -34,7 +34,8 @@ class DepPlan:
     torch_target: str
     archs: list[str] = field(default_factory=list)
     defines: list[str] = field(default_factory=list)  # what every unit gets: the torch and Python floors, the recipe's
-    units: list[dict[str, Any]] | None = None  # None: not known before the first build (no sources, no compile commands)
+    # None: not known before the first build (no sources, no compile commands)
+    units: list[dict[str, Any]] | None = None
     jobs: int = 0  # compiler processes
     arch_compilations: int = 0  # units x archs: one per C++ unit, one per architecture of each CUDA unit
     note: str | None = None
@@ -135,8 +136,8 @@ def plan_dep(workspace: Workspace, dep: Dependency, checkout: Path) -> DepPlan:
         compdb = unit_resolver.compile_commands_path(workspace.state_dir, dep.name)
         if not backend.from_extensions and not dep.build.sources and not compdb.is_file():
             links.refuse_escaping(workspace.root, dep.name, checkout)  # translation_units does it for the others
-            plan.note = (f"the recipe names no sources and no build recorded compile commands yet: its {dep.build.backend} "
-                         "build decides (add sources = [...] to plan them)")
+            plan.note = ("the recipe names no sources and no build recorded compile commands yet: its "
+                         f"{dep.build.backend} build decides (add sources = [...] to plan them)")
             return plan
         found = unit_resolver.translation_units(workspace, dep, checkout)
     except AssembleError as error:

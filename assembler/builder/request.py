@@ -57,7 +57,8 @@ class BuildRequest:
     parts: KeyParts
     archs: tuple[str, ...]
     cuda: bool  # nvcc takes part (the backend says)
-    toolchain: Toolchain | None = None  # what this dependency compiles with: the build's, its CUDA with its cuda-components
+    # what this dependency compiles with: the build's, its CUDA with its cuda-components
+    toolchain: Toolchain | None = None
 
     @property
     def key(self) -> str:

@@ -90,8 +90,10 @@ def compile_jobs(plan: PlannedUnits, extensions: tuple[str, ...], times: dict[st
     """Every compiler process of ``plan``, each with its cost. ``extensions``: the helper's
     extension names (one generated stub each); ``times``: measured seconds per unit."""
     if plan.units is None:
-        raise InputError(f"{plan.dep}: its translation units are not known before its first build, so it cannot be split",
-                         hint=f"add sources = [...] to [deps.{plan.dep}.build], or build it once (`assemble build --only {plan.dep}`)")
+        raise InputError(f"{plan.dep}: its translation units are not known before its first build, so it cannot "
+                         "be split",
+                         hint=f"add sources = [...] to [deps.{plan.dep}.build], or build it once (`assemble build "
+                              f"--only {plan.dep}`)")
     sizes = {}
     for unit in plan.units:
         try:

@@ -186,8 +186,10 @@ def _helper_units(workspace: Workspace, dep: Dependency, root: Path) -> list[Tra
     seen: set[Path] = set()
     keys = ("deps", dep.name, "build", "extensions")
     for index, ext in enumerate(dep.build.extensions):
-        includes = tuple(_include_dir(workspace, root, (*keys, "include-dirs"), item, index) for item in ext.include_dirs)
-        units += _units(workspace, root, keys, ext.sources, index, seen, includes, functools.partial(helper_shape, dep, ext), ext.name)
+        includes = tuple(_include_dir(workspace, root, (*keys, "include-dirs"), item, index)
+                         for item in ext.include_dirs)
+        units += _units(workspace, root, keys, ext.sources, index, seen, includes,
+                        functools.partial(helper_shape, dep, ext), ext.name)
     return units
 
 
@@ -218,12 +220,15 @@ def _units(workspace: Workspace, root: Path, keys: tuple[str, ...], patterns: tu
             seen.add(path)
             language = language_of(path)
             model = shape(language)
-            units.append(TranslationUnit(path, path.relative_to(root).as_posix(), language, includes, tuple(model.defines),
-                                         extension, std=model.std, flags=model.flags, system_includes=model.system_includes))
+            units.append(TranslationUnit(path, path.relative_to(root).as_posix(), language, includes,
+                                         tuple(model.defines),
+                                         extension, std=model.std, flags=model.flags,
+                                         system_includes=model.system_includes))
     return units
 
 
-def _sources(workspace: Workspace, root: Path, keys: tuple[str, ...], pattern: str, index: int | None = None) -> list[Path]:
+def _sources(workspace: Workspace, root: Path, keys: tuple[str, ...], pattern: str,
+             index: int | None = None) -> list[Path]:
     """The files ``pattern`` names in the checkout (a glob when it holds * ? or [): a glob enters
     no directory link (``manifest.globs.expand``), and a file reached through links must stay in
     the checkout (``builder.links``)."""
@@ -250,7 +255,8 @@ def _sources(workspace: Workspace, root: Path, keys: tuple[str, ...], pattern: s
 def _include_dir(workspace: Workspace, root: Path, keys: tuple[str, ...], item: str, index: int | None = None) -> Path:
     where = links.resolve(root, item)
     if where.path is None:
-        raise _missing(workspace, root, keys, item, index, f"include dir {item} leads out of the checkout ({where.why})")
+        raise _missing(workspace, root, keys, item, index,
+                       f"include dir {item} leads out of the checkout ({where.why})")
     if not (root / where.path).is_dir():
         raise _missing(workspace, root, keys, item, index, f"include dir {item} is not a directory in {root}")
     return root / item
@@ -261,7 +267,8 @@ class RecipePathError(InputError):
     (missing, matching nothing, not a directory, leading out of the checkout), reported at its
     line in deps.toml: the one error for every backend, `build --plan` and `check`."""
 
-    def __init__(self, manifest: Path, keys: tuple[str, ...], value: str, problem: str, index: int | None = None) -> None:
+    def __init__(self, manifest: Path, keys: tuple[str, ...], value: str, problem: str,
+                 index: int | None = None) -> None:
         where = value_position(manifest, keys, value, index)
         super().__init__(
             f"{where}: {'.'.join(keys)}: {problem}",
@@ -270,7 +277,8 @@ class RecipePathError(InputError):
         )
 
 
-def _missing(workspace: Workspace, root: Path, keys: tuple[str, ...], value: str, index: int | None, problem: str) -> InputError:
+def _missing(workspace: Workspace, root: Path, keys: tuple[str, ...], value: str, index: int | None,
+             problem: str) -> InputError:
     return RecipePathError(workspace.manifest_path, keys, value, problem, index)
 
 
@@ -295,10 +303,12 @@ def _compdb_units(compdb: Path, dep: Dependency, root: Path) -> list[Translation
             continue  # generated files (the PyInit stub, soname stand-ins) are not the dependency's
         seen.add(path)
         arguments = entry.get("arguments")
-        args = [str(a) for a in arguments] if isinstance(arguments, list) else shlex.split(str(entry.get("command", "")))
+        args = ([str(a) for a in arguments] if isinstance(arguments, list)
+                else shlex.split(str(entry.get("command", ""))))
         includes, defines, std = _flags(args, directory)
         units.append(TranslationUnit(
-            path, path.relative_to(root).as_posix(), language_of(path), includes, defines, origin="compile-commands", std=std,
+            path, path.relative_to(root).as_posix(), language_of(path), includes, defines, origin="compile-commands",
+            std=std,
         ))
     if not units:
         raise InputError(f"{compdb}: no compile command of {dep.name} compiles a file of its checkout",
@@ -338,7 +348,8 @@ def _flags(args: list[str], directory: Path) -> tuple[tuple[Path, ...], tuple[st
                 value = next(tokens, "")
             elif token.startswith(flag + "=") and flag.startswith("--"):
                 value = token.split("=", 1)[1]
-            elif token.startswith(flag) and not flag.startswith("--") and len(token) > len(flag) and flag in ("-I", "-D"):
+            elif (token.startswith(flag) and not flag.startswith("--") and len(token) > len(flag)
+                  and flag in ("-I", "-D")):
                 value = token[len(flag):]
             else:
                 continue

@@ -28,7 +28,8 @@ class HelperBackend(ScikitBuildBackend):
 
     def missing_modules(self, dep: Dependency, files: Path) -> list[str]:
         destination = files / recipe.module_destination(dep)
-        return [f"{ext.name}.abi3.so" for ext in dep.build.extensions if not (destination / f"{ext.name}.abi3.so").is_file()]
+        return [f"{ext.name}.abi3.so" for ext in dep.build.extensions
+                if not (destination / f"{ext.name}.abi3.so").is_file()]
 
 
 BACKEND: Backend = HelperBackend()  # backends.get finds it by the module's name
