@@ -29,7 +29,8 @@ from assembler.errors import AssembleError, ExitCode, InputError, from_os_error
 # Command name -> module under assembler.cli, in the order `assemble --help` lists them.
 COMMAND_MODULES = {
     "deps": "deps", "checkout": "checkout", "export": "export", "patches": "patches", "rebase": "rebase",
-    "check": "check", "assess": "assess", "migrate": "migrate", "review": "review", "build": "build", "plan": "plan", "verify": "verify", "merge": "merge", "audit": "audit",
+    "check": "check", "assess": "assess", "migrate": "migrate", "review": "review", "build": "build", "plan": "plan",
+    "verify": "verify", "merge": "merge", "audit": "audit",
     "sbom": "sbom", "size": "size", "cache": "cache", "completion": "completion",
     "status": "status", "show": "show", "init": "init", "add": "add", "ci": "ci",
 }
@@ -57,8 +58,10 @@ ENVIRONMENT_VARIABLES = {
     "ASSEMBLE_ARTIFACT_STORE": "the shared artifact store (file://, s3://), overriding [cache] artifacts; empty: none",
     "ASSEMBLE_PULL_REQUESTS": "0 stops mirrors fetching pull-request heads (used to recognise patches sent upstream)",
     "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE": "1 lets a series name patch files outside the workspace",
-    "ASSEMBLE_INFLATER": "zlib-ng (default when installed), isal or zlib: what inflates wheel members in audit and size",
-    "ASSEMBLE_VERIFY_SANDBOX": "0 runs verify's probe without its read-only namespace (where user namespaces are disabled)",
+    "ASSEMBLE_INFLATER": "zlib-ng (default when installed), isal or zlib: what inflates wheel members in audit "
+                         "and size",
+    "ASSEMBLE_VERIFY_SANDBOX": "0 runs verify's probe without its read-only namespace (where user namespaces are "
+                               "disabled)",
     "SOURCE_DATE_EPOCH": "the timestamp of files in built wheels (default 1980-01-01)",
     "NO_COLOR": "no colour (unless --color always)",
     "GITHUB_ACTIONS, CI": "CI logs: per-dependency build logs in ::group:: sections, one line per phase change",
@@ -68,7 +71,8 @@ ENVIRONMENT_VARIABLES = {
 INTERNAL_VARIABLES = ("ASSEMBLE_CUDA_HOME", "ASSEMBLE_NINJA_SAVE", "ASSEMBLE_REAL_NINJA", "ASSEMBLE_SCCACHE_OWNER",
                       "ASSEMBLE_TEST_SUBPROCESS",
                       # set by a build for its compiler launcher (toolchain/launch.py)
-                      "ASSEMBLE_PATH_ROOTS", "ASSEMBLE_SHARD", "ASSEMBLE_CHECKOUT", "ASSEMBLE_UNIT_TIMES", "ASSEMBLE_SCCACHE_PARENT",
+                      "ASSEMBLE_PATH_ROOTS", "ASSEMBLE_SHARD", "ASSEMBLE_CHECKOUT", "ASSEMBLE_UNIT_TIMES",
+                      "ASSEMBLE_SCCACHE_PARENT",
                       "ASSEMBLE_PROBE_SANDBOX")  # verify tells its probe which sandbox it runs in
 
 # Exit codes of a run stopped by a signal (the shell's 128 + signal number); re-running recovers.
@@ -136,8 +140,8 @@ def add_global_options(parser: argparse.ArgumentParser, top: bool) -> None:
 
     group = parser.add_argument_group("global options (before or after the command)")
     group.add_argument("-C", "--workspace", type=Path, default=default(None), metavar="DIR",
-                       help="run as if started in DIR, like git -C: the workspace is the nearest deps.toml upward from DIR, "
-                       "and relative paths are read against DIR")
+                       help="run as if started in DIR, like git -C: the workspace is the nearest deps.toml upward "
+                            "from DIR, and relative paths are read against DIR")
     group.add_argument("-v", "--verbose", action="count", default=default(0),
                        help="more detail (repeatable; audit: the offending and version-setting symbols)")
     group.add_argument("-q", "--quiet", action="count", default=default(0), help="less on stderr: no progress notes")
@@ -257,7 +261,8 @@ def _wants_json(words: list[str]) -> bool:
     words = words[: words.index("--")] if "--" in words else words
     if "--json" in words or "--format=json" in words:
         return True
-    return any(word == "--format" and index + 1 < len(words) and words[index + 1] == "json" for index, word in enumerate(words))
+    return any(word == "--format" and index + 1 < len(words) and words[index + 1] == "json" for index,
+               word in enumerate(words))
 
 
 def _unknown_command(word: str) -> InputError:
@@ -292,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if command is not None and command not in COMMAND_MODULES:
                 raise _unknown_command(command)
-            args = build_parser(command if command in COMMAND_MODULES and command != "completion" else None).parse_args(words)
+            args = build_parser(command if command in COMMAND_MODULES and command != "completion"
+                                else None).parse_args(words)
             _configure(args)
             from assembler.cli.common import resolve_paths
 

@@ -10,12 +10,15 @@ from assembler.cli.common import add_format
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("add", help="add a pinned dependency to deps.toml (and check it out with --checkout)")
-    parser.add_argument("name", metavar="DEP", help="its name: lower-case letters, digits, '.', '-', '_' (branch assemble/DEP)")
+    parser = subparsers.add_parser("add",
+                                   help="add a pinned dependency to deps.toml (and check it out with --checkout)")
+    parser.add_argument("name", metavar="DEP",
+                        help="its name: lower-case letters, digits, '.', '-', '_' (branch assemble/DEP)")
     parser.add_argument("url", metavar="URL", help="the upstream repository (what rebase follows)")
     parser.add_argument("--commit", required=True, metavar="SHA", help="the pinned commit, a full 40-hex SHA")
     parser.add_argument("--fork", metavar="URL", help="a fork to build from (source); the pin is a commit of it")
-    parser.add_argument("--track", default="main", metavar="BRANCH", help="upstream branch rebase and patches follow (default main)")
+    parser.add_argument("--track", default="main", metavar="BRANCH",
+                        help="upstream branch rebase and patches follow (default main)")
     parser.add_argument("--checkout", action="store_true", help="then check it out into forks/DEP")
     add_format(parser)
     parser.set_defaults(handler=run)
@@ -33,7 +36,8 @@ def _values(args: argparse.Namespace) -> dict[str, str]:
                          hint="use lower-case letters, digits, '.', '-' and '_', starting with a letter or digit")
     for flag, url in (("URL", args.url), ("--fork", args.fork)):
         if url is not None and (problem := url_problem(url)) is not None:
-            raise InputError(f"{flag} {url[:80]!r} is not a repository URL: {problem}", hint="pass an https, ssh, git or file URL, or a path")
+            raise InputError(f"{flag} {url[:80]!r} is not a repository URL: {problem}",
+                             hint="pass an https, ssh, git or file URL, or a path")
     if not SHA_RE.match(args.commit):
         raise InputError(f"--commit {args.commit[:80]!r} is not a full commit SHA",
                          hint="pins are always 40-hex SHAs: `git ls-remote URL BRANCH` names the tip")
@@ -60,13 +64,17 @@ def run(args: argparse.Namespace) -> int:
 
         checked_out = sync_checkouts(workspace, [dep])[dep.name]
     if args.json:
-        emit_json({"name": dep.name, "kind": dep.kind, "upstream": dep.upstream_url, "source": dep.source, "commit": dep.commit,
+        emit_json({"name": dep.name, "kind": dep.kind, "upstream": dep.upstream_url, "source": dep.source,
+                   "commit": dep.commit,
                    "track": dep.track, "manifest": str(workspace.manifest_path),
-                   "checkout": None if checked_out is None else {"path": str(checked_out.path), "head": checked_out.head}})
+                   "checkout": None if checked_out is None
+                   else {"path": str(checked_out.path), "head": checked_out.head}})
         return 0
-    print(f"added {dep.name} ({dep.kind}: {dep.source} at {dep.commit[:12]}, track {dep.track}) to {workspace.manifest_path}")
+    print(f"added {dep.name} ({dep.kind}: {dep.source} at {dep.commit[:12]}, track {dep.track}) to "
+          f"{workspace.manifest_path}")
     if checked_out is not None:
         print(f"{dep.name}: {checked_out.action} at {checked_out.head[:12]} -> {checked_out.path}")
     else:
-        print(f"next: `assemble checkout {dep.name}`; a recipe goes in [deps.{dep.name}.build] (see docs/reference/recipes.md)")
+        print(f"next: `assemble checkout {dep.name}`; a recipe goes in [deps.{dep.name}.build] (see "
+              "docs/reference/recipes.md)")
     return 0

@@ -13,9 +13,11 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("assess", help="inventory of every LibTorch use to migrate, with its stable equivalent")
+    parser = subparsers.add_parser("assess",
+                                   help="inventory of every LibTorch use to migrate, with its stable equivalent")
     parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to assess (default: all)")
-    parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch whose headers are read (default: [bundle] torch)")
+    parser.add_argument("--torch", metavar="VERSION", type=torch_version,
+                        help="torch whose headers are read (default: [bundle] torch)")
     parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
                         help="translation units preprocessed at once (default 0: one per CPU)")
     add_format(parser, markdown=True)
@@ -67,16 +69,20 @@ def render(report: AssessReport, markdown: bool) -> str:
             said(f"{head}{name}: {s['uses']} uses of {s['apis']} APIs in {s['files']} files ({dep['seconds']:.1f} s, "
                  f"rules {data['rules_version']}, torch {data['torch']})"),
             "",
-            said(f"- {kinds['mechanical']} mechanical, {kinds['judgment']} need judgment, {kinds['none']} have no stable equivalent"),
-            said(f"- torch floor of the migration: {floor}{raise_note}" + (f", set by {', '.join(s['floor_set_by'])}" if s["floor_set_by"] else "")),
-            said(f"- pybind11: {py['modules']} modules" + (f" (and {py['helpers']} functions they are handed to)" if py["helpers"] else "")
+            said(f"- {kinds['mechanical']} mechanical, {kinds['judgment']} need judgment, {kinds['none']} have no "
+                 "stable equivalent"),
+            said(f"- torch floor of the migration: {floor}{raise_note}"
+                 + (f", set by {', '.join(s['floor_set_by'])}" if s["floor_set_by"] else "")),
+            said(f"- pybind11: {py['modules']} modules"
+                 + (f" (and {py['helpers']} functions they are handed to)" if py["helpers"] else "")
                  + f", {py['defs']} m.def, {py['args']} py::arg, {py['tuple_parameters']} tuple parameters, "
                  f"{py['tuple_returns']} tuple returns, {py['reference_scalars']} scalars by reference (int&)"),
             said(f"- progress: {assessed.progress(report.ruleset).text}"),
             "",
         ]
         for family in dep["families"]:
-            out.append(said(f"{'### ' if markdown else ''}{family['family']} ({family['count']}): {family['description']}", ""))
+            out.append(said(f"{'### ' if markdown else ''}{family['family']} ({family['count']}): "
+                            f"{family['description']}", ""))
             out.append("")
             rows = [["API", "uses", "stable equivalent", "since", "kind", "where"]]
             for api in family["apis"]:

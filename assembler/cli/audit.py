@@ -16,15 +16,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="prove wheels, directories or shared objects use only the torch stable ABI and the CPython limited API",
         description=(
             "Read every ELF shared object (wheels in place, without extracting) and report its torch ABI "
-            f"({Verdict.STABLE} / {Verdict.UNSTABLE} / {Verdict.NO_TORCH}, minimum torch), CPython limited-API use against the abi3 tag, "
-            "and DT_NEEDED. Exit 0 ok, 1 a --check failed, 2 unreadable input."
+            f"({Verdict.STABLE} / {Verdict.UNSTABLE} / {Verdict.NO_TORCH}, minimum torch), CPython limited-API use "
+            "against the abi3 tag, and DT_NEEDED. Exit 0 ok, 1 a --check failed, 2 unreadable input."
         ),
     )
     parser.add_argument("paths", nargs="*", type=Path, metavar="PATH", help="wheel, directory or shared object")
     add_format(parser)
     parser.add_argument(
         "--check", choices=[kind.value for kind in CheckKind], default=None,
-        help="exit 1 when an object uses unstable LibTorch symbols, imports a torch symbol its DT_NEEDED libraries do not "
+        help="exit 1 when an object uses unstable LibTorch symbols, imports a torch symbol its DT_NEEDED "
+             "libraries do not "
         "provide (UNRESOLVED), or Requires-Dist torch is below the symbol floor "
         "(torch); when an object leaves the limited API, needs a newer Python than the abi3 tag, uses CPython in a "
         "wheel not tagged abi3, or Requires-Python is too low (abi3; objects without CPython symbols always pass); "
@@ -33,7 +34,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--torch-lib", type=Path, default=None, metavar="DIR",
         help="resolve each object's torch symbols against this torch's libraries (site-packages/torch/lib), over the "
-        "shipped table of a CUDA torch's libraries (default: the shipped table alone); UNRESOLVED fails --check torch/all",
+        "shipped table of a CUDA torch's libraries (default: the shipped table alone); UNRESOLVED fails --check "
+        "torch/all",
     )
     parser.add_argument(
         "--torch-table", type=Path, default=None, metavar="JSON",
@@ -114,7 +116,8 @@ def _profile_line(path: str) -> str | None:
     try:
         members = read_index(path, re.compile(rb"^[^/]+\.dist-info/assembler\.json$"))
         deps = json.loads(read_small_member(members[0], MAX_JSON_DOCUMENT))["deps"] if members else {}
-        profiled = {name: str(dep["profile"]) for name, dep in deps.items() if isinstance(dep, dict) and dep.get("profile")}
+        profiled = {name: str(dep["profile"]) for name,
+                    dep in deps.items() if isinstance(dep, dict) and dep.get("profile")}
     except (AssembleError, OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if not profiled:

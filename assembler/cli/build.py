@@ -25,10 +25,13 @@ PHASE_STYLE = {
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("build", help="build every dependency (cached) and merge one audited abi3 wheel")
-    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, help="CUDA toolkit version (local, else from PyPI); required unless --plan")
+    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version,
+                        help="CUDA toolkit version (local, else from PyPI); required unless --plan")
     parser.add_argument("--plan", action="store_true",
-                        help="check out, then list each dependency's backend, translation units x archs and compile jobs; compile nothing")
-    parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch to build against (default: [bundle] torch)")
+                        help="check out, then list each dependency's backend, translation units x archs and compile "
+                             "jobs; compile nothing")
+    parser.add_argument("--torch", metavar="VERSION", type=torch_version,
+                        help="torch to build against (default: [bundle] torch)")
     parser.add_argument("--jobs", "-j", type=jobs_count, default=0, metavar="N|auto",
                         help="compiler processes in all (default auto: the fewer of the CPUs and what the available "
                              "memory holds of one compile's peak, measured in the dependency's last build, else "
@@ -42,14 +45,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--only", action="append", default=[], metavar="DEP",
                         help="build just this dependency's artifact, no merge unless --partial (repeatable)")
     parser.add_argument("--partial", action="store_true",
-                        help="with --only: merge, gate (and --verify) just those into a wheel labelled +cuXY.partial.DEP "
-                             "in dist/partial/, never a release")
+                        help="with --only: merge, gate (and --verify) just those into a wheel labelled "
+                             "+cuXY.partial.DEP in dist/partial/, never a release")
     parser.add_argument("--verify", action="store_true",
-                        help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on any FAIL)")
-    parser.add_argument("--shard", metavar="K/N", help="with one --only: compile only shard K of N of its compile jobs into the "
+                        help="after the audit gate, run `assemble verify` on [bundle] verify-torch (exit 1 on "
+                             "any FAIL)")
+    parser.add_argument("--shard", metavar="K/N",
+                        help="with one --only: compile only shard K of N of its compile jobs into the "
                         "compiler cache, link nothing (`assemble plan --matrix --shards N`); a final build then links")
-    parser.add_argument("--artifacts", type=Path, metavar="DIR", help="artifact directory (default: .assemble/artifacts)")
-    parser.add_argument("--output", "-o", type=Path, metavar="DIR", help="where the wheel goes (default: <workspace>/dist)")
+    parser.add_argument("--artifacts", type=Path, metavar="DIR",
+                        help="artifact directory (default: .assemble/artifacts)")
+    parser.add_argument("--output", "-o", type=Path, metavar="DIR",
+                        help="where the wheel goes (default: <workspace>/dist)")
     parser.add_argument("--allow-unstable", action="append", default=[], metavar="DEP",
                         help="let DEP's extensions pass the audit gate though UNSTABLE (recorded in the summary)")
     add_format(parser)
@@ -67,7 +74,8 @@ def run(args: argparse.Namespace) -> int:
     if args.cuda is None:
         from assembler.errors import InputError
 
-        raise InputError("build needs --cuda X.Y (the CUDA toolkit to compile with)", hint="pass e.g. --cuda 13.2, or --plan to compile nothing")
+        raise InputError("build needs --cuda X.Y (the CUDA toolkit to compile with)",
+                         hint="pass e.g. --cuda 13.2, or --plan to compile nothing")
     from assembler.builder.shards import parse_shard
 
     options = BuildOptions(
@@ -290,7 +298,8 @@ def _emit(report: BuildReport, as_json: bool) -> None:
                       + (f", profile {report.profile}" if report.profile else ""))
     for dep in report.deps:
         build = {BuildOutcome.CACHED: Cell("cached"), BuildOutcome.BUILT: Cell(f"built {dep.seconds:.1f}s"),
-                 BuildOutcome.COMPILED: Cell(f"shard {dep.shard['shard']}/{dep.shard['count']} compiled {dep.seconds:.1f}s"
+                 BuildOutcome.COMPILED: Cell(f"shard {dep.shard['shard']}/{dep.shard['count']} compiled "
+                                             f"{dep.seconds:.1f}s"
                                              if dep.shard else "compiled"),
                  }.get(dep.status, Cell(str(dep.status), "red"))
         verdict = "-" if dep.verdict is None else str(dep.verdict)
@@ -309,7 +318,8 @@ def _emit(report: BuildReport, as_json: bool) -> None:
         for line in summary_lines(report.size):
             write(paragraph(line, width, hang="  "), console.file)
     if report.wheel is not None and report.partial:
-        console.print(f"partial wheel (not a release; lacks {', '.join(report.partial)}): {report.wheel}", highlight=False, soft_wrap=True)
+        console.print(f"partial wheel (not a release; lacks {', '.join(report.partial)}): {report.wheel}",
+                      highlight=False, soft_wrap=True)
     elif report.wheel is not None:
         console.print(f"wheel: {report.wheel}", highlight=False, soft_wrap=True)
     elif report.error is not None:

@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                     "torch environments and build artifacts shared by every workspace.",
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    for name, text in (("dir", "print the cache directory"), ("info", "sizes per kind, and every entry with its last use")):
+    for name, text in (("dir", "print the cache directory"),
+                       ("info", "sizes per kind, and every entry with its last use")):
         sub = actions.add_parser(name, help=text)
         add_format(sub)
     prune = actions.add_parser(
@@ -38,10 +39,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                "  assemble cache prune --older-than 0  every entry the workspace does not use",
     )
     prune.add_argument("--older-than", type=_days, default=PRUNE_DAYS, metavar="DAYS",
-                       help=f"only entries not used for this many days (default {PRUNE_DAYS:g}; fractions allowed; 0: any age)")
+                       help=f"only entries not used for this many days (default {PRUNE_DAYS:g}; fractions allowed; 0: "
+                            "any age)")
     prune.add_argument("--keep", action="store_true",
-                       help="require a workspace and keep what it uses (its mirrors, last build's artifacts and toolchain, "
-                            "its torch environments); without --keep they are kept when there is one")
+                       help="require a workspace and keep what it uses (its mirrors, last build's artifacts and "
+                            "toolchain, its torch environments); without --keep they are kept when there is one")
     prune.add_argument("--dry-run", action="store_true", help="list what would be removed, remove nothing")
     add_format(prune)
     clean = actions.add_parser(
@@ -73,7 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from assembler.report.output import emit_json
 
     root = cache.cache_root()
-    result: dict[str, Any] = {"schema": SCHEMA, "command": "cache", "ok": True, "action": args.action, "root": str(root)}
+    result: dict[str, Any] = {"schema": SCHEMA, "command": "cache", "ok": True, "action": args.action,
+                              "root": str(root)}
     if args.action == "dir":
         if args.format == "json":
             emit_json(result)
@@ -133,10 +136,12 @@ def _info_table(root: Path, totals: dict[str, dict[str, int]], entries: list[Ent
     table = TextTable("kind", "entries", "size", right=("entries", "size"), edge=False)
     for kind, total in totals.items():
         table.add_row(kind, str(total["count"]), format_size(total["bytes"]))
-    table.add_row("total", str(sum(t["count"] for t in totals.values())), format_size(sum(t["bytes"] for t in totals.values())))
+    table.add_row("total", str(sum(t["count"] for t in totals.values())),
+                  format_size(sum(t["bytes"] for t in totals.values())))
     table.print()
     if uv_cache:
-        write(paragraph(f"environments hard-link their files from uv's cache {uv_cache}: most of their size is shared with it",
+        write(paragraph(f"environments hard-link their files from uv's cache {uv_cache}: most of their size is "
+                        "shared with it",
                         width, hang="  "))
     # One line per entry, its name last. A mirror is named by the URL it mirrors: its directory
     # name is that URL cut to its last 60 characters and a digest (git/mirrors.mirror_path), which

@@ -16,14 +16,20 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("check", help="source-level Stable-ABI proof: preprocess every translation unit, no compiling")
+    parser = subparsers.add_parser("check",
+                                   help="source-level Stable-ABI proof: preprocess every translation unit, no "
+                                        "compiling")
     parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to check (default: all)")
-    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, help="CUDA toolkit for .cu units (default: the newest already installed: local or cached from PyPI)")
-    parser.add_argument("--torch", metavar="VERSION", type=torch_version, help="torch whose headers are read (default: [bundle] torch)")
+    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version,
+                        help="CUDA toolkit for .cu units (default: the newest already installed: local or cached "
+                             "from PyPI)")
+    parser.add_argument("--torch", metavar="VERSION", type=torch_version,
+                        help="torch whose headers are read (default: [bundle] torch)")
     parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
                         help="translation units scanned at once (default 0: one per CPU)")
     parser.add_argument("--preprocess-only", action="store_true",
-                        help="skip the -fsyntax-only pass on clean C++ units (it finds calls hidden by TORCH_FEATURE_VERSION)")
+                        help="skip the -fsyntax-only pass on clean C++ units (it finds calls hidden by "
+                             "TORCH_FEATURE_VERSION)")
     parser.add_argument("--every-unit", action="store_true",
                         help="scan every unit itself (default: units with the same directives share one scan)")
     add_format(parser)
@@ -50,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             verdict = str(check.verdict)
             line = _Lines(sys.stderr)
-            line.add(f"{check.dep}: {verdict}, {check.summary} ({how})", paint=[(verdict, verdict_style(check.verdict))])
+            line.add(f"{check.dep}: {verdict}, {check.summary} ({how})",
+                     paint=[(verdict, verdict_style(check.verdict))])
         write(line.text(), sys.stderr)
 
     with status("checking translation units", active=not args.json):
@@ -97,7 +104,8 @@ def _text(report: CheckReport, stream: IO[str]) -> str:
     out.add(f"assemble check: torch {report.torch} headers, {report.cxx}{cuda}", hang="  ")
     for check in report.deps:
         if check.error is not None:
-            out.add(f"{check.dep}: not checked: {check.error.message}", hang="  ", paint=[(f"{check.dep}: not checked", "bold red")])
+            out.add(f"{check.dep}: not checked: {check.error.message}", hang="  ",
+                    paint=[(f"{check.dep}: not checked", "bold red")])
             if check.error.hint:
                 out.add(f"  hint: {check.error.hint}", hang="        ")
             continue

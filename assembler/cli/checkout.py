@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
             "seconds": round(elapsed, 3),
             "ok": not failures,
             "deps": [
-                {"name": r.dep, "path": str(r.path), "action": r.action, "head": r.head, "patches": r.applied, "fetched": r.fetched,
+                {"name": r.dep, "path": str(r.path), "action": r.action, "head": r.head, "patches": r.applied,
+                 "fetched": r.fetched,
                  "already_applied": list(r.already_applied), "edits": list(r.edits)}
                 for r in results
             ],
@@ -60,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     here = Path.cwd()
     for r in results:
         fetched = ", fetched" if r.fetched else ""
-        # the fork relative to where assemble was started when it is below (forks/vecadd fits 80 columns); --json has it whole
+        # the fork relative to where assemble was started when it is below (forks/vecadd fits 80 columns); --json has it
+        # whole
         shown = r.path.relative_to(here) if r.path.is_relative_to(here) else r.path
         print(f"{r.dep}: {r.action} at {r.head[:12]} ({r.applied} patches{fetched}) -> {shown}")
         for edit in r.edits:  # kept, as `git checkout` keeps and lists them
@@ -76,9 +78,9 @@ def _report_already_applied(workspace: Workspace, results: list[CheckoutResult])
     for r in results:
         if r.already_applied:
             pin = workspace.manifest.deps[r.dep].commit
-            note(f"{r.dep}: already in the pinned commit {pin[:12]}, so git am skipped: {', '.join(r.already_applied)}; "
-                 f"`assemble rebase {r.dep} --onto {pin[:12]}` drops {'it' if len(r.already_applied) == 1 else 'them'} "
-                 f"from patches/{r.dep}/")
+            note(f"{r.dep}: already in the pinned commit {pin[:12]}, so git am skipped: "
+                 f"{', '.join(r.already_applied)}; `assemble rebase {r.dep} --onto {pin[:12]}` drops "
+                 f"{'it' if len(r.already_applied) == 1 else 'them'} from patches/{r.dep}/")
 
 
 def _report_failures(failures: dict[str, AssembleError], total: int) -> None:
@@ -112,7 +114,8 @@ class _Spinners:
 
             from assembler.report.output import err_console
 
-            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err_console, transient=True)
+            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                     console=err_console, transient=True)
             self.progress.start()
         if dep not in self.tasks:
             self.tasks[dep] = self.progress.add_task(dep)

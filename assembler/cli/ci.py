@@ -18,7 +18,9 @@ SYSTEMS = ("github", "buildkite")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("ci", help="write the CI fan-out workflow (plan --matrix, build --only, merge) for GitHub or Buildkite")
+    parser = subparsers.add_parser("ci",
+                                   help="write the CI fan-out workflow (plan --matrix, build --only, merge) for GitHub "
+                                        "or Buildkite")
     parser.add_argument("system", choices=SYSTEMS, metavar="SYSTEM", help="github (Actions) or buildkite")
     parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, default=DEFAULT_CUDA,
                         help=f"CUDA version the jobs build with (default {DEFAULT_CUDA}, as `plan --matrix`)")
@@ -26,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="a pull request's workflow: every plan and build on this build profile "
                              "([deps.X.profiles.NAME]; its wheel is labelled +cuXY.NAME); without it, the release "
                              "workflow on the full build")
-    parser.add_argument("--output", "-o", type=Path, metavar="FILE", help="write it there (e.g. .github/workflows/release.yml); default: stdout")
+    parser.add_argument("--output", "-o", type=Path, metavar="FILE",
+                        help="write it there (e.g. .github/workflows/release.yml); default: stdout")
     parser.add_argument("--shards", type=shard_count, default=0, metavar="N",
                         help="split each dependency's compile jobs over up to N runners before its final build "
                              "(`plan --matrix --shards N`; the jobs must share the compiler cache)")

@@ -26,7 +26,8 @@ def add_format(parser: argparse.ArgumentParser, markdown: bool = False) -> None:
     alias: the output contract every command shares (JSON shapes: docs/reference/json.md)."""
     choices = ("table", "markdown", "json") if markdown else ("table", "json")
     parser.add_argument("--format", choices=choices, default="table",
-                        help="table for people (default), json for machines (one document on stdout, schemas: docs/reference/json.md)"
+                        help="table for people (default), json for machines (one document on stdout, schemas: "
+                             "docs/reference/json.md)"
                         + (", markdown for a release note" if markdown else ""))
     parser.add_argument("--json", dest="format", action="store_const", const="json", help="same as --format json")
 
@@ -98,7 +99,8 @@ def resolve_paths(args: argparse.Namespace) -> None:
     if args.workspace is not None and not base.is_dir():
         from assembler.errors import InputError
 
-        raise InputError(f"-C {args.workspace}: no such directory", hint="pass an existing directory (-C works like git's -C)")
+        raise InputError(f"-C {args.workspace}: no such directory",
+                         hint="pass an existing directory (-C works like git's -C)")
     args.directory = base
     if args.workspace is not None:
         args.workspace = base

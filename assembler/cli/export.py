@@ -29,5 +29,6 @@ def run(args: argparse.Namespace) -> int:
             + (f" ({', '.join(r.written + r.removed)})" if r.changed else "")
         )
         if r.uncommitted:
-            err_console.print(f"[yellow]note:[/] {r.dep} has uncommitted edits that were not exported: {', '.join(r.uncommitted)}")
+            err_console.print(f"[yellow]note:[/] {r.dep} has uncommitted edits that were not exported: "
+                              f"{', '.join(r.uncommitted)}")
     return 0

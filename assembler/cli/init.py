@@ -12,7 +12,8 @@ from assembler.cli.common import add_format
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("init", help="create deps.toml for a new workspace here (or in -C DIR)")
-    parser.add_argument("--name", metavar="NAME", help="distribution name of the merged wheel (default: the directory's name)")
+    parser.add_argument("--name", metavar="NAME",
+                        help="distribution name of the merged wheel (default: the directory's name)")
     parser.add_argument("--version", default="0.1.0", metavar="VERSION", help="the bundle's version (default 0.1.0)")
     add_format(parser)
     parser.set_defaults(handler=run)
@@ -28,7 +29,8 @@ def run(args: argparse.Namespace) -> int:
     directory = args.directory
     path = directory / MANIFEST_NAME
     if path.exists() or path.is_symlink():
-        raise InputError(f"{path} exists already", hint="edit it, or `assemble add DEP URL --commit SHA` to add a dependency")
+        raise InputError(f"{path} exists already",
+                         hint="edit it, or `assemble add DEP URL --commit SHA` to add a dependency")
     name = args.name or re.sub(r"[^A-Za-z0-9._-]+", "-", directory.resolve().name).strip("-._") or "kernels"
     from assembler.manifest.schema import directive
 

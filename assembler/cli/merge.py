@@ -17,7 +17,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "reproducible abi3 wheel. Timestamps come from SOURCE_DATE_EPOCH, else 1980-01-01.",
     )
     parser.add_argument("dirs", nargs="+", type=Path, metavar="DIR", help="artifact directory, or a directory of them")
-    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version, help="CUDA version of the +cuXY label (default: the one the artifacts were built with)")
+    parser.add_argument("--cuda", metavar="X.Y", type=cuda_version,
+                        help="CUDA version of the +cuXY label (default: the one the artifacts were built with)")
     parser.add_argument("--output", "-o", "--out", dest="output", type=Path, default=None, metavar="DIR",
                         help="where the wheel goes (default: <workspace>/dist; --out is an older spelling)")
     parser.add_argument(
@@ -27,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--partial", action="store_true",
                         help="merge the artifacts given though some dependencies have none: a wheel labelled "
-                             "+cuXY.partial.DEP in dist/partial/, never a release (without it, every dependency must be there)")
+                             "+cuXY.partial.DEP in dist/partial/, never a release (without it, every dependency must "
+                             "be there)")
     parser.add_argument("--jobs", "-j", type=non_negative_int, default=0, metavar="N",
                         help="threads compressing loose files (default 0: one per CPU, up to 4)")
     add_format(parser)
@@ -44,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from assembler.wheel.platform import DEFAULT_EXCLUDES
 
     workspace = open_workspace(args)
-    result = merge_artifacts(workspace, args.dirs, args.output, args.cuda, (*DEFAULT_EXCLUDES, *args.exclude), args.jobs,
+    result = merge_artifacts(workspace, args.dirs, args.output, args.cuda, (*DEFAULT_EXCLUDES, *args.exclude),
+                             args.jobs,
                              partial=args.partial)
     if args.json:
         emit_json(result.to_json())
@@ -64,7 +67,8 @@ def run(args: argparse.Namespace) -> int:
     cached = ", platform verdict cached" if result.platform.cached else ""
     console.print(f"merged in {result.seconds:.2f} s ({size}{cached})", soft_wrap=True)
     if result.missing:
-        console.print(f"partial wheel (not a release; lacks {', '.join(result.missing)}): {result.wheel}", soft_wrap=True)
+        console.print(f"partial wheel (not a release; lacks {', '.join(result.missing)}): {result.wheel}",
+                      soft_wrap=True)
     else:
         console.print(f"wheel: {result.wheel}", soft_wrap=True)
     return 0

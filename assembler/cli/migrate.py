@@ -16,9 +16,11 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("migrate", help="rewrite a dependency mechanically towards the Stable ABI, one commit per step")
+    parser = subparsers.add_parser("migrate",
+                                   help="rewrite a dependency mechanically towards the Stable ABI, one commit per step")
     parser.add_argument("dep", metavar="DEP", help="the dependency whose checkout is migrated (forks/DEP)")
-    parser.add_argument("--style", metavar="FILE", type=Path, help='per-project choices, a TOML file: data-ptr = "const-mutable" | "mutable"')
+    parser.add_argument("--style", metavar="FILE", type=Path,
+                        help='per-project choices, a TOML file: data-ptr = "const-mutable" | "mutable"')
     parser.add_argument("--dry-run", action="store_true", help="print each step's diff; write and commit nothing")
     parser.add_argument("--no-check", action="store_true", help="do not run `assemble check` before and after")
     add_format(parser)
@@ -55,9 +57,9 @@ def run(args: argparse.Namespace) -> int:
         out.append(f"formatted: the touched lines only, in the style of {report.formatted_with} (clang-format --lines)")
     out += [f"warning: not formatted: {error}" for error in report.format_errors]
     if report.before is not None and report.after is not None:
-        out.append(f"check: {report.before.clean} of {report.before.total} units CLEAN before ({report.before.verdict}), "
-                   f"{report.after.clean} of {report.after.total} after ({report.after.verdict}): "
-                   f"{report.went_clean} went from UNSTABLE to CLEAN")
+        out.append(f"check: {report.before.clean} of {report.before.total} units CLEAN before "
+                   f"({report.before.verdict}), {report.after.clean} of {report.after.total} after "
+                   f"({report.after.verdict}): {report.went_clean} went from UNSTABLE to CLEAN")
     if not report.dry_run and report.steps:
         out.append(f"next: review with `assemble review {report.dep}` after `assemble export {report.dep}`")
     sys.stdout.write(clean_block("\n".join(_fitted(out, report.dry_run))) + "\n")  # the fork's paths and reasons: data

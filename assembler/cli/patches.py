@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("patches", help="status of each carried patch against the tracked upstream branch")
     parser.add_argument("names", nargs="*", metavar="DEP", help="dependencies to report (default: all)")
     add_format(parser, markdown=True)
-    parser.add_argument("--offline", action="store_true", help="use the mirrors as last fetched (says how old they are)")
+    parser.add_argument("--offline", action="store_true",
+                        help="use the mirrors as last fetched (says how old they are)")
     parser.set_defaults(handler=run)
 
 
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     for dep in workspace.manifest.select(args.names):
         # The spinner (and rich with it) only for slow work: a fetch, or a classification that has
         # to be computed; an unchanged offline report is printed before a spinner would be seen.
-        with DeferredStatus(f"{dep.name}: checking patches against {dep.track}", active=args.format == "table") as spinner:
+        with DeferredStatus(f"{dep.name}: checking patches against {dep.track}",
+                            active=args.format == "table") as spinner:
             if not args.offline:
                 spinner.start()
             try:
@@ -45,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     code = int(next(iter(failures.values())).exit_code) if failures else 0
     print_failures(failures)
     if args.format == "json":
-        emit_json({"schema": 2, "workspace": str(workspace.root), "offline": args.offline, "deps": [r.to_json() for r in results],
+        emit_json({"schema": 2, "workspace": str(workspace.root), "offline": args.offline,
+                   "deps": [r.to_json() for r in results],
                    "failures": failures_json(failures)})
     elif args.format == "markdown":
         from assembler.upstreaming.table import markdown
@@ -78,7 +81,8 @@ def print_table(status: DepStatus, offline: bool) -> None:
     summary = paragraph(f"{status.name}: {summary_line(status)}{mirror}", width, hang="  ")
     if colour:
         summary = summary.replace(clean(status.name), name, 1)
-    write(summary + paragraph(f"  {migration_line(status)}", width, hang="    ") + paragraph(f"  {progress_line(status)}", width, hang="    "))
+    write(summary + paragraph(f"  {migration_line(status)}", width, hang="    ")
+          + paragraph(f"  {progress_line(status)}", width, hang="    "))
     if not status.verdicts:
         return
     colours = {PatchStatus.UPSTREAM: "green", PatchStatus.FORWARDED: "yellow", PatchStatus.LOCAL: "red",
@@ -87,12 +91,14 @@ def print_table(status: DepStatus, offline: bool) -> None:
     def status_cell(v: PatchVerdict) -> Cell:
         return Cell(str(v.status), colours[v.status] if v.status is not None else "red")
 
-    table = TextTable("patch", "subject", "status", "evidence", text=("subject", "evidence"), edge=False)  # file names are never cut
+    # file names are never cut
+    table = TextTable("patch", "subject", "status", "evidence", text=("subject", "evidence"), edge=False)
     for v in status.verdicts:
         table.add_row(v.name, v.subject, status_cell(v), v.evidence())
     if not table.fits(width, plain=not is_terminal(sys.stdout)):
         names = [v.name for v in status.verdicts]
         table = TextTable("patch", "status", "subject", text=("subject",), edge=False, notes_at="status")
         for v in status.verdicts:
-            table.add_row(patch_label(names, v.name), status_cell(v), v.subject, notes=[Cell(v.name, "dim"), v.evidence()])
+            table.add_row(patch_label(names, v.name), status_cell(v), v.subject,
+                          notes=[Cell(v.name, "dim"), v.evidence()])
     table.print()

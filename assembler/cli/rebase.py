@@ -16,20 +16,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "rebase", help="replay a dependency's series onto its tracked upstream branch (drops what landed upstream)",
     )
-    parser.add_argument("name", nargs="?", metavar="DEP", help="the dependency to rebase (with --continue/--abort: optional)")
+    parser.add_argument("name", nargs="?", metavar="DEP",
+                        help="the dependency to rebase (with --continue/--abort: optional)")
     parser.add_argument("--onto", metavar="REF|horizon", type=_ref,
                         help="branch, tag or commit to rebase onto (default: the tracked branch); "
                              "'horizon' = the newest commit the whole series applies to")
-    parser.add_argument("--upstream", metavar="URL", type=_url, help="follow another repository from now on (updates upstream/source)")
+    parser.add_argument("--upstream", metavar="URL", type=_url,
+                        help="follow another repository from now on (updates upstream/source)")
     parser.add_argument("--dry-run", action="store_true", help="report what would happen; change nothing")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--continue", dest="resume", action="store_true", help="go on after resolving a conflict (or after a crash)")
+    mode.add_argument("--continue", dest="resume", action="store_true",
+                      help="go on after resolving a conflict (or after a crash)")
     mode.add_argument("--abort", action="store_true", help="restore the checkout, deps.toml and patches/ as they were")
     mode.add_argument("--undo", action="store_true",
                       help="put back the state before the last finished rebase of DEP (kept until its next rebase)")
     mode.add_argument("--drop", dest="drop", metavar="PATCH", action="append",
-                      help="during a stopped rebase: leave PATCH (file name, number or part of the name) out of the new "
-                           "series (recorded as dropped by you); repeatable")
+                      help="during a stopped rebase: leave PATCH (file name, number or part of the name) out of "
+                           "the new series (recorded as dropped by you); repeatable")
     mode.add_argument("--skip", dest="drop", metavar="PATCH", action="append", nargs="?", const="",
                       help="like git rebase --skip: drop the patch the rebase stopped at (or PATCH, as --drop)")
     add_format(parser)
@@ -97,15 +100,17 @@ def run(args: argparse.Namespace) -> int:
         raise CheckFailed(
             f"{report.dep}: a rebase onto {report.onto_label} would stop: {names} "
             f"{'conflicts' if len(report.conflicts) == 1 else 'conflict'}",
-            hint=f"`assemble rebase {report.dep} --onto horizon` goes as far as the series applies; or rebase and resolve",
+            hint=f"`assemble rebase {report.dep} --onto horizon` goes as far as the series applies; or rebase "
+                 "and resolve",
         )
     if report.status == RebaseStatus.STOPPED:
         conflict = report.conflicts[0]
         raise ConflictError(
-            f"{report.dep}: patch {conflict.name} conflicts with {report.onto_label} in {', '.join(conflict.files) or 'the tree'}",
-            hint=f"resolve in {report.checkout} (`git checkout --conflict=zdiff3 FILE` shows the base version too), `git add` "
-                 f"the files, then `assemble rebase --continue {report.dep}` (or `assemble rebase {report.dep} --drop "
-                 f"{conflict.name}`, or `assemble rebase --abort {report.dep}`)",
+            f"{report.dep}: patch {conflict.name} conflicts with {report.onto_label} in "
+            f"{', '.join(conflict.files) or 'the tree'}",
+            hint=f"resolve in {report.checkout} (`git checkout --conflict=zdiff3 FILE` shows the base version too), "
+                 f"`git add` the files, then `assemble rebase --continue {report.dep}` (or `assemble rebase "
+                 f"{report.dep} --drop {conflict.name}`, or `assemble rebase --abort {report.dep}`)",
         )
     return 0
 
@@ -130,23 +135,27 @@ def print_report(report: RebaseReport) -> None:
                                  break_long_words=False)
         console.print(escape(line), soft_wrap=True)
 
-    verb = {RebaseStatus.DONE: "rebased", RebaseStatus.DRY_RUN: "would rebase", RebaseStatus.STOPPED: "stopped rebasing",
+    verb = {RebaseStatus.DONE: "rebased", RebaseStatus.DRY_RUN: "would rebase",
+            RebaseStatus.STOPPED: "stopped rebasing",
             RebaseStatus.UP_TO_DATE: "up to date with", RebaseStatus.ABORTED: "aborted the rebase onto",
             RebaseStatus.UNDONE: "undid the rebase onto"}[report.status]
     # --onto SHA: the label is the commit itself, said once
-    target = short(report.new_base) if report.new_base.startswith(report.onto_label) else f"{report.onto_label} {short(report.new_base)}"
+    target = (short(report.new_base) if report.new_base.startswith(report.onto_label)
+              else f"{report.onto_label} {short(report.new_base)}")
     say(f"{report.dep}: {verb} {target}"
         + (f" (base {short(report.old_base)} -> {short(report.new_base)}, {report.crossed} upstream commits crossed)"
            if report.status != RebaseStatus.ABORTED and report.new_base != report.old_base else ""))
     if report.status == RebaseStatus.UNDONE:
-        say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before that rebase (base {short(report.new_base)})")
+        say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before that rebase (base "
+            f"{short(report.new_base)})")
         return
     if report.status == RebaseStatus.ABORTED:
         kept = " (except what was edited during the rebase: see the warnings)" if report.warnings else ""
         say(f"  restored {report.checkout}, deps.toml and patches/{report.dep} as they were before{kept}")
         return
     if report.applied:
-        say(f"  applied ({len(report.applied)}):")  # a patch a line, as git status lists files: names never run off the edge
+        # a patch a line, as git status lists files: names never run off the edge
+        say(f"  applied ({len(report.applied)}):")
         for name in report.applied:
             say(f"    {name}")
     for dropped in report.dropped:
@@ -177,10 +186,11 @@ def print_report(report: RebaseReport) -> None:
             say(f"    {broken.patch}: first broken by {short(broken.commit.sha)} {broken.commit.subject}"
                 + (f" ({', '.join(broken.files)})" if broken.files else ""))
     if report.export is not None:
-        say(f"  patches/{report.dep}: {len(report.export['written'])} written, {len(report.export['unchanged'])} unchanged, "
-            f"{len(report.export['removed'])} removed")
+        say(f"  patches/{report.dep}: {len(report.export['written'])} written, {len(report.export['unchanged'])} "
+            f"unchanged, {len(report.export['removed'])} removed")
     if report.status in (RebaseStatus.DONE, RebaseStatus.DRY_RUN) and report.manifest:
-        changes = ", ".join(f"{k} = {short(v) if k == 'commit' else v}" if v else f"{k} removed" for k, v in report.manifest.items())
+        changes = ", ".join(f"{k} = {short(v) if k == 'commit' else v}" if v else f"{k} removed" for k,
+                            v in report.manifest.items())
         say(f"  deps.toml: {changes}" + (" (not written: dry run)" if report.status == RebaseStatus.DRY_RUN else ""))
     if report.next:
         say("  next:")

@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("review", help="token review of a migration series: flags hunks that change more than the torch API")
+    parser = subparsers.add_parser("review",
+                                   help="token review of a migration series: flags hunks that change more than the "
+                                        "torch API")
     parser.add_argument("dep", metavar="DEP", help="the dependency whose series is reviewed")
     parser.add_argument("patches", nargs="*", metavar="PATCH", help="patch files of the series (default: all of them)")
     parser.add_argument("--no-compile", action="store_true",
@@ -63,7 +65,8 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
             out.append(paragraph(f"{patch.patch}: {patch.subject}", layout(sys.stdout)[0], hang="  ").rstrip("\n"))
         out.append("")
         counted = (f"{len(patch.hunks)} hunks: {counts[HunkVerdict.API]} API-only, {counts[HunkVerdict.FORMAT]} "
-                   f"format/comment only, {counts[HunkVerdict.FLAGGED]} flagged ({len(patch.unacknowledged)} not acknowledged)")
+                   f"format/comment only, {counts[HunkVerdict.FLAGGED]} flagged ({len(patch.unacknowledged)} not "
+                   "acknowledged)")
         out.append(counted if markdown else _wrapped(counted))
         out.append("")
         if not patch.hunks:
@@ -100,7 +103,8 @@ def render(report: ReviewReport, markdown: bool, base: str = "") -> str:
             out[at] = text
     out.append(_wrapped(compile_line(report)))
     flagged = sum(len(p.unacknowledged) for p in report.patches)
-    out.append(f"{report.dep}: {flagged} flagged hunks not acknowledged" if flagged else f"{report.dep}: every hunk is API-only, "
+    out.append(f"{report.dep}: {flagged} flagged hunks not acknowledged" if flagged
+               else f"{report.dep}: every hunk is API-only, "
                "format-only or acknowledged")
     return "\n".join(out) + "\n"
 

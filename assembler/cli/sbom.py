@@ -31,7 +31,8 @@ def run(args: argparse.Namespace) -> int:
     from assembler.wheel.sbom import diff_sboms, read_wheel_sbom
 
     if len(args.wheels) > 2:
-        raise InputError(f"assemble sbom takes one wheel, or two to compare; got {len(args.wheels)}", hint="assemble sbom OLD.whl NEW.whl")
+        raise InputError(f"assemble sbom takes one wheel, or two to compare; got {len(args.wheels)}",
+                         hint="assemble sbom OLD.whl NEW.whl")
     loaded = [read_wheel_sbom(wheel) for wheel in args.wheels]
     if len(loaded) == 2:
         changes = diff_sboms(loaded[0][2], loaded[1][2])
@@ -78,14 +79,17 @@ def _print_table(wheel: Path, member: str, data: dict[str, Any], deps: list[Sbom
             names = [patch.file for patch in dep.patches]
             patches = TextTable("patch", "status", "evidence", text=("evidence",), edge=False, notes_at="status")
             for patch in dep.patches:
-                patches.add_row(patch_label(names, patch.file), patch.status, patch.evidence, notes=[Cell(patch.file, "dim")])
+                patches.add_row(patch_label(names, patch.file), patch.status, patch.evidence,
+                                notes=[Cell(patch.file, "dim")])
             patches.print(console.file)
     for dep in deps:
         upstream = f" (upstream {dep.upstream})" if dep.upstream and dep.upstream != dep.source else ""
         write(paragraph(f"{dep.name}: {dep.purl}{upstream}", width, hang="  "))
-    tools = sorted({f"{key} {value}" for dep in deps for key, value in dep.toolchain.items() if key in ("nvcc", "torch", "cxx", "cmake")})
+    tools = sorted({f"{key} {value}" for dep in deps for key,
+                    value in dep.toolchain.items() if key in ("nvcc", "torch", "cxx", "cmake")})
     write(paragraph(f"toolchain: {'; '.join(tools) or '-'}", width, hang="  "))
-    write(paragraph(f"files: {sum(len(dep.files) for dep in deps)} with sha256; patch status from the DEP-3 headers at merge time",
+    write(paragraph(f"files: {sum(len(dep.files) for dep in deps)} with sha256; patch status from the DEP-3 headers at "
+                    "merge time",
                     width, hang="  "))
 
 
@@ -106,9 +110,13 @@ def _print_diff(changes: list[dict[str, Any]]) -> None:
         if "commit" in change:
             console.print(f"  commit {short(change['commit']['old'])} -> {short(change['commit']['new'])}")
         if "source" in change:
-            console.print(f"  source {escape(clean(change['source']['old']))} -> {escape(clean(change['source']['new']))}", soft_wrap=True)
+            console.print(f"  source {escape(clean(change['source']['old']))} -> "
+                          f"{escape(clean(change['source']['new']))}", soft_wrap=True)
         for patch in change.get("patches", []):
-            status = patch["status"] if isinstance(patch["status"], str) else f"{patch['status']['old']} -> {patch['status']['new']}"
-            console.print(f"  patch {patch['change']}: {escape(clean(patch['file']))} ({escape(clean(patch['subject']))}) [{status}]", soft_wrap=True)
+            status = patch["status"] if isinstance(patch["status"],
+                                                   str) else f"{patch['status']['old']} -> {patch['status']['new']}"
+            console.print(f"  patch {patch['change']}: {escape(clean(patch['file']))} "
+                          f"({escape(clean(patch['subject']))}) [{status}]", soft_wrap=True)
         for key, values in change.get("toolchain", {}).items():
-            console.print(f"  {escape(clean(key))}: {escape(clean(str(values['old'])))} -> {escape(clean(str(values['new'])))}", soft_wrap=True)
+            console.print(f"  {escape(clean(key))}: {escape(clean(str(values['old'])))} -> "
+                          f"{escape(clean(str(values['new'])))}", soft_wrap=True)

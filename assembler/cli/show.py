@@ -21,7 +21,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description=DESCRIPTION,
     )
     parser.add_argument("name", metavar="DEP", help="the dependency")
-    parser.add_argument("patch", nargs="?", metavar="PATCH", help="a patch of its series: file name, number or part of the name")
+    parser.add_argument("patch", nargs="?", metavar="PATCH",
+                        help="a patch of its series: file name, number or part of the name")
     parser.add_argument("--range-diff", action="store_true", help="the full range-diff of the last rebase of DEP")
     add_format(parser)
     parser.set_defaults(handler=run)
@@ -42,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         found = last_range_diff(workspace, dep.name)
         if found is None:
             raise InputError(f"{dep.name}: no rebase recorded (none in progress, and no finished one kept for --undo)",
-                             hint=f"`assemble rebase {dep.name}` records one; `assemble patches {dep.name}` shows the series' status")
+                             hint=f"`assemble rebase {dep.name}` records one; `assemble patches {dep.name}` shows the "
+                                  "series' status")
         text, pending = found
         if args.json:
             emit_json({"dep": dep.name, "range_diff": text, "rebase": "in progress" if pending else "last finished"})
@@ -64,13 +66,15 @@ def run(args: argparse.Namespace) -> int:
             # the number `show DEP N` takes: the file's own (0002 after 0001 was dropped), never
             # its place in the series; "-" for a file without a number of its own
             label = patch_label(dep.series, name)
-            print(f"{str(int(label)) if label.isdigit() else '-':>4}  {clean(header.file)}\n      {clean(header.subject)}")
+            print(f"{str(int(label)) if label.isdigit() else '-':>4}  {clean(header.file)}\n      "
+                  f"{clean(header.subject)}")
         return 0
     name = _patch_name(dep.series, args.patch, dep.name)
     path = dep.patches_dir / name
     text = path.read_text(encoding="utf-8", errors="replace")
     if args.json:
-        emit_json({"dep": dep.name, "patch": name, "path": str(path), "subject": parse_patch_header(path).subject, "text": text})
+        emit_json({"dep": dep.name, "patch": name, "path": str(path), "subject": parse_patch_header(path).subject,
+                   "text": text})
     else:
         print(clean_block(text), end="" if text.endswith("\n") else "\n")
     return 0

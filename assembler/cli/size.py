@@ -47,5 +47,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         render(report, console)
     if report.over:
-        raise CheckFailed("size budget exceeded: " + "; ".join(report.over), hint="the breakdown shows which dependency and architecture the bytes come from")
+        raise CheckFailed("size budget exceeded: " + "; ".join(report.over),
+                          hint="the breakdown shows which dependency and architecture the bytes come from")
     return 0

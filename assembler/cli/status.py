@@ -45,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
 
     width, _ = layout(sys.stdout)  # a terminal's width, or COLUMNS: each line wraps between words, two deeper
     for index, item in enumerate(found):
-        text = "".join(paragraph(line, width, hang=" " * (len(line) - len(line.lstrip(" ")) + 2)) for line in lines(item))
+        text = "".join(paragraph(line, width, hang=" " * (len(line) - len(line.lstrip(" ")) + 2))
+                       for line in lines(item))
         write(("\n" if index else "") + text)
     return 0
 
@@ -106,7 +107,8 @@ def lines(item: DepOverview) -> list[str]:
 
 def _evidence(item: DepOverview) -> list[str]:
     check = item.check
-    out = [f"  check: {check.summary} ({check.obtained})" if check is not None else "  check: none of this pin and series"]
+    out = [f"  check: {check.summary} ({check.obtained})" if check is not None
+           else "  check: none of this pin and series"]
     if item.build is not None:
         out.append(f"  build: {item.build.summary()}")
     else:

@@ -37,9 +37,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help=WINDOW_HELP)
     parser.add_argument(
         "--python", action="append", default=[], metavar="PATH", dest="pythons",
-        help="an interpreter that already has torch: verify on its torch, creating and downloading nothing (repeatable)",
+        help="an interpreter that already has torch: verify on its torch, creating and downloading nothing "
+             "(repeatable)",
     )
-    parser.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECONDS", help="seconds one probe may run (default 600)")
+    parser.add_argument("--timeout", type=positive_float, default=600.0, metavar="SECONDS",
+                        help="seconds one probe may run (default 600)")
     add_format(parser, markdown=True)
     parser.set_defaults(handler=run)
 
