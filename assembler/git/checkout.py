@@ -177,7 +177,8 @@ def _held_mirror(manifest: Manifest, url: str, sha: str) -> Iterator[tuple[mirro
                 yield mirror, fetched_any
                 return
     raise EnvironmentFailure(f"{mirror.path} was removed each time it was fetched",
-                             hint="let the `assemble cache prune` or `cache clean` running meanwhile finish, then run the command again")
+                             hint="let the `assemble cache prune` or `cache clean` running meanwhile finish, then run "
+                                  "the command again")
 
 
 def _fetch_commit(tree: WorkTree, mirror: mirrors.Mirror, sha: str) -> None:
@@ -273,7 +274,8 @@ def refuse_to_lose_work(dep: Dependency, path: Path, state: CheckoutState) -> No
             return  # the user aborted the stopped `git am`: nothing was kept
         raise WouldLoseWorkError(
             f"{path} holds a series resolved by hand that is not exported yet",
-            hint=f"run `assemble export {dep.name}` to save the resolution, or `git -C {path} reset --hard {state.base[:12]}` to discard it",
+            hint=f"run `assemble export {dep.name}` to save the resolution, or `git -C {path} reset --hard "
+                 f"{state.base[:12]}` to discard it",
         )
     dirty = tree.dirty()
     if dirty:
@@ -283,7 +285,8 @@ def refuse_to_lose_work(dep: Dependency, path: Path, state: CheckoutState) -> No
         )
     if head != state.head:
         raise WouldLoseWorkError(
-            f"{path} has commits that are not in patches/{dep.name} (HEAD {head[:12]}, series ends at {(state.head or '')[:12]})",
+            f"{path} has commits that are not in patches/{dep.name} (HEAD {head[:12]}, series ends at "
+            f"{(state.head or '')[:12]})",
             hint=f"run `assemble export {dep.name}` to save them as patches first",
         )
 
@@ -295,7 +298,8 @@ def _point_remotes(workspace: Workspace, dep: Dependency, tree: WorkTree, mirror
     tree.run("config", "--replace-all", "remote.origin.url", str(mirror.path))
     if dep.is_fork:
         upstream = mirrors.open_mirror(workspace.manifest, dep.upstream_url)
-        if upstream.last_fetched() is None:  # once, so `upstream/<track>` and `patches --offline` have the tracked branch
+        # once, so `upstream/<track>` and `patches --offline` have the tracked branch
+        if upstream.last_fetched() is None:
             with contextlib.suppress(AssembleError):  # unreachable: the fork still checks out; `patches` fetches it
                 mirrors.fetch(upstream)
         _set_remote(tree, "upstream", upstream)
@@ -329,7 +333,8 @@ def _init_submodules(workspace: Workspace, dep: Dependency, tree: WorkTree) -> N
         found = tree.run("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, f"HEAD:{sub}", check=False)
         sha = found.stdout.strip()
         if found.returncode != 0 or not sha:
-            raise ManifestError(f"deps.toml: deps.{dep.name}.submodules: {sub!r} is not in the checkout at {dep.commit[:12]}",
+            raise ManifestError(f"deps.toml: deps.{dep.name}.submodules: {sub!r} is not in the checkout at "
+                                f"{dep.commit[:12]}",
                                 hint="fix `submodules` in deps.toml (paths from .gitmodules)")
         try:
             mirrors.ensure_commit(workspace.manifest, url, sha)
@@ -354,7 +359,8 @@ def _submodule_name(tree: WorkTree, path: str) -> str:
         key, _, value = line.partition(" ")
         if value == path:
             return key[len("submodule.") : -len(".path")]
-    raise ManifestError(f"deps.toml: submodules: no submodule at {path} in .gitmodules", hint="fix `submodules` in deps.toml")
+    raise ManifestError(f"deps.toml: submodules: no submodule at {path} in .gitmodules",
+                        hint="fix `submodules` in deps.toml")
 
 
 def apply_series(tree: WorkTree, dep: Dependency, path: Path, state: CheckoutState) -> dict[str, str]:
@@ -379,7 +385,8 @@ def apply_series(tree: WorkTree, dep: Dependency, path: Path, state: CheckoutSta
         if refused is not None:
             raise refused
         if result.returncode < 0 or PATCH_FAILED not in output:
-            raise GitFailed(str(path), ["am"], result, hint=f"fix the series in {dep.patches_dir}, then run `assemble checkout {dep.name}` "
+            raise GitFailed(str(path), ["am"], result,
+                            hint=f"fix the series in {dep.patches_dir}, then run `assemble checkout {dep.name}` "
                             "again")
         done = int(tree.out("rev-list", "--count", END_OF_OPTIONS, f"{state.base}..HEAD"))
         name = dep.series[min(done, len(dep.series) - 1)]
@@ -427,7 +434,8 @@ def _refused_write(directory: Path, what: str) -> EnvironmentFailure | None:
     return None
 
 
-def _match_commits(tree: WorkTree, dep: Dependency, path: Path, state: CheckoutState, commits: list[str]) -> dict[str, str]:
+def _match_commits(tree: WorkTree, dep: Dependency, path: Path, state: CheckoutState,
+                   commits: list[str]) -> dict[str, str]:
     """Commit SHA -> patch file name when ``git am`` made fewer commits than the series has
     patches: it skips a patch that changes nothing at the pin ("Patch already applied"), as
     after a pin edited by hand to an upstream commit where that patch landed. Each commit keeps
@@ -436,13 +444,15 @@ def _match_commits(tree: WorkTree, dep: Dependency, path: Path, state: CheckoutS
     ``CheckoutResult.already_applied`` reports and `assemble rebase DEP --onto PIN` drops."""
     from assembler.series.headers import parse_patch_header
 
-    listed = tree.out("log", "--reverse", "--format=%an <%ae>%x00%aD%x00%s", END_OF_OPTIONS, f"{state.base}..HEAD").splitlines()
+    listed = tree.out("log", "--reverse", "--format=%an <%ae>%x00%aD%x00%s", END_OF_OPTIONS,
+                      f"{state.base}..HEAD").splitlines()
     identities = [tuple(line.split("\0")) for line in listed]
     mapping: dict[str, str] = {}
     index = 0
     for name in dep.series:
         header = parse_patch_header(dep.patches_dir / name)
-        if index < len(commits) and (identities[index][:2] == (header.author, header.date) or identities[index][2:] == (header.subject,)):
+        if index < len(commits) and (identities[index][:2] == (header.author, header.date)
+                                     or identities[index][2:] == (header.subject,)):
             mapping[commits[index]] = name
             index += 1
     if index == len(commits):
@@ -452,10 +462,12 @@ def _match_commits(tree: WorkTree, dep: Dependency, path: Path, state: CheckoutS
     raise ConflictError(
         f"{dep.name}: git am made {len(commits)} commits from {len(dep.series)} patches, and commit "
         f"{commits[index][:12]} matches no patch of the series by author, date or subject",
-        hint=f"`assemble rebase {dep.name} --onto {dep.commit[:12]}` replays the series onto the pin and drops what is already "
-             f"there; or `git -C {path} reset --hard {state.base[:12]}`, fix the series and re-run `assemble checkout`",
+        hint=f"`assemble rebase {dep.name} --onto {dep.commit[:12]}` replays the series onto the pin and drops what is "
+             f"already there; or `git -C {path} reset --hard {state.base[:12]}`, fix the series and re-run `assemble "
+             "checkout`",
     )
 
 
 def _files_in_patch(patch: Path) -> list[str]:
-    return [line.split(" b/", 1)[1] for line in patch.read_text(errors="replace").splitlines() if line.startswith("diff --git ")]
+    return [line.split(" b/", 1)[1] for line in patch.read_text(errors="replace").splitlines()
+            if line.startswith("diff --git ")]

@@ -12,7 +12,8 @@ from assembler.git.process import END_OF_OPTIONS, WorkTree
 def add_trailers(tree: WorkTree, message: str, trailers: Sequence[str]) -> str:
     """``message`` with ``trailers`` (``Forwarded:`` replaces the one there, others are added
     unless the same line is there), by ``git interpret-trailers``."""
-    args = [arg for t in trailers for arg in ("--if-exists", "replace" if t.startswith("Forwarded:") else "addIfDifferent",
+    args = [arg for t in trailers
+            for arg in ("--if-exists", "replace" if t.startswith("Forwarded:") else "addIfDifferent",
                                               "--trailer", t)]
     return tree.run("interpret-trailers", *args, input=message).stdout
 
@@ -29,5 +30,6 @@ def commit_like(tree: WorkTree, tree_sha: str, parent: str, original: str, trail
     ident, _, stamp = ident.rpartition(" ")
     name, _, email = ident.partition(" <")
     date = f"{stamp} {when}"
-    env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": date,
+           "GIT_COMMITTER_DATE": date}
     return tree.run("commit-tree", tree_sha, "-p", parent, env=env, input=message).stdout.strip()

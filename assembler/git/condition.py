@@ -56,8 +56,10 @@ def refuse_lost_stores(path: Path, name: str) -> None:
         return
     gone = [store for store in borrowed(path / ".git" / "objects") if not store.is_dir()]
     if gone:
-        raise InputError(f"{path} borrows objects from {gone[0]}, which is gone (moved, or removed by `assemble cache clean`)",
-                         hint=f"run `assemble checkout {name}`: it copies them from the mirror again (fetched if need be)")
+        raise InputError(f"{path} borrows objects from {gone[0]}, which is gone (moved, or removed by `assemble "
+                         "cache clean`)",
+                         hint=f"run `assemble checkout {name}`: it copies them from the mirror again (fetched if "
+                              "need be)")
 
 
 def inspect(workspace: Workspace, dep: Dependency) -> CheckoutCondition:

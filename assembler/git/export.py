@@ -70,18 +70,22 @@ def export(workspace: Workspace, dep: Dependency) -> ExportResult:
     tree = WorkTree(path)  # the state file lies in its .git
     operation = operation_in(tree.git_dir)
     if operation:
-        raise ConflictError(f"{path} is stopped in a git {operation}", hint=f"finish it (git {operation} --continue) or abort it, then export")
+        raise ConflictError(f"{path} is stopped in a git {operation}",
+                            hint=f"finish it (git {operation} --continue) or abort it, then export")
     head = read_head(path)
     if state.status == CheckoutStatus.APPLYING:
-        raise InputError(f"the checkout of {dep.name} was interrupted", hint=f"re-run `assemble checkout {dep.name}` first")
+        raise InputError(f"the checkout of {dep.name} was interrupted",
+                         hint=f"re-run `assemble checkout {dep.name}` first")
     if state.status == CheckoutStatus.STOPPED and head == state.base and dep.series:
         raise InputError(
             f"{path}: the series was aborted (HEAD is the pinned commit); exporting would delete every patch",
             hint=f"fix the patch that failed and re-run `assemble checkout {dep.name}`",
         )
-    listed = tree.out("rev-list", "--reverse", "--topo-order", "--parents", END_OF_OPTIONS, f"{state.base}..{head}").splitlines()
+    listed = tree.out("rev-list", "--reverse", "--topo-order", "--parents", END_OF_OPTIONS,
+                      f"{state.base}..{head}").splitlines()
     if any(len(line.split()) > 2 for line in listed):
-        raise InputError(f"{path}: the branch has merge commits since {state.base[:12]}", hint="linearise it (git rebase) before exporting")
+        raise InputError(f"{path}: the branch has merge commits since {state.base[:12]}",
+                         hint="linearise it (git rebase) before exporting")
     commits = [line.split()[0] for line in listed]
     if tree.run("merge-base", "--is-ancestor", END_OF_OPTIONS, state.base, head, check=False).returncode != 0:
         raise InputError(
@@ -178,4 +182,5 @@ def _empty_commit(tree: WorkTree, base: str, commits: list[str]) -> str | None:
     revs = (base, *commits)  # full SHAs (rev-list's output, the checkout state), never options
     assert all(re.fullmatch(r"[0-9a-f]{40,64}", rev) for rev in revs), revs
     trees = tree.out("rev-parse", *(f"{rev}^{{tree}}" for rev in revs)).split()
-    return next((commit for commit, before, after in zip(commits, trees, trees[1:], strict=False) if before == after), None)
+    return next((commit for commit, before, after in zip(commits, trees, trees[1:], strict=False) if before == after),
+                None)

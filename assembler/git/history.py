@@ -96,7 +96,8 @@ def subjects(view: GitView, revs: Sequence[str]) -> list[tuple[str, str]]:
 
 def first_parent_line(view: GitView, since: str, tip: str) -> list[tuple[str, str]]:
     """(SHA, subject) of the commits on ``tip``'s first-parent line after ``since``, oldest first."""
-    return [(sha, text) for _, sha, text in _logged_subjects(view, "--first-parent", "--reverse", END_OF_OPTIONS, tip, f"^{since}")]
+    return [(sha, text) for _, sha,
+            text in _logged_subjects(view, "--first-parent", "--reverse", END_OF_OPTIONS, tip, f"^{since}")]
 
 
 def cherry_marks(view: GitView, left: str, right: str) -> list[tuple[str, str, str]]:

@@ -1,5 +1,6 @@
 """One bare mirror per repository fetched (its URL after [mirrors]) in the cache, shared by every
-workspace and dependency (flash-attn-2 and flash-attn-3 share one). Fetches happen only when a needed commit is absent."""
+workspace and dependency (flash-attn-2 and flash-attn-3 share one). Fetches happen only when a
+needed commit is absent."""
 
 from __future__ import annotations
 
@@ -82,7 +83,8 @@ def open_mirror(manifest: Manifest, url: str) -> Mirror:
     for value in (url, manifest.resolve_url(url)):
         if (problem := url_problem(value)) is not None:
             raise InputError(f"{value!r} is not a repository URL: {problem}",
-                             hint="fix the URL in deps.toml ([deps.X] upstream/source, [mirrors]) or in the .gitmodules it came from")
+                             hint="fix the URL in deps.toml ([deps.X] upstream/source, [mirrors]) or in the "
+                                  ".gitmodules it came from")
     path = mirror_path(manifest, url)
     fetch_url = manifest.resolve_url(url)
     if origin_url(path) == fetch_url:
@@ -218,19 +220,24 @@ def fetch(mirror: Mirror, refs: list[str] | None = None) -> None:
     (git/objects.py: no alternates), and a mirror removed meanwhile (a prune) is made again."""
     for ref in refs or ():
         if (problem := branch_problem(ref)) is not None:
-            raise InputError(f"{ref!r} is not a branch, tag or commit name: {problem}", hint="check `track` in deps.toml (or the REF given)")
+            raise InputError(f"{ref!r} is not a branch, tag or commit name: {problem}",
+                             hint="check `track` in deps.toml (or the REF given)")
     if read_only(mirror.path):  # a read-only cache (CI image, shared volume) still serves what it holds
-        print(f"note: {mirror.path.parent} is read-only: not fetching {mirror.fetch_url}, using it as {age_text(mirror.last_fetched())}",
+        print(f"note: {mirror.path.parent} is read-only: not fetching {mirror.fetch_url}, using it as "
+              f"{age_text(mirror.last_fetched())}",
               file=sys.stderr)
         return
     missing = _missing_local(mirror.fetch_url)
     if missing is not None:
         via = f" ([mirrors] maps {mirror.url} there)" if mirror.fetch_url != mirror.url else ""
         raise ManifestError(f"{mirror.fetch_url}: no such repository on this machine{via}",
-                            hint=f"check the path in deps.toml ({'[mirrors]' if via else 'upstream/source'}); {missing}")
+                            hint=f"check the path in deps.toml ({'[mirrors]' if via else 'upstream/source'}); "
+                                 f"{missing}")
     from assembler.git.objects import refuse_foreign
 
-    refuse_foreign(mirror.fetch_url, mirror.fetch_url + (f" ([mirrors] maps {mirror.url} there)" if mirror.fetch_url != mirror.url else ""))
+    refuse_foreign(mirror.fetch_url,
+                   mirror.fetch_url
+                   + (f" ([mirrors] maps {mirror.url} there)" if mirror.fetch_url != mirror.url else ""))
     with creating(mirror.path):
         if origin_url(mirror.path) != mirror.fetch_url:  # removed (or left half-made) since it was opened
             _create(mirror.path, mirror.fetch_url)

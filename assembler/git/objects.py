@@ -169,7 +169,8 @@ def own_objects(checkout: Path, stores: Sequence[Path], trusted: Path) -> None:
                 f"{checkout} lacks objects it borrowed from {listed}"
                 + (f" (missing object {missing})" if missing else f" ({result.stderr.strip()[:200]})"),
                 hint=f"that store was moved or removed (`assemble cache clean`, a copied workspace): put it back, or "
-                     f"move {checkout} away and run `assemble checkout` again (its unexported commits are lost with it)",
+                     f"move {checkout} away and run `assemble checkout` again (its unexported commits are lost "
+                     "with it)",
             )
     (objects / ASIDE).unlink()
 

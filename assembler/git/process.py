@@ -51,7 +51,8 @@ IDENTITY_ENV = {
 DIFF_CONFIG = ("-c", "diff.noprefix=false", "-c", "diff.mnemonicPrefix=false", "-c", "log.showSignature=false",
                "-c", "core.quotePath=false", "-c", "diff.relative=false")
 INHERITED = ("GIT_DIR", "GIT_INDEX_FILE", "GIT_WORK_TREE", "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES")
-SOUND_REPO_HINT = "check that the repository is readable and not damaged (git fsck), and that no other git holds its lock"
+SOUND_REPO_HINT = ("check that the repository is readable and not damaged (git fsck), and that no other git holds "
+                   "its lock")
 
 Result = subprocess.CompletedProcess[bytes] | subprocess.CompletedProcess[str]
 
@@ -209,7 +210,8 @@ class GitView:
             except OSError as error:
                 raise _spawn_failed(error) from None
             try:
-                second = subprocess.run(["git", *consumer], env=self.env, stdin=first.stdout, capture_output=True, check=False)
+                second = subprocess.run(["git", *consumer], env=self.env, stdin=first.stdout, capture_output=True,
+                                        check=False)
             except BaseException:
                 _stop(first)
                 raise
@@ -219,7 +221,8 @@ class GitView:
                 first.wait()
             if first.returncode != 0:
                 errors.seek(0)
-                raise GitFailed(self.where, producer, subprocess.CompletedProcess(producer, first.returncode, b"", errors.read()))
+                raise GitFailed(self.where, producer,
+                                subprocess.CompletedProcess(producer, first.returncode, b"", errors.read()))
         if second.returncode != 0:
             raise GitFailed(self.where, consumer, second)
         return second.stdout.decode(errors="replace")
@@ -278,13 +281,15 @@ class WorkTree:
         return self.out("rev-parse", "HEAD")
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
-        return self.run("merge-base", "--is-ancestor", END_OF_OPTIONS, ancestor, descendant, check=False).returncode == 0
+        return self.run("merge-base", "--is-ancestor", END_OF_OPTIONS, ancestor, descendant,
+                        check=False).returncode == 0
 
     def submodule_paths(self) -> list[str]:
         """The paths of the submodules HEAD's index records (gitlinks), initialised or not:
         what lies below them is another repository's."""
         listed = self.run("ls-files", "--stage", "-z").stdout
-        return [entry.split("\t", 1)[1] for entry in listed.split("\0") if entry.startswith("160000 ") and "\t" in entry]
+        return [entry.split("\t", 1)[1] for entry in listed.split("\0") if entry.startswith("160000 ")
+                and "\t" in entry]
 
     def dirty(self) -> list[str]:
         """Paths with uncommitted edits, untracked files included (ignored files are not work)."""

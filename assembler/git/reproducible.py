@@ -121,8 +121,8 @@ def _packed_ref(git_dir: Path, name: str) -> str | None:
 # What git says when a repository lacks an object its refs need (a damaged or partial copy, a
 # checkout whose borrowed objects are gone): "unable to read X", "missing tree X", "bad object X", ...
 MISSING_OBJECT = re.compile(
-    r"(?:unable to read(?: tree| sha1 file of \S+)?|could not read|missing (?:blob|tree|commit|tag)(?: object)?|bad object"
-    r"|did not receive expected object|invalid object)\s+\(?'?([0-9a-f]{40}(?:[0-9a-f]{24})?)\b",
+    r"(?:unable to read(?: tree| sha1 file of \S+)?|could not read|missing (?:blob|tree|commit|tag)(?: "
+    r"object)?|bad object|did not receive expected object|invalid object)\s+\(?'?([0-9a-f]{40}(?:[0-9a-f]{24})?)\b",
     re.IGNORECASE)
 
 

@@ -60,7 +60,8 @@ class Scratch(GitView):
         whose parent is ``parent`` makes ``parent`` the merge base. Returns (result tree or
         None on conflict, conflicted paths)."""
         ours = self.out("commit-tree", tree, "-p", parent, "-m", "trial")
-        result = self.run("merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", END_OF_OPTIONS, ours, commit,
+        result = self.run("merge-tree", "--write-tree", "--name-only", "-z", "--no-messages", END_OF_OPTIONS, ours,
+                          commit,
                           check=False)
         if result.returncode > 1:
             raise GitFailed(self.where, ["merge-tree", ours, commit], result)

@@ -46,7 +46,8 @@ def range_diff_lines(text: str) -> list[RangeLine]:
         match = _RANGE_LINE.match(line)
         if match:
             _, old, mark, _, new, subject = match.groups()
-            lines.append(RangeLine(mark, None if old.startswith("-") else old, None if new.startswith("-") else new, subject, 0))
+            lines.append(RangeLine(mark, None if old.startswith("-") else old, None if new.startswith("-") else new,
+                                   subject, 0))
         elif lines and lines[-1].mark == "!" and line.lstrip().startswith("@@"):
             lines[-1] = lines[-1]._replace(hunks=lines[-1].hunks + 1)
     return lines

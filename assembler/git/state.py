@@ -79,8 +79,11 @@ class CheckoutState:
         try:
             data = json.loads(state_path.read_text())
             if isinstance(data.get("version"), int) and data["version"] > STATE_VERSION:
-                raise NewerStateError(state_path, f"the checkout state (format {data['version']}; this assembler reads {STATE_VERSION})")
-            shas = [data.get("base"), *([data["head"]] if data.get("head") is not None else []), *data.get("applied", {})]
+                raise NewerStateError(state_path,
+                                      f"the checkout state (format {data['version']}; this assembler reads "
+                                      f"{STATE_VERSION})")
+            shas = [data.get("base"), *([data["head"]] if data.get("head") is not None else []),
+                    *data.get("applied", {})]
             bad = [sha for sha in shas if not is_full_sha(sha)]
             if bad:
                 raise ValueError(f"{bad[0]!r} where a commit SHA belongs")  # it would reach git as an argument
@@ -141,7 +144,8 @@ def _made_by_assemble(checkout: Path, base: str, head: str) -> bool:
     from assembler.git.reproducible import COMMITTER_ENV
 
     tree = WorkTree(checkout)
-    if not is_full_sha(head) or tree.run("merge-base", "--is-ancestor", END_OF_OPTIONS, base, head, check=False).returncode != 0:
+    if not is_full_sha(head) or tree.run("merge-base", "--is-ancestor", END_OF_OPTIONS, base, head,
+                                         check=False).returncode != 0:
         return False
     ours = f"{COMMITTER_ENV['GIT_COMMITTER_NAME']} <{COMMITTER_ENV['GIT_COMMITTER_EMAIL']}>"
     listed = tree.run("log", "--format=%cn <%ce>", END_OF_OPTIONS, f"{base}..{head}", check=False)
@@ -165,7 +169,8 @@ def read_head(checkout: Path) -> str:
 
     result = WorkTree(checkout).run("rev-parse", "HEAD", check=False)
     if result.returncode != 0:
-        raise InputError(f"{checkout}: cannot read HEAD ({result.stderr.strip()})", hint="move it away and run `assemble checkout` again")
+        raise InputError(f"{checkout}: cannot read HEAD ({result.stderr.strip()})",
+                         hint="move it away and run `assemble checkout` again")
     return result.stdout.strip()
 
 

@@ -25,12 +25,14 @@ def refuse_during_rebase(workspace: Workspace, deps: list[Dependency]) -> None:
         name = stopped[0]
         raise ConflictError(
             f"a rebase of {name} is in progress in {workspace.forks_dir / name}",
-            hint=f"finish it with `assemble rebase {name} --continue`, or undo it with `assemble rebase {name} --abort`",
+            hint=f"finish it with `assemble rebase {name} --continue`, or undo it with `assemble rebase {name} "
+                 "--abort`",
         )
 
 
 @locked
-def sync_checkouts(workspace: Workspace, deps: list[Dependency], on_step: Step = lambda *_: None) -> dict[str, CheckoutResult]:
+def sync_checkouts(workspace: Workspace, deps: list[Dependency],
+                   on_step: Step = lambda *_: None) -> dict[str, CheckoutResult]:
     """Every checkout of ``deps`` up to date; refused during a rebase; the first failure raises."""
     refuse_during_rebase(workspace, deps)
     return {dep.name: _sync_one(workspace, dep, on_step) for dep in deps}
