@@ -40,7 +40,8 @@ def add_dependency(path: Path, name: str, values: dict[str, str], comment: str |
         deps = tomlkit.table(is_super_table=True)
         document["deps"] = deps
     if name in deps:
-        raise ManifestError(f"{path}: [deps.{name}] is already there", hint=f"edit it in deps.toml, or `assemble rebase {name} --onto SHA` to move its pin")
+        raise ManifestError(f"{path}: [deps.{name}] is already there",
+                            hint=f"edit it in deps.toml, or `assemble rebase {name} --onto SHA` to move its pin")
     table = tomlkit.table()
     if comment is not None:
         table.add(tomlkit.comment(comment.replace("\n", " ")))
@@ -59,7 +60,8 @@ def new_manifest(name: str, version: str) -> str:
     """The text of a new workspace's deps.toml: [bundle] with the defaults spelled out and
     commented, no dependency yet (`assemble add` appends them)."""
     document = tomlkit.document()
-    document.add(tomlkit.comment("The workspace manifest: every pin, series, recipe and wheel placement (docs/reference/deps-toml.md)."))
+    document.add(tomlkit.comment("The workspace manifest: every pin, series, recipe and wheel placement "
+                                 "(docs/reference/deps-toml.md)."))
     bundle = tomlkit.table()
     bundle["name"] = name
     bundle["name"].comment("distribution name of the merged wheel")

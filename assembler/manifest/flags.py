@@ -20,7 +20,8 @@ FLAG_OWNERS = (
     (re.compile(r"--?std(=.*)?"), "cxx-std / cuda-std"),
     (re.compile(r"-[DU].*|--(un)?define-macro(=.*)?"), "defines"),
     (re.compile(r"-I.*|-isystem.*|-iquote.*|-idirafter.*|--include-path(=.*)?|--system-include(=.*)?"), "include-dirs"),
-    (re.compile(r"-l(?!ineinfo$).*|-L.*|--library(-path)?(=.*)?|-Wl,.*|-Xlinker(=.*)?|--linker-options(=.*)?"), "libraries"),
+    (re.compile(r"-l(?!ineinfo$).*|-L.*|--library(-path)?(=.*)?|-Wl,.*|-Xlinker(=.*)?|--linker-options(=.*)?"),
+     "libraries"),
     (re.compile(r"-gencode(=.*)?|--generate-code(=.*)?|-arch(=.*)?|--gpu-architecture(=.*)?|-code(=.*)?|--gpu-code(=.*)?"),
      "cuda-archs (and ptx)"),
 )
@@ -75,15 +76,18 @@ _NVCC_PASS_THROUGH = re.compile(
 )
 # What ptxas, nvlink, fatbinary and cudafe++ may be told: option shapes without files.
 _TOOL_OPTION = re.compile(r"--?(?P<name>[A-Za-z][A-Za-z0-9_-]*)(?:=[A-Za-z0-9_.,+-]*)?")
-_TOOL_REFUSED = re.compile(r"o|output.*|options-file|optf|input.*|.*file.*|.*dir.*|keep.*|save.*|preproc.*|host-compiler")
+_TOOL_REFUSED = re.compile(r"o|output.*|options-file|optf|input.*|.*file.*|.*dir.*|keep.*|save.*|preproc.*"
+                           r"|host-compiler")
 _CMAKE_OK = frozenset({
     "CMAKE_CXX_STANDARD", "CMAKE_CUDA_STANDARD", "CMAKE_CXX_EXTENSIONS", "CMAKE_CUDA_EXTENSIONS",
     "CMAKE_POSITION_INDEPENDENT_CODE", "CMAKE_VERBOSE_MAKEFILE", "CMAKE_EXPORT_COMPILE_COMMANDS",
     "CMAKE_CUDA_SEPARABLE_COMPILATION", "CMAKE_INTERPROCEDURAL_OPTIMIZATION", "CMAKE_CXX_VISIBILITY_PRESET",
     "CMAKE_CUDA_VISIBILITY_PRESET", "CMAKE_VISIBILITY_INLINES_HIDDEN",
 })
-_CMAKE_DEFINE = re.compile(r"-D(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?::(?:BOOL|STRING|PATH|FILEPATH|INTERNAL))?=(?P<value>.*)")
-_CMAKE_OTHER = re.compile(r"-Wno-dev|-Wdev|-Wno-deprecated|-Wdeprecated|-Werror=(?:dev|deprecated)|-Wno-error=(?:dev|deprecated)"
+_CMAKE_DEFINE = re.compile(r"-D(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)"
+                           r"(?::(?:BOOL|STRING|PATH|FILEPATH|INTERNAL))?=(?P<value>.*)")
+_CMAKE_OTHER = re.compile(r"-Wno-dev|-Wdev|-Wno-deprecated|-Wdeprecated|-Werror=(?:dev|deprecated)"
+                          r"|-Wno-error=(?:dev|deprecated)"
                           r"|--warn-uninitialized|--log-level=(?:ERROR|WARNING|NOTICE|STATUS|VERBOSE|DEBUG|TRACE)")
 
 
@@ -132,7 +136,8 @@ def cmake_arg_problem(arg: str) -> tuple[str, str] | None:
                 'write cache definitions only, e.g. cmake-args = ["-DMY_OPTION=ON"]')
     name, value = match["name"], match["value"]
     if name.startswith("CMAKE_") and name not in _CMAKE_OK:
-        owner = "cuda-archs" if "ARCHITECTURES" in name else "the recipe's own keys (assemble sets compilers, flags and paths)"
+        owner = ("cuda-archs" if "ARCHITECTURES" in name
+                 else "the recipe's own keys (assemble sets compilers, flags and paths)")
         return (f"sets {name}, which assemble controls", f"remove it; use {owner}")
     if "$" in value or "\n" in value or "\r" in value:
         return ("holds a CMake variable reference or a line break in its value", "write the value literally")

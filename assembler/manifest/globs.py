@@ -94,7 +94,8 @@ def expand(root: Path, pattern: str) -> list[str]:
             candidates = [part]
         else:
             candidates = [name for name in _names(base, directory)
-                          if (part.startswith(".") or not name.startswith(".")) and (part == "**" or fnmatch.fnmatchcase(name, part))]
+                          if (part.startswith(".") or not name.startswith("."))
+                          and (part == "**" or fnmatch.fnmatchcase(name, part))]
         for name in candidates:
             path = (*directory, name)
             try:

@@ -160,24 +160,29 @@ def read_utf8(path: Path, what: str) -> str:
     try:
         mode = path.stat().st_mode
         if stat.S_ISDIR(mode):
-            raise ManifestError(f"{path}: is a directory, not {what}", hint=f"move the directory away; {path.name} must be a text file")
+            raise ManifestError(f"{path}: is a directory, not {what}",
+                                hint=f"move the directory away; {path.name} must be a text file")
         if not stat.S_ISREG(mode):  # a FIFO or a device would block or never end
             raise ManifestError(f"{path}: is not a regular file", hint=f"replace it with {what} text file")
         if path.stat().st_size > MAX_TEXT_BYTES:
-            raise ManifestError(f"{path}: larger than {MAX_TEXT_BYTES >> 20} MiB, not {what}", hint=f"check {path.name}")
+            raise ManifestError(f"{path}: larger than {MAX_TEXT_BYTES >> 20} MiB, not {what}",
+                                hint=f"check {path.name}")
         data = path.read_bytes()
     except FileNotFoundError:
         raise ManifestError(f"{path}: no such file", hint=f"create {path.name} or fix the path") from None
     except OSError as exc:
-        raise ManifestError(f"{path}: cannot read ({exc.strerror or exc})", hint="check the file's permissions") from None
+        raise ManifestError(f"{path}: cannot read ({exc.strerror or exc})",
+                            hint="check the file's permissions") from None
     if data.startswith(UTF8_BOM):
-        raise ManifestError(f"{path}:1:1: starts with a UTF-8 byte-order mark (BOM)", hint=f"save {path.name} as UTF-8 without BOM")
+        raise ManifestError(f"{path}:1:1: starts with a UTF-8 byte-order mark (BOM)",
+                            hint=f"save {path.name} as UTF-8 without BOM")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         col = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise ManifestError(f"{path}:{line}:{col}: not UTF-8 text ({exc.reason})", hint=f"save {path.name} as UTF-8") from None
+        raise ManifestError(f"{path}:{line}:{col}: not UTF-8 text ({exc.reason})",
+                            hint=f"save {path.name} as UTF-8") from None
 
 
 def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
@@ -196,7 +201,8 @@ def _parse_text(path: Path) -> tuple[str, dict[str, Any]]:
     except tomllib.TOMLDecodeError as exc:
         raise _syntax_error(path, text, str(exc)) from None
     except RecursionError:  # tomllib recurses per nested array or inline table
-        raise ManifestError(f"{path}: TOML nested too deeply", hint="a deps.toml needs a few levels of nesting, not thousands") from None
+        raise ManifestError(f"{path}: TOML nested too deeply",
+                            hint="a deps.toml needs a few levels of nesting, not thousands") from None
     return text, data
 
 
@@ -264,7 +270,8 @@ def _bound_shape(path: Path, text: str) -> None:
         if char in "[{":
             depth += 1
             if depth > MAX_NESTING:
-                raise ManifestError(f"{path}:{line}: TOML nested too deeply (arrays or inline tables more than {MAX_NESTING} deep)",
+                raise ManifestError(f"{path}:{line}: TOML nested too deeply (arrays or inline tables more than "
+                                    f"{MAX_NESTING} deep)",
                                     hint="a deps.toml needs a few levels of nesting; fix that line")
         elif char in "]}":
             depth = max(depth - 1, 0)
@@ -372,9 +379,11 @@ def load_manifest(path: Path) -> Manifest:
 
 
 def _mirrors(v: _Validator, raw: Any) -> dict[str, str]:
-    v.check(isinstance(raw, dict), ("mirrors",), "expected a table of URL prefix = replacement", 'write "https://github.com/" = "/srv/git-mirrors/"')
+    v.check(isinstance(raw, dict), ("mirrors",), "expected a table of URL prefix = replacement",
+            'write "https://github.com/" = "/srv/git-mirrors/"')
     for prefix, target in raw.items():
-        v.check(isinstance(target, str) and bool(target), ("mirrors", prefix), f"replacement must be a non-empty string, got {target!r}", f'write "{prefix}" = "/path/to/mirrors/"')
+        v.check(isinstance(target, str) and bool(target), ("mirrors", prefix),
+                f"replacement must be a non-empty string, got {target!r}", f'write "{prefix}" = "/path/to/mirrors/"')
         for value in (prefix, target):
             problem = url_problem(value, prefix=True)
             if problem is not None:
@@ -390,7 +399,8 @@ def _dependency(v: _Validator, root: Path, name: str, values: _Values, bundle: B
     upstream = values["upstream"]
     source = values["source"] or upstream
     if source is None:
-        raise v.fail(key, "neither source nor upstream is set", 'add upstream = "https://..." (and source = "..." for a fork)')
+        raise v.fail(key, "neither source nor upstream is set",
+                     'add upstream = "https://..." (and source = "..." for a fork)')
     patches_dir = _patches_dir(v, root, (*key, "patches"), values["patches"], name)
     build = _build(v, values["build"], (*key, "build"))
     return Dependency(
@@ -416,7 +426,8 @@ def _profiles(v: _Validator, profiles: dict[str, _Values], keys: Keys, recipe: B
                 "add defines, build-env, sources or cuda-archs to it, or remove it")
         helper = recipe.backend == BackendName.HELPER  # backend question: does it run a build of its own?
         if helper and "build-env" in values.written:
-            raise v.fail((*where, "build-env"), "the helper backend runs no build of the dependency's own to give an environment to",
+            raise v.fail((*where, "build-env"),
+                         "the helper backend runs no build of the dependency's own to give an environment to",
                          "use defines, sources or cuda-archs for a helper recipe")
         sources = values["sources"]
         if sources is not None:
@@ -455,9 +466,11 @@ def _patches_dir(v: _Validator, root: Path, keys: Keys, value: Any, name: str) -
     inside = patches_dir.is_relative_to(root) and patches_dir != root
     first = patches_dir.relative_to(root).parts[0] if inside else ""
     if not inside or first in RESERVED_DIRS:
-        where = "is the workspace itself" if patches_dir == root else f"is inside {first}/, which assemble writes" if inside else "leaves the workspace"
+        where = ("is the workspace itself" if patches_dir == root
+                 else f"is inside {first}/, which assemble writes" if inside else "leaves the workspace")
         raise v.fail(keys, f"{shown(rel)} {where} ({patches_dir})",
-                     f"keep the series below the workspace, e.g. patches = \"patches/{name}\" (or set {PATCHES_OUTSIDE_ENV}=1 to allow a directory outside it)")
+                     f"keep the series below the workspace, e.g. patches = \"patches/{name}\" (or set "
+                     f"{PATCHES_OUTSIDE_ENV}=1 to allow a directory outside it)")
     return patches_dir
 
 
@@ -488,21 +501,27 @@ def _series(v: _Validator, keys: Keys, patches_dir: Path, *, explicit: bool,
     except FileNotFoundError:
         backup = patches_dir.with_name(f".{patches_dir.name}.old")
         if backup.is_dir():
-            raise ManifestError(f"{patches_dir}: {dotted}: missing, but {backup} holds the series of an interrupted export",
+            raise ManifestError(f"{patches_dir}: {dotted}: missing, but {backup} holds the series of an "
+                                "interrupted export",
                                 hint=f"move it back: mv {backup} {patches_dir}") from None
         if explicit:
-            raise v.fail(keys, f"{patches_dir} does not exist", "fix the path, or create the directory (an empty series needs no file)") from None
+            raise v.fail(keys, f"{patches_dir} does not exist",
+                         "fix the path, or create the directory (an empty series needs no file)") from None
         return ()
     except OSError as exc:
-        raise ManifestError(f"{patches_dir}: {dotted}: cannot read ({exc.strerror or exc})", hint="check the directory's permissions") from None
+        raise ManifestError(f"{patches_dir}: {dotted}: cannot read ({exc.strerror or exc})",
+                            hint="check the directory's permissions") from None
     if not stat.S_ISDIR(mode):
-        raise ManifestError(f"{patches_dir}: {dotted}: not a directory (the series and its *.patch files live in a directory)",
+        raise ManifestError(f"{patches_dir}: {dotted}: not a directory (the series and its *.patch files live in a "
+                            "directory)",
                             hint=f"move the file away and put the series in {patches_dir}/series")
     series_file = patches_dir / "series"
     listed_file = series_file.exists() or series_file.is_symlink()
-    outside_hint = f"copy the file into {patches_dir} instead of linking it (or set {PATCHES_OUTSIDE_ENV}=1 to allow it)"
+    outside_hint = (f"copy the file into {patches_dir} instead of linking it (or set {PATCHES_OUTSIDE_ENV}=1 to "
+                    "allow it)")
     if root is not None and (target := _link_out_of(root, series_file)) is not None:
-        raise ManifestError(f"{series_file}: {dotted}: the series is a symbolic link out of the workspace ({target})", hint=outside_hint)
+        raise ManifestError(f"{series_file}: {dotted}: the series is a symbolic link out of the workspace ({target})",
+                            hint=outside_hint)
     entries = parse_series(read_utf8(series_file, "a series")) if listed_file else []
     for number, entry in entries:
         if (problem := file_name_problem(entry)) is not None:
@@ -514,7 +533,8 @@ def _series(v: _Validator, keys: Keys, patches_dir: Path, *, explicit: bool,
                 hint=f"restore {patches_dir / entry} or remove the line from the series",
             )
         if root is not None and (target := _link_out_of(root, patches_dir / entry)) is not None:
-            raise ManifestError(f"{series_file}:{number}:1: {dotted}: {entry} is a symbolic link out of the workspace ({target})",
+            raise ManifestError(f"{series_file}:{number}:1: {dotted}: {entry} is a symbolic link out of the workspace "
+                                f"({target})",
                                 hint=outside_hint)
     listed = {entry for _, entry in entries}
     for orphan in sorted(p.name for p in patches_dir.glob("*.patch")):
@@ -581,7 +601,8 @@ def _standard(v: _Validator, value: Any, keys: Keys, key: str, allowed: tuple[st
     """cxx-std / cuda-std: 17, 20 (a number or a string; "c++20" too) -> "20"."""
     if value is None:
         return None
-    text = str(value).removeprefix("c++").removeprefix("gnu++") if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
+    text = (str(value).removeprefix("c++").removeprefix("gnu++")
+            if isinstance(value, (int, str)) and not isinstance(value, bool) else "")
     if text not in allowed:
         raise v.fail((*keys, key), f"{value!r} is not a C++ standard this key accepts",
                      f"write {key} = {allowed[-1]} (one of {', '.join(allowed)})")
@@ -623,7 +644,8 @@ def _backend_keys(v: _Validator, written: frozenset[str], keys: Keys, backend: B
             raise v.fail((*keys, key), f"not used by the '{backend}' backend (only by {', '.join(users)})",
                          f"remove {key}, or set backend = '{users[0]}'")
     if backend == BackendName.CMAKE and "cmake-dir" not in written:  # backend question: needs cmake-dir
-        raise v.fail((*keys, "backend"), "the cmake backend builds the dependency's own CMakeLists.txt, but cmake-dir is not set",
+        raise v.fail((*keys, "backend"),
+                     "the cmake backend builds the dependency's own CMakeLists.txt, but cmake-dir is not set",
                      'add cmake-dir = "." (the directory holding CMakeLists.txt, relative to the checkout)')
 
 
@@ -632,7 +654,8 @@ def _relative_path(v: _Validator, keys: Keys, value: str) -> None:
     never CMake syntax (``;`` splits a list, ``$`` expands a variable: ``a;/etc`` is two paths)."""
     v.check(bool(value) and not value.startswith("/") and ".." not in Path(value).parts, keys,
             f"{value!r} leaves the checkout", "use a path relative to the checkout, without '..'")
-    v.check(not any(c in value for c in ';$"\\\n\r'), keys, f"{value!r} holds ; $ \" \\ or a line break, which CMake reads as syntax",
+    v.check(not any(c in value for c in ';$"\\\n\r'), keys,
+            f"{value!r} holds ; $ \" \\ or a line break, which CMake reads as syntax",
             "rename the file or directory, or name it with a glob")
 
 
@@ -640,7 +663,8 @@ def _cmake_args(v: _Validator, args: tuple[str, ...], keys: Keys) -> tuple[str, 
     """cmake-args: the project's own cache definitions (flags.cmake_arg_problem), as data."""
     for index, arg in enumerate(args):
         problem = text_problem(arg, limit=1000)
-        found = (f"is not one argument ({problem})", "write one argument per string") if problem else cmake_arg_problem(arg)
+        found = (f"is not one argument ({problem})",
+                 "write one argument per string") if problem else cmake_arg_problem(arg)
         if found is not None:
             raise v.fail((*keys, index), f"{shown(arg)} {found[0]}", found[1])
     return args
@@ -653,7 +677,8 @@ def _build_env(v: _Validator, raw: Any, keys: Keys) -> tuple[tuple[str, str], ..
             (f"{name!r} is not an environment variable name of the form [A-Z][A-Z0-9_]*",
              "use upper-case letters, digits and '_', starting with a letter") if not ENV_NAME_RE.match(name)
             else (f"{name} is set by assemble itself (toolchain, flags, parallelism)",
-                  "remove it; use defines for -D flags, cuda-archs for architectures, --jobs for parallelism") if reserved_env(name)
+                  "remove it; use defines for -D flags, cuda-archs for architectures, --jobs for parallelism")
+            if reserved_env(name)
             else (f"expected a string value, got {value!r}", f'write {name} = "{value}"') if not isinstance(value, str)
             else None
         )
@@ -670,8 +695,10 @@ def _install(v: _Validator, raw: Any, keys: Keys) -> dict[str, str]:
         if (problem := glob_problem(pattern)) is not None:
             where = v.locator.where((*keys, pattern))
             raise ManifestError(f"{where}: {_dotted(keys)}: {shown(pattern)}: {problem}",
-                                hint='write a glob such as "pkg/*.so" ([a-z] ranges go low to high; "**" spans directories)')
-        v.check(isinstance(dest, str), (*keys, pattern), f"destination must be a string, got {dest!r}", f'write "{pattern}" = "pkg/"')
+                                hint='write a glob such as "pkg/*.so" ([a-z] ranges go low to high; "**" spans '
+                                     'directories)')
+        v.check(isinstance(dest, str), (*keys, pattern), f"destination must be a string, got {dest!r}",
+                f'write "{pattern}" = "pkg/"')
         problem = install_destination_problem(str(dest))
         v.check(problem is None, (*keys, pattern), f"destination {shown(str(dest))}: {problem}",
                 'install under a package directory inside the wheel, e.g. "pkg/" or "pkg/lib/"')
@@ -695,6 +722,7 @@ def find_workspace(start: Path) -> Path:
     for candidate in (start, *start.parents):
         if (candidate / MANIFEST_NAME).is_file():
             return candidate
-    raise ManifestError(f"no {MANIFEST_NAME} in {start} or any parent directory", hint="run inside a workspace or pass --workspace DIR")
+    raise ManifestError(f"no {MANIFEST_NAME} in {start} or any parent directory",
+                        hint="run inside a workspace or pass --workspace DIR")
 
 

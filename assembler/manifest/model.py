@@ -42,7 +42,8 @@ class Extension(NamedTuple):
     libraries: tuple[str, ...] = ()  # beyond torch_cpu (and torch_cuda, which every CUDA extension links)
     cxx_flags: tuple[str, ...] = ()  # extra flags of its C++ units (host compiler)
     cuda_flags: tuple[str, ...] = ()  # extra flags of its .cu units (nvcc)
-    cxx_std: str | None = None  # "17", "20", "23": -std of its C++ units (gnu++N); None: the recipe's cmake-args, else 17
+    # "17", "20", "23": -std of its C++ units (gnu++N); None: the recipe's cmake-args, else 17
+    cxx_std: str | None = None
     cuda_std: str | None = None  # "17", "20": -std of its .cu units (c++N); None: cxx-std, else 17
     ptx: bool = False  # also ship PTX for arch-specific targets (9.0a, 10.0a); by default SASS only
 
@@ -132,7 +133,8 @@ class Profile(NamedTuple):
         env = tuple(sorted({**dict(recipe.build_env), **dict(self.build_env)}.items()))
         if recipe.backend != BackendName.HELPER:
             sources = recipe.sources if self.sources is None else self.sources
-            return recipe._replace(defines=(*recipe.defines, *self.defines), build_env=env, sources=sources, cuda_archs=archs)
+            return recipe._replace(defines=(*recipe.defines, *self.defines), build_env=env, sources=sources,
+                                   cuda_archs=archs)
         kept = set(self.sources) if self.sources is not None else None
         extensions = tuple(
             ext._replace(defines=(*ext.defines, *self.defines),
@@ -634,7 +636,8 @@ DEPENDENCY_TABLE = Table("deps.NAME", "dependency",
 MANIFEST_TABLE = Table("deps.toml", "",
                        "The assembler workspace manifest: every pin, series, recipe and wheel placement.", (
     Key("bundle", TABLE, "", required=True, table=BUNDLE_TABLE, fix="add [bundle] with name, version and python-abi"),
-    Key("mirrors", ANY, "URL prefix = replacement, like git's insteadOf (longest prefix wins); a relative path is taken "
+    Key("mirrors", ANY,
+        "URL prefix = replacement, like git's insteadOf (longest prefix wins); a relative path is taken "
         "from deps.toml's directory", default={},
         schema={"type": "object", "title": "mirrors", "additionalProperties": {"type": "string", **TEXT_SCHEMA}}),
     Key("deps", NAMED, "the dependencies, [deps.NAME] each", default={}, table=DEPENDENCY_TABLE,
