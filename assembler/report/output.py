@@ -281,7 +281,8 @@ class DeferredStatus:
     def __enter__(self) -> DeferredStatus:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 trace: TracebackType | None) -> None:
         if self._spinner is not None:
             self._spinner.__exit__(kind, value, trace)
             self._spinner = None
@@ -348,7 +349,8 @@ def envelope(command: str, document: Any, exit_code: int, error: dict[str, Any] 
     if error is not None:
         out["error"] = error
     elif exit_code != 0:
-        out["error"] = {"message": f"{command} finished with exit code {exit_code}", "hint": None, "exit_code": exit_code}
+        out["error"] = {"message": f"{command} finished with exit code {exit_code}", "hint": None,
+                        "exit_code": exit_code}
     return out  # a command that always carries "error" (build) keeps its null on success
 
 

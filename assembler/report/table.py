@@ -151,18 +151,21 @@ class TextTable:
     ``edge=False`` draws no outer border and no padding outside the first and last columns
     (what `assemble patches` prints under each dependency)."""
 
-    def __init__(self, *headers: str, text: Iterable[str] = (), title: str | Sequence[str] | None = None, edge: bool = True,
+    def __init__(self, *headers: str, text: Iterable[str] = (), title: str | Sequence[str] | None = None,
+                 edge: bool = True,
                  right: Iterable[str] = (), notes_at: str | None = None) -> None:
         free, flush_right = set(text), set(right)
         for kind, names in (("free-text", free), ("right-aligned", flush_right), ("notes", {notes_at} - {None})):
             unknown = names - set(headers)
             if unknown:
-                raise ValueError(f"{kind} columns {sorted(unknown)} are not among {list(headers)}")  # type: ignore[type-var]
+                raise ValueError(f"{kind} columns {sorted(unknown)} "  # type: ignore[type-var]
+                                 f"are not among {list(headers)}")
         self.headers = [clean(header) for header in headers]
         self.free = [header in free for header in headers]
         self.right = [header in flush_right for header in headers]
         # A title is one line, or a sequence of lines; a newline inside one is data, shown as a space.
-        self.title = None if title is None else [clean(title)] if isinstance(title, str) else [clean(line) for line in title]
+        self.title = (None if title is None else [clean(title)] if isinstance(title, str)
+                      else [clean(line) for line in title])
         self.edge = edge
         self.notes_at = 0 if notes_at is None else list(headers).index(notes_at)
         self.rows: list[list[Cell]] = []
@@ -268,11 +271,13 @@ class TextTable:
             room = sum(widths[at:]) + 3 * (len(widths) - at - 1)
         lines = []
         for text in wrap(note.text, room):
-            body = (paint(text, *note.styles) if colour and note.styles else text) + " " * max(0, room - cell_width(text))
+            body = ((paint(text, *note.styles) if colour and note.styles else text)
+                    + " " * max(0, room - cell_width(text)))
             if plain:
                 lines.append(GAP.join([*[" " * size for size in widths[:at]], body]).rstrip(" "))
             elif self.edge:
-                lines.append(BODY[0] + " " + "".join(f"{' ' * size} {BODY[1]} " for size in widths[:at]) + body + " " + BODY[2])
+                lines.append(BODY[0] + " " + "".join(f"{' ' * size} {BODY[1]} " for size in widths[:at]) + body + " "
+                             + BODY[2])
             else:
                 lines.append(f" {BODY[1]} ".join([*[" " * size for size in widths[:at]], body]).rstrip(" "))
         return lines
