@@ -35,7 +35,8 @@ def find_patch(names: Sequence[str], wanted: str) -> str | None:
     if wanted in names:
         return wanted
     if wanted.isdigit():
-        numbered = [name for name in names if name.split("-", 1)[0].isdigit() and int(name.split("-", 1)[0]) == int(wanted)]
+        numbered = [name for name in names if name.split("-", 1)[0].isdigit()
+                    and int(name.split("-", 1)[0]) == int(wanted)]
         return numbered[0] if len(numbered) == 1 else None
     for matches in ([n for n in names if n.startswith(wanted)], [n for n in names if wanted.lower() in n.lower()]):
         if len(matches) == 1:
