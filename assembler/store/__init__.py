@@ -101,7 +101,8 @@ class SharedStore:
     @staticmethod
     def key_object(dep: str, key: str) -> str:
         if not _NAME.match(dep) or not _NAME.match(key):
-            raise InputError(f"artifact store: {dep!r}/{key!r} is not a dependency name and key", hint="this is a bug in assemble")
+            raise InputError(f"artifact store: {dep!r}/{key!r} is not a dependency name and key",
+                             hint="this is a bug in assemble")
         return f"keys/{dep}/{key}.json"
 
     def has(self, dep: str, key: str) -> bool:
@@ -122,11 +123,13 @@ class SharedStore:
             if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
                 return False, f"shared store: key object for {dep} names no digest; rebuilt"
             if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= BLOB_LIMIT:
-                return False, f"shared store: key object for {dep} declares size {size!r}, not 0 to {BLOB_LIMIT} bytes; rebuilt"
+                return False, (f"shared store: key object for {dep} declares size {size!r}, not 0 to {BLOB_LIMIT} "
+                               "bytes; rebuilt")
             staging.parent.mkdir(parents=True, exist_ok=True)
             free = shutil.disk_usage(staging.parent).free
             if 2 * size > free:  # the blob, then its unpacked copy
-                return False, f"shared store: {dep}'s artifact is {size} bytes, {staging.parent} has {free} free; rebuilt"
+                return False, (f"shared store: {dep}'s artifact is {size} bytes, {staging.parent} has {free} "
+                               "free; rebuilt")
             blob = staging.with_name(f"{staging.name}.tar")
             try:
                 try:
@@ -137,15 +140,17 @@ class SharedStore:
                     return False, f"shared store: download of {dep} is corrupt or partial ({wrong}); rebuilt"
                 found, length = file_digest(blob)
                 if found != digest or length != size:
-                    return False, f"shared store: download of {dep} is corrupt or partial (sha256 {found[:12]}, {length} bytes; " \
-                        f"expected {digest[:12]}, {size} bytes); rebuilt"
+                    return False, (f"shared store: download of {dep} is corrupt or partial (sha256 {found[:12]}, "
+                                   f"{length} bytes; expected {digest[:12]}, {size} bytes); rebuilt")
                 unpack(blob, staging)
             finally:
                 blob.unlink(missing_ok=True)
-            recorded = jsonfile.loads(read_regular(staging / "artifact.json", KEY_OBJECT_LIMIT << 8), staging / "artifact.json")
+            recorded = jsonfile.loads(read_regular(staging / "artifact.json", KEY_OBJECT_LIMIT << 8),
+                                      staging / "artifact.json")
             if recorded.get("key") != key or recorded.get("dep") != dep:
                 shutil.rmtree(staging, ignore_errors=True)
-                return False, f"shared store: blob under {dep}/{key} holds {recorded.get('dep')}/{recorded.get('key')}; rebuilt"
+                return False, (f"shared store: blob under {dep}/{key} holds "
+                               f"{recorded.get('dep')}/{recorded.get('key')}; rebuilt")
             return True, "downloaded"
         except StoreUnavailable as error:
             shutil.rmtree(staging, ignore_errors=True)
@@ -223,7 +228,8 @@ def unpack(blob: Path, target: Path) -> None:
             path.chmod(0o755 if member.mode & 0o111 else 0o644)
 
 
-def open_store(url: str | None, s3_endpoint: str | None = None, environ: dict[str, str] | None = None) -> SharedStore | None:
+def open_store(url: str | None, s3_endpoint: str | None = None,
+               environ: dict[str, str] | None = None) -> SharedStore | None:
     """The shared store ``url`` names (``ASSEMBLE_ARTIFACT_STORE`` overrides it; empty: none)."""
     env = dict(os.environ) if environ is None else environ
     url = env.get(STORE_ENV, url) or None
@@ -234,7 +240,8 @@ def open_store(url: str | None, s3_endpoint: str | None = None, environ: dict[st
 
         path = url.removeprefix("file://")
         if not path.startswith("/") or "/../" in f"{path}/":
-            raise InputError(f"artifact store {url!r}: a file:// store needs an absolute path", hint="write file:///shared/dir")
+            raise InputError(f"artifact store {url!r}: a file:// store needs an absolute path",
+                             hint="write file:///shared/dir")
         return SharedStore(FileBackend(Path(path)))
     if url.startswith("s3://"):
         from assembler.store.s3 import S3Backend
@@ -245,4 +252,5 @@ def open_store(url: str | None, s3_endpoint: str | None = None, environ: dict[st
                      hint=f"fix [cache] artifacts in deps.toml or {STORE_ENV}")
 
 
-__all__ = ["BLOB_LIMIT", "KEY_OBJECT_LIMIT", "STORE_ENV", "Backend", "SharedStore", "StoreUnavailable", "UnusableObject", "WrongSize", "open_store", "pack", "unpack"]
+__all__ = ["BLOB_LIMIT", "KEY_OBJECT_LIMIT", "STORE_ENV", "Backend", "SharedStore", "StoreUnavailable",
+           "UnusableObject", "WrongSize", "open_store", "pack", "unpack"]

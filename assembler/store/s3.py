@@ -30,7 +30,8 @@ class S3Backend:
         self.bucket, self.prefix = bucket, prefix
         self.url = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         self.client: Any = boto3.client("s3", endpoint_url=endpoint,
-                                        config=Config(retries={"max_attempts": 3, "mode": "standard"}, connect_timeout=10,
+                                        config=Config(retries={"max_attempts": 3, "mode": "standard"},
+                                                      connect_timeout=10,
                                                       read_timeout=S3_READ_TIMEOUT_S))
 
     def _key(self, name: str) -> str:
