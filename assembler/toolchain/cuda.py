@@ -70,7 +70,10 @@ class CudaToolkit:
 
     def environment(self, base: dict[str, str]) -> dict[str, str]:
         """``base`` with this toolkit first and every other CUDA hint removed."""
-        env = {k: v for k, v in base.items() if k not in {"CUDA_PATH", "CUDAToolkit_ROOT", "CUDA_BIN_PATH", "NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS"}}
+        env = {k: v for k,
+               v in base.items()
+               if k not in {"CUDA_PATH", "CUDAToolkit_ROOT", "CUDA_BIN_PATH", "NVCC_PREPEND_FLAGS",
+                            "NVCC_APPEND_FLAGS"}}
         env["CUDA_HOME"] = str(self.root)
         env["CUDACXX"] = str(self.nvcc)
         env["PATH"] = os.pathsep.join([str(self.root / "bin"), env.get("PATH", "")])
@@ -103,7 +106,8 @@ def missing_components(root: Path, components: tuple[str, ...]) -> list[str]:
     return [name for name in components if not (root / COMPONENT_FILES[name]).exists()]
 
 
-def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None, components: tuple[str, ...] = ()) -> CudaToolkit:
+def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None,
+                components: tuple[str, ...] = ()) -> CudaToolkit:
     """The toolkit for ``version`` (X.Y) with ``components``: a local one when its nvcc reports
     X.Y and it has them, else the PyPI wheels. Raises ToolchainError listing what was tried
     (NetworkError when PyPI is out of reach)."""
@@ -124,7 +128,8 @@ def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None, 
             root = nvcc.resolve().parent.parent
             lacking = missing_components(root, components)
             if lacking:
-                tried.append(f"{origin}: {root} lacks {', '.join(f'{name} ({COMPONENT_FILES[name]})' for name in lacking)}")
+                tried.append(f"{origin}: {root} lacks "
+                             f"{', '.join(f'{name} ({COMPONENT_FILES[name]})' for name in lacking)}")
                 continue
             return CudaToolkit(version=version, release=found[1], root=root, origin=origin, components=components)
     try:
@@ -137,12 +142,14 @@ def select_cuda(version: str, progress: Callable[[str], None] = lambda _: None, 
         ) from None
 
 
-def hermetic_cuda(version: str, progress: Callable[[str], None] = lambda _: None, components: tuple[str, ...] = ()) -> CudaToolkit:
+def hermetic_cuda(version: str, progress: Callable[[str], None] = lambda _: None,
+                  components: tuple[str, ...] = ()) -> CudaToolkit:
     """CUDA ``version`` with ``components`` from NVIDIA's wheels, installed once into the cache and reused."""
     if int(version.split(".")[0]) < FIRST_COMPLETE_MAJOR:
         raise ToolchainError(
             f"PyPI has no nvcc for CUDA {version}: NVIDIA's CUDA {version.split('.')[0]} wheels "
-            f"(nvidia-cuda-nvcc-cu{version.split('.')[0]}) hold only ptxas; nvcc is there from CUDA {FIRST_COMPLETE_MAJOR}.0 on",
+            f"(nvidia-cuda-nvcc-cu{version.split('.')[0]}) hold only ptxas; nvcc is there from CUDA "
+            f"{FIRST_COMPLETE_MAJOR}.0 on",
             hint=f"use --cuda {FIRST_COMPLETE_MAJOR}.0 or newer, which PyPI has complete")
     root = cache_root() / "toolchains"
     root.mkdir(parents=True, exist_ok=True)
@@ -187,7 +194,8 @@ def published_versions(package: str = METAPACKAGE) -> list[str] | None:
     if settings.no_index:
         return None
     index = (settings.index_url or "https://pypi.org/simple").rstrip("/")
-    request = urllib.request.Request(f"{index}/{package}/", headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
+    request = urllib.request.Request(f"{index}/{package}/",
+                                     headers={"Accept": "application/vnd.pypi.simple.v1+json, text/html;q=0.1"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             body = response.read().decode(errors="replace")
@@ -207,7 +215,8 @@ def published_versions(package: str = METAPACKAGE) -> list[str] | None:
 
 def _minor_versions(versions: list[str]) -> list[str]:
     """X.Y of each release, once, in order: 12.8.0, 12.8.1, 12.9.0 -> 12.8, 12.9."""
-    return list(dict.fromkeys(".".join(v.split(".")[:2]) for v in versions if int(v.split(".")[0]) >= 11))  # not 0.0.x placeholders
+    # not 0.0.x placeholders
+    return list(dict.fromkeys(".".join(v.split(".")[:2]) for v in versions if int(v.split(".")[0]) >= 11))
 
 
 def _platform_key() -> str:
@@ -228,7 +237,8 @@ def _install_hermetic(version: str, final: Path, progress: Callable[[str], None]
         # metapackage's dependencies are the pinned nvidia-* wheels of the extras asked for.
         try:
             install(
-                tool, Path(sys.executable), [requirement], target=staging / "wheels", options=["--only-binary", ":all:"],
+                tool, Path(sys.executable), [requirement], target=staging / "wheels",
+                options=["--only-binary", ":all:"],
                 doing=f"installing {requirement}", progress=progress, started=started,
             )
         except ToolchainError as error:
@@ -249,7 +259,8 @@ def _install_hermetic(version: str, final: Path, progress: Callable[[str], None]
         lacking = missing_components(toolkit, components)
         if lacking:
             raise ToolchainError(f"{requirement} installed no {', '.join(COMPONENT_FILES[name] for name in lacking)}")
-        (staging / MARKER).write_text(json.dumps({"release": found[1], "packages": packages}, indent=2, sort_keys=True) + "\n")
+        (staging / MARKER).write_text(json.dumps({"release": found[1], "packages": packages}, indent=2, sort_keys=True)
+                                      + "\n")
         staging.rename(final)
         progress(f"CUDA {version} ready in {time.monotonic() - started:.1f} s (nvcc {found[1]})")
     finally:
@@ -273,7 +284,8 @@ def _no_release(version: str, error: ToolchainError) -> ToolchainError:
 
 
 def _no_nvcc(version: str, packages: dict[str, str]) -> ToolchainError:
-    nvcc_wheel = next((f"{name} {v}" for name, v in packages.items() if name.startswith("nvidia-cuda-nvcc")), "its nvcc wheel")
+    nvcc_wheel = next((f"{name} {v}" for name, v in packages.items() if name.startswith("nvidia-cuda-nvcc")),
+                      "its nvcc wheel")
     return ToolchainError(
         f"NVIDIA's CUDA {version} wheels ship no nvcc ({nvcc_wheel} holds only ptxas; PyPI has nvcc from CUDA "
         f"{FIRST_COMPLETE_MAJOR}.0 on)",

@@ -41,7 +41,8 @@ def driver_functions(root: Path, compiler: str) -> list[str]:
         result = subprocess.run([compiler, "-E", "-P", "-x", "c", *defines, "-I", str(root / "include"), "-"],
                                 input="#include <cuda.h>\n", capture_output=True, text=True, check=False)
         if result.returncode != 0:
-            raise ToolchainError(f"cannot read the driver API from {root / 'include' / 'cuda.h'}: {result.stderr.strip()[:300]}",
+            raise ToolchainError(f"cannot read the driver API from {root / 'include' / 'cuda.h'}: "
+                                 f"{result.stderr.strip()[:300]}",
                                  hint="the CUDA toolkit is incomplete: remove its cache directory and re-run")
         names.update(_DECLARATION.findall(result.stdout))
     return sorted(names)
@@ -63,13 +64,15 @@ def driver_stub(root: Path, directory: Path, compiler: str, *, inside: Path | No
     refuse_links(base, directory)
     directory.mkdir(parents=True, exist_ok=True)
     source = directory / "libcuda_stub.c"
-    text = "/* Link-time stand-in for libcuda.so (assemble; never installed). */\n" + "".join(f"void {name}(void) {{}}\n" for name in names)
+    text = ("/* Link-time stand-in for libcuda.so (assemble; never installed). */\n"
+            + "".join(f"void {name}(void) {{}}\n" for name in names))
     stub = directory / "libcuda.so"
     changed = atomic_write_if_changed(source, text, inside=base)
     if changed or not stub.is_file() or stub.is_symlink():
         partial = directory / "libcuda.so.partial"
         partial.unlink(missing_ok=True)  # the linker writes a new file, never through a link left there
-        result = subprocess.run([compiler, "-shared", "-fPIC", "-x", "c", str(source), f"-Wl,-soname,{DRIVER_SONAME}", "-o", str(partial)],
+        result = subprocess.run([compiler, "-shared", "-fPIC", "-x", "c", str(source), f"-Wl,-soname,{DRIVER_SONAME}",
+                                 "-o", str(partial)],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise ToolchainError(f"cannot make the CUDA driver stub: {result.stderr.strip()[:300]}",

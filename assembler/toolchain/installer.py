@@ -105,7 +105,8 @@ def installer() -> Installer:
     """uv unless ``ASSEMBLE_INSTALLER=pip`` or no uv runs here."""
     wanted = os.environ.get(INSTALLER_VARIABLE, "").strip().lower() or "uv"
     if wanted not in {"uv", "pip"}:
-        raise InputError(f"{INSTALLER_VARIABLE}={wanted!r} is not an installer", hint="set it to uv or pip, or unset it")
+        raise InputError(f"{INSTALLER_VARIABLE}={wanted!r} is not an installer",
+                         hint="set it to uv or pip, or unset it")
     if wanted == "uv":
         found = _find_uv()
         if found is not None:
@@ -214,7 +215,8 @@ def draws_on_terminal() -> bool:
         return False
 
 
-def run_tool(command: Sequence[str], env: dict[str, str], progress: Progress, started: float, cwd: Path) -> tuple[int, str]:
+def run_tool(command: Sequence[str], env: dict[str, str], progress: Progress, started: float,
+             cwd: Path) -> tuple[int, str]:
     """Run an installer; return its exit code and its output (terminal codes removed)."""
     if draws_on_terminal():
         code, raw = _tee_through_pty(command, env, cwd)
@@ -242,7 +244,8 @@ def _tee_through_pty(command: Sequence[str], env: dict[str, str], cwd: Path) -> 
         size = fcntl.ioctl(sys.stderr.fileno(), termios.TIOCGWINSZ, b"\0" * 8)
         fcntl.ioctl(slave, termios.TIOCSWINSZ, size)
     try:
-        process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env, cwd=cwd)
+        process = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, env=env,
+                                   cwd=cwd)
     finally:
         os.close(slave)
     chunks = []
@@ -262,7 +265,8 @@ def _tee_through_pty(command: Sequence[str], env: dict[str, str], cwd: Path) -> 
     return process.wait(), b"".join(chunks).decode(errors="replace")
 
 
-def install_error(output: str, doing: str, fallback: type[AssembleError] = ToolchainError, log: Path | None = None) -> AssembleError:
+def install_error(output: str, doing: str, fallback: type[AssembleError] = ToolchainError,
+                  log: Path | None = None) -> AssembleError:
     """The error for a failed install, read from uv's or pip's output: NetworkError (exit 3) when
     an index could not be reached, ToolchainError naming the requirement no release satisfies,
     else ``fallback`` with the tool's first error. ``doing`` says what was being installed."""
@@ -271,7 +275,8 @@ def install_error(output: str, doing: str, fallback: type[AssembleError] = Toolc
     unreachable = _UNREACHABLE.search(output)
     if unreachable is not None:
         detail = _CONNECTION_DETAIL.search(output)
-        causes = [line.strip().removeprefix("cause:").strip() for line in output.splitlines() if line.strip().startswith("cause:")]
+        causes = [line.strip().removeprefix("cause:").strip() for line in output.splitlines()
+                  if line.strip().startswith("cause:")]
         why = detail.group(1).strip() if detail else (causes[-1] if causes else unreachable.group(0))
         indexes = _INDEXES.search(output)
         url = _UV_URL.search(output)
@@ -287,7 +292,8 @@ def install_error(output: str, doing: str, fallback: type[AssembleError] = Toolc
         hint = f"available: {versions}" if versions and versions != "none" else (see or "check the version")
         return ToolchainError(f"{doing}: no release of {requirement}", hint=hint)
     lines = [line.strip() for line in output.splitlines() if line.strip()]
-    errors = [line.removeprefix("ERROR:").removeprefix("error:").strip() for line in lines if line.startswith(("ERROR:", "error:"))]
+    errors = [line.removeprefix("ERROR:").removeprefix("error:").strip() for line in lines
+              if line.startswith(("ERROR:", "error:"))]
     causes = [line.removeprefix("cause:").strip() for line in lines if line.startswith("cause:")]
     last = ": ".join([errors[0], *causes[:1]]) if errors else (lines[-1] if lines else "the installer failed")
     return fallback(f"{doing}: {last}", hint=see)

