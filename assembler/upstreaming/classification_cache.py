@@ -1,7 +1,7 @@
 """A dependency's patch classification, kept for reuse while what it was computed from is unchanged.
 
-Classifying a dependency's patches (classify.classify_dependency: the pin's base and every patch) takes ~15 git processes:
-merge-base, a cherry-mark walk, a trial replay per patch. Everything it reads is named by
+Classifying a dependency's patches (classify.classify_dependency: the pin's base and every patch) takes ~15 git
+processes: merge-base, a cherry-mark walk, a trial replay per patch. Everything it reads is named by
 content: the pin, the tracked branch's tip, the series' bytes, the upstream mirror's
 pull-request refs and, when the checkout holds the series as commits, those commits. The
 result is stored under a key over exactly these and reused while the key is the same, so an
@@ -87,7 +87,8 @@ def store(digest: str, record: dict[str, Any]) -> None:
         pass
 
 
-def to_record(base: Base, patches_from: str, broken_on_base: str | None, verdicts: list[PatchVerdict], at: str) -> dict[str, Any]:
+def to_record(base: Base, patches_from: str, broken_on_base: str | None, verdicts: list[PatchVerdict],
+              at: str) -> dict[str, Any]:
     return {
         "at": at, "base": base.to_json(), "patches_from": patches_from, "broken_on_base": broken_on_base,
         "verdicts": [{"name": v.name, "subject": v.subject, "status": v.status, "how": v.how,
@@ -104,7 +105,8 @@ def from_record(record: dict[str, Any]) -> tuple[Base, str, str | None, list[Pat
     from assembler.upstreaming.verdicts import Base, Commit, Evidence, PatchVerdict
 
     b = record["base"]
-    base = Base(str(b["commit"]), str(b["date"]), str(b["on"]), int(b["behind"]), int(b["own_commits"]), str(b["fork_point"]))
+    base = Base(str(b["commit"]), str(b["date"]), str(b["on"]), int(b["behind"]), int(b["own_commits"]),
+                str(b["fork_point"]))
     verdicts = [
         PatchVerdict(str(v["name"]), str(v["subject"]), PatchStatus(v["status"]), Evidence(v["how"]),
                      None if v["commit"] is None else Commit(str(v["commit"][0]), str(v["commit"][1])),

@@ -48,7 +48,8 @@ from assembler.workspace import Workspace
 _MAX_PATHSPEC = 2000
 # A changed line that names a torch API: its headers (torch/, ATen/, c10/), namespaces, the
 # shim (aoti_torch_*), the registration macros, Tensor, or the pybind11 binding the Stable ABI replaces.
-TORCH_API = re.compile(rb"torch[/:_.]|\bATen\b|\bc10\b|\bat::|\baoti_torch|\bTORCH_|\bTensor\b|pybind11|PYBIND11|\bPy_LIMITED_API\b")
+TORCH_API = re.compile(rb"torch[/:_.]|\bATen\b|\bc10\b|\bat::|\baoti_torch|\bTORCH_|\bTensor\b|pybind11|PYBIND11"
+                       rb"|\bPy_LIMITED_API\b")
 
 
 def touches_torch_api(diff: bytes) -> bool:
@@ -82,7 +83,8 @@ def _pathspec(patches: list[Patch]) -> list[str]:
     return paths if len(paths) <= _MAX_PATHSPEC else []
 
 
-def known_upstream(scratch: GitView, patches: list[Patch], since: str, target: str) -> dict[int, tuple[Evidence, Commit]]:
+def known_upstream(scratch: GitView, patches: list[Patch], since: str,
+                   target: str) -> dict[int, tuple[Evidence, Commit]]:
     """Layers 1 and 2: patch index -> (how, the upstream commit that carries it)."""
     found: dict[int, tuple[Evidence, str]] = {}
     for i, patch in enumerate(patches):
@@ -138,7 +140,8 @@ def _same_patch_id(scratch: GitView, patches: list[Patch], since: str, target: s
     return {i: theirs[pid] for i, pid in ours.items() if pid in theirs}
 
 
-def in_pull_requests(upstream: Path, scratch: GitView, patches: list[Patch], indices: list[int], target: str) -> dict[int, int]:
+def in_pull_requests(upstream: Path, scratch: GitView, patches: list[Patch], indices: list[int],
+                     target: str) -> dict[int, int]:
     """Patch index -> the lowest-numbered pull request (fetched by the mirror under
     refs/assemble/pull/) that has a commit with the patch's patch-id, not yet in ``target``."""
     if not indices or not mirrors.has_pull_requests(upstream):
@@ -172,7 +175,8 @@ def classify(scratch: Scratch, patches: list[Patch], since: str, target: str) ->
     found_in = find_carriers(scratch, patches, since, target, present, applies)
     verdicts = []
     for i, patch in enumerate(patches):
-        verdict = PatchVerdict(patch.name, patch.subject, None, None, on_target=replayed.outcomes[i], conflicts=replayed.conflicts.get(i, []))
+        verdict = PatchVerdict(patch.name, patch.subject, None, None, on_target=replayed.outcomes[i],
+                               conflicts=replayed.conflicts.get(i, []))
         if i in known:
             verdict.status, verdict.how, verdict.commit = PatchStatus.UPSTREAM, *known[i]
         elif i in present:
@@ -212,7 +216,8 @@ def _present_at(scratch: Scratch, patches: list[Patch], k: int, sha: str, applie
     return 0 in reverse_applies(scratch, patches[k:], sha, {i - k for i in applies if i >= k})
 
 
-def carried_patches(workspace: Workspace, dep: Dependency, scratch: Scratch, fork_point: str) -> tuple[list[Patch], str, str | None]:
+def carried_patches(workspace: Workspace, dep: Dependency, scratch: Scratch,
+                    fork_point: str) -> tuple[list[Patch], str, str | None]:
     """(patches with commits, where they come from, first patch not applying on the base).
     Series patches use the checkout's commits when it is in sync, else are built in the
     scratch; a fork pinned without a series contributes its own commits since ``fork_point``."""

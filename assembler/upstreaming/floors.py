@@ -13,7 +13,8 @@ from assembler.git.process import GitView
 # Top-level build files and, per file, the patterns that declare a floor: (kind, regex with
 # the version as group 1). Simple on purpose: they find the usual declarations, not every one.
 _TORCH_REQ = re.compile(r"""["']torch\s*(?:>=|~=|==|>)\s*([0-9]+(?:\.[0-9]+)+)""")
-_CUDA_CHECK = re.compile(r"""(?i)cuda.*?(?:VERSION_LESS|VERSION_GREATER_EQUAL|<|>=)\s*(?:Version\s*\(\s*)?["']?([0-9]+\.[0-9]+(?:\.[0-9]+)?)""")
+_CUDA_CHECK = re.compile(r"""(?i)cuda.*?(?:VERSION_LESS|VERSION_GREATER_EQUAL|<|>=)\s*(?:Version\s*\(\s*)?"""
+                         r"""["']?([0-9]+\.[0-9]+(?:\.[0-9]+)?)""")
 PATTERNS: dict[str, list[tuple[str, re.Pattern[str]]]] = {
     "setup.py": [("torch", _TORCH_REQ), ("CUDA", _CUDA_CHECK)],
     "pyproject.toml": [("torch", _TORCH_REQ)],
@@ -63,7 +64,8 @@ def floor_warnings(view: GitView, old: str, new: str, torch_target: str | None) 
             continue
         previously = f"was {was.version} in {was.file}:{was.line}" if was else "not declared before"
         line = f"upstream's {kind} floor is now {floor.version} ({floor.file}:{floor.line}: {floor.text}; {previously})"
-        if kind == "torch" and torch_target and floor.key() > tuple(int(p) for p in torch_target.split(".") if p.isdigit()):
+        if (kind == "torch" and torch_target
+                and floor.key() > tuple(int(p) for p in torch_target.split(".") if p.isdigit())):
             line += f"; deps.toml's torch-target is {torch_target}"
         warnings.append(line)
     return warnings

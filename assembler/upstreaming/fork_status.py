@@ -148,7 +148,8 @@ def overview(workspace: Workspace, dep: Dependency) -> DepOverview:
     if journal is not None:
         stopped = journal.stopped
         rebase = Rebase(str(journal.phase), journal.onto, journal.onto_label,
-                        journal.picks[stopped.index].name if stopped is not None and stopped.index < len(journal.picks) else None,
+                        journal.picks[stopped.index].name if stopped is not None and stopped.index < len(journal.picks)
+                        else None,
                         tuple(stopped.files) if stopped is not None else ())
     ready = state is not None and state.status == CheckoutStatus.READY and state.base == dep.commit
     return DepOverview(

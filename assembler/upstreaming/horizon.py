@@ -63,7 +63,8 @@ class ChainProbe:
     """Trial replays at positions of one first-parent chain, with patches already known to be
     upstream (Applied-Upstream, patch-id) dropped only where their upstream commit has landed."""
 
-    def __init__(self, scratch: Scratch, patches: list[Patch], base: Commit, chain: list[Commit], landed_by: dict[int, str]) -> None:
+    def __init__(self, scratch: Scratch, patches: list[Patch], base: Commit, chain: list[Commit],
+                 landed_by: dict[int, str]) -> None:
         self.scratch = scratch
         self.patches = patches
         self.base = base

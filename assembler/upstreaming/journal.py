@@ -156,7 +156,9 @@ def load(workspace: Workspace, name: str, directory: Path | None = None) -> Jour
     except ValueError as exc:
         raise _unreadable(path, name, exc) from None
     if newer:
-        raise NewerStateError(path, f"the journal of the rebase of {name} (format {data['version']}; this assembler reads {VERSION})")
+        raise NewerStateError(path,
+                              f"the journal of the rebase of {name} (format {data['version']}; this assembler reads "
+                              f"{VERSION})")
     try:
         return Journal.from_json(data)
     except (ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -247,7 +249,8 @@ def begin(workspace: Workspace, journal: Journal, patches_dir: Path, checkout_fi
     staging.mkdir()
     sources = {"deps.toml": workspace.manifest_path}
     if patches_dir.is_dir():
-        sources.update({f"patches/{p.relative_to(patches_dir)}": p for p in sorted(patches_dir.rglob("*")) if p.is_file()})
+        sources.update({f"patches/{p.relative_to(patches_dir)}": p for p in sorted(patches_dir.rglob("*"))
+                        if p.is_file()})
         sources["patches"] = patches_dir
     sources.update({f"checkout/{label}": path for label, path in checkout_files.items() if path.is_file()})
     mtimes = {name: path.stat().st_mtime_ns for name, path in sources.items()}
@@ -290,7 +293,8 @@ class Backup:
         self.root = workspace.root  # what is put back below it is never written through a link
         try:
             with tarfile.open(self.dir / BACKUP) as tar:
-                self.files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+                self.files = {m.name: tar.extractfile(m).read()  # type: ignore[union-attr]
+                              for m in tar.getmembers() if m.isfile()}
                 self.dirs = [m.name for m in tar.getmembers() if m.isdir()]
             self.mtimes: dict[str, int] = json.loads(self.files.pop(MTIMES))
             for member in [*self.files, *self.dirs]:

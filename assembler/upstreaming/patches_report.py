@@ -50,7 +50,8 @@ def tracked_tip(manifest: Manifest, url: str, ref: str, offline: bool) -> tuple[
             mirrors.fetch(mirror, [ref])
         sha = resolve(mirror, ref)
     if sha is None:
-        raise InputError(f"{url} has no branch, tag or commit {ref}", hint="check `track` in deps.toml (or the REF given)")
+        raise InputError(f"{url} has no branch, tag or commit {ref}",
+                         hint="check `track` in deps.toml (or the REF given)")
     return mirror, sha
 
 
@@ -94,7 +95,8 @@ def dependency_status(workspace: Workspace, dep: Dependency, offline: bool = Fal
         if digest is not None:
             classification_cache.store(digest, classification_cache.to_record(base, origin, broken, verdicts, at))
     return DepStatus(dep.name, dep.upstream_url, dep.track, tip, mirrors.age_text(upstream.last_fetched()),
-                     base, origin, verdicts, broken, build_evidence(dep), check_evidence(workspace, dep), classified_at=at, reused=found is not None,
+                     base, origin, verdicts, broken, build_evidence(dep), check_evidence(workspace, dep),
+                     classified_at=at, reused=found is not None,
                      fetched_at=_utc(upstream.last_fetched()), progress=read_progress(dep))
 
 

@@ -99,7 +99,8 @@ def _as_patches(commits: list[LoggedCommit], names: dict[str, str] | None) -> li
         header = PatchHeader(file=(names or {}).get(commit.sha, commit.sha[:12]), subject=commit.subject,
                              author=commit.author, date=commit.date, fields=trailers(commit.body))
         key = hashlib.sha256(f"{commit.author}\0{commit.date}\0{commit.body}".encode()).hexdigest()
-        patches.append(Patch(header=header, diff=None, commit=commit.sha, parent=commit.parents[0] if commit.parents else None,
+        patches.append(Patch(header=header, diff=None, commit=commit.sha,
+                             parent=commit.parents[0] if commit.parents else None,
                              files=commit.files, key=key))
     return patches
 

@@ -175,7 +175,9 @@ def _manifest_values(dep: Dependency, url: str, onto: str, switched: bool) -> di
 
 def _former_source(dep: Dependency, target: _Target, switched: bool) -> str | None:
     """The fork a rebase moves the dependency off (its ``source`` goes), else None."""
-    return dep.source if dep.is_fork and _manifest_values(dep, target.url, target.onto, switched).get("source", "") is None else None
+    return (dep.source
+            if dep.is_fork and _manifest_values(dep, target.url, target.onto, switched).get("source", "") is None
+            else None)
 
 
 def _with_trailers(fork_path: Path, view: GitView, patches: list[Patch], series: dict[str, str],
@@ -188,7 +190,8 @@ def _with_trailers(fork_path: Path, view: GitView, patches: list[Patch], series:
     by_commit: dict[str, str] = {}
     for patch in patches:
         if patch.commit in wanted and patch.parent:
-            new = commit_like(tree, view.tree_of(patch.commit), patch.parent, patch.commit, trailers=wanted[patch.commit])
+            new = commit_like(tree, view.tree_of(patch.commit), patch.parent, patch.commit,
+                              trailers=wanted[patch.commit])
             renamed[new], by_commit[patch.commit] = patch.name, new
     if not renamed:
         return patches
@@ -259,7 +262,8 @@ def _behind_base(dep: Dependency, target: _Target, fork_point: str, explicit: bo
     if fork_point != target.onto or target.onto == dep.commit:
         return False
     if explicit:
-        raise InputError(f"{dep.name}: {target.label} ({target.onto[:12]}) is older than the pinned commit {dep.commit[:12]}",
+        raise InputError(f"{dep.name}: {target.label} ({target.onto[:12]}) is older than the pinned commit "
+                         f"{dep.commit[:12]}",
                          hint="rebase moves forward only; pick a newer --onto")
     return True
 
@@ -318,19 +322,23 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
             horizon = _horizon(scratch, patches, fork_point, target.onto, {
                 i: commit.sha for i, (_, commit) in known_upstream(scratch, patches, fork_point, target.onto).items()})
             if horizon.position == 0:
-                return RebaseReport(dep.name, RebaseStatus.UP_TO_DATE, target.url, f"horizon of {dep.track}", dep.commit, dep.commit,
+                return RebaseReport(dep.name, RebaseStatus.UP_TO_DATE, target.url, f"horizon of {dep.track}",
+                                    dep.commit, dep.commit,
                                     applied=[p.name for p in patches], horizon=horizon, checkout=fork_path)
             target.onto, target.label = horizon.commit.sha, f"horizon of {dep.track}"
             fork_point, crossed = _fork_point(scratch, dep, target)
-        report = RebaseReport(dep.name, RebaseStatus.DRY_RUN if dry_run else RebaseStatus.DONE, target.url, target.label, dep.commit,
+        report = RebaseReport(dep.name, RebaseStatus.DRY_RUN if dry_run else RebaseStatus.DONE, target.url,
+                              target.label, dep.commit,
                               target.onto, crossed=crossed,
                               manifest=_manifest_values(dep, target.url, target.onto, switched), checkout=fork_path,
                               horizon=horizon)
         if dry_run:
             assert isinstance(scratch, Scratch)
             pinned = pinned_state(fork_path, dep)
-            pin_holds = pinned is not None and bool(already_applied(dep, pinned))  # then classify finds them (applies-empty)
-            if target.onto == dep.commit and not switched and not pin_holds and not known_upstream(scratch, patches, fork_point, target.onto):
+            # then classify finds them (applies-empty)
+            pin_holds = pinned is not None and bool(already_applied(dep, pinned))
+            if (target.onto == dep.commit and not switched and not pin_holds
+                    and not known_upstream(scratch, patches, fork_point, target.onto)):
                 report.status, report.applied = RebaseStatus.UP_TO_DATE, [p.name for p in patches]
                 return report
             return _dry_run(scratch, report, patches, fork_point, target)
@@ -346,7 +354,8 @@ def start(workspace: Workspace, dep: Dependency, onto_ref: str | None = None, up
     planned = [Pick(p.commit or "", p.name, p.subject, p.key) for p in patches]
     journal = Journal(
         dep=dep.name, phase=Phase.REPLAYING, branch=_current_branch(fork_path),
-        old_head=state.head or "", old_base=dep.commit, replay_base=fork_point, onto=target.onto, onto_label=target.label,
+        old_head=state.head or "", old_base=dep.commit, replay_base=fork_point, onto=target.onto,
+        onto_label=target.label,
         tip=target.tip, url=target.url, crossed=report.crossed, manifest=report.manifest, planned=planned,
         picks=[pick for i, pick in enumerate(planned) if i not in known], dropped=dropped, former_source=former,
         forwarded=detected,
@@ -367,7 +376,8 @@ def _already_in_pin(scratch: GitView, dep: Dependency, state: CheckoutState) -> 
         return []
     pin_subject = history.subject(scratch, dep.commit)
     # no commit of the checkout was made from them: the pin stands for the pick (a full SHA, as the journal requires)
-    return [Dropped(name, parse_patch_header(dep.patches_dir / name).subject, Evidence.APPLIES_EMPTY, dep.commit, dep.commit,
+    return [Dropped(name, parse_patch_header(dep.patches_dir / name).subject, Evidence.APPLIES_EMPTY, dep.commit,
+                    dep.commit,
                     pin_subject) for name in names]
 
 
@@ -388,7 +398,8 @@ def _link_followed_objects(checkout: Path, mirror: mirrors.Mirror) -> None:
         link_objects((mirror.path / "objects").resolve(), checkout / ".git" / "objects")
 
 
-def _dry_run(scratch: Scratch, report: RebaseReport, patches: list[Patch], fork_point: str, target: _Target) -> RebaseReport:
+def _dry_run(scratch: Scratch, report: RebaseReport, patches: list[Patch], fork_point: str,
+             target: _Target) -> RebaseReport:
     verdicts = classify(scratch, patches, fork_point, target.onto)
     for patch, verdict in zip(patches, verdicts, strict=True):
         if verdict.status == PatchStatus.UPSTREAM:
@@ -476,11 +487,13 @@ def _stopped_report(workspace: Workspace, journal: Journal, fork: _Fork) -> Reba
     add = " ".join(shlex.quote(f) for f in files) or "<files>"
     report.next = [
         f"edit the conflicted files in {fork.path}"
-        + (f" (to see the base version too: git -C {shlex.quote(str(fork.path))} checkout --conflict=zdiff3 {add})" if files else ""),
+        + (f" (to see the base version too: git -C {shlex.quote(str(fork.path))} checkout --conflict=zdiff3 {add})"
+           if files else ""),
         f"git -C {shlex.quote(str(fork.path))} add {add}",
         f"assemble -C {shlex.quote(str(workspace.root))} rebase --continue {journal.dep}",
-        f"(or drop this patch: assemble -C {shlex.quote(str(workspace.root))} rebase {journal.dep} --drop {shlex.quote(pick.name)};"
-        f" give up: assemble -C {shlex.quote(str(workspace.root))} rebase --abort {journal.dep})",
+        f"(or drop this patch: assemble -C {shlex.quote(str(workspace.root))} rebase {journal.dep} --drop "
+        f"{shlex.quote(pick.name)}; give up: assemble -C {shlex.quote(str(workspace.root))} rebase --abort "
+        f"{journal.dep})",
     ]
     return report
 
@@ -489,7 +502,8 @@ def _stop_horizon(journal: Journal, fork: _Fork) -> Horizon | None:
     """Where the whole planned series still applies, and which upstream commit breaks each
     conflicting patch (trial replays of the original plan; the checkout is not touched)."""
     with Scratch([fork.path]) as scratch:
-        patches = by_sha(scratch, [p.commit for p in journal.planned], names={p.commit: p.name for p in journal.planned})
+        patches = by_sha(scratch, [p.commit for p in journal.planned],
+                         names={p.commit: p.name for p in journal.planned})
         landed = {i: d.commit for d in journal.dropped if d.commit and d.how in LANDED
                   for i, p in enumerate(journal.planned) if p.commit == d.pick}
         return _horizon(scratch, patches, journal.replay_base, journal.onto, landed)
@@ -497,7 +511,8 @@ def _stop_horizon(journal: Journal, fork: _Fork) -> Horizon | None:
 
 def _base_report(journal: Journal, status: RebaseStatus, checkout: Path) -> RebaseReport:
     return RebaseReport(journal.dep, status, journal.url, journal.onto_label, journal.old_base, journal.onto,
-                        crossed=journal.crossed, dropped=list(journal.dropped), manifest=journal.manifest, checkout=checkout)
+                        crossed=journal.crossed, dropped=list(journal.dropped), manifest=journal.manifest,
+                        checkout=checkout)
 
 
 # -- finishing -----------------------------------------------------------------------------
@@ -602,7 +617,8 @@ def _confirm_drops(workspace: Workspace, journal: Journal, by_you: list[Pick]) -
     raise ConflictError(
         f"{journal.dep}: {names} {'was' if len(unconfirmed) == 1 else 'were'} skipped by hand (git rebase --skip) "
         "and the result does not hold the change: it is not upstream",
-        hint=f"confirm the drop with `assemble rebase {journal.dep} {drops}`, or `assemble rebase --abort {journal.dep}`",
+        hint=f"confirm the drop with `assemble rebase {journal.dep} {drops}`, or `assemble rebase --abort "
+             f"{journal.dep}`",
     )
 
 
@@ -624,7 +640,8 @@ def _drop_empty(fork: _Fork, journal: Journal, empty: list[Pick]) -> None:
     """Picks the replay dropped as empty are upstream too. For them and for those found to
     reverse-apply, find the upstream commit that carries each change (bisection)."""
     journal.dropped += [Dropped(p.name, p.subject, Evidence.APPLIES_EMPTY, p.commit) for p in empty]
-    unknown = [d for d in journal.dropped if d.how in (Evidence.APPLIES_EMPTY, Evidence.REVERSE_APPLIES) and d.commit is None]
+    unknown = [d for d in journal.dropped if d.how in (Evidence.APPLIES_EMPTY, Evidence.REVERSE_APPLIES)
+               and d.commit is None]
     if not unknown:
         return
     with Scratch([fork.path]) as scratch:
@@ -652,7 +669,8 @@ def _journal_for(workspace: Workspace, name: str | None) -> Journal:
 
 
 @locked
-def resume(workspace: Workspace, name: str | None = None, on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
+def resume(workspace: Workspace, name: str | None = None,
+           on_step: Callable[[str], None] = lambda _: None) -> RebaseReport:
     """``--continue``: after a conflict was resolved, or after a crash at any point."""
     journal = _journal_for(workspace, name)
     with jr.running(workspace, journal.dep) as fd:
@@ -684,15 +702,18 @@ def _take_resolution(workspace: Workspace, journal: Journal, fork: _Fork) -> boo
                              hint=f"`assemble rebase --abort {journal.dep}` restores the state before the rebase")
         dirty = fork.dirty()
         if dirty:
-            raise WouldLoseWorkError(f"{fork.path} has uncommitted changes ({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
-                                     hint=f"commit them (they become patches) or remove them, then `assemble rebase --continue {journal.dep}`")
+            raise WouldLoseWorkError(f"{fork.path} has uncommitted changes "
+                                     f"({', '.join(dirty[:5])}{', ...' if len(dirty) > 5 else ''})",
+                                     hint="commit them (they become patches) or remove them, then `assemble rebase "
+                                          f"--continue {journal.dep}`")
         journal.result_head, journal.phase = head, Phase.REPLAYED
         jr.save(workspace, journal)
         return True
     unmerged = fork.conflicted_files()
     if unmerged:
         raise ConflictError(f"{journal.dep}: still unresolved: {', '.join(unmerged)}",
-                            hint=f"edit them, `git -C {fork.path} add` them, then `assemble rebase --continue {journal.dep}`")
+                            hint=f"edit them, `git -C {fork.path} add` them, then `assemble rebase --continue "
+                                 f"{journal.dep}`")
     unstaged = fork.unstaged()
     if unstaged:
         raise WouldLoseWorkError(f"{journal.dep}: changes not staged: {', '.join(unstaged)}",
@@ -736,7 +757,8 @@ def abort(workspace: Workspace, name: str | None = None) -> RebaseReport:
         if backup.restorable(journal, "patches", patches_dir):
             backup.restore_patches(patches_dir)
         else:
-            warnings.append(f"{patches_dir} was changed during the rebase; left as it is (review it with `assemble patches {journal.dep}`)")
+            warnings.append(f"{patches_dir} was changed during the rebase; left as it is (review it with `assemble "
+                            f"patches {journal.dep}`)")
         if backup.restorable(journal, "deps.toml", workspace.manifest_path):
             backup.restore_file("deps.toml", workspace.manifest_path)
         else:
@@ -774,11 +796,13 @@ def drop(workspace: Workspace, name: str | None, patches: list[str],
             index = journal.picks.index(pick)
             if index < start:
                 raise InputError(f"{journal.dep}: {pick.name} is already replayed in this rebase",
-                                 hint=f"`assemble rebase --abort {journal.dep}`, then drop it from patches/{journal.dep}/series")
+                                 hint=f"`assemble rebase --abort {journal.dep}`, then drop it from "
+                                      f"patches/{journal.dep}/series")
             if journal.stopped is not None and index == journal.stopped.index:
                 if fork.rev("HEAD") != journal.stopped.head:
                     raise WouldLoseWorkError(f"{fork.path} has commits made since the rebase stopped",
-                                             hint=f"`assemble rebase --continue {journal.dep}` first (they are kept), then drop")
+                                             hint=f"`assemble rebase --continue {journal.dep}` first (they are kept), "
+                                                  "then drop")
                 replay = True
             journal.picks.remove(pick)
             journal.dropped.append(Dropped(pick.name, pick.subject, Evidence.DROPPED_BY_YOU, pick.commit))
@@ -801,13 +825,15 @@ def _find_pick(journal: Journal, wanted: str) -> Pick:
                              hint="name the patch: --drop PATCH")
         return journal.picks[journal.stopped.index]
     for pick in candidates:
-        if wanted in (pick.name, pick.name.removesuffix(".patch")) or (len(wanted) >= 7 and pick.commit.startswith(wanted)):
+        if wanted in (pick.name,
+                      pick.name.removesuffix(".patch")) or (len(wanted) >= 7 and pick.commit.startswith(wanted)):
             return pick
     found = find_patch([pick.name for pick in candidates], wanted)  # its number (0002) or a part of its name
     if found is not None:
         return next(pick for pick in candidates if pick.name == found)
     names = ", ".join(p.name for p in candidates) or "none"
-    raise InputError(f"{journal.dep}: no patch {wanted!r} left in this rebase", hint=f"patches that can be dropped: {names}")
+    raise InputError(f"{journal.dep}: no patch {wanted!r} left in this rebase",
+                     hint=f"patches that can be dropped: {names}")
 
 
 @locked
@@ -816,7 +842,8 @@ def undo(workspace: Workspace, dep: Dependency) -> RebaseReport:
     patches/<dep>/, the checkout's branch and files) from the backup that rebase kept, byte
     for byte; refused when anything changed since that rebase wrote it."""
     if jr.load(workspace, dep.name) is not None:
-        raise ConflictError(f"a rebase of {dep.name} is in progress", hint=f"`assemble rebase --abort {dep.name}` undoes that one")
+        raise ConflictError(f"a rebase of {dep.name} is in progress",
+                            hint=f"`assemble rebase --abort {dep.name}` undoes that one")
     directory = jr.undo_dir(workspace, dep.name)
     journal = jr.load(workspace, dep.name, directory)
     if journal is None:
@@ -829,7 +856,8 @@ def undo(workspace: Workspace, dep: Dependency) -> RebaseReport:
     changed = [label for label, target in (("deps.toml", workspace.manifest_path), ("patches", dep.patches_dir))
                if jr.digest_path(target) not in (journal.wrote.get(label, [None, None])[1], backup.digest(label))]
     if changed:
-        raise WouldLoseWorkError(f"{', '.join(changed)} changed since the rebase of {dep.name} onto {journal.onto[:12]}; undo would lose that",
+        raise WouldLoseWorkError(f"{', '.join(changed)} changed since the rebase of {dep.name} onto "
+                                 f"{journal.onto[:12]}; undo would lose that",
                                  hint="put those edits aside, or undo by hand from " + str(directory / jr.BACKUP))
     if path.is_dir():
         fork = _Fork(path, None)

@@ -58,14 +58,16 @@ def trial(scratch: Scratch, patches: list[Patch], onto: str, dropped: set[int] |
                 tree = result
     found = Trial(onto, outcomes, conflicts)
     if not found.clean:
-        for i in reverse_applies(scratch, patches[: last + 1], onto, skip={i for i, o in enumerate(outcomes) if o == APPLIES}):
+        for i in reverse_applies(scratch, patches[: last + 1], onto,
+                                 skip={i for i, o in enumerate(outcomes) if o == APPLIES}):
             if outcomes[i] == CONFLICT:
                 outcomes[i] = REVERSE
                 del conflicts[i]
     return found
 
 
-def reverse_applies(scratch: Scratch, patches: list[Patch], onto: str, skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
+def reverse_applies(scratch: Scratch, patches: list[Patch], onto: str,
+                    skip: set[int] | frozenset[int] = frozenset()) -> list[int]:
     """Indexes of the patches whose change ``onto`` already holds: each is reverse-applied
     (``git apply -R --cached``, exact context) onto ``onto``'s tree with every later one
     that reverse-applied already taken out."""

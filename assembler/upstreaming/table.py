@@ -67,7 +67,8 @@ def markdown(results: list[DepStatus], failures: Mapping[str, AssembleError] | N
     lines = ["| dependency | migrated on fork | migrated upstream |", "| --- | --- | --- |"]
     for name in names:
         if name in failed:
-            lines.append(_row((name, f"{Migration.NOT_CHECKED} (error: {failed[name].message})", str(Migration.NOT_CHECKED))))
+            lines.append(_row((name, f"{Migration.NOT_CHECKED} (error: {failed[name].message})",
+                               str(Migration.NOT_CHECKED))))
         else:
             lines.append(_row((name, _cell_fork(by_name[name]), _cell_upstream(by_name[name]))))
     for name in names:

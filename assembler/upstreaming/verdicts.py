@@ -65,7 +65,8 @@ class PatchVerdict:
         self.note = note
         self.on_target = on_target  # trial replay outcome on the target (see replay.py)
         self.conflicts: list[str] = [] if conflicts is None else conflicts
-        self.migration = migration  # migration work: its diff changes a line naming a torch API (classify.touches_torch_api)
+        # migration work: its diff changes a line naming a torch API (classify.touches_torch_api)
+        self.migration = migration
 
     def __repr__(self) -> str:
         return f"PatchVerdict({', '.join(f'{k}={getattr(self, k)!r}' for k in self.__slots__)})"
@@ -121,7 +122,8 @@ class Base(NamedTuple):
                 "fork_point": self.fork_point}
 
 
-def migration_on_fork(build: BuildEvidence | None, check: CheckEvidence | None, broken_on_base: str | None) -> Migration:
+def migration_on_fork(build: BuildEvidence | None, check: CheckEvidence | None,
+                      broken_on_base: str | None) -> Migration:
     """"Migrated on fork", from evidence only (see DepStatus.migrated_on_fork): the one rule for
     `assemble patches` and `assemble status`."""
     if broken_on_base:
@@ -151,7 +153,8 @@ class DepStatus(NamedTuple):
     classified_at: str = ""  # when the verdicts were computed (ISO 8601, UTC)
     reused: bool = False  # the verdicts are the stored ones of that time: nothing they depend on changed since
     fetched_at: str | None = None  # when the upstream mirror was last fetched (ISO 8601, UTC); None: never
-    progress: MigrationProgress | None = None  # the last `assemble assess` of this pin + series + recipe (any workspace)
+    # the last `assemble assess` of this pin + series + recipe (any workspace)
+    progress: MigrationProgress | None = None
 
     @property
     def build_verdicts(self) -> tuple[str, ...] | None:
@@ -219,13 +222,16 @@ class DepStatus(NamedTuple):
             upstream = sum(v.status == PatchStatus.UPSTREAM for v in patches)
             return f"{upstream} of {len(patches)} migration patches found upstream"
         carried = f"{len(self.verdicts)} carried, none a torch API change; " if self.verdicts else "no patches; "
-        where = "the upstream commit" if self.base.on == "upstream" else f"fork point {self.base.fork_point[:12]} plus the fork's non-torch commits"
+        where = ("the upstream commit" if self.base.on == "upstream"
+                 else f"fork point {self.base.fork_point[:12]} plus the fork's non-torch commits")
         return f"{carried}{where}: {self.migration_evidence}"
 
     def to_json(self) -> dict[str, object]:
         return {
-            "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip, "mirror_fetched_at": self.fetched_at,
-            "base": self.base.to_json(), "patches_from": self.patches_from, "counts": {str(k): n for k, n in self.counts().items()},
+            "name": self.name, "upstream": self.upstream, "track": self.track, "tip": self.tip,
+            "mirror_fetched_at": self.fetched_at,
+            "base": self.base.to_json(), "patches_from": self.patches_from,
+            "counts": {str(k): n for k, n in self.counts().items()},
             "migrated_on_fork": self.migrated_on_fork, "migrated_upstream": self.migrated_upstream,
             "migrated_upstream_evidence": self.upstream_evidence,
             "broken_on_base": self.broken_on_base, "conflicts_on_tip": self.conflicts_on_tip,
