@@ -57,16 +57,19 @@ def interpreter_env(python: Path) -> TorchEnv:
     """The torch already installed in the interpreter ``python`` (``verify --python``): nothing is
     created or downloaded. InputError (exit 2) when it does not run or holds no torch."""
     try:
-        result = subprocess.run([str(python), "-I", "-c", _QUERY], capture_output=True, text=True, timeout=120, check=False)
+        result = subprocess.run([str(python), "-I", "-c", _QUERY], capture_output=True, text=True, timeout=120,
+                                check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
-        raise InputError(f"--python {python}: cannot run it ({error})", hint="pass the path of a Python interpreter") from None
+        raise InputError(f"--python {python}: cannot run it ({error})",
+                         hint="pass the path of a Python interpreter") from None
     try:
         found = loads(result.stdout.strip().splitlines()[-1], f"--python {python}'s answer")
         if not isinstance(found, dict):
             raise ValueError("not an object")
     except (ValueError, IndexError):
         last = (result.stderr.strip().splitlines() or ["no output"])[-1]
-        raise InputError(f"--python {python}: not a working Python interpreter ({last})", hint="pass the path of a Python interpreter") from None
+        raise InputError(f"--python {python}: not a working Python interpreter ({last})",
+                         hint="pass the path of a Python interpreter") from None
     if not found.get("torch"):
         raise InputError(f"--python {python}: no torch installed in it (Python {found['python']}, {found['prefix']})",
                          hint="name an interpreter that has torch, or use --torch VERSION")
@@ -113,5 +116,6 @@ def ensure_torch_env(version: str, progress: Callable[[str], None] = lambda _: N
         raise InputError(f"the verify environment {path} holds no torch", hint=f"delete {path} and re-run")
     files = recorded_files(path)  # what ensure_venv has just compared the tree with
     if files is None:
-        raise InputError(f"the verify environment {path} has no manifest of its files", hint=f"delete {path} and re-run")
+        raise InputError(f"the verify environment {path} has no manifest of its files",
+                         hint=f"delete {path} and re-run")
     return TorchEnv(requested=version, installed=installed, path=path, python=venv_python(path), files=files)

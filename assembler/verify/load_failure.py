@@ -101,7 +101,8 @@ def diagnose(
     if inside and mine is not None:
         elsewhere = frozenset().union(*(t.all() for name, t in exports.items() if name != failing.installed))
         available = mine.all()
-        also = [demangle(s) for s in _undefined(failing.site / object_path) if s != symbol and s in elsewhere and s not in available]
+        also = [demangle(s) for s in _undefined(failing.site / object_path) if s != symbol and s in elsewhere
+                and s not in available]
     return Diagnosis(
         symbol=symbol, demangled=demangle(symbol), extension=extension, dependency=dependency,
         needed_by=object_path, needed_by_dependency=owners.get(object_path) if inside else None,

@@ -72,10 +72,12 @@ def report_registered(rec: Recorder, dep: str, ext: dict[str, Any], ops: list[st
     namespaces = sorted({op.split("::", 1)[0] for op in ops})
     if ops:
         listing = ", ".join(ops[:8]) + (f", +{len(ops) - 8} more" if len(ops) > 8 else "")
-        rec.check(dep, "registered", ext["path"], "PASS", f"{len(ops)} op(s) in {', '.join(namespaces)}: {listing}", ops=ops)
+        rec.check(dep, "registered", ext["path"], "PASS", f"{len(ops)} op(s) in {', '.join(namespaces)}: {listing}",
+                  ops=ops)
     else:
         rec.check(dep, "registered", ext["path"], "FAIL",
-                  "registers no op: it calls STABLE_TORCH_LIBRARY's shim, but loading it added no operator to the dispatcher", ops=[])
+                  "registers no op: it calls STABLE_TORCH_LIBRARY's shim, but loading it added no operator to the "
+                  "dispatcher", ops=[])
 
 
 def check_op(torch: Any, spec: str) -> str:
@@ -139,7 +141,8 @@ def verify_dep(torch: Any, rec: Recorder, site_dir: str, dep: dict[str, Any], ha
     torch_desc = f"torch {torch.__version__}"
     cuda_needs = sorted({lib for ext in dep["extensions"] for lib in ext["cuda_libs"]})
     if (dep["requires_cuda"] or cuda_needs) and not has_cuda:
-        why = ", ".join([*(["requires-cuda"] if dep["requires_cuda"] else []), *(["needs " + ", ".join(cuda_needs)] if cuda_needs else [])])
+        why = ", ".join([*(["requires-cuda"] if dep["requires_cuda"] else []),
+                         *(["needs " + ", ".join(cuda_needs)] if cuda_needs else [])])
         rec.check(name, "cuda", "", "SKIPPED", f"CUDA-only ({why}); {torch_desc} is a CPU-only build")
         return
     driver = [lib for lib in cuda_needs if lib.startswith("libcuda.so")]
@@ -206,7 +209,8 @@ def main() -> int:
         site_dir = plan["site"]
         has_cuda = torch.version.cuda is not None
         gpu = bool(has_cuda and torch.cuda.is_available())
-        torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")  # whose exports a load failure is checked against
+        # whose exports a load failure is checked against
+        torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
         rec.emit(event="env", torch=torch.__version__, cuda=torch.version.cuda, gpu=gpu, python=sys.version.split()[0],
                  torch_lib=torch_lib, sandbox=os.environ.get("ASSEMBLE_PROBE_SANDBOX", ""))
         rec.emit(event="start", dep=None, step=WHEEL_PTH)

@@ -37,7 +37,8 @@ class Diagnosis:
     last_seen: str | None  # the newest torch older than ``torch`` that exports it
     first_seen: str | None  # else the oldest newer one that does
     shim_introduced: str | None  # a stable-ABI shim symbol: the release that added it (shim table)
-    also_missing: tuple[str, ...] = ()  # other imports of ``needed_by`` this torch lacks and another exports (demangled)
+    # other imports of ``needed_by`` this torch lacks and another exports (demangled)
+    also_missing: tuple[str, ...] = ()
     also_missing_count: int = 0
 
     @property
@@ -75,7 +76,8 @@ class Diagnosis:
         ]
         if self.also_missing_count:
             more = self.also_missing_count - len(self.also_missing)
-            out.append(f"also missing    {self.also_missing_count} more: " + "; ".join(self.also_missing) + (f"; and {more} more" if more else ""))
+            out.append(f"also missing    {self.also_missing_count} more: " + "; ".join(self.also_missing)
+                       + (f"; and {more} more" if more else ""))
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -97,7 +99,8 @@ class Check:
     ops: tuple[str, ...] = ()  # "registered": the operators that appeared in the dispatcher when it loaded
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"kind": self.kind, "target": self.target, "status": self.status.value, "detail": self.detail}
+        data: dict[str, Any] = {"kind": self.kind, "target": self.target, "status": self.status.value,
+                                "detail": self.detail}
         if self.kind == "registered":
             data["ops"] = list(self.ops)
         if self.diagnosis is not None:
@@ -284,7 +287,8 @@ class VerifyReport:
         if any(self.profiles.get(dep) for dep in self.deps):
             reduced = ", ".join(f"{dep}: {self.profiles[dep]}" for dep in self.deps if self.profiles.get(dep))
             lines += [f"Build profiles: {escaped(reduced)}; every other dependency is the full build.", ""]
-        lines.append("| dependency | " + " | ".join(f"torch {escaped(i.installed)} ({i.build})" for i in self.torch) + " |")
+        lines.append("| dependency | " + " | ".join(f"torch {escaped(i.installed)} ({i.build})" for i in self.torch)
+                     + " |")
         lines.append("| --- |" + " --- |" * len(self.torch))
         notes: list[str] = []
         for dep in self.deps:
@@ -294,8 +298,8 @@ class VerifyReport:
                 if cell.status is Status.PASS:
                     row.append(cell.short)
                     continue
-                notes.append(f"{len(notes) + 1}. {escaped(dep)} on torch {escaped(info.installed)}: {cell.status.value}: "
-                             f"{escaped(cell.reason)}")
+                notes.append(f"{len(notes) + 1}. {escaped(dep)} on torch {escaped(info.installed)}: "
+                             f"{cell.status.value}: {escaped(cell.reason)}")
                 row.append(f"{cell.short} [{len(notes)}]")
             lines.append("| " + " | ".join(row) + " |")
         lines += ["", *notes, *([""] if notes else [])]
@@ -316,19 +320,23 @@ class VerifyReport:
                 row.append(TableCell(cell.text, style))
             table.add_row(*row)
         table.print(console.file)
-        failures = [(cell, check) for cell in self.cells.values() for check in cell.checks if check.diagnosis is not None]
+        failures = [(cell, check) for cell in self.cells.values() for check in cell.checks
+                    if check.diagnosis is not None]
         if failures:
-            console.print("load failures (symbols from the torch libraries of the verify environments):", soft_wrap=True)
+            console.print("load failures (symbols from the torch libraries of the verify environments):",
+                          soft_wrap=True)
         for cell, check in failures:
             assert check.diagnosis is not None
-            console.print(f"  {escape(cell.dep)} on torch {escape(check.diagnosis.torch)}: {escape(check.target)} does not load",
+            console.print(f"  {escape(cell.dep)} on torch {escape(check.diagnosis.torch)}: {escape(check.target)} does "
+                          "not load",
                           soft_wrap=True, highlight=False)
             for line in check.diagnosis.lines():
                 console.print(f"    {escape(line)}", soft_wrap=True, highlight=False)
         if self.window is not None:
             floor = self.window["floor"]
             console.print(f"torch window: from {escape(floor['version'])} ({escape(floor['detail'])}), each minor's "
-                          f"latest patch on the index ({escape(self.window['index'])})", soft_wrap=True, highlight=False)
+                          f"latest patch on the index ({escape(self.window['index'])})", soft_wrap=True,
+                          highlight=False)
         if self.specs:
             console.print(f"specs: {escape(self.specs['detail'])}", soft_wrap=True)
         summary = ", ".join(f"{self.count(s)} {s.value}" for s in Status)

@@ -150,15 +150,18 @@ def _verify(manifest: Manifest | None, wheel: Path, torch_versions: Sequence[str
         sites = [installed[env.python if env.given else None] for env in envs]
         plan = _plan(specs, scan(sites[0]))
         read_only = _read_only(envs, sites)
-        beat("\n".join(wrapped(f"verifying on torch {', '.join(env.requested for env in envs)}: {_what_a_probe_does(plan)}")))
+        beat("\n".join(wrapped(f"verifying on torch {', '.join(env.requested for env in envs)}: "
+                               f"{_what_a_probe_does(plan)}")))
         with ThreadPoolExecutor(max_workers=min(len(envs), available_cpus())) as pool:
-            states = list(pool.map(lambda job: _probe(job[1], sites[job[0]], plan, read_only, timeout, beat), enumerate(envs)))
+            states = list(pool.map(lambda job: _probe(job[1], sites[job[0]], plan, read_only, timeout, beat),
+                                   enumerate(envs)))
         changed = {env.path: _env_changed(env, state, plan) for env, state in zip(envs, states, strict=True)}
         for env, state in zip(envs, states, strict=True):
             _say_sandbox(env, state, beat)
         beat.doing("verify", "reading the torch libraries of the environments for the loads that failed")
         diagnose_loads([  # while the wheel is still installed: the failing objects' other imports are read too
-            ProbedTorch(state.env["torch"], Path(state.env["torch_lib"]) if state.env.get("torch_lib") else None, site, state.checks)
+            ProbedTorch(state.env["torch"], Path(state.env["torch_lib"]) if state.env.get("torch_lib") else None, site,
+                        state.checks)
             for site, state in zip(sites, states, strict=True) if state.env is not None
         ], plan, [dep.name for dep in specs.deps], beat)
     beat.doing("verify", None)
@@ -265,17 +268,20 @@ def _plan(specs: Specs, files: list[ExtensionFile]) -> list[dict[str, Any]]:
     owned, orphans = attribute(specs.deps, files, specs.recorded)
 
     def extensions(items: list[ExtensionFile]) -> list[dict[str, Any]]:
-        return [{"path": f.path, "module": f.module, "cuda_libs": list(f.cuda_libs), "defines_ops": f.defines_ops} for f in items]
+        return [{"path": f.path, "module": f.module, "cuda_libs": list(f.cuda_libs), "defines_ops": f.defines_ops}
+                for f in items]
 
     rows = [
         {
             "name": dep.name, "extensions": extensions(owned[dep.name]), "ops": list(dep.ops),
-            "smoke": dep.smoke, "requires_cuda": dep.requires_cuda, "absent": _absent(dep, owned[dep.name], specs.recorded),
+            "smoke": dep.smoke, "requires_cuda": dep.requires_cuda,
+            "absent": _absent(dep, owned[dep.name], specs.recorded),
         }
         for dep in specs.deps
     ]
     rows += [
-        {"name": file.path, "extensions": extensions([file]), "ops": [], "smoke": None, "requires_cuda": False, "absent": None}
+        {"name": file.path, "extensions": extensions([file]), "ops": [], "smoke": None, "requires_cuda": False,
+         "absent": None}
         for file in orphans
     ]
     return rows
@@ -287,7 +293,8 @@ def _absent(dep: DepSpec, owned: list[ExtensionFile], recorded: dict[str, set[st
     if owned or not dep.builds_extensions:
         return None
     if recorded is not None:
-        return f"no extension of {dep.name} in the wheel (its assembler.json lists {len(recorded.get(dep.name, ()))} files, no shared object)"
+        return (f"no extension of {dep.name} in the wheel (its assembler.json lists {len(recorded.get(dep.name, ()))} "
+                "files, no shared object)")
     rules = ", ".join(f"{pattern} -> {dest or '.'}" for pattern, dest in dep.install.items()) or "no [install] rules"
     return f"no extension of {dep.name} in the wheel ({rules})"
 
@@ -328,8 +335,10 @@ def _probe_until_settled(env: TorchEnv, site: Path, plan: list[dict[str, Any]], 
             run.forged += 1
             step = (None, f"reading its results ({type(error).__name__})")
         if run.forged:
-            _fail_all(state, env, remaining, "channel", f"the probe's result channel held {run.forged} line(s) without this "
-                      "run's nonce: something the wheel ran wrote forged results, so none of this probe's results count")
+            _fail_all(state, env, remaining, "channel",
+                      f"the probe's result channel held {run.forged} line(s) without this "
+                      "run's nonce: something the wheel ran wrote forged results, so none of this probe's "
+                      "results count")
             return state
         died = run.died
         if died is None and (state.env is None or any(row["name"] not in state.done for row in remaining)):
@@ -375,7 +384,8 @@ def _run_probe(env: TorchEnv, plan: dict[str, Any], read_only: list[str], timeou
     the results are read once the probe has ended)."""
     nonce = secrets.token_hex(16)
     read_end, write_end = os.pipe()
-    command = [str(env.python), "-I", "-B", str(SANDBOX), json.dumps(read_only), str(PROBE)]  # -I: no PYTHONPATH, no user site
+    # -I: no PYTHONPATH, no user site
+    command = [str(env.python), "-I", "-B", str(SANDBOX), json.dumps(read_only), str(PROBE)]
     try:
         with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
             try:
@@ -502,7 +512,8 @@ def _read_events(events: list[dict[str, Any]], state: _ProbeState, site: Path) -
             state.env = event
         elif kind == "check":
             detail = _readable(event["detail"], site)
-            state.checks.setdefault(event["dep"], []).append(Check(event["kind"], event["target"], Status(event["status"]), detail,
+            state.checks.setdefault(event["dep"],
+                                    []).append(Check(event["kind"], event["target"], Status(event["status"]), detail,
                                                                     ops=tuple(map(str, event.get("ops") or ()))))
         elif kind == "done":
             state.done.add(event["dep"])

@@ -92,7 +92,8 @@ def read_only(paths: list[str]) -> list[str]:
 def main(argv: list[str]) -> int:
     """``PATHS_JSON PROBE ARGS...``: the read-only view when the kernel allows it, then the probe."""
     paths, probe, rest = json.loads(argv[0]), argv[1], argv[2:]
-    paths += [prefix for prefix in (sys.prefix, sys.base_prefix) if os.path.realpath(prefix) != "/"]  # the interpreter's own
+    # the interpreter's own
+    paths += [prefix for prefix in (sys.prefix, sys.base_prefix) if os.path.realpath(prefix) != "/"]
     if os.environ.get(SWITCH) == "0":
         status = f"off: {SWITCH}=0"
     else:

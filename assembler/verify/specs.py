@@ -57,16 +57,20 @@ def wheel_record(wheel: Path) -> dict[str, Any] | None:
             if not names:
                 return None
             if archive.getinfo(names[0]).file_size > MAX_JSON_DOCUMENT:
-                raise ValueError(f"{archive.getinfo(names[0]).file_size} bytes, over the {MAX_JSON_DOCUMENT}-byte limit")
+                raise ValueError(f"{archive.getinfo(names[0]).file_size} bytes, over the "
+                                 f"{MAX_JSON_DOCUMENT}-byte limit")
             raw = archive.read(names[0])
     except (OSError, zipfile.BadZipFile, ValueError) as error:
-        raise InputError(f"{wheel}: its {RECORD_NAME} cannot be read ({error})", hint="rebuild the wheel with assemble merge") from None
+        raise InputError(f"{wheel}: its {RECORD_NAME} cannot be read ({error})",
+                         hint="rebuild the wheel with assemble merge") from None
     data = loads(raw, f"{wheel}: {names[0]}", hint="rebuild the wheel with assemble merge")
     if not isinstance(data, dict) or not isinstance(data.get("deps"), dict) or not isinstance(data.get("bundle"), dict):
-        raise InputError(f"{wheel}: its {RECORD_NAME} has no bundle or deps table", hint="rebuild the wheel with assemble merge")
+        raise InputError(f"{wheel}: its {RECORD_NAME} has no bundle or deps table",
+                         hint="rebuild the wheel with assemble merge")
     problem = _record_problem(data)
     if problem is not None:
-        raise InputError(f"{wheel}: its {RECORD_NAME} is malformed: {problem}", hint="rebuild the wheel with assemble merge")
+        raise InputError(f"{wheel}: its {RECORD_NAME} is malformed: {problem}",
+                         hint="rebuild the wheel with assemble merge")
     return data
 
 
@@ -110,7 +114,8 @@ def _canonical(name: str) -> str:
 
 def _from_manifest(manifest: Manifest) -> list[DepSpec]:
     return [
-        DepSpec(name=dep.name, ops=tuple(dep.verify.ops), smoke=dep.verify.smoke, requires_cuda=dep.verify.requires_cuda,
+        DepSpec(name=dep.name, ops=tuple(dep.verify.ops), smoke=dep.verify.smoke,
+                requires_cuda=dep.verify.requires_cuda,
                 builds_extensions=dep.builds_extensions, install=dict(dep.install))
         for dep in manifest.deps.values()
     ]
@@ -124,9 +129,12 @@ def _from_record(wheel: Path, deps: Mapping[str, Any]) -> list[DepSpec]:
             specs.append(DepSpec(name=str(name)))
             continue
         ops, smoke = verify.get("ops", []), verify.get("smoke")
-        if not (isinstance(ops, list) and all(isinstance(op, str) for op in ops) and (smoke is None or isinstance(smoke, str))):
-            raise InputError(f"{wheel}: {RECORD_NAME} deps.{name}.verify is malformed", hint="rebuild the wheel with assemble merge")
-        specs.append(DepSpec(name=str(name), ops=tuple(ops), smoke=smoke, requires_cuda=bool(verify.get("requires_cuda")),
+        if not (isinstance(ops, list) and all(isinstance(op, str) for op in ops)
+                and (smoke is None or isinstance(smoke, str))):
+            raise InputError(f"{wheel}: {RECORD_NAME} deps.{name}.verify is malformed",
+                             hint="rebuild the wheel with assemble merge")
+        specs.append(DepSpec(name=str(name), ops=tuple(ops), smoke=smoke,
+                             requires_cuda=bool(verify.get("requires_cuda")),
                              builds_extensions=bool(verify.get("builds_extensions"))))
     return specs
 
@@ -136,7 +144,9 @@ def resolve_specs(manifest: Manifest | None, wheel: Path) -> Specs:
     record = wheel_record(wheel)
     if record is None:
         if manifest is None:
-            return Specs([], "none", "no deps.toml found and no assembler.json in the wheel: checking that each extension loads", None, None)
+            return Specs([], "none",
+                         "no deps.toml found and no assembler.json in the wheel: checking that each extension loads",
+                         None, None)
         return Specs(_from_manifest(manifest), "workspace",
                      f"{manifest.path} (bundle {manifest.bundle.name}; the wheel has no assembler.json)", None, None,
                      manifest.bundle.verify_torch)
@@ -159,10 +169,12 @@ def resolve_specs(manifest: Manifest | None, wheel: Path) -> Specs:
                      bundle, recorded, wheel_torch, profiles)
     if manifest is not None:
         raise InputError(
-            f"{wheel.name} belongs to bundle {bundle}, not to this workspace's bundle {manifest.bundle.name} ({manifest.path}), "
-            f"and carries no verify specs of its own",
-            hint=f"run verify in {bundle}'s workspace (-C DIR), or outside any workspace to check that each extension loads",
+            f"{wheel.name} belongs to bundle {bundle}, not to this workspace's bundle {manifest.bundle.name} "
+            f"({manifest.path}), and carries no verify specs of its own",
+            hint=f"run verify in {bundle}'s workspace (-C DIR), or outside any workspace to check that each "
+                 "extension loads",
         )
     return Specs(_from_record(wheel, deps), "wheel",
-                 f"the wheel's own {RECORD_NAME} (bundle {bundle}; it carries no verify specs: each extension must load)",
+                 f"the wheel's own {RECORD_NAME} (bundle {bundle}; it carries no verify specs: each extension "
+                 "must load)",
                  bundle, recorded, wheel_torch, profiles)

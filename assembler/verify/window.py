@@ -100,7 +100,8 @@ class TorchWindow:
         }
 
 
-def torch_window(wheel: Path, manifest: Manifest | None, progress: Callable[[str], None] = lambda _: None) -> TorchWindow:
+def torch_window(wheel: Path, manifest: Manifest | None,
+                 progress: Callable[[str], None] = lambda _: None) -> TorchWindow:
     """The window of ``wheel`` (see the module docstring). InputError (exit 2) when the wheel
     names no floor at all; ToolchainError (exit 7) when the index offers no release at or above
     it; NetworkError (exit 3) when the index cannot be reached."""
@@ -221,7 +222,8 @@ def resolve(spec: str, tool: Installer) -> str | None:
             result = subprocess.run(command, input=spec + "\n", capture_output=True, text=True, env=env, cwd=scratch,
                                     timeout=600, check=False)
         except (OSError, subprocess.TimeoutExpired) as error:
-            raise ToolchainError(f"{doing}: {tool} did not run ({error})", hint="check that uv or pip runs here") from None
+            raise ToolchainError(f"{doing}: {tool} did not run ({error})",
+                                 hint="check that uv or pip runs here") from None
     output = result.stdout + result.stderr
     if result.returncode != 0:
         failure: AssembleError = install_error(output, doing)
