@@ -99,7 +99,8 @@ class Artifact:
             return archive_payload(archives[0])
         files = self.root / FILES_DIR
         if not archives and files.is_symlink():
-            raise InputError(f"{files} is a symbolic link", hint="artifacts hold regular files only; rebuild that artifact")
+            raise InputError(f"{files} is a symbolic link",
+                             hint="artifacts hold regular files only; rebuild that artifact")
         if not archives and files.is_dir():
             return _loose_payload(files)
         found = ", ".join(p.name for p in archives) or "nothing"
@@ -119,9 +120,11 @@ def load_artifacts(paths: Iterable[Path]) -> list[Artifact]:
         elif path.is_dir():
             candidates = sorted(p for p in path.iterdir() if (p / ARTIFACT_JSON).is_file())
             if not candidates:
-                raise InputError(f"{path}: no {ARTIFACT_JSON} here or in its subdirectories", hint="pass the --artifacts directory of `assemble build --only DEP`")
+                raise InputError(f"{path}: no {ARTIFACT_JSON} here or in its subdirectories",
+                                 hint="pass the --artifacts directory of `assemble build --only DEP`")
         else:
-            raise InputError(f"{path}: no such artifact directory", hint="pass the --artifacts directory of `assemble build --only DEP`")
+            raise InputError(f"{path}: no such artifact directory",
+                             hint="pass the --artifacts directory of `assemble build --only DEP`")
         for candidate in candidates:
             artifact = read_artifact(candidate)
             if artifact.dep in found:
@@ -144,12 +147,14 @@ def read_artifact(root: Path) -> Artifact:
     def field(name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
         value = data.get(name, default) if isinstance(data, dict) else None
         if not isinstance(value, kind):
-            raise InputError(f"{where}: '{name}' must be {_kind_name(kind)}, got {value!r}", hint="rebuild that dependency with this assembler")
+            raise InputError(f"{where}: '{name}' must be {_kind_name(kind)}, got {value!r}",
+                             hint="rebuild that dependency with this assembler")
         return value
 
     patches, archs = field("patches", list, []), field("archs", list, [])
     profile = field("profile", (str, type(None)))
-    if profile is not None and not PROFILE_NAME_RE.match(profile):  # a value that is no name is never a silent full build
+    # a value that is no name is never a silent full build
+    if profile is not None and not PROFILE_NAME_RE.match(profile):
         raise InputError(f"{where}: 'profile' must be a build profile's name, got {profile!r}",
                          hint="rebuild that dependency with this assembler")
     return Artifact(
@@ -198,13 +203,16 @@ def _loose_payload(files: Path) -> list[PayloadFile]:
         for entry in entries:
             path = Path(entry.path)
             if entry.is_symlink():
-                raise InputError(f"{path}: a symbolic link in an artifact", hint="artifacts hold regular files only; fix the build so it ships the file itself")
+                raise InputError(f"{path}: a symbolic link in an artifact",
+                                 hint="artifacts hold regular files only; fix the build so it ships the file itself")
             if entry.is_dir(follow_symlinks=False):
                 subdirectories.append(path)
             elif entry.is_file(follow_symlinks=False):
-                out.append(PayloadFile(relpath=path.relative_to(files).as_posix(), size=entry.stat(follow_symlinks=False).st_size, path=path))
+                out.append(PayloadFile(relpath=path.relative_to(files).as_posix(),
+                                       size=entry.stat(follow_symlinks=False).st_size, path=path))
             else:
-                raise InputError(f"{path}: not a regular file (a FIFO, socket or device) in an artifact", hint="artifacts hold regular files only")
+                raise InputError(f"{path}: not a regular file (a FIFO, socket or device) in an artifact",
+                                 hint="artifacts hold regular files only")
         pending.extend(reversed(subdirectories))
     return sorted(out, key=lambda f: f.relpath)
 
@@ -218,20 +226,23 @@ def _record_digests(archive: zipfile.ZipFile, path: Path) -> dict[str, str]:
         parts = info.filename.split("/")
         if len(parts) == 2 and parts[0].endswith(".dist-info") and parts[1] == "RECORD":
             if info.file_size > RECORD_LIMIT:
-                raise InputError(f"{path}: {info.filename} declares {info.file_size} bytes, over the limit of {RECORD_LIMIT}",
+                raise InputError(f"{path}: {info.filename} declares {info.file_size} bytes, over the limit of "
+                                 f"{RECORD_LIMIT}",
                                  hint="rebuild or re-download that artifact")
             with archive.open(info) as handle:
                 raw = handle.read(RECORD_LIMIT + 1)
             try:
                 text = raw.decode("utf-8")
             except UnicodeDecodeError as exc:
-                raise InputError(f"{path}: {info.filename} is not UTF-8 ({exc.reason} at byte {exc.start})", hint="rebuild or re-download that artifact") from None
+                raise InputError(f"{path}: {info.filename} is not UTF-8 ({exc.reason} at byte {exc.start})",
+                                 hint="rebuild or re-download that artifact") from None
             try:
                 for row in csv.reader(io.StringIO(text)):
                     if len(row) >= 2 and row[1].startswith("sha256="):
                         digests[row[0]] = row[1].removeprefix("sha256=")
             except csv.Error as exc:
-                raise InputError(f"{path}: {info.filename} is not a CSV file ({exc})", hint="rebuild or re-download that artifact") from None
+                raise InputError(f"{path}: {info.filename} is not a CSV file ({exc})",
+                                 hint="rebuild or re-download that artifact") from None
     return digests
 
 
@@ -239,9 +250,11 @@ def archive_payload(path: Path) -> list[PayloadFile]:
     try:
         fd, _ = open_regular(path)
     except UnsafeFile as unsafe:
-        raise InputError(f"{unsafe}: an artifact's archive must be a regular file", hint="rebuild or re-download that artifact") from None
+        raise InputError(f"{unsafe}: an artifact's archive must be a regular file",
+                         hint="rebuild or re-download that artifact") from None
     except OSError as exc:
-        raise InputError(f"{path}: unreadable ({exc.strerror or exc})", hint="rebuild or re-download that artifact") from None
+        raise InputError(f"{path}: unreadable ({exc.strerror or exc})",
+                         hint="rebuild or re-download that artifact") from None
     try:
         with os.fdopen(fd, "rb") as handle, zipfile.ZipFile(handle) as archive:
             digests = _record_digests(archive, path)
@@ -251,13 +264,18 @@ def archive_payload(path: Path) -> list[PayloadFile]:
                     continue
                 relpath = _safe_relpath(info.filename, path)
                 kind = stat.S_IFMT(info.external_attr >> 16)
-                if kind not in (0, stat.S_IFREG):  # a symbolic link's member holds its target: not a file of the payload
-                    raise InputError(f"{path}: {relpath} is not a regular file (mode {kind:o}) in an artifact's archive",
+                # a symbolic link's member holds its target: not a file of the payload
+                if kind not in (0, stat.S_IFREG):
+                    raise InputError(f"{path}: {relpath} is not a regular file (mode {kind:o}) in an "
+                                     "artifact's archive",
                                      hint="artifacts hold regular files only; rebuild or re-download that artifact")
                 if relpath in out:
-                    raise InputError(f"{path}: {relpath} is in the archive twice", hint="rebuild or re-download that artifact")
-                member = RawMember(path, info.header_offset, info.compress_type, info.compress_size, info.file_size, info.CRC)
-                out[relpath] = PayloadFile(relpath=relpath, size=info.file_size, member=member, sha256=digests.get(info.filename))
+                    raise InputError(f"{path}: {relpath} is in the archive twice",
+                                     hint="rebuild or re-download that artifact")
+                member = RawMember(path, info.header_offset, info.compress_type, info.compress_size, info.file_size,
+                                   info.CRC)
+                out[relpath] = PayloadFile(relpath=relpath, size=info.file_size, member=member,
+                                           sha256=digests.get(info.filename))
     except (OSError, zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError, RuntimeError) as exc:
         raise InputError(f"{path}: not a readable zip ({exc})", hint="rebuild or re-download that artifact") from None
     return sorted(out.values(), key=lambda f: f.relpath)

@@ -39,5 +39,6 @@ def check_same_release(manifest: Manifest, artifacts: Sequence[Artifact]) -> Non
         if len(set(values.values())) > 1:
             shown = ", ".join(f"{dep}: {value}" for dep, value in sorted(values.items()))
             raise InputError(f"the artifacts were built with different toolchains: {name} differs ({shown})",
-                             hint="build every artifact of a release on runners with one toolchain (same image, --cuda and --torch)")
+                             hint="build every artifact of a release on runners with one toolchain (same image, --cuda "
+                                  "and --torch)")
 

@@ -75,7 +75,8 @@ class MergeResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "wheel": str(self.wheel), "version": self.version, "cuda": self.cuda,
-            "policy": self.platform.policy, "platform": list(self.platform.platforms), "platform_cached": self.platform.cached,
+            "policy": self.platform.policy, "platform": list(self.platform.platforms),
+            "platform_cached": self.platform.cached,
             "symbol_policy": self.platform.symbol_policy, "external_libs": list(self.platform.external_libs),
             "size": self.size, "seconds": round(self.seconds, 3),
             "deps": self.provenance,
@@ -111,10 +112,12 @@ class InstallRule:
 
 def install_rules(install: Mapping[str, str] | None) -> tuple[InstallRule, ...]:
     """A dependency's install rules; without an install table its whole payload goes to the root."""
-    return tuple(InstallRule(glob_regex(pattern), _dest(dest)) for pattern, dest in (install or DEFAULT_INSTALL).items())
+    return tuple(InstallRule(glob_regex(pattern), _dest(dest)) for pattern,
+                 dest in (install or DEFAULT_INSTALL).items())
 
 
-def place(artifacts: Sequence[Artifact], installs: Mapping[str, Mapping[str, str]], dist_info: str) -> tuple[list[Placement], dict[str, tuple[str, ...]]]:
+def place(artifacts: Sequence[Artifact], installs: Mapping[str, Mapping[str, str]],
+          dist_info: str) -> tuple[list[Placement], dict[str, tuple[str, ...]]]:
     """Wheel placements sorted by path, and the payload files left out, per dependency."""
     placed: dict[str, Placement] = {}
     unshipped: dict[str, tuple[str, ...]] = {}
@@ -163,14 +166,18 @@ def check_artifacts(manifest: Manifest, artifacts: Sequence[Artifact], partial: 
         dep = manifest.deps.get(artifact.dep)
         rebuild = f"assemble build --only {artifact.dep} --artifacts {artifact.root.parent}"
         if dep is None:
-            raise InputError(f"{artifact.root}: artifact for {artifact.dep}, which {manifest.path} does not list", hint="drop that directory from the merge")
+            raise InputError(f"{artifact.root}: artifact for {artifact.dep}, which {manifest.path} does not list",
+                             hint="drop that directory from the merge")
         if artifact.commit != dep.commit:
-            raise InputError(f"{artifact.root}: {dep.name} was built from {artifact.commit[:12]}, deps.toml pins {dep.commit[:12]}", hint=f"rebuild it: {rebuild}")
+            raise InputError(f"{artifact.root}: {dep.name} was built from {artifact.commit[:12]}, deps.toml pins "
+                             f"{dep.commit[:12]}", hint=f"rebuild it: {rebuild}")
         if artifact.patches != dep.series:
-            raise InputError(f"{artifact.root}: {dep.name} was built with patches {list(artifact.patches)}, the series is {list(dep.series)}", hint=f"rebuild it: {rebuild}")
+            raise InputError(f"{artifact.root}: {dep.name} was built with patches {list(artifact.patches)}, the series "
+                             f"is {list(dep.series)}", hint=f"rebuild it: {rebuild}")
         abi = artifact.toolchain.get("python_abi")
         if abi is not None and abi != manifest.bundle.python_abi:
-            raise InputError(f"{artifact.root}: {dep.name} targets Python {abi}, [bundle] python-abi is {manifest.bundle.python_abi}", hint=f"rebuild it: {rebuild}")
+            raise InputError(f"{artifact.root}: {dep.name} targets Python {abi}, [bundle] python-abi is "
+                             f"{manifest.bundle.python_abi}", hint=f"rebuild it: {rebuild}")
     missing = [name for name in manifest.deps if name not in have]
     if missing and not partial:
         raise InputError(
@@ -190,32 +197,37 @@ def resolve_cuda(requested: str | None, artifacts: Sequence[Artifact]) -> str:
         label = cuda_label(requested)
         wrong = [f"{dep} ({cuda})" for dep, cuda in built.items() if cuda_label(cuda) != label]
         if wrong:
-            raise InputError(f"--cuda {requested}, but built with another CUDA: {', '.join(wrong)}", hint=f"rebuild them with --cuda {requested}")
+            raise InputError(f"--cuda {requested}, but built with another CUDA: {', '.join(wrong)}",
+                             hint=f"rebuild them with --cuda {requested}")
         return ".".join(requested.split(".")[:2])
     labels = {cuda_label(cuda) for cuda in built.values()}
     if len(labels) > 1:
-        raise InputError(f"the artifacts were built with different CUDA versions: {', '.join(f'{d} ({c})' for d, c in built.items())}", hint="rebuild them with one --cuda")
+        raise InputError("the artifacts were built with different CUDA versions: "
+                         f"{', '.join(f'{d} ({c})' for d, c in built.items())}", hint="rebuild them with one --cuda")
     if not built:
         raise InputError("no artifact was built with CUDA, so the +cuXY label is unknown", hint="pass --cuda X.Y")
     return ".".join(next(iter(built.values())).split(".")[:2])
 
 
-def _warnings(artifacts: Sequence[Artifact], unshipped: Mapping[str, Sequence[str]], verdict: PlatformVerdict) -> list[str]:
-    notes = [f"{dep}: {len(paths)} file(s) match no install pattern and are not shipped: {', '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}"
+def _warnings(artifacts: Sequence[Artifact], unshipped: Mapping[str, Sequence[str]],
+              verdict: PlatformVerdict) -> list[str]:
+    notes = [f"{dep}: {len(paths)} file(s) match no install pattern and are not shipped: "
+             f"{', '.join(paths[:5])}{' ...' if len(paths) > 5 else ''}"
              for dep, paths in unshipped.items()]
     for a in artifacts:
         local = ["uncommitted edits"] if a.dirty else []
         if a.head and a.series_head and a.head != a.series_head:
             local.append(f"HEAD {a.head[:12]}, not {a.series_head[:12]} that the series produces")
         if local:
-            notes.append(f"{a.dep}: built from local work in forks/{a.dep} ({', '.join(local)}), not from commit + patches alone; "
-                         f"commit, `assemble export {a.dep}` and rebuild before releasing")
+            notes.append(f"{a.dep}: built from local work in forks/{a.dep} ({', '.join(local)}), not from commit + "
+                         f"patches alone; commit, `assemble export {a.dep}` and rebuild before releasing")
     torches = {str(a.toolchain.get("torch")) for a in artifacts if a.toolchain.get("torch")}
     if len(torches) > 1:
         notes.append(f"artifacts were built against different torch versions: {', '.join(sorted(torches))}")
     if not verdict.portable:
         needs = ", ".join(verdict.external_libs) or "see `auditwheel show`"
-        notes.append(f"not a manylinux wheel ({verdict.policy}): it needs {needs}; exclude libraries that torch provides with --exclude")
+        notes.append(f"not a manylinux wheel ({verdict.policy}): it needs {needs}; exclude libraries that torch "
+                     "provides with --exclude")
     return notes
 
 
@@ -265,13 +277,15 @@ def merge_wheel(
             for p in placements:
                 files.setdefault(p.dep, []).append(p.path)
             min_torch = torch_floor(manifest, artifacts, symbol_floor(tmp, [w for w in payload if w.head == ELF_MAGIC]))
-            archive.write_bytes(f"{dist_info}/METADATA", metadata_text(bundle, version, cuda, min_torch, provenance).encode())
+            archive.write_bytes(f"{dist_info}/METADATA",
+                                metadata_text(bundle, version, cuda, min_torch, provenance).encode())
             archive.write_bytes(f"{dist_info}/WHEEL", wheel_text(python_tag(bundle), verdict.platforms).encode())
             archive.write_bytes(f"{dist_info}/assembler.json", provenance_json(
                 bundle, version, cuda, verdict.platforms, exclude, provenance, files,
                 verify={a.dep: manifest.deps[a.dep].verify_record() for a in artifacts}, missing=missing).encode())
             digests = {w.name: w.sha256 for w in payload}
-            sbom = _sbom(manifest, artifacts, version, cuda, epoch, {dep: file_hashes([(p, digests[p]) for p in paths]) for dep, paths in files.items()},
+            sbom = _sbom(manifest, artifacts, version, cuda, epoch,
+                         {dep: file_hashes([(p, digests[p]) for p in paths]) for dep, paths in files.items()},
                          missing, profiles)
             archive.write_bytes(sbom_path(dist_info, dist_name(bundle.name)), sbom.encode())
             record = f"{dist_info}/RECORD"
@@ -283,7 +297,8 @@ def merge_wheel(
     return MergeResult(
         wheel=wheel, version=version, cuda=cuda, platform=verdict, provenance=provenance,
         files={dep: tuple(paths) for dep, paths in files.items()}, unshipped=unshipped,
-        warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started, missing=missing,
+        warnings=tuple(_warnings(artifacts, unshipped, verdict)), seconds=time.perf_counter() - started,
+        missing=missing,
     )
 
 
@@ -305,7 +320,8 @@ def symbol_floor(archive: Path, elves: Sequence[Written]) -> SymbolFloor | None:
     table = load_table(DEFAULT_TABLE)
     best: SymbolFloor | None = None
     for w in elves:
-        job = MemberInfo(str(archive), w.name, w.raw.header_offset, w.raw.compress_type, w.raw.compress_size, w.raw.file_size)
+        job = MemberInfo(str(archive), w.name, w.raw.header_offset, w.raw.compress_type, w.raw.compress_size,
+                         w.raw.file_size)
         elf = audit_object(job, None, table)
         if elf.min_torch and (best is None or Version(elf.min_torch) > Version(best.version)):
             best = SymbolFloor(elf.min_torch, w.name, elf.min_torch_symbols)

@@ -71,7 +71,8 @@ def wheel_text(python: str, platforms: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def metadata_text(bundle: Bundle, version: str, cuda: str, min_torch: str, provenance: Mapping[str, Mapping[str, Any]]) -> str:
+def metadata_text(bundle: Bundle, version: str, cuda: str, min_torch: str,
+                  provenance: Mapping[str, Mapping[str, Any]]) -> str:
     """Core metadata 2.1; the body says in words what assembler.json says in full."""
     profiled = {dep: str(record["profile"]) for dep, record in provenance.items() if record.get("profile")}
     header = [
@@ -90,8 +91,9 @@ def metadata_text(bundle: Bundle, version: str, cuda: str, min_torch: str, prove
         "",
     ]
     if profiled:
-        body += [f"**Not a release:** built on a reduced build profile ({', '.join(f'{dep}: {name}' for dep, name in profiled.items())}); "
-                 "see `profile` in assembler.json.", ""]
+        body += ["**Not a release:** built on a reduced build profile "
+                 f"({', '.join(f'{dep}: {name}' for dep, name in profiled.items())}); see `profile` in assembler.json.",
+                 ""]
     body += [
         "| dependency | commit | patches | archs | torch | nvcc | cmake | scikit-build-core | profile |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -119,7 +121,8 @@ def provenance_json(bundle: Bundle, version: str, cuda: str, platforms: Sequence
         "platform": list(platforms),
         "excluded_libraries": sorted(excluded),
         "deps": {
-            dep: {**record, "files": list(files.get(dep, ())), **({"verify": dict(verify[dep])} if verify and dep in verify else {})}
+            dep: {**record, "files": list(files.get(dep, ())),
+                  **({"verify": dict(verify[dep])} if verify and dep in verify else {})}
             for dep, record in provenance.items()
         },
     }

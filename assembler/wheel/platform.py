@@ -67,11 +67,13 @@ def _cache_key(elf: Sequence[Written], exclude: Sequence[str]) -> str:
 def platform_verdict(elf: Sequence[Written], exclude: Sequence[str]) -> PlatformVerdict:
     """auditwheel's verdict on the ELF members ``elf`` (already written to a zip), cached."""
     if not elf:
-        raise InputError("the artifacts ship no compiled extension", hint="check the dependencies' [deps.X.install] patterns")
+        raise InputError("the artifacts ship no compiled extension",
+                         hint="check the dependencies' [deps.X.install] patterns")
     cache = cache_root() / "wheel-platform" / f"{_cache_key(elf, exclude)}.json"
     try:
         data = jsonfile.load(cache)
-        return PlatformVerdict(data["policy"], tuple(data["platforms"]), data["symbol_policy"], tuple(data["external_libs"]), cached=True)
+        return PlatformVerdict(data["policy"], tuple(data["platforms"]), data["symbol_policy"],
+                               tuple(data["external_libs"]), cached=True)
     except (OSError, ValueError, KeyError, TypeError):
         pass
     verdict = _analyze(elf, exclude)
@@ -94,13 +96,18 @@ def _analyze(elf: Sequence[Written], exclude: Sequence[str]) -> PlatformVerdict:
             record = "probe-0.dist-info/RECORD"
             archive.write_bytes(record, record_text(archive.written, record).encode())
         try:
-            info = analyze_wheel_abi(None, None, probe, frozenset(exclude), disable_isa_ext_check=False, allow_graft=False)
+            info = analyze_wheel_abi(None, None, probe, frozenset(exclude), disable_isa_ext_check=False,
+                                     allow_graft=False)
         except NonPlatformWheelError as exc:
-            raise InputError(f"no ELF file for this machine among the shipped files ({exc.message})", hint="build the artifacts for this architecture") from None
+            raise InputError(f"no ELF file for this machine among the shipped files ({exc.message})",
+                             hint="build the artifacts for this architecture") from None
         except InvalidLibcError as exc:
-            raise InputError(f"auditwheel cannot tell which libc the extensions need: {exc}", hint="link the extensions against libc (a module that calls no libc function has no libc.so.6 entry)") from None
+            raise InputError(f"auditwheel cannot tell which libc the extensions need: {exc}",
+                             hint="link the extensions against libc (a module that calls no libc function has no "
+                                  "libc.so.6 entry)") from None
         finally:
             get_wheel_elfdata.cache_clear()  # keyed by path: a later probe may reuse this name
     overall = info.overall_policy
     external = info.external_refs[info.policies.highest.name].libs
-    return PlatformVerdict(overall.name, tuple(sorted((overall.name, *overall.aliases))), info.sym_policy.name, tuple(sorted(external)))
+    return PlatformVerdict(overall.name, tuple(sorted((overall.name, *overall.aliases))), info.sym_policy.name,
+                           tuple(sorted(external)))

@@ -91,7 +91,8 @@ def read_patches(patches_dir: Path, series: Sequence[str]) -> tuple[PatchEntry, 
         try:
             data = path.read_bytes()
         except OSError as exc:
-            raise InputError(f"{path}: unreadable patch ({exc.strerror or exc})", hint="restore the series file or fix the series") from None
+            raise InputError(f"{path}: unreadable patch ({exc.strerror or exc})",
+                             hint="restore the series file or fix the series") from None
         header = parse_patch_header(path)
         status, evidence = declared_status(header)
         entries.append(PatchEntry(name, header.subject, hashlib.sha256(data).hexdigest(), str(status), evidence))
@@ -144,22 +145,28 @@ def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps
     root = Component(
         name=name, version=version, type=ComponentType.LIBRARY, bom_ref="wheel",
         purl=PackageURL("pypi", None, wheel_purl_name, version),
-        description=f"{name} kernels bundled by assembler (abi3, LibTorch Stable ABI" + (f", CUDA {cuda})" if cuda else ")")
+        description=f"{name} kernels bundled by assembler (abi3, LibTorch Stable ABI"
+        + (f", CUDA {cuda})" if cuda else ")")
         + (f"; PARTIAL, not a release: lacks {', '.join(missing)}" if missing else "")
         + (f"; built on build profile {', '.join(profiles)}, not a release" if profiles else ""),
     )
     tools: dict[tuple[str, str], Component] = {}
-    tools[("assembler", __version__)] = Component(name="assembler", version=__version__, type=ComponentType.APPLICATION, bom_ref="tool:assembler")
+    tools[("assembler", __version__)] = Component(name="assembler", version=__version__, type=ComponentType.APPLICATION,
+                                                  bom_ref="tool:assembler")
     components = []
     for dep in deps:
         for key, tool in _TOOLS:
             value = dep.toolchain.get(key)
             if value:
                 ref = f"tool:{tool}@{value}"
-                tools.setdefault((tool, str(value)), Component(name=tool, version=str(value), type=ComponentType.APPLICATION, bom_ref=ref))
-        refs = [ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(dep.source), comment="built from" + (" (fork)" if dep.upstream and dep.upstream != dep.source else ""))]
+                tools.setdefault((tool, str(value)),
+                                 Component(name=tool, version=str(value), type=ComponentType.APPLICATION, bom_ref=ref))
+        refs = [ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(dep.source),
+                                  comment="built from"
+                                  + (" (fork)" if dep.upstream and dep.upstream != dep.source else ""))]
         if dep.upstream and dep.upstream != dep.source:
-            refs.append(ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(dep.upstream), comment=f"upstream (tracks {dep.track})"))
+            refs.append(ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(dep.upstream),
+                                          comment=f"upstream (tracks {dep.track})"))
         props = [
             Property(name=f"{PROPERTY}commit", value=dep.commit),
             Property(name=f"{PROPERTY}source", value=dep.source),
@@ -171,34 +178,42 @@ def sbom_json(*, name: str, version: str, wheel_purl_name: str, epoch: int, deps
             Property(name=f"{PROPERTY}patch-status-source", value=STATUS_SOURCE),
             *([Property(name=f"{PROPERTY}profile", value=dep.profile)] if dep.profile else []),
         ]
-        props += [Property(name=f"{PROPERTY}toolchain:{key}", value=str(value)) for key, value in sorted(dep.toolchain.items()) if value is not None]
+        props += [Property(name=f"{PROPERTY}toolchain:{key}", value=str(value)) for key,
+                  value in sorted(dep.toolchain.items()) if value is not None]
         patches = []
         for index, patch in enumerate(dep.patches, 1):
             tag = f"{PROPERTY}patch:{index:04d}:"
-            props += [Property(name=tag + "file", value=patch.file), Property(name=tag + "subject", value=patch.subject),
-                      Property(name=tag + "sha256", value=patch.sha256), Property(name=tag + "status", value=patch.status),
+            props += [Property(name=tag + "file", value=patch.file),
+                      Property(name=tag + "subject", value=patch.subject),
+                      Property(name=tag + "sha256", value=patch.sha256),
+                      Property(name=tag + "status", value=patch.status),
                       Property(name=tag + "evidence", value=patch.evidence)]
-            kind = PatchClassification.BACKPORT if patch.status == PatchStatus.UPSTREAM else PatchClassification.UNOFFICIAL
+            kind = (PatchClassification.BACKPORT if patch.status == PatchStatus.UPSTREAM
+                    else PatchClassification.UNOFFICIAL)
             patches.append(Patch(type=kind, diff=Diff(url=XsUri(f"patches/{dep.name}/{patch.file}"))))
         ancestors = []
         if dep.upstream and dep.upstream != dep.source:
             ancestors.append(Component(name=dep.name, type=ComponentType.LIBRARY, bom_ref=f"upstream:{dep.name}",
-                                       external_references=[ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(dep.upstream))]))
+                                       external_references=[ExternalReference(type=ExternalReferenceType.VCS,
+                                                                              url=XsUri(dep.upstream))]))
         files = [Component(name=path, type=ComponentType.FILE, bom_ref=f"file:{path}",
                            hashes=[HashType(alg=HashAlgorithm.SHA_256, content=digest)]) for path, digest in dep.files]
         component = Component(
             name=dep.name, version=dep.commit, type=ComponentType.LIBRARY, bom_ref=f"dep:{dep.name}",
             purl=PackageURL.from_string(purl(dep.name, dep.source, dep.commit)),
             external_references=refs, properties=props, components=files,
-            pedigree=Pedigree(ancestors=ancestors, commits=[Commit(uid=dep.commit, url=XsUri(dep.source))], patches=patches,
-                              notes=f"{len(dep.patches)} patch(es) applied on {dep.commit}; status from the DEP-3 headers"),
+            pedigree=Pedigree(ancestors=ancestors, commits=[Commit(uid=dep.commit, url=XsUri(dep.source))],
+                              patches=patches,
+                              notes=f"{len(dep.patches)} patch(es) applied on {dep.commit}; status from the "
+                                    "DEP-3 headers"),
         )
         components.append(component)
     metadata = BomMetaData(
         timestamp=datetime.fromtimestamp(epoch, UTC), component=root,
         tools=ToolRepository(components=sorted(tools.values(), key=lambda c: (c.name, c.version or ""))),
         properties=[Property(name=f"{PROPERTY}patch-status-source", value=STATUS_SOURCE)]
-        + ([Property(name=f"{PROPERTY}partial", value="true"), Property(name=f"{PROPERTY}partial:missing", value=" ".join(missing))]
+        + ([Property(name=f"{PROPERTY}partial", value="true"),
+            Property(name=f"{PROPERTY}partial:missing", value=" ".join(missing))]
            if missing else [])
         + ([Property(name=f"{PROPERTY}profile", value=" ".join(profiles))] if profiles else []),
     )
@@ -230,7 +245,8 @@ class SbomDep:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "name": self.name, "commit": self.commit, "purl": self.purl, "source": self.source, "upstream": self.upstream,
+            "name": self.name, "commit": self.commit, "purl": self.purl, "source": self.source,
+            "upstream": self.upstream,
             "archs": self.archs.split(), "toolchain": self.toolchain,
             "patches": [vars(p) for p in self.patches], "files": self.files,
         }
@@ -249,13 +265,20 @@ def parse_sbom(text: str, where: str) -> tuple[dict[str, Any], list[SbomDep]]:
         for component in data.get("components", []):
             if not str(component.get("bom-ref", "")).startswith("dep:"):
                 continue
-            props = {p["name"].removeprefix(PROPERTY): p.get("value", "") for p in component.get("properties", []) if p["name"].startswith(PROPERTY)}
+            props = {p["name"].removeprefix(PROPERTY): p.get("value", "") for p in component.get("properties", [])
+                     if p["name"].startswith(PROPERTY)}
             numbers = sorted({key.split(":")[1] for key in props if key.startswith("patch:")})
-            patches = tuple(PatchEntry(*(props.get(f"patch:{n}:{f}", "") for f in ("file", "subject", "sha256", "status", "evidence"))) for n in numbers)
-            files = {f["name"]: next((h["content"] for h in f.get("hashes", []) if h.get("alg") == "SHA-256"), "") for f in component.get("components", [])}
-            toolchain = {key.removeprefix("toolchain:"): value for key, value in props.items() if key.startswith("toolchain:")}
-            deps.append(SbomDep(component["name"], props.get("commit", component.get("version", "")), component.get("purl", ""),
-                                props.get("source", ""), props.get("upstream", ""), props.get("archs", ""), toolchain, patches, files))
+            patches = tuple(PatchEntry(*(props.get(f"patch:{n}:{f}", "")
+                                         for f in ("file", "subject", "sha256", "status", "evidence")))
+                            for n in numbers)
+            files = {f["name"]: next((h["content"] for h in f.get("hashes", []) if h.get("alg") == "SHA-256"), "")
+                     for f in component.get("components", [])}
+            toolchain = {key.removeprefix("toolchain:"): value for key,
+                         value in props.items() if key.startswith("toolchain:")}
+            deps.append(SbomDep(component["name"], props.get("commit", component.get("version", "")),
+                                component.get("purl", ""),
+                                props.get("source", ""), props.get("upstream", ""), props.get("archs", ""), toolchain,
+                                patches, files))
     except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
         raise InputError(f"{where}: not an assembler CycloneDX SBOM ({exc})", hint=hint) from None
     return data, deps
@@ -271,7 +294,8 @@ def read_wheel_sbom(wheel: Path) -> tuple[str, dict[str, Any], list[SbomDep]]:
         raise InputError(f"{wheel}: no such wheel", hint="pass the path of a .whl file")
     members = read_index(str(wheel), re.compile(rb"^[^/]+\.dist-info/sboms/[^/]+\.cdx\.json$"))
     if not members:
-        raise InputError(f"{wheel}: no CycloneDX SBOM (*.dist-info/sboms/*.cdx.json)", hint="wheels merged by this assembler carry one; rebuild it")
+        raise InputError(f"{wheel}: no CycloneDX SBOM (*.dist-info/sboms/*.cdx.json)",
+                         hint="wheels merged by this assembler carry one; rebuild it")
     info = members[0]
     text = read_small_member(info, MAX_JSON_DOCUMENT).decode("utf-8", "replace")  # bounded: the wheel is untrusted data
     data, deps = parse_sbom(text, f"{wheel}: {info.name}")
@@ -286,7 +310,8 @@ def diff_sboms(old: Sequence[SbomDep], new: Sequence[SbomDep]) -> list[dict[str,
     for name in sorted(before.keys() | after.keys()):
         a, b = before.get(name), after.get(name)
         if a is None or b is None:
-            changes.append({"dep": name, "change": "added" if a is None else "removed", "commit": (b or a).commit})  # type: ignore[union-attr]
+            changes.append({"dep": name, "change": "added" if a is None else "removed",
+                            "commit": (b or a).commit})  # type: ignore[union-attr]
             continue
         entry: dict[str, Any] = {"dep": name, "change": "changed"}
         if a.commit != b.commit:
@@ -298,15 +323,18 @@ def diff_sboms(old: Sequence[SbomDep], new: Sequence[SbomDep]) -> list[dict[str,
         for file in sorted(pa.keys() | pb.keys()):
             x, y = pa.get(file), pb.get(file)
             if x is None:
-                patches.append({"file": file, "change": "added", "subject": y.subject, "status": y.status})  # type: ignore[union-attr]
+                patches.append({"file": file, "change": "added",
+                                "subject": y.subject, "status": y.status})  # type: ignore[union-attr]
             elif y is None:
                 patches.append({"file": file, "change": "removed", "subject": x.subject, "status": x.status})
             elif x.sha256 != y.sha256 or x.status != y.status:
                 what = "changed" if x.sha256 != y.sha256 else "status"
-                patches.append({"file": file, "change": what, "subject": y.subject, "status": {"old": x.status, "new": y.status}})
+                patches.append({"file": file, "change": what, "subject": y.subject,
+                                "status": {"old": x.status, "new": y.status}})
         if patches:
             entry["patches"] = patches
-        toolchain = {k: {"old": a.toolchain.get(k), "new": b.toolchain.get(k)} for k in sorted(a.toolchain.keys() | b.toolchain.keys())
+        toolchain = {k: {"old": a.toolchain.get(k), "new": b.toolchain.get(k)}
+                     for k in sorted(a.toolchain.keys() | b.toolchain.keys())
                      if a.toolchain.get(k) != b.toolchain.get(k)}
         if toolchain:
             entry["toolchain"] = toolchain

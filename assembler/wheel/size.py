@@ -51,7 +51,8 @@ FATBIN_SECTION = ".nv_fatbin"
 KIND_PTX, KIND_CUBIN = 1, 2
 FLAG_ARCH_SPECIFIC, FLAG_FAMILY = 0x100000, 0x200000
 _CONTAINER = struct.Struct("<IHHQ")
-_ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")  # kind, ?, header size, payload size, compressed size, ?, minor, major, arch, name off/len, flags, ?, uncompressed size
+# kind, ?, header size, payload size, compressed size, ?, minor, major, arch, name off/len, flags, ?, uncompressed size
+_ENTRY = struct.Struct("<HHIQIIHHIIIQQQ")
 _PARALLEL_FROM = 16 << 20  # compressed bytes of shared objects worth a thread pool
 _WINDOW = 1 << 20  # bytes of a .nv_fatbin read at once
 _NONZERO = re.compile(rb"[^\x00]")
@@ -77,7 +78,8 @@ class ArchSize:
     uncompressed: int  # payload bytes once decompressed (= stored payload when not compressed)
 
     def to_json(self) -> dict[str, Any]:
-        return {"arch": self.arch, "kind": self.kind, "entries": self.entries, "size": self.size, "uncompressed": self.uncompressed}
+        return {"arch": self.arch, "kind": self.kind, "entries": self.entries, "size": self.size,
+                "uncompressed": self.uncompressed}
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,8 @@ class GroupSize:
         return self.budget is not None and self.compressed > self.budget
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "files": self.files, "compressed": self.compressed, "uncompressed": self.uncompressed,
+        return {"name": self.name, "files": self.files, "compressed": self.compressed,
+                "uncompressed": self.uncompressed,
                 "budget": self.budget, "over": self.over}
 
 
@@ -136,8 +139,10 @@ class SizeReport:
         """One line per exceeded budget."""
         lines = []
         if self.budget is not None and self.size > self.budget:
-            lines.append(f"{Path(self.path).name} is {format_size(self.size)}, over the wheel budget of {format_size(self.budget)}")
-        lines += [f"{g.name} ships {format_size(g.compressed)} (compressed), over its budget of {format_size(g.budget or 0)}"
+            lines.append(f"{Path(self.path).name} is {format_size(self.size)}, over the wheel budget of "
+                         f"{format_size(self.budget)}")
+        lines += [f"{g.name} ships {format_size(g.compressed)} (compressed), over its budget of "
+                  f"{format_size(g.budget or 0)}"
                   for g in self.deps if g.over]
         return lines
 
@@ -238,9 +243,11 @@ def split_fatbin(read: Any, offset: int, size: int, name: str) -> Fatbin:
             if end - entry < _ENTRY.size:
                 raise InputError(f"{name}: corrupt {FATBIN_SECTION} (entry header cut at section offset {entry})")
             fields = _ENTRY.unpack(window.at(entry, _ENTRY.size))
-            kind, entry_header, stored, compressed, sm, flags, uncompressed = fields[0], fields[2], fields[3], fields[4], fields[8], fields[11], fields[13]
+            kind, entry_header, stored, compressed, sm, flags, uncompressed = (
+                fields[0], fields[2], fields[3], fields[4], fields[8], fields[11], fields[13])
             if entry_header < _ENTRY.size or entry + entry_header + stored > end:
-                raise InputError(f"{name}: corrupt {FATBIN_SECTION} (entry at section offset {entry} overruns its container)")
+                raise InputError(f"{name}: corrupt {FATBIN_SECTION} (entry at section offset {entry} overruns its "
+                                 "container)")
             label = "ptx" if kind == KIND_PTX else "cubin" if kind == KIND_CUBIN else f"kind-{kind}"
             sums_for = sums.setdefault((arch_name(sm, flags, kind), label), [0, 0, 0])
             sums_for[0] += 1
@@ -348,7 +355,8 @@ def measure(path: Path, *, installs: Mapping[str, Mapping[str, str]] | None = No
         if member.path in elves:
             shared.append((member, dep))
     fatbins = _fatbins([member for member, _ in shared])
-    objects = [ObjectSize(m.path, dep, m.compressed, m.uncompressed, fatbin) for (m, dep), fatbin in zip(shared, fatbins, strict=True)]
+    objects = [ObjectSize(m.path, dep, m.compressed, m.uncompressed, fatbin) for (m, dep),
+               fatbin in zip(shared, fatbins, strict=True)]
     if kind == "wheel":
         groups[ZIP_STRUCTURE] = GroupSize(ZIP_STRUCTURE, 0, size - sum(m.compressed for m in members), 0)
     for dep, limit in (dep_budgets or {}).items():
@@ -451,9 +459,12 @@ def render(report: SizeReport, console: Console) -> None:
     from assembler.report.table import Cell, TextTable
 
     total = max(report.size, 1)
-    title = f"{report.path}: {format_size(report.size)}" + (f" (budget {format_size(report.budget)})" if report.budget else "")
-    table = TextTable("dependency", "files", "compressed", "share", "uncompressed", "budget", title=(title, f"by dependency ({report.attribution})"),
-                      text=("compressed", "uncompressed"), right=("files", "compressed", "share", "uncompressed", "budget"))
+    title = (f"{report.path}: {format_size(report.size)}"
+             + (f" (budget {format_size(report.budget)})" if report.budget else ""))
+    table = TextTable("dependency", "files", "compressed", "share", "uncompressed", "budget",
+                      title=(title, f"by dependency ({report.attribution})"),
+                      text=("compressed", "uncompressed"),
+                      right=("files", "compressed", "share", "uncompressed", "budget"))
     for group in report.deps:
         budget: str | Cell = "-" if group.budget is None else format_size(group.budget)
         if group.over:
@@ -465,9 +476,11 @@ def render(report: SizeReport, console: Console) -> None:
     for obj in report.objects:
         if obj.fatbin is None:
             continue
-        arch_table = TextTable("arch", "kind", "entries", "bytes", "of object", "uncompressed", text=("of object", "uncompressed"),
+        arch_table = TextTable("arch", "kind", "entries", "bytes", "of object", "uncompressed",
+                               text=("of object", "uncompressed"),
                                right=("entries", "bytes", "of object", "uncompressed"),
-                               title=f"{obj.path} ({obj.dep}): {format_size(obj.uncompressed)}, .nv_fatbin {format_size(obj.fatbin.size)}")
+                               title=f"{obj.path} ({obj.dep}): {format_size(obj.uncompressed)}, .nv_fatbin "
+                                     f"{format_size(obj.fatbin.size)}")
         for arch in obj.fatbin.archs:
             arch_table.add_row(arch.arch, arch.kind, str(arch.entries), format_size(arch.size),
                                f"{100 * arch.size / max(obj.uncompressed, 1):.1f}%", format_size(arch.uncompressed))
@@ -487,16 +500,20 @@ def size_gate(wheel: Path, manifest: Manifest) -> tuple[dict[str, Any], CheckFai
     breakdown = ", ".join(f"{g.name} {format_size(g.compressed)}" for g in report.deps if g.compressed)
     arch = ", ".join(f"{a.arch} {format_size(a.size)}" for a in report.archs())
     return report.to_json(), CheckFailed(
-        "size budget: " + "; ".join(report.over) + f" (by dependency: {breakdown}" + (f"; by architecture: {arch})" if arch else ")"),
-        hint=f"drop architectures or raise [bundle] max-wheel-size / [deps.X] max-size in deps.toml; `assemble size {wheel}` shows the breakdown",
+        "size budget: " + "; ".join(report.over) + f" (by dependency: {breakdown}"
+        + (f"; by architecture: {arch})" if arch else ")"),
+        hint="drop architectures or raise [bundle] max-wheel-size / [deps.X] max-size in deps.toml; `assemble size "
+             f"{wheel}` shows the breakdown",
     )
 
 
 def summary_lines(size: Mapping[str, Any]) -> list[str]:
     """The build report's lines for a ``SizeReport.to_json()``: per dependency, then per architecture."""
-    deps = ", ".join(f"{g['name']} {format_size(g['compressed'])}" + (f" (budget {format_size(g['budget'])})" if g["budget"] else "")
+    deps = ", ".join(f"{g['name']} {format_size(g['compressed'])}"
+                     + (f" (budget {format_size(g['budget'])})" if g["budget"] else "")
                      for g in size.get("deps", []) if g["compressed"])
-    lines = [f"size {format_size(size['size'])}" + (f" (budget {format_size(size['budget'])})" if size.get("budget") else "") + f": {deps}"]
+    lines = [f"size {format_size(size['size'])}"
+             + (f" (budget {format_size(size['budget'])})" if size.get("budget") else "") + f": {deps}"]
     archs = ", ".join(f"{a['arch']} {format_size(a['size'])}" for a in size.get("archs", []))
     if archs:
         lines.append(f"CUDA code by architecture: {archs}")

@@ -67,7 +67,8 @@ def resolve_epoch(epoch: int | None = None) -> int:
             try:
                 epoch = int(raw)
             except ValueError:
-                raise InputError(f"SOURCE_DATE_EPOCH={raw!r} is not an integer", hint="export SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)") from None
+                raise InputError(f"SOURCE_DATE_EPOCH={raw!r} is not an integer",
+                                 hint="export SOURCE_DATE_EPOCH=$(git log -1 --format=%ct)") from None
         else:
             epoch = ZIP_EPOCH
     return max(epoch, ZIP_EPOCH)
@@ -110,7 +111,8 @@ class Written:
 
 
 def _deflate_chunk(level: int, history: bytes, chunk: bytes | memoryview, last: bool) -> bytes:
-    compressor = zlib.compressobj(level, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, *((history,) if history else ()))
+    compressor = zlib.compressobj(level, zlib.DEFLATED, -15, 8,
+                                  zlib.Z_DEFAULT_STRATEGY, *((history,) if history else ()))
     return compressor.compress(chunk) + compressor.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
@@ -130,7 +132,8 @@ def _inflated_digest(fd: int, offset: int, compress_size: int, file_size: int, c
                 out = inflater.decompress(block, CHUNK)
                 seen += len(out)
                 if seen > file_size:
-                    raise InputError(f"{where}: inflates to more than the {file_size} bytes its zip declares", hint=REBUILD)
+                    raise InputError(f"{where}: inflates to more than the {file_size} bytes its zip declares",
+                                     hint=REBUILD)
                 digest.update(out)
                 found = zlib.crc32(out, found)
                 block = inflater.unconsumed_tail
@@ -141,7 +144,8 @@ def _inflated_digest(fd: int, offset: int, compress_size: int, file_size: int, c
     except zlib.error as error:
         raise InputError(f"{where}: corrupt deflate data ({error})", hint=REBUILD) from None
     if not inflater.eof or seen != file_size:
-        raise InputError(f"{where}: inflates to {seen}{'' if inflater.eof else '+'} bytes, its zip declares {file_size}", hint=REBUILD)
+        raise InputError(f"{where}: inflates to {seen}{'' if inflater.eof else '+'} bytes, its zip declares "
+                         f"{file_size}", hint=REBUILD)
     if found != crc:
         raise InputError(f"{where}: CRC-32 {found:08x} of its bytes, its zip declares {crc:08x}", hint=REBUILD)
     return urlsafe_digest(digest.digest())
@@ -152,7 +156,8 @@ def _data_offset(handle: BinaryIO, member: RawMember) -> int:
     raw = handle.read(_LOCAL_HEADER.size)
     fields = _LOCAL_HEADER.unpack(raw) if len(raw) == _LOCAL_HEADER.size else (b"",) * 12
     if fields[0] != b"PK\x03\x04":
-        raise InputError(f"{member.archive}: corrupt zip (no local header at offset {member.header_offset})", hint=REBUILD)
+        raise InputError(f"{member.archive}: corrupt zip (no local header at offset {member.header_offset})",
+                         hint=REBUILD)
     return member.header_offset + _LOCAL_HEADER.size + int(fields[10]) + int(fields[11])
 
 
@@ -209,7 +214,8 @@ class ReproducibleZip:
     # -- members ---------------------------------------------------------------------------
 
     def write_bytes(self, name: str, data: bytes) -> Written:
-        pieces = [_deflate_chunk(self.level, data[start - WINDOW if start else 0:start], data[start:start + CHUNK], start + CHUNK >= len(data))
+        pieces = [_deflate_chunk(self.level, data[start - WINDOW if start else 0:start], data[start:start + CHUNK],
+                                 start + CHUNK >= len(data))
                   for start in range(0, max(len(data), 1), CHUNK)]
         digest = urlsafe_digest(hashlib.sha256(data).digest())
         return self._member(name, len(data), zlib.crc32(data), digest, data[:4], pieces)
@@ -220,7 +226,9 @@ class ReproducibleZip:
         try:
             fd, info = open_regular(source)
         except UnsafeFile as unsafe:
-            raise InputError(f"{unsafe} in an artifact", hint="artifacts hold regular files only; fix the build so it ships the file itself") from None
+            raise InputError(f"{unsafe} in an artifact",
+                             hint="artifacts hold regular files only; fix the build so it ships the "
+                                  "file itself") from None
         with os.fdopen(fd, "rb") as handle:
             size = info.st_size
             if size < _INLINE or self._pool is None:
@@ -234,7 +242,8 @@ class ReproducibleZip:
         the source's RECORD claims (None: it has none), ``source_name`` the member's name there."""
         where = f"{member.archive}: member {source_name or name}"
         if member.compress_type == zipfile.ZIP_STORED and member.compress_size != member.file_size:
-            raise InputError(f"{where} is stored but declares {member.file_size} bytes in {member.compress_size}", hint=REBUILD)
+            raise InputError(f"{where} is stored but declares {member.file_size} bytes in {member.compress_size}",
+                             hint=REBUILD)
         if member.file_size > MAX_DEFLATE_RATIO * member.compress_size + 1024:
             raise InputError(f"{where} declares {member.file_size} bytes from {member.compress_size} compressed, "
                              f"more than deflate's {MAX_DEFLATE_RATIO}:1", hint=REBUILD)
@@ -326,7 +335,8 @@ class ReproducibleZip:
             self._fp.write(piece)
             compressed += len(piece)
         if seen != size:
-            raise InputError(f"{origin}: changed size while being read ({size} -> {seen} bytes)", hint="do not modify artifacts while merging")
+            raise InputError(f"{origin}: changed size while being read ({size} -> {seen} bytes)",
+                             hint="do not modify artifacts while merging")
         zinfo.CRC, zinfo.compress_size = crc, compressed
         end = self._fp.tell()
         self._fp.seek(zinfo.header_offset)
@@ -338,7 +348,8 @@ class ReproducibleZip:
         self._zip.filelist.append(zinfo)
         self._zip.NameToInfo[zinfo.filename] = zinfo
         self._zip.start_dir = self._fp.tell()
-        raw = RawMember(self.path, zinfo.header_offset, zinfo.compress_type, zinfo.compress_size, zinfo.file_size, zinfo.CRC)
+        raw = RawMember(self.path, zinfo.header_offset, zinfo.compress_type, zinfo.compress_size, zinfo.file_size,
+                        zinfo.CRC)
         written = Written(zinfo.filename, sha256, zinfo.file_size, raw, head)
         self.written.append(written)
         return written
@@ -424,7 +435,8 @@ class ReproducibleZip:
         done = 0
         try:
             while done < length:
-                copied = os.copy_file_range(source.fileno(), self._fp.fileno(), length - done, offset + done, position + done)
+                copied = os.copy_file_range(source.fileno(), self._fp.fileno(), length - done, offset + done,
+                                            position + done)
                 if copied == 0:
                     break
                 done += copied
@@ -437,7 +449,8 @@ class ReproducibleZip:
             while remaining:
                 block = source.read(min(remaining, CHUNK))
                 if not block:
-                    raise InputError(f"{source.name}: truncated zip member at offset {offset}", hint="rebuild or re-download that artifact")
+                    raise InputError(f"{source.name}: truncated zip member at offset {offset}",
+                                     hint="rebuild or re-download that artifact")
                 self._fp.write(block)
                 remaining -= len(block)
         self._fp.seek(position + length)
