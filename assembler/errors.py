@@ -83,7 +83,8 @@ class EnvironmentFailure(AssembleError):
 
 # errno -> the hint for an OSError that is the machine's doing, not the input's.
 _ENVIRONMENT_HINTS = {
-    "ENOSPC": "free space on that file system (or point ASSEMBLE_CACHE or the workspace elsewhere), then run the command again",
+    "ENOSPC": "free space on that file system (or point ASSEMBLE_CACHE or the workspace elsewhere), then run the "
+              "command again",
     "EDQUOT": "free space within your disk quota, then run the command again",
     "EROFS": "the file system is read-only: deps, patches --offline, check, audit and rebase --dry-run work there; "
              "run commands that write on a writable copy",
@@ -132,5 +133,6 @@ class NewerStateError(InputError):
 
     def __init__(self, path: object, what: str) -> None:
         super().__init__(f"{path}: {what} was written by a newer assembler; upgrade",
-                         hint="upgrade assemble (pip install -U assembler) to the version that wrote it, then run the command again")
+                         hint="upgrade assemble (pip install -U assembler) to the version that wrote it, then run the "
+                              "command again")
         self.path = path

@@ -211,7 +211,8 @@ def temporary_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def walk(root: str | os.PathLike[str], onerror: Callable[[OSError], object] | None = None) -> Iterator[tuple[str, list[str], list[str]]]:
+def walk(root: str | os.PathLike[str],
+         onerror: Callable[[OSError], object] | None = None) -> Iterator[tuple[str, list[str], list[str]]]:
     """``os.walk(root)`` top-down (links to directories listed, never followed; the caller may
     sort or prune ``dirnames`` in place), without recursion: Python 3.11's os.walk recurses once
     per level and raises RecursionError in a tree about 1,000 directories deep."""

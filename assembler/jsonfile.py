@@ -30,9 +30,11 @@ def loads(data: str | bytes, where: object, hint: str | None = None) -> Any:
     try:
         value = json.loads(data)
     except RecursionError:
-        raise JsonFileError(f"{where}: JSON nested too deeply to read (more than {MAX_DEPTH} levels)", hint=hint) from None
+        raise JsonFileError(f"{where}: JSON nested too deeply to read (more than {MAX_DEPTH} levels)",
+                            hint=hint) from None
     except UnicodeDecodeError as error:
-        raise JsonFileError(f"{where}: not JSON (not UTF-8 text: {error.reason} at byte {error.start})", hint=hint) from None
+        raise JsonFileError(f"{where}: not JSON (not UTF-8 text: {error.reason} at byte {error.start})",
+                            hint=hint) from None
     except ValueError as error:
         raise JsonFileError(f"{where}: not JSON ({error})", hint=hint) from None
     if _opens(data) > MAX_DEPTH and depth(value) > MAX_DEPTH:
