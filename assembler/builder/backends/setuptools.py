@@ -113,6 +113,7 @@ class SetuptoolsBackend:
     from_extensions = False
     cpp_extension_std = True  # torch.utils.cpp_extension adds -std=c++20 (2.10+) unless the setup.py says
     pyinit_in_sources = True  # setup.py's Extension is a Python module: its PyInit_ is in its sources
+    setup_py_builds = True
 
     def uses_cuda(self, recipe: BuildRecipe) -> bool:
         """When the recipe sets cuda-archs or lists a .cu source (its setup.py decides the rest)."""
@@ -150,6 +151,11 @@ class SetuptoolsBackend:
         wheel_dir, egg_base = work.tree / "wheel", build_base / "egg-info"
         shutil.rmtree(wheel_dir, ignore_errors=True)
         shutil.rmtree(egg_base, ignore_errors=True)  # stale SOURCES.txt would list deleted files
+        # What the last build installed (build_lib) and staged for its wheel (bdist) goes too: a
+        # module it made under another name (cp311 before setup.py asked for abi3) would be
+        # shipped again. Objects (temp.*) stay: ninja decides what to recompile.
+        for stale in [*build_base.glob("lib.*"), *build_base.glob("bdist.*")]:
+            shutil.rmtree(stale, ignore_errors=True)
         wheel_dir.mkdir(parents=True)
         egg_base.mkdir(parents=True)
         config = build_base / "assemble-setup.cfg"
