@@ -131,12 +131,14 @@ class SetuptoolsBackend:
     def prepare(self, ctx: BuildContext, dep: Dependency, checkout: Path) -> Prepared:
         project = checkout / dep.build.project_dir
         if not any((project / name).is_file() for name in PROJECT_FILES):
-            raise RecipePathError(ctx.state_dir.parent / MANIFEST_NAME, ("deps", dep.name, "build", "project-dir"), dep.build.project_dir,
+            raise RecipePathError(ctx.state_dir.parent / MANIFEST_NAME, ("deps", dep.name, "build", "project-dir"),
+                                  dep.build.project_dir,
                                   f"{dep.build.project_dir} holds neither {' nor '.join(PROJECT_FILES)} in {checkout}")
         versions = installed_versions(ctx.toolchain.env.path)
         recipe = digest_texts(
-            f"backend={self.name}", dep.build.project_dir, json.dumps(dep.build.defines), json.dumps(dep.build.build_env),
-            json.dumps(dep.install, sort_keys=True), DRIVER, EXTRA_CONFIG, BACKEND_VERSION, *stable_defines(dep, ctx.bundle.python_abi),
+            f"backend={self.name}", dep.build.project_dir, json.dumps(dep.build.defines),
+            json.dumps(dep.build.build_env), json.dumps(dep.install, sort_keys=True), DRIVER, EXTRA_CONFIG,
+            BACKEND_VERSION, *stable_defines(dep, ctx.bundle.python_abi),
             *(("ptx",) if dep.build.ptx else ()),  # unset keeps the keys that came before the key
         )
         tools = (("setuptools", versions.get("setuptools", "(none)")),)
@@ -165,9 +167,11 @@ class SetuptoolsBackend:
         try:
             stand_ins = cuda_stand_ins(build_base, ctx.toolchain.env.torch_dir) if request.cuda else None
         except (OSError, subprocess.CalledProcessError) as error:
-            raise BuildFailure(f"{dep.name}: cannot make the link stand-ins for torch's CUDA libraries: {error}") from None
+            raise BuildFailure(f"{dep.name}: cannot make the link stand-ins for torch's CUDA "
+                               f"libraries: {error}") from None
         # -lcuda (QuTLASS's extra_link_args) links a driver stub where the toolkit has none (toolchain.driver)
-        driver = driver_stub(ctx.toolchain.cuda.root, build_base / "assemble-driver", cxx_name()).parent if request.cuda else None
+        driver = (driver_stub(ctx.toolchain.cuda.root, build_base / "assemble-driver", cxx_name()).parent
+                  if request.cuda else None)
         link_dirs = [directory for directory in (stand_ins, driver) if directory is not None]
         env["LDFLAGS"] = " ".join([*(shlex.quote(f"-L{directory}") for directory in link_dirs), KEEP_LIBRARIES])
         if stand_ins is not None:
@@ -193,8 +197,8 @@ class SetuptoolsBackend:
         if not_abi3:
             raise BuildFailure(
                 f"{dep.name}: {', '.join(not_abi3)} is not an abi3 module: pass py_limited_api=True to each extension "
-                f'and options={{"bdist_wheel": {{"py_limited_api": "cp{ctx.bundle.python_abi.replace(".", "")}"}}}} to setup() '
-                "(the bundle is one abi3 wheel)")
+                f'and options={{"bdist_wheel": {{"py_limited_api": "cp{ctx.bundle.python_abi.replace(".", "")}"}}}} to '
+                "setup() (the bundle is one abi3 wheel)")
 
     def environment(self, ctx: BuildContext, request: BuildRequest, jobs: int, config: Path) -> dict[str, str]:
         """The build's environment: ours on top of the user's, minus what could change the build."""
@@ -204,7 +208,8 @@ class SetuptoolsBackend:
         defines = " ".join(shlex.quote(f"-D{define}") for define in stable_defines(dep, ctx.bundle.python_abi))
         # Paths in the binaries (__FILE__ of checks, debug info) relative to the checkout and
         # torch, not to where they happen to live: the bytes do not depend on the cache's place.
-        prefix_maps = [f"-ffile-prefix-map={request.checkout}={dep.name}", f"-ffile-prefix-map={tc.env.torch_dir}=torch"]
+        prefix_maps = [f"-ffile-prefix-map={request.checkout}={dep.name}",
+                       f"-ffile-prefix-map={tc.env.torch_dir}=torch"]
         host = " ".join(shlex.quote(flag) for flag in prefix_maps)
         device = " ".join(shlex.quote(f"-Xcompiler={flag}") for flag in prefix_maps)
         env.update(dep.build.build_env)
@@ -236,7 +241,8 @@ def cuda_stand_ins(build_base: Path, torch_dir: Path) -> Path | None:
     for name in missing:
         library = directory / f"lib{name}.so"
         if not library.is_file():
-            subprocess.run([compiler, "-shared", "-x", "c++", os.devnull, f"-Wl,-soname,lib{name}.so", "-o", str(library)],
+            subprocess.run([compiler, "-shared", "-x", "c++", os.devnull, f"-Wl,-soname,lib{name}.so",
+                            "-o", str(library)],
                            check=True, capture_output=True)
     return directory
 
