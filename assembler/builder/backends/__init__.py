@@ -82,6 +82,9 @@ class Backend(Protocol):
     # The extension module's PyInit_ comes from the dependency's sources (setup.py's Extension
     # looks for it), not from the stub the CMake helper generates.
     pyinit_in_sources: bool
+    # The dependency's own setup.py is what builds (in project-dir): migrate makes it ask for abi3
+    # (py_limited_api), as a person would after the C++ is stable (migration/setup_py.py).
+    setup_py_builds: bool
 
     def uses_cuda(self, recipe: BuildRecipe) -> bool:
         """Whether nvcc takes part (or may: a dependency's own build decides)."""

@@ -55,6 +55,7 @@ class ScikitBuildBackend:
     from_extensions: bool
     cpp_extension_std = False  # the CMake helper's floor, c++17
     pyinit_in_sources = False  # the helper generates each module's PyInit_
+    setup_py_builds = False  # CMake builds; a setup.py beside it is not what assemble runs
 
     def uses_cuda(self, recipe: BuildRecipe) -> bool:
         raise NotImplementedError
@@ -73,7 +74,8 @@ class ScikitBuildBackend:
         helper = (recipe.CMAKE_HELPER_DIR / "AssemblerStableExtension.cmake").read_text()
         texts = [project.pyproject, project.cmakelists, helper, json.dumps(dep.install, sort_keys=True)]
         if not self.from_extensions:  # the helper's keys stay what they were before backends existed
-            texts += [f"backend={self.name}", json.dumps(dep.build.build_env), f"cuda-architectures: {ARCH_SPELLING}, ptx={dep.build.ptx}"]
+            texts += [f"backend={self.name}", json.dumps(dep.build.build_env),
+                      f"cuda-architectures: {ARCH_SPELLING}, ptx={dep.build.ptx}"]
         return Prepared(recipe=digest_texts(*texts), uses_cuda=self.uses_cuda(dep.build))
 
     def build(self, ctx: BuildContext, request: BuildRequest, jobs: int, work: Work) -> None:
@@ -92,7 +94,8 @@ class ScikitBuildBackend:
         if request.archs and not self.from_extensions:  # find_package(Torch) reads it (see recipe.torch_arch_list)
             env["TORCH_CUDA_ARCH_LIST"] = recipe.torch_arch_list(request.archs, request.dep.build.ptx)
         env.update(request.dep.build.build_env)
-        command = [str(ctx.toolchain.env.python), "-c", DRIVER, str(wheel_dir), json.dumps(self._settings(ctx, request, cmake_dir))]
+        settings = json.dumps(self._settings(ctx, request, cmake_dir))
+        command = [str(ctx.toolchain.env.python), "-c", DRIVER, str(wheel_dir), settings]
         if work.run(command, project_dir, env) != 0:
             export_compdb(cmake_dir, work.compdb)  # what did compile is still worth checking
             raise BuildFailure()
@@ -100,11 +103,13 @@ class ScikitBuildBackend:
         refuse_escaping_links(ctx, request)  # the wheel was read through the checkout's links
         used = cmake_cuda_version(cmake_dir)
         if used is not None and used != ctx.toolchain.cuda.release:
-            raise BuildFailure(f"{request.dep.name}: CMake compiled with nvcc {used}, not the selected {ctx.toolchain.cuda.release}")
+            raise BuildFailure(f"{request.dep.name}: CMake compiled with nvcc {used}, "
+                               f"not the selected {ctx.toolchain.cuda.release}")
         unpack(one_wheel(wheel_dir, request.dep.name, "scikit-build-core"), work.files)
         missing = self.missing_modules(request.dep, work.files)
         if missing:
-            raise BuildFailure(f"{request.dep.name}: the build produced no {', '.join(missing)} (an abi3 module named by the recipe)")
+            raise BuildFailure(f"{request.dep.name}: the build produced no {', '.join(missing)} "
+                               "(an abi3 module named by the recipe)")
 
     def missing_modules(self, dep: Dependency, files: Path) -> list[str]:
         return []
