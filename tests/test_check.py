@@ -94,7 +94,8 @@ def test_example_is_clean_cached_and_leaves_evidence(example_ws: Path, private_c
     workspace = open_workspace(example_ws)
     evidence = check_evidence(workspace, workspace.manifest.deps["scalekit"])
     assert evidence is not None and evidence.done and evidence.summary == "1 of 1 translation units clean"
-    assert evidence.verdicts == {"csrc/scale.cu": "CLEAN"} and evidence.obtained == report["deps"]["scalekit"]["obtained"]
+    assert evidence.verdicts == {"csrc/scale.cu": "CLEAN"}
+    assert evidence.obtained == report["deps"]["scalekit"]["obtained"]
     # `patches` says "done" on this evidence alone (nothing was built), and names it
     status = _migrated(example_ws, private_cache)
     assert status["scalekit"][0] == "done", status
@@ -102,7 +103,8 @@ def test_example_is_clean_cached_and_leaves_evidence(example_ws: Path, private_c
     assert status["scalekit"][1]["summary"].startswith("check: 1 of 1 translation units clean")
     manifest = example_ws / "deps.toml"
     original = manifest.read_text()
-    manifest.write_text(original.replace('include-dirs = ["csrc"] ', 'defines = ["SCALE_FAST=1"]\ninclude-dirs = ["csrc"] '))
+    manifest.write_text(original.replace('include-dirs = ["csrc"] ',
+                                         'defines = ["SCALE_FAST=1"]\ninclude-dirs = ["csrc"] '))
     changed = open_workspace(example_ws)
     assert changed.manifest.deps["scalekit"].build.extensions[0].defines == ("SCALE_FAST=1",)
     assert check_evidence(changed, changed.manifest.deps["scalekit"]) is None  # a check of another recipe
@@ -120,7 +122,8 @@ def test_example_is_clean_cached_and_leaves_evidence(example_ws: Path, private_c
     source.write_text(source.read_text() + "\n// local edit\n")
     edited, third = _check(example_ws, private_cache, "vecadd")
     assert edited.returncode == 0 and list(third["deps"]) == ["vecadd"]
-    assert third["deps"]["vecadd"]["cached"] is False and third["deps"]["vecadd"]["key"] != report["deps"]["vecadd"]["key"]
+    assert third["deps"]["vecadd"]["cached"] is False
+    assert third["deps"]["vecadd"]["key"] != report["deps"]["vecadd"]["key"]
     kept = check_evidence(workspace, workspace.manifest.deps["vecadd"])
     assert kept is not None and kept.obtained == report["deps"]["vecadd"]["obtained"]
 
@@ -146,7 +149,8 @@ def test_half_migrated_series_is_unstable_and_the_build_agrees(example_ws: Path,
 
     text = assemble("-C", str(example_ws), "check", "vecadd", "--cuda", HERMETIC_CUDA, cache=private_cache)
     assert text.returncode == 1
-    assert re.search(r"<ATen/ATen\.h> is outside the Stable ABI .* included from csrc/add_scaled\.cpp:1", text.stdout), text.stdout
+    assert re.search(r"<ATen/ATen\.h> is outside the Stable ABI .* included from csrc/add_scaled\.cpp:1",
+                     text.stdout), text.stdout
 
     workspace = open_workspace(example_ws)
     evidence = check_evidence(workspace, workspace.manifest.deps["vecadd"])
@@ -189,7 +193,8 @@ def test_every_verdict_with_its_evidence(example_ws: Path, private_cache: Path) 
         {"symbol": "torch_dtype_float8_e8m0fnu", "at": "csrc/feature.cpp:3", "since": "2.11.0"},
     ]
     assert units["csrc/feature.cpp"]["passes"] == ["c++", "syntax", "syntax (target 2.13)"]
-    assert units["csrc/missing.cpp"]["missing"] == [{"header": "generated/config.h", "included_from": ["csrc/missing.cpp:2"]}]
+    assert units["csrc/missing.cpp"]["missing"] == [{"header": "generated/config.h",
+                                                     "included_from": ["csrc/missing.cpp:2"]}]
     pybind = units["csrc/pybind.cpp"]["not_limited"]
     assert [(item["header"], item["chain"]) for item in pybind] == [("pybind11/pybind11.h", ["csrc/pybind.cpp:1"])]
     python = units["csrc/python.cpp"]["not_limited"]
@@ -243,7 +248,8 @@ def test_setuptools_units_from_the_compile_commands_of_its_build(example_ws: Pat
     result, report = _check(example_ws, private_cache, "rowsum")
     assert result.returncode == 0, result.stderr[-3000:]
     [unit] = report["deps"]["rowsum"]["units"]
-    assert (unit["source"], unit["origin"], unit["verdict"], unit["passes"]) == ("csrc/rowsum.cpp", "compile-commands", "CLEAN", ["c++", "syntax"])
+    assert (unit["source"], unit["origin"], unit["verdict"], unit["passes"]) == ("csrc/rowsum.cpp", "compile-commands",
+                                                                                 "CLEAN", ["c++", "syntax"])
 
 
 SETUPTOOLS_MANIFEST = """\
@@ -271,7 +277,9 @@ def _setuptools_ws(tmp_path: Path, recipe: str) -> Path:
 
 
 def test_units_of_a_setuptools_recipe_from_sources_globs(tmp_path: Path) -> None:
-    ws = _setuptools_ws(tmp_path, 'sources = ["csrc/api.cpp", "csrc/kernels/*.cu"]\ninclude-dirs = ["csrc"]\ndefines = ["LIB_FAST=1"]')
+    ws = _setuptools_ws(tmp_path,
+                        'sources = ["csrc/api.cpp", "csrc/kernels/*.cu"]\ninclude-dirs = ["csrc"]\n'
+                        'defines = ["LIB_FAST=1"]')
     workspace = open_workspace(ws)
     units = translation_units(workspace, workspace.manifest.deps["lib"])
     checkout = ws / "forks" / "lib"
@@ -308,16 +316,21 @@ def test_units_name_the_recipe_line_of_a_missing_path(tmp_path: Path, recipe: st
     ws = _setuptools_ws(tmp_path, recipe)
     workspace = open_workspace(ws)
     line = next(n for n, row in enumerate((ws / "deps.toml").read_text().splitlines(), 1) if value in row)
-    with pytest.raises(InputError, match=rf"^{re.escape(str(ws / 'deps.toml'))}:{line}:\d+: deps\.lib\.build\.\S+: {re.escape(problem)}"):
+    with pytest.raises(InputError,
+                       match=rf"^{re.escape(str(ws / 'deps.toml'))}:{line}:\d+: deps\.lib\.build\.\S+: "
+                             rf"{re.escape(problem)}"):
         translation_units(workspace, workspace.manifest.deps["lib"])
 
 
 def test_units_from_the_last_build_compile_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))  # the record lives in the cache: never the developer's
+    # the record lives in the cache: never the developer's
+    monkeypatch.setenv("ASSEMBLE_CACHE", str(tmp_path / "cache"))
     ws = _setuptools_ws(tmp_path, "")
     workspace = open_workspace(ws)
     dep = workspace.manifest.deps["lib"]
-    with pytest.raises(InputError, match=r"deps\.toml:\d+:\d+: deps\.lib\.build: the setuptools backend's translation units are unknown"):
+    with pytest.raises(InputError,
+                       match=r"deps\.toml:\d+:\d+: deps\.lib\.build: the setuptools backend's translation units are "
+                             r"unknown"):
         translation_units(workspace, dep)
     checkout = ws / "forks" / "lib"
     build = tmp_path / "build"
@@ -325,16 +338,20 @@ def test_units_from_the_last_build_compile_commands(tmp_path: Path, monkeypatch:
     compdb.parent.mkdir(parents=True)
     compdb.write_text(json.dumps([
         {"directory": str(checkout), "file": "csrc/api.cpp",
-         "arguments": ["c++", "-std=c++20", "-Icsrc", "-isystem", "/torch/include", "-DTORCH_TARGET_VERSION=0x020A000000000000",
+         "arguments": ["c++", "-std=c++20", "-Icsrc", "-isystem", "/torch/include",
+                       "-DTORCH_TARGET_VERSION=0x020A000000000000",
                        "-DTORCH_EXTENSION_NAME=_lib_C", "-c", "csrc/api.cpp", "-o", "api.o"]},
         {"directory": str(build), "file": str(checkout / "csrc/kernels/a.cu"),
-         "command": f"nvcc -I{checkout}/csrc --define-macro USE_CUDA -Xcompiler -fPIC,-DHOSTONLY -c {checkout}/csrc/kernels/a.cu"},
-        {"directory": str(build), "file": str(build / "generated_stub.cpp"), "arguments": ["c++", "-c", "generated_stub.cpp"]},
+         "command": f"nvcc -I{checkout}/csrc --define-macro USE_CUDA -Xcompiler -fPIC,-DHOSTONLY -c "
+                    f"{checkout}/csrc/kernels/a.cu"},
+        {"directory": str(build), "file": str(build / "generated_stub.cpp"),
+         "arguments": ["c++", "-c", "generated_stub.cpp"]},
     ]))
     units = translation_units(workspace, dep)
     assert units == [
         TranslationUnit(checkout.resolve() / "csrc/api.cpp", "csrc/api.cpp", "cxx",
-                        (checkout / "csrc", Path("/torch/include")), ("TORCH_EXTENSION_NAME=_lib_C",), origin="compile-commands",
+                        (checkout / "csrc", Path("/torch/include")), ("TORCH_EXTENSION_NAME=_lib_C",),
+                        origin="compile-commands",
                         std="c++20"),
         TranslationUnit(checkout.resolve() / "csrc/kernels/a.cu", "csrc/kernels/a.cu", "cuda",
                         (checkout / "csrc",), ("USE_CUDA", "HOSTONLY"), origin="compile-commands"),

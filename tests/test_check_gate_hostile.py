@@ -46,7 +46,8 @@ REFUSED_FLAGS = [
     ("cxx-flags", "-O2;-B/evil/"), ("cxx-flags", "-${EMPTY}B/evil/"), ("cxx-flags", "-fuse-ld=/evil/ld"),
     ("cxx-flags", "-nostdinc"), ("cxx-flags", "-v"), ("cxx-flags", "-Wp,-MD,/tmp/x"),
     ("cuda-flags", "-Xcompiler=-dumpversion"), ("cuda-flags", "--version"), ("cuda-flags", "--dryrun"),
-    ("cuda-flags", "-Xcompiler=-B/evil/"), ("cuda-flags", "-Xptxas=--output-file=/tmp/x"), ("cuda-flags", "--keep-dir=/tmp"),
+    ("cuda-flags", "-Xcompiler=-B/evil/"), ("cuda-flags", "-Xptxas=--output-file=/tmp/x"),
+    ("cuda-flags", "--keep-dir=/tmp"),
     ("cuda-flags", "--compiler-bindir=/evil"), ("cuda-flags", "-V"), ("cuda-flags", "--list-gpu-arch"),
 ]
 
@@ -67,16 +68,20 @@ def test_real_recipe_flags_still_pass(tmp_path: Path) -> None:
              'cuda-flags = ["--expt-relaxed-constexpr", "--expt-extended-lambda", "--use_fast_math", "-lineinfo", '
              '"--ptxas-options=--register-usage-level=10", "-Xcompiler=-funroll-loops,-ffast-math", "--threads=4", '
              '"--diag-suppress=177", "-Xptxas=-v"]\n')
-    (tmp_path / "deps.toml").write_text(HEAD + 'cmake-args = ["-DCMAKE_CXX_STANDARD=20", "-DMY_OPTION=ON", "-Wno-dev"]\n'
+    (tmp_path / "deps.toml").write_text(HEAD + 'cmake-args = ["-DCMAKE_CXX_STANDARD=20", "-DMY_OPTION=ON", '
+                                               '"-Wno-dev"]\n'
                                         + EXTENSION + flags)
     ext = load_manifest(tmp_path / "deps.toml").deps["kern"].build.extensions[0]
     assert "-fopenmp" in ext.cxx_flags and "-Xcompiler=-funroll-loops,-ffast-math" in ext.cuda_flags
 
 
 REFUSED_DATA = [
-    ('cmake-args = ["-C/tmp/evil.cmake"]\n', "cmake-args"), ('cmake-args = ["-DCMAKE_CXX_COMPILER=/evil"]\n', "cmake-args"),
-    ('cmake-args = ["-DCMAKE_CXX_COMPILER_LAUNCHER=/evil"]\n', "cmake-args"), ('cmake-args = ["-DX=${EVIL}"]\n', "cmake-args"),
-    ('cmake-args = ["-P", "/tmp/x.cmake"]\n', "cmake-args"), ('cmake-args = ["-DCMAKE_PROJECT_INCLUDE=/x"]\n', "cmake-args"),
+    ('cmake-args = ["-C/tmp/evil.cmake"]\n', "cmake-args"),
+    ('cmake-args = ["-DCMAKE_CXX_COMPILER=/evil"]\n', "cmake-args"),
+    ('cmake-args = ["-DCMAKE_CXX_COMPILER_LAUNCHER=/evil"]\n', "cmake-args"),
+    ('cmake-args = ["-DX=${EVIL}"]\n', "cmake-args"),
+    ('cmake-args = ["-P", "/tmp/x.cmake"]\n', "cmake-args"),
+    ('cmake-args = ["-DCMAKE_PROJECT_INCLUDE=/x"]\n', "cmake-args"),
     ('python-packages = ["pkg;/etc"]\n', "python-packages"), ('data = ["${HOME}/x"]\n', "data"),
     ('cmake-args = ["-DCMAKE_CUDA_ARCHITECTURES=90"]\n', "cmake-args"),
 ]

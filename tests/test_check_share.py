@@ -105,7 +105,8 @@ def test_generated_tree_shared_and_full_agree(example_ws: Path, private_cache: P
     total = _tree(forks / "vecadd" / "csrc", forks / "scalekit" / "csrc")
     manifest = example_ws / "deps.toml"
     manifest.write_text(manifest.read_text()
-                        .replace('sources = ["csrc/add_scaled.cpp"]', 'sources = ["csrc/add_scaled.cpp", "csrc/gen/*.cpp"]')
+                        .replace('sources = ["csrc/add_scaled.cpp"]',
+                                 'sources = ["csrc/add_scaled.cpp", "csrc/gen/*.cpp"]')
                         .replace('sources = ["csrc/scale.cu"]', 'sources = ["csrc/scale.cu", "csrc/gen_*.cu"]'))
 
     shared = _check(example_ws, private_cache, "vecadd", "scalekit", "--preprocess-only")
@@ -120,19 +121,22 @@ def test_generated_tree_shared_and_full_agree(example_ws: Path, private_cache: P
     assert all(unit["scanned_as"] is None for unit in full["deps"]["vecadd"]["units"])
     assert len(borrowed) > 150  # the instantiations share a scan: that is the speed
     assert {f"vecadd:csrc/gen/inst_{n}.cpp" for n in range(1, 100)} <= borrowed
-    assert units["vecadd:csrc/gen/inst_7.cpp"]["passes"] == ["c++"] and units["scalekit:csrc/gen_3.cu"]["passes"][0] == "host"
+    assert units["vecadd:csrc/gen/inst_7.cpp"]["passes"] == ["c++"]
+    assert units["scalekit:csrc/gen_3.cu"]["passes"][0] == "host"
     for name in ("raw", "unterminated", "computed", "line", "trigraph", "after_comment", "base_b", "self",
                  "poison_b", "file_if"):
         assert f"vecadd:csrc/gen/{name}.cpp" not in borrowed, name  # scanned on their own
     assert "vecadd:csrc/gen/boom_b.cpp" in borrowed and units["vecadd:csrc/gen/boom_b.cpp"]["verdict"] == "INCOMPLETE"
     # the unit's own path and line stand in the findings it borrowed
     unstable = units["vecadd:csrc/gen/unstable_4.cpp"]
-    assert unstable["scanned_as"] is not None and unstable["unstable"][0]["chain"] == ["csrc/gen/unstable_4.cpp:2", "csrc/gen/compat.h:2"]
+    assert unstable["scanned_as"] is not None and unstable["unstable"][0]["chain"] == ["csrc/gen/unstable_4.cpp:2",
+                                                                                       "csrc/gen/compat.h:2"]
 
 
 @pytest.mark.parametrize(("text", "shared"), [
     (INSTANCE.format(n=1), True), ("#if 1\n#include <a.h>\n#endif\n", True), ("int x = 0x1'2;\n#include <a.h>\n", True),
-    ('auto s = R"(x)";\n', False), ("/* open\n", False), ("#include A\n", False), ("#line 3\n", False), ("%:include <a.h>\n", False),
+    ('auto s = R"(x)";\n', False), ("/* open\n", False), ("#include A\n", False), ("#line 3\n", False),
+    ("%:include <a.h>\n", False),
     ("int a = __LINE__;\nint b = __FILE__;\n", False), ("#embed <x>\n", False), ("#define X \\ \nint y;\n", False),
 ])
 def test_skeleton_gives_up_where_the_lexer_could_misread(tmp_path: Path, text: str, shared: bool) -> None:

@@ -71,7 +71,8 @@ def test_export_low_churn_after_editing_the_branch(git_workspace: GitWorkspace) 
     git(fork, "commit", "-q", "-a", "--amend", "--no-edit")
     (fork / "csrc" / "meta.py").write_text("# meta functions move to Python\n")
     git(fork, "add", "csrc/meta.py")
-    git(fork, "commit", "-q", "-m", "Move meta function to Python\n\nForwarded: not-needed\nBug: https://git.invalid/kern/issues/3")
+    git(fork, "commit", "-q", "-m",
+        "Move meta function to Python\n\nForwarded: not-needed\nBug: https://git.invalid/kern/issues/3")
     result = git_workspace.assemble("export", "kern", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)["deps"][0]
@@ -147,7 +148,8 @@ def test_mirror_rewrite_is_used_for_fetch(git_workspace: GitWorkspace) -> None:
 
 def test_offline_error_names_url_and_mirrors(git_workspace: GitWorkspace) -> None:
     manifest = git_workspace.manifest
-    manifest.write_text(manifest.read_text().replace('"https://git.invalid/" = "remotes/"   # relative to this file\n', ""))
+    manifest.write_text(manifest.read_text().replace('"https://git.invalid/" = "remotes/"   # relative to this file\n',
+                                                     ""))
     result = git_workspace.assemble("checkout")
     assert result.returncode == 3, result.stderr
     assert "cannot fetch https://git.invalid/kern" in result.stderr
@@ -167,7 +169,8 @@ def test_interrupted_checkout_is_safe_to_rerun(git_workspace: GitWorkspace) -> N
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["deps"][0]["action"] == "updated"
     assert json.loads(state_file.read_text())["status"] == "ready"
-    assert subprocess.run(["git", "status", "--porcelain"], cwd=git_workspace.fork, capture_output=True, text=True).stdout == ""
+    assert subprocess.run(["git", "status", "--porcelain"], cwd=git_workspace.fork, capture_output=True,
+                          text=True).stdout == ""
 
 
 def test_submodules_come_from_their_own_mirror(git_workspace: GitWorkspace) -> None:
@@ -183,7 +186,9 @@ def test_submodules_come_from_their_own_mirror(git_workspace: GitWorkspace) -> N
     new_base = upstream.commit("Add cutlass submodule", {})
     manifest = git_workspace.manifest
     manifest.write_text(
-        manifest.read_text().replace(git_workspace.base, new_base).replace('track = "main"\n', 'track = "main"\nsubmodules = ["third-party/cutlass"]\n')
+        manifest.read_text().replace(git_workspace.base, new_base).replace('track = "main"\n',
+                                                                           'track = "main"\nsubmodules = '
+                                                                           '["third-party/cutlass"]\n')
     )
     result = git_workspace.assemble("checkout")
     assert result.returncode == 0, result.stderr
@@ -195,7 +200,8 @@ def test_submodules_come_from_their_own_mirror(git_workspace: GitWorkspace) -> N
 def _break_first_patch(git_workspace: GitWorkspace) -> str:
     """Move the pin to an upstream commit that rewrites the line patch 0001 changes."""
     kernel = (git_workspace.upstream.path / "csrc" / "kern.cpp").read_text()
-    new_base = git_workspace.upstream.commit("Rename argument", {"csrc/kern.cpp": kernel.replace("const at::Tensor& x", "const at::Tensor& input").replace("x + 1", "input + 1")})
+    renamed = kernel.replace("const at::Tensor& x", "const at::Tensor& input").replace("x + 1", "input + 1")
+    new_base = git_workspace.upstream.commit("Rename argument", {"csrc/kern.cpp": renamed})
     manifest = git_workspace.manifest
     manifest.write_text(manifest.read_text().replace(git_workspace.base, new_base))
     return new_base
@@ -210,7 +216,8 @@ def test_resolved_conflict_continues_the_series_and_exports(git_workspace: GitWo
     assert result.returncode == 5 and names[0] in result.stderr
     fork = git_workspace.fork
     kern = fork / "csrc" / "kern.cpp"
-    resolved = (git_workspace.upstream.path / "csrc" / "kern.cpp").read_text().replace("at::Tensor", "torch::stable::Tensor")
+    resolved = (git_workspace.upstream.path / "csrc" / "kern.cpp").read_text().replace("at::Tensor",
+                                                                                       "torch::stable::Tensor")
     kern.write_text(resolved)
     git(fork, "add", "csrc/kern.cpp")
     git(fork, "-c", "core.editor=true", "am", "--continue")

@@ -21,7 +21,8 @@ SCHEMAS = {
     "aten::is_pinned": ("aten::is_pinned(Tensor self, Device? device=None) -> bool",),
     "aten::softmax": ("aten::softmax.int(Tensor self, int dim, ScalarType? dtype=None) -> Tensor",
                       "aten::softmax.Dimname(Tensor self, str dim, *, ScalarType? dtype=None) -> Tensor",
-                      "aten::softmax.int_out(Tensor self, int dim, ScalarType? dtype=None, *, Tensor(a!) out) -> Tensor(a!)"),
+                      "aten::softmax.int_out(Tensor self, int dim, ScalarType? dtype=None, *, Tensor(a!) out) -> "
+                      "Tensor(a!)"),
     "aten::argmax": ("aten::argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor",),
     "aten::relu_": ("aten::relu_(Tensor(a!) self) -> Tensor(a!)",),
 }
@@ -86,7 +87,8 @@ def test_a_method_on_a_tensor_and_an_at_function_are_rewritten_to_the_helper_and
     file = _run(text, _rewrites(SCHEMAS))
     assert file.declined == [] and file.made["dispatcher"] == 4 and file.helpers == {"dispatcher"}
     lines = file.text.splitlines()
-    assert lines[1] == '  STD_TORCH_CHECK(assemble_stable::call_aten<bool>("aten::is_pinned", "", x, std::nullopt), "x");'
+    assert lines[1] == ('  STD_TORCH_CHECK(assemble_stable::call_aten<bool>("aten::is_pinned", "", x, std::nullopt), '
+                        '"x");')
     assert lines[2] == ('  auto y = assemble_stable::call_aten<torch::stable::Tensor>("aten::relu_", "", '
                         'assemble_stable::call_aten<torch::stable::Tensor>("aten::softmax", "int", x, '
                         "static_cast<int64_t>(d), std::nullopt));")

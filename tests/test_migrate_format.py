@@ -74,7 +74,8 @@ def test_migrate_formats_its_lines_in_the_projects_style_and_no_other(tmp_path: 
     assert good in text
     source.write_text(text.replace(good, BAD))
     _git(fork, "add", "-A")
-    _git(fork, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "Plant a style and a badly formatted line")
+    _git(fork, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m",
+         "Plant a style and a badly formatted line")
     planted = source.read_text().splitlines()
 
     result = assemble("-C", str(ws), "migrate", "vecadd", "--no-check", "--json", cache=private_cache)
@@ -87,6 +88,7 @@ def test_migrate_formats_its_lines_in_the_projects_style_and_no_other(tmp_path: 
     assert "  Tensor out = torch::stable::empty_like (x);" in migrated
     # every line no step touched is still there, in order
     untouched = [line for line in planted if "at::" not in line and "TORCH_" not in line and "data_ptr" not in line
-                 and "contiguous" not in line and ".view(" not in line and "#include" not in line and "m.impl" not in line]
+                 and "contiguous" not in line and ".view(" not in line and "#include" not in line
+                 and "m.impl" not in line]
     assert [line for line in migrated if line in untouched] == untouched
     assert _git(fork, "status", "--porcelain") == ""

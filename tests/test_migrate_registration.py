@@ -26,7 +26,8 @@ FWD = ("fwd(Tensor q, Tensor k, Tensor v, Tensor(a!) out, Tensor? bias, float so
 
 def _at_80_columns(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ASSEMBLE_CACHE": str(cache), "COLUMNS": "80"}
-    return subprocess.run([sys.executable, "-m", "assembler", *args], env=env, capture_output=True, text=True, check=False)
+    return subprocess.run([sys.executable, "-m", "assembler", *args], env=env, capture_output=True, text=True,
+                          check=False)
 
 
 def test_migrate_attnkit_alone_reaches_clean_builds_and_verifies(tmp_path: Path, private_cache: Path) -> None:

@@ -22,13 +22,17 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "impl-box": ('m.impl("op", &ns::op);', 'm.impl("op", TORCH_BOX(&ns::op));'),
     # QuTLASS: TORCH_FN in a file whose pybind11 module migrate converts too
     "impl-fn": ('m.impl("op",   TORCH_FN(ns::op));', 'm.impl("op",   TORCH_BOX(&ns::op));'),
-    "tensor-type": ("torch::Tensor f(const at::Tensor& x);", "torch::stable::Tensor f(const torch::stable::Tensor& x);"),
+    "tensor-type": ("torch::Tensor f(const at::Tensor& x);",
+                    "torch::stable::Tensor f(const torch::stable::Tensor& x);"),
     "scalar-type": ("x.scalar_type() == at::kHalf || y == torch::kInt64",
-                    "x.scalar_type() == torch::headeronly::ScalarType::Half || y == torch::headeronly::ScalarType::Long"),
+                    "x.scalar_type() == torch::headeronly::ScalarType::Half || "
+                    "y == torch::headeronly::ScalarType::Long"),
     "scalar-type-enum": ("c10::ScalarType::BFloat16", "torch::headeronly::ScalarType::BFloat16"),
-    "scalar-type-name": ("at::ScalarType f(torch::Dtype d);", "torch::headeronly::ScalarType f(torch::headeronly::ScalarType d);"),
+    "scalar-type-name": ("at::ScalarType f(torch::Dtype d);",
+                         "torch::headeronly::ScalarType f(torch::headeronly::ScalarType d);"),
     "device-type-enum": ("d.type() == torch::kCUDA || d.type() == c10::DeviceType::CPU",
-                         "d.type() == torch::headeronly::DeviceType::CUDA || d.type() == torch::headeronly::DeviceType::CPU"),
+                         "d.type() == torch::headeronly::DeviceType::CUDA || d.type() == "
+                         "torch::headeronly::DeviceType::CPU"),
     "device-type-name": ("c10::DeviceType kind;", "torch::headeronly::DeviceType kind;"),
     "device": ("torch::Device d = x.device();", "torch::stable::Device d = x.device();"),
     "device-string": ('at::Device d("cuda:0");', 'torch::stable::Device d("cuda:0");'),
@@ -38,12 +42,16 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "bfloat16": ("auto p = x.data_ptr<at::BFloat16>();", "auto p = x.mutable_data_ptr<torch::headeronly::BFloat16>();"),
     "half": ("c10::Half h;", "torch::headeronly::Half h;"),
     "torch-check": ('TORCH_CHECK(ok, "message");', 'STD_TORCH_CHECK(ok, "message");'),
-    "dtype": ("void f(const at::Tensor& q) { auto d = q.dtype(); }", "void f(const torch::stable::Tensor& q) { auto d = q.scalar_type(); }"),
-    "t": ("void f(at::Tensor w) { auto wt = w.t(); }", "void f(torch::stable::Tensor w) { auto wt = torch::stable::transpose(w, 0, 1); }"),
+    "dtype": ("void f(const at::Tensor& q) { auto d = q.dtype(); }",
+              "void f(const torch::stable::Tensor& q) { auto d = q.scalar_type(); }"),
+    "t": ("void f(at::Tensor w) { auto wt = w.t(); }",
+          "void f(torch::stable::Tensor w) { auto wt = torch::stable::transpose(w, 0, 1); }"),
     "new-empty": ("void f(at::Tensor x) { auto y = at::empty({2, 3}, x.options().dtype(at::kInt)); }",
-                  "void f(torch::stable::Tensor x) { auto y = torch::stable::new_empty(x, {2, 3}, torch::headeronly::ScalarType::Int); }"),
+                  "void f(torch::stable::Tensor x) { auto y = torch::stable::new_empty(x, {2, 3}, "
+                  "torch::headeronly::ScalarType::Int); }"),
     "contiguous": ("auto y = x.contiguous();", "auto y = torch::stable::contiguous(x);"),
-    "view": ("auto y = x.contiguous().view({-1});", "auto y = torch::stable::view(torch::stable::contiguous(x), {-1});"),
+    "view": ("auto y = x.contiguous().view({-1});",
+             "auto y = torch::stable::view(torch::stable::contiguous(x), {-1});"),
     "reshape": ("auto y = t[0].reshape(s);", "auto y = torch::stable::reshape(t[0], s);"),
     "transpose": ("auto y = ns::make(x).transpose(0, 1);", "auto y = torch::stable::transpose(ns::make(x), 0, 1);"),
     "clone": ("auto y = x.clone();", "auto y = torch::stable::clone(x);"),
@@ -61,12 +69,14 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "cuda-stream": ("cudaStream_t s = at::cuda::getCurrentCUDAStream();",
                     "cudaStream_t s = assemble_stable::current_cuda_stream();"),
     "tensor-checks": ('at::TensorArg q_arg{q, "q", 1};\nat::checkAllContiguous("f", {q_arg});',
-                      'assemble_stable::TensorArg q_arg{q, "q", 1};\nassemble_stable::checkAllContiguous("f", {q_arg});'),
+                      'assemble_stable::TensorArg q_arg{q, "q", 1};\n'
+                      'assemble_stable::checkAllContiguous("f", {q_arg});'),
     "device-properties": ("int n = at::cuda::getCurrentDeviceProperties()->multiProcessorCount;",
                           "int n = assemble_stable::current_device_properties()->multiProcessorCount;"),
     # a method torch::stable lacks: through the dispatcher, the stack from the schema (SCHEMAS, as torch prints it)
     "dispatcher": ("bool f(const at::Tensor& x) { return x.is_pinned(); }",
-                   'bool f(const torch::stable::Tensor& x) { return assemble_stable::call_aten<bool>("aten::is_pinned", "", x, '
+                   'bool f(const torch::stable::Tensor& x) { return '
+                   'assemble_stable::call_aten<bool>("aten::is_pinned", "", x, '
                    "std::nullopt); }"),
     "empty-like": ("auto y = at::empty_like(x);", "auto y = torch::stable::empty_like(x);"),
     "sum": ("auto s = at::sum(x, dims, true);", "auto s = torch::stable::sum(x, dims, true);"),
@@ -74,21 +84,27 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "scalar-type-e8m0": ("A_sf.scalar_type() == at::kFloat8_e8m0fnu",
                          "A_sf.scalar_type() == torch::headeronly::ScalarType::Float8_e8m0fnu"),
     # QuTLASS's kernels: an untemplated data_ptr() in a C cast, read or written by what the cast says
-    "cast-data-ptr": ("void f(const at::Tensor& x, at::Tensor& o) { g((T*)x.data_ptr(), (T const*)x.data_ptr(), (T*)o.data_ptr()); }",
+    "cast-data-ptr": ("void f(const at::Tensor& x, at::Tensor& o) { g((T*)x.data_ptr(), (T const*)x.data_ptr(), "
+                      "(T*)o.data_ptr()); }",
                       "void f(const torch::stable::Tensor& x, torch::stable::Tensor& o) { "
-                      "g(static_cast<T*>(const_cast<void*>(x.const_data_ptr())), static_cast<T const*>(x.const_data_ptr()), "
+                      "g(static_cast<T*>(const_cast<void*>(x.const_data_ptr())), static_cast<T "
+                      "const*>(x.const_data_ptr()), "
                       "static_cast<T*>(o.mutable_data_ptr())); }"),
-    "sizes-index": ("void f(at::Tensor A) { auto m = A.sizes()[0] * 2; }", "void f(torch::stable::Tensor A) { auto m = A.size(0) * 2; }"),
-    "strides-index": ("void f(at::Tensor A) { auto s = A.strides()[1]; }", "void f(torch::stable::Tensor A) { auto s = A.stride(1); }"),
+    "sizes-index": ("void f(at::Tensor A) { auto m = A.sizes()[0] * 2; }",
+                    "void f(torch::stable::Tensor A) { auto m = A.size(0) * 2; }"),
+    "strides-index": ("void f(at::Tensor A) { auto s = A.strides()[1]; }",
+                      "void f(torch::stable::Tensor A) { auto s = A.stride(1); }"),
     "data-ptr": ("const float* p = x.data_ptr<float>();\nfloat* q = y.data_ptr<float>();",
                  "const float* p = x.const_data_ptr<float>();\nfloat* q = y.mutable_data_ptr<float>();"),
 }
 
 TARGETS = {"scalar-type-e8m0": "2.11"}
-SCHEMAS = {"aten::is_pinned": ("aten::is_pinned(Tensor self, Device? device=None) -> bool",)}  # an example whose rewrite needs a torch-target above 2.10
+# an example whose rewrite needs a torch-target above 2.10
+SCHEMAS = {"aten::is_pinned": ("aten::is_pinned(Tensor self, Device? device=None) -> bool",)}
 
 
-def _run(text: str, target: str = "2.10", active: list[bool] | None = None, style: dict[str, str] | None = None) -> FileRewrite:
+def _run(text: str, target: str = "2.10", active: list[bool] | None = None,
+         style: dict[str, str] | None = None) -> FileRewrite:
     file = FileRewrite(text, active if active is not None else [True] * (text.count("\n") + 1))
     rewrites = replace(REWRITES, rewrites=tuple(replace(r, schemas=SCHEMAS) if r.type == "dispatcher" else r
                                                 for r in REWRITES.rewrites))
@@ -113,7 +129,8 @@ def test_comments_strings_and_lines_the_build_skips_are_left_alone() -> None:
     text = '// at::Tensor x.contiguous()\nconst char* s = "TORCH_CHECK(x.view({1}))";\nat::Tensor t = u.contiguous();\n'
     assert _run(text).text == ('// at::Tensor x.contiguous()\nconst char* s = "TORCH_CHECK(x.view({1}))";\n'
                                "torch::stable::Tensor t = torch::stable::contiguous(u);\n")
-    assert _run(text, active=[True, True, False, True]).text == text  # the third line is behind an #ifdef the build does not set
+    # the third line is behind an #ifdef the build does not set
+    assert _run(text, active=[True, True, False, True]).text == text
 
 
 def test_a_braced_literal_into_an_optional_array_ref_is_declined() -> None:
@@ -124,7 +141,8 @@ def test_a_braced_literal_into_an_optional_array_ref_is_declined() -> None:
 
 
 @pytest.mark.parametrize(("old", "new"), [
-    ("torch::kFloat8_e4m3fn", "Float8_e4m3fn"), ("at::kFloat8_e5m2", "Float8_e5m2"), ("c10::kComplexFloat", "ComplexFloat"),
+    ("torch::kFloat8_e4m3fn", "Float8_e4m3fn"), ("at::kFloat8_e5m2", "Float8_e5m2"),
+    ("c10::kComplexFloat", "ComplexFloat"),
     ("at::kComplexDouble", "ComplexDouble"),
 ])
 def test_every_scalar_type_assess_calls_mechanical_is_rewritten(old: str, new: str) -> None:
@@ -179,7 +197,8 @@ def test_an_element_bound_to_a_non_const_reference_is_written(use: str, method: 
 
 
 def test_data_ptr_style_mutable() -> None:
-    assert _run("const float* p = x.data_ptr<float>();", style={"data-ptr": "mutable"}).text == "const float* p = x.mutable_data_ptr<float>();"
+    assert _run("const float* p = x.data_ptr<float>();",
+                style={"data-ptr": "mutable"}).text == "const float* p = x.mutable_data_ptr<float>();"
 
 
 def test_a_chain_continued_on_the_next_line_keeps_its_line_break() -> None:
@@ -187,7 +206,8 @@ def test_a_chain_continued_on_the_next_line_keeps_its_line_break() -> None:
     the receiver is the whole chain above, not an empty one, and the line count holds."""
     text = "void f(at::Tensor q, int64_t b) {\n  q = q.view({b, 4}).transpose(0, 1)\n      .reshape({4, b});\n}"
     file = _run(text)
-    assert file.text == ("void f(torch::stable::Tensor q, int64_t b) {\n  q = torch::stable::reshape(torch::stable::transpose("
+    assert file.text == ("void f(torch::stable::Tensor q, int64_t b) {\n  q = "
+                         "torch::stable::reshape(torch::stable::transpose("
                          "torch::stable::view(q, {b, 4}), 0, 1),\n      {4, b});\n}")
     assert not file.declined
 
@@ -222,14 +242,18 @@ def test_a_cuda_header_gives_its_own_line_once_nothing_needs_it() -> None:
 
 
 @pytest.mark.parametrize(("parameters", "args", "returns", "schema", "wrapped"), [
-    (["const at::Tensor& x", "double eps"], [("x", None), ("eps", "1e-6")], "at::Tensor", "f(Tensor x, float eps=1e-6) -> Tensor", False),
+    (["const at::Tensor& x", "double eps"], [("x", None), ("eps", "1e-6")], "at::Tensor",
+     "f(Tensor x, float eps=1e-6) -> Tensor", False),
     (["const at::Tensor& x", "const int& groups"], [], "at::Tensor", "f(Tensor x, int groups) -> Tensor", True),
-    (["const std::tuple<at::Tensor, std::optional<at::Tensor>>& affine"], [("affine", None)], "std::tuple<at::Tensor, at::Tensor>",
+    (["const std::tuple<at::Tensor, std::optional<at::Tensor>>& affine"], [("affine", None)],
+     "std::tuple<at::Tensor, at::Tensor>",
      "f(Tensor affine_0, Tensor? affine_1) -> (Tensor, Tensor)", True),
-    (["std::optional<int> n", "bool flag"], [("n", "py::none()"), ("flag", "true")], "void", "f(int? n=None, bool flag=True) -> ()", True),
+    (["std::optional<int> n", "bool flag"], [("n", "py::none()"), ("flag", "true")], "void",
+     "f(int? n=None, bool flag=True) -> ()", True),
     (["const std::vector<at::Tensor>& xs"], [], "std::vector<at::Tensor>", "f(Tensor[] xs) -> Tensor[]", False),
     (["int64_t T", "int64_t H"], [("T", None), ("H", None)], "int64_t", "f(int T, int H) -> int", False),
-    (["std::optional<torch::Tensor> state = std::nullopt"], [("state", "py::none()")], "torch::Tensor", "f(Tensor? state=None) -> Tensor", False),
+    (["std::optional<torch::Tensor> state = std::nullopt"], [("state", "py::none()")], "torch::Tensor",
+     "f(Tensor? state=None) -> Tensor", False),
     # DeepGEMM's shapes: a pair taken and returned, a tuple of tensors and ints returned, a dtype defaulted
     (["const std::pair<torch::Tensor, torch::Tensor>& a"], [], "std::pair<torch::Tensor, torch::Tensor>",
      "f(Tensor a_0, Tensor a_1) -> (Tensor, Tensor)", True),
@@ -336,8 +360,10 @@ def test_torch_parses_the_mutation_annotations(build_env_path: Path) -> None:
     schemas += ["f(Tensor x, ScalarType dtype=float32) -> (Tensor, Tensor, int, int)", "f(int[] rows) -> int[]"]
     assert parse_schemas(build_env_path / "bin" / "python", schemas) == [(schema, None) for schema in schemas]
     probe = ("import sys, torch\ns = torch._C.parse_schema(sys.argv[1])\n"
-             "print([(a.name, a.alias_info.is_write, sorted(a.alias_info.before_set)) for a in s.arguments if a.alias_info])")
-    result = subprocess.run([str(build_env_path / "bin" / "python"), "-c", probe, schemas[1]], capture_output=True, text=True, check=True)
+             "print([(a.name, a.alias_info.is_write, sorted(a.alias_info.before_set)) for a in s.arguments if "
+             "a.alias_info])")
+    result = subprocess.run([str(build_env_path / "bin" / "python"), "-c", probe, schemas[1]], capture_output=True,
+                            text=True, check=True)
     assert result.stdout.strip() == "[('out', True, ['a']), ('lse', True, ['b'])]"
 
 
@@ -371,7 +397,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
 }
 """
-SIGNATURES = {"scale_shift": ("at::Tensor", ["const at::Tensor& x", "const std::tuple<at::Tensor, std::optional<at::Tensor>>& affine",
+SIGNATURES = {"scale_shift": ("at::Tensor",
+                              ["const at::Tensor& x", "const std::tuple<at::Tensor, std::optional<at::Tensor>>& affine",
                                              "double eps"]),
               "legacy": ("at::Tensor", ["const at::Tensor& x", "bool flag"])}
 
@@ -383,12 +410,14 @@ def test_the_generated_module_keeps_the_pybind11_functions_as_forwarders() -> No
     from assembler.migration.pybind import convert_modules
 
     edits, declined = convert_modules(FORWARDED, "dep", "CUDA", True, SIGNATURES.get)
-    assert declined == [] and edits[0].schemas == ["scale_shift(Tensor x, Tensor affine_0, Tensor? affine_1, float eps=1e-5) -> Tensor",
+    assert declined == [] and edits[0].schemas == ["scale_shift(Tensor x, Tensor affine_0, Tensor? affine_1, "
+                                                   "float eps=1e-5) -> Tensor",
                                                    "legacy(Tensor x, bool flag) -> Tensor"]
     text = edits[0].replacement
     assert ('    "def scale_shift(x, affine, eps=1e-5):\\n"\n'
             '    "    return _assemble_torch.ops.dep.scale_shift(x, *affine, eps)\\n"\n') in text
-    assert '#ifdef WITH_LEGACY\n    "def legacy(x, flag):\\n"\n    "    return _assemble_torch.ops.dep.legacy(x, flag)\\n"\n#endif' in text
+    assert ('#ifdef WITH_LEGACY\n    "def legacy(x, flag):\\n"\n'
+            '    "    return _assemble_torch.ops.dep.legacy(x, flag)\\n"\n#endif') in text
     assert "Py_CompileString(assemble_forwarders" in text and "PyEval_EvalCode(code, globals, globals)" in text
     # a helper or cmake build makes its own PyInit: no forwarders there
     helper, _ = convert_modules(FORWARDED, "dep", "CUDA", False, SIGNATURES.get)
@@ -401,11 +430,14 @@ def test_a_forwarder_for_a_name_python_cannot_spell() -> None:
     from assembler.migration.pybind import convert_modules
 
     plain = FORWARDED.replace('py::arg("eps")', 'py::arg("lambda")')
-    edits, declined = convert_modules(plain.replace('py::arg("affine"), ', "").replace("scale_shift", "scale"), "dep", "CPU", True,
-                                      {"scale": ("at::Tensor", ["const at::Tensor& x", "double lambda_"]), **SIGNATURES}.get)
+    edits, declined = convert_modules(plain.replace('py::arg("affine"), ', "").replace("scale_shift", "scale"), "dep",
+                                      "CPU", True,
+                                      {"scale": ("at::Tensor", ["const at::Tensor& x", "double lambda_"]),
+                                       **SIGNATURES}.get)
     assert declined == [] and '"def scale(*args, **kwargs):\\n"' in edits[0].replacement
     edits, declined = convert_modules(plain, "dep", "CPU", True, SIGNATURES.get)
-    assert edits == [] and declined == [(1, "scale_shift: a parameter name is not a Python identifier, so its forwarder cannot split the tuple")]
+    assert edits == [] and declined == [(1, "scale_shift: a parameter name is not a Python identifier, so its "
+                                            "forwarder cannot split the tuple")]
 
 
 @pytest.mark.integration
@@ -419,12 +451,14 @@ def test_the_forwarders_compile_and_run_in_the_limited_api(tmp_path: Path, build
     body_start, body_end = code.index("{") + 1, code.rindex("}")
     bindings = parse_bindings(code, code, body_start, body_end, "m")
     operators = [operator_for(b, *SIGNATURES[b.name]) for b in bindings]
-    source = "#include <Python.h>\n" + "\n".join(_pyinit("fwd_probe", forwarders("probe_ns", operators, bindings))) + "\n"
+    source = "#include <Python.h>\n" + "\n".join(_pyinit("fwd_probe",
+                                                         forwarders("probe_ns", operators, bindings))) + "\n"
     (tmp_path / "probe.cpp").write_text(source)
     python = build_env_path / "bin" / "python"
     include = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
                              capture_output=True, text=True, check=True).stdout.strip()
-    subprocess.run(["g++", "-shared", "-fPIC", "-DPy_LIMITED_API=0x03090000", f"-I{include}", "probe.cpp", "-o", "fwd_probe.abi3.so"],
+    subprocess.run(["g++", "-shared", "-fPIC", "-DPy_LIMITED_API=0x03090000", f"-I{include}", "probe.cpp", "-o",
+                    "fwd_probe.abi3.so"],
                    cwd=tmp_path, check=True)
     probe = """\
 import sys, torch
@@ -434,7 +468,8 @@ lib.impl("scale_shift", lambda x, s, b, eps=1e-5: x * s + (b if b is not None el
 sys.path.insert(0, sys.argv[1])
 import fwd_probe
 x, s, b = torch.ones(3), torch.full((3,), 2.0), torch.full((3,), 0.5)
-print(fwd_probe.scale_shift(x, (s, b), eps=0.0).tolist(), round(fwd_probe.scale_shift(x, (s, None)).tolist()[0], 5), hasattr(fwd_probe, "legacy"))
+print(fwd_probe.scale_shift(x, (s, b), eps=0.0).tolist(), round(fwd_probe.scale_shift(x, (s, None)).tolist()[0], 5),
+      hasattr(fwd_probe, "legacy"))
 """
     result = subprocess.run([str(python), "-c", probe, str(tmp_path)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -450,19 +485,23 @@ print(fwd_probe.scale_shift(x, (s, b), eps=0.0).tolist(), round(fwd_probe.scale_
     # a data pointer kept non-const: which the kernel writes is not in the text
     (["at::Tensor out", "at::Tensor x"], "float* o = out.data_ptr<float>();\nconst float* i = x.data_ptr<float>();",
      "f(Tensor out, Tensor x) -> ()", "out: ns::f keeps a non-const data pointer"),
-    (["at::Tensor o"], "Params params;\nparams.o_ptr = o.data_ptr();\nrun(params);", "f(Tensor o) -> ()", "o: ns::f keeps"),
+    (["at::Tensor o"], "Params params;\nparams.o_ptr = o.data_ptr();\nrun(params);", "f(Tensor o) -> ()",
+     "o: ns::f keeps"),
     # through a view, an optional, or an auto pointer; a pointer cast to const reads
     (["at::Tensor out", "at::Tensor q"], "auto out_3d = out.reshape({t, h, d});\n"
      "auto o = reinterpret_cast<bf16*>(out_3d.data_ptr<at::BFloat16>());\n"
-     "auto p = reinterpret_cast<bf16 const*>(q.data_ptr<at::BFloat16>());", "f(Tensor out, Tensor q) -> ()", "out: ns::f keeps"),
-    (["std::optional<at::Tensor> state"], "void* raw = state.has_value() ? state->data_ptr() : nullptr;", "f(Tensor? state) -> ()",
+     "auto p = reinterpret_cast<bf16 const*>(q.data_ptr<at::BFloat16>());", "f(Tensor out, Tensor q) -> ()",
+     "out: ns::f keeps"),
+    (["std::optional<at::Tensor> state"], "void* raw = state.has_value() ? state->data_ptr() : nullptr;",
+     "f(Tensor? state) -> ()",
      "state: ns::f keeps"),
     (["std::optional<at::Tensor> state"], "auto& s = state.value();\ns.zero_();", "f(Tensor(a!)? state) -> ()", None),
     # nothing returned and nothing marked written: the schema cannot be right as it stands
     (["at::Tensor q", "at::Tensor o", "int n"], "run_kernel(q, o, n);", "f(Tensor q, Tensor o, int n) -> ()",
      "f returns nothing and its schema marks no argument written: annotate the tensors its kernels write (q, o:"),
     # returns nothing, reads only: still a question, as nothing it does would show
-    (["const at::Tensor& x"], "const float* p = x.data_ptr<float>();\nauto y = x.sizes();", "f(Tensor x) -> ()", "f returns nothing"),
+    (["const at::Tensor& x"], "const float* p = x.data_ptr<float>();\nauto y = x.sizes();", "f(Tensor x) -> ()",
+     "f returns nothing"),
 ])
 def test_what_the_function_body_writes_is_in_the_schema_or_in_the_report(parameters: list[str], body: str, schema: str,
                                                                         unsure: str | None) -> None:
@@ -478,7 +517,8 @@ def test_a_tensor_returned_is_not_a_question_and_a_lookalike_name_is_not_the_par
 
     returned = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["const at::Tensor& x"], "return x.clone();")
     assert returned.schema == "f(Tensor x) -> Tensor" and returned.unsure is None
-    other = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["const at::Tensor& x"], "auto y = x; y.zero_(); ax.zero_(); return y;")
+    other = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["const at::Tensor& x"],
+                         "auto y = x; y.zero_(); ax.zero_(); return y;")
     assert other.schema == "f(Tensor x) -> Tensor"
 
 
@@ -501,7 +541,8 @@ def test_a_const_reference_whose_pointer_is_kept_is_taken_to_be_read() -> None:
     """FlashMLA's inputs are const at::Tensor& whose data_ptr() goes into a params struct: not a question."""
     from assembler.migration.pybind import Binding, operator_for
 
-    operator = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["const at::Tensor& k"], "params.k_ptr = k.data_ptr();\nreturn out;")
+    operator = operator_for(Binding("f", "ns::f", []), "at::Tensor", ["const at::Tensor& k"],
+                            "params.k_ptr = k.data_ptr();\nreturn out;")
     assert operator.schema == "f(Tensor k) -> Tensor" and operator.unsure is None
 
 
@@ -521,8 +562,10 @@ def test_the_stable_includes_never_go_behind_a_condition() -> None:
     text = ('#include "mine.h"\n#include <cmath>\n#ifdef WITH_CUDA\n#include <ATen/cuda/CUDAContext.h>\n#endif\n'
             "at::Tensor f();")
     file = _run(text)
-    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, ('"helpers.h"',), REWRITES.replaced_includes)
-    assert file.text == ('#include "mine.h"\n#include <cmath>\n#include <torch/csrc/stable/tensor.h>\n#include "helpers.h"\n'
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, ('"helpers.h"',),
+                     REWRITES.replaced_includes)
+    assert file.text == ('#include "mine.h"\n#include <cmath>\n#include <torch/csrc/stable/tensor.h>\n'
+                         '#include "helpers.h"\n'
                          "#ifdef WITH_CUDA\n#include <cuda_runtime_api.h>\n#endif\ntorch::stable::Tensor f();")
     guarded = "#ifndef MINE_H\n#define MINE_H\n#include <vector>\n#include <torch/extension.h>\nat::Tensor f();\n#endif"
     file = _run(guarded)

@@ -32,11 +32,13 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "impl-unboxed": ('m.impl("op", &ns::op);', 'm.impl("op", TORCH_BOX(&ns::op));'),
     "tensor-type": ("at::Tensor x;", "torch::stable::Tensor x;"),
     "scalar-type": ("x.scalar_type() == at::kHalf", "torch::headeronly::ScalarType::Half"),
-    "scalar-type-name": ("at::ScalarType st = x.scalar_type();", "torch::headeronly::ScalarType st = at::ScalarType::Half;"),
+    "scalar-type-name": ("at::ScalarType st = x.scalar_type();",
+                         "torch::headeronly::ScalarType st = at::ScalarType::Half;"),
     "device": ("torch::Device d = x.device();", "torch::stable::Device d = x.device();"),
     "device-type": ("d.type() == torch::kCUDA", "d.type() == torch::headeronly::DeviceType::CUDA"),
     "int-array-ref": ("c10::IntArrayRef s = x.sizes();", "torch::headeronly::IntHeaderOnlyArrayRef s = x.sizes();"),
-    "optional": ("c10::optional<at::Tensor> o = c10::nullopt;", "std::optional<torch::stable::Tensor> o = std::nullopt;"),
+    "optional": ("c10::optional<at::Tensor> o = c10::nullopt;",
+                 "std::optional<torch::stable::Tensor> o = std::nullopt;"),
     "string-view": ("void f(c10::string_view mode);", "void f(std::string_view mode);"),
     "scalar-type-e8m0": ("at::kFloat8_e8m0fnu", "torch::headeronly::ScalarType::Float8_e8m0fnu"),
     "element-type": ("x.mutable_data_ptr<at::BFloat16>()", "x.mutable_data_ptr<torch::headeronly::BFloat16>()"),
@@ -66,7 +68,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "aten-function": ("at::softmax(x, -1)", "torch::stable::amax(x, 1)"),
     "libtorch-name": ("c10::Scalar n;", "torch::headeronly::HeaderOnlyArrayRef<int64_t> n;"),
     # blog step 2: what moves to Python, listed by assess with that fix
-    "autograd-function": ("struct Mul : public torch::autograd::Function<Mul> {};\nTORCH_LIBRARY_IMPL(ns, Autograd, m) {}",
+    "autograd-function": ("struct Mul : public torch::autograd::Function<Mul> {};\n"
+                          "TORCH_LIBRARY_IMPL(ns, Autograd, m) {}",
                           "TORCH_LIBRARY_IMPL(ns, CUDA, m) {} // torch.autograd.Function"),
     "meta-kernel": ("TORCH_LIBRARY_IMPL(ns, Meta, m) {}\nc10::SymInt n = x.sym_size(0);",
                     "TORCH_LIBRARY_IMPL(ns, CPU, m) {} auto meta = x.is_meta();"),
@@ -97,7 +100,8 @@ def test_comments_strings_and_inactive_lines_are_not_uses() -> None:
 
 
 def test_a_fallback_yields_to_the_specific_rule() -> None:
-    assert _rules_matching("at::empty_like(x); at::softmax(x, 1); c10::Scalar n;") == ["empty-like", "aten-function", "libtorch-name"]
+    assert _rules_matching("at::empty_like(x); at::softmax(x, 1); c10::Scalar n;") == ["empty-like", "aten-function",
+                                                                                       "libtorch-name"]
     assert _rules_matching("#include <torch/extension.h>\nat::Tensor t;") == ["include-torch-extension", "tensor-type"]
 
 
@@ -106,19 +110,23 @@ def test_the_hazards_are_data() -> None:
     Float8_e8m0fnu through boxing from 2.11: each rule says so, and raises the floor."""
     assert "braced literal" in (RULES.by_id("sum").hazard or "")
     assert RULES.by_id("has-storage").since == "2.14" and "2.14" in (RULES.by_id("has-storage").hazard or "")
-    assert RULES.by_id("scalar-type-e8m0").since == "2.11" and "TORCH_BOX" in (RULES.by_id("scalar-type-e8m0").hazard or "")
+    assert RULES.by_id("scalar-type-e8m0").since == "2.11" and "TORCH_BOX" in (RULES.by_id("scalar-type-e8m0").hazard
+                                                                               or "")
 
 
 def test_declaration_version_reads_the_guards() -> None:
     import re
 
-    header = ("inline Tensor old_op(int x);\n#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_10_0\ninline Tensor new_op(int x);\n"
-              "#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_12_0\ninline Tensor newer_op();\n#endif\n#else\ninline Tensor alt_op();\n#endif\n")
+    header = ("inline Tensor old_op(int x);\n#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_10_0\n"
+              "inline Tensor new_op(int x);\n"
+              "#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_12_0\ninline Tensor newer_op();\n#endif\n#else\n"
+              "inline Tensor alt_op();\n#endif\n")
     baseline = (2, 9, 0)
     assert declaration_version(header, re.compile(r"\bold_op\("), baseline) == (2, 9, 0)
     assert declaration_version(header, re.compile(r"\bnew_op\("), baseline) == (2, 10, 0)
     assert declaration_version(header, re.compile(r"\bnewer_op\("), baseline) == (2, 12, 0)
-    assert declaration_version(header, re.compile(r"\balt_op\("), baseline) == (2, 9, 0)  # the #else is not "added in 2.10"
+    # the #else is not "added in 2.10"
+    assert declaration_version(header, re.compile(r"\balt_op\("), baseline) == (2, 9, 0)
     assert declaration_version(header, re.compile(r"\bmissing\("), baseline) is None
 
 

@@ -23,7 +23,8 @@ WORDS = vocabulary(load_rules())
 @pytest.fixture(name="ws")
 def ws_fixture(tmp_path: Path) -> Path:
     ws = tmp_path / "ws"
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    shutil.copytree(EXAMPLE, ws,
+                    ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
     return ws
 
 
@@ -49,7 +50,8 @@ def test_the_example_series_is_migration_work_only(ws: Path) -> None:
 
 
 def test_a_planted_unrelated_change_is_flagged_until_acknowledged(ws: Path) -> None:
-    _plant(ws, "+  torch::stable::Tensor out = torch::stable::empty_like(x);", "+  torch::stable::Tensor out = torch::stable::empty_like(y);")
+    _plant(ws, "+  torch::stable::Tensor out = torch::stable::empty_like(x);",
+           "+  torch::stable::Tensor out = torch::stable::empty_like(y);")
     code, doc = _review(ws, "vecadd", PORT)
     assert code == 1 and doc["ok"] is False and doc["flagged"] == 1
     hunks = {h["id"]: h for h in doc["patches"][0]["hunks"]}
@@ -59,19 +61,23 @@ def test_a_planted_unrelated_change_is_flagged_until_acknowledged(ws: Path) -> N
     markdown = run_assemble("-C", str(ws), "review", "vecadd", PORT, "--format", "markdown")
     assert markdown.returncode == 1
     assert "| [csrc/add_scaled.cpp#2](forks/vecadd/csrc/add_scaled.cpp#L15) | FLAGGED | x | y |  |" in markdown.stdout
-    table = run_assemble("-C", str(ws), "review", "vecadd", PORT, env={"COLUMNS": "80"})  # piped: plain columns within 80 (#22)
+    # piped: plain columns within 80 (#22)
+    table = run_assemble("-C", str(ws), "review", "vecadd", PORT, env={"COLUMNS": "80"})
     assert table.returncode == 1 and not any("\u2500" <= ch <= "\u257f" for ch in table.stdout), table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80, table.stdout
     assert f"{PORT}:" in table.stdout.split()  # the patch file name whole
-    by_number = run_assemble("-C", str(ws), "review", "vecadd", "0002", env={"COLUMNS": "80"})  # as its --help example names it
+    # as its --help example names it
+    by_number = run_assemble("-C", str(ws), "review", "vecadd", "0002", env={"COLUMNS": "80"})
     assert by_number.stdout == table.stdout, by_number.stderr
-    assert any(line.split()[:3] == ["csrc/add_scaled.cpp#2", "(+15)", "FLAGGED"] for line in table.stdout.splitlines()), table.stdout
+    assert any(line.split()[:3] == ["csrc/add_scaled.cpp#2", "(+15)", "FLAGGED"]
+               for line in table.stdout.splitlines()), table.stdout
 
     # A trailer naming another hunk acknowledges nothing, and is itself an error.
     _plant(ws, "\nForwarded:", "\nMigration-Review: csrc/add_scaled.cpp#7 no such hunk\nForwarded:")
     code, doc = _review(ws, "vecadd", PORT)
     assert code == 1 and doc["patches"][0]["unknown_acknowledgements"] == ["csrc/add_scaled.cpp#7 no such hunk"]
-    _plant(ws, "Migration-Review: csrc/add_scaled.cpp#7 no such hunk", "Migration-Review: csrc/add_scaled.cpp:15 out follows y now")
+    _plant(ws, "Migration-Review: csrc/add_scaled.cpp#7 no such hunk",
+           "Migration-Review: csrc/add_scaled.cpp:15 out follows y now")
     code, doc = _review(ws, "vecadd", PORT)
     assert code == 0 and doc["acknowledged"] == 1
     assert doc["patches"][0]["hunks"][1]["acknowledged"] == "out follows y now"
@@ -97,8 +103,10 @@ def test_whitespace_and_comments_are_format_only(removed: str, added: str) -> No
 
 
 @pytest.mark.parametrize(("removed", "added"), [
-    ("at::Tensor y = x.contiguous().view({-1});", "torch::stable::Tensor y = torch::stable::view(torch::stable::contiguous(x), {-1});"),
-    ('TORCH_CHECK(x.scalar_type() == at::kFloat, "x: float32");', 'STD_TORCH_CHECK(x.scalar_type() == torch::headeronly::ScalarType::Float, "x: float32");'),
+    ("at::Tensor y = x.contiguous().view({-1});",
+     "torch::stable::Tensor y = torch::stable::view(torch::stable::contiguous(x), {-1});"),
+    ('TORCH_CHECK(x.scalar_type() == at::kFloat, "x: float32");',
+     'STD_TORCH_CHECK(x.scalar_type() == torch::headeronly::ScalarType::Float, "x: float32");'),
     ("#include <torch/extension.h>", "#include <torch/csrc/stable/library.h>\n#include <torch/csrc/stable/ops.h>"),
     ("const float* p = t.data_ptr<float>();", "const float* p = t.const_data_ptr<float>();"),
     ('m.impl("op", &ns::op);', 'm.impl("op", TORCH_BOX(&ns::op));'),
@@ -112,10 +120,13 @@ def test_torch_api_vocabulary_is_api_only(removed: str, added: str) -> None:
 
 
 @pytest.mark.parametrize(("removed", "added", "old", "new"), [
-    ("at::Tensor y = x.view({-1});", "torch::stable::Tensor y = torch::stable::view(x, {-2});", ["1"], ["2"]),  # a literal
+    # a literal
+    ("at::Tensor y = x.view({-1});", "torch::stable::Tensor y = torch::stable::view(x, {-2});", ["1"], ["2"]),
     ("if (i < n) {", "if (i <= n) {", ["<"], ["<="]),  # an operator
-    ('TORCH_CHECK(ok, "bad input");', 'STD_TORCH_CHECK(ok, "bad shape");', ['"bad input"'], ['"bad shape"']),  # a message
-    ("int64_t n = a * b;", "int64_t n = static_cast<int64_t>(a) * b;", [], ["static_cast", "<", "int64_t", ">"]),  # an overflow fix
+    # a message
+    ('TORCH_CHECK(ok, "bad input");', 'STD_TORCH_CHECK(ok, "bad shape");', ['"bad input"'], ['"bad shape"']),
+    # an overflow fix
+    ("int64_t n = a * b;", "int64_t n = static_cast<int64_t>(a) * b;", [], ["static_cast", "<", "int64_t", ">"]),
 ])
 def test_anything_else_is_flagged_with_its_tokens(removed: str, added: str, old: list[str], new: list[str]) -> None:
     hunk = _judged(removed, added)
@@ -123,17 +134,20 @@ def test_anything_else_is_flagged_with_its_tokens(removed: str, added: str, old:
 
 
 def test_a_using_declaration_of_another_name_is_flagged() -> None:
-    assert _judged("at::Tensor f();", "using torch::stable::Tensor;\nusing std::vector;\nTensor f();").verdict is HunkVerdict.FLAGGED
+    assert _judged("at::Tensor f();",
+                   "using torch::stable::Tensor;\nusing std::vector;\nTensor f();").verdict is HunkVerdict.FLAGGED
 
 
 def test_a_reordering_is_flagged_and_says_so() -> None:
-    hunk = _judged("at::Tensor o = at::empty({n}, t.options());", "torch::stable::Tensor o = torch::stable::new_empty(t, {n});")
+    hunk = _judged("at::Tensor o = at::empty({n}, t.options());",
+                   "torch::stable::Tensor o = torch::stable::new_empty(t, {n});")
     assert hunk.verdict is HunkVerdict.FLAGGED and hunk.reordered
 
 
 def test_parse_patch_reads_hunks_per_file_and_trailers() -> None:
     text = (EXAMPLE / "patches" / "vecadd" / PORT).read_text()
-    subject, acks, hunks = parse_patch(text.replace("\nForwarded:", "\nMigration-Review: csrc/add_scaled.cpp#2 ok\nForwarded:"))
+    subject, acks, hunks = parse_patch(text.replace("\nForwarded:",
+                                                    "\nMigration-Review: csrc/add_scaled.cpp#2 ok\nForwarded:"))
     assert subject.startswith("Port add_scaled to torch::stable::Tensor")
     assert acks == ["csrc/add_scaled.cpp#2 ok"]
     assert [(h.id, h.old_start, h.new_start, len(h.removed), len(h.added)) for h in hunks] == [

@@ -81,14 +81,17 @@ class Flags:
         found = []
         for root, relative in unit.system_includes:
             if root not in roots:
-                raise ToolchainError(f"{unit.source}: the build compiles it against the {root} headers, which this check has not",
-                                     hint="pass --cuda X.Y (a local toolkit, else installed from PyPI), or set CUDA_HOME")
+                raise ToolchainError(f"{unit.source}: the build compiles it against the {root} headers, "
+                                     "which this check has not",
+                                     hint="pass --cuda X.Y (a local toolkit, else installed from PyPI), "
+                                          "or set CUDA_HOME")
             directory = roots[root] / relative
             if directory.is_dir():
                 found.append(directory)
         return found
 
-    def for_unit(self, unit: TranslationUnit, defines: tuple[str, ...] | None = None, *, system: bool = True) -> list[str]:
+    def for_unit(self, unit: TranslationUnit, defines: tuple[str, ...] | None = None, *,
+                 system: bool = True) -> list[str]:
         args = [f"-D{d}" for d in (defines if defines is not None else self.defines)]
         args += [f"-D{d}" for d in unit.defines]
         args += [f"-I{d}" for d in unit.include_dirs]
@@ -107,8 +110,10 @@ def cxx_pass(compiler: str, flags: Flags, unit: TranslationUnit, std: str) -> Pa
     return Pass("c++", (compiler, f"-std={std}", *unit.flags, *flags.for_unit(unit), *SCAN, str(unit.path)))
 
 
-def syntax_pass(compiler: str, flags: Flags, unit: TranslationUnit, std: str, defines: tuple[str, ...] | None = None) -> Pass:
-    return Pass("syntax", (compiler, f"-std={std}", *unit.flags, *flags.for_unit(unit, defines), "-fsyntax-only", str(unit.path)))
+def syntax_pass(compiler: str, flags: Flags, unit: TranslationUnit, std: str,
+                defines: tuple[str, ...] | None = None) -> Pass:
+    return Pass("syntax",
+                (compiler, f"-std={std}", *unit.flags, *flags.for_unit(unit, defines), "-fsyntax-only", str(unit.path)))
 
 
 @dataclass(frozen=True)
@@ -139,7 +144,8 @@ def gencode(archs: tuple[str, ...]) -> list[str]:
     return [f"-gencode=arch=compute_{a.replace('.', '')},code=sm_{a.replace('.', '')}" for a in archs]
 
 
-def nvcc_passes(toolkit: CudaToolkit, archs: tuple[str, ...], std: str = DEFAULT_STD, extra: tuple[str, ...] = ()) -> NvccPasses:
+def nvcc_passes(toolkit: CudaToolkit, archs: tuple[str, ...], std: str = DEFAULT_STD,
+                extra: tuple[str, ...] = ()) -> NvccPasses:
     """Read what ``nvcc -M`` would run for ``archs`` (manifest spelling, 9.0a), ``std`` and the
     nvcc flags ``extra`` from ``--dryrun``: the host-compiler preprocessing of the device code
     per architecture and of the host code."""

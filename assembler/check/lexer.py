@@ -73,8 +73,8 @@ def _blank(text: str, strings: bool, comments: list[tuple[int, int]] | None = No
             if comments is not None:
                 comments.append((i, end))
             i = end
-        elif c == "R" and (raw := _RAW_STRING.match(text, i)) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_")
-                                                                  or text[i - 1] in "uU8L"):
+        elif c == "R" and (raw := _RAW_STRING.match(text, i)) and (
+                i == 0 or not (text[i - 1].isalnum() or text[i - 1] == "_") or text[i - 1] in "uU8L"):
             close = text.find(f"){raw.group(1)}\"", raw.end())
             end = n if close < 0 else close
             if strings:

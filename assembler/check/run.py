@@ -47,7 +47,8 @@ from assembler.workspace import Workspace
 # rule and the source globs; the recipe's flag shapes (manifest/flags.py) decide what may run.
 _PACKAGE = Path(__file__).resolve().parents[1]
 CODE = (*sorted(Path(__file__).resolve().parent.glob("*.py")),
-        *(_PACKAGE / part for part in ("builder/units.py", "builder/links.py", "manifest/globs.py", "manifest/flags.py")))
+        *(_PACKAGE / part
+          for part in ("builder/units.py", "builder/links.py", "manifest/globs.py", "manifest/flags.py")))
 
 Note = Callable[[str], None]
 DepDone = Callable[["DepCheck"], None]
@@ -59,7 +60,8 @@ class CheckOptions:
     torch: str | None = None  # default: [bundle] torch
     jobs: int = 0  # 0: one per CPU
     syntax: bool = True  # a -fsyntax-only pass on C++ units the preprocessor found clean
-    limits: Limits = field(default_factory=Limits)  # each compiler process's time and memory (a unit past them is INCOMPLETE)
+    # each compiler process's time and memory (a unit past them is INCOMPLETE)
+    limits: Limits = field(default_factory=Limits)
     share: bool = True  # units with one directive skeleton share one scan (check.share); False: every unit scans itself
 
 
@@ -97,7 +99,8 @@ class DepCheck:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "verdict": None if self.verdict is None else self.verdict.value, "clean": self.clean, "total": self.total, "summary": self.summary,
+            "verdict": None if self.verdict is None else self.verdict.value, "clean": self.clean, "total": self.total,
+            "summary": self.summary,
             "cached": self.cached, "seconds": round(self.seconds, 3), "key": self.key, "obtained": self.obtained,
             "units": [unit.to_json() for unit in self.units],
             "error": None if self.error is None else self.error.to_json(),
@@ -190,7 +193,8 @@ class CheckToolchain:
             try:
                 if version is None:
                     raise ToolchainError("no CUDA toolkit on this machine to preprocess .cu units with",
-                                         hint="pass --cuda X.Y (a local toolkit, else installed from PyPI), or set CUDA_HOME")
+                                         hint="pass --cuda X.Y (a local toolkit, else installed from PyPI), "
+                                              "or set CUDA_HOME")
                 self._cuda[components] = select_cuda(version, progress=self.note, components=components)
             except ToolchainError as error:
                 self._cuda[components] = error
@@ -218,7 +222,8 @@ class CheckToolchain:
         """The toolkit chosen for this run, when one was needed and found."""
         return next((found for found in self._cuda.values() if isinstance(found, CudaToolkit)), None)
 
-    def nvcc_passes(self, components: tuple[str, ...], archs: tuple[str, ...], std: str, extra: tuple[str, ...]) -> NvccPasses:
+    def nvcc_passes(self, components: tuple[str, ...], archs: tuple[str, ...], std: str,
+                    extra: tuple[str, ...]) -> NvccPasses:
         """nvcc's preprocessor commands for one toolkit, arch list, standard and cuda-flags (read
         once per combination, from the scan's worker threads)."""
         key = (components, archs, std, extra)
@@ -249,7 +254,8 @@ def run_check(
             try:
                 require_recipe(workspace, dep)
                 checkout = sync_checkouts(workspace, [dep], lambda name, step: note(f"{name}: {step}"))[dep.name].path
-                plan = _plan(workspace, dep, check, checkout, tools, options, CheckoutState.load(checkout), series_digest(dep))
+                plan = _plan(workspace, dep, check, checkout, tools, options, CheckoutState.load(checkout),
+                             series_digest(dep))
             except AssembleError as error:
                 check.error = error
                 on_dep(check)
@@ -303,7 +309,8 @@ def dep_model(workspace: Workspace, dep: Dependency, units: list[TranslationUnit
     toolkit = tools.cuda(components) if needs_cuda else None
     system = list(torch_include_roots(tools.env.torch_dir))[::-1]  # torch/include first, then the C++ API's
     system += tools.cuda_includes(
-        required=needs_cuda, wanted=not for_dep(dep).from_extensions,  # a dependency's own build may compile C++ against CUDA's headers
+        # a dependency's own build may compile C++ against CUDA's headers
+        required=needs_cuda, wanted=not for_dep(dep).from_extensions,
         components=components,
     )
     flags = Flags(
@@ -312,7 +319,8 @@ def dep_model(workspace: Workspace, dep: Dependency, units: list[TranslationUnit
         system_includes=tuple(system), python_include=tools.python_include,
         roots=((TORCH_ROOT, tools.env.torch_dir), *(((CUDA_ROOT, toolkit.root),) if toolkit is not None else ())),
     )
-    default_std = compilers.torch_extension_std(tools.env.torch_dir) if for_dep(dep).cpp_extension_std else compilers.DEFAULT_STD
+    default_std = (compilers.torch_extension_std(tools.env.torch_dir) if for_dep(dep).cpp_extension_std
+                   else compilers.DEFAULT_STD)
     return DepModel(flags, toolkit, archs, default_std)
 
 
@@ -335,11 +343,13 @@ def _plan(
         series=series,
         recipe=digest_texts(recipe_digest(dep), origin_bytes, *code),
         toolchain=(("c++", tools.cxx_version), *((("nvcc", toolkit.release),) if toolkit else ()),
-                   *(sorted(toolkit.packages.items()) if toolkit else ()), ("python-include", str(tools.python_include))),
+                   *(sorted(toolkit.packages.items()) if toolkit else ()),
+                   ("python-include", str(tools.python_include))),
         torch=tools.env.torch,
         torch_target=dep.torch_target,
         archs=archs if toolkit else (),
-        flags=("check", "syntax" if options.syntax else "preprocess-only", "shared-scans" if options.share else "every-unit",
+        flags=("check", "syntax" if options.syntax else "preprocess-only",
+               "shared-scans" if options.share else "every-unit",
                f"limits={options.limits.seconds:g}s,{options.limits.memory}B"),  # a raised limit re-checks
         python_abi=workspace.manifest.bundle.python_abi,
     )
@@ -427,7 +437,8 @@ def _finish(plan: _Plan, units: list[UnitResult], workspace: Workspace, on_dep: 
     check.units = units
     check.seconds = time.monotonic() - plan.started
     check.obtained = datetime.now(UTC).isoformat(timespec="seconds")
-    record = {**plan.record, "obtained": check.obtained, "result": {"seconds": check.seconds, "units": [u.to_json() for u in units]}}
+    record = {**plan.record, "obtained": check.obtained,
+              "result": {"seconds": check.seconds, "units": [u.to_json() for u in units]}}
     try:
         path = record_path(plan.dep.name, str(plan.record["key"]), create=True)
         path.parent.mkdir(exist_ok=True)
@@ -499,5 +510,6 @@ def _syntax(plan: _Plan, unit: TranslationUnit, tools: CheckToolchain, result: U
             }])
             return
     first = output.errors[0]
-    result.errors.append(f"{plan.reader.name(plan.reader.absolute(first.file, plan.checkout))}:{first.line}: {first.text}"
+    result.errors.append(f"{plan.reader.name(plan.reader.absolute(first.file, plan.checkout))}:{first.line}: "
+                         f"{first.text}"
                          + (f" (+{len(output.errors) - 1} more errors)" if len(output.errors) > 1 else ""))

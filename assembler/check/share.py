@@ -78,7 +78,8 @@ def _drop_text_only_blocks(found: list[tuple[int, str, str]]) -> list[tuple[int,
                 continue
         if name not in _DIRECTIVES:
             raise _GiveUp
-        if name in ("include", "include_next") and not re.fullmatch(r"#\s*include(?:_next)?\s*(?:<[^>]*>|\"[^\"]*\")\s*", clean):
+        if name in ("include", "include_next") and not re.fullmatch(
+                r"#\s*include(?:_next)?\s*(?:<[^>]*>|\"[^\"]*\")\s*", clean):
             raise _GiveUp  # a computed include could name the unit (__FILE__ through a macro)
         kept.append((line, raw))
         at += 1
@@ -92,7 +93,8 @@ def unit_key(unit_path: Path, passes: list[Pass]) -> tuple[object, ...] | None:
     if shape is None:
         return None
     spelled = str(unit_path)
-    commands = tuple((scan.name, tuple(PLACEHOLDER if token == spelled else token for token in scan.command)) for scan in passes)
+    commands = tuple((scan.name, tuple(PLACEHOLDER if token == spelled else token for token in scan.command))
+                     for scan in passes)
     if any(spelled in token for _, command in commands for token in command):
         return None  # the path inside another argument (-include it, a -D naming it)
     return unit_path.parent, shape, commands
@@ -113,8 +115,9 @@ class Sharing:
                 data = Path(file).read_bytes()
             except OSError:
                 data = b""  # a missing header is read by nobody
-            poisoned = {name.decode("latin-1") for match in (_POISON.finditer(data) if b"poison" in data else ())  # a substring test first:
-                        for name in re.findall(rb"[A-Za-z_$][\w$]*", match.group(1) or match.group(2) or b"")}  # the regex is slow
+            # a substring test first: the regex is slow
+            poisoned = {name.decode("latin-1") for match in (_POISON.finditer(data) if b"poison" in data else ())
+                        for name in re.findall(rb"[A-Za-z_$][\w$]*", match.group(1) or match.group(2) or b"")}
             known = (_HEADER_RISK.search(data) is not None, frozenset(poisoned))
             with self._lock:
                 self._read[file] = known

@@ -37,7 +37,8 @@ C_ENV = {"LC_ALL": "C", "LANG": "C"}  # ASCII quotes and English messages, which
 TIMEOUT = 600.0  # seconds one compiler process of a scan may run
 MEMORY = 4 << 30  # bytes of address space each compiler process of a scan may take
 # What gcc, its driver and the C++ runtime print when the address-space limit stops them.
-_OUT_OF_MEMORY = re.compile(r"out of memory|virtual memory exhausted|std::bad_alloc|Cannot allocate memory|memory exhausted")
+_OUT_OF_MEMORY = re.compile(r"out of memory|virtual memory exhausted|std::bad_alloc|Cannot allocate memory"
+                            r"|memory exhausted")
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,14 @@ def run_pass(scan: Pass, cwd: Path, limits: Limits = Limits()) -> ScanOutput:
                                 env={**os.environ, **C_ENV}, timeout=limits.seconds, check=False)
     except subprocess.TimeoutExpired:
         output = ScanOutput(scan.name, -1, time.monotonic() - started)
-        output.errors.append(Diagnostic(scan.command[-1], 0, f"the {scan.name} pass ran past its time limit of {limits.seconds:g} s "
+        output.errors.append(Diagnostic(scan.command[-1], 0,
+                                        f"the {scan.name} pass ran past its time limit of {limits.seconds:g} s "
                                         "(the unit was not checked)", ()))
         return output
     except OSError as error:
         output = ScanOutput(scan.name, -1, time.monotonic() - started)
-        output.errors.append(Diagnostic(scan.command[0], 0, f"cannot run {scan.command[0]}: {error.strerror or error}", ()))
+        output.errors.append(Diagnostic(scan.command[0], 0, f"cannot run {scan.command[0]}: {error.strerror or error}",
+                                        ()))
         return output
     output = ScanOutput(scan.name, result.returncode, time.monotonic() - started)
     if result.returncode != 0 and (memory := _OUT_OF_MEMORY.search(result.stderr)) is not None:
@@ -94,7 +97,8 @@ def run_pass(scan: Pass, cwd: Path, limits: Limits = Limits()) -> ScanOutput:
     output.dependencies = parse_make_rule(result.stdout)
     output.tree, output.errors = parse_diagnostics(result.stderr)
     if result.returncode != 0 and not output.errors:  # a failure that printed no "error:" line
-        last = next((line for line in reversed(result.stderr.splitlines()) if line.strip()), f"exit status {result.returncode}")
+        last = next((line for line in reversed(result.stderr.splitlines()) if line.strip()),
+                    f"exit status {result.returncode}")
         output.errors.append(Diagnostic(scan.command[0], 0, last.strip(), ()))
     return output
 
@@ -155,8 +159,10 @@ class UnitResult:
         out += [f"{item['symbol']} is declared only for a newer torch-target"
                 + (f" (shim symbol of torch {item['since']})" if item.get("since") else "") + f": {item['at']}"
                 for item in self.symbols]
-        out += [f"{item['reason']}: <{item['header']}> via {' > '.join(item['chain']) or self.source}" for item in self.not_limited]
-        out += [f"header not found: <{item['header']}>" + (f" from {', '.join(item['included_from'])}" if item["included_from"] else "")
+        out += [f"{item['reason']}: <{item['header']}> via {' > '.join(item['chain']) or self.source}"
+                for item in self.not_limited]
+        out += [f"header not found: <{item['header']}>" + (f" from {', '.join(item['included_from'])}"
+                                                           if item["included_from"] else "")
                 for item in self.missing]
         out += [f"error: {text}" for text in self.errors]
         return out
@@ -171,7 +177,8 @@ class Reader:
         self.torch_roots = both_ways(torch_roots)
         self.python_include = python_include.resolve()
         self._texts: dict[Path, list[str]] = {}
-        self._present: dict[str, bool] = {}  # a scan's dependency, absolute and there (the same for every unit of a run)
+        # a scan's dependency, absolute and there (the same for every unit of a run)
+        self._present: dict[str, bool] = {}
         self.known_present = self._present  # read directly by the hot loops (a dict lookup, no call)
 
     def present(self, written: str) -> bool:
@@ -231,8 +238,9 @@ def classify(unit: TranslationUnit, outputs: Sequence[ScanOutput], reader: Reade
         result.passes.append(output.name)
         result.seconds += output.seconds
         if output.returncode == 0 and not _read_unit(output, unit, reader):
-            result.errors.append(f"the {output.name} pass printed no dependency list that starts with {unit.source}: the "
-                                 "compiler did not preprocess it (an option that prints and exits, such as -dumpversion?), "
+            result.errors.append(f"the {output.name} pass printed no dependency list that starts with {unit.source}: "
+                                 "the compiler did not preprocess it (an option that prints and exits, such as "
+                                 "-dumpversion?), "
                                  "so nothing was checked")
         for error in output.errors:
             erring = reader.absolute(error.file, cwd)
@@ -305,7 +313,8 @@ def _include_spelling(path: Path, reader: Reader) -> str:
     return reader.name(path)
 
 
-def _tree_chain(unit: TranslationUnit, tree: list[tuple[int, str]], target: tuple[int, str], reader: Reader) -> list[str]:
+def _tree_chain(unit: TranslationUnit, tree: list[tuple[int, str]], target: tuple[int, str],
+                reader: Reader) -> list[str]:
     """file:line steps from the unit to ``target`` in the -H tree (its ancestors, outermost first)."""
     ancestors: list[Path] = [unit.path]
     stack: list[Path] = []

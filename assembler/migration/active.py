@@ -176,7 +176,8 @@ def _stand_ins_from_scan(scan: Pass, cwd: Path, stand_in_dir: Path, result: Acti
 
 def _run(command: list[str], cwd: Path) -> tuple[bytes, str]:
     try:
-        done = subprocess.run(command, cwd=cwd, capture_output=True, env={**os.environ, **C_ENV}, timeout=TIMEOUT, check=False)
+        done = subprocess.run(command, cwd=cwd, capture_output=True, env={**os.environ, **C_ENV}, timeout=TIMEOUT,
+                              check=False)
     except (OSError, subprocess.SubprocessError) as error:
         return b"", f"cannot run {command[0]}: {error}"
     return done.stdout, done.stderr.decode(errors="replace")

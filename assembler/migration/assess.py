@@ -71,7 +71,8 @@ class UnitUses:
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.source, "language": self.language, "uses": self.uses, "judgment": self.judgment,
-                "clean": self.clean, "stand_ins": self.stand_ins, "errors": self.errors, "seconds": round(self.seconds, 3)}
+                "clean": self.clean, "stand_ins": self.stand_ins, "errors": self.errors,
+                "seconds": round(self.seconds, 3)}
 
 
 @dataclass
@@ -86,8 +87,10 @@ class Pybind11Surface:
     helpers: int = 0  # functions taking the module (pybind11::module_& m) whose m.def calls count too
 
     def to_json(self) -> dict[str, Any]:
-        return {"modules": self.modules, "helpers": self.helpers, "defs": self.defs, "args": self.args, "tuple_parameters": self.tuple_parameters,
-                "tuple_returns": self.tuple_returns, "reference_scalars": self.reference_scalars, "functions": self.functions}
+        return {"modules": self.modules, "helpers": self.helpers, "defs": self.defs, "args": self.args,
+                "tuple_parameters": self.tuple_parameters,
+                "tuple_returns": self.tuple_returns, "reference_scalars": self.reference_scalars,
+                "functions": self.functions}
 
 
 @dataclass
@@ -142,7 +145,8 @@ class DepAssessment:
                     "uses": [{"at": u.at, "column": u.column, "text": u.text} for u in by_rule[rule.id]],
                 })
             if apis:
-                families.append({"family": family, "description": description, "count": sum(a["count"] for a in apis), "apis": apis})
+                families.append({"family": family, "description": description, "count": sum(a["count"] for a in apis),
+                                 "apis": apis})
         floor, setters = self.floor(ruleset)
         kinds = {kind.value: sum(1 for u in self.uses if ruleset.by_id(u.rule).kind is kind) for kind in Kind}
         return {
@@ -188,7 +192,8 @@ class AssessReport:
         return 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "rules_version": self.ruleset.version, "torch": self.torch, "seconds": round(self.seconds, 3),
+        return {"schema": SCHEMA, "rules_version": self.ruleset.version, "torch": self.torch,
+                "seconds": round(self.seconds, 3),
                 "deps": [{"name": dep.dep, **dep.to_json(self.ruleset)} for dep in self.deps]}
 
 
@@ -228,14 +233,17 @@ def run_assess(workspace: Workspace, names: list[str], jobs: int = 0, torch: str
                 # check's own toolchain and flags (check/run.py _plan), less the dependency-wide guards
                 has_cu = any(unit.language == CUDA for unit in units)
                 components = dep.cuda_components
-                needs_cuda = has_cu or any(root == CUDA_ROOT for unit in units for root, _ in unit.system_includes or ())
+                needs_cuda = has_cu or any(root == CUDA_ROOT for unit in units
+                                           for root, _ in unit.system_includes or ())
                 toolkit = tools.cuda(components) if needs_cuda else None
                 system = list(torch_include_roots(tools.env.torch_dir))[::-1]
-                system += tools.cuda_includes(required=needs_cuda, wanted=dep.build.backend != "helper", components=components)
+                system += tools.cuda_includes(required=needs_cuda, wanted=dep.build.backend != "helper",
+                                              components=components)
                 flags = Flags(defines=(), system_includes=tuple(system), python_include=tools.python_include,
                               roots=((TORCH_ROOT, tools.env.torch_dir),
                                      *(((CUDA_ROOT, toolkit.root),) if toolkit is not None else ())))
-                archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None else workspace.manifest.bundle.cuda_archs)
+                archs = tuple(dep.build.cuda_archs if dep.build.cuda_archs is not None
+                              else workspace.manifest.bundle.cuda_archs)
                 note(f"{dep.name}: preprocessing {len(units)} units")
                 head, dirty = source_identity(checkout)
                 obtained = datetime.now(UTC).isoformat(timespec="seconds")
@@ -256,7 +264,8 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
     from assembler.check import compilers
     from assembler.check.compilers import Pass
 
-    default_std = compilers.torch_extension_std(tools.env.torch_dir) if dep.build.backend == "setuptools" else compilers.DEFAULT_STD
+    default_std = (compilers.torch_extension_std(tools.env.torch_dir) if dep.build.backend == "setuptools"
+                   else compilers.DEFAULT_STD)
 
     def scans(unit: TranslationUnit) -> list[Pass]:
         std = unit.std or default_std
@@ -286,7 +295,8 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
         rel = path.relative_to(checkout).as_posix()
         assessment.uses += [Use(rel, m.line, m.column, m.text, m.rule.id) for m in matches[path]]
     for (unit, _), lines in zip(planned, kept, strict=True):
-        result = UnitUses(unit.source, unit.language, stand_ins=lines.stand_ins, errors=lines.errors, seconds=lines.seconds)
+        result = UnitUses(unit.source, unit.language, stand_ins=lines.stand_ins, errors=lines.errors,
+                          seconds=lines.seconds)
         for path, numbers in lines.lines.items():
             for match in matches.get(path, []):
                 if match.line in numbers:
@@ -315,7 +325,8 @@ def _active_only(code: str, active: set[int]) -> str:
 
 _MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*\w+\s*,\s*(\w+)\s*\)")
 _ARG = re.compile(r"\bpy::arg\s*\(")
-_HELPER = re.compile(r"\b\w+\s*\(\s*(?:pybind11|py)::module_?\s*&\s*(\w+)\s*\)\s*\{")  # a function a module hands itself to
+# a function a module hands itself to
+_HELPER = re.compile(r"\b\w+\s*\(\s*(?:pybind11|py)::module_?\s*&\s*(\w+)\s*\)\s*\{")
 _SCALAR_REF = re.compile(r"\b(?:const\s+)?(?:int|int64_t|int32_t|long|double|float|bool|size_t)\s*(?:const\s*)?&")
 
 

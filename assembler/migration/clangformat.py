@@ -67,13 +67,15 @@ def reformat(text: str, active: list[bool], ranges: list[tuple[int, int]], path:
     """``text`` with the lines in ``ranges`` formatted in ``style``; every other line as it was."""
     if not ranges:
         return Formatted(text, active)
-    command = [str(binary), f"--style=file:{style}", f"--assume-filename={path}", *(f"--lines={a}:{b}" for a, b in ranges)]
+    command = [str(binary), f"--style=file:{style}", f"--assume-filename={path}",
+               *(f"--lines={a}:{b}" for a, b in ranges)]
     try:
         result = subprocess.run(command, input=text, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise FormatFailed(f"clang-format did not run: {error}") from None
     if result.returncode != 0:
-        raise FormatFailed(f"clang-format failed: {(result.stderr.strip().splitlines() or ['exit ' + str(result.returncode)])[0]}")
+        raise FormatFailed("clang-format failed: "
+                           f"{(result.stderr.strip().splitlines() or ['exit ' + str(result.returncode)])[0]}")
     return _within(text, active, result.stdout, ranges)
 
 

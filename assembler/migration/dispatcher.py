@@ -27,7 +27,8 @@ _CACHE_NAME = "aten-schemas-{torch}.json"
 _ARGUMENT = {"Tensor": "", "int": "int64_t", "SymInt": "int64_t", "float": "double", "bool": "bool", "ScalarType": "",
              "Device": "", "Tensor?": "std::optional<torch::stable::Tensor>", "int?": "std::optional<int64_t>",
              "SymInt?": "std::optional<int64_t>", "float?": "std::optional<double>", "bool?": "std::optional<bool>",
-             "ScalarType?": "std::optional<torch::headeronly::ScalarType>", "Device?": "std::optional<torch::stable::Device>"}
+             "ScalarType?": "std::optional<torch::headeronly::ScalarType>",
+             "Device?": "std::optional<torch::stable::Device>"}
 # schema return type -> the C++ type the first stack slot is read back as
 _RETURN = {"Tensor": "torch::stable::Tensor", "bool": "bool", "int": "int64_t", "SymInt": "int64_t", "float": "double",
            "ScalarType": "torch::headeronly::ScalarType"}
@@ -149,7 +150,8 @@ def call(op: str, schemas: tuple[str, ...], values: list[str], method: bool) -> 
         return Call(reason=f"{why}: call torch_call_dispatcher(\"{op}\", ...) with a stack of your own")
     if len(usable) > 1:
         names = ", ".join(f"{op}.{s.overload}" if s.overload else op for s in usable)
-        return Call(reason=f"the arguments fit several overloads ({names}): call torch_call_dispatcher with the one meant")
+        return Call(reason=f"the arguments fit several overloads ({names}): call torch_call_dispatcher with the one "
+                           "meant")
     schema = usable[0]
     stack = []
     for index, argument in enumerate(schema.arguments):

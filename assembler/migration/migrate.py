@@ -77,7 +77,8 @@ class StepResult:
     diff: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"step": self.step, "subject": self.subject, "made": dict(self.made), "files": self.files, "commit": self.commit}
+        return {"step": self.step, "subject": self.subject, "made": dict(self.made), "files": self.files,
+                "commit": self.commit}
 
 
 @dataclass
@@ -138,7 +139,8 @@ class MigrateReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"dep": self.dep, "rewrites_version": self.rewrites_version, "dry_run": self.dry_run,
-                "steps": [s.to_json() for s in self.steps], "declined": self.declined, "schemas": self.schemas, "remaining": self.remaining,
+                "steps": [s.to_json() for s in self.steps], "declined": self.declined, "schemas": self.schemas,
+                "remaining": self.remaining,
                 "check": {"before": None if self.before is None else self.before.to_json(),
                           "after": None if self.after is None else self.after.to_json(), "went_clean": self.went_clean},
                 "clang_format": {"style": self.formatted_with, "errors": self.format_errors},
@@ -154,7 +156,8 @@ def read_style(path: Path | None) -> dict[str, str]:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise InputError(f"{path}: unreadable style file ({error})", hint='write e.g. data-ptr = "const-mutable"') from None
+        raise InputError(f"{path}: unreadable style file ({error})",
+                         hint='write e.g. data-ptr = "const-mutable"') from None
     style: dict[str, str] = {}
     for key, value in data.items():
         if key not in STYLE_VALUES or value not in STYLE_VALUES[key]:
@@ -184,7 +187,8 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         tree = WorkTree(checkout)
         if check and not dry_run:
             report.before = _check(workspace, dep.name, note)
-        files = {path: FileRewrite(path.read_text(encoding="utf-8"), _flags(path, lines)) for path, lines in sorted(assessed.active.items())}
+        files = {path: FileRewrite(path.read_text(encoding="utf-8"), _flags(path, lines))
+                 for path, lines in sorted(assessed.active.items())}
         rewrites = _with_schemas(workspace, dep, rewrites, files)
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
@@ -226,6 +230,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 header = None if placement is None else placement.path.relative_to(checkout).as_posix()
                 _commit_step(tree, result, rewrites, step, texts, originals, header)
             report.steps.append(result)
+        _limit_setup_py(dep, workspace.manifest.bundle.python_abi, checkout, tree, rewrites, report, dry_run)
         for path, file in files.items():
             rel = path.relative_to(checkout).as_posix()
             run = chosen.get(path)
@@ -243,7 +248,8 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 where = final.text.find(f'm.def("{schema}")')
                 line = final.text.count("\n", 0, max(where, 0)) + 1
                 report.remaining.append({"at": f"{rel}:{line}", "rule": "schema-mutation",
-                                         "api": "the arguments a schema marks written", "kind": "judgment", "stable": None,
+                                         "api": "the arguments a schema marks written", "kind": "judgment",
+                                         "stable": None,
                                          "approach": approach})
         if check and not dry_run:
             report.after = _check(workspace, dep.name, note)
@@ -251,7 +257,38 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
     return report
 
 
-def _with_schemas(workspace: Workspace, dep: Dependency, rewrites: RewriteSet, files: dict[Path, FileRewrite]) -> RewriteSet:
+def _limit_setup_py(dep: Dependency, python_abi: str, checkout: Path, tree: Any, rewrites: RewriteSet,
+                    report: MigrateReport, dry_run: bool) -> None:
+    """The last step for a dependency its own setup.py builds: that setup.py asks for abi3
+    (migration/setup_py.py), one commit of its own; what it cannot edit safely is declined at
+    its line. Without it setuptools tags the module cp3XY-cp3XY and the bundle's gate refuses it."""
+    from assembler.migration.setup_py import limit_setup_py
+
+    if not for_dep(dep).setup_py_builds:
+        return
+    path = (checkout / dep.build.project_dir / "setup.py").resolve()
+    if not path.is_relative_to(checkout.resolve()) or not path.is_file() or path.is_symlink():
+        return  # a pyproject-only project, or a project-dir the manifest's checks already refused
+    rel = path.relative_to(checkout.resolve()).as_posix()
+    original = path.read_text(encoding="utf-8")
+    edit = limit_setup_py(original, python_abi)
+    report.declined += [{"at": f"{rel}:{line}", "rewrite": "limited-api", "reason": reason}
+                        for line, reason in edit.declined]
+    if edit.text is None:
+        return
+    result = StepResult("limited-api", "Build the extensions for the limited API (abi3)")
+    result.files.append(rel)
+    result.made["py-limited-api"] += len(edit.extensions) + (edit.setup_line is not None)
+    result.diff = "".join(difflib.unified_diff(original.splitlines(True), edit.text.splitlines(True), f"a/{rel}",
+                                               f"b/{rel}"))
+    result.subject = _subject(result.subject, result.made)
+    if not dry_run:
+        _commit_step(tree, result, rewrites, result.step, {path: edit.text}, {path: original})
+    report.steps.append(result)
+
+
+def _with_schemas(workspace: Workspace, dep: Dependency, rewrites: RewriteSet,
+                  files: dict[Path, FileRewrite]) -> RewriteSet:
     """The dispatcher rewrites with the schemas of the ops the files name, from the build
     torch's registry, asked once (and kept in the check cache, migration/dispatcher.py); only
     where the torch-target has torch_call_dispatcher (its since), else they are declined as
@@ -273,7 +310,8 @@ def _with_schemas(workspace: Workspace, dep: Dependency, rewrites: RewriteSet, f
     except OSError:
         cache = None
     schemas = schemas_for(ensure_build_env(torch).python, torch, named, cache)
-    return replace(rewrites, rewrites=tuple(replace(r, schemas=schemas) if r in wanted else r for r in rewrites.rewrites))
+    return replace(rewrites,
+                   rewrites=tuple(replace(r, schemas=schemas) if r in wanted else r for r in rewrites.rewrites))
 
 
 def refuse_dirty(checkout: Path, name: str) -> None:
@@ -312,7 +350,8 @@ DROP, KEEP, ORIGINAL = "drop", "keep", "original"
 
 def _variants(path: Path, file: FileRewrite, rewrites: RewriteSet, target: str, style: dict[str, str],
               modules: dict[Path, list[ModuleEdit]], needed: set[str], left: bool, checkout: Path,
-              report: MigrateReport, helper: str | None = None, libraries: dict[Path, Library] | None = None) -> Variants:
+              report: MigrateReport, helper: str | None = None,
+              libraries: dict[Path, Library] | None = None) -> Variants:
     """The file migrated keeping its unstable includes and, when no use is left in it, also
     without them (which one is committed the compile proof decides). ``helper``: the quoted
     include of the helper header, for a file whose rewrites call it."""
@@ -329,7 +368,8 @@ def _variants(path: Path, file: FileRewrite, rewrites: RewriteSet, target: str, 
 
 def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: str, style: dict[str, str],
               modules: dict[Path, list[ModuleEdit]], needed: set[str], keep_unstable: bool, checkout: Path,
-              report: MigrateReport, helper: str | None = None, libraries: dict[Path, Library] | None = None) -> FileRun:
+              report: MigrateReport, helper: str | None = None,
+              libraries: dict[Path, Library] | None = None) -> FileRun:
     """One file through every step. A rewrite keeps the line breaks, the include step and the
     formatting do not: what was declined so far is moved to the lines it is on afterwards."""
     file = FileRewrite(original.text, list(original.active))
@@ -563,7 +603,8 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
 
     codes = {path: _active_only(blank_comments_and_strings(file.text), {i + 1 for i, f in enumerate(file.active) if f})
              for path, file in files.items()}
-    every = {path: blank_comments_and_strings(file.text) for path, file in files.items()}  # a guarded binding's function too
+    # a guarded binding's function too
+    every = {path: blank_comments_and_strings(file.text) for path, file in files.items()}
     namespace = re.sub(r"\W", "_", dep.name)
     found: dict[Path, list[ModuleEdit]] = {}
     for path, file in files.items():
@@ -574,19 +615,22 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
                                           lambda name: _definition_body(codes, name),
                                           files={other: f.text for other, f in files.items()}, root=checkout)
         rel = path.relative_to(checkout).as_posix()
-        report.declined += [{"at": f"{rel}:{line}", "rewrite": "pybind11-module", "reason": reason} for line, reason in declined]
+        report.declined += [{"at": f"{rel}:{line}", "rewrite": "pybind11-module", "reason": reason}
+                            for line, reason in declined]
         if not edits:
             continue
         torch = workspace.manifest.bundle.torch
         python = ensure_build_env(torch).python if torch else None
         kept = []
         for edit in edits:
-            refused = [] if python is None else [(s, e) for s, e in parse_schemas(python, edit.schemas) if e is not None]
+            refused = [] if python is None else [(s, e) for s, e in parse_schemas(python, edit.schemas)
+                                                 if e is not None]
             if python is None:
                 refused = [(s, "no [bundle] torch to parse the schema with") for s in edit.schemas]
             if refused:
                 report.declined += [{"at": f"{rel}:{edit.line}", "rewrite": "pybind11-module",
-                                     "reason": f"torch._C.parse_schema refused {schema!r}: {error}"} for schema, error in refused]
+                                     "reason": f"torch._C.parse_schema refused {schema!r}: {error}"}
+                                     for schema, error in refused]
             else:
                 kept.append(edit)
         for edit in kept:  # a register_apis helper in another file (a header) is edited there
@@ -624,14 +668,16 @@ def _torch_libraries(workspace: Workspace, files: dict[Path, FileRewrite], repor
         return found
     torch = workspace.manifest.bundle.torch
     python = ensure_build_env(torch).python if torch else None
-    refused = dict(parse_schemas(python, schemas)) if python else dict.fromkeys(schemas, "no [bundle] torch to parse it")
+    refused = dict(parse_schemas(python, schemas)) if python else dict.fromkeys(schemas,
+                                                                                "no [bundle] torch to parse it")
     kept = {}
     for path, library in found.items():
         bad = [(schema, refused[schema]) for schema in library.schemas if refused.get(schema)]
         if bad:
             rel = path.relative_to(checkout).as_posix()
             report.declined += [{"at": f"{rel}:{library.line}", "rewrite": "torch-library",
-                                 "reason": f"torch._C.parse_schema refused {schema!r}: {error}"} for schema, error in bad]
+                                 "reason": f"torch._C.parse_schema refused {schema!r}: {error}"}
+                                 for schema, error in bad]
         else:
             kept[path] = library
     return kept
@@ -670,8 +716,8 @@ def _generated_trailers(diff: str, header: str | None, result: StepResult) -> li
             found.append(f"Migration-Review: {hunk.id} the pybind11 module, converted by assemble migrate; each schema "
                          "parsed by torch._C.parse_schema: check the names, defaults and the wrappers")
         elif header is not None and hunk.file == header:
-            found.append(f"Migration-Review: {hunk.id} the helper header, generated by assemble migrate: stable API and "
-                         "shim calls only (assembler/migration/helpers.py); read it once")
+            found.append(f"Migration-Review: {hunk.id} the helper header, generated by assemble migrate: stable API "
+                         "and shim calls only (assembler/migration/helpers.py); read it once")
         else:
             judge(hunk, words)
             if hunk.verdict is not HunkVerdict.FLAGGED:

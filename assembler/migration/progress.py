@@ -62,14 +62,17 @@ class MigrationProgress(NamedTuple):
                 "judgment": self.judgment, "evidence": self.evidence.to_json()}
 
 
-def migration_progress(units_clean: Iterable[bool], use_kinds: Iterable[Kind], evidence: ProgressEvidence) -> MigrationProgress:
+def migration_progress(units_clean: Iterable[bool], use_kinds: Iterable[Kind],
+                       evidence: ProgressEvidence) -> MigrationProgress:
     """The one computation of the progress: each unit's cleanliness, each use's kind."""
     clean = list(units_clean)
     kinds = list(use_kinds)
-    return MigrationProgress(sum(clean), len(clean), len(kinds), sum(kind is not Kind.MECHANICAL for kind in kinds), evidence)
+    return MigrationProgress(sum(clean), len(clean), len(kinds), sum(kind is not Kind.MECHANICAL for kind in kinds),
+                             evidence)
 
 
-def evidence_record(units_clean: Iterable[bool], use_kinds: Iterable[Kind], evidence: ProgressEvidence) -> dict[str, Any]:
+def evidence_record(units_clean: Iterable[bool], use_kinds: Iterable[Kind],
+                    evidence: ProgressEvidence) -> dict[str, Any]:
     """What assess publishes: the inputs of ``migration_progress``, not its result."""
     counts = {kind.value: 0 for kind in Kind}
     for kind in use_kinds:
@@ -87,7 +90,8 @@ def read_progress(dep: Dependency) -> MigrationProgress | None:
     if record is None:
         return None
     try:
-        evidence = ProgressEvidence(str(record["obtained"]), str(record["head"]), str(record["torch"]), str(record["rules_version"]))
+        evidence = ProgressEvidence(str(record["obtained"]), str(record["head"]), str(record["torch"]),
+                                    str(record["rules_version"]))
         if evidence.rules_version != load_rules().version:
             return None
         kinds = [Kind(kind) for kind, count in record["use_kinds"].items() for _ in range(int(count))]

@@ -209,7 +209,8 @@ def pointer_taken_in(body: str, name: str) -> bool:
 
 
 def _split_tuple(name: str, base: str, optional: bool, default_text: str | None, schema_args: list[str],
-                 wrapper_params: list[str], call_args: list[str], python_params: list[str], python_args: list[str]) -> None:
+                 wrapper_params: list[str], call_args: list[str], python_params: list[str],
+                 python_args: list[str]) -> None:
     """A ``std::tuple`` or ``std::pair`` parameter (or an optional one) as one schema argument per
     element: the wrapper joins them into the tuple, the Python forwarder splits the caller's tuple."""
     elements = _split_template(base)
@@ -311,13 +312,15 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
             continue
         by_reference = reference and not re.search(r"\bconst\b", cxx_type)
         if schema_type in ("Tensor", "Tensor?", "Tensor[]") and (
-                (by_reference and schema_type != "Tensor?") or (body is not None and written_in(body, cxx_name.strip()))):
+                (by_reference and schema_type != "Tensor?")
+                or (body is not None and written_in(body, cxx_name.strip()))):
             # a tensor taken by non-const reference, or written in place, is written to: the schema
             # says so, one alias set each
             schema_type = schema_type.replace("Tensor", f"Tensor({_alias(mutated)}!)")
             wrapper_type = wrapper_type.removeprefix("const ") if by_reference else wrapper_type
             mutated += 1
-        elif schema_type in ("Tensor", "Tensor?") and not reference and body is not None and pointer_taken_in(body, cxx_name.strip()):
+        elif (schema_type in ("Tensor", "Tensor?") and not reference and body is not None
+              and pointer_taken_in(body, cxx_name.strip())):
             # taken by value, its data pointer kept: an output handed in (a const& is taken to be read only)
             kept_pointers.append(name)
         elif schema_type == "Tensor":
@@ -365,7 +368,8 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
                   "those its kernels write as Tensor(a!) in the schema")
     elif schema_ret == "()" and not mutated and read_only:
         unsure = (f"{binding.name} returns nothing and its schema marks no argument written: annotate the tensors "
-                  f"its kernels write ({', '.join(read_only)}: which, the text of {binding.function} does not say) as Tensor(a!)")
+                  f"its kernels write ({', '.join(read_only)}: which, the text of {binding.function} does not say) as "
+                  "Tensor(a!)")
     if not needs_wrapper and not wrap:
         return Operator(schema, f"&{binding.function}", guard=binding.guard, python_params=python_params,
                         python_args=python_args, unsure=unsure)
@@ -431,7 +435,8 @@ class _Collected:
     lambdas: list[tuple[Binding, _Helper | None, str]] = field(default_factory=list)  # a named lambda's definition
 
 
-_HELPER_DEF = re.compile(r"(?:\b(?:static|inline)\s+)*\bvoid\s+(\w+)\s*\(\s*(?:::)?(?:pybind11|py)::module_?\s*&\s*(\w+)\s*\)\s*\{")
+_HELPER_DEF = re.compile(r"(?:\b(?:static|inline)\s+)*\bvoid\s+(\w+)\s*\("
+                         r"\s*(?:::)?(?:pybind11|py)::module_?\s*&\s*(\w+)\s*\)\s*\{")
 _LIBRARY = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{")
 
 
@@ -478,7 +483,8 @@ def _helpers(sources: list[_Source]) -> dict[str, list[_Helper]]:
         for match in _HELPER_DEF.finditer(source.code):
             close = _close(source.code, match.end() - 1)
             found.setdefault(match.group(1), []).append(_Helper(source, match.start(), close + 1, match.end(),
-                                                                match.group(2), _namespace_at(source.code, match.start())))
+                                                                match.group(2),
+                                                                _namespace_at(source.code, match.start())))
     return found
 
 
@@ -498,7 +504,8 @@ def _resolve(called: str, scope: list[str], helpers: dict[str, list[_Helper]]) -
 
 
 def _lambda(binding_name: str, source: _Source, start: int, end: int, var: str,
-            signature: Callable[[str], tuple[str, list[str]] | None], taken: set[str]) -> tuple[str, str, list[str], str, str]:
+            signature: Callable[[str], tuple[str, list[str]] | None],
+            taken: set[str]) -> tuple[str, str, list[str], str, str]:
     """A lambda bound by ``var.def`` as a named function: (name, return type, parameters,
     definition without storage class). Its return type is as written (``-> T``), else void
     when it returns nothing, else that of what it returns (a literal, or a call of a function
@@ -579,7 +586,8 @@ def _collect(source: _Source, body_start: int, body_end: int, var: str, helper: 
             out.bindings.append((binding, helper))
         elif re.match(r"\s*\.\s*doc\s*\(", after):
             continue
-        elif alias := re.match(rf'\s*\.\s*attr\s*\(\s*"\s*"\s*\)\s*=\s*{re.escape(var)}\s*\.\s*attr\s*\(\s*"\s*"\s*\)\s*;',
+        elif alias := re.match(rf'\s*\.\s*attr\s*\(\s*"\s*"\s*\)\s*=\s*{re.escape(var)}'
+                               r'\s*\.\s*attr\s*\(\s*"\s*"\s*\)\s*;',
                                after):
             names = re.findall(r'"(\w+)"', text[at:at + len(var) + alias.end()])
             _spans(out, source).append((at, at + len(var) + alias.end()))
@@ -680,7 +688,8 @@ def _guarded(lines: list[str], guard: list[str]) -> list[str]:
     return [*guard, *lines, *("#endif" for _ in guard)]
 
 
-def _existing_library(sources: list[_Source], skip: tuple[_Source, int, int], namespace: str) -> tuple[str, set[str]] | None:
+def _existing_library(sources: list[_Source], skip: tuple[_Source, int, int],
+                      namespace: str) -> tuple[str, set[str]] | None:
     """The dependency's own torch library that a converted module joins: (its namespace, the
     operators it defines already). ``namespace`` when the tree has a library of that name, else
     its only one; None when it has none."""
@@ -754,17 +763,20 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool, 
             declined.append((line, str(error)))
             continue
         for source, number, reason in out.declined:
-            declined.append((number, reason) if source is module_source else (line, f"at {source.name}:{number}: {reason}"))
+            declined.append((number, reason) if source is module_source
+                            else (line, f"at {source.name}:{number}: {reason}"))
         if not operators and out.declined:
             continue  # nothing this step can register: the module is left whole
         edit = _module_edit(module, close, line, module_source, library, joined is not None, defined, dispatch_key,
                             operators, out, python if pyinit else None)
-        parts = [(helper.source, ModuleEdit(helper.start, helper.end, helper.source.code.count("\n", 0, helper.start) + 1,
+        parts = [(helper.source,
+                  ModuleEdit(helper.start, helper.end, helper.source.code.count("\n", 0, helper.start) + 1,
                                             _helper_text(helper, module_source, out, operators), []))
                  for helper in out.helpers]
         replaced = [(module_source, edit), *parts]
         for source in {id(source): source for source, _ in replaced}.values():
-            parts += [(source, include) for include in _pybind_includes(source, [e for s, e in replaced if s is source])]
+            parts += [(source, include)
+                      for include in _pybind_includes(source, [e for s, e in replaced if s is source])]
         for source, part in parts:
             if source is module_source:
                 edits.append(part)
@@ -898,19 +910,23 @@ def forwarders(namespace: str, operators: list[Operator], bindings: list[Binding
     for op, binding in zip(operators, bindings, strict=True):
         names = [p.split("=", 1)[0] for p in op.python_params]
         target = f"{_TORCH_ALIAS}.ops.{namespace}.{binding.name}"
-        if all(n.isidentifier() and not keyword.iskeyword(n) for n in [binding.name, *names]) and len(set(names)) == len(names):
+        if all(n.isidentifier() and not keyword.iskeyword(n)
+               for n in [binding.name, *names]) and len(set(names)) == len(names):
             lines = [f"def {binding.name}({', '.join(op.python_params)}):",
                      f"    return {target}({', '.join(op.python_args)})"]
-        elif not any(a.startswith("*") for a in op.python_args) and binding.name.isidentifier() and not keyword.iskeyword(binding.name):
+        elif (not any(a.startswith("*") for a in op.python_args) and binding.name.isidentifier()
+              and not keyword.iskeyword(binding.name)):
             lines = [f"def {binding.name}(*args, **kwargs):", f"    return {target}(*args, **kwargs)"]
         else:
-            raise Unconvertible(f"{binding.name}: a parameter name is not a Python identifier, so its forwarder cannot split the tuple")
+            raise Unconvertible(f"{binding.name}: a parameter name is not a Python identifier, so its forwarder cannot "
+                                "split the tuple")
         out.append((op.guard, lines))
     for _, _, reason in missing or []:
         name = reason.split(":", 1)[0]
         if name.isidentifier() and not keyword.iskeyword(name):
             out.append(([], [f"def {name}(*args, **kwargs):",
-                             f"    raise NotImplementedError({json.dumps('not migrated to the Stable ABI: ' + reason)})"]))
+                             "    raise NotImplementedError("
+                             f"{json.dumps('not migrated to the Stable ABI: ' + reason)})"]))
     for guard, new, existing in aliases or []:
         out.append((guard, [f"{new} = {existing}"]))
     try:  # every guard's branch taken at once: each forwarder must compile on its own anyway
@@ -960,7 +976,8 @@ def parse_schemas(python: Path, schemas: list[str]) -> list[tuple[str, str | Non
     """(schema, error or None) for each, as the build torch's ``torch._C.parse_schema`` says."""
     script = ("import json, sys, torch\nout = []\nfor s in json.load(sys.stdin):\n"
               "    try:\n        torch._C.parse_schema(s); out.append(None)\n"
-              "    except Exception as e:\n        out.append(str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)\n"
+              "    except Exception as e:\n        out.append(str(e).strip().splitlines()[0] if str(e).strip() else "
+              "type(e).__name__)\n"
               "print(json.dumps(out))\n")
     result = subprocess.run([str(python), "-c", script], input=json.dumps(schemas), capture_output=True, text=True,
                             timeout=300, check=False)

@@ -50,19 +50,22 @@ VOCABULARY = frozenset({
     "at", "c10", "torch", "stable", "headeronly", "detail", "accelerator", "std", "py", "pybind11", "cuda",
     "Tensor", "TensorOptions", "ScalarType", "Layout", "Device", "DeviceType", "DeviceIndex", "IntArrayRef",
     "IntHeaderOnlyArrayRef", "HeaderOnlyArrayRef", "optional", "nullopt", "StableIValue",
-    "TORCH_CHECK", "STD_TORCH_CHECK", "TORCH_INTERNAL_ASSERT", "TORCH_LIBRARY", "TORCH_LIBRARY_IMPL", "TORCH_LIBRARY_FRAGMENT",
-    "STABLE_TORCH_LIBRARY", "STABLE_TORCH_LIBRARY_IMPL", "STABLE_TORCH_LIBRARY_FRAGMENT", "TORCH_BOX", "PYBIND11_MODULE",
+    "TORCH_CHECK", "STD_TORCH_CHECK", "TORCH_INTERNAL_ASSERT", "TORCH_LIBRARY", "TORCH_LIBRARY_IMPL",
+    "TORCH_LIBRARY_FRAGMENT",
+    "STABLE_TORCH_LIBRARY", "STABLE_TORCH_LIBRARY_IMPL", "STABLE_TORCH_LIBRARY_FRAGMENT", "TORCH_BOX",
+    "PYBIND11_MODULE",
     "TORCH_EXTENSION_NAME", "TORCH_FN", "arg", "def", "impl", "doc",
     "contiguous", "view", "reshape", "transpose", "clone", "zero_", "fill_", "narrow", "select", "flatten", "squeeze",
-    "unsqueeze", "copy_", "to", "pad", "amax", "sum", "sum_out", "empty", "empty_like", "new_empty", "zeros", "new_zeros",
+    "unsqueeze", "copy_", "to", "pad", "amax", "sum", "sum_out", "empty", "empty_like", "new_empty", "zeros",
+    "new_zeros",
     "full", "from_blob", "matmul", "subtract", "data_ptr", "const_data_ptr", "mutable_data_ptr", "options", "dtype",
     "device", "layout", "get_device", "get_device_index", "DeviceGuard", "OptionalDeviceGuard", "CUDAGuard",
     "OptionalCUDAGuard", "getCurrentCUDAStream", "get_current_cuda_stream", "aoti_torch_get_current_cuda_stream",
     "torch_call_dispatcher", "aoti_torch_call_dispatcher", "from", "kCPU", "kCUDA", "CPU", "CUDA",
     "::", ".", "->", ",", "(", ")",
 })
-_DTYPES = re.compile(r"^k?(?:Float|Float32|Half|Float16|BFloat16|Double|Float64|Int|Int32|Long|Int64|Short|Int16|Char|Int8|Byte|UInt8|Bool"
-                     r"|ComplexFloat|ComplexDouble|Float8_\w+)$")
+_DTYPES = re.compile(r"^k?(?:Float|Float32|Half|Float16|BFloat16|Double|Float64|Int|Int32|Long|Int64|Short|Int16"
+                     r"|Char|Int8|Byte|UInt8|Bool|ComplexFloat|ComplexDouble|Float8_\w+)$")
 
 
 class HunkVerdict(StrEnum):
@@ -102,7 +105,8 @@ class Hunk:
         return self.verdict is HunkVerdict.FLAGGED and sorted(self.removed_tokens) == sorted(self.added_tokens)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "file": self.file, "number": self.number, "old_start": self.old_start, "new_start": self.new_start,
+        return {"id": self.id, "file": self.file, "number": self.number, "old_start": self.old_start,
+                "new_start": self.new_start,
                 "header": self.header, "verdict": self.verdict.value, "removed_tokens": self.removed_tokens,
                 "added_tokens": self.added_tokens, "reordered": self.reordered, "acknowledged": self.acknowledged,
                 "compile_error": self.compile_error, "removed_lines": len(self.removed), "added_lines": len(self.added)}
@@ -121,7 +125,8 @@ class PatchReview:
 
     def to_json(self) -> dict[str, Any]:
         counts = {verdict.value: sum(1 for h in self.hunks if h.verdict is verdict) for verdict in HunkVerdict}
-        return {"patch": self.patch, "subject": self.subject, "counts": counts, "unacknowledged": len(self.unacknowledged),
+        return {"patch": self.patch, "subject": self.subject, "counts": counts,
+                "unacknowledged": len(self.unacknowledged),
                 "unknown_acknowledgements": self.unknown_acknowledgements, "hunks": [h.to_json() for h in self.hunks]}
 
 
@@ -165,13 +170,15 @@ def vocabulary(ruleset: RuleSet) -> frozenset[str]:
     for rule in ruleset.rules:
         for text in (rule.api, rule.stable or ""):
             words.update(re.findall(r"[A-Za-z_]\w*", text))
-    words -= {"t", "sizes", "a", "b", "dim", "op", "fn", "X", "or", "and", "the", "with", "an", "in", "of", "its", "name",
+    words -= {"t", "sizes", "a", "b", "dim", "op", "fn", "X", "or", "and", "the", "with", "an", "in", "of", "its",
+              "name",
               "argument", "operator", "schema", "string", "takes", "index", "stream", "self", "limited"}
     return frozenset(words)
 
 
 def _kept(lines: list[str], words: frozenset[str]) -> list[str]:
-    code = strip_comments("\n".join(line for line in lines if not _INCLUDE.match(line) and not HELPER_INCLUDE.match(line)
+    code = strip_comments("\n".join(line for line in lines
+                                     if not _INCLUDE.match(line) and not HELPER_INCLUDE.match(line)
                                      and not _USING_STABLE.match(line)))
     return [t for t in tokens(code) if t not in words and not _DTYPES.match(t)]
 

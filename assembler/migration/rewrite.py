@@ -81,12 +81,16 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
             if raw.get("receiver", "tensor") != "tensor":
                 raise ValueError(f"rewrite {raw.get('id')!r}: receiver must be 'tensor'")
             if (raw["type"] in ("syntax", "cast-data-ptr")) != bool(raw.get("syntax")):
-                raise ValueError(f"rewrite {raw.get('id')!r}: types syntax and cast-data-ptr (only) name ast-grep patterns")
+                raise ValueError(f"rewrite {raw.get('id')!r}: types syntax and cast-data-ptr (only) name ast-grep "
+                                 "patterns")
             if (raw["type"] in ("helper", "dispatcher")) != (raw.get("helper") in PIECES):
-                raise ValueError(f"rewrite {raw.get('id')!r}: a helper rewrite names one of the pieces {sorted(PIECES)}")
+                raise ValueError(f"rewrite {raw.get('id')!r}: a helper rewrite names one of the pieces "
+                                 f"{sorted(PIECES)}")
             rewrites.append(Rewrite(
-                id=raw["id"], step=raw["step"], type=raw["type"], since=raw["since"], includes=tuple(raw.get("includes", ())),
-                pattern=re.compile(raw["pattern"]) if "pattern" in raw else None, replacement=raw.get("replacement", ""),
+                id=raw["id"], step=raw["step"], type=raw["type"], since=raw["since"],
+                includes=tuple(raw.get("includes", ())),
+                pattern=re.compile(raw["pattern"]) if "pattern" in raw else None,
+                replacement=raw.get("replacement", ""),
                 mapping=dict(raw.get("map", {})), method=raw.get("method", ""), function=raw.get("function", ""),
                 max_args=raw.get("max_args"), refuse_braced=bool(raw.get("refuse_braced", False)),
                 receiver=raw.get("receiver", ""), arguments=raw.get("arguments", ""), rename=raw.get("rename", ""),
@@ -100,7 +104,8 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
         replaced = {str(old): str(new) for old, new in data.get("replaced_includes", {}).items()}
         return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites), replaced)
     except (OSError, ValueError, KeyError, TypeError, re.error) as error:
-        raise InputError(f"{path}: unreadable migration rewrites ({error})", hint="reinstall assembler, or fix the file") from None
+        raise InputError(f"{path}: unreadable migration rewrites ({error})",
+                         hint="reinstall assembler, or fix the file") from None
 
 
 @dataclass(frozen=True)
@@ -419,8 +424,9 @@ def _eligible(rewrite: Rewrite, file: FileRewrite, line: int, torch_target: str)
     if not file.active[line]:
         return False
     if _newer(rewrite.since, torch_target):
-        file.declined.append(Declined(line + 1, rewrite.id, f"needs torch {rewrite.since}, above torch-target {torch_target} "
-                                                            "(raise torch-target to allow it)"))
+        file.declined.append(Declined(line + 1, rewrite.id,
+                                      f"needs torch {rewrite.since}, above torch-target {torch_target} "
+                                      "(raise torch-target to allow it)"))
         return False
     return True
 
@@ -586,7 +592,8 @@ def _dispatcher(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     time, rescanning, so a call inside another's arguments is rewritten too."""
     from assembler.migration.dispatcher import call
 
-    alternatives = [rf"(?P<dot>\.)\s*(?P<method>{'|'.join(map(re.escape, rewrite.methods))})\s*\("] if rewrite.methods else []
+    alternatives = ([rf"(?P<dot>\.)\s*(?P<method>{'|'.join(map(re.escape, rewrite.methods))})\s*\("]
+                    if rewrite.methods else [])
     if rewrite.functions:
         names = "|".join(map(re.escape, rewrite.functions))
         alternatives.append(rf"(?<![\w:])(?:at|torch)::(?P<function>{names})\s*\(")
@@ -649,12 +656,14 @@ def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             file.declined.append(Declined(line + 1, rewrite.id, "unbalanced call"))
             continue
         if rewrite.refuse_braced and "{" in code[opening + 1:closing]:
-            file.declined.append(Declined(line + 1, rewrite.id, "a braced literal would bind to std::optional<IntHeaderOnlyArrayRef> "
-                                                                "and dangle: name a std::vector first, then rewrite"))
+            file.declined.append(Declined(line + 1, rewrite.id,
+                                          "a braced literal would bind to std::optional<IntHeaderOnlyArrayRef> "
+                                          "and dangle: name a std::vector first, then rewrite"))
             continue
         if rewrite.max_args is not None and _arguments(code, opening, closing) > rewrite.max_args:
-            file.declined.append(Declined(line + 1, rewrite.id, f"takes more than {rewrite.max_args} arguments here (TensorOptions?): "
-                                                                "pass dtype and device to the stable function yourself"))
+            file.declined.append(Declined(line + 1, rewrite.id,
+                                          f"takes more than {rewrite.max_args} arguments here (TensorOptions?): "
+                                          "pass dtype and device to the stable function yourself"))
             continue
         if not _eligible(rewrite, file, line, torch_target):
             continue
@@ -1200,7 +1209,8 @@ def _rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, 
     present = {m.group(1) for m in _INCLUDE.finditer(file.text)}
     missing = sorted(needed - present)
     quoted = [name for name in local if name.strip('"') not in present]
-    unstable_at = [i for i, line in enumerate(lines) if (m := _INCLUDE.match(line)) and m.group(1) in unstable and flags[i]]
+    unstable_at = [i for i, line in enumerate(lines)
+                   if (m := _INCLUDE.match(line)) and m.group(1) in unstable and flags[i]]
     if not missing and not quoted and (keep_unstable or not unstable_at):
         return
     includes = [f"#include <{name}>" for name in missing] + [f"#include {name}" for name in quoted]

@@ -30,7 +30,8 @@ class Kind(StrEnum):
 
 
 class Rule(NamedTuple):
-    """One kind of LibTorch use (a NamedTuple: `patches` reads the rules' version at start-up, where dataclasses cost)."""
+    """One kind of LibTorch use (a NamedTuple: `patches` reads the rules' version at start-up, where
+    dataclasses cost)."""
 
     id: str
     family: str
@@ -63,10 +64,12 @@ def load_rules(path: Path = RULES_FILE) -> RuleSet:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as error:
-        raise InputError(f"{path}: unreadable migration rules ({error})", hint="reinstall assembler, or fix the file") from None
+        raise InputError(f"{path}: unreadable migration rules ({error})",
+                         hint="reinstall assembler, or fix the file") from None
     if not isinstance(data, dict) or data.get("schema") != RULES_SCHEMA:
         raise InputError(f"{path}: migration rules schema {data.get('schema') if isinstance(data, dict) else None!r}, "
-                         f"expected {RULES_SCHEMA}", hint="this assembler reads rules files of schema 1; upgrade assembler")
+                         f"expected {RULES_SCHEMA}",
+                         hint="this assembler reads rules files of schema 1; upgrade assembler")
     families = data.get("families", {})
     rules: list[Rule] = []
     seen: set[str] = set()
@@ -86,9 +89,11 @@ def load_rules(path: Path = RULES_FILE) -> RuleSet:
             if raw.get("provided_by") and "declares" in raw["provided_by"]:
                 re.compile(raw["provided_by"]["declares"])
         except (re.error, ValueError) as error:
-            raise InputError(f"{where} ({rule_id}): {error}", hint="fix the pattern or kind (mechanical, judgment, none)") from None
+            raise InputError(f"{where} ({rule_id}): {error}",
+                             hint="fix the pattern or kind (mechanical, judgment, none)") from None
         if kind is Kind.NONE and not raw.get("way_round"):
-            raise InputError(f"{where} ({rule_id}): a rule without a stable equivalent needs a way_round", hint="say what to do instead")
+            raise InputError(f"{where} ({rule_id}): a rule without a stable equivalent needs a way_round",
+                             hint="say what to do instead")
         rules.append(Rule(
             id=rule_id, family=raw["family"], pattern=pattern, api=raw["api"], stable=raw.get("stable"),
             since=raw.get("since"), kind=kind, provided_by=raw.get("provided_by"), shim=raw.get("shim"),

@@ -102,7 +102,8 @@ def limit_setup_py(text: str, python_abi: str) -> SetupEdit:
             if _keyword(node, "py_limited_api") is not None:
                 continue
             if _splats(node):
-                result.declined.append((node.lineno, f"{name}(**...) may set py_limited_api: add py_limited_api=True by hand"))
+                result.declined.append((node.lineno,
+                                        f"{name}(**...) may set py_limited_api: add py_limited_api=True by hand"))
                 continue
             edits.append((_closing_paren(text, starts, node), "py_limited_api=True"))
             result.extensions.append(node.lineno)
@@ -113,7 +114,8 @@ def limit_setup_py(text: str, python_abi: str) -> SetupEdit:
                     result.declined.append((node.lineno, "setup(**...) may set options: add "
                                             f'options={{"bdist_wheel": {{"py_limited_api": "{tag}"}}}} by hand'))
                     continue
-                edits.append((_closing_paren(text, starts, node), f'options={{"bdist_wheel": {{"py_limited_api": "{tag}"}}}}'))
+                edits.append((_closing_paren(text, starts, node),
+                              f'options={{"bdist_wheel": {{"py_limited_api": "{tag}"}}}}'))
                 result.setup_line = node.lineno
             elif "py_limited_api" not in (ast.get_source_segment(text, options.value) or ""):
                 result.declined.append((node.lineno, "setup(options=...) is set: add "

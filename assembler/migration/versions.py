@@ -69,7 +69,8 @@ class Versions:
             text = self._header(rule.provided_by["header"])
             if text is not None:
                 declares = rule.provided_by.get("declares")
-                version = declaration_version(text, re.compile(declares) if declares else None, self.table.baseline_version)
+                version = declaration_version(text, re.compile(declares) if declares else None,
+                                              self.table.baseline_version)
                 if version is not None:
                     return Provided(short(version), "torch headers")
         return Provided(rule.since, "rules data")
