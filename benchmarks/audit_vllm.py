@@ -47,7 +47,8 @@ def fetch() -> Path:
         wheels.mkdir(parents=True, exist_ok=True)
         print(f"downloading {WHEEL} into {wheels} (once)", flush=True)
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "vllm==0.33.0", "-d", str(wheels)],
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "vllm==0.33.0", "-d",
+             str(wheels)],
             check=True,
         )
     return path
@@ -77,7 +78,8 @@ def pyelftools_view(path: Path) -> tuple[tuple, tuple]:
             for i, s in enumerate(elf.get_section_by_name(".dynsym").iter_symbols())
             if i
         )
-        needed = tuple(t.needed for t in elf.get_section_by_name(".dynamic").iter_tags() if t.entry.d_tag == "DT_NEEDED")
+        needed = tuple(t.needed for t in elf.get_section_by_name(".dynamic").iter_tags()
+                       if t.entry.d_tag == "DT_NEEDED")
     return symbols, needed
 
 
@@ -124,7 +126,8 @@ def main() -> int:
         with zipfile.ZipFile(wheel) as zf:
             sos = [i for i in zf.infolist() if i.filename.endswith(".so")]
         for i in sos:
-            src = open_member(MemberInfo(str(wheel), i.filename, i.header_offset, i.compress_type, i.compress_size, i.file_size))
+            src = open_member(MemberInfo(str(wheel), i.filename, i.header_offset, i.compress_type, i.compress_size,
+                                         i.file_size))
             info = read_dynamic(src)
             mine = (tuple(tuple(s) for s in info.symbols), info.needed)
             if mine == pyelftools_view(target / i.filename):
@@ -137,13 +140,17 @@ def main() -> int:
     for e in taa["extensions"] + taa["bundled_libs"]:
         t = e["torch"]
         verdict = "STABLE" if t["stable"] else "UNSTABLE" if t["uses_torch"] else "NO-TORCH"
-        theirs[Path(e["path"]).name] = (verdict, t["stable_shim_count"], len(t["unstable_symbols"]), t["min_torch_version"])
-    mine_t = {Path(e["path"]).name: (e["torch_abi"], e["stable_shim"], e["unstable"], e["min_torch"]) for e in ours["extensions"]}
+        theirs[Path(e["path"]).name] = (verdict, t["stable_shim_count"], len(t["unstable_symbols"]),
+                                        t["min_torch_version"])
+    mine_t = {Path(e["path"]).name: (e["torch_abi"], e["stable_shim"], e["unstable"], e["min_torch"])
+              for e in ours["extensions"]}
     if mine_t != theirs:
-        problems.append(f"torch verdicts differ from torch-abi-audit: {sorted(set(mine_t.items()) ^ set(theirs.items()))}")
+        problems.append("torch verdicts differ from torch-abi-audit: "
+                        f"{sorted(set(mine_t.items()) ^ set(theirs.items()))}")
     stable = [n for n, v in mine_t.items() if v[0] == "STABLE"]
     qutlass = next(e for e in ours["extensions"] if e["path"].endswith("_qutlass_C.abi3.so"))
-    if len(stable) != 10 or ours["torch_abi"] != "STABLE" or ours["min_torch"] != "2.13.0" or qutlass["min_torch"] != "2.13.0":
+    if (len(stable) != 10 or ours["torch_abi"] != "STABLE" or ours["min_torch"] != "2.13.0"
+        or qutlass["min_torch"] != "2.13.0"):
         problems.append("expected 10 STABLE extensions and min torch 2.13.0 set by _qutlass_C")
     their_findings = {n: r["future_abi3_objects"] for n, r in abi3.items() if not r["is_abi3_baseline_compatible"]}
     our_findings = {Path(e["path"]).name: e["newer_than_tag"] for e in ours["extensions"] if e["newer_than_tag"]}
@@ -154,7 +161,8 @@ def main() -> int:
 
     slow = pip_s + taa_s
     print()
-    print(f"assemble audit (CLI)         median {ours_s:6.3f} s  (min {min(r[0] for r in runs):.3f}, {args.rounds} runs, "
+    print(f"assemble audit (CLI)         median {ours_s:6.3f} s  (min {min(r[0] for r in runs):.3f}, {args.rounds} "
+          "runs, "
           f"peak RSS {ours_rss:.0f} MiB)")
     print(f"  audit_paths (library)      median {statistics.median(lib):6.3f} s")
     print(f"abi3audit on the wheel              {abi3_s:6.3f} s   {abi3_s / ours_s:5.1f}x slower")

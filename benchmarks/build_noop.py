@@ -62,7 +62,8 @@ def main() -> None:
         tmp = Path(tmp_name)
         for index in range(args.rounds):
             workspace = tmp / f"ws{index}"
-            shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
+            shutil.copytree(EXAMPLE, workspace,
+                            ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
             make_upstreams(workspace / "upstreams")
             cache = tmp / f"cache{index}"  # fresh artifact store and mirrors, shared toolchains
             cache.mkdir()

@@ -36,7 +36,8 @@ from assembler.check.run import CheckOptions, run_check  # noqa: E402
 from assembler.workspace import open_workspace  # noqa: E402
 
 INSTANCE = '// generated {n}\n\n#include "launch.h"\n\n#ifndef DISABLE_{n}\ntemplate void run<{n}>();\n#endif\n'
-LAUNCH = "#pragma once\n#include <torch/csrc/stable/tensor.h>\n#include <torch/headeronly/core/ScalarType.h>\ntemplate <int N> void run() {}\n"
+LAUNCH = ("#pragma once\n#include <torch/csrc/stable/tensor.h>\n#include "
+          "<torch/headeronly/core/ScalarType.h>\ntemplate <int N> void run() {}\n")
 
 
 def _generated(root: Path, units: int) -> tuple[Path, list[str]]:
@@ -51,7 +52,8 @@ def _generated(root: Path, units: int) -> tuple[Path, list[str]]:
     for n in range(units):
         (gen / f"inst_{n}.cpp").write_text(INSTANCE.format(n=n))
     manifest = ws / "deps.toml"
-    manifest.write_text(manifest.read_text().replace('sources = ["csrc/add_scaled.cpp"]', 'sources = ["csrc/add_scaled.cpp", "csrc/gen/*.cpp"]'))
+    manifest.write_text(manifest.read_text().replace('sources = ["csrc/add_scaled.cpp"]',
+                                                     'sources = ["csrc/add_scaled.cpp", "csrc/gen/*.cpp"]'))
     return ws, ["vecadd"]
 
 
@@ -77,12 +79,15 @@ def _one(ws: Path, deps: list[str], options: CheckOptions) -> tuple[float, float
     return wall, cpu, findings, borrowed
 
 
-def _row(source: Path, ws: Path, deps: list[str], options: CheckOptions) -> tuple[float, float, dict[str, dict[str, object]], int]:
+def _row(source: Path, ws: Path, deps: list[str],
+         options: CheckOptions) -> tuple[float, float, dict[str, dict[str, object]], int]:
     """One way, in a fresh process on the assembler tree at ``source``: wall, CPU (the process and
     its compilers), findings, units answered by another's scan."""
-    spec = json.dumps({"ws": str(ws), "deps": deps, "jobs": options.jobs, "syntax": options.syntax, "share": options.share})
+    spec = json.dumps({"ws": str(ws), "deps": deps, "jobs": options.jobs, "syntax": options.syntax,
+                       "share": options.share})
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run([sys.executable, __file__, "--worker", spec], cwd=source, env={**os.environ, "CHECK_SHARED_SOURCE": str(source)},
+    done = subprocess.run([sys.executable, __file__, "--worker", spec], cwd=source,
+                          env={**os.environ, "CHECK_SHARED_SOURCE": str(source)},
                           capture_output=True, text=True, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode:
@@ -112,7 +117,8 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--units", type=int, default=200, help="generated units (without -C)")
     parser.add_argument("--preprocess-only", action="store_true", help="no -fsyntax-only pass on clean C++ units")
-    parser.add_argument("--against", type=Path, help="another assembler source tree whose shared path runs too (before/after)")
+    parser.add_argument("--against", type=Path,
+                        help="another assembler source tree whose shared path runs too (before/after)")
     parser.add_argument("--no-every-unit", action="store_true", help="leave out the old path (every unit scans itself)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="check-shared-") as tmp:
@@ -126,7 +132,8 @@ def main() -> int:
             options = CheckOptions(jobs=args.jobs, syntax=not args.preprocess_only, share=share)
             rows.append((label, *_row(source, ws, deps, options)))
             wall, cpu, _, shared = rows[-1][1:]
-            print(f"  {label}: wall {wall:.1f} s, CPU {cpu:.1f} s, {shared} units answered by another's scan", file=sys.stderr)
+            print(f"  {label}: wall {wall:.1f} s, CPU {cpu:.1f} s, {shared} units answered by another's scan",
+                  file=sys.stderr)
     (_, new_wall, new_cpu, new_findings, _) = rows[0]
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"deps: {' '.join(deps) or 'all'}, {len(new_findings)} units, --jobs {args.jobs}, load average {load}")

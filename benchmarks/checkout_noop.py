@@ -55,7 +55,8 @@ def timed_in_process(workspace: Path, cache: Path) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--python", default=None, help="the interpreter whose assemble is timed (default: a fresh uv venv)")
+    parser.add_argument("--python", default=None,
+                        help="the interpreter whose assemble is timed (default: a fresh uv venv)")
     args = parser.parse_args()
     rounds = args.rounds
     timings: dict[str, list[float]] = {"cli first": [], "cli no-op": [], "library first": [], "library no-op": []}
@@ -65,7 +66,8 @@ def main() -> None:
         for round_index in range(rounds):
             for mode, timer in (("cli", timed_checkout), ("library", timed_in_process)):
                 workspace = tmp / f"{mode}{round_index}"
-                shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
+                shutil.copytree(EXAMPLE, workspace,
+                                ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
                 make_upstreams(workspace / "upstreams")
                 cache = tmp / f"cache-{mode}{round_index}"
                 timings[f"{mode} first"].append(timer(workspace, cache))

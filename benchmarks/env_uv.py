@@ -34,7 +34,8 @@ def create(tool: str, version: str, scratch: Path) -> tuple[float, str]:
     cache = Path(tempfile.mkdtemp(prefix=f"bench-{tool}-", dir=scratch))
     env = {**os.environ, "ASSEMBLE_CACHE": str(cache), "ASSEMBLE_INSTALLER": tool}
     started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", ENSURE, version], env=env, capture_output=True, text=True, cwd=ROOT, check=False)
+    result = subprocess.run([sys.executable, "-c", ENSURE, version], env=env, capture_output=True, text=True, cwd=ROOT,
+                            check=False)
     elapsed = time.perf_counter() - started
     shutil.rmtree(cache, ignore_errors=True)
     if result.returncode != 0:
@@ -48,7 +49,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="timed uv rounds per version (median reported)")
     parser.add_argument("--pip-rounds", type=int, default=1, help="timed pip rounds per version")
     parser.add_argument("--no-pip-warm-up", action="store_true",
-                        help="skip pip's untimed warm-up (it serves local indexes and find-links without a download cache)")
+                        help="skip pip's untimed warm-up (it serves local indexes and find-links without a download "
+                             "cache)")
     parser.add_argument("--scratch", type=Path, default=None,
                         help="where the fresh caches go (default: a temporary directory; keep it on the uv cache's "
                              "filesystem, or uv copies instead of linking)")
@@ -58,7 +60,8 @@ def main() -> None:
 
     versions = args.torch or ["2.13.0"]
     os.environ.pop("ASSEMBLE_INSTALLER", None)
-    print(f"uv {uv_version()}, pip fallback: {installer().name if uv_version() is None else 'pip ' + _pip()}", file=sys.stderr)
+    print(f"uv {uv_version()}, pip fallback: {installer().name if uv_version() is None else 'pip ' + _pip()}",
+          file=sys.stderr)
     results = []
     with tempfile.TemporaryDirectory(prefix="assemble-bench-env-", dir=args.scratch) as scratch_dir:
         scratch = Path(scratch_dir)
@@ -71,18 +74,23 @@ def main() -> None:
                     warm, installed = create(tool, version, scratch)  # fills the installer's cache
                 times = [create(tool, version, scratch) for _ in range(rounds)]
                 if {got for _, got in times} != {installed}:
-                    sys.exit(f"{tool} installed different torch builds: {sorted({got for _, got in times} | {installed})}")
-                row[tool] = {"seconds": round(statistics.median(t for t, _ in times), 2), "rounds": [round(t, 2) for t, _ in times],
+                    sys.exit(f"{tool} installed different torch builds: "
+                             f"{sorted({got for _, got in times} | {installed})}")
+                row[tool] = {"seconds": round(statistics.median(t for t, _ in times), 2),
+                             "rounds": [round(t, 2) for t, _ in times],
                              "warm_up_seconds": round(warm, 2), "installed": installed}
-                print(f"torch {version}: {tool} {statistics.median(t for t, _ in times):.1f} s (warm-up {warm:.1f} s, {installed})",
+                print(f"torch {version}: {tool} {statistics.median(t for t, _ in times):.1f} s (warm-up {warm:.1f} s, "
+                      f"{installed})",
                       file=sys.stderr)
             uv_row, pip_row = row["uv"], row["pip"]
             assert isinstance(uv_row, dict) and isinstance(pip_row, dict)
             if uv_row["installed"] != pip_row["installed"]:
-                sys.exit(f"uv picked {uv_row['installed']}, pip {pip_row['installed']}: the configuration was not carried over")
+                sys.exit(f"uv picked {uv_row['installed']}, pip {pip_row['installed']}: the configuration was not "
+                         "carried over")
             row["pip_over_uv"] = round(pip_row["seconds"] / uv_row["seconds"], 1)
             results.append(row)
-            print(f"torch {version}: uv {uv_row['seconds']} s vs pip {pip_row['seconds']} s: {row['pip_over_uv']}x", file=sys.stderr)
+            print(f"torch {version}: uv {uv_row['seconds']} s vs pip {pip_row['seconds']} s: {row['pip_over_uv']}x",
+                  file=sys.stderr)
     print(json.dumps({"benchmark": "env_uv", "uv": uv_version(), "results": results}, indent=2))
 
 

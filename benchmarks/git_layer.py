@@ -46,11 +46,14 @@ COLD: dict[str, str] = {
     "import GitPython": "import git",
     "import git.process (the layer)": "import assembler.git.process",
     "status: GitPython repo.git.status": GITPYTHON + f"repo.git.status({STATUS_OPTIONS})",
-    "status: layer WorkTree.out": f"from assembler.git.process import WorkTree; WorkTree(__import__('pathlib').Path(P)).out('status', {STATUS_OPTIONS})",
+    "status: layer WorkTree.out": "from assembler.git.process import WorkTree; "
+                                  f"WorkTree(__import__('pathlib').Path(P)).out('status', {STATUS_OPTIONS})",
     "HEAD: GitPython repo.head.commit": GITPYTHON + "repo.head.commit.hexsha",
-    "HEAD: layer state.read_head": "from pathlib import Path; from assembler.git.state import read_head; read_head(Path(P))",
+    "HEAD: layer state.read_head": "from pathlib import Path; from assembler.git.state import read_head; "
+                                   "read_head(Path(P))",
     "dirty: GitPython repo.is_dirty": GITPYTHON + "repo.is_dirty(untracked_files=True)",
-    "dirty: layer WorkTree.dirty": "from pathlib import Path; from assembler.git.process import WorkTree; WorkTree(Path(P)).dirty()",
+    "dirty: layer WorkTree.dirty": "from pathlib import Path; from assembler.git.process import WorkTree; "
+                                   "WorkTree(Path(P)).dirty()",
 }
 
 

@@ -42,7 +42,8 @@ def timed(cmd: list[str], inflater: str) -> tuple[float, float, str]:
     """Wall and CPU seconds (children) of one command, and its stdout."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, check=False, env={**os.environ, "ASSEMBLE_INFLATER": inflater})
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False,
+                          env={**os.environ, "ASSEMBLE_INFLATER": inflater})
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode not in (0, 1):
@@ -77,7 +78,8 @@ def floor(wheel: Path, rounds: int) -> None:
     fd = os.open(wheel, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        packed = [(i.file_size, os.pread(fd, i.compress_size, _data_offset(fd, i, size))) for i in elves if i.compress_type == 8]
+        packed = [(i.file_size, os.pread(fd, i.compress_size, _data_offset(fd, i, size))) for i in elves
+                  if i.compress_type == 8]
     finally:
         os.close(fd)
     total = sum(n for n, _ in packed)
@@ -99,7 +101,8 @@ def floor(wheel: Path, rounds: int) -> None:
             if out != total:
                 raise SystemExit(f"{name}: inflated {out} bytes, the zip declares {total}")
             best = seconds if best is None else min(best, seconds)
-        print(f"  floor {name:10s} CPU {best:6.2f} s   ({len(packed)} ELF members, {total / 1e6:.0f} MB inflated whole)")
+        print(f"  floor {name:10s} CPU {best:6.2f} s   ({len(packed)} ELF members, {total / 1e6:.0f} MB inflated "
+              "whole)")
 
 
 def comparable(command: str, stdout: str) -> object:

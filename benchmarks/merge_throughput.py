@@ -100,7 +100,8 @@ def make_artifacts(wheel: Path, root: Path) -> tuple[int, int]:
                 shutil.copyfileobj(src, dst, CHUNK)
     deps = sorted(dep_name(m.relpath) for m in members)
     manifest = ['[bundle]\nname = "vllm-kernels"\nversion = "0.33.0"\npython-abi = "3.8"\n']
-    manifest += [f'[deps.{dep}]\nupstream = "https://github.com/vllm-project/vllm"\ncommit = "{COMMIT}"\n' for dep in deps]
+    manifest += [f'[deps.{dep}]\nupstream = "https://github.com/vllm-project/vllm"\ncommit = "{COMMIT}"\n'
+                 for dep in deps]
     (root / "deps.toml").write_text("\n".join(manifest))
     sizes = (sum(m.size for m in members), sum(m.member.compress_size for m in members if m.member))
     done.write_text(json.dumps(sizes))
@@ -189,7 +190,8 @@ def main() -> int:
         ratio = cp_s / merge_s
         print(f"\npacked artifacts (median of {args.rounds}):")
         print(f"  cp -r            {cp_s:7.3f} s  {deflated / cp_s / 1e6:7.0f} MB/s")
-        print(f"  assemble merge   {merge_s:7.3f} s  {deflated / merge_s / 1e6:7.0f} MB/s   wheel {wheel_size / 1e6:.1f} MB")
+        print(f"  assemble merge   {merge_s:7.3f} s  {deflated / merge_s / 1e6:7.0f} MB/s   wheel "
+              f"{wheel_size / 1e6:.1f} MB")
         print(f"  merge speed / cp speed = {ratio:.2f}  (target >= 0.5: {'met' if ratio >= 0.5 else 'NOT met'})")
         print(f"  first merge of these inputs (auditwheel, uncached): {cold:.2f} s; platform {', '.join(sorted(tags))}")
 

@@ -43,7 +43,8 @@ def git(repo: Path, *args: str) -> str:
 def example(tmp: Path) -> Path:
     """The example's migration workspace, its upstreams made, normkit checked out."""
     copy = tmp / "stable-abi"
-    shutil.copytree(EXAMPLE, copy, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    shutil.copytree(EXAMPLE, copy,
+                    ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
     subprocess.run([sys.executable, str(copy / "make_upstreams.py")], cwd=copy, check=True, capture_output=True)
     ws = copy / "migrate"
     _, done = assemble(ws, "checkout", "normkit")

@@ -130,7 +130,8 @@ def pyelftools_dynamic(stream: IO[bytes]) -> DynamicInfo:
 
     elf = ELFFile(stream)
     dynamic = next((s for s in elf.iter_sections() if isinstance(s, DynamicSection)), None)
-    dynsym = next((s for s in elf.iter_sections() if isinstance(s, SymbolTableSection) and s["sh_type"] == "SHT_DYNSYM"),
+    dynsym = next((s for s in elf.iter_sections() if isinstance(s, SymbolTableSection)
+                   and s["sh_type"] == "SHT_DYNSYM"),
                   None)
     if dynamic is None or dynsym is None:
         return DynamicInfo(symbols=(), needed=(), soname=None)
@@ -156,7 +157,8 @@ def pyelftools_section(path: Path, name: str) -> tuple[int, int] | None:
 
     with path.open("rb") as f:
         section = ELFFile(f).get_section_by_name(name)
-        return None if section is None or section["sh_type"] == "SHT_NOBITS" else (section["sh_offset"], section["sh_size"])
+        return (None if section is None or section["sh_type"] == "SHT_NOBITS"
+                else (section["sh_offset"], section["sh_size"]))
 
 
 # -- the hand-written side, as the audit and size call it ---------------------------------------

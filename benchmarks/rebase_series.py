@@ -127,8 +127,8 @@ def generate(root: Path, patches: int, upstream_commits: int) -> str:
     git(remote, "fast-import", "--quiet", "--date-format=raw", stdin=bytes(stream.out))
     base_sha = git(remote, "rev-parse", f"main~{upstream_commits}")
     out = root / "patches" / "bench"
-    git(remote, "format-patch", "--quiet", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o", str(out),
-        f"{base_sha}..series")
+    git(remote, "format-patch", "--quiet", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o",
+        str(out), f"{base_sha}..series")
     git(remote, "update-ref", "-d", "refs/heads/series")
     names = sorted(p.name for p in out.glob("*.patch"))
     (out / "series").write_text("# generated series\n" + "\n".join(names) + "\n")
@@ -139,7 +139,8 @@ def generate(root: Path, patches: int, upstream_commits: int) -> str:
 def assemble(root: Path, cache: Path, *args: str) -> float:
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-m", "assembler", "-C", str(root), *args],
-                            env={**os.environ, "ASSEMBLE_CACHE": str(cache)}, capture_output=True, text=True, check=False)
+                            env={**os.environ, "ASSEMBLE_CACHE": str(cache)}, capture_output=True, text=True,
+                            check=False)
     elapsed = time.perf_counter() - started
     if result.returncode != 0:
         sys.exit(f"assemble {' '.join(args)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
@@ -185,7 +186,8 @@ def main() -> None:
         print(f"generated {args.patches} patches over {args.upstream} upstream commits and checked out in "
               f"{time.perf_counter() - started:.2f} s (checkout {checkout_s:.2f} s)")
         tip = git(tmp / "template" / "ws" / "remotes" / "bench", "rev-parse", "main")
-        rows: dict[str, list[float]] = {"plain git rebase": [], "plain git fetch + rebase": [], "assemble rebase (in-process)": [],
+        rows: dict[str, list[float]] = {"plain git rebase": [], "plain git fetch + rebase": [],
+                                        "assemble rebase (in-process)": [],
                                         "assemble rebase (CLI)": [], "assemble patches (in-process)": [],
                                         "assemble patches (CLI)": []}
         for round_number in range(args.rounds):
@@ -210,12 +212,14 @@ def main() -> None:
             rows["assemble rebase (CLI)"].append(assemble(ws, cache, "rebase", "bench", "--json"))
         print(f"{'':32} {'median':>8} {'best':>8}")
         for name, values in rows.items():
-            print(f"{name:32} {statistics.median(values):7.3f}s {min(values):7.3f}s  (rounds: {', '.join(f'{v:.3f}' for v in values)})")
+            print(f"{name:32} {statistics.median(values):7.3f}s {min(values):7.3f}s  (rounds: "
+                  f"{', '.join(f'{v:.3f}' for v in values)})")
         for label, pick in (("median", statistics.median), ("best", min)):
             ours = pick(rows["assemble rebase (in-process)"])
             print(f"ratio assemble/plain ({label}): in-process {ours / pick(rows['plain git rebase']):.2f}x vs rebase, "
                   f"{ours / pick(rows['plain git fetch + rebase']):.2f}x vs fetch + rebase (target <= 1.5x); "
-                  f"CLI {pick(rows['assemble rebase (CLI)']) / pick(rows['plain git rebase']):.2f}x vs rebase (adds Python start-up)")
+                  f"CLI {pick(rows['assemble rebase (CLI)']) / pick(rows['plain git rebase']):.2f}x vs rebase (adds "
+                  "Python start-up)")
 
 
 if __name__ == "__main__":

@@ -108,7 +108,8 @@ def with_output(arguments: list[str], output: Path) -> list[str]:
 
 
 def example_workspace(ws: Path, store: Path) -> Path:
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    shutil.copytree(EXAMPLE, ws,
+                    ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
     make_upstreams(ws / "upstreams")
     with (ws / "deps.toml").open("a") as manifest:
         manifest.write(f'\n[cache]\nartifacts = "file://{store}"\n')
@@ -118,7 +119,8 @@ def example_workspace(ws: Path, store: Path) -> Path:
 def assemble(ws: Path, cache: Path, *args: str, env: dict[str, str] | None = None) -> tuple[float, dict[str, object]]:
     started = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), *args, "--json"],
-                          env={**os.environ, "ASSEMBLE_CACHE": str(cache), **(env or {})}, capture_output=True, text=True, check=False)
+                          env={**os.environ, "ASSEMBLE_CACHE": str(cache), **(env or {})}, capture_output=True,
+                          text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"assemble {' '.join(args)} failed:\n{done.stderr[-3000:]}")
     return time.perf_counter() - started, json.loads(done.stdout)
@@ -131,7 +133,8 @@ def measure(root: Path) -> Costs:
         (cache / name).symlink_to(cache_root() / name, target_is_directory=True)
     ws = example_workspace(root / "ws", root / "store")
     assemble(ws, cache, "build", "--cuda", CUDA, "--only", "vecadd", "--artifacts", str(root / "out"))
-    assemble(ws, cache, "build", "--cuda", CUDA, "--only", "scalekit", "--only", "rowsum", "--artifacts", str(root / "out"))
+    assemble(ws, cache, "build", "--cuda", CUDA, "--only", "scalekit", "--only", "rowsum", "--artifacts",
+             str(root / "out"))
     entries = {Path(e["file"]).name: e for dep in ("vecadd", "scalekit")
                for e in json.loads(compile_commands_path(ws / ".assemble", dep).read_text())}
     cxx, cu = entries["add_scaled.cpp"], entries["scale.cu"]
@@ -162,9 +165,11 @@ def measure(root: Path) -> Costs:
     fresh_cache.mkdir()
     for name in ("venvs", "toolchains"):
         (fresh_cache / name).symlink_to(cache_root() / name, target_is_directory=True)
-    fetch, _ = assemble(example_workspace(root / "fetch", root / "store"), fresh_cache, "build", "--cuda", CUDA, "--only", "vecadd")
+    fetch, _ = assemble(example_workspace(root / "fetch", root / "store"), fresh_cache, "build", "--cuda", CUDA,
+                        "--only", "vecadd")
     merge, _ = assemble(ws, cache, "merge", str(root / "out"))
-    return Costs(cxx=cxx_s, cuda_base=max(cu1 - per_arch, 0.0), cuda_arch=per_arch, hit=hit, job=job, fetch=fetch, merge=merge)
+    return Costs(cxx=cxx_s, cuda_base=max(cu1 - per_arch, 0.0), cuda_arch=per_arch, hit=hit, job=job, fetch=fetch,
+                 merge=merge)
 
 
 def glob_estimate(source: str) -> int:
@@ -273,7 +278,8 @@ def sharded_release_time(shapes: list[Shape], costs: Costs, runners: int, cores:
         if dep:
             ends[dep] = max(ends.get(dep, 0.0), start + duration)
     all_shards = max(ends.values(), default=0.0)
-    finals = sorted(((ends[shape.dep] if per_dep else all_shards, shape) for shape in sharded), key=lambda item: (item[0], item[1].dep))
+    finals = sorted(((ends[shape.dep] if per_dep else all_shards, shape) for shape in sharded),
+                    key=lambda item: (item[0], item[1].dep))
     done = max(free)
     for ready, shape in finals:
         start = max(heapq.heappop(free), ready)

@@ -37,7 +37,8 @@ DEPS = ("vecadd", "scalekit", "rowsum")
 
 
 def fresh_runner(root: Path, remote: str | None) -> tuple[Path, Path]:
-    """A new runner at ``root`` (the example and an empty cache sharing the toolchains), with ``remote`` as its [cache]."""
+    """A new runner at ``root`` (the example and an empty cache sharing the toolchains), with ``remote`` as its
+    [cache]."""
     return ci_runner(root, cache_root(), None if remote is None else f'remote = "{remote}"')
 
 
@@ -65,8 +66,8 @@ def main() -> None:
         sys.exit("redis-server is not installed (apt-get install redis-server)")
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="assemble-bench-remote-") as temporary:
-        server = subprocess.Popen([redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                                   "--dir", temporary], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server = subprocess.Popen([redis, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+                                   "no", "--dir", temporary], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for _ in range(200):
                 with socket.socket() as probe:

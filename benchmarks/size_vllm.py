@@ -70,7 +70,8 @@ def main() -> int:
         problems.append("the groups do not add up to the wheel's size")
     if sum(g["uncompressed"] for g in ours["deps"]) != sum(i.file_size for i in infos):
         problems.append("the groups do not add up to the members' uncompressed sizes")
-    if sum(g["compressed"] for g in ours["deps"] if g["name"] != "(zip structure)") != sum(i.compress_size for i in infos):
+    if (sum(g["compressed"] for g in ours["deps"] if g["name"] != "(zip structure)")
+        != sum(i.compress_size for i in infos)):
         problems.append("the groups do not add up to the members' compressed sizes")
     in_place = {o["path"]: o["fatbin"] for o in ours["objects"]}
     from_files = {o["path"]: o["fatbin"] for o in unpacked["objects"]}
@@ -79,15 +80,18 @@ def main() -> int:
 
     wall = statistics.median(r[0] for r in runs)
     cpu = statistics.median(r[1] for r in runs)
-    print(f"assemble size (CLI, in place)   median {wall:6.2f} s wall, {cpu:5.2f} s CPU ({args.rounds} runs, {os.cpu_count()} CPUs)")
+    print(f"assemble size (CLI, in place)   median {wall:6.2f} s wall, {cpu:5.2f} s CPU ({args.rounds} runs, "
+          f"{os.cpu_count()} CPUs)")
     print(f"unzip + assemble size DIR              {unzip_s + tree_s:6.2f} s wall, {unzip_cpu + tree_cpu:5.2f} s CPU "
           f"({(unzip_s + tree_s) / wall:.1f}x the in-place wall time)")
     print(f"\n{WHEEL}: {ours['size'] / 1e6:.1f} MB, attributed by {ours['attribution']}")
     for group in ours["deps"]:
-        print(f"  {group['name']:<20} {group['files']:5d} files {group['compressed'] / 1e6:8.1f} MB compressed {group['uncompressed'] / 1e6:8.1f} MB")
+        print(f"  {group['name']:<20} {group['files']:5d} files {group['compressed'] / 1e6:8.1f} MB compressed "
+              f"{group['uncompressed'] / 1e6:8.1f} MB")
     print("CUDA code by architecture (bytes in .nv_fatbin, uncompressed payload):")
     for arch in ours["archs"]:
-        print(f"  {arch['arch']:<12} {arch['kind']:<5} {arch['entries']:4d} entries {arch['size'] / 1e6:8.1f} MB {arch['uncompressed'] / 1e6:8.1f} MB")
+        print(f"  {arch['arch']:<12} {arch['kind']:<5} {arch['entries']:4d} entries {arch['size'] / 1e6:8.1f} MB "
+              f"{arch['uncompressed'] / 1e6:8.1f} MB")
     print(f"sums equal the members' sizes exactly: {not problems}")
     for line in problems:
         print(f"PROBLEM: {line}")

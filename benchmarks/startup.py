@@ -5,8 +5,8 @@ byte-code compiled) unless ``--python`` names an interpreter. A fresh copy of
 examples/stable-abi is checked out once (mirrors, clones, series) and its tracked branches
 fetched (`assemble patches`); then each of `assemble deps`, a no-op `assemble checkout` and
 `assemble patches --offline` (nothing changed since: the stored classification is reused) runs
-in a fresh interpreter ``--rounds`` times (median and best wall time, median CPU time; the rounds interleave the commands), as does
-`git status` in one checkout for comparison. Budget (issue 12): under 100 ms each. For the
+in a fresh interpreter ``--rounds`` times (median and best wall time, median CPU time; the rounds interleave the
+commands), as does `git status` in one checkout for comparison. Budget (issue 12): under 100 ms each. For the
 record it also times `patches --offline` when the classification has to be computed (its
 record removed before each run): that is not a start-up path. With ``--checkout-ratio`` it also
 runs benchmarks/checkout_noop.py with the same interpreter (first vs no-op checkout, target >= 10x
@@ -143,10 +143,12 @@ def imported(python: str, words: list[str], env: dict[str, str], cwd: Path) -> l
     done = subprocess.run([python, "-X", "importtime", "-m", "assembler", *words], env=env, cwd=cwd, check=True,
                           capture_output=True, text=True)
     names = [line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")]
-    return [name for name in names if name not in ("__main__", "assembler.__main__") and not name.startswith("encodings")]
+    return [name for name in names if name not in ("__main__", "assembler.__main__")
+            and not name.startswith("encodings")]
 
 
-def price(python: str, preload: list[str], work: str, env: dict[str, str], globals_: dict[str, str]) -> tuple[float, float]:
+def price(python: str, preload: list[str], work: str, env: dict[str, str],
+          globals_: dict[str, str]) -> tuple[float, float]:
     """(wall, CPU) milliseconds of ``work`` in a fresh interpreter that has imported ``preload``
     first. CPU time is what decides on a shared machine: wall time there counts waiting for a core."""
     script = (f"import sys, time\nfor m in {preload!r}:\n    try: __import__(m)\n    except Exception: pass\n"
@@ -166,7 +168,8 @@ def price_tricks(python: str, workspace: Path, env: dict[str, str], rounds: int)
     import tomllib
 
     record = json.dumps({"format": 1, "python": sys.version, "text": text, "data": tomllib.loads(text)})
-    paths = {name: imported(python, ["-C", str(workspace), *words], env, workspace.parent) for name, words in COMMANDS.items()}
+    paths = {name: imported(python, ["-C", str(workspace), *words], env, workspace.parent)
+             for name, words in COMMANDS.items()}
     print(f"{python}: what each start-up shortcut saves (ms of CPU, median of {rounds} fresh interpreters, after "
           f"the path's own imports; best wall time beside it); load {os.getloadavg()[0]:.1f}")
     names = {"TEXT": text, "RECORD": record}
@@ -180,17 +183,20 @@ def price_tricks(python: str, workspace: Path, env: dict[str, str], rounds: int)
             saved = statistics.median(c for _, c in without) - statistics.median(c for _, c in with_)
             verdict = "keep" if saved >= TRICK_FLOOR_MS else "delete"
             print(f"    {path:<28} avoided {statistics.median(c for _, c in without):6.2f} CPU "
-                  f"(best wall {min(w for w, _ in without):5.2f})  shortcut {statistics.median(c for _, c in with_):5.2f} "
+                  f"(best wall {min(w for w, _ in without):5.2f})  shortcut "
+                  f"{statistics.median(c for _, c in with_):5.2f} "
                   f"CPU: saves {saved:5.2f} ms, {verdict}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=15, help="runs per command (median and best reported; default 15)")
+    parser.add_argument("--rounds", type=int, default=15,
+                        help="runs per command (median and best reported; default 15)")
     parser.add_argument("--checkout-ratio", action="store_true", help="also run benchmarks/checkout_noop.py")
     parser.add_argument("--tricks", action="store_true", help="price each start-up shortcut instead (issue 31)")
     parser.add_argument("--python", default=None,
-                        help="the interpreter whose assemble is timed (default: a fresh uv venv with this checkout installed, "
+                        help="the interpreter whose assemble is timed (default: a fresh uv venv with this checkout "
+                             "installed, "
                              "as `uv tool install` / pipx give it)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp_name:
@@ -220,12 +226,15 @@ def main() -> None:
         commands["python -c pass"] = Timed([args.python, "-c", "pass"], tmp)
         measure(commands, env, args.rounds)
         load = os.getloadavg()[0]
-        print(f"{args.python}: start-up over {args.rounds} interleaved rounds; load average {load:.1f} on {os.cpu_count()} CPUs")
+        print(f"{args.python}: start-up over {args.rounds} interleaved rounds; load average {load:.1f} on "
+              f"{os.cpu_count()} CPUs")
         print(f"  {'':<32} {'median':>9} {'best':>9} {'CPU':>9}")
         for name, command in commands.items():
             wall = statistics.median(command.walls)
-            verdict = "" if name not in COMMANDS else ("  within budget" if wall < BUDGET_MS else f"  OVER the {BUDGET_MS:.0f} ms budget")
-            print(f"  {name:<32} {wall:6.1f} ms {min(command.walls):6.1f} ms {statistics.median(command.cpus):6.1f} ms{verdict}")
+            verdict = ("" if name not in COMMANDS
+                       else ("  within budget" if wall < BUDGET_MS else f"  OVER the {BUDGET_MS:.0f} ms budget"))
+            print(f"  {name:<32} {wall:6.1f} ms {min(command.walls):6.1f} ms {statistics.median(command.cpus):6.1f} "
+                  f"ms{verdict}")
         if args.checkout_ratio:
             subprocess.run([sys.executable, str(ROOT / "benchmarks" / "checkout_noop.py"), "--rounds", str(args.rounds),
                             "--python", args.python], check=True)

@@ -137,15 +137,18 @@ def make_upstreams(dest: Path, advance: bool = False) -> dict[str, str]:
             _git(repo, "init", "--quiet", "--bare", "--template=")
         _git(repo, "symbolic-ref", "HEAD", BRANCH)
         # --force: without --advance, main is reset to the base history even after an advance.
-        _git(repo, "fast-import", "--quiet", "--force", "--date-format=raw", stdin=_stream(_history(spec, name, advance)))
+        _git(repo, "fast-import", "--quiet", "--force", "--date-format=raw",
+             stdin=_stream(_history(spec, name, advance)))
         heads[name] = _git(repo, "rev-parse", BRANCH)
     return heads
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("dest", nargs="?", type=Path, default=DEFAULT_DEST, help=f"where the bare repositories go (default: {DEFAULT_DEST})")
-    parser.add_argument("--advance", action="store_true", help="also add the later upstream commits (for the rebase demo)")
+    parser.add_argument("dest", nargs="?", type=Path, default=DEFAULT_DEST,
+                        help=f"where the bare repositories go (default: {DEFAULT_DEST})")
+    parser.add_argument("--advance", action="store_true",
+                        help="also add the later upstream commits (for the rebase demo)")
     args = parser.parse_args(argv)
     for name, sha in make_upstreams(args.dest.resolve(), advance=args.advance).items():
         print(f"{name:16} {sha}  {args.dest / (name + '.git')}")
