@@ -1,6 +1,6 @@
-"""Fixtures of the build tests (a plugin of tests/conftest.py: ask for them by name). The hermetic CUDA toolkit and the torch build venv are made once
-in the shared cache (``$ASSEMBLE_CACHE`` or the user cache) and reused by every test and every
-later run; each test gets its own artifact store and mirrors through a private cache directory
+"""Fixtures of the build tests (a plugin of tests/conftest.py: ask for them by name). The hermetic CUDA toolkit and the
+torch build venv are made once in the shared cache (``$ASSEMBLE_CACHE`` or the user cache) and reused by every test and
+every later run; each test gets its own artifact store and mirrors through a private cache directory
 that links to them."""
 
 from __future__ import annotations
@@ -82,7 +82,8 @@ def sharing_toolchains(cache: Path, toolchains: Path) -> Path:
 
 def example_copy(ws: Path) -> Path:
     """examples/stable-abi copied to ``ws``, its upstream repositories created."""
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    shutil.copytree(EXAMPLE, ws,
+                    ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
     subprocess.run([sys.executable, str(ws / "make_upstreams.py")], cwd=ws, check=True, capture_output=True)
     return ws
 
@@ -105,6 +106,7 @@ def assemble(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
     from tests.json_contract import check_json_output
 
     env = {**os.environ, "ASSEMBLE_CACHE": str(cache), "COLUMNS": "200"}
-    result = subprocess.run([sys.executable, "-m", "assembler", *args], env=env, capture_output=True, text=True, check=False)
+    result = subprocess.run([sys.executable, "-m", "assembler", *args], env=env, capture_output=True, text=True,
+                            check=False)
     check_json_output(args, result.stdout, result.returncode)  # every --json run meets its JSON Schema
     return result

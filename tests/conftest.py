@@ -21,9 +21,9 @@ pytest_plugins = ("tests.build_support", "tests.servers")
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# The integration tier, decided here only: a test marked `integration`, or one that asks for a fixture that makes or starts something heavy (the hermetic
-# CUDA toolkit and the torch build venv, a redis server). `pytest -m "not integration"` is the
-# fast tier; `make test` runs both.
+# The integration tier, decided here only: a test marked `integration`, or one that asks for a fixture that makes or
+# starts something heavy (the hermetic CUDA toolkit and the torch build venv, a redis server). `pytest -m "not
+# integration"` is the fast tier; `make test` runs both.
 INTEGRATION_FIXTURES = frozenset({"toolchains", "build_env_path", "private_cache", "redis_url"})
 
 
@@ -53,7 +53,8 @@ def _run_subprocess(args: list[str], cwd: Path | None, env: dict[str, str] | Non
     import subprocess as sp
 
     full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return sp.run([sys.executable, "-m", "assembler", *args], cwd=cwd or ROOT, env=full_env, capture_output=True, text=True)
+    return sp.run([sys.executable, "-m", "assembler", *args], cwd=cwd or ROOT, env=full_env, capture_output=True,
+                  text=True)
 
 
 @contextlib.contextmanager
@@ -74,7 +75,8 @@ def _environment(overrides: dict[str, str], cwd: Path) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def run_in_process(args: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_in_process(args: list[str], cwd: Path | None = None,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """``assemble ARGS`` through ``assembler.cli.main`` in this process, stdout and stderr
     captured, the environment overrides applied and restored: a CompletedProcess as a
     subprocess run would give (an uncaught exception becomes a traceback on stderr and exit 1,
@@ -157,15 +159,18 @@ def make_git_workspace(tmp_path: Path) -> GitWorkspace:
     staging = tmp_path / "staging"
     first = make_patch(
         upstream, base,
-        "Use stable tensor type\n\nSwitch at::Tensor to torch::stable::Tensor.\n\nForwarded: https://git.invalid/kern/pull/7\n",
+        "Use stable tensor type\n\nSwitch at::Tensor to torch::stable::Tensor.\n\nForwarded: "
+        "https://git.invalid/kern/pull/7\n",
         {"csrc/kern.cpp": KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor")}, staging / "a",
     )
-    second_source = KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor").replace("TORCH_LIBRARY(", "STABLE_TORCH_LIBRARY(")
+    second_source = KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor").replace("TORCH_LIBRARY(",
+                                                                                     "STABLE_TORCH_LIBRARY(")
     upstream.git("checkout", "-q", "-B", "stacked", base)
     upstream.git("am", "-q", str(first))
     upstream.commit("Register with STABLE_TORCH_LIBRARY\n\nForwarded: no\n", {"csrc/kern.cpp": second_source})
     (staging / "b").mkdir(parents=True)
-    upstream.git("format-patch", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o", str(staging / "b"), f"{base}..stacked")
+    upstream.git("format-patch", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o",
+                 str(staging / "b"), f"{base}..stacked")
     upstream.git("checkout", "-q", "main")
     upstream.git("branch", "-q", "-D", "stacked", "scratch")
     patches = root / "patches" / "kern"

@@ -59,6 +59,7 @@ def make_patch(repo: Repo, base: str, message: str, files: dict[str, str | None]
     repo.git("checkout", "-q", "-B", "scratch", base)
     repo.commit(message, files)
     out.mkdir(parents=True, exist_ok=True)
-    name = repo.git("format-patch", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-1", "-o", str(out), "HEAD")
+    name = repo.git("format-patch", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-1", "-o",
+                    str(out), "HEAD")
     repo.git("checkout", "-q", "-")
     return Path(name)

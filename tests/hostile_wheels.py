@@ -129,7 +129,8 @@ class Archive:
             central += e.name + extra
         cd_offset = len(out)
         out += central
-        out += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(self.entries), len(self.entries), len(central), cd_offset, 0)
+        out += struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, len(self.entries), len(self.entries), len(central),
+                           cd_offset, 0)
         path.write_bytes(bytes(out))
         return path
 
@@ -138,7 +139,8 @@ def wheel_entries(objects: dict[str, bytes], method: int = 8, tag: str = "cp39-a
     """The members of a minimal wheel holding ``objects`` (WHEEL, METADATA; RECORD is not read)."""
     entries = [member(name, data, method) for name, data in objects.items()]
     entries.append(member("pkg-1.0.dist-info/METADATA", b"Metadata-Version: 2.1\nName: pkg\nVersion: 1.0\n", method))
-    entries.append(member("pkg-1.0.dist-info/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(), method))
+    entries.append(member("pkg-1.0.dist-info/WHEEL",
+                          f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n".encode(), method))
     return entries
 
 

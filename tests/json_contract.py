@@ -37,7 +37,8 @@ def validate_document(stdout: str, returncode: int) -> dict[str, Any]:
     assert stdout.strip(), "a --json run printed nothing on stdout"
     document: dict[str, Any] = json.loads(stdout)
     assert isinstance(document, dict), f"the JSON document is a {type(document).__name__}, not an object"
-    command = document.get("command", "plan" if set(document) in ({"include"}, {"shard_count", "shards", "final"}) else None)
+    command = document.get("command",
+                           "plan" if set(document) in ({"include"}, {"shard_count", "shards", "final"}) else None)
     assert isinstance(command, str), f"no command in {sorted(document)}"
     jsonschema.validate(document, schema_for(command))
     if "ok" in document:

@@ -51,9 +51,11 @@ def wide_workspace(tmp_path: Path, count: int = 24) -> GitWorkspace:
     upstream.git("checkout", "-q", "-b", "series")
     for i in range(count):
         name = f"src/f{i:02d}.c"
-        upstream.commit(f"Patch file {i}\n\nForwarded: no\n", {name: files[name].replace(f"f{i}_3 = 3", f"f{i}_3 = 33")})
+        upstream.commit(f"Patch file {i}\n\nForwarded: no\n",
+                        {name: files[name].replace(f"f{i}_3 = 3", f"f{i}_3 = 33")})
     out = tmp_path / "staging"
-    upstream.git("format-patch", "-q", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o", str(out), f"{base}..series")
+    upstream.git("format-patch", "-q", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o",
+                 str(out), f"{base}..series")
     upstream.git("checkout", "-q", "main")
     for i in range(0, count, 3):
         name = f"src/f{i:02d}.c"

@@ -124,7 +124,8 @@ def _with_raw_record(pack: Path, stream: bytes, crc: int, declared: int) -> None
         for name, data in members:
             out.writestr(name, data)
         info = zipfile.ZipInfo(PACK_RECORD)
-        info.compress_type, info.CRC, info.file_size, info.compress_size = zipfile.ZIP_DEFLATED, crc, declared, len(stream)
+        info.compress_type, info.CRC, info.file_size, info.compress_size = (zipfile.ZIP_DEFLATED, crc, declared,
+                                                                            len(stream))
         assert out.fp is not None
         info.header_offset = out.fp.tell()
         out.fp.write(info.FileHeader())
@@ -193,7 +194,8 @@ def test_an_honest_packed_artifact_still_merges(workspace: Path) -> None:
 
 
 @pytest.mark.parametrize("profile", ["../../release", "Smoke", 7, ""])
-def test_a_profile_that_is_no_profile_name_is_refused_never_a_silent_full_build(workspace: Path, profile: object) -> None:
+def test_a_profile_that_is_no_profile_name_is_refused_never_a_silent_full_build(workspace: Path,
+                                                                                profile: object) -> None:
     """artifact.json's "profile" is data from a CI runner: a path, a number or a name no
     manifest could declare is refused (naming the file), and no wheel is written."""
     import json

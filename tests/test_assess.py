@@ -36,7 +36,8 @@ def _assess(ws: Path, cache: Path) -> dict:
     result = assemble("-C", str(ws), "assess", "normkit", "--json", cache=cache)
     assert result.returncode == 0, result.stderr[-3000:]
     document = json.loads(result.stdout)
-    assert document["schema"] == 2 and [dep["name"] for dep in document["deps"]] == ["normkit"]  # a list keyed name, as check's
+    # a list keyed name, as check's
+    assert document["schema"] == 2 and [dep["name"] for dep in document["deps"]] == ["normkit"]
     return document["deps"][0]
 
 
@@ -62,7 +63,8 @@ def test_assess_counts_every_use_of_the_example(migrate_ws: Path, private_cache:
                           capture_output=True, text=True, check=True).stdout.strip()
     assert progress["evidence"]["source"] == "assemble assess" and progress["evidence"]["head"] == head
     assert dep["pybind11"] | {"functions": None} == {
-        "modules": 1, "helpers": 0, "defs": 4, "args": 9, "tuple_parameters": 1, "tuple_returns": 1, "reference_scalars": 1, "functions": None}
+        "modules": 1, "helpers": 0, "defs": 4, "args": 9, "tuple_parameters": 1, "tuple_returns": 1,
+        "reference_scalars": 1, "functions": None}
     apis = {api["rule"]: api for family in dep["families"] for api in family["apis"]}
     assert apis["view"]["since_source"] == "torch headers" and apis["view"]["stable"] == "torch::stable::view(t, sizes)"
     assert apis["tensor-options"]["stable"] is None and "dtype" in apis["tensor-options"]["way_round"]
@@ -80,7 +82,8 @@ def test_assess_counts_every_use_of_the_example(migrate_ws: Path, private_cache:
     assert markdown.returncode == 0
     assert "## normkit: 90 uses of 14 APIs in 2 files" in markdown.stdout
     assert "| t.view(sizes) | 2 | torch::stable::view(t, sizes) | 2.10 | mechanical |" in markdown.stdout
-    assert f"- progress: 0 of 1 units clean, 90 uses left (17 need judgment) (assemble assess of {head[:12]} at " in markdown.stdout
+    assert (f"- progress: 0 of 1 units clean, 90 uses left (17 need judgment) (assemble assess of {head[:12]} at "
+            in markdown.stdout)
 
 
 def test_patches_prints_the_progress_assess_counted(migrate_ws: Path, private_cache: Path) -> None:
@@ -96,7 +99,8 @@ def test_patches_prints_the_progress_assess_counted(migrate_ws: Path, private_ca
     assert json.loads(listed.stdout)["deps"][0]["migration_progress"] == progress
     text = assemble("-C", str(migrate_ws), "patches", "normkit", cache=private_cache).stdout
     evidence = progress["evidence"]
-    assert (f"migration progress: {progress['line']} (assemble assess of {evidence['head'][:12]} at {evidence['obtained']}, "
+    assert (f"migration progress: {progress['line']} (assemble assess of {evidence['head'][:12]} at "
+            f"{evidence['obtained']}, "
             f"torch {evidence['torch']}, rules {evidence['rules_version']})") in text
     markdown = assemble("-C", str(migrate_ws), "patches", "normkit", "--format", "markdown", cache=private_cache).stdout
     assert f"migration progress: {progress['line']}" in markdown
@@ -118,6 +122,6 @@ def test_a_define_the_recipe_sets_decides_what_is_a_use(migrate_ws: Path, privat
     manifest.write_text(re.sub(r'defines = \["NORMKIT_NO_LEGACY"\]', 'defines = ["NORMKIT_WITH_CUDA"]', text))
     dep = _assess(migrate_ws, private_cache)
     counts = _counts(dep)
-    assert counts - Counter(EXPECTED) == Counter({"tensor-type": 2, "aten-function": 1, "tensor-options": 1, "pybind11-arg": 1,
-                                                  "cuda-stream": 1, "include-aten-cuda": 1})
+    assert counts - Counter(EXPECTED) == Counter({"tensor-type": 2, "aten-function": 1, "tensor-options": 1,
+                                                  "pybind11-arg": 1, "cuda-stream": 1, "include-aten-cuda": 1})
     assert not dep["units"][0]["errors"]  # headers this machine lacks were preprocessed as empty stand-ins

@@ -48,14 +48,16 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]:
 
 def _gate_of(wheel: Path, files: dict[str, tuple[str, ...]]) -> tuple[BuildReport, object]:
     audits = _audit_wheel(wheel, files)
-    report = BuildReport(bundle="b", cuda="13.2", nvcc="13.2", cuda_origin="test", cuda_root=Path("/"), torch="2.13.0", deps=[
+    report = BuildReport(bundle="b", cuda="13.2", nvcc="13.2", cuda_origin="test", cuda_root=Path("/"), torch="2.13.0",
+                         deps=[
         DepReport(dep, "c" * 40, "c" * 40, "k", 0, BuildOutcome.BUILT, 0.0, [], "2.10", None, None) for dep in files])
     return report, _gate(report, audits, ())
 
 
 @pytest.mark.parametrize("name", ["pkg/_U.abi3.so.bak", "pkg/_V", "pkg/_W.pyd"])
 def test_an_unstable_elf_is_audited_whatever_its_name(built: dict[str, bytes], tmp_path: Path, name: str) -> None:
-    wheel = make_wheel(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl", {name: built["unstable"], "pkg/README.md": b"# pkg\n"})
+    wheel = make_wheel(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl",
+                       {name: built["unstable"], "pkg/README.md": b"# pkg\n"})
     done = run_assemble("audit", "--check", "all", "--json", str(wheel))
     assert done.returncode == 1, done.stderr
     [entry] = json.loads(done.stdout)["extensions"]
@@ -71,7 +73,8 @@ def test_an_unstable_elf_is_audited_whatever_its_name(built: dict[str, bytes], t
 
 @pytest.mark.parametrize("name", ["../../../etc/cron.d/x.so", "/abs/x.so", "pkg\\..\\..\\x.so", "C:/x.so"])
 def test_member_names_that_escape_fail_the_gate(built: dict[str, bytes], tmp_path: Path, name: str) -> None:
-    wheel = Archive([member(name, built["plain"]), *wheel_entries({})]).write(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl")
+    wheel = Archive([member(name, built["plain"]),
+                     *wheel_entries({})]).write(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl")
     for check in ("all", "torch", "abi3"):
         done = run_assemble("audit", "--check", check, "--json", str(wheel))
         assert done.returncode == 1, (check, done.stderr)
@@ -80,7 +83,8 @@ def test_member_names_that_escape_fail_the_gate(built: dict[str, bytes], tmp_pat
     assert json.loads(done.stdout)["unsafe_names"][0].startswith(name)
     _, error = _gate_of(wheel, {"dep": (name,)})
     assert error is not None and "UNSAFE-PATH" in str(error)
-    safe = Archive([member("pkg/x.so", built["plain"]), *wheel_entries({})]).write(tmp_path / "safe-1.0-cp39-abi3-linux_x86_64.whl")
+    safe = Archive([member("pkg/x.so", built["plain"]),
+                    *wheel_entries({})]).write(tmp_path / "safe-1.0-cp39-abi3-linux_x86_64.whl")
     assert run_assemble("audit", "--check", "all", str(safe)).returncode == 0
 
 
@@ -107,15 +111,19 @@ Requires-Dist: torch>=1.0
 def test_metadata_is_parsed_as_an_email_message_with_folded_headers() -> None:
     """Real METADATA folds License: over lines of spaces; the headers go on after them."""
     assert declared_requirements(FOLDED) == ("torch>=2.9", ">=3.10")
-    assert declared_requirements(FOLDED.replace("Requires-Dist: torch>=2.9\n", "")) == (None, ">=3.10")  # not the body's
+    # not the body's
+    assert declared_requirements(FOLDED.replace("Requires-Dist: torch>=2.9\n", "")) == (None, ">=3.10")
 
 
 def test_a_floor_behind_a_folded_license_is_checked(tmp_path: Path) -> None:
     source = tmp_path / "new.c"  # torch_exception_get_what: torch 2.13; linked to a stand-in libtorch_cpu
-    source.write_text("void torch_exception_get_what(void);\nvoid *PyInit__C(void) { torch_exception_get_what(); return 0; }\n")
+    source.write_text("void torch_exception_get_what(void);\nvoid *PyInit__C(void) { torch_exception_get_what(); "
+                      "return 0; }\n")
     (tmp_path / "stub.c").write_text("void stub(void) {}\n")
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libtorch_cpu.so", str(tmp_path / "stub.c"), "-o", str(tmp_path / "libtorch_cpu.so")], check=True)
-    subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-o", str(tmp_path / "new.so"), f"-L{tmp_path}", "-Wl,--no-as-needed", "-ltorch_cpu"], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libtorch_cpu.so", str(tmp_path / "stub.c"), "-o",
+                    str(tmp_path / "libtorch_cpu.so")], check=True)
+    subprocess.run(["gcc", "-shared", "-fPIC", str(source), "-o", str(tmp_path / "new.so"), f"-L{tmp_path}",
+                    "-Wl,--no-as-needed", "-ltorch_cpu"], check=True)
     wheel = tmp_path / "thing-1.0-cp310-abi3-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("thing/_C.abi3.so", (tmp_path / "new.so").read_bytes())
@@ -125,7 +133,8 @@ def test_a_floor_behind_a_folded_license_is_checked(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     data = json.loads(done.stdout)
     assert data["requires_torch"] == "torch>=2.9" and data["requires_python"] == ">=3.10"
-    assert "FLOOR-TOO-LOW" not in done.stdout and "declares Requires-Dist: torch>=2.9 but thing/_C.abi3.so needs torch 2.13.0" in done.stderr
+    assert ("FLOOR-TOO-LOW" not in done.stdout
+            and "declares Requires-Dist: torch>=2.9 but thing/_C.abi3.so needs torch 2.13.0" in done.stderr)
 
 
 def _big_dynstr_object(out: Path, symbols: int, name_length: int) -> Path:
@@ -142,12 +151,14 @@ def _big_dynstr_object(out: Path, symbols: int, name_length: int) -> Path:
     return out / "big.so"
 
 
-def test_a_string_table_over_the_old_limit_is_streamed_and_read_exactly(tmp_path: Path, built: dict[str, bytes]) -> None:
+def test_a_string_table_over_the_old_limit_is_streamed_and_read_exactly(tmp_path: Path,
+                                                                        built: dict[str, bytes]) -> None:
     big = _big_dynstr_object(tmp_path, 17_000, 1_000)
     with big.open("rb") as handle:
         elf = ELFFile(handle)
         dynstr = elf.get_section_by_name(".dynstr")["sh_size"]
-        reference = [(s.name, s["st_shndx"] != "SHN_UNDEF") for i, s in enumerate(elf.get_section_by_name(".dynsym").iter_symbols()) if i]
+        reference = [(s.name, s["st_shndx"] != "SHN_UNDEF")
+                     for i, s in enumerate(elf.get_section_by_name(".dynsym").iter_symbols()) if i]
     assert STRING_TABLE_IN_MEMORY < dynstr < 32 << 20  # over the in-memory size, over no limit
     source = FileSource(str(big), big.name)
     try:
@@ -155,7 +166,8 @@ def test_a_string_table_over_the_old_limit_is_streamed_and_read_exactly(tmp_path
     finally:
         source.close()
     assert [(s.name, s.defined) for s in info.symbols] == reference  # every name, exactly, as pyelftools reads it
-    wheel = make_wheel(tmp_path / "big-1.0-cp39-abi3-linux_x86_64.whl", {"big/_big.abi3.so": big, "big/_plain.abi3.so": built["plain"]})
+    wheel = make_wheel(tmp_path / "big-1.0-cp39-abi3-linux_x86_64.whl",
+                       {"big/_big.abi3.so": big, "big/_plain.abi3.so": built["plain"]})
     done = run_assemble("audit", "--json", str(wheel))
     assert done.returncode == 0, done.stderr
     objects = {e["path"]: e for e in json.loads(done.stdout)["extensions"]}
@@ -168,14 +180,17 @@ def test_a_limit_hit_by_one_object_never_hides_the_others(tmp_path: Path, built:
 
     struct.pack_into("<Q", hostile, dynamic_value_offsets(bytes(hostile))[DT_STRSZ], MAX_STRING_TABLE + 1)
     wheel = make_wheel(tmp_path / "mix-1.0-cp39-abi3-linux_x86_64.whl",
-                       {"mix/a_unstable.abi3.so": built["unstable"], "mix/b_hostile.abi3.so": bytes(hostile), "mix/c_plain.abi3.so": built["plain"]})
+                       {"mix/a_unstable.abi3.so": built["unstable"], "mix/b_hostile.abi3.so": bytes(hostile),
+                        "mix/c_plain.abi3.so": built["plain"]})
     done = run_assemble("audit", "--json", str(wheel))
     assert done.returncode == 2
-    assert done.stderr.splitlines()[0].startswith("error: ") and "mix/b_hostile.abi3.so" in done.stderr and "DT_STRSZ" in done.stderr
+    assert (done.stderr.splitlines()[0].startswith("error: ") and "mix/b_hostile.abi3.so" in done.stderr
+            and "DT_STRSZ" in done.stderr)
     objects = {e["path"]: e for e in json.loads(done.stdout)["extensions"]}
     assert objects["mix/a_unstable.abi3.so"]["torch_abi"] == "UNSTABLE"  # still reported
     assert objects["mix/c_plain.abi3.so"]["torch_abi"] == "NO-TORCH"
-    assert objects["mix/b_hostile.abi3.so"]["torch_abi"] == "INCOMPLETE" and "limit" in objects["mix/b_hostile.abi3.so"]["error"]
+    assert (objects["mix/b_hostile.abi3.so"]["torch_abi"] == "INCOMPLETE"
+            and "limit" in objects["mix/b_hostile.abi3.so"]["error"])
     [report] = audit_paths([wheel], keep_going=True)
     assert {f.verdict for f in findings(report, "torch")} == {Verdict.UNSTABLE, Verdict.INCOMPLETE}
 
@@ -209,8 +224,8 @@ def test_a_tree_1200_directories_deep_is_walked_by_audit_and_size(tmp_path: Path
     ({"bundle": {"name": "b"}, "deps": {"d": {"files": ["x"], "verify": "ops"}}}, False),  # size does not read verify
     ({"bundle": {"name": 3}, "deps": {}}, False),
 ])
-def test_a_wrong_typed_assembler_json_is_exit_2_in_size_and_verify(tmp_path: Path, built: dict[str, bytes], record: dict,
-                                                                   size_reads_it: bool) -> None:
+def test_a_wrong_typed_assembler_json_is_exit_2_in_size_and_verify(tmp_path: Path, built: dict[str, bytes],
+                                                                   record: dict, size_reads_it: bool) -> None:
     wheel = make_wheel(tmp_path / "b-1.0-cp39-abi3-linux_x86_64.whl", {
         "b/_C.abi3.so": built["plain"], "b-1.0.dist-info/assembler.json": json.dumps(record).encode()})
     for command in ("size", "verify") if size_reads_it else ("verify",):
@@ -228,7 +243,8 @@ def test_every_inflater_gives_the_same_audit_and_size(built: dict[str, bytes], t
     from assembler.audit.inflate import CHOICES, _module
 
     wheel = make_wheel(tmp_path / "inf-1.0-cp39-abi3-linux_x86_64.whl",
-                       {"inf/_U.abi3.so": built["unstable"], "inf/_p.abi3.so": built["plain"], "inf/blob.bin": bytes(3 << 20)})
+                       {"inf/_U.abi3.so": built["unstable"], "inf/_p.abi3.so": built["plain"],
+                        "inf/blob.bin": bytes(3 << 20)})
     seen: dict[str, tuple[object, object]] = {}
     for name in (n for n in CHOICES if _module(n) is not None):
         audited = run_assemble("audit", "--json", str(wheel), env={"ASSEMBLE_INFLATER": name}, subprocess=True)

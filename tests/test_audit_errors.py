@@ -99,4 +99,5 @@ def test_missing_torch_table(tmp_path: Path, refresh: bool) -> None:
     done = run_assemble("audit", *args, "--torch-table", str(table))
     assert done.returncode == 2, done.stdout + done.stderr
     assert "Traceback" not in done.stderr
-    assert done.stderr.startswith(f"error: {table}") or done.stderr.startswith(f"error: cannot read the torch shim table {table}")
+    assert (done.stderr.startswith(f"error: {table}")
+            or done.stderr.startswith(f"error: cannot read the torch shim table {table}"))

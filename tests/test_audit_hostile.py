@@ -79,7 +79,8 @@ def test_wheel_file_bomb(seed: bytes, tmp_path: Path) -> None:
     assert wheel.stat().st_size < MiB
     done = audit_with_peak(str(wheel))
     print(f"peak {done.peak_mib:.0f} MiB, exit {done.returncode}")
-    assert_one_line_exit_2(done.returncode, done.stderr, WHEEL_NAME, "pkg-1.0.dist-info/WHEEL", f"{MAX_WHEEL_METADATA}-byte limit")
+    assert_one_line_exit_2(done.returncode, done.stderr, WHEEL_NAME, "pkg-1.0.dist-info/WHEEL",
+                           f"{MAX_WHEEL_METADATA}-byte limit")
     assert done.peak_mib < PEAK_BOUND_MIB
 
 
@@ -250,7 +251,8 @@ def test_refresh_from_hostile_torch_wheel(tmp_path: Path) -> None:
     fifo = tmp_path / "torch-2.13.0-cp310-cp310-linux_x86_64.whl"
     os.mkfifo(fifo)
     header = b"#if TORCH_FEATURE_VERSION >= TORCH_VERSION_2_13_0\nvoid torch_new(void);\n#endif\n"
-    broken = Archive([member("torch-2.13.0.dist-info/METADATA", b"Name: torch\n"), member("torch/include/torch/csrc/stable/c/shim.h", header)])
+    broken = Archive([member("torch-2.13.0.dist-info/METADATA", b"Name: torch\n"),
+                      member("torch/include/torch/csrc/stable/c/shim.h", header)])
     damaged = broken.write(tmp_path / "torch-2.13.0-cp311-cp311-linux_x86_64.whl")
     data = bytearray(damaged.read_bytes())
     data[data.rindex(b"PK\x01\x02") + 16] ^= 0xFF  # the shim header's CRC no longer matches

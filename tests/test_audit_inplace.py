@@ -24,11 +24,13 @@ def reference(path: Path) -> DynamicInfo:
     with path.open("rb") as f:
         elf = ELFFile(f)
         symbols = tuple(
-            (s.name, s["st_shndx"] != "SHN_UNDEF", s["st_info"]["bind"] == "STB_LOCAL", s["st_info"]["bind"] == "STB_WEAK")
+            (s.name, s["st_shndx"] != "SHN_UNDEF", s["st_info"]["bind"] == "STB_LOCAL",
+             s["st_info"]["bind"] == "STB_WEAK")
             for i, s in enumerate(elf.get_section_by_name(".dynsym").iter_symbols())
             if i
         )
-        needed = tuple(t.needed for t in elf.get_section_by_name(".dynamic").iter_tags() if t.entry.d_tag == "DT_NEEDED")
+        needed = tuple(t.needed for t in elf.get_section_by_name(".dynamic").iter_tags()
+                       if t.entry.d_tag == "DT_NEEDED")
     return DynamicInfo(symbols=symbols, needed=needed, soname=None)  # type: ignore[arg-type]
 
 
@@ -74,7 +76,8 @@ def test_tail_of_a_random_stream_comes_from_stored_blocks() -> None:
     data = random.Random(7).randbytes(3 << 20)
     packer = zlib.compressobj(6, zlib.DEFLATED, -15)
     packed = packer.compress(data) + packer.flush()
-    tail = deflate.read_tail(lambda off, n: packed[off : off + n], len(packed), len(data), len(data) - 4096, len(packed))
+    tail = deflate.read_tail(lambda off, n: packed[off : off + n], len(packed), len(data), len(data) - 4096,
+                             len(packed))
     assert tail is not None and tail.data == data[-4096:]
 
 

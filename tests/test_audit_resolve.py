@@ -55,14 +55,18 @@ def objects(tmp_path_factory: pytest.TempPathFactory, torch_lib: Path) -> dict[s
     (out / "stub.c").write_text(f"int {CUDA_SHIM}(int d, void** s) {{ return 0; }}\n")
     stubs = out / "stubs"
     stubs.mkdir()
-    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libtorch_cuda.so", str(out / "stub.c"), "-o", str(stubs / "libtorch_cuda.so")],
+    subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libtorch_cuda.so", str(out / "stub.c"), "-o",
+                    str(stubs / "libtorch_cuda.so")],
                    check=True, capture_output=True)
-    cxx = ["g++", "-shared", "-fPIC", "-O1", "-DPy_LIMITED_API=0x03090000", f"-I{sysconfig.get_paths()['include']}", str(out / "ops.cpp")]
+    cxx = ["g++", "-shared", "-fPIC", "-O1", "-DPy_LIMITED_API=0x03090000", f"-I{sysconfig.get_paths()['include']}",
+           str(out / "ops.cpp")]
     bad, good = out / "bad" / "ops.abi3.so", out / "good" / "ops.abi3.so"
     bad.parent.mkdir()
     good.parent.mkdir()
-    subprocess.run([*cxx, "-o", str(bad), f"-L{torch_lib}", "-Wl,--no-as-needed", "-ltorch_cpu"], check=True, capture_output=True)
-    subprocess.run([*cxx, "-o", str(good), f"-L{stubs}", f"-L{torch_lib}", "-Wl,--no-as-needed", "-ltorch_cuda", "-ltorch_cpu"],
+    subprocess.run([*cxx, "-o", str(bad), f"-L{torch_lib}", "-Wl,--no-as-needed", "-ltorch_cpu"], check=True,
+                   capture_output=True)
+    subprocess.run([*cxx, "-o", str(good), f"-L{stubs}", f"-L{torch_lib}", "-Wl,--no-as-needed", "-ltorch_cuda",
+                    "-ltorch_cpu"],
                    check=True, capture_output=True)
     return {
         "bad": make_wheel(out / "bad-1.0-cp39-abi3-linux_x86_64.whl", {"bad/ops.abi3.so": bad}),
@@ -100,16 +104,19 @@ def test_the_same_shim_with_libtorch_cuda_needed_passes(objects: dict[str, Path]
     # against the real CPU torch (its libtorch_cuda.so comes from the shipped table): same verdicts
     assert run_assemble("audit", "--check", "all", "--torch-lib", str(torch_lib), str(objects["good"])).returncode == 0
     real = run_assemble("audit", "--check", "all", "--json", "--torch-lib", str(torch_lib), str(objects["bad"]))
-    assert real.returncode == 1 and json.loads(real.stdout)["extensions"][0]["unresolved"] == {CUDA_SHIM: "libtorch_cuda.so"}
+    assert (real.returncode == 1
+            and json.loads(real.stdout)["extensions"][0]["unresolved"] == {CUDA_SHIM: "libtorch_cuda.so"})
     assert "torch 2.13.0+cpu libraries" in json.loads(real.stdout)["sources"]["torch_libraries"]
 
 
 def test_the_build_gate_refuses_it(objects: dict[str, Path], torch_lib: Path) -> None:
     [report] = audit_paths([objects["bad"]], torch_lib=torch_lib)
     assert [f.verdict for f in findings(report, "all")] == [Verdict.UNRESOLVED]
-    for wheel, member, failed in ((objects["bad"], "bad/ops.abi3.so", True), (objects["good"], "good/ops.abi3.so", False)):
+    for wheel, member, failed in ((objects["bad"], "bad/ops.abi3.so", True),
+                                  (objects["good"], "good/ops.abi3.so", False)):
         audits = _audit_wheel(wheel, {"dep": (member,)}, torch_lib)
-        build = BuildReport(bundle="b", cuda="13.2", nvcc="13.2", cuda_origin="test", cuda_root=Path("/"), torch="2.13.0", deps=[
+        build = BuildReport(bundle="b", cuda="13.2", nvcc="13.2", cuda_origin="test", cuda_root=Path("/"),
+                            torch="2.13.0", deps=[
             DepReport("dep", "c" * 40, "c" * 40, "k", 0, BuildOutcome.BUILT, 0.0, [], "2.10", None, None)])
         error = _gate(build, audits, ())
         if failed:
@@ -147,14 +154,18 @@ def kernel_objects(tmp_path_factory: pytest.TempPathFactory, torch_lib: Path) ->
     (out / "kernel.cpp").write_text(KERNEL)
     siblings = out / "siblings"
     siblings.mkdir()
-    subprocess.run(["g++", "-shared", "-fPIC", "-Wl,-soname,libkern.so", str(out / "kernel.cpp"), "-o", str(siblings / "libkern.so")],
+    subprocess.run(["g++", "-shared", "-fPIC", "-Wl,-soname,libkern.so", str(out / "kernel.cpp"), "-o",
+                    str(siblings / "libkern.so")],
                    check=True, capture_output=True)
-    cxx = ["g++", "-shared", "-fPIC", "-O1", "-DPy_LIMITED_API=0x03090000", f"-I{sysconfig.get_paths()['include']}", str(out / "ops.cpp")]
+    cxx = ["g++", "-shared", "-fPIC", "-O1", "-DPy_LIMITED_API=0x03090000", f"-I{sysconfig.get_paths()['include']}",
+           str(out / "ops.cpp")]
     lost, linked = out / "lost" / "ops.abi3.so", out / "linked" / "ops.abi3.so"
     lost.parent.mkdir()
     linked.parent.mkdir()
-    subprocess.run([*cxx, "-o", str(lost), f"-L{torch_lib}", "-Wl,--no-as-needed", "-ltorch_cpu"], check=True, capture_output=True)
-    subprocess.run([*cxx, "-o", str(linked), f"-L{siblings}", f"-L{torch_lib}", "-Wl,--no-as-needed", "-lkern", "-ltorch_cpu"],
+    subprocess.run([*cxx, "-o", str(lost), f"-L{torch_lib}", "-Wl,--no-as-needed", "-ltorch_cpu"], check=True,
+                   capture_output=True)
+    subprocess.run([*cxx, "-o", str(linked), f"-L{siblings}", f"-L{torch_lib}", "-Wl,--no-as-needed", "-lkern",
+                    "-ltorch_cpu"],
                    check=True, capture_output=True)
     return {
         "lost": make_wheel(out / "lost-1.0-cp39-abi3-linux_x86_64.whl", {"lost/ops.abi3.so": lost}),
@@ -163,7 +174,8 @@ def kernel_objects(tmp_path_factory: pytest.TempPathFactory, torch_lib: Path) ->
     }
 
 
-def test_an_import_no_library_of_the_tree_defines_is_unresolved(kernel_objects: dict[str, Path], torch_lib: Path) -> None:
+def test_an_import_no_library_of_the_tree_defines_is_unresolved(kernel_objects: dict[str, Path],
+                                                                torch_lib: Path) -> None:
     """Against a real torch/lib every library of the tree is known: the left-out kernel is named,
     and libstdc++'s, libc's and torch's own imports are found (nothing else is listed)."""
     done = run_assemble("audit", "--check", "all", "--json", "--torch-lib", str(torch_lib), str(kernel_objects["lost"]))
@@ -171,7 +183,8 @@ def test_an_import_no_library_of_the_tree_defines_is_unresolved(kernel_objects: 
     [entry] = json.loads(done.stdout)["extensions"]
     assert entry["unresolved"] == {KERNEL_SYMBOL: "no library of its load scope"} and "unjudged_imports" not in entry
     assert entry["torch_abi"] == "STABLE"
-    assert "lost/ops.abi3.so imports kern::run_kernel(int), which no library of its DT_NEEDED tree" in done.stderr, done.stderr
+    assert ("lost/ops.abi3.so imports kern::run_kernel(int), which no library of its DT_NEEDED tree"
+            in done.stderr), done.stderr
     [report] = audit_paths([kernel_objects["lost"]], torch_lib=torch_lib)
     assert [f.verdict for f in findings(report, "all")] == [Verdict.UNRESOLVED]
 
@@ -183,7 +196,8 @@ def test_without_every_library_of_the_tree_nothing_is_claimed(kernel_objects: di
     [entry] = json.loads(bare.stdout)["extensions"]
     assert entry["unresolved"] == {} and "only its shim symbols are known" in entry["unjudged_imports"]
     # libkern.so is not where the linker looks: unjudged, not UNRESOLVED
-    done = run_assemble("audit", "--check", "all", "--json", "--torch-lib", str(torch_lib), str(kernel_objects["linked"]))
+    done = run_assemble("audit", "--check", "all", "--json", "--torch-lib", str(torch_lib),
+                        str(kernel_objects["linked"]))
     assert done.returncode == 0, done.stderr
     [entry] = json.loads(done.stdout)["extensions"]
     assert entry["unresolved"] == {} and entry["unjudged_imports"] == "libkern.so is not on this machine"
@@ -195,7 +209,8 @@ def test_without_every_library_of_the_tree_nothing_is_claimed(kernel_objects: di
 
 def test_the_build_gate_refuses_a_left_out_kernel(kernel_objects: dict[str, Path], torch_lib: Path) -> None:
     audits = _audit_wheel(kernel_objects["lost"], {"dep": ("lost/ops.abi3.so",)}, torch_lib)
-    build = BuildReport(bundle="b", cuda="13.2", nvcc="13.2", cuda_origin="test", cuda_root=Path("/"), torch="2.13.0", deps=[
+    build = BuildReport(bundle="b", cuda="13.2", nvcc="13.2", cuda_origin="test", cuda_root=Path("/"), torch="2.13.0",
+                        deps=[
         DepReport("dep", "c" * 40, "c" * 40, "k", 0, BuildOutcome.BUILT, 0.0, [], "2.10", None, None)])
     error = _gate(build, audits, ())
     assert isinstance(error, CheckFailed) and str(build.deps[0].verdict) == "UNRESOLVED"

@@ -110,6 +110,7 @@ def test_refresh_from_an_installed_torch_confirms_the_table(tmp_path: Path) -> N
 def test_refresh_without_torch_is_a_toolchain_error(tmp_path: Path) -> None:
     table = tmp_path / "table.json"
     shutil.copy(DEFAULT_TABLE, table)
-    done = run_assemble("audit", "--refresh-torch-table", "--torch-table", str(table), "--from-torch", "/nonexistent/python")
+    done = run_assemble("audit", "--refresh-torch-table", "--torch-table", str(table), "--from-torch",
+                        "/nonexistent/python")
     assert done.returncode == 7 and done.stderr.startswith("error: cannot find torch in /nonexistent/python")
     assert table.read_bytes() == DEFAULT_TABLE.read_bytes()

@@ -31,13 +31,15 @@ def _build(out: Path, runpath: str, *, missing: bool = False, rpath_tag: bool = 
     out.mkdir(parents=True, exist_ok=True)
     (out / "helper.cpp").write_text(HELPER)
     extra_decl = 'extern "C" int never_defined_fn(int x);' if missing else ""
-    (out / "ops.cpp").write_text(EXTENSION.format(extra_decl=extra_decl, extra_call=" + never_defined_fn(x)" if missing else ""))
+    (out / "ops.cpp").write_text(EXTENSION.format(extra_decl=extra_decl,
+                                                  extra_call=" + never_defined_fn(x)" if missing else ""))
     helper, ops = out / "libhelper.so", out / "ops.abi3.so"
     subprocess.run(["g++", "-shared", "-fPIC", "-Wl,-soname,libhelper.so", str(out / "helper.cpp"), "-o", str(helper)],
                    check=True, capture_output=True)
     tag = "-Wl,--disable-new-dtags" if rpath_tag else "-Wl,--enable-new-dtags"
     subprocess.run(["g++", "-shared", "-fPIC", "-DPy_LIMITED_API=0x03090000", f"-I{sysconfig.get_paths()['include']}",
-                    str(out / "ops.cpp"), "-o", str(ops), f"-L{out}", "-Wl,--no-as-needed", "-lhelper", tag, f"-Wl,-rpath,{runpath}"],
+                    str(out / "ops.cpp"), "-o", str(ops), f"-L{out}", "-Wl,--no-as-needed", "-lhelper", tag,
+                    f"-Wl,-rpath,{runpath}"],
                    check=True, capture_output=True)
     return helper, ops
 
@@ -50,7 +52,8 @@ def _object(report_path: Path, name: str):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("rpath_tag", [False, True], ids=["RUNPATH", "RPATH"])
 def test_a_library_shipped_beside_the_extension_is_in_its_load_scope(tmp_path: Path, rpath_tag: bool) -> None:
     helper, ops = _build(tmp_path / "objs", "$ORIGIN/../pkg.libs", rpath_tag=rpath_tag)
-    wheel = make_wheel(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl", {"pkg/ops.abi3.so": ops, "pkg.libs/libhelper.so": helper})
+    wheel = make_wheel(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl",
+                       {"pkg/ops.abi3.so": ops, "pkg.libs/libhelper.so": helper})
     report, ext = _object(wheel, "pkg/ops.abi3.so")
     assert ext.unjudged_imports is None and ext.unresolved == {}, (ext.unjudged_imports, ext.unresolved)
     assert not [f for f in findings(report, CheckKind.ALL) if f.verdict == Verdict.UNRESOLVED]
@@ -62,7 +65,8 @@ def test_a_symbol_the_shipped_library_lacks_is_unresolved(tmp_path: Path) -> Non
     from assembler.toolchain.torchenv import ensure_build_env
 
     helper, ops = _build(tmp_path / "objs", "$ORIGIN", missing=True)
-    wheel = make_wheel(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl", {"pkg/ops.abi3.so": ops, "pkg/libhelper.so": helper})
+    wheel = make_wheel(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl",
+                       {"pkg/ops.abi3.so": ops, "pkg/libhelper.so": helper})
     report = audit_paths([wheel], torch_lib=ensure_build_env("2.13.0").torch_dir / "lib")[0]
     ext = next(e for e in report.extensions if e.path == "pkg/ops.abi3.so")
     assert ext.unresolved == {"never_defined_fn": NOWHERE}, (ext.unresolved, ext.unjudged_imports)
@@ -73,7 +77,8 @@ def test_a_symbol_the_shipped_library_lacks_is_unresolved(tmp_path: Path) -> Non
 def test_a_runpath_that_misses_the_shipped_library_leaves_it_unjudged(tmp_path: Path) -> None:
     """The loader would not find it there, so neither does the audit: nothing is claimed."""
     helper, ops = _build(tmp_path / "objs", "$ORIGIN/elsewhere")
-    wheel = make_wheel(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl", {"pkg/ops.abi3.so": ops, "pkg/libhelper.so": helper})
+    wheel = make_wheel(tmp_path / "pkg-1.0-cp39-abi3-linux_x86_64.whl",
+                       {"pkg/ops.abi3.so": ops, "pkg/libhelper.so": helper})
     _, ext = _object(wheel, "pkg/ops.abi3.so")
     assert ext.unjudged_imports is not None and "libhelper.so is not on this machine" in ext.unjudged_imports
 
@@ -100,8 +105,8 @@ def test_a_torch_symbol_the_named_torch_does_not_export_is_unresolved(tmp_path: 
         "namespace torch { namespace autograd { int removed_in_this_release(int); } }\n"
         'extern "C" int launch(int x) { return torch::autograd::removed_in_this_release(x); }\n')
     gone = tmp_path / "gone.so"
-    subprocess.run(["g++", "-shared", "-fPIC", str(tmp_path / "gone.cpp"), "-o", str(gone), f"-L{torch_lib}", "-Wl,--no-as-needed",
-                    "-ltorch_cpu"], check=True, capture_output=True)
+    subprocess.run(["g++", "-shared", "-fPIC", str(tmp_path / "gone.cpp"), "-o", str(gone), f"-L{torch_lib}",
+                    "-Wl,--no-as-needed", "-ltorch_cpu"], check=True, capture_output=True)
     report = audit_paths([gone], torch_lib=torch_lib)[0]
     (ext,) = report.extensions
     symbol = "_ZN5torch8autograd23removed_in_this_releaseEi"

@@ -34,7 +34,8 @@ import os
 from setuptools import setup
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
-SEEN = ("MAX_JOBS", "TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CFLAGS", "CXXFLAGS", "NVCC_APPEND_FLAGS", "PROBE_FLAG", "CMAKE_ARGS")
+SEEN = ("MAX_JOBS", "TORCH_CUDA_ARCH_LIST", "CUDA_HOME", "CFLAGS", "CXXFLAGS", "NVCC_APPEND_FLAGS", "PROBE_FLAG",
+        "CMAKE_ARGS")
 with open(os.environ["PROBE_OUT"], "w") as out:
     json.dump({name: os.environ.get(name) for name in SEEN}, out)
 
@@ -61,7 +62,8 @@ STABLE_TORCH_LIBRARY(probe, m) { m.def("same(Tensor x) -> Tensor"); }
 STABLE_TORCH_LIBRARY_IMPL(probe, CPU, m) { m.impl("same", TORCH_BOX(&same)); }
 
 extern "C" PyObject* PyInit__probe_C(void) {
-  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_probe_C", nullptr, -1, nullptr, nullptr, nullptr, nullptr, nullptr};
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_probe_C", nullptr, -1,
+                               nullptr, nullptr, nullptr, nullptr, nullptr};
   return PyModule_Create(&module);
 }
 """
@@ -134,7 +136,8 @@ def test_setuptools_backend_builds_the_example_library_into_a_stable_abi3_artifa
     monkeypatch.setenv("ASSEMBLE_CACHE", str(cache))
     [again] = build_artifacts(open_workspace(elsewhere), options).deps
     assert again.status == "built" and again.key == dep.key
-    assert (again.artifact / "files" / "rowsum" / "_C.abi3.so").read_bytes() == (files / "rowsum" / "_C.abi3.so").read_bytes()
+    assert (again.artifact / "files" / "rowsum" / "_C.abi3.so").read_bytes() == (
+        files / "rowsum" / "_C.abi3.so").read_bytes()
 
 
 def test_a_setup_py_that_does_not_ask_for_abi3_is_refused(example_ws: Path, private_cache: Path) -> None:
@@ -153,7 +156,8 @@ def test_a_setup_py_that_does_not_ask_for_abi3_is_refused(example_ws: Path, priv
     assert int(failure.value.exit_code) == 6
 
 
-def test_a_project_dir_without_a_project_is_reported_at_its_manifest_line(example_ws: Path, private_cache: Path) -> None:
+def test_a_project_dir_without_a_project_is_reported_at_its_manifest_line(example_ws: Path,
+                                                                          private_cache: Path) -> None:
     """The setuptools backend's missing project is the same located error as any recipe path
     (units.RecipePathError): deps.toml:LINE:COL, the key, what is wrong, and the fix."""
     from assembler.builder.units import RecipePathError
@@ -162,7 +166,8 @@ def test_a_project_dir_without_a_project_is_reported_at_its_manifest_line(exampl
     text = manifest.read_text()
     assert 'project-dir = "."' in text
     manifest.write_text(text.replace('project-dir = "."', 'project-dir = "csrc"', 1))
-    line = next(number for number, row in enumerate(manifest.read_text().splitlines(), 1) if 'project-dir = "csrc"' in row)
+    line = next(number for number, row in enumerate(manifest.read_text().splitlines(), 1)
+                if 'project-dir = "csrc"' in row)
     with pytest.raises(RecipePathError) as refused:
         build_artifacts(open_workspace(example_ws), BuildOptions(cuda=HERMETIC_CUDA, only=("rowsum",), jobs=2))
     message = refused.value.message
@@ -176,7 +181,8 @@ def test_setuptools_backend_injects_our_settings_and_records_compile_commands(
 ) -> None:
     upstream = Repo(tmp_path / "ws" / "remotes" / "probe")
     commit = upstream.commit("probe", {
-        "py/setup.py": PROBE_SETUP, "py/csrc/probe.cpp": PROBE_SOURCE, "py/probe/__init__.py": "import torch\nfrom . import _probe_C\n",
+        "py/setup.py": PROBE_SETUP, "py/csrc/probe.cpp": PROBE_SOURCE,
+        "py/probe/__init__.py": "import torch\nfrom . import _probe_C\n",
     })
     seen = tmp_path / "seen.json"
     ws = tmp_path / "ws"
@@ -185,7 +191,8 @@ def test_setuptools_backend_injects_our_settings_and_records_compile_commands(
     leaky = {"CFLAGS": "-DUSER_LEAK", "TORCH_CUDA_ARCH_LIST": "5.0", "MAX_JOBS": "99", "CMAKE_ARGS": "-DX=1",
              "NVCC_APPEND_FLAGS": "-DUSER_LEAK"}
     env = {**os.environ, **leaky, "ASSEMBLE_CACHE": str(private_cache), "COLUMNS": "200"}
-    command = [str(Path(os.sys.executable)), "-m", "assembler", "-C", str(ws), "build", "--cuda", HERMETIC_CUDA, "-j", "2", "--json"]
+    command = [str(Path(os.sys.executable)), "-m", "assembler", "-C", str(ws), "build", "--cuda", HERMETIC_CUDA, "-j",
+               "2", "--json"]
     result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout)
@@ -197,7 +204,8 @@ def test_setuptools_backend_injects_our_settings_and_records_compile_commands(
     for name in ("CFLAGS", "CXXFLAGS", "NVCC_APPEND_FLAGS"):
         assert ours <= set(env_seen[name].split()) and "USER_LEAK" not in env_seen[name], (name, env_seen[name])
     assert env_seen["MAX_JOBS"] == "2" and env_seen["TORCH_CUDA_ARCH_LIST"] == "9.0a;10.0a"
-    assert env_seen["CUDA_HOME"] == report["cuda_root"] and env_seen["PROBE_FLAG"] == "on" and env_seen["CMAKE_ARGS"] is None
+    assert (env_seen["CUDA_HOME"] == report["cuda_root"] and env_seen["PROBE_FLAG"] == "on"
+            and env_seen["CMAKE_ARGS"] is None)
 
     workspace = open_workspace(ws)
     checkout = ws / "forks" / "probe"
@@ -258,7 +266,8 @@ CUDA_MODULE = """\
 #error "TORCH_TARGET_VERSION must reach g++"
 #endif
 extern "C" PyObject* PyInit__cprobe_C(void) {
-  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cprobe_C", nullptr, -1, nullptr, nullptr, nullptr, nullptr, nullptr};
+  static PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cprobe_C", nullptr, -1,
+                               nullptr, nullptr, nullptr, nullptr, nullptr};
   return PyModule_Create(&module);
 }
 """
@@ -292,10 +301,12 @@ def test_setuptools_backend_builds_a_cuda_extension_with_the_selected_nvcc(tmp_p
         "cprobe/__init__.py": "import torch\nfrom . import _cprobe_C\n",
     })
     (tmp_path / "ws" / "deps.toml").write_text(CUDA_MANIFEST.format(commit=commit))
-    result = assemble("-C", str(tmp_path / "ws"), "build", "--cuda", HERMETIC_CUDA, "-j", "2", "--json", cache=private_cache)
+    result = assemble("-C", str(tmp_path / "ws"), "build", "--cuda", HERMETIC_CUDA, "-j", "2", "--json",
+                      cache=private_cache)
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout)
-    assert [(d["dep"], d["status"], d["verdict"], d["archs"]) for d in report["deps"]] == [("cprobe", "built", "STABLE", ["9.0a"])]
+    assert ([(d["dep"], d["status"], d["verdict"], d["archs"]) for d in report["deps"]]
+            == [("cprobe", "built", "STABLE", ["9.0a"])])
     module = Path(report["artifacts"]) / "cprobe" / "files" / "cprobe" / "_cprobe_C.abi3.so"
     needed = subprocess.run(["readelf", "-d", str(module)], capture_output=True, text=True, check=True).stdout
     # CUDAExtension's -ltorch_cuda -lc10_cuda link although the build's torch is CPU-only (soname

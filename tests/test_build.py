@@ -46,7 +46,8 @@ def _statuses(report: dict) -> dict[str, str]:
     return {dep["dep"]: dep["status"] for dep in report["deps"]}
 
 
-def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild(example_ws: Path, private_cache: Path, build_env_path: Path) -> None:
+def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild(example_ws: Path, private_cache: Path,
+                                                                                 build_env_path: Path) -> None:
     first = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--verify", "--json", cache=private_cache)
     assert first.returncode == 0, first.stderr[-4000:]
     # --json keeps the progress on stderr, a line per unit: CMake's ninja and setuptools' (cpp_extension's ninja)
@@ -58,13 +59,15 @@ def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild
     verified = report["verify"]  # --verify: the matrix is part of the JSON summary
     assert verified["ok"] and [t["requested"] for t in verified["torch"]] == ["2.13.0", "2.14.1"]
     assert {(r["dep"], r["torch"]): r["status"] for r in verified["results"]}[("vecadd", "2.13.0")] == "PASS"
-    assert {(r["dep"], r["torch"]): r["status"] for r in verified["results"]}[("rowsum", "2.14.1")] == "PASS"  # setuptools backend
+    # setuptools backend
+    assert {(r["dep"], r["torch"]): r["status"] for r in verified["results"]}[("rowsum", "2.14.1")] == "PASS"
     assert report["cuda"] == HERMETIC_CUDA and report["nvcc"].startswith(HERMETIC_CUDA + ".")
     assert report["cuda_origin"] == "PyPI" and report["torch"].startswith("2.13.0")
     wheel = Path(report["wheel"])
     first_bytes = wheel.read_bytes()
     assert re.fullmatch(r"stable_abi_example-0\.1\.0\+cu132-cp39-abi3-.+\.whl", wheel.name), wheel.name
-    assert {dep["dep"]: dep["verdict"] for dep in report["deps"]} == {"vecadd": "STABLE", "scalekit": "STABLE", "rowsum": "STABLE"}
+    assert ({dep["dep"]: dep["verdict"] for dep in report["deps"]}
+            == {"vecadd": "STABLE", "scalekit": "STABLE", "rowsum": "STABLE"})
 
     artifacts = Path(report["artifacts"])
     record = json.loads((artifacts / "scalekit" / "artifact.json").read_text())
@@ -72,7 +75,8 @@ def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild
     assert record["archs"] == ["9.0a"] and len(record["patches"]) == 3
     assert record["dirty"] is False and record["head"] == record["series_head"]  # the series, nothing local
     with zipfile.ZipFile(wheel) as archive:
-        recorded = json.loads(next(archive.read(n) for n in archive.namelist() if n.endswith(".dist-info/assembler.json")))
+        recorded = json.loads(next(archive.read(n) for n in archive.namelist()
+                                   if n.endswith(".dist-info/assembler.json")))
     assert recorded["deps"]["scalekit"]["head"] == record["head"] and recorded["deps"]["scalekit"]["dirty"] is False
     assert (artifacts / "vecadd" / "files" / "vecadd" / "_vecadd_C.abi3.so").is_file()
     # the CPU extension is a working torch op (built against the Stable ABI, loaded by torch)
@@ -86,7 +90,8 @@ def test_example_builds_into_one_wheel_a_noop_rebuild_and_byte_identical_rebuild
     assert second.returncode == 0, second.stderr[-4000:]
     again = json.loads(second.stdout)
     assert _statuses(again) == {"vecadd": "cached", "scalekit": "cached", "rowsum": "cached"}
-    assert Path(again["wheel"]).read_bytes() == wheel.read_bytes()  # nothing rebuilt (no time asserted: benchmarks/build_noop.py)
+    # nothing rebuilt (no time asserted: benchmarks/build_noop.py)
+    assert Path(again["wheel"]).read_bytes() == wheel.read_bytes()
 
     # from scratch again (no artifact store, no build trees, no wheel): the same bytes
     for state in (private_cache / "artifacts", example_ws / ".assemble", example_ws / "dist"):
@@ -154,7 +159,8 @@ def test_unstable_header_is_reported_as_the_include_to_change(example_ws: Path, 
     for patch in patches.glob("*.patch"):
         patch.unlink()
     (patches / "series").write_text("")  # upstream vecadd as it is: written against ATen
-    result = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json", cache=private_cache)
+    result = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json",
+                      cache=private_cache)
     assert result.returncode == 6, result.stderr
     assert "error: dep vecadd still includes <ATen/ATen.h> from csrc/add_scaled.cpp:1" in result.stderr
     assert "<torch/library.h> from csrc/add_scaled.cpp:2" in result.stderr
@@ -190,7 +196,8 @@ def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, p
     assert "warning: vecadd: built from local work in forks/vecadd (uncommitted edits" in " ".join(gated.stderr.split())
     assert not list((example_ws / "dist").glob("*.whl"))  # no gated wheel left for a release job to upload
 
-    allowed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd", "--json", cache=private_cache)
+    allowed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd", "--json",
+                       cache=private_cache)
     assert allowed.returncode == 0, allowed.stderr[-4000:]
     report = json.loads(allowed.stdout)
     assert _statuses(report) == {"vecadd": "cached", "scalekit": "cached", "rowsum": "cached"}
@@ -212,9 +219,11 @@ def test_gate_fails_on_an_unstable_dependency_unless_allowed(example_ws: Path, p
     assert migrated()["vecadd"] == ("not checked", None)
     git(example_ws / "forks" / "vecadd", "commit", "-qam", "Call an unstable helper")
     assert assemble("-C", str(example_ws), "export", "vecadd", cache=private_cache).returncode == 0
-    rebuilt = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd", cache=private_cache)
+    rebuilt = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--allow-unstable", "vecadd",
+                       cache=private_cache)
     assert rebuilt.returncode == 0, rebuilt.stderr[-4000:]
-    assert migrated() == {"vecadd": ("in progress", ["UNSTABLE"]), "scalekit": ("done", ["STABLE"]), "rowsum": ("done", ["STABLE"])}
+    assert (migrated() == {"vecadd": ("in progress", ["UNSTABLE"]), "scalekit": ("done", ["STABLE"]),
+                           "rowsum": ("done", ["STABLE"])})
 
 
 def test_failed_build_shows_the_log_tail(example_ws: Path, private_cache: Path) -> None:
@@ -270,10 +279,12 @@ python-packages = ["own"]
 """
 
 
-def test_a_dependency_with_its_own_cmake_uses_the_helper(tmp_path: Path, private_cache: Path, build_env_path: Path) -> None:
+def test_a_dependency_with_its_own_cmake_uses_the_helper(tmp_path: Path, private_cache: Path,
+                                                         build_env_path: Path) -> None:
     upstream = Repo(tmp_path / "ws" / "remotes" / "own")
     commit = upstream.commit("own kernels", {
-        "CMakeLists.txt": OWN_CMAKE, "csrc/own.cpp": OWN_SOURCE, "own/__init__.py": "import torch\nfrom . import _own_C\n",
+        "CMakeLists.txt": OWN_CMAKE, "csrc/own.cpp": OWN_SOURCE,
+        "own/__init__.py": "import torch\nfrom . import _own_C\n",
     })
     (tmp_path / "ws" / "deps.toml").write_text(OWN_MANIFEST.format(commit=commit))
     result = assemble("-C", str(tmp_path / "ws"), "build", "--cuda", HERMETIC_CUDA, "--json", cache=private_cache)
@@ -281,7 +292,8 @@ def test_a_dependency_with_its_own_cmake_uses_the_helper(tmp_path: Path, private
     report = json.loads(result.stdout)
     assert [(d["dep"], d["status"], d["verdict"]) for d in report["deps"]] == [("own", "built", "STABLE")]
     files = Path(report["artifacts"]) / "own" / "files"
-    probe = "import sys, torch; sys.path.insert(0, sys.argv[1]); import own; assert torch.ops.own.twice(torch.ones(2)).tolist() == [2.0, 2.0]"
+    probe = ("import sys, torch; sys.path.insert(0, sys.argv[1]); import own; assert "
+             "torch.ops.own.twice(torch.ones(2)).tolist() == [2.0, 2.0]")
     subprocess.run([build_env_path / "bin" / "python", "-c", probe, files], check=True)
     # the cmake backend leaves CMake's compile commands for `check` and `build --plan`
     compdb = json.loads(compile_commands_path(tmp_path / "ws" / ".assemble", "own").read_text())
@@ -302,7 +314,8 @@ def _keys(workspace: Workspace, cuda: str) -> dict[str, str]:
     return {dep.name: builder.prepare(ctx, dep, checkouts[dep.name].path, series_digest(dep)).key for dep in deps}
 
 
-def test_piped_progress_names_each_unit_and_a_failing_compiler_cache_is_a_warning(example_ws: Path, private_cache: Path) -> None:
+def test_piped_progress_names_each_unit_and_a_failing_compiler_cache_is_a_warning(example_ws: Path,
+                                                                                  private_cache: Path) -> None:
     """--json keeps stderr's progress: one line per unit ninja finished, in order; a compiler
     cache whose writes fail (its directory holds files where sccache wants directories) is a
     warning that names sccache's error; a reuse reports the figures of the build that made it."""
@@ -310,20 +323,24 @@ def test_piped_progress_names_each_unit_and_a_failing_compiler_cache_is_a_warnin
     local.mkdir()
     for name in "0123456789abcdef":
         (local / name).write_text("a file where sccache wants a directory\n")
-    built = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json", cache=private_cache)
+    built = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json",
+                     cache=private_cache)
     assert built.returncode == 0, built.stderr[-4000:]
-    steps = [re.fullmatch(r"vecadd: compiling (\d+)/(\d+) (.+?) \(\d+\.\d s\)", line) for line in built.stderr.splitlines()
+    steps = [re.fullmatch(r"vecadd: compiling (\d+)/(\d+) (.+?) \(\d+\.\d s\)", line)
+             for line in built.stderr.splitlines()
              if line.startswith("vecadd: compiling")]
     assert steps and all(steps), built.stderr
     total = int(steps[0][2])  # type: ignore[index]
     assert total >= 2 and [int(step[1]) for step in steps] == list(range(1, total + 1)), built.stderr  # type: ignore[index]
     assert "add_scaled.cpp" in [step[3] for step in steps], built.stderr  # type: ignore[index]
-    warning = next(line for line in built.stderr.splitlines() if line.startswith("warning: vecadd: the compiler cache failed"))
+    warning = next(line for line in built.stderr.splitlines()
+                   if line.startswith("warning: vecadd: the compiler cache failed"))
     assert "cache read/write error" in warning and "Not a directory" in warning, warning
     [dep] = json.loads(built.stdout)["deps"]
     assert "Not a directory" in dep["compiler_cache"]["problem"] and dep["compiler_cache"]["cache_errors"] > 0
 
-    again = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json", cache=private_cache)
+    again = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--json",
+                     cache=private_cache)
     assert again.returncode == 0, again.stderr[-4000:]
     [reused] = json.loads(again.stdout)["deps"]
     assert reused["status"] == "cached" and reused["compiler_cache"] == {**dep["compiler_cache"], "reused": True}
@@ -333,8 +350,8 @@ def test_piped_progress_names_each_unit_and_a_failing_compiler_cache_is_a_warnin
 def test_a_partial_build_merges_gates_and_verifies_only_what_was_built(example_ws: Path, private_cache: Path) -> None:
     """`build --only DEP --partial --verify`: the dependencies built, merged into a wheel labelled
     partial, gated and verified; the others are not rows of the verify matrix."""
-    built = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial", "--verify",
-                     "--json", cache=private_cache)
+    built = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial",
+                     "--verify", "--json", cache=private_cache)
     assert built.returncode == 0, built.stderr[-4000:]
     report = json.loads(built.stdout)
     wheel = Path(report["wheel"])
@@ -345,7 +362,8 @@ def test_a_partial_build_merges_gates_and_verifies_only_what_was_built(example_w
     assert not list((example_ws / "dist").glob("*.whl"))  # a release job's dist/*.whl finds none
 
 
-def test_a_stable_audit_is_done_only_when_the_wheel_also_passed_verify_and_this_gate(example_ws: Path, private_cache: Path) -> None:
+def test_a_stable_audit_is_done_only_when_the_wheel_also_passed_verify_and_this_gate(example_ws: Path,
+                                                                                     private_cache: Path) -> None:
     """The build publishes its gate verdicts and verify results as evidence about the pin,
     series and recipe: STABLE with a verify FAIL is "in progress", STABLE and verified is
     "done", and evidence from another assembler's gate counts for nothing."""
@@ -355,8 +373,8 @@ def test_a_stable_audit_is_done_only_when_the_wheel_also_passed_verify_and_this_
     assert smoke in original
     manifest.write_text(original.replace('verify-torch = ["2.13.0", "2.14.1"]', 'verify-torch = ["2.13.0"]')
                         .replace(smoke, smoke + "raise SystemExit('this wheel does not work')\n", 1))
-    failed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial", "--verify",
-                      "--json", cache=private_cache)
+    failed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial",
+                      "--verify", "--json", cache=private_cache)
     assert failed.returncode == 1, failed.stderr[-3000:]
     assert json.loads(failed.stdout)["deps"][0]["verdict"] == "STABLE"
 
@@ -371,8 +389,8 @@ def test_a_stable_audit_is_done_only_when_the_wheel_also_passed_verify_and_this_
     assert "build audit: STABLE, verify FAIL on torch 2.13.0" in evidence["summary"]
 
     manifest.write_text(original.replace('verify-torch = ["2.13.0", "2.14.1"]', 'verify-torch = ["2.13.0"]'))
-    passed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial", "--verify",
-                      "--json", cache=private_cache)
+    passed = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--only", "vecadd", "--partial",
+                      "--verify", "--json", cache=private_cache)
     assert passed.returncode == 0, passed.stderr[-3000:]
     verdict, evidence = migrated()
     assert verdict == "done" and evidence["build"]["passes"] and evidence["build"]["verified"] == ["2.13.0"], evidence

@@ -218,7 +218,8 @@ def test_a_link_made_during_the_build_fails_it(example_ws: Path, private_cache: 
     manifest = example_ws / "deps.toml"
     text = manifest.read_text()
     start, end = text.index("[deps.vecadd.build]"), text.index("[deps.vecadd.install]")
-    manifest.write_text(f'{text[:start]}[deps.vecadd.build]\ncmake-dir = "leak"\npython-packages = ["vecadd"]\n\n{text[end:]}')
+    manifest.write_text(f'{text[:start]}[deps.vecadd.build]\ncmake-dir = "leak"\npython-packages = '
+                        f'["vecadd"]\n\n{text[end:]}')
     own = 'file(CREATE_LINK /etc/hostname "${CMAKE_CURRENT_SOURCE_DIR}/../vecadd/hostname" SYMBOLIC)\n'
     commit_links(example_ws, private_cache, "vecadd", {}, "Own build", files={"leak/CMakeLists.txt": own})
     result = run(example_ws, private_cache, "build", "--cuda", "13.2", "--only", "vecadd")

@@ -34,7 +34,8 @@ def _plan(ws: Path, cache: Path, *args: str) -> tuple[int, dict]:
 
 def test_plan_of_the_example(example_ws: Path, cache: Path) -> None:
     manifest = example_ws / "deps.toml"
-    manifest.write_text(manifest.read_text().replace('cuda-archs = ["9.0a"]           # defaults', 'cuda-archs = ["9.0a", "10.0a"]  # defaults'))
+    manifest.write_text(manifest.read_text().replace('cuda-archs = ["9.0a"]           # defaults',
+                                                     'cuda-archs = ["9.0a", "10.0a"]  # defaults'))
     code, plan = _plan(example_ws, cache)
     assert code == 0
     assert (plan["schema"], plan["command"], plan["ok"]) == (2, "build-plan", True)
@@ -71,8 +72,10 @@ def test_plan_of_the_example(example_ws: Path, cache: Path) -> None:
 def test_a_missing_source_or_include_dir_names_the_recipe_line(example_ws: Path, cache: Path) -> None:
     manifest = example_ws / "deps.toml"
     text = manifest.read_text()
-    text = text.replace('sources = ["csrc/rowsum.cpp"]', 'sources = [\n  "csrc/rowsum.cpp",\n  "csrc/kernels/*.cpp",\n]')
-    text = text.replace('include-dirs = ["csrc"]         # scale.cu', 'include-dirs = ["csrc", "third_party/include"]  # scale.cu')
+    text = text.replace('sources = ["csrc/rowsum.cpp"]',
+                        'sources = [\n  "csrc/rowsum.cpp",\n  "csrc/kernels/*.cpp",\n]')
+    text = text.replace('include-dirs = ["csrc"]         # scale.cu',
+                        'include-dirs = ["csrc", "third_party/include"]  # scale.cu')
     manifest.write_text(text)
     lines = text.splitlines()
     glob_line = next(n for n, line in enumerate(lines, 1) if '"csrc/kernels/*.cpp"' in line)
@@ -83,9 +86,11 @@ def test_a_missing_source_or_include_dir_names_the_recipe_line(example_ws: Path,
     deps = plan["deps"]
     assert deps["vecadd"]["error"] is None and deps["vecadd"]["jobs"] == 2  # the others are still planned
     rowsum, scalekit = deps["rowsum"]["error"], deps["scalekit"]["error"]
-    assert re.match(rf"{re.escape(str(manifest))}:{glob_line}:3: deps\.rowsum\.build\.sources: csrc/kernels/\*\.cpp matches no file", rowsum["message"])
+    assert re.match(rf"{re.escape(str(manifest))}:{glob_line}:3: deps\.rowsum\.build\.sources: csrc/kernels/\*\.cpp "
+                    r"matches no file", rowsum["message"])
     column = lines[include_line - 1].index('"third_party/include"') + 1
-    assert scalekit["message"].startswith(f"{manifest}:{include_line}:{column}: deps.scalekit.build.extensions.include-dirs: ")
+    assert scalekit["message"].startswith(f"{manifest}:{include_line}:{column}: "
+                                          "deps.scalekit.build.extensions.include-dirs: ")
     assert "third_party/include" in scalekit["message"] and rowsum["exit_code"] == scalekit["exit_code"] == 2
 
     human = assemble("-C", str(example_ws), "build", "--plan", cache=cache)
@@ -100,7 +105,8 @@ def test_a_setuptools_recipe_without_sources_is_planned_after_its_first_build(ex
     code, plan = _plan(example_ws, cache, "--only", "rowsum")
     assert code == 0 and plan["ok"]
     rowsum = plan["deps"]["rowsum"]
-    assert rowsum["units"] is None and rowsum["jobs"] == 0 and "no build recorded compile commands yet" in rowsum["note"]
+    assert (rowsum["units"] is None and rowsum["jobs"] == 0
+            and "no build recorded compile commands yet" in rowsum["note"])
 
 
 def test_plan_refuses_an_unknown_dependency(example_ws: Path, cache: Path) -> None:
@@ -124,7 +130,8 @@ def test_a_plan_does_not_wait_for_the_workspace_lock(example_ws: Path, cache: Pa
     assert code == 0
     holding = ("import sys, time, pathlib\nfrom assembler.workspace import open_workspace\n"
                "sys.argv = ['assemble', 'build', '--cuda', '13.2']\n"
-               f"with open_workspace(pathlib.Path({str(example_ws)!r})).lock():\n    print('held', flush=True)\n    time.sleep(60)\n")
+               f"with open_workspace(pathlib.Path({str(example_ws)!r})).lock():\n    print('held', flush=True)\n    "
+               "time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", holding], stdout=subprocess.PIPE, text=True,
                               env={**os.environ, "ASSEMBLE_CACHE": str(cache)})
     try:
@@ -136,7 +143,8 @@ def test_a_plan_does_not_wait_for_the_workspace_lock(example_ws: Path, cache: Pa
             waiting = assemble("-C", str(example_ws), "build", "--plan", "--only", "rowsum", cache=cache)
         finally:
             del os.environ["ASSEMBLE_LOCK_TIMEOUT"]
-        assert waiting.returncode == 8 and f"held by pid {holder.pid} (`assemble build --cuda 13.2`" in waiting.stderr, waiting.stderr
+        assert (waiting.returncode == 8
+                and f"held by pid {holder.pid} (`assemble build --cuda 13.2`" in waiting.stderr), waiting.stderr
     finally:
         holder.kill()
         holder.wait()

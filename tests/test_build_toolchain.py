@@ -31,7 +31,8 @@ def test_hermetic_cuda_reports_the_version_asked_for(toolchains: Path) -> None:
     assert toolkit.version == HERMETIC_CUDA
     assert toolkit.release.startswith(HERMETIC_CUDA + ".")
     assert toolkit.origin == "PyPI"
-    assert set(toolkit.packages) == {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-cuda-cccl", "nvidia-cuda-runtime", "nvidia-nvvm"}
+    assert (set(toolkit.packages)
+            == {"nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-cuda-cccl", "nvidia-cuda-runtime", "nvidia-nvvm"})
     out = subprocess.run([toolkit.nvcc, "--version"], capture_output=True, text=True, check=True).stdout
     assert f"release {HERMETIC_CUDA}" in out
     assert (toolkit.root / "lib" / "libcudart.so").exists()  # what -lcudart and CMake look for
@@ -65,7 +66,8 @@ def test_venv_names_the_requirement_that_cannot_be_installed(toolchains: Path) -
     with pytest.raises(ToolchainError) as error:
         venv.ensure_venv(["torch==0.0.0.1"], label="bad-torch")
     assert "torch==0.0.0.1" in error.value.message
-    leftovers = [p for p in (toolchains / "venvs").iterdir() if p.name.startswith(("bad-torch", ".tmp-bad-torch")) and p.is_dir()]
+    leftovers = [p for p in (toolchains / "venvs").iterdir() if p.name.startswith(("bad-torch", ".tmp-bad-torch"))
+                 and p.is_dir()]
     assert leftovers == []  # complete or absent
 
 
@@ -166,15 +168,19 @@ def test_key_changes_with_every_part() -> None:
 def test_unstable_header_is_named_with_file_and_line(build_env_path: Path, tmp_path: Path) -> None:
     torch_include = describe_build_env(build_env_path, BUILD_TORCH).torch_dir / "include"
     (tmp_path / "csrc").mkdir()
-    (tmp_path / "csrc" / "ops.h").write_text("#pragma once\n#include <torch/csrc/stable/library.h>\n#include <torch/all.h>\n")
-    (tmp_path / "csrc" / "op.cpp").write_text('#include <torch/headeronly/core/ScalarType.h>\n#include "ops.h"\n#include <ATen/ATen.h>\n')
+    (tmp_path / "csrc" / "ops.h").write_text("#pragma once\n#include <torch/csrc/stable/library.h>\n#include "
+                                             "<torch/all.h>\n")
+    (tmp_path / "csrc" / "op.cpp").write_text('#include <torch/headeronly/core/ScalarType.h>\n#include '
+                                              '"ops.h"\n#include <ATen/ATen.h>\n')
     result = subprocess.run(
         ["c++", "-std=c++17", "-DTORCH_TARGET_VERSION=0x020A000000000000", "-isystem", torch_include,
-         "-isystem", torch_include / "torch" / "csrc" / "api" / "include", "-c", tmp_path / "csrc" / "op.cpp", "-o", "/dev/null"],
+         "-isystem", torch_include / "torch" / "csrc" / "api" / "include", "-c", tmp_path / "csrc" / "op.cpp", "-o",
+         "/dev/null"],
         capture_output=True, text=True, check=False,
     )
     assert result.returncode != 0
-    found = [item.describe("kern") for item in unstable_includes(result.stderr, tmp_path, torch_include_roots(torch_include.parent))]
+    found = [item.describe("kern")
+             for item in unstable_includes(result.stderr, tmp_path, torch_include_roots(torch_include.parent))]
     assert found == [
         "dep kern still includes <torch/all.h> from csrc/ops.h:3",
         "dep kern still includes <ATen/ATen.h> from csrc/op.cpp:3",

@@ -90,8 +90,8 @@ def test_dir_and_info_sizes_per_kind(cache: Path) -> None:
     info = cache_cli(cache, "info")
     kinds = info["kinds"]
     assert {kind: value["count"] for kind, value in kinds.items()} == {
-        "mirrors": 2, "toolchains": 1, "environments": 2, "artifacts": 1, "compiler-cache": 0, "symbol-tables": 0, "evidence": 0,
-        "checks": 0, "workspaces": 0}
+        "mirrors": 2, "toolchains": 1, "environments": 2, "artifacts": 1, "compiler-cache": 0, "symbol-tables": 0,
+        "evidence": 0, "checks": 0, "workspaces": 0}
     assert kinds["artifacts"]["bytes"] == 100_002 and kinds["environments"]["bytes"] > 0
     assert info["total_bytes"] == sum(value["bytes"] for value in kinds.values())
     assert info["uv_cache"] and Path(info["uv_cache"]).is_dir()  # where the environments' hard links lead
@@ -160,7 +160,8 @@ def test_prune_never_removes_what_a_running_command_holds(cache: Path, mode: str
 
 def test_prune_keep_spares_the_workspaces_entries(cache: Path, tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
-    shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    shutil.copytree(EXAMPLE, workspace,
+                    ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
     # the workspace's last build materialized the vecadd artifact under .assemble/artifacts
     stored = cache / "artifacts" / "vecadd" / ("a" * 32)
     record = {"dep": "vecadd", "commit": "1" * 40, "source": "x", "patches": [], "key": "a" * 32,
@@ -171,7 +172,8 @@ def test_prune_keep_spares_the_workspaces_entries(cache: Path, tmp_path: Path) -
     # the workspace's own vecadd mirror: keyed by the URL [mirrors] maps it to (issue 21)
     own_mirror = mirror_path(load_manifest(workspace / "deps.toml"), "https://example.invalid/stable-abi/vecadd.git")
     subprocess.run(["git", "init", "-q", "--bare", str(own_mirror)], check=True)
-    result = run_assemble("-C", str(workspace), "cache", "prune", "--keep", "--older-than", "0", "--json", env={"ASSEMBLE_CACHE": str(cache)})
+    result = run_assemble("-C", str(workspace), "cache", "prune", "--keep", "--older-than", "0", "--json",
+                          env={"ASSEMBLE_CACHE": str(cache)})
     assert result.returncode == 0, result.stderr
     pruned = json.loads(result.stdout)
     kept = names(pruned["kept"])
@@ -194,7 +196,8 @@ def test_compiler_cache_and_symbol_tables_are_entries_and_a_held_store_is_kept(c
     tables.mkdir()
     (tables / "2.13.0-abc.json.gz").write_bytes(b"t" * 700)
     kinds = cache_cli(cache, "info")["kinds"]
-    assert kinds["compiler-cache"] == {"count": 1, "bytes": 5000} and kinds["symbol-tables"] == {"count": 1, "bytes": 700}
+    assert (kinds["compiler-cache"] == {"count": 1, "bytes": 5000}
+            and kinds["symbol-tables"] == {"count": 1, "bytes": 700})
     with in_use(store):  # a build's sccache server is running
         pruned = cache_cli(cache, "clean")
     assert "sccache" in names(pruned["in_use"]) and (store / "a" / "object").is_file()
@@ -209,7 +212,8 @@ def test_a_killed_write_of_a_symbol_table_is_a_leftover(cache: Path) -> None:
     tables = cache / "torch-exports"
     tables.mkdir()
     (tables / "2.13.0-abc.json.gz").write_bytes(b"t" * 700)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
     killed = tables / f".2.14.1-def.json.gz.{dead.stdout.strip()}-k3x9q.tmp"
     killed.write_bytes(b"partial")
     writer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])

@@ -35,7 +35,8 @@ def test_dash_c_is_gits_dash_c(workspace: Path) -> None:  # noqa: F811
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert Path(document["wheel"]) == workspace / "stable" / "dist" / name
-    assert document["specs"]["source"] == "workspace" and "stable/deps.toml" in document["specs"]["detail"], document["specs"]
+    assert (document["specs"]["source"] == "workspace"
+            and "stable/deps.toml" in document["specs"]["detail"]), document["specs"]
 
 
 def test_dash_c_searches_the_workspace_upward(tmp_path: Path) -> None:

@@ -101,7 +101,8 @@ def make_wheel(path: Path, files: dict[str, Path | bytes]) -> Path:
     dist_info = f"{name}-{version}.dist-info"
     contents = {k: v if isinstance(v, bytes) else v.read_bytes() for k, v in files.items()}
     contents[f"{dist_info}/METADATA"] = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode()
-    contents[f"{dist_info}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: audit-tests\nRoot-Is-Purelib: false\nTag: {tag}\n".encode()
+    contents[f"{dist_info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: audit-tests\n"
+                                      f"Root-Is-Purelib: false\nTag: {tag}\n").encode()
     record = [f"{k},sha256={hashlib.sha256(v).hexdigest()},{len(v)}" for k, v in contents.items()]
     contents[f"{dist_info}/RECORD"] = ("\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n").encode()
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
@@ -127,7 +128,8 @@ def build_once(torch_dir: Path, root: Path) -> tuple[Objects, Wheels]:
                 "good/libs/libshim_helper.so": objects.helper,
                 "good/big_ops.abi3.so": objects.big,
             })
-            make_wheel(wheels.bad, {"bad/unstable_ops.abi3.so": objects.unstable, "bad/nonlimited.abi3.so": objects.nonlimited})
+            make_wheel(wheels.bad,
+                       {"bad/unstable_ops.abi3.so": objects.unstable, "bad/nonlimited.abi3.so": objects.nonlimited})
             done.touch()
     return objects, wheels
 
