@@ -100,7 +100,8 @@ def test_github_sharded_workflow_runs_the_shards_before_each_final_build(tmp_pat
     jobs = workflow["jobs"]
     assert list(jobs) == ["plan", "shard", "final", "merge"]
     assert jobs["shard"]["needs"] == "plan" and "shard" in jobs["final"]["needs"] and jobs["merge"]["needs"] == "final"
-    assert "shard_count > 0" in jobs["shard"]["if"] and "!failure()" in jobs["final"]["if"]  # no shard job: the finals still run
+    # no shard job: the finals still run
+    assert "shard_count > 0" in jobs["shard"]["if"] and "!failure()" in jobs["final"]["if"]
     commands = {job: [words for step in body["steps"] if "run" in step for words in assemble_commands(step["run"])]
                 for job, body in jobs.items()}
     assert commands["plan"] == [["plan", "--matrix", "--shards", "4", "--cuda", "13.2", "--json"]]

@@ -94,7 +94,8 @@ def test_argument_errors_are_json_too(tmp_path: Path) -> None:
 def test_success_documents_of_the_workspace_commands(git_workspace: GitWorkspace, tmp_path: Path) -> None:
     ws = git_workspace
     for words in (["checkout"], ["deps"], ["export", "kern"], ["patches"], ["patches", "--offline"],
-                  ["rebase", "kern", "--dry-run"], ["cache", "dir"], ["cache", "info"], ["cache", "prune", "--dry-run"]):
+                  ["rebase", "kern", "--dry-run"], ["cache", "dir"], ["cache", "info"],
+                  ["cache", "prune", "--dry-run"]):
         for spelling in (["--json"], ["--format", "json"]):
             result = ws.assemble(*words, *spelling)
             assert result.returncode == 0, (words, result.stderr)
@@ -106,7 +107,8 @@ def test_success_documents_of_the_workspace_commands(git_workspace: GitWorkspace
 
 def test_success_documents_of_audit_and_size(tmp_path: Path) -> None:
     so = compile_seed(tmp_path)
-    wheel = make_wheel(tmp_path / "seed-1.0-cp39-abi3-linux_x86_64.whl", {"seed/_seed.abi3.so": so, "seed/__init__.py": b""})
+    wheel = make_wheel(tmp_path / "seed-1.0-cp39-abi3-linux_x86_64.whl",
+                       {"seed/_seed.abi3.so": so, "seed/__init__.py": b""})
     one = validate_document(run_assemble("audit", str(wheel), "--json").stdout, 0)
     assert one["command"] == "audit" and one["path"] == str(wheel) and one["ok"]
     two = validate_document(run_assemble("audit", str(wheel), str(so), "--format", "json").stdout, 0)
@@ -124,7 +126,8 @@ def test_success_documents_of_audit_and_size(tmp_path: Path) -> None:
 def test_global_options_before_or_after_the_command(git_workspace: GitWorkspace, tmp_path: Path) -> None:
     env = {"ASSEMBLE_CACHE": str(git_workspace.cache)}
     assert git_workspace.assemble("checkout").returncode == 0
-    before = run_assemble("-C", str(git_workspace.root), "-q", "--color", "never", "deps", "--json", cwd=tmp_path, env=env)
+    before = run_assemble("-C", str(git_workspace.root), "-q", "--color", "never", "deps", "--json", cwd=tmp_path,
+                          env=env)
     after = run_assemble("deps", "--json", "-C", str(git_workspace.root), "-v", "--color=always", cwd=tmp_path, env=env)
     assert before.returncode == after.returncode == 0, (before.stderr, after.stderr)
     assert json.loads(before.stdout)["deps"] == json.loads(after.stdout)["deps"]
@@ -183,15 +186,19 @@ def test_cuda_and_torch_versions_are_checked_before_any_fetch(tmp_path: Path) ->
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
     make_upstreams(workspace / "upstreams")
     cache = tmp_path / "cache"
-    for words, expected in ((["build", "--cuda", "13"], "X.Y"), (["build", "--cuda", "13.2", "--torch", "2.13.0x"], "X.Y.Z"),
+    for words, expected in ((["build", "--cuda", "13"], "X.Y"),
+                            (["build", "--cuda", "13.2", "--torch", "2.13.0x"], "X.Y.Z"),
                             (["check", "--cuda", "thirteen"], "X.Y"), (["plan", "--matrix", "--cuda", "13.2.1"], "X.Y"),
-                            (["verify", "w.whl", "--torch", "latest"], "X.Y.Z"), (["merge", "d", "--cuda", "13"], "X.Y")):
+                            (["verify", "w.whl", "--torch", "latest"], "X.Y.Z"),
+                            (["merge", "d", "--cuda", "13"], "X.Y")):
         result = run_assemble("-C", str(workspace), *words, "--json", env={"ASSEMBLE_CACHE": str(cache)})
         assert result.returncode == 2, (words, result.stderr)
         message = validate_document(result.stdout, 2)["error"]["message"]
         assert expected in message and words[-1] in message, message
-    assert not cache.exists() and not (workspace / "forks").exists(), "a bad version must be refused before anything else"
-    accepted = run_assemble("-C", str(workspace), "build", "--plan", "--cuda", "13.2", "--torch", "2.11.0+cu130", "--only", "nope")
+    assert not cache.exists() and not (workspace / "forks").exists(), ("a bad version must be refused before anything "
+                                                                       "else")
+    accepted = run_assemble("-C", str(workspace), "build", "--plan", "--cuda", "13.2", "--torch", "2.11.0+cu130",
+                            "--only", "nope")
     assert "not a torch version" not in accepted.stderr and "not a CUDA version" not in accepted.stderr
 
 
@@ -223,7 +230,8 @@ def test_every_argument_has_help_and_a_metavar() -> None:
     problems = []
     for prog, parser in _parsers(build_parser()):
         for action in parser._actions:
-            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction) or action.help == argparse.SUPPRESS:
+            if (isinstance(action, argparse._HelpAction | argparse._SubParsersAction)
+                or action.help == argparse.SUPPRESS):
                 continue
             name = "/".join(action.option_strings) or action.dest
             if not action.help:
@@ -261,7 +269,8 @@ def test_bash_completion_completes_commands_options_and_values(tmp_path: Path) -
 
     def complete(*words: str) -> list[str]:
         quoted = " ".join(f"'{w}'" for w in words)
-        probe = f'source {script}; COMP_WORDS=(assemble {quoted}); COMP_CWORD={len(words)}; _assemble; printf "%s\\n" "${{COMPREPLY[@]}}"'
+        probe = (f'source {script}; COMP_WORDS=(assemble {quoted}); COMP_CWORD={len(words)}; _assemble; printf "%s\\n" '
+                 f'"${{COMPREPLY[@]}}"')
         done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
         return done.stdout.split()
 
@@ -292,13 +301,15 @@ def test_package_metadata_and_typing_marker() -> None:
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     classifiers = project["project"]["classifiers"]
-    assert "Typing :: Typed" in classifiers and any(c.startswith("Programming Language :: Python :: 3.11") for c in classifiers)
+    assert ("Typing :: Typed" in classifiers
+            and any(c.startswith("Programming Language :: Python :: 3.11") for c in classifiers))
     assert (ROOT / "assembler" / "py.typed").is_file()
     data = project["tool"]["setuptools"]["package-data"]["assembler"]
     assert "py.typed" in data and "data/schemas/*.json" in data
 
 
-@pytest.mark.skipif(shutil.which("uv") is None and not (Path(sys.executable).parent / "uv").exists(), reason="uv not installed")
+@pytest.mark.skipif(shutil.which("uv") is None and not (Path(sys.executable).parent / "uv").exists(),
+                    reason="uv not installed")
 @pytest.mark.integration
 def test_uv_installs_a_working_assemble_without_pip(tmp_path: Path) -> None:
     """What `uv tool install` or `pipx` give: a venv without pip. Dependencies come from uv's cache
@@ -317,20 +328,23 @@ def test_uv_installs_a_working_assemble_without_pip(tmp_path: Path) -> None:
     assert version.returncode == 0 and version.stdout.startswith("assemble "), version.stderr
     workspace = tmp_path / "example"
     shutil.copytree(EXAMPLE, workspace, ignore=shutil.ignore_patterns("forks", "upstreams", "dist", ".assemble"))
-    deps = subprocess.run([str(assemble), "-C", str(workspace), "deps", "--json"], capture_output=True, text=True, cwd=tmp_path,
-                          env={**env, "ASSEMBLE_CACHE": str(tmp_path / "cache")})
+    deps = subprocess.run([str(assemble), "-C", str(workspace), "deps", "--json"], capture_output=True, text=True,
+                          cwd=tmp_path, env={**env, "ASSEMBLE_CACHE": str(tmp_path / "cache")})
     assert deps.returncode == 0, deps.stderr
     assert [dep["name"] for dep in validate_document(deps.stdout, 0)["deps"]] == ["vecadd", "scalekit", "rowsum"]
     schemas = subprocess.run([str(venv / "bin" / "python"), "-c",
-                              "import importlib.resources as r; print(sorted(p.name for p in r.files('assembler').joinpath('data/schemas').iterdir()))"],
+                              "import importlib.resources as r; print(sorted(p.name for p in "
+                              "r.files('assembler').joinpath('data/schemas').iterdir()))"],
                              capture_output=True, text=True, cwd=tmp_path)
     assert "deps.schema.json" in schemas.stdout, schemas.stderr
-    typed = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.resources as r; print(r.files('assembler').joinpath('py.typed').is_file())"],
+    typed = subprocess.run([str(venv / "bin" / "python"), "-c", "import importlib.resources as r; "
+                                                                "print(r.files('assembler').joinpath('py.typed').is_file())"],
                            capture_output=True, text=True, cwd=tmp_path)
     assert typed.stdout.strip() == "True"
 
 
-def test_build_progress_in_a_ci_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_progress_in_a_ci_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     """Without a terminal: one line per phase change and per unit finished as it happens
     (elapsed time, no redraw); under CI each finished dependency's log in a ::group::, its
     workflow commands switched off; silent only under -q."""

@@ -17,11 +17,14 @@ from tests.test_review import PORT
 
 def test_a_hunk_that_only_moved_tokens_says_so(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    shutil.copytree(EXAMPLE, ws,
+                    ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
     patch = ws / "patches" / "vecadd" / PORT
     text = patch.read_text()
-    for old, new in (("+  const float* xp = x.const_data_ptr<float>();", "+  const float* xp = y.const_data_ptr<float>();"),
-                     ("+  const float* yp = y.const_data_ptr<float>();", "+  const float* yp = x.const_data_ptr<float>();")):
+    for old, new in (("+  const float* xp = x.const_data_ptr<float>();",
+                      "+  const float* xp = y.const_data_ptr<float>();"),
+                     ("+  const float* yp = y.const_data_ptr<float>();",
+                      "+  const float* yp = x.const_data_ptr<float>();")):
         assert text.count(old) == 1
         text = text.replace(old, new)
     patch.write_text(text)
@@ -29,7 +32,8 @@ def test_a_hunk_that_only_moved_tokens_says_so(tmp_path: Path) -> None:
     report = run_review(dep.name, dep.patches_dir, dep.series, [PORT])
     report.compile.reason = "not asked to (--no-compile)"
     (hunk,) = [hunk for hunk in report.patches[0].hunks if hunk.verdict is HunkVerdict.FLAGGED]
-    assert hunk.reordered and sorted(hunk.removed_tokens) == sorted(hunk.added_tokens)  # what printed `FLAGGED  x y  y x`
+    # what printed `FLAGGED  x y  y x`
+    assert hunk.reordered and sorted(hunk.removed_tokens) == sorted(hunk.added_tokens)
     lines = render(report, markdown=False).splitlines()
     (row,) = [line for line in lines if line.startswith(f"{hunk.id} ")]
     removed = " ".join(hunk.removed_tokens)

@@ -138,7 +138,8 @@ def model_ws_fixture(tmp_path: Path) -> Path:
     commits = {
         "cudakern": Repo(ws / "remotes" / "cudakern").commit("kernels", {
             "csrc/host.cpp": HOST, "csrc/kern.cu": KERNEL, "cudakern/__init__.py": "from . import _cudakern_C\n"}),
-        "legacy": Repo(ws / "remotes" / "legacy").commit("ops", {"csrc/ops.cpp": LEGACY_OPS, "csrc/pybind.cpp": LEGACY_PYBIND}),
+        "legacy": Repo(ws / "remotes" / "legacy").commit("ops", {"csrc/ops.cpp": LEGACY_OPS,
+                                                                 "csrc/pybind.cpp": LEGACY_PYBIND}),
         "zero": Repo(ws / "remotes" / "zero").commit("zero", {"csrc/zero.cpp": ZERO}),
     }
     (ws / "deps.toml").write_text(MANIFEST.format(**commits))
@@ -151,7 +152,8 @@ def _isystem(arguments: list[str]) -> list[str]:
 
 def test_check_and_build_share_one_compile_model(model_ws: Path, private_cache: Path) -> None:
     workspace = open_workspace(model_ws)
-    checked = run_check(workspace, [], CheckOptions(cuda=HERMETIC_CUDA, jobs=2, limits=Limits(seconds=120, memory=512 << 20)))
+    checked = run_check(workspace, [],
+                        CheckOptions(cuda=HERMETIC_CUDA, jobs=2, limits=Limits(seconds=120, memory=512 << 20)))
     by_dep = {dep.dep: dep for dep in checked.deps}
     assert all(dep.error is None for dep in checked.deps), [dep.error for dep in checked.deps]
     # the component's headers and the toolkit's are found by check: both units CLEAN
@@ -161,7 +163,8 @@ def test_check_and_build_share_one_compile_model(model_ws: Path, private_cache: 
     assert legacy["csrc/pybind.cpp"].verdict == Verdict.UNSTABLE
     assert [item["header"] for item in legacy["csrc/pybind.cpp"].unstable] == ["torch/python.h"]
     zero = by_dep["zero"].units[0]
-    assert zero.verdict == Verdict.INCOMPLETE and any("memory limit of 512 MiB" in error for error in zero.errors), zero.errors
+    assert (zero.verdict == Verdict.INCOMPLETE
+            and any("memory limit of 512 MiB" in error for error in zero.errors)), zero.errors
 
     # the same recipe builds: cuda_fp16.h and curand.h for the C++ unit, --expt-relaxed-constexpr for the .cu
     report = build_artifacts(workspace, BuildOptions(cuda=HERMETIC_CUDA, only=("cudakern",)))
@@ -191,10 +194,12 @@ def test_check_and_build_share_one_compile_model(model_ws: Path, private_cache: 
         arguments = compdb[unit.path.name]
         assert f"-std={unit.std}" in arguments, (unit.source, arguments)
         assert all(flag in arguments for flag in unit.flags), (unit.source, arguments)
-        model = [(roots[root] / relative).resolve() for root, relative in unit.system_includes or () if (roots[root] / relative).is_dir()]
+        model = [(roots[root] / relative).resolve() for root, relative in unit.system_includes or ()
+                 if (roots[root] / relative).is_dir()]
         built = [Path(directory).resolve() for directory in _isystem(arguments)]
         assert [directory for directory in built if directory in model] == model, (unit.source, built, model)
-    assert any(path.name == "cccl" for path in Path(roots[units.CUDA_ROOT] / "include").iterdir())  # CUDA 13 keeps CCCL there
+    # CUDA 13 keeps CCCL there
+    assert any(path.name == "cccl" for path in Path(roots[units.CUDA_ROOT] / "include").iterdir())
 
 
 def test_an_unmigrated_unit_fails_the_build_at_its_line(model_ws: Path, private_cache: Path) -> None:
@@ -203,7 +208,8 @@ def test_an_unmigrated_unit_fails_the_build_at_its_line(model_ws: Path, private_
         build_artifacts(workspace, BuildOptions(cuda=HERMETIC_CUDA, only=("legacy",)))
     assert failure.value.exit_code == 6
     assert failure.value.message == "dep legacy still includes <torch/python.h> from csrc/pybind.cpp:7"
-    assert "This file should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined" in (failure.value.hint or "")
+    assert ("This file should not be included when either TORCH_STABLE_ONLY or TORCH_TARGET_VERSION is defined"
+            in (failure.value.hint or ""))
     summary = builder.format_failure(failure.value.failed[0])
     assert summary.startswith("dep legacy still includes <torch/python.h> from csrc/pybind.cpp:7\ntorch: This file")
 
@@ -219,12 +225,14 @@ def test_a_refused_unit_is_not_a_compiler_cache_failure(model_ws: Path, private_
 
 def test_a_missing_include_dir_is_refused_at_its_line_by_build_as_by_check(model_ws: Path, private_cache: Path) -> None:
     manifest = model_ws / "deps.toml"
-    manifest.write_text(manifest.read_text().replace('sources = ["csrc/zero.cpp"]', 'sources = ["csrc/zero.cpp"]\ninclude-dirs = ["csrc/missing"]'))
+    manifest.write_text(manifest.read_text().replace('sources = ["csrc/zero.cpp"]',
+                                                     'sources = ["csrc/zero.cpp"]\ninclude-dirs = ["csrc/missing"]'))
     line = next(n for n, text in enumerate(manifest.read_text().splitlines(), 1) if "csrc/missing" in text)
     for command in (("check", "zero", "--cuda", HERMETIC_CUDA), ("build", "--cuda", HERMETIC_CUDA, "--only", "zero")):
         done = run_assemble(*command, cwd=model_ws)
         assert done.returncode == 2, (command, done.stderr)
-        assert f"deps.toml:{line}:" in done.stderr and "include dir csrc/missing is not a directory" in done.stderr, done.stderr
+        assert (f"deps.toml:{line}:" in done.stderr
+                and "include dir csrc/missing is not a directory" in done.stderr), done.stderr
         assert "Traceback" not in done.stderr
 
 
@@ -245,7 +253,8 @@ ninja: build stopped: subcommand failed.
 def test_first_failure_names_the_command_and_its_first_error() -> None:
     found = first_failure(NINJA_LOG)
     assert found is not None
-    assert found.command is not None and found.command.startswith("/usr/bin/c++ -DUSE_CUDA") and found.command.endswith("/src/csrc/a.cpp")
+    assert (found.command is not None and found.command.startswith("/usr/bin/c++ -DUSE_CUDA")
+            and found.command.endswith("/src/csrc/a.cpp"))
     assert found.error == ("/src/csrc/a.cpp:8:10: fatal error: cuda_fp16.h: No such file or directory\n"
                            "    8 | #include <cuda_fp16.h>\n      |          ^~~~~~~~~~~~~")
     assert first_failure("-- Configuring done\nCMake Error at CMakeLists.txt:3 (add_library):\n  bad\n") == \

@@ -134,7 +134,8 @@ def test_the_repository_ignores_what_make_test_writes() -> None:
 
 def test_the_docs_name_the_migration_verdict_as_the_output_does() -> None:
     """One phrase (item 19): `patches` prints "migrated on fork" (JSON migrated_on_fork)."""
-    assert "| dependency | migrated on fork | migrated upstream |" in (ROOT / "assembler" / "upstreaming" / "table.py").read_text()
+    assert ("| dependency | migrated on fork | migrated upstream |"
+            in (ROOT / "assembler" / "upstreaming" / "table.py").read_text())
     texts = {page.relative_to(ROOT).as_posix(): page.read_text() for page in DOCS}
     assert [page for page, text in texts.items() if "our side" in text] == []
     assert '"migrated on fork"' in texts["docs/reference/commands.md"]

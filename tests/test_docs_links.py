@@ -70,5 +70,7 @@ def test_the_checker_finds_a_name_outside_the_repository() -> None:
     assert problems(design, "see [the plan](../../plan.md) and [gone](guides/gone.md)") == [
         "docs/DESIGN.md: ../../plan.md is not a file of the repository",
         "docs/DESIGN.md: guides/gone.md is not a file of the repository"]
-    assert problems(design, "[a](#caches) [b](https://example.invalid/x.md) [c](security.md) `docs/reference/{cli,json}.md`") == []
-    assert problems(design, "`docs/reference/{cli,gone}.md`") == ["docs/DESIGN.md: docs/reference/gone.md is not a file of the repository"]
+    assert (problems(design, "[a](#caches) [b](https://example.invalid/x.md) [c](security.md) "
+                             "`docs/reference/{cli,json}.md`") == [])
+    assert (problems(design, "`docs/reference/{cli,gone}.md`")
+            == ["docs/DESIGN.md: docs/reference/gone.md is not a file of the repository"])

@@ -33,7 +33,8 @@ def _wheel(directory: Path, name: str, version: str) -> Path:
         f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    record = [f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
+    record = [
+        f"{path},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},{len(data)}"
               for path, data in members.items()]
     members[f"{dist_info}/RECORD"] = ("\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n").encode()
     directory.mkdir(parents=True, exist_ok=True)
@@ -47,7 +48,8 @@ def _wheel(directory: Path, name: str, version: str) -> Path:
 def test_pip_settings_follow_pips_order(tmp_path: Path) -> None:
     """Global < user < PIP_CONFIG_FILE < PIP_* variables; [install] over [global]; /dev/null off."""
     (tmp_path / "xdg" / "pip").mkdir(parents=True)
-    (tmp_path / "xdg" / "pip" / "pip.conf").write_text("[global]\nfind-links = /global/links\nconstraint = /global/c.txt\n")
+    (tmp_path / "xdg" / "pip" / "pip.conf").write_text("[global]\nfind-links = /global/links\nconstraint = "
+                                                       "/global/c.txt\n")
     (tmp_path / "home" / ".config" / "pip").mkdir(parents=True)
     (tmp_path / "home" / ".config" / "pip" / "pip.conf").write_text(
         "[global]\nextra-index-url = file:///a/simple file:///b/simple\n[install]\nfind_links = /user/links\n")
@@ -71,7 +73,8 @@ def test_pip_settings_follow_pips_order(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("tool", ["uv", "pip"])
 @pytest.mark.integration
-def test_both_installers_follow_the_users_links_and_constraints(tool: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_both_installers_follow_the_users_links_and_constraints(tool: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine that serves its packages from a find-links folder and caps them with a
     constraints file, in pip.conf: uv must pick what pip picks (1.0, not the newer 2.0)."""
     _wheel(tmp_path / "wheels", "assembleprobe", "1.0")
@@ -89,7 +92,8 @@ def test_both_installers_follow_the_users_links_and_constraints(tool: str, tmp_p
     path = venv.ensure_venv(["assembleprobe"], label="probe", progress=lines.append)
     assert venv.installed_versions(path)["assembleprobe"] == "1.0"
     marker = json.loads((path / venv.MARKER).read_text())
-    assert marker["installer"].split()[0] == tool and marker["python"] == f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}"
+    assert (marker["installer"].split()[0] == tool
+            and marker["python"] == f"{sys.implementation.name}-{sys.version_info[0]}.{sys.version_info[1]}")
     assert path.name.startswith("probe-") and path.name.endswith(venv.venv_key(["assembleprobe"]))
     # without a terminal: one line per phase as it happened, with the elapsed time; never a redraw
     phases = [line for line in lines if line.startswith("  ")]
@@ -111,11 +115,13 @@ def python_without_pip(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("nopip")
     uv = installer().uv
     assert uv is not None, "uv, a dependency of assembler, does not run"
-    subprocess.run([str(uv), "venv", str(root / "venv"), "--python", sys.executable, "--no-project", "--quiet"], check=True)
+    subprocess.run([str(uv), "venv", str(root / "venv"), "--python", sys.executable, "--no-project", "--quiet"],
+                   check=True)
     links = root / "links"
     links.mkdir()
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if entry.name.lower().startswith(("pip", "__editable__", "assembler", "_distutils_hack")) or entry.suffix == ".pth":
+        if (entry.name.lower().startswith(("pip", "__editable__", "assembler", "_distutils_hack"))
+            or entry.suffix == ".pth"):
             continue
         (links / entry.name).symlink_to(entry)
     site = next((root / "venv").glob("lib/python3*/site-packages"))
@@ -142,17 +148,21 @@ print("TOOLKIT", toolkit.origin, toolkit.release, toolkit.nvcc)
 def test_hermetic_cuda_installs_without_pip(python_without_pip: Path, tmp_path: Path) -> None:
     env = {key: value for key, value in os.environ.items() if key not in ("CUDA_HOME", "ASSEMBLE_INSTALLER")}
     env["ASSEMBLE_CACHE"] = str(tmp_path / "cache")
-    result = subprocess.run([python_without_pip, "-c", CUDA, HERMETIC_CUDA], env=env, capture_output=True, text=True, check=False)
+    result = subprocess.run([python_without_pip, "-c", CUDA, HERMETIC_CUDA], env=env, capture_output=True, text=True,
+                            check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"installing CUDA {HERMETIC_CUDA} from PyPI with uv " in result.stdout
     origin, release, nvcc = result.stdout.strip().splitlines()[-1].split()[1:]
     assert origin == "PyPI" and release.startswith(f"{HERMETIC_CUDA}.")
-    assert subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True).stdout.count(f"release {HERMETIC_CUDA}") == 1
+    assert (subprocess.run([nvcc, "--version"], capture_output=True, text=True,
+                           check=True).stdout.count(f"release {HERMETIC_CUDA}") == 1)
     # forced onto pip, which this interpreter lacks: a toolchain error that says so, not "reach PyPI"
     env["ASSEMBLE_INSTALLER"] = "pip"
     env["ASSEMBLE_CACHE"] = str(tmp_path / "cache2")
-    forced = subprocess.run([python_without_pip, "-c", CUDA, HERMETIC_CUDA], env=env, capture_output=True, text=True, check=False)
-    assert "ERROR 7" in forced.stdout and "neither uv nor pip can run here" in forced.stdout, forced.stdout + forced.stderr
+    forced = subprocess.run([python_without_pip, "-c", CUDA, HERMETIC_CUDA], env=env, capture_output=True, text=True,
+                            check=False)
+    assert "ERROR 7" in forced.stdout and "neither uv nor pip can run here" in forced.stdout, (forced.stdout
+                                                                                               + forced.stderr)
     assert "reach PyPI" not in forced.stdout
 
 
@@ -181,4 +191,5 @@ def test_on_a_terminal_the_installer_draws_its_own_progress(tmp_path: Path) -> N
     stdout = process.communicate(timeout=120)[0].decode()
     assert process.returncode == 0, stdout + terminal.decode(errors="replace")
     assert b"tomli" in terminal and b"Installed" in terminal  # uv's own report, on the terminal
-    assert "creating tty environment with uv" in stdout and not [line for line in stdout.splitlines() if line.startswith("  ")]
+    assert ("creating tty environment with uv" in stdout
+            and not [line for line in stdout.splitlines() if line.startswith("  ")])

@@ -92,7 +92,8 @@ def test_fork_carries_upstream_history(upstreams: tuple[Path, dict[str, str]], m
 def test_manifest_loads_with_series_builds_and_verify(manifest: Manifest) -> None:
     assert manifest.bundle.name == "stable-abi-example"
     assert manifest.bundle.cuda_archs == ("9.0a",)
-    assert manifest.resolve_url("https://example.invalid/stable-abi/vecadd.git") == str(EXAMPLE / "upstreams" / "vecadd.git")
+    assert (manifest.resolve_url("https://example.invalid/stable-abi/vecadd.git")
+            == str(EXAMPLE / "upstreams" / "vecadd.git"))
     languages = set()
     for dep in manifest.deps.values():
         assert len(dep.series) >= 2
@@ -102,7 +103,8 @@ def test_manifest_loads_with_series_builds_and_verify(manifest: Manifest) -> Non
         assert dep.verify.ops and dep.verify.smoke
         languages.update(ext.language for ext in dep.build.extensions)
     assert languages == {"cxx", "cuda"}
-    assert {name: dep.build.backend for name, dep in manifest.deps.items()} == {"vecadd": "helper", "scalekit": "helper", "rowsum": "setuptools"}
+    assert ({name: dep.build.backend for name, dep in manifest.deps.items()}
+            == {"vecadd": "helper", "scalekit": "helper", "rowsum": "setuptools"})
     assert manifest.deps["rowsum"].build.sources == ("csrc/rowsum.cpp",)
     assert manifest.deps["scalekit"].verify.requires_cuda
     assert not manifest.deps["vecadd"].verify.requires_cuda
@@ -148,7 +150,8 @@ def test_advance_lands_the_first_vecadd_patch_upstream(
     dest = tmp_path / "up"
     advanced = make_upstreams(dest, advance=True)
     assert make_upstreams(dest, advance=True) == advanced  # idempotent
-    assert {k: v for k, v in advanced.items() if k != "vecadd"} == {k: v for k, v in base_heads.items() if k != "vecadd"}
+    assert ({k: v for k, v in advanced.items() if k != "vecadd"}
+            == {k: v for k, v in base_heads.items() if k != "vecadd"})
 
     vecadd = manifest.deps["vecadd"]
     repo = dest / "vecadd.git"
@@ -157,12 +160,15 @@ def test_advance_lands_the_first_vecadd_patch_upstream(
     landed, unrelated = new
 
     def patch_id(diff: str) -> str:
-        return subprocess.run(["git", "patch-id", "--stable"], input=diff, capture_output=True, text=True, check=True).stdout.split()[0]
+        return subprocess.run(["git", "patch-id", "--stable"], input=diff, capture_output=True, text=True,
+                              check=True).stdout.split()[0]
 
     ours = (vecadd.patches_dir / vecadd.series[0]).read_text()
     assert patch_id(git(repo, "show", landed)) == patch_id(ours)
-    assert git(repo, "log", "-1", "--format=%an", landed) == parse_patch_header(vecadd.patches_dir / vecadd.series[0]).author.split(" <")[0]
-    assert git(repo, "diff", "--name-only", unrelated + "~1", unrelated).split() == ["README.md", "tests/test_add_scaled.py"]
+    assert (git(repo, "log", "-1", "--format=%an", landed)
+            == parse_patch_header(vecadd.patches_dir / vecadd.series[0]).author.split(" <")[0])
+    assert (git(repo, "diff", "--name-only", unrelated + "~1", unrelated).split()
+            == ["README.md", "tests/test_add_scaled.py"])
 
     # The rest of the series still applies on the advanced upstream.
     checkout = _clone_at(repo, advanced["vecadd"], tmp_path / "rebased")
@@ -175,7 +181,8 @@ def test_advance_lands_the_first_vecadd_patch_upstream(
 def test_cli_prints_the_heads(tmp_path: Path, upstreams: tuple[Path, dict[str, str]]) -> None:
     _, heads = upstreams
     result = subprocess.run(
-        [sys.executable, str(EXAMPLE / "make_upstreams.py"), str(tmp_path / "cli")], capture_output=True, text=True, check=True
+        [sys.executable, str(EXAMPLE / "make_upstreams.py"), str(tmp_path / "cli")], capture_output=True, text=True,
+        check=True
     )
     printed = dict(line.split()[:2] for line in result.stdout.splitlines())
     assert printed == heads

@@ -23,7 +23,9 @@ PY_INCLUDE = sysconfig.get_paths()["include"]
 NEW_SHIM = r"""
 #include <stdlib.h>
 void torch_exception_get_what(void); void torch_new_stable_ivalue(void); void aoti_torch_delete_tensor_object(void);
-void* PyInit__floor_C(void) { torch_exception_get_what(); torch_new_stable_ivalue(); aoti_torch_delete_tensor_object(); return getenv("X"); }
+void* PyInit__floor_C(void) {
+  torch_exception_get_what(); torch_new_stable_ivalue(); aoti_torch_delete_tensor_object(); return getenv("X");
+}
 """
 
 
@@ -34,7 +36,8 @@ def _gcc(out: Path, source: str, name: str, *flags: str) -> Path:
     if not stub.exists():
         stub.parent.mkdir(exist_ok=True)
         (out / "torch-stub.c").write_text("void assembler_test_stub(void) {}\n")
-        subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libtorch_cpu.so", str(out / "torch-stub.c"), "-o", str(stub)], check=True)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-Wl,-soname,libtorch_cpu.so", str(out / "torch-stub.c"), "-o",
+                        str(stub)], check=True)
     src = out / f"{name}.c"
     src.write_text(source)
     target = out / f"{name}.so"
@@ -59,7 +62,8 @@ def test_merge_declares_the_symbol_floor_not_the_lower_torch_target(workspace: P
     manifest = load_manifest(workspace / "deps.toml")
     wheel = merge_wheel(manifest, [workspace / "artifacts"], workspace / "before").wheel
     assert "Requires-Dist: torch>=2.11\n" in _metadata(wheel)  # no shim symbols: the highest torch-target
-    (workspace / "artifacts" / "ops" / "files" / "ops" / "_floor_C.abi3.so").write_bytes((objects / "new_shim.so").read_bytes())
+    (workspace / "artifacts" / "ops" / "files" / "ops" / "_floor_C.abi3.so").write_bytes(
+        (objects / "new_shim.so").read_bytes())
     wheel = merge_wheel(manifest, [workspace / "artifacts"], workspace / "after").wheel
     metadata = _metadata(wheel)
     assert "Requires-Dist: torch>=2.13.0\n" in metadata and "torch>=2.11" not in metadata
@@ -123,7 +127,8 @@ def _wheel(path: Path, files: dict[str, Path], *requires: str) -> Path:
         for member, source in files.items():
             archive.writestr(member, source.read_bytes())
         header = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", *requires]
-        archive.writestr(f"{dist_info}/METADATA", "\n".join(header) + "\n\nRequires-Dist: torch>=99 (the body is not metadata)\n")
+        archive.writestr(f"{dist_info}/METADATA",
+                         "\n".join(header) + "\n\nRequires-Dist: torch>=99 (the body is not metadata)\n")
         archive.writestr(f"{dist_info}/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: {tag}\n")
         archive.writestr(f"{dist_info}/RECORD", "")
     return path
@@ -137,7 +142,8 @@ def _audit(wheel: Path, *args: str) -> tuple[int, dict, str]:
 
 def test_torch_floor_below_the_symbols_is_flagged(tmp_path: Path, objects: Path) -> None:
     so = {"floor/_floor_C.abi3.so": objects / "new_shim.so"}
-    low = _wheel(tmp_path / "floor-1.0-cp39-abi3-linux_x86_64.whl", so, "Requires-Dist: torch>=2.11", "Requires-Python: >=3.9")
+    low = _wheel(tmp_path / "floor-1.0-cp39-abi3-linux_x86_64.whl", so, "Requires-Dist: torch>=2.11",
+                 "Requires-Python: >=3.9")
     code, data, _ = _audit(low, "--check", "torch")
     assert code == 1 and data["requires_torch"] == "torch>=2.11" and data["min_torch"] == "2.13.0"
     [line] = data["floor_too_low"]
@@ -151,7 +157,8 @@ def test_torch_floor_below_the_symbols_is_flagged(tmp_path: Path, objects: Path)
     # needed only by an extra, is not flagged
     for requires, flagged in (("torch", True), ("torch>=2.13", False), ("torch>=2.13.0,<3", False),
                               ('torch>=2.9; extra == "cuda"', False), ("torch==2.12.*", True)):
-        wheel = _wheel(tmp_path / f"w{len(requires)}-1.0-cp39-abi3-linux_x86_64.whl", so, f"Requires-Dist: {requires}", "Requires-Python: >=3.9")
+        wheel = _wheel(tmp_path / f"w{len(requires)}-1.0-cp39-abi3-linux_x86_64.whl", so, f"Requires-Dist: {requires}",
+                       "Requires-Python: >=3.9")
         code, data, _ = _audit(wheel, "--check", "torch")
         assert (code == 1) == flagged and bool(data["floor_too_low"]) == flagged, (requires, data["floor_too_low"])
 
@@ -168,7 +175,8 @@ def test_python_floor_below_the_abi3_tag_or_the_limited_api_symbols_is_flagged(t
     assert _audit(ok, "--check", "all")[:2][0] == 0
     below_tag = _wheel(tmp_path / "r-1.0-cp312-abi3-linux_x86_64.whl", newer, "Requires-Python: >=3.11")
     code, data, _ = _audit(below_tag, "--check", "abi3")
-    assert code == 1 and data["floor_too_low"] == [f"{below_tag}: declares Requires-Python: >=3.11 but its abi3 tag need Python 3.12"]
+    assert (code == 1 and data["floor_too_low"]
+            == [f"{below_tag}: declares Requires-Python: >=3.11 but its abi3 tag need Python 3.12"])
 
 
 def test_limited_api_floor_only_for_abi3_objects(tmp_path: Path, cases: Path) -> None:
@@ -179,14 +187,16 @@ def test_limited_api_floor_only_for_abi3_objects(tmp_path: Path, cases: Path) ->
     _, data, _ = _audit(cp311)
     [obj] = data["extensions"]
     assert obj["python_api"] == "full" and obj["min_python"] is None and obj["min_python_symbols"] == []
-    assert data["min_python"] is None and data["floor_too_low"] == [] and obj["abi3_violations"] == ["_PyObject_GetDictPtr"]
+    assert (data["min_python"] is None and data["floor_too_low"] == []
+            and obj["abi3_violations"] == ["_PyObject_GetDictPtr"])
     text = run_assemble("audit", str(cp311))
     assert "full API" in text.stdout and "3.12" not in text.stdout
     # the same object shipped as abi3: now the limited-API floor is what it claims, and it is 3.12
     abi3 = _wheel(tmp_path / "codec-1.0-cp39-abi3-linux_x86_64.whl", {"codec/core.abi3.so": cases / "full_api.so"})
     _, data, _ = _audit(abi3)
     [obj] = data["extensions"]
-    assert obj["python_api"] == "limited" and obj["min_python"] == "3.12" and obj["min_python_symbols"] == ["PyObject_Vectorcall"]
+    assert (obj["python_api"] == "limited" and obj["min_python"] == "3.12"
+            and obj["min_python_symbols"] == ["PyObject_Vectorcall"])
 
 
 def test_check_abi3_passes_objects_without_cpython_symbols_whatever_the_tag(tmp_path: Path, cases: Path) -> None:

@@ -65,7 +65,8 @@ def test_fresh_checkout_has_the_shas_of_the_workspace_that_rebased(git_workspace
     assert (other.fork / "scripts" / "run.bat").read_bytes() == b"@echo off\r\nrun.exe\r\n"
     # and an export of the fresh checkout changes no patch file
     exported_again = other.assemble("export", "kern", "--json")
-    assert exported_again.returncode == 0 and json.loads(exported_again.stdout)["deps"][0]["written"] == [], exported_again.stdout
+    assert (exported_again.returncode == 0
+            and json.loads(exported_again.stdout)["deps"][0]["written"] == []), exported_again.stdout
 
 
 def _rewrite_upstream(ws: GitWorkspace) -> str:
@@ -139,7 +140,8 @@ def test_range_diff_counts_changed_hunks(git_workspace: GitWorkspace) -> None:
     _rewrite_upstream(ws)
     assert ws.assemble("rebase", "kern").returncode == 5
     (ws.fork / "csrc" / "kern.cpp").write_text(
-        KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor").replace("Tensor& x", "Tensor& input").replace("x + 1", "input.add(1)"))
+        KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor").replace("Tensor& x", "Tensor& input").replace(
+            "x + 1", "input.add(1)"))
     git(ws.fork, "add", "csrc/kern.cpp")
     result = ws.assemble("rebase", "--continue", "kern", "--json")
     assert result.returncode == 0, result.stderr
@@ -193,11 +195,13 @@ def test_a_mirror_path_typo_is_a_configuration_error(git_workspace: GitWorkspace
     result = ws.assemble("patches")
     assert result.returncode == 2, result.stderr
     said = " ".join(result.stderr.split())
-    assert "no such repository on this machine" in said and "remotse/kern" in said and "and the repository exists" not in said
+    assert ("no such repository on this machine" in said and "remotse/kern" in said
+            and "and the repository exists" not in said)
     (ws.root / "remotse" / "kern").mkdir(parents=True)  # there, but not a repository: git's own first line
     result = ws.assemble("patches")
     said = " ".join(result.stderr.split())
-    assert result.returncode == 3 and "does not appear to be a git repository" in said and "and the repository exists" not in said
+    assert (result.returncode == 3 and "does not appear to be a git repository" in said
+            and "and the repository exists" not in said)
 
 
 def test_kill_points_in_drop_and_undo(git_workspace: GitWorkspace, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -250,8 +254,11 @@ def test_kill_points_in_drop_and_undo(git_workspace: GitWorkspace, monkeypatch: 
 
 
 def _as_github(ws: GitWorkspace) -> None:
-    text = ws.manifest.read_text().replace('"https://git.invalid/" = "remotes/"', '"https://git.invalid/" = "remotes/"\n"https://github.com/acme/" = "remotes/"')
-    ws.manifest.write_text(text.replace('upstream = "https://git.invalid/kern"', 'upstream = "https://github.com/acme/kern"'))
+    text = ws.manifest.read_text().replace('"https://git.invalid/" = "remotes/"',
+                                           '"https://git.invalid/" = "remotes/"\n'
+                                           '"https://github.com/acme/" = "remotes/"')
+    ws.manifest.write_text(text.replace('upstream = "https://git.invalid/kern"',
+                                        'upstream = "https://github.com/acme/kern"'))
 
 
 def _open_pull_request(ws: GitWorkspace, number: int = 151) -> tuple[Path, Path]:
@@ -297,7 +304,8 @@ def test_markdown_tables_pin_fork_point_and_plurals(git_workspace: GitWorkspace)
     markdown = ws.assemble("patches", "--format", "markdown").stdout
     assert "(1 patch on " in markdown and "1 patches" not in markdown
     assert "### kern" in markdown and "| patch | subject | status | evidence | link |" in markdown
-    assert f"| `{first.name}` | Use stable tensor type | forwarded | header | [pull/7](https://git.invalid/kern/pull/7) |" in markdown
+    assert (f"| `{first.name}` | Use stable tensor type | forwarded | header | "
+            "[pull/7](https://git.invalid/kern/pull/7) |" in markdown)
     assert f"pin {ws.base[:12]} (" in markdown and "on upstream), 1 commit behind main" in markdown
     dry = ws.assemble("rebase", "kern", "--dry-run")
     assert dry.returncode == 0 and "would rebase" in dry.stdout
@@ -312,7 +320,8 @@ def test_a_raised_torch_or_cuda_floor_is_a_warning(git_workspace: GitWorkspace) 
     ws = git_workspace
     setup = 'from setuptools import setup\n\nsetup(name="kern", install_requires=["torch>={torch}"])\n'
     cmake = "cmake_minimum_required(VERSION 3.26)\nfind_package(CUDAToolkit {cuda} REQUIRED)\n"
-    ws.upstream.commit("Build files", {"setup.py": setup.format(torch="2.10"), "CMakeLists.txt": cmake.format(cuda="12.4")})
+    ws.upstream.commit("Build files",
+                       {"setup.py": setup.format(torch="2.10"), "CMakeLists.txt": cmake.format(cuda="12.4")})
     assert ws.assemble("rebase", "kern").returncode == 0
     ws.upstream.commit("Require torch 2.11 and CUDA 12.8",
                        {"setup.py": setup.format(torch="2.11"), "CMakeLists.txt": cmake.format(cuda="12.8")})
@@ -344,7 +353,8 @@ def test_moving_off_a_fork_keeps_its_provenance(git_workspace: GitWorkspace) -> 
     report = json.loads(result.stdout)
     assert report["applied"][0] == fork_tip[:12]
     own = ws.patches / "0003-Kernel-Faster-launch.patch"
-    assert f"Origin: {url} commit {fork_tip}" in own.read_text() and "Subject: [PATCH] [Kernel] Faster launch" in own.read_text()
+    assert (f"Origin: {url} commit {fork_tip}" in own.read_text()
+            and "Subject: [PATCH] [Kernel] Faster launch" in own.read_text())
     manifest = ws.manifest.read_text()
     assert "\nsource =" not in manifest and f'# formerly source = "{url}" (commit {fork_tip})' in manifest
     assert git(ws.fork, "rev-parse", "upstream/main") == tip and git(ws.fork, "rev-parse", "fork/main") == fork_tip
@@ -363,7 +373,8 @@ def test_rebase_writes_forwarded_for_a_patch_found_in_a_pull_request(git_workspa
     result = ws.assemble("rebase", "kern")
     assert result.returncode == 0, result.stderr
     link = "https://github.com/acme/kern/pull/151"
-    assert f"Forwarded: trailer written to {second.name}: it is in upstream's pull/151 ({link})" in " ".join(result.stdout.split())
+    assert (f"Forwarded: trailer written to {second.name}: it is in upstream's pull/151 ({link})"
+            in " ".join(result.stdout.split()))
     text = second.read_text()
     assert f"Forwarded: {link}" in text and "Forwarded: no" not in text
     assert "Forwarded: https://git.invalid/kern/pull/7" in first.read_text()  # a header that says forwarded is kept

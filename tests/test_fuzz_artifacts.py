@@ -69,13 +69,16 @@ def base() -> Path:
     root = Path(tempfile.mkdtemp(prefix="fuzz-artifacts-"))
     (root / "vecadd.c").write_text(VECADD_C)
     so = root / "_vecadd_C.abi3.so"
-    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", f"-I{sysconfig.get_paths()['include']}", str(root / "vecadd.c"), "-o", str(so)],
+    subprocess.run(["gcc", "-O1", "-fPIC", "-shared", f"-I{sysconfig.get_paths()['include']}", str(root / "vecadd.c"),
+                    "-o", str(so)],
                    check=True, capture_output=True)
     (root / "deps.toml").write_text(MANIFEST)
-    _artifact(root / "artifacts", "vecadd", VECADD_SHA, {"vecadd/__init__.py": b"from ._vecadd_C import add\n", "vecadd/_vecadd_C.abi3.so": so}, cuda=None)
+    _artifact(root / "artifacts", "vecadd", VECADD_SHA,
+              {"vecadd/__init__.py": b"from ._vecadd_C import add\n", "vecadd/_vecadd_C.abi3.so": so}, cuda=None)
     ops = _artifact(root / "artifacts", "ops", OPS_SHA, {
         "ops/__init__.py": b"",
-        "ops/kernels/table.bin": bytes(range(256)) * 64 + hashlib.sha256(b"seed").digest() * 2048,  # several deflate blocks
+        # several deflate blocks
+        "ops/kernels/table.bin": bytes(range(256)) * 64 + hashlib.sha256(b"seed").digest() * 2048,
         "ops/notes.txt": b"kernel notes\n" * 20,
     }, cuda="13.2")
     pack_files(ops / "files", ops / PACK_NAME)
@@ -132,8 +135,10 @@ def hostile_packs(draw: st.DrawFn) -> bytes:
         struct.pack_into("<H" if width == 2 else "<L", data, entry + field, value)
     else:
         lines = st.lists(st.tuples(st.sampled_from(["ops/__init__.py", "ops/kernels/table.bin", "ops/notes.txt", "x"]),
-                                   st.one_of(st.just("sha256=" + "A" * 43), st.text(max_size=50)), st.text(max_size=10)), max_size=6)
-        record = draw(st.one_of(st.binary(max_size=300), lines.map(lambda rows: "".join(",".join(r) + "\n" for r in rows).encode("utf-8", "surrogatepass"))))
+                                   st.one_of(st.just("sha256=" + "A" * 43), st.text(max_size=50)),
+                                   st.text(max_size=10)), max_size=6)
+        record = draw(st.one_of(st.binary(max_size=300), lines.map(
+            lambda rows: "".join(",".join(r) + "\n" for r in rows).encode("utf-8", "surrogatepass"))))
         return _with_record(bytes(data), record)
     return bytes(data)
 
@@ -146,13 +151,15 @@ def _true_wheel(wheel: Path) -> None:
             if name == record:
                 continue
             data = archive.read(name)
-            assert digest == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode(), name
+            assert (digest == "sha256="
+                    + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()), name
             assert int(size) == len(data), name
 
 
 @FUZZ
 @given(pack=hostile_packs(), jobs=st.sampled_from([1, 2]))
-def test_merge_of_hostile_packs_is_a_true_wheel_or_input_error(pack: bytes, jobs: int, tmp_path_factory: pytest.TempPathFactory,
+def test_merge_of_hostile_packs_is_a_true_wheel_or_input_error(pack: bytes, jobs: int,
+                                                               tmp_path_factory: pytest.TempPathFactory,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     root = base()
     monkeypatch.setenv("ASSEMBLE_CACHE", str(root / "cache"))
@@ -195,7 +202,8 @@ key_objects = st.one_of(
     st.binary(max_size=200),
     st.fixed_dictionaries({}, optional={
         "digest": st.one_of(st.text(max_size=70), st.integers(), st.none(), st.just("0" * 64)),
-        "size": st.one_of(st.integers(-2, 1 << 40), st.floats(allow_nan=True), st.text(max_size=5), st.booleans(), st.none()),
+        "size": st.one_of(st.integers(-2, 1 << 40), st.floats(allow_nan=True), st.text(max_size=5), st.booleans(),
+                          st.none()),
         "dep": st.text(max_size=10),
     }).map(lambda entry: json.dumps(entry).encode()),
 )
@@ -204,7 +212,8 @@ key_objects = st.one_of(
 @st.composite
 def hostile_stores(draw: st.DrawFn) -> tuple[str, object]:
     target = draw(st.sampled_from(["key", "blob"]))
-    kind = draw(st.sampled_from(["content", "fifo", "directory", "link to /dev/zero", "link to the blob", "flip", "truncate", "grow"]))
+    kind = draw(st.sampled_from(["content", "fifo", "directory", "link to /dev/zero", "link to the blob", "flip",
+                                 "truncate", "grow"]))
     if kind == "content":
         return target, draw(key_objects) if target == "key" else draw(st.binary(max_size=2000))
     if kind in ("flip", "truncate", "grow"):
@@ -232,7 +241,8 @@ def _fetch(store: SharedStore, staging: Path) -> tuple[bool, str]:
 
 @FUZZ
 @given(case=hostile_stores())
-def test_fetch_from_a_hostile_store_returns_a_note_or_the_published_artifact(case: tuple[str, object], tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_fetch_from_a_hostile_store_returns_a_note_or_the_published_artifact(
+        case: tuple[str, object], tmp_path_factory: pytest.TempPathFactory) -> None:
     template, artifact = published()
     work = tmp_path_factory.mktemp("store")
     shared = work / "shared"

@@ -148,7 +148,8 @@ def _lie(data: bytes, lies: list[tuple[int, int]]) -> bytes:
 short_cuts = st.sampled_from(range(20)) | st.sampled_from(range(20, 300))
 cuts = short_cuts | st.integers(0, 1 << 20)
 flips = st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(0, 7)), min_size=1, max_size=8)
-lies = st.lists(st.tuples(st.integers(0, 1000), st.sampled_from(LYING) | st.integers(0, (1 << 64) - 1)), min_size=1, max_size=4)
+lies = st.lists(st.tuples(st.integers(0, 1000), st.sampled_from(LYING) | st.integers(0, (1 << 64) - 1)), min_size=1,
+                max_size=4)
 
 elf_mutation: st.SearchStrategy[Callable[[bytes], bytes]] = st.one_of(
     short_cuts.map(lambda n: lambda d: _truncate(d, n)),
@@ -198,7 +199,8 @@ _END_FIELDS = [(8, 2), (10, 2), (12, 4), (16, 4), (20, 2)]
 def _zip_fields(data: bytes) -> list[tuple[int, int]]:
     """(offset, width) of the size, offset, length and flag fields of every header in ``data``."""
     fields = []
-    for signature, layout in ((b"PK\x01\x02", _CENTRAL_FIELDS), (b"PK\x03\x04", _LOCAL_FIELDS), (b"PK\x05\x06", _END_FIELDS)):
+    for signature, layout in ((b"PK\x01\x02", _CENTRAL_FIELDS), (b"PK\x03\x04", _LOCAL_FIELDS),
+                              (b"PK\x05\x06", _END_FIELDS)):
         at = data.find(signature)
         while at >= 0:
             fields += [(at + k, w) for k, w in layout]
@@ -275,7 +277,8 @@ def test_fuzz_member_header(
 
 
 @FUZZ
-@given(inflated_kib=st.integers(0, 1024) | st.integers(1024, 3 * 1024), declared=st.sampled_from(["exact", "short", "long", "huge"]))
+@given(inflated_kib=st.integers(0, 1024) | st.integers(1024, 3 * 1024),
+       declared=st.sampled_from(["exact", "short", "long", "huge"]))
 def test_fuzz_wheel_file_bomb(tmp_path: Path, inflated_kib: int, declared: str) -> None:
     """The WHEEL file as a bomb, declaring its size truthfully or not."""
     text = b"Wheel-Version: 1.0\nTag: cp39-abi3-linux_x86_64\n" + bytes(inflated_kib * 1024)

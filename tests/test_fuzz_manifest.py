@@ -64,7 +64,8 @@ class Scratch:
         touch = f"touch {self.mark}"
         return [
             f"--upload-pack={touch};git-upload-pack", f"-c core.sshCommand={touch}", f"$({touch})", f"`{touch}`",
-            f"; {touch}", f"ext::sh -c {touch.replace(' ', '% ')}", f"ssh://-oProxyCommand={touch.replace(' ', '%20')}/x",
+            f"; {touch}", f"ext::sh -c {touch.replace(' ', '% ')}",
+            f"ssh://-oProxyCommand={touch.replace(' ', '%20')}/x",
             f"-oProxyCommand={touch}@host:x", f"main\n[alias]\n\tx = !{touch}", f"--output={self.mark}",
             f"--exec={touch}", f"-o{self.mark}",
         ]
@@ -122,7 +123,8 @@ def _run(scratch: Scratch, case: Path, *args: str) -> None:
         except SystemExit as exit_:  # argparse
             code = exit_.code if isinstance(exit_.code, int) else 2
         except BaseException:
-            pytest.fail(f"assemble {' '.join(args)} raised:\n{traceback.format_exc()}\nmanifest:\n{_text(case / 'deps.toml')}")
+            pytest.fail(f"assemble {' '.join(args)} "
+                        f"raised:\n{traceback.format_exc()}\nmanifest:\n{_text(case / 'deps.toml')}")
     err = stderr.getvalue()
     assert code in ALLOWED_EXITS, (args, code, err)
     assert "Traceback" not in err, err
@@ -173,7 +175,8 @@ def _toml(data: dict[str, Any]) -> str:
     lines: list[str] = []
 
     def table(path: list[str], body: dict[str, Any]) -> None:
-        scalars = {k: v for k, v in body.items() if not isinstance(v, dict) or not v or not all(isinstance(x, dict) for x in v.values())}
+        scalars = {k: v for k, v in body.items() if not isinstance(v, dict) or not v
+                   or not all(isinstance(x, dict) for x in v.values())}
         nested = {k: v for k, v in body.items() if k not in scalars}
         if path:
             lines.append("[" + ".".join(_toml_string(p) for p in path) + "]")
@@ -190,9 +193,10 @@ def _toml(data: dict[str, Any]) -> str:
 TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 DEP_STRING_KEYS = ["upstream", "source", "commit", "track", "torch-target", "patches"]
 BUNDLE_STRING_KEYS = ["name", "version", "python-abi", "torch-target", "torch"]
-BUILD_KEYS = ["extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs", "backend", "project-dir",
-              "sources", "include-dirs", "defines", "build-env"]
-BUILD_LIST_KEYS = {"python-packages", "data", "cmake-args", "cuda-archs", "sources", "include-dirs", "defines", "extensions"}
+BUILD_KEYS = ["extensions", "python-packages", "data", "cmake-dir", "cmake-args", "cuda-archs", "backend",
+              "project-dir", "sources", "include-dirs", "defines", "build-env"]
+BUILD_LIST_KEYS = {"python-packages", "data", "cmake-args", "cuda-archs", "sources", "include-dirs", "defines",
+                   "extensions"}
 
 
 def hostile_strings(scratch: Scratch) -> st.SearchStrategy[str]:
@@ -207,14 +211,16 @@ def hostile_strings(scratch: Scratch) -> st.SearchStrategy[str]:
 
 
 def other_values() -> st.SearchStrategy[Any]:
-    return st.one_of(st.integers(-2, 2**40), st.booleans(), st.lists(TEXT, max_size=3), st.dictionaries(TEXT, TEXT, max_size=2))
+    return st.one_of(st.integers(-2, 2**40), st.booleans(), st.lists(TEXT, max_size=3),
+                     st.dictionaries(TEXT, TEXT, max_size=2))
 
 
 def _mutated_manifest(scratch: Scratch, draw: Any) -> bytes:
     data: dict[str, Any] = tomllib.loads(_toml(scratch.manifest))
     target = draw(st.sampled_from(["dep", "bundle", "mirror", "install", "submodules", "list", "newkey",
                                    "build", "extension", "verify", "budget", "cache"]))
-    value: Any = draw(st.one_of(hostile_strings(scratch), other_values()) if draw(st.integers(0, 4)) == 0 else hostile_strings(scratch))
+    value: Any = draw(st.one_of(hostile_strings(scratch), other_values()) if draw(st.integers(0, 4)) == 0
+                      else hostile_strings(scratch))
     dep = data["deps"]["kern"]
     if target == "dep":
         dep[draw(st.sampled_from(DEP_STRING_KEYS))] = value
@@ -241,7 +247,8 @@ def _mutated_manifest(scratch: Scratch, draw: Any) -> bytes:
     elif target == "verify":
         dep["verify"] = {draw(st.sampled_from(["ops", "smoke", "requires-cuda"])): value}
     elif target == "budget":
-        (dep if draw(st.booleans()) else data["bundle"])["max-size" if draw(st.booleans()) else "max-wheel-size"] = value
+        (dep if draw(st.booleans()) else data["bundle"])["max-size" if draw(st.booleans())
+                                                         else "max-wheel-size"] = value
     elif target == "cache":
         data["cache"] = {draw(st.sampled_from(["compiler", "remote", "artifacts", "s3-endpoint"])): value}
     else:
@@ -278,7 +285,8 @@ def series_cases(draw: Any, scratch: Scratch) -> dict[str, Any]:
         raw = raw[:at] + draw(st.sampled_from([b"\xff\xfe", b"\xef\xbb\xbf", b"\x80"])) + raw[at:]
     return {
         "series": raw,
-        "shape": draw(st.sampled_from(["file", "file", "file", "directory", "fifo", "symlink-out", "absent", "patches-is-file"])),
+        "shape": draw(st.sampled_from(["file", "file", "file", "directory", "fifo", "symlink-out", "absent",
+                                       "patches-is-file"])),
         "patch": draw(st.sampled_from(["keep", "keep", "empty", "garbage", "binary"])),
     }
 
@@ -313,7 +321,8 @@ def _write_series(case: Path, scratch: Scratch, spec: dict[str, Any]) -> None:
 
 # -- the tests -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("command", [("deps", "--json"), ("patches", "--offline", "--format", "json"), ("checkout", "--json")])
+@pytest.mark.parametrize("command",
+                         [("deps", "--json"), ("patches", "--offline", "--format", "json"), ("checkout", "--json")])
 def test_fuzz_manifest_values(scratch: Scratch, command: tuple[str, ...]) -> None:
     @FUZZ
     @given(st.data())
@@ -326,7 +335,8 @@ def test_fuzz_manifest_values(scratch: Scratch, command: tuple[str, ...]) -> Non
     run()
 
 
-@pytest.mark.parametrize("command", [("deps", "--json"), ("patches", "--offline", "--format", "json"), ("checkout", "--json")])
+@pytest.mark.parametrize("command",
+                         [("deps", "--json"), ("patches", "--offline", "--format", "json"), ("checkout", "--json")])
 def test_fuzz_series_files(scratch: Scratch, command: tuple[str, ...]) -> None:
     @FUZZ
     @given(st.data())

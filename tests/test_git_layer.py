@@ -72,7 +72,8 @@ def names_used(tree: ast.AST) -> Iterator[tuple[str, int]]:
 def test_gitpython_is_imported_by_no_module_outside_the_git_layer() -> None:
     """Outside assembler/git never; inside it, nowhere either (the layer runs git as
     processes, git/process.py says why with its figures)."""
-    found = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path, tree in modules() for line in gitpython_imports(tree)]
+    found = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path, tree in modules()
+             for line in gitpython_imports(tree)]
     outside = [where for where in found if not where.startswith("assembler/git/")]
     assert not outside, f"GitPython imported outside the git layer: {outside}"
     assert not found, f"GitPython imported in the git layer, which runs git as processes (git/process.py): {found}"

@@ -58,8 +58,8 @@ def stopping_git(tmp_path: Path) -> Iterator[Path]:
 def _start(ws: GitWorkspace, bin_dir: Path, runs: Path, stop_at: int | str, stopped: Path) -> subprocess.Popen[str]:
     """`assemble checkout` in a session of its own, stopping at git run ``stop_at`` (a number)
     or at the first ``git stop_at`` (a subcommand)."""
-    env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "200", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-           "GIT_RUNS": str(runs), "STOPPED": str(stopped),
+    env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "200",
+           "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "GIT_RUNS": str(runs), "STOPPED": str(stopped),
            **({"STOP_AT": str(stop_at)} if isinstance(stop_at, int) else {"STOP_ON": stop_at})}
     return subprocess.Popen([sys.executable, "-m", "assembler", "-C", str(ws.root), "checkout"], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
@@ -81,7 +81,8 @@ def _workspace(path: Path, fork: bool) -> GitWorkspace:
         from tests.gitrepo import Repo
 
         Repo(ws.root / "remotes" / "kern-fork").git("pull", "-q", str(ws.upstream.path), "main")
-        ws.manifest.write_text(ws.manifest.read_text().replace('commit = "', 'source = "https://git.invalid/kern-fork"\ncommit = "', 1))
+        ws.manifest.write_text(
+            ws.manifest.read_text().replace('commit = "', 'source = "https://git.invalid/kern-fork"\ncommit = "', 1))
     return ws
 
 
@@ -171,7 +172,8 @@ def test_a_re_run_waits_for_the_git_of_a_killed_checkout(git_workspace: GitWorks
 
 # -- item 10: a repository in the workspace reads only its own objects --------------------------------
 
-@pytest.mark.parametrize("trick", ["alternates (absolute)", "alternates (relative)", "objects is a link", "a pack is a link",
+@pytest.mark.parametrize("trick",
+                         ["alternates (absolute)", "alternates (relative)", "objects is a link", "a pack is a link",
                                    "a loose object is a link", "commondir"])
 def test_a_repository_reading_objects_outside_itself_is_never_fetched(git_workspace: GitWorkspace, tmp_path: Path,
                                                                        trick: str) -> None:
@@ -218,11 +220,13 @@ def test_a_repository_reading_objects_outside_itself_is_never_fetched(git_worksp
     ws.manifest.write_text(ws.manifest.read_text().replace(ws.base, pin))
     result = ws.assemble("checkout")
     assert result.returncode == 2, (result.stdout, result.stderr)
-    assert needle in result.stderr and "assemble fetches only from a repository whose objects are its own" in result.stderr
+    assert (needle in result.stderr
+            and "assemble fetches only from a repository whose objects are its own" in result.stderr)
     assert "hint: make it self-contained" in result.stderr and "Traceback" not in result.stderr
     for repository in [*ws.cache.glob("git/*.git"), *([ws.fork] if ws.fork.exists() else [])]:
         for sha in (secret, loose):
-            assert subprocess.run(["git", "-C", str(repository), "cat-file", "-e", sha], capture_output=True).returncode != 0
+            assert (subprocess.run(["git", "-C", str(repository), "cat-file", "-e", sha],
+                                   capture_output=True).returncode != 0)
 
 
 # -- item 12: a checkout does not depend on the cache staying where it was -------------------------------
@@ -314,8 +318,10 @@ def _borrowing(ws: GitWorkspace) -> None:
     count = subprocess.run(["git", "-C", str(ws.fork), "count-objects", "-v"], capture_output=True, text=True).stdout
     assert "in-pack: 0" not in count  # its own commits are its own ...
     (ws.fork / ".git" / "objects" / "info" / "alternates").rename(ws.fork / ".git" / "alternates.saved")
-    assert subprocess.run(["git", "-C", str(ws.fork), "fsck", "--connectivity-only"], capture_output=True).returncode != 0
-    (ws.fork / ".git" / "alternates.saved").rename(ws.fork / ".git" / "objects" / "info" / "alternates")  # ... the rest not
+    assert (subprocess.run(["git", "-C", str(ws.fork), "fsck", "--connectivity-only"], capture_output=True).returncode
+            != 0)
+    # ... the rest not
+    (ws.fork / ".git" / "alternates.saved").rename(ws.fork / ".git" / "objects" / "info" / "alternates")
 
 
 def test_a_checkout_that_borrows_objects_stops_borrowing(git_workspace: GitWorkspace) -> None:

@@ -128,7 +128,8 @@ def test_a_full_file_system_is_never_a_conflict_and_a_re_run_finishes(tmp_path: 
 
 
 @pytest.mark.parametrize("fsize", [4_096, 16_384, 40_000])
-def test_a_file_size_limit_is_never_a_conflict_and_a_re_run_finishes(tmp_path: Path, reference: str, fsize: int) -> None:
+def test_a_file_size_limit_is_never_a_conflict_and_a_re_run_finishes(tmp_path: Path, reference: str,
+                                                                     fsize: int) -> None:
     ws = _workspace(tmp_path / "ws")
     where = f"ulimit -f {fsize} bytes"
     first = _checkout(ws, fsize)

@@ -43,9 +43,11 @@ def test_completion_offers_dependency_names_and_cuda_versions(git_workspace: Git
 
     def complete(*words: str) -> list[str]:
         quoted = " ".join(shlex.quote(w) for w in words)
-        probe = f'source {script}; COMP_WORDS=(assemble {quoted}); COMP_CWORD={len(words)}; _assemble; printf "%s\\n" "${{COMPREPLY[@]}}"'
+        probe = (f'source {script}; COMP_WORDS=(assemble {quoted}); COMP_CWORD={len(words)}; _assemble; printf "%s\\n" '
+                 f'"${{COMPREPLY[@]}}"')
         env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "ASSEMBLE_CACHE": str(cache), "HOME": str(tmp_path)}
-        done = subprocess.run(["bash", "-c", probe], cwd=git_workspace.root, env=env, capture_output=True, text=True, check=True)
+        done = subprocess.run(["bash", "-c", probe], cwd=git_workspace.root, env=env, capture_output=True, text=True,
+                              check=True)
         return done.stdout.split()
 
     assert complete("checkout", "k") == ["kern"]
@@ -54,7 +56,8 @@ def test_completion_offers_dependency_names_and_cuda_versions(git_workspace: Git
     assert "13.2" in complete("build", "--cuda", "") and "12.9" not in complete("build", "--cuda", "")
     assert complete("checkout", "--fo") == ["--format"]
     fish = run_assemble("completion", "fish").stdout
-    assert "(assemble completion --list deps 2>/dev/null)" in fish and "(assemble completion --list cuda 2>/dev/null)" in fish
+    assert ("(assemble completion --list deps 2>/dev/null)" in fish
+            and "(assemble completion --list cuda 2>/dev/null)" in fish)
 
 
 def test_the_build_summary_shows_12_character_shas_as_every_table(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,9 +67,10 @@ def test_the_build_summary_shows_12_character_shas_as_every_table(monkeypatch: p
     from assembler.report import output
 
     sha = "0123456789abcdef" * 2 + "01234567"
-    report = BuildReport(bundle="b", cuda="13.2", nvcc="13.2.51", cuda_origin="local", cuda_root=Path("/cuda"), torch="2.13.0",
-                         deps=[DepReport("vecadd", sha, sha, "k" * 32, 3, BuildOutcome.CACHED, 0.0, ["9.0a"], "2.10", None, None,
-                                         verdict="STABLE")])
+    report = BuildReport(bundle="b", cuda="13.2", nvcc="13.2.51", cuda_origin="local", cuda_root=Path("/cuda"),
+                         torch="2.13.0",
+                         deps=[DepReport("vecadd", sha, sha, "k" * 32, 3, BuildOutcome.CACHED, 0.0, ["9.0a"], "2.10",
+                                         None, None, verdict="STABLE")])
     from rich.console import Console
 
     buffer = io.StringIO()

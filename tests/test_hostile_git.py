@@ -46,13 +46,15 @@ def _forging_patch(ws: GitWorkspace, pwned: Path) -> Path:
 
 
 @pytest.mark.parametrize("conflict", [False, True], ids=["clean", "stopped-then-abort"])
-def test_patch_message_cannot_inject_into_the_rebase_todo(git_workspace: GitWorkspace, tmp_path: Path, conflict: bool) -> None:
+def test_patch_message_cannot_inject_into_the_rebase_todo(git_workspace: GitWorkspace, tmp_path: Path,
+                                                          conflict: bool) -> None:
     ws = git_workspace
     pwned = tmp_path / "PWNED"
     hostile = _forging_patch(ws, pwned)
     hostile_bytes, manifest_before = hostile.read_bytes(), ws.manifest.read_text()
     assert ws.assemble("checkout").returncode == 0
-    ws.upstream.commit("upstream advance", {"exec true 0": "upstream's own\n"} if conflict else {"docs/more.md": "more\n"})
+    ws.upstream.commit("upstream advance",
+                       {"exec true 0": "upstream's own\n"} if conflict else {"docs/more.md": "more\n"})
     result = ws.assemble("rebase", "kern")
     assert not pwned.exists(), (result.returncode, result.stdout, result.stderr)
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr, result.stderr
@@ -186,7 +188,8 @@ def _interrupt_the_series(ws: GitWorkspace) -> None:
     os.killpg(process.pid, signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
-    assert (ws.fork / ".git" / "rebase-apply").is_dir(), "the interrupt left git am in progress (else the test shows nothing)"
+    assert (ws.fork / ".git" / "rebase-apply").is_dir(), ("the interrupt left git am in progress (else the test shows "
+                                                          "nothing)")
 
 
 @pytest.mark.parametrize("cut", ["abort-safety", "ORIG_HEAD", "author-script", "applying", "next"])
@@ -362,7 +365,8 @@ def test_a_mirror_of_the_old_layout_forgets_the_other_repositorys_branches(tmp_p
     ("C:/Windows/", "leaves the wheel"),
     ("/abs/", "leaves the wheel"),
 ])
-def test_install_destinations_that_escape_or_mislead_are_refused(git_workspace: GitWorkspace, dest: str, reason: str) -> None:
+def test_install_destinations_that_escape_or_mislead_are_refused(git_workspace: GitWorkspace, dest: str,
+                                                                 reason: str) -> None:
     ws = git_workspace
     ws.manifest.write_text(ws.manifest.read_text() + f'\n[deps.kern.install]\n"*.so" = "{dest}"\n')
     line = len(ws.manifest.read_text().splitlines())
@@ -397,12 +401,14 @@ def test_an_error_quoting_a_gitmodules_url_is_escaped(git_workspace: GitWorkspac
     sub = ws.upstream.path.parent / "sub"
     from tests.gitrepo import Repo
     sub_head = Repo(sub).commit("sub", {"s.txt": "s\n"})
-    (ws.upstream.path / ".gitmodules").write_text(f'[submodule "sub"]\n\tpath = sub\n\turl = https://git.invalid/sub{ESCAPES}\n')
+    (ws.upstream.path / ".gitmodules").write_text('[submodule "sub"]\n\tpath = sub\n\turl = '
+                                                  f'https://git.invalid/sub{ESCAPES}\n')
     ws.upstream.git("add", ".gitmodules")
     ws.upstream.git("update-index", "--add", "--cacheinfo", f"160000,{sub_head},sub")
     ws.upstream.git("commit", "-q", "-m", "Add a submodule")
     head = ws.upstream.head()
-    text = ws.manifest.read_text().replace(ws.base, head).replace('track = "main"', 'track = "main"\nsubmodules = ["sub"]')
+    text = ws.manifest.read_text().replace(ws.base, head).replace('track = "main"',
+                                                                  'track = "main"\nsubmodules = ["sub"]')
     ws.manifest.write_text(text)
     (ws.patches / "series").write_text("")
     for old in ws.patches.glob("*.patch"):
@@ -428,7 +434,8 @@ def test_rebase_dry_run_dropped_lines_are_escaped(git_workspace: GitWorkspace) -
     first = sorted(ws.patches.glob("0001-*.patch"))[0]
     assert ws.assemble("checkout").returncode == 0
     ws.upstream.git("am", "-q", str(first))
-    ws.upstream.git("commit", "-q", "--amend", "-m", f"Landed {ESCAPES}as is")  # same change (patch-id), hostile subject
+    # same change (patch-id), hostile subject
+    ws.upstream.git("commit", "-q", "--amend", "-m", f"Landed {ESCAPES}as is")
     result = ws.assemble("rebase", "kern", "--dry-run")
     assert result.returncode == 0, result.stderr
     assert "dropped as upstream" in result.stdout and "Landed \\x1b]0;owned\\x07" in result.stdout, result.stdout
@@ -483,7 +490,8 @@ def test_a_rebase_backup_naming_paths_out_of_patches_is_refused(git_workspace: G
 
     ws = git_workspace
     assert ws.assemble("checkout").returncode == 0
-    ws.upstream.commit("Rename the argument", {"csrc/kern.cpp": KERNEL_V1.replace("x + 1", "x.add(1)").replace("& x", "& input")})
+    ws.upstream.commit("Rename the argument",
+                       {"csrc/kern.cpp": KERNEL_V1.replace("x + 1", "x.add(1)").replace("& x", "& input")})
     assert ws.assemble("rebase", "kern").returncode == 5
     journal_dir = ws.root / ".assemble" / "rebase" / "kern"
     backup = journal_dir / "backup.tar"

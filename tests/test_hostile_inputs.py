@@ -57,7 +57,8 @@ def test_option_like_track_runs_nothing_in_patches(git_workspace: GitWorkspace, 
 def test_option_like_onto_runs_nothing_in_rebase_dry_run(git_workspace: GitWorkspace, tmp_path: Path) -> None:
     pwned = tmp_path / "pwned"
     assert git_workspace.assemble("checkout").returncode == 0
-    result = git_workspace.assemble("rebase", "kern", "--dry-run", "--onto", f"--upload-pack=touch {pwned};git-upload-pack")
+    result = git_workspace.assemble("rebase", "kern", "--dry-run", "--onto",
+                                    f"--upload-pack=touch {pwned};git-upload-pack")
     _refused(result, "--onto", "starts with '-'")
     assert not pwned.exists()
 
@@ -84,7 +85,8 @@ def test_hostile_urls_are_refused_before_any_mirror_exists(git_workspace: GitWor
 
 def test_ordinary_urls_and_mirror_prefixes_are_accepted(git_workspace: GitWorkspace) -> None:
     _edit(git_workspace, '"https://git.invalid/" = "remotes/"',
-          '"https://git.invalid/" = "remotes/"\n"git@github.com:" = "/srv/git-mirrors/github.com/"\n"ssh://git@host/" = "file:///srv/m/"')
+          '"https://git.invalid/" = "remotes/"\n"git@github.com:" = "/srv/git-mirrors/github.com/"\n"ssh://git@host/" '
+          '= "file:///srv/m/"')
     _edit(git_workspace, 'track = "main"', 'track = "release/2.10"\nsource = "git@github.com:org/kern.git"')
     result = git_workspace.assemble("deps", "--json")
     assert result.returncode == 0, result.stderr
@@ -124,7 +126,8 @@ def test_patches_outside_the_workspace_needs_the_opt_in(git_workspace: GitWorksp
     _refused(git_workspace.assemble("deps"), "deps.toml:14:1: deps.kern.patches:", "leaves the workspace",
              "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE=1")
     allowed = subprocess.run([sys.executable, "-m", "assembler", "-C", str(git_workspace.root), "deps", "--json"],
-                             capture_output=True, text=True, env={**os.environ, "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE": "1"})
+                             capture_output=True, text=True,
+                             env={**os.environ, "ASSEMBLE_PATCHES_OUTSIDE_WORKSPACE": "1"})
     assert allowed.returncode == 0, allowed.stderr
     assert '"patches": 2' in allowed.stdout
 
@@ -132,7 +135,8 @@ def test_patches_outside_the_workspace_needs_the_opt_in(git_workspace: GitWorksp
 @pytest.mark.parametrize(("value", "reason"), [
     ("/etc", "leaves the workspace"), (".", "is the workspace itself"), ("forks/kern", "inside forks/"),
 ])
-def test_patches_path_must_be_inside_and_not_assembles_own(git_workspace: GitWorkspace, value: str, reason: str) -> None:
+def test_patches_path_must_be_inside_and_not_assembles_own(git_workspace: GitWorkspace, value: str,
+                                                           reason: str) -> None:
     _edit(git_workspace, 'track = "main"', f'track = "main"\npatches = "{value}"')
     _refused(git_workspace.assemble("deps"), "deps.kern.patches", reason)
 
@@ -251,7 +255,8 @@ def test_killed_merge_leftovers_are_removed_on_the_next_merge(tmp_path: Path) ->
 # -- in a private mount namespace: a second file system, a full disk, a read-only workspace ------
 
 def _namespaces_work() -> bool:
-    return shutil.which("unshare") is not None and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0
+    return (shutil.which("unshare") is not None
+            and subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode == 0)
 
 
 needs_namespaces = pytest.mark.skipif(not _namespaces_work(), reason="needs unshare -rm (user and mount namespaces)")
@@ -263,15 +268,17 @@ def _assemble_in_namespace(ws: GitWorkspace, setup: str, *args: str, keep: Path 
     and $C the cache), in a mount namespace that ends with the command; ``keep`` receives a
     copy of patches/ as the command left it (the mounts vanish with the namespace)."""
     script = f'set -e; {setup}; set +e; "$@"; rc=$?; [ -n "$K" ] && cp -a "$W/patches/." "$K/"; exit $rc'
-    full_env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "W": str(ws.root), "C": str(ws.cache), "K": str(keep or ""),
-                "COLUMNS": "200", **(env or {})}
+    full_env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache), "W": str(ws.root), "C": str(ws.cache),
+                "K": str(keep or ""), "COLUMNS": "200", **(env or {})}
     if keep is not None:
         keep.mkdir()
-    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, "-m", "assembler", "-C", str(ws.root), *args],
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script, "sh", sys.executable, "-m", "assembler", "-C",
+                           str(ws.root), *args],
                           capture_output=True, text=True, env=full_env)
 
 
-READ_ONLY = ('mount --bind "$W" "$W"; mount -o remount,ro,bind "$W"; mount --bind "$C" "$C"; mount -o remount,ro,bind "$C"')
+READ_ONLY = ('mount --bind "$W" "$W"; mount -o remount,ro,bind "$W"; mount --bind "$C" "$C"; mount -o remount,ro,bind '
+             '"$C"')
 
 
 @needs_namespaces
@@ -284,11 +291,13 @@ def test_read_only_commands_work_on_a_read_only_workspace_and_cache(git_workspac
     wheel.parent.mkdir()
     with zipfile.ZipFile(wheel, "w") as archive:
         archive.writestr("demo/__init__.py", "")
-        archive.writestr("demo-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp39-abi3-linux_x86_64\n")
+        archive.writestr("demo-1.0.dist-info/WHEEL",
+                         "Wheel-Version: 1.0\nRoot-Is-Purelib: false\nTag: cp39-abi3-linux_x86_64\n")
         archive.writestr("demo-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: demo\nVersion: 1.0\n")
         archive.writestr("demo-1.0.dist-info/RECORD", "")
     expected = {args: ws.assemble(*args) for args in [("deps", "--json"), ("patches", "--offline", "--format", "json"),
-                                                       ("rebase", "kern", "--dry-run", "--json"), ("checkout", "--json"),
+                                                       ("rebase", "kern", "--dry-run", "--json"),
+                                                      ("checkout", "--json"),
                                                        ("audit", str(wheel), "--json")]}
     before = {p: p.stat().st_mtime_ns for p in ws.root.rglob("*") if p.is_file()}
     for args, writable in expected.items():
@@ -402,7 +411,8 @@ def test_lock_timeout_takes_units_and_refuses_garbage(git_workspace: GitWorkspac
     _refused(bad, "ASSEMBLE_LOCK_TIMEOUT='ten minutes' is not a duration", "10m")
 
 
-def test_unexpected_exception_is_one_line_unless_debug(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_unexpected_exception_is_one_line_unless_debug(monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A bug (here: a handler that raises) is exit 70 with one line; --debug shows the traceback."""
     from assembler import cli
     from assembler.cli import deps
@@ -423,7 +433,8 @@ def test_argument_errors_take_the_error_path(capsys: pytest.CaptureFixture[str])
 
     assert cli.main(["rebase", "kern", "--onto", "a..b"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("error: assemble rebase: argument --onto: 'a..b' is not a branch, tag or commit name: it contains '..'")
+    assert err.startswith("error: assemble rebase: argument --onto: 'a..b' is not a branch, tag or commit name: it "
+                          "contains '..'")
     assert "hint: see `assemble rebase --help`" in err
 
 

@@ -106,7 +106,8 @@ def wheel(directory: Path, library: bytes, mode: str | None = None, witness: Pat
     return write_wheel(directory, "hostile", files)
 
 
-def verify(path: Path, cache: Path, tmp_path: Path, sandbox: bool = True) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def verify(path: Path, cache: Path, tmp_path: Path,
+           sandbox: bool = True) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     env = {"ASSEMBLE_CACHE": str(cache), "ASSEMBLE_VERIFY_SANDBOX": "1" if sandbox else "0"}
     result = run_assemble("verify", str(path), "--torch", TORCH, "--json", cwd=tmp_path, env=env)
     return result, json.loads(result.stdout)
@@ -158,7 +159,8 @@ def test_a_wheel_that_poisons_the_environment_and_forges_its_result_fails(
     assert_pristine(cache)
 
 
-def test_a_file_rewritten_in_place_with_its_mtime_put_back_is_found(library: bytes, cache: Path, tmp_path: Path) -> None:
+def test_a_file_rewritten_in_place_with_its_mtime_put_back_is_found(library: bytes, cache: Path,
+                                                                    tmp_path: Path) -> None:
     """Same size, same mtime: the ctime, which no process can set back, still differs."""
     hostile = wheel(tmp_path / "hostile", library, "rewrite", tmp_path / "witness")
     result, report = verify(hostile, cache, tmp_path, sandbox=False)
@@ -176,7 +178,8 @@ def test_an_environment_changed_between_runs_is_made_again(library: bytes, cache
     env = environment(cache)
     assert env is not None
     witness = tmp_path / "witness"
-    (site_packages(env) / "zz_poison.pth").write_text(f"import os; open({str(witness)!r}, 'a').write('poison ran\\n')\n")
+    (site_packages(env) / "zz_poison.pth").write_text(f"import os; open({str(witness)!r}, 'a').write('poison "
+                                                      "ran\\n')\n")
     result, report = verify(clean, cache, tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "changed since it was made (added lib/python3" in result.stderr and "zz_poison.pth" in result.stderr

@@ -33,7 +33,8 @@ def test_migrate_checkkit_alone_reaches_clean_builds_and_verifies(tmp_path: Path
     assert report["check"]["after"] == {"verdict": "CLEAN", "clean": 1, "total": 1}
     source = (ws / "forks" / "checkkit" / "csrc" / "checkkit.cpp").read_text()
     assert "torch::stable::new_zeros(x, {}, ScalarType::Float)" in source  # short after its using-declaration
-    assert "static_cast<const float*>(x.const_data_ptr())" in source and "static_cast<float*>(out.mutable_data_ptr())" in source
+    assert ("static_cast<const float*>(x.const_data_ptr())" in source
+            and "static_cast<float*>(out.mutable_data_ptr())" in source)
     assert "(x).scalar_type() == ScalarType::Float" in source
     assert 'assemble_stable::call_aten<bool>("aten::is_pinned", "", x, std::nullopt) || x.is_cpu()' in source
     assert "torch_call_dispatcher" in (ws / "forks" / "checkkit" / "csrc" / "assemble_stable_helpers.h").read_text()
