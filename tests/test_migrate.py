@@ -21,7 +21,7 @@ from tests.build_support import EXAMPLE, HERMETIC_CUDA, assemble, example_copy
 
 pytestmark = pytest.mark.integration
 
-MANUAL = next((EXAMPLE / "migrate" / "manual").glob("0004-*.patch"))
+MANUAL = next((EXAMPLE / "migrate" / "manual").glob("0006-*.patch"))
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -82,7 +82,8 @@ def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_
     assert report["dry_run"] and all(step["commit"] is None for step in report["steps"])
     assert _git(ws / "forks" / "normkit", "status", "--porcelain") == ""
     assert not (ws / "forks" / "normkit" / "csrc" / "assemble_stable_helpers.h").exists()
-    assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms"]
+    assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms",
+                                                          "limited-api", "package-imports"]
     assert report["remaining"] == [] and report["declined"] == []
     assert report["helpers"] == {"path": "csrc/assemble_stable_helpers.h", "existing": False,
                                  "pieces": ["device-guard"],
@@ -113,7 +114,10 @@ def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Pat
     result = assemble("-C", str(ws), "migrate", "normkit", "--json", cache=private_cache)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms"]
+    assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms",
+                                                          "limited-api", "package-imports"]
+    fork_files = {step["step"]: step["files"] for step in report["steps"]}
+    assert fork_files["limited-api"] == ["setup.py"] and fork_files["package-imports"] == ["normkit/__init__.py"]
     assert report["schemas"] == [
         "rms_norm(Tensor x, Tensor weight, float eps=1e-6) -> Tensor",
         "rms_norm_stats(Tensor x, float eps=1e-6) -> (Tensor, Tensor)",
@@ -151,7 +155,7 @@ def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Pat
     assert acknowledged == {("0001", "csrc/normkit.cpp#1"), ("0002", "csrc/assemble_stable_helpers.h#1"),
                             ("0003", "csrc/normkit.cpp#2"), ("0003", "csrc/normkit.cpp#3"),
                             ("0003", "csrc/normkit.cpp#5"),
-                            ("0004", "csrc/normkit.cpp#1")}
+                            ("0006", "csrc/normkit.cpp#1")}
     checked = assemble("-C", str(ws), "check", "normkit", "--json", cache=private_cache)
     assert checked.returncode == 0 and {d["name"]: d
                                         for d in json.loads(checked.stdout)["deps"]}["normkit"]["verdict"] == "CLEAN"

@@ -231,6 +231,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 _commit_step(tree, result, rewrites, step, texts, originals, header)
             report.steps.append(result)
         _limit_setup_py(dep, workspace.manifest.bundle.python_abi, checkout, tree, rewrites, report, dry_run)
+        _package_imports(dep, checkout, tree, rewrites, report, dry_run)
         for path, file in files.items():
             rel = path.relative_to(checkout).as_posix()
             run = chosen.get(path)
@@ -284,6 +285,56 @@ def _limit_setup_py(dep: Dependency, python_abi: str, checkout: Path, tree: Any,
     result.subject = _subject(result.subject, result.made)
     if not dry_run:
         _commit_step(tree, result, rewrites, result.step, {path: edit.text}, {path: original})
+    report.steps.append(result)
+
+
+def _package_imports(dep: Dependency, checkout: Path, tree: Any, rewrites: RewriteSet, report: MigrateReport,
+                     dry_run: bool) -> None:
+    """For a dependency its own setup.py builds: the package's imports of its extension module,
+    made relative where the bundle's install rules move both (migration/package_imports.py),
+    one commit of its own; a form with no relative spelling is reported at its line. The
+    dependency's payload is read as setuptools lays it out: project-dir's .py files at their
+    paths, each extension at its dotted name."""
+    from assembler.migration.package_imports import MODULE_SUFFIX, extension_names, relative_imports
+    from assembler.wheel.merge import install_rules
+
+    if not for_dep(dep).setup_py_builds:
+        return
+    root = checkout.resolve()
+    project = (checkout / dep.build.project_dir).resolve()
+    setup = project / "setup.py"
+    if not project.is_relative_to(root) or not setup.is_file() or setup.is_symlink():
+        return
+    extensions = extension_names(setup.read_text(encoding="utf-8"))
+    payload = [path.relative_to(project).as_posix() for path in sorted(project.rglob("*.py"))
+               if path != setup and path.is_file() and not path.is_symlink()]
+    payload += [name.replace(".", "/") + MODULE_SUFFIX for name in extensions]
+    rules = install_rules(dep.install)
+    place = {path: target for path in payload for rule in rules if (target := rule.target(path)) is not None}
+    sources = {path: (project / path).read_text(encoding="utf-8") for path in payload
+               if path.endswith(".py") and path in place}
+    edits = relative_imports(sources, extensions, place)
+    prefix = project.relative_to(root).as_posix()
+
+    def in_checkout(path: str) -> str:
+        return path if prefix == "." else f"{prefix}/{path}"
+
+    report.declined += [{"at": f"{in_checkout(path)}:{line}", "rewrite": "package-import", "reason": reason}
+                        for path, line, reason in edits.declined]
+    if not edits.texts:
+        return
+    result = StepResult("package-imports", "Import the extension module relative to its package")
+    originals = {project / path: sources[path] for path in edits.texts}
+    texts = {project / path: text for path, text in edits.texts.items()}
+    for path, text in edits.texts.items():
+        rel = in_checkout(path)
+        result.files.append(rel)
+        result.diff += "".join(difflib.unified_diff(sources[path].splitlines(True), text.splitlines(True),
+                                                    f"a/{rel}", f"b/{rel}"))
+    result.made["relative-import"] += edits.made
+    result.subject = _subject(result.subject, result.made)
+    if not dry_run:
+        _commit_step(tree, result, rewrites, result.step, texts, originals)
     report.steps.append(result)
 
 
