@@ -26,7 +26,8 @@ def test_a_cast_of_data_ptr_says_const_by_its_type_or_the_tensor_s_declaration()
                 "            {(ElementD*)out.data_ptr(), N},\n"
                 "            (float const*)y.data_ptr()};\n"
                 "}")
-    assert file.text == ("void run(torch::stable::Tensor& out, torch::stable::Tensor const& x, const torch::stable::Tensor& y) {\n"
+    assert file.text == ("void run(torch::stable::Tensor& out, torch::stable::Tensor const& x, const "
+                         "torch::stable::Tensor& y) {\n"
                          "  Args args{{static_cast<cutlass::bfloat16_t *>(const_cast<void*>(x.const_data_ptr())), K},\n"
                          "            {static_cast<ElementD*>(out.mutable_data_ptr()), N},\n"
                          "            static_cast<float const*>(y.const_data_ptr())};\n"
@@ -50,7 +51,8 @@ def test_sizes_and_strides_by_index_nest_and_leave_comments_strings_and_other_li
             "}")
     file = _run(text, active=[True, True, True, True, False, True, True])
     assert file.text.split("\n")[1] == "  auto const m = A.size(0) * v[1].stride(A.size(1));"
-    assert file.text.split("\n")[2:5] == ["  // A.sizes()[0]", '  const char* s = "A.sizes()[0]";', "  auto k = A.sizes()[2];"]
+    assert (file.text.split("\n")[2:5]
+            == ["  // A.sizes()[0]", '  const char* s = "A.sizes()[0]";', "  auto k = A.sizes()[2];"])
     assert file.text.split("\n")[5] == "  auto n = other.sizes()[0];"
     assert [(d.line, d.rewrite) for d in file.declined] == [(6, "sizes-index")]
 
@@ -70,7 +72,8 @@ def test_the_tensor_checks_of_namespace_torch_go_through_the_helper_header() -> 
 def test_a_pointer_declared_to_const_then_assigned_reads_const() -> None:
     file = _run("void f(at::Tensor c, at::Tensor o) {\n  int64_t const* dev = nullptr;\n  float* w = nullptr;\n"
                 "  if (x) { dev = c.data_ptr<int64_t>(); w = o.data_ptr<float>(); }\n}")
-    assert file.text.split("\n")[3] == "  if (x) { dev = c.const_data_ptr<int64_t>(); w = o.mutable_data_ptr<float>(); }"
+    assert (file.text.split("\n")[3]
+            == "  if (x) { dev = c.const_data_ptr<int64_t>(); w = o.mutable_data_ptr<float>(); }")
 
 
 @pytest.mark.parametrize(("target", "made"), [("2.10", False), ("2.11", True)])
@@ -129,7 +132,8 @@ def test_qutlass_s_unstable_includes_go_once_no_use_is_left() -> None:
             "#include <c10/cuda/CUDAGuard.h>\n#include <cuda_runtime.h>\n\nvoid f(at::Tensor x);\n")
     file = _run(text)
     rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
-    assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#include <cuda_runtime_api.h>\n#include <cuda_runtime.h>\n"
+    assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#include <cuda_runtime_api.h>\n#include "
+                         "<cuda_runtime.h>\n"
                          "\nvoid f(torch::stable::Tensor x);\n")
 
 
@@ -139,7 +143,8 @@ def test_a_macro_whose_every_use_passes_a_tensor_reads_its_parameter_as_one() ->
                 "void f(const at::Tensor& a, std::optional<at::Tensor> o, int n) {\n"
                 "  CHECK_FLOAT(a);\n  CHECK_FLOAT(*o);\n  CHECK_ANY(a);\n  CHECK_ANY(n);\n}")
     lines = file.text.split("\n")
-    assert lines[1] == '  STD_TORCH_CHECK((x).scalar_type() == torch::headeronly::ScalarType::Float, #x " must be float32")'
+    assert (lines[1]
+            == '  STD_TORCH_CHECK((x).scalar_type() == torch::headeronly::ScalarType::Float, #x " must be float32")')
     assert "(x).dtype()" in lines[2]  # CHECK_ANY(n): not every use is a tensor
     assert [(d.line, d.rewrite) for d in file.declined] == [(3, "dtype")]
 
@@ -147,7 +152,8 @@ def test_a_macro_whose_every_use_passes_a_tensor_reads_its_parameter_as_one() ->
 def test_a_named_cast_of_data_ptr_says_const_or_mutable_and_stays_itself() -> None:
     """QuTLASS's gemm.cu: static_cast<ElementD*>(D.data_ptr()) is where the kernel writes."""
     file = _run("void f(at::Tensor& D, const at::Tensor& A) {\n"
-                "  g(static_cast<E*>(D.data_ptr()), static_cast<E const*>(A.data_ptr()), reinterpret_cast<E*>(A.data_ptr()));\n}")
+                "  g(static_cast<E*>(D.data_ptr()), static_cast<E const*>(A.data_ptr()), "
+                "reinterpret_cast<E*>(A.data_ptr()));\n}")
     assert file.text.split("\n")[1] == (
         "  g(static_cast<E*>(D.mutable_data_ptr()), static_cast<E const*>(A.const_data_ptr()), "
         "reinterpret_cast<E*>(const_cast<void*>(A.const_data_ptr())));")

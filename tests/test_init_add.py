@@ -22,10 +22,12 @@ def test_init_then_add_then_checkout(git_workspace: GitWorkspace, tmp_path: Path
 
     upstream = str(git_workspace.upstream.path)
     env = {"ASSEMBLE_CACHE": str(git_workspace.cache)}
-    added = run_assemble("add", "kern", upstream, "--commit", git_workspace.base, "--checkout", "--json", cwd=ws, env=env)
+    added = run_assemble("add", "kern", upstream, "--commit", git_workspace.base, "--checkout", "--json", cwd=ws,
+                         env=env)
     assert added.returncode == 0, added.stderr
     document = json.loads(added.stdout)
-    assert document["checkout"]["head"] == git_workspace.base and (ws / "forks" / "kern" / "csrc" / "kern.cpp").is_file()
+    assert (document["checkout"]["head"] == git_workspace.base
+            and (ws / "forks" / "kern" / "csrc" / "kern.cpp").is_file())
     text = (ws / "deps.toml").read_text()
     assert "# distribution name of the merged wheel" in text  # comments kept
     assert f'[deps.kern]\nupstream = "{upstream}"\ncommit = "{git_workspace.base}"\ntrack = "main"\n' in text
@@ -42,7 +44,8 @@ def test_add_refuses_bad_values_before_writing(git_workspace: GitWorkspace) -> N
     for words, message in ((("Bad", "https://git.invalid/x", "--commit", "a" * 40), "not a valid dependency name"),
                            (("x", "ext::sh -c touch%20/tmp/pwned", "--commit", "a" * 40), "not a repository URL"),
                            (("x", "https://git.invalid/x", "--commit", "main"), "not a full commit SHA"),
-                           (("x", "https://git.invalid/x", "--commit", "a" * 40, "--track", "a..b"), "not a branch name")):
+                           (("x", "https://git.invalid/x", "--commit", "a" * 40, "--track", "a..b"),
+                            "not a branch name")):
         result = git_workspace.assemble("add", *words)
         assert result.returncode == 2 and message in result.stderr, (words, result.stderr)
     assert git_workspace.manifest.read_bytes() == before

@@ -66,9 +66,10 @@ def test_a_commands_peak_is_its_largest_process_grandchildren_included(tmp_path:
 def test_the_compiler_caches_compilers_are_sampled(tmp_path: Path) -> None:
     """sccache's server runs the compilers as its own children, out of wait4's reach: their
     high-water marks are read below the server's pid."""
-    server = subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1]])",
-                               HOG.format(mb=250) + "; sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True)
+    server = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1]])",
+                               HOG.format(mb=250) + "; sys.stdin.read()"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         assert server.stdout.readline().strip() == "held"  # the grandchild holds its memory now

@@ -80,9 +80,11 @@ def test_missing_submodule_mirror_names_dependency_path_url_and_fix(git_workspac
     assert "kern: submodule third-party/cutlass (https://git.invalid/cutlass at " in message, message
     # [mirrors] maps the URL already: the fix is the mapped path, not another mapping; the
     # dependency is named once
-    assert "[mirrors] maps https://git.invalid/cutlass there" in message and "give the submodule a mirror" not in message, message
+    assert ("[mirrors] maps https://git.invalid/cutlass there" in message
+            and "give the submodule a mirror" not in message), message
     assert "kern: kern:" not in message and "error: kern: submodule" in message, message
-    assert git(ws.fork, "rev-parse", "HEAD") == new_base or not (ws.fork / "third-party" / "cutlass" / "include").exists()
+    assert (git(ws.fork, "rev-parse", "HEAD") == new_base
+            or not (ws.fork / "third-party" / "cutlass" / "include").exists())
 
 
 def test_a_submodule_mirror_missing_objects_is_said_to_be_incomplete(git_workspace: GitWorkspace) -> None:

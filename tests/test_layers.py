@@ -19,7 +19,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "assembler"
 
 # Lowest first. Names in one tuple share a layer: they may import each other (without a cycle).
 LAYERS: list[tuple[str, ...]] = [
-    ("assembler", "errors", "system", "jsonfile"),  # the package root (__version__), exit codes, the machine, JSON data files
+    # the package root (__version__), exit codes, the machine, JSON data files
+    ("assembler", "errors", "system", "jsonfile"),
     ("fsutil",),  # atomic writes, locks on files
     ("report",),  # consoles and the JSON emitter
     ("cache",),  # where shared state lives
@@ -67,7 +68,8 @@ def runtime_imports(tree: ast.AST) -> Iterator[tuple[str, int]]:
             continue
         if isinstance(node, ast.Import):
             yield from ((alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "assembler")
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "assembler":
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+              and node.module.split(".")[0] == "assembler"):
             yield node.module, node.lineno
             # `from assembler.audit import gate` imports the module assembler.audit.gate
             yield from ((f"{node.module}.{alias.name}", node.lineno) for alias in node.names)
@@ -95,7 +97,8 @@ def import_graph(within_package_types: bool = False) -> tuple[dict[str, set[str]
         tree = ast.parse(path.read_text(), str(path))
         found = list(runtime_imports(tree))
         if within_package_types:
-            found += [(target, line) for target, line in type_checking_imports(tree) if layer_of(target) == layer_of(module)]
+            found += [(target, line) for target, line in type_checking_imports(tree)
+                      if layer_of(target) == layer_of(module)]
         for target, line in found:
             if target not in files:
                 continue  # a name imported from a module (its module is listed as well)

@@ -57,22 +57,29 @@ def test_root_manifest_verify_ops_are_schemas_torch_parses_in_the_modules_it_ins
 BAD_INPUTS = [
     # (description, edit to deps.toml text, expected message fragment, expected line)
     ("unknown key", lambda t: t.replace('track = "main"', 'trak = "main"'), "did you mean 'track'", 'trak = "main"'),
-    ("short sha", lambda t: re.sub(r'commit = "([0-9a-f]{12})[0-9a-f]+"', r'commit = "\1"', t), "not a full 40-hex commit SHA", "commit ="),
-    ("branch as commit", lambda t: re.sub(r'commit = "[0-9a-f]+"', 'commit = "main"', t), "not a full 40-hex commit SHA", "commit ="),
-    ("unknown bundle key", lambda t: t.replace('python-abi = "3.9"', 'python_abi = "3.9"'), "did you mean 'python-abi'", "python_abi ="),
+    ("short sha", lambda t: re.sub(r'commit = "([0-9a-f]{12})[0-9a-f]+"', r'commit = "\1"', t),
+     "not a full 40-hex commit SHA", "commit ="),
+    ("branch as commit", lambda t: re.sub(r'commit = "[0-9a-f]+"', 'commit = "main"', t),
+     "not a full 40-hex commit SHA", "commit ="),
+    ("unknown bundle key", lambda t: t.replace('python-abi = "3.9"', 'python_abi = "3.9"'), "did you mean 'python-abi'",
+     "python_abi ="),
     ("bad torch-target", lambda t: t + 'torch-target = "2.10.1"\n', "MAJOR.MINOR torch version", "torch-target ="),
     ("toml syntax", lambda t: t.replace('track = "main"', 'track = "main'), "TOML syntax error", None),
-    ("no source", lambda t: t.replace('upstream = "https://git.invalid/kern"  # the upstream\n', ""), "neither source nor upstream", "[deps.kern]"),
-    ("bad language", lambda t: t + '[deps.kern.build]\n[[deps.kern.build.extensions]]\nname = "_k"\nsources = ["a.cpp"]\nlanguage = "fortran"\n', "not a known language", 'language = "fortran"'),
+    ("no source", lambda t: t.replace('upstream = "https://git.invalid/kern"  # the upstream\n', ""),
+     "neither source nor upstream", "[deps.kern]"),
+    ("bad language", lambda t: t + '[deps.kern.build]\n[[deps.kern.build.extensions]]\nname = "_k"\nsources = '
+                                   '["a.cpp"]\nlanguage = "fortran"\n', "not a known language", 'language = "fortran"'),
     ("install escapes wheel", lambda t: t + '[deps.kern.install]\n"*.so" = "../x/"\n', "leaves the wheel", '"*.so" ='),
     # names that match the character rule but that git refuses in the checkout's branch (assemble/NAME)
-    ("name ending .lock", lambda t: t.replace("[deps.kern]", '[deps."kern.lock"]'), "not a valid dependency name", "kern.lock"),
+    ("name ending .lock", lambda t: t.replace("[deps.kern]", '[deps."kern.lock"]'), "not a valid dependency name",
+     "kern.lock"),
     ("name with ..", lambda t: t.replace("[deps.kern]", '[deps."ke..rn"]'), "not a valid dependency name", "ke..rn"),
 ]
 
 
 @pytest.mark.parametrize(("description", "edit", "fragment", "line_text"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
-def test_bad_manifest_exits_2_naming_position(git_workspace: GitWorkspace, description: str, edit, fragment: str, line_text: str | None) -> None:
+def test_bad_manifest_exits_2_naming_position(git_workspace: GitWorkspace, description: str, edit, fragment: str,
+                                              line_text: str | None) -> None:
     git_workspace.manifest.write_text(edit(git_workspace.manifest.read_text()))
     before = tree_digest(git_workspace.root)
     result = git_workspace.assemble("checkout")

@@ -32,8 +32,10 @@ def _limited() -> None:
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_a_pathological_key_is_refused_before_parsing(tmp_path: Path, shape: str) -> None:
     (tmp_path / "deps.toml").write_text(SHAPES[shape])
-    result = subprocess.run([sys.executable, "-m", "assembler", "-C", str(tmp_path), "deps"], capture_output=True, text=True,
-                            preexec_fn=_limited, env={**os.environ, "ASSEMBLE_CACHE": str(tmp_path / "cache")}, timeout=300)
+    result = subprocess.run([sys.executable, "-m", "assembler", "-C", str(tmp_path), "deps"], capture_output=True,
+                            text=True,
+                            preexec_fn=_limited, env={**os.environ, "ASSEMBLE_CACHE": str(tmp_path / "cache")},
+                            timeout=300)
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     line = 3 if shape == "header" else 2
     assert f"deps.toml:{line}:" in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]

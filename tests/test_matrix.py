@@ -24,7 +24,8 @@ def _plan(units: list[str] | None, archs: list[str], jobs: int | None = None) ->
 
 
 def test_cost_is_units_times_archs() -> None:
-    entry = entry_for(_plan(["a.cpp", "b.cu", "c.cu"], ["9.0a", "10.0a", "12.0"]), "k" * 32, cached=False, in_store=False)
+    entry = entry_for(_plan(["a.cpp", "b.cu", "c.cu"], ["9.0a", "10.0a", "12.0"]), "k" * 32, cached=False,
+                      in_store=False)
     assert (entry.cxx_units, entry.cuda_units) == (1, 2)
     assert entry.cost == UNIT_SECONDS["cxx"] + 2 * (UNIT_SECONDS["cuda"] + 3 * UNIT_SECONDS["cuda_arch"])
     assert entry.to_json()["arch_compilations"] == 1 + 2 * 3
@@ -45,12 +46,14 @@ def test_plan_matrix_of_the_example(tmp_path: Path, toolchains: Path) -> None:
     for name in SHARED:
         (cache / name).symlink_to(toolchains / name, target_is_directory=True)
     ws = tmp_path / "ws"
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    shutil.copytree(EXAMPLE, ws,
+                    ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
     subprocess.run([sys.executable, str(ws / "make_upstreams.py")], cwd=ws, check=True, capture_output=True)
     env = {**os.environ, "ASSEMBLE_CACHE": str(cache), "COLUMNS": "200"}
 
     def assemble(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), *args], env=env, capture_output=True, text=True, check=False)
+        return subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), *args], env=env, capture_output=True,
+                              text=True, check=False)
 
     done = assemble("plan", "--matrix", "--json", "--cuda", "13.2")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -68,7 +71,8 @@ def test_plan_matrix_of_the_example(tmp_path: Path, toolchains: Path) -> None:
     missing = assemble("plan", "--cuda", "13.2")
     assert missing.returncode == 2 and "--matrix" in missing.stderr
     # a shared store that cannot be asked is "unknown", said on stderr, not silently "not there"
-    env.update(ASSEMBLE_ARTIFACT_STORE="s3://artifacts/x", AWS_ENDPOINT_URL="http://127.0.0.1:9")  # nothing listens there
+    # nothing listens there
+    env.update(ASSEMBLE_ARTIFACT_STORE="s3://artifacts/x", AWS_ENDPOINT_URL="http://127.0.0.1:9")
     unreachable = assemble("plan", "--matrix", "--json", "--cuda", "13.2")
     assert unreachable.returncode == 0, unreachable.stderr[-2000:]
     assert all(entry["in_store"] is None for entry in json.loads(unreachable.stdout)["include"])

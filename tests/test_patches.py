@@ -47,10 +47,12 @@ def test_status_evidence_summary_and_release_table(git_workspace: GitWorkspace) 
     assert dep["patches"][1]["evidence"] == {"how": "header", "note": "Forwarded: no"}
     # nothing was checked or built: "migrated on fork" is never done by default
     assert dep["migrated_on_fork"] == "not checked" and dep["migrated_upstream"] == "in progress"
-    assert dep["migration_evidence"] == {"summary": "no check or build of this pin and series", "check": None, "build": None}
+    assert (dep["migration_evidence"]
+            == {"summary": "no check or build of this pin and series", "check": None, "build": None})
 
     rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
-    assert rows == [{"dependency": "kern", "migrated on fork": f"not checked (2 patches on {ws.base[:12]}; no check or build of this pin and series)",
+    assert rows == [{"dependency": "kern", "migrated on fork": f"not checked (2 patches on {ws.base[:12]}; no check or "
+                                                               "build of this pin and series)",
                      "migrated upstream": "in progress (1 of 2 upstream)"}]
     table = ws.assemble("patches").stdout
     assert "2 commits behind main" in table and landed[:12] in table and "Forwarded: no" in table
@@ -62,17 +64,21 @@ def test_forwarded_url_and_applied_upstream_header(git_workspace: GitWorkspace) 
     ws = git_workspace
     first, second = patch_files(ws)
     rewritten = ws.upstream.commit("Stable tensors, upstream style", {
-        "csrc/kern.cpp": KERNEL_V1.replace("at::Tensor add_one(const at::Tensor& x)", "torch::stable::Tensor add_one(const torch::stable::Tensor& t)")
+        "csrc/kern.cpp": KERNEL_V1.replace("at::Tensor add_one(const at::Tensor& x)",
+                                           "torch::stable::Tensor add_one(const torch::stable::Tensor& t)")
         .replace("x + 1", "t + 1")})
     text = first.read_text().replace("Forwarded: https://git.invalid/kern/pull/7\n",
-                                     f"Forwarded: https://git.invalid/kern/pull/7\nApplied-Upstream: commit:{rewritten[:10]}\n")
+                                     "Forwarded: https://git.invalid/kern/pull/7\nApplied-Upstream: "
+                                     f"commit:{rewritten[:10]}\n")
     first.write_text(text)
     second.write_text(second.read_text().replace("Forwarded: no", "Forwarded: https://git.invalid/kern/pull/8"))
     dep = status_json(ws)["deps"][0]
     one, two = dep["patches"]
     assert one["status"] == "upstream"
-    assert one["evidence"] == {"how": "applied-upstream", "commit": rewritten, "subject": "Stable tensors, upstream style"}
-    assert two["status"] == "forwarded" and two["evidence"] == {"how": "header", "url": "https://git.invalid/kern/pull/8"}
+    assert (one["evidence"]
+            == {"how": "applied-upstream", "commit": rewritten, "subject": "Stable tensors, upstream style"})
+    assert (two["status"] == "forwarded"
+            and two["evidence"] == {"how": "header", "url": "https://git.invalid/kern/pull/8"})
     rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
     assert rows[0]["migrated upstream"] == (
         f"in progress (1 of 2 upstream, 1 forwarded: [{second.name}](https://git.invalid/kern/pull/8))")
@@ -100,7 +106,8 @@ def test_fork_pinned_without_series_lists_its_own_commits(git_workspace: GitWork
     fork.git("am", "-q", str(first))
     landed_in_fork = fork.head()
     fork.commit("Fork: build script\n\nForwarded: not-needed\n", {"build.sh": "make\n"})
-    fork_tip = fork.commit("Fork: faster kernel\n\nForwarded: https://git.invalid/kern/pull/9\n", {"csrc/fast.cpp": "// fast\n"})
+    fork_tip = fork.commit("Fork: faster kernel\n\nForwarded: https://git.invalid/kern/pull/9\n",
+                           {"csrc/fast.cpp": "// fast\n"})
     ws.upstream.git("am", "-q", str(first))  # upstream takes patch 1 as well
     landed = ws.upstream.head()
     ws.manifest.write_text(ws.manifest.read_text() + (
@@ -113,7 +120,8 @@ def test_fork_pinned_without_series_lists_its_own_commits(git_workspace: GitWork
                            "fork_point": dep["base"]["fork_point"]}
     assert dep["base"]["fork_point"] == ws.base
     assert [(p["file"], p["status"]) for p in dep["patches"]] == [
-        (landed_in_fork[:12], "upstream"), (git(fork.path, "rev-parse", "HEAD~1")[:12], "not-needed"), (fork_tip[:12], "forwarded")]
+        (landed_in_fork[:12], "upstream"), (git(fork.path, "rev-parse", "HEAD~1")[:12], "not-needed"),
+        (fork_tip[:12], "forwarded")]
     assert dep["patches"][0]["evidence"]["commit"] == landed
     # only the torch API change is migration work, and upstream has it: the forwarded kernel and
     # the build script touch no torch API, so they do not make the migration "in progress"
@@ -122,7 +130,8 @@ def test_fork_pinned_without_series_lists_its_own_commits(git_workspace: GitWork
     assert dep["migrated_upstream_evidence"] == "1 of 1 migration patches found upstream"
     rows = parse_markdown(ws.assemble("patches", "--format", "markdown").stdout)
     assert [row["dependency"] for row in rows] == ["kern", "kernfork"]
-    assert rows[1]["migrated on fork"] == f"not checked (3 patches on {fork_tip[:12]}; no check or build of this pin and series)"
+    assert (rows[1]["migrated on fork"]
+            == f"not checked (3 patches on {fork_tip[:12]}; no check or build of this pin and series)")
 
 
 def test_two_landed_patches_are_paired_with_their_own_commits(git_workspace: GitWorkspace) -> None:
@@ -135,7 +144,8 @@ def test_two_landed_patches_are_paired_with_their_own_commits(git_workspace: Git
     ws.upstream.commit("Unrelated README change", {"README.md": "kern v2\n"})
     ws.upstream.git("am", "-q", str(second))
     landed_second = ws.upstream.head()
-    expected = [("patch-id", landed_first, "Use stable tensor type"), ("patch-id", landed_second, "Register with STABLE_TORCH_LIBRARY")]
+    expected = [("patch-id", landed_first, "Use stable tensor type"),
+                ("patch-id", landed_second, "Register with STABLE_TORCH_LIBRARY")]
     for _ in ("series", "checkout"):
         patches = status_json(ws)["deps"][0]["patches"]
         assert [(p["evidence"]["how"], p["evidence"]["commit"], p["evidence"]["subject"]) for p in patches] == expected
@@ -153,10 +163,12 @@ def test_the_release_table_lists_a_dependency_that_failed_with_its_error(git_wor
     assert result.returncode != 0
     rows = parse_markdown(result.stdout)
     assert [row["dependency"] for row in rows] == ["kern", "ghost"]
-    assert rows[1]["migrated on fork"].startswith("not checked (error: ") and rows[1]["migrated upstream"] == "not checked"
+    assert (rows[1]["migrated on fork"].startswith("not checked (error: ")
+            and rows[1]["migrated upstream"] == "not checked")
     assert "### ghost\n\nerror: " in result.stdout
     only_ghost = ws.assemble("patches", "ghost", "--format", "markdown")  # every one failed: still the table
-    assert only_ghost.returncode == result.returncode and [row["dependency"] for row in parse_markdown(only_ghost.stdout)] == ["ghost"]
+    assert (only_ghost.returncode == result.returncode
+            and [row["dependency"] for row in parse_markdown(only_ghost.stdout)] == ["ghost"])
 
 
 def test_migrated_upstream_without_migration_patches_follows_the_evidence_on_the_pin() -> None:
@@ -180,7 +192,8 @@ def test_migrated_upstream_without_migration_patches_follows_the_evidence_on_the
     assert status(check(11, 11)).migrated_upstream == "done"
     assert "the upstream commit: check: 11 of 11" in status(check(11, 11)).upstream_evidence
     assert status(check(7, 9)).migrated_upstream == "no"
-    build_fix = PatchVerdict("0001-cmake.patch", "Build with CUDA 13", PatchStatus.LOCAL, Evidence.HEADER, migration=False)
+    build_fix = PatchVerdict("0001-cmake.patch", "Build with CUDA 13", PatchStatus.LOCAL, Evidence.HEADER,
+                             migration=False)
     assert status(check(11, 11), [build_fix]).migrated_upstream == "done"
     migration = PatchVerdict("0002-stable.patch", "Stable ABI", PatchStatus.FORWARDED, Evidence.HEADER, migration=True)
     assert status(check(11, 11), [build_fix, migration]).migrated_upstream == "in progress"

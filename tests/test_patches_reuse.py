@@ -31,7 +31,8 @@ def git_commands(trace: Path) -> list[str]:
     """The git subcommands a GIT_TRACE file records (one line per git process started)."""
     if not trace.exists():
         return []
-    return [line.split("built-in: git ", 1)[1].split()[0] for line in trace.read_text().splitlines() if "built-in: git " in line]
+    return [line.split("built-in: git ", 1)[1].split()[0] for line in trace.read_text().splitlines()
+            if "built-in: git " in line]
 
 
 def test_unchanged_inputs_reuse_the_answer_without_git(git_workspace: GitWorkspace, tmp_path: Path,
@@ -60,7 +61,8 @@ def test_each_input_change_classifies_again(git_workspace: GitWorkspace) -> None
     assert report(ws, "--offline")["classified"]["reused"] is True
 
     # the series' bytes: a header now says the patch was forwarded
-    second_patch.write_text(second_patch.read_text().replace("Forwarded: no", "Forwarded: https://git.invalid/kern/pull/8"))
+    second_patch.write_text(second_patch.read_text().replace("Forwarded: no",
+                                                             "Forwarded: https://git.invalid/kern/pull/8"))
     dep = report(ws, "--offline")
     assert dep["classified"]["reused"] is False and dep["patches"][1]["status"] == "forwarded"
     assert report(ws, "--offline")["classified"]["reused"] is True
@@ -77,14 +79,16 @@ def test_each_input_change_classifies_again(git_workspace: GitWorkspace) -> None
     ws.upstream.git("update-ref", "refs/pull/21/head", "HEAD")
     ws.upstream.git("checkout", "-q", "main")
     dep = report(ws)
-    assert (mirror / "refs" / "assemble" / "pull" / "21").exists() or "refs/assemble/pull/21" in (mirror / "packed-refs").read_text()
+    assert (mirror / "refs" / "assemble" / "pull" / "21").exists() or "refs/assemble/pull/21" in (
+        mirror / "packed-refs").read_text()
     assert dep["classified"]["reused"] is False
     assert dep["patches"][1]["evidence"]["how"] == "pull-request" and dep["patches"][1]["evidence"]["note"] == "pull/21"
 
     # the pin
     ws.manifest.write_text(ws.manifest.read_text().replace(ws.base, ws.upstream.git("rev-parse", "main").strip()))
     dep = report(ws, "--offline")
-    assert dep["classified"]["reused"] is False and dep["base"]["commit"] == ws.upstream.git("rev-parse", "main").strip()
+    assert (dep["classified"]["reused"] is False
+            and dep["base"]["commit"] == ws.upstream.git("rev-parse", "main").strip())
 
 
 def test_a_damaged_record_is_computed_again(git_workspace: GitWorkspace) -> None:
@@ -96,7 +100,8 @@ def test_a_damaged_record_is_computed_again(git_workspace: GitWorkspace) -> None
     from assembler.upstreaming.classification_cache import FORMAT
 
     assert json.loads(record.read_text())["format"] == FORMAT
-    for damage in ("{not json", json.dumps({"format": 1, "key": json.loads(record.read_text())["key"], "verdicts": "x"}), "[]"):
+    for damage in ("{not json",
+                   json.dumps({"format": 1, "key": json.loads(record.read_text())["key"], "verdicts": "x"}), "[]"):
         record.write_text(damage)
         dep = report(ws, "--offline")
         assert dep["classified"]["reused"] is False and without_time(dep) == without_time(first)

@@ -18,7 +18,8 @@ from tests.test_cache_cmd import NO_MIRRORS
 URL = "https://github.com/a-rather-long-organisation-name/flash-attention-kernels-for-hopper.git"
 
 
-def test_cache_info_names_mirrors_by_their_url_within_80_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cache_info_names_mirrors_by_their_url_within_80_columns(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     cache = tmp_path / "cache"
     monkeypatch.setenv("ASSEMBLE_CACHE", str(cache))  # where mirror_path puts the mirror
     mirror = mirror_path(NO_MIRRORS, URL)

@@ -17,7 +17,8 @@ TORCH = "2.13.0"
 
 def with_torch(ws: GitWorkspace) -> GitWorkspace:
     """The conftest workspace (deps.kern with no [deps.kern.build]) with a torch to check against."""
-    ws.manifest.write_text(ws.manifest.read_text().replace('python-abi = "3.9"\n', f'python-abi = "3.9"\ntorch = "{TORCH}"\n'))
+    ws.manifest.write_text(ws.manifest.read_text().replace('python-abi = "3.9"\n',
+                                                           f'python-abi = "3.9"\ntorch = "{TORCH}"\n'))
     return ws
 
 

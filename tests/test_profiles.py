@@ -80,7 +80,8 @@ def test_a_bad_profile_names_its_line(tmp_path: Path, extra: str, where: str, sa
     path = _manifest(tmp_path, "\n" + extra)
     with pytest.raises(ManifestError) as caught:
         load_manifest(path)
-    assert re.match(rf"{re.escape(str(path))}:\d+:\d+: {re.escape(where)}: ", caught.value.message), caught.value.message
+    assert re.match(rf"{re.escape(str(path))}:\d+:\d+: {re.escape(where)}: ",
+                    caught.value.message), caught.value.message
     assert says in caught.value.message + (caught.value.hint or "")
 
 
@@ -92,7 +93,8 @@ def test_the_schema_knows_profiles() -> None:
 
     root = tomllib.loads((ROOT / "deps.toml").read_text())
     jsonschema.validate(root, schema)
-    assert {"flash-attn-3", "flashmla"} <= {name for name, dep in root["deps"].items() if "smoke" in dep.get("profiles", {})}
+    assert ({"flash-attn-3", "flashmla"}
+            <= {name for name, dep in root["deps"].items() if "smoke" in dep.get("profiles", {})})
     bad = {**root, "deps": {"x": {**root["deps"]["flashmla"], "profiles": {"smoke": {"defnes": ["A"]}}}}}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
@@ -167,8 +169,10 @@ def test_a_dependency_without_a_recipe_is_refused_where_the_build_is_planned(tmp
     for words in (["build", "--cuda", "13.2", "--only", "normkit"], ["build", "--plan", "--only", "normkit"]):
         result = assemble("-C", str(ws), *words, "--json", cache=cache)
         assert result.returncode == 2, result.stderr
-        error = json.loads(result.stdout)["error"] if words[1] == "--cuda" else json.loads(result.stdout)["deps"][0]["error"]
-        assert error["message"] == f"{ws / 'deps.toml'}: [deps.normkit] has no build recipe, so there is nothing to build"
+        error = (json.loads(result.stdout)["error"] if words[1] == "--cuda"
+                 else json.loads(result.stdout)["deps"][0]["error"])
+        assert (error["message"]
+                == f"{ws / 'deps.toml'}: [deps.normkit] has no build recipe, so there is nothing to build")
         assert "[deps.normkit.build]" in error["hint"] and "docs/reference/recipes.md" in error["hint"]
         assert "No such file" not in result.stderr
     assert not (cache / "artifacts" / "normkit").exists()  # refused before anything was built or packed
@@ -194,7 +198,8 @@ def test_a_real_build_on_a_profile(example_ws: Path, private_cache: Path) -> Non
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ASSEMBLE_CACHE", str(private_cache))
         compdb = json.loads((workspace_records(example_ws) / "compdb" / "vecadd.json").read_text())
-    assert any("-DVECADD_PROFILE_SMOKE=1" in entry.get("command", " ".join(entry.get("arguments", []))) for entry in compdb)
+    assert any("-DVECADD_PROFILE_SMOKE=1" in entry.get("command", " ".join(entry.get("arguments", [])))
+               for entry in compdb)
     wheel = Path(smoke_doc["wheel"])
     assert "+cu132.smoke.partial.vecadd" in wheel.name.replace("%2B", "+")
     with zipfile.ZipFile(wheel) as archive:

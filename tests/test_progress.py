@@ -22,9 +22,12 @@ CMAKE_LINES = [
     "[5/5] Linking CXX shared module _scalekit_C.abi3.so",
 ]
 # cpp_extension runs `ninja -v`: the status line is the command (it really says -c twice)
-CPP_EXTENSION_LINE = ("[1/1] c++ -MMD -MF /w/.assemble/build/rowsum/temp/csrc/rowsum.o.d -DTORCH_TARGET_VERSION=0x020A000000000000 "
-                      "-I/w/venv/include -c -c /w/forks/rowsum/csrc/rowsum.cpp -o /w/.assemble/build/rowsum/temp/csrc/rowsum.o -O3")
-DISTUTILS_LINE = "gcc -pthread -fPIC -I/w/venv/include -c csrc/rowsum.cpp -o build/temp.linux-x86_64-cpython-311/csrc/rowsum.o -O3"
+CPP_EXTENSION_LINE = ("[1/1] c++ -MMD -MF /w/.assemble/build/rowsum/temp/csrc/rowsum.o.d "
+                      "-DTORCH_TARGET_VERSION=0x020A000000000000 "
+                      "-I/w/venv/include -c -c /w/forks/rowsum/csrc/rowsum.cpp -o "
+                      "/w/.assemble/build/rowsum/temp/csrc/rowsum.o -O3")
+DISTUTILS_LINE = ("gcc -pthread -fPIC -I/w/venv/include -c csrc/rowsum.cpp -o "
+                  "build/temp.linux-x86_64-cpython-311/csrc/rowsum.o -O3")
 
 
 def test_ninja_status_lines_name_what_each_step_made() -> None:

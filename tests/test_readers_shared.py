@@ -42,7 +42,8 @@ def shared_object(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def pyelftools_section(path: Path, name: str) -> tuple[int, int] | None:
     with path.open("rb") as f:
         section = ELFFile(f).get_section_by_name(name)
-        return None if section is None or section["sh_type"] == "SHT_NOBITS" else (section["sh_offset"], section["sh_size"])
+        return (None if section is None or section["sh_type"] == "SHT_NOBITS"
+                else (section["sh_offset"], section["sh_size"]))
 
 
 def test_find_section_agrees_with_pyelftools(shared_object: Path, tmp_path: Path) -> None:
@@ -70,7 +71,8 @@ def test_no_private_reader_name_leaves_the_audit_package() -> None:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("assembler.audit"):
-                found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+                found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_")]
     assert not found, found
 
 

@@ -112,7 +112,8 @@ def test_dependent_squash_reverse_applies(tmp_path: Path) -> None:
     upstream.commit("Add two\n\nForwarded: no\n", {"csrc/kern.cpp": KERNEL_V1.replace("x + 1", "x + 2")})
     upstream.commit("Add three\n\nForwarded: no\n", {"csrc/kern.cpp": KERNEL_V1.replace("x + 1", "x + 3")})
     patches = root / "patches" / "kern"
-    upstream.git("format-patch", "-q", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o", str(patches), f"{base}..ours")
+    upstream.git("format-patch", "-q", "--no-signature", "--zero-commit", "--no-numbered", "--full-index", "-o",
+                 str(patches), f"{base}..ours")
     (patches / "series").write_text("".join(f"{p.name}\n" for p in sorted(patches.glob("*.patch"))))
     upstream.git("checkout", "-q", "main")
     squash = upstream.commit("Add three (squashed)", {"csrc/kern.cpp": KERNEL_V1.replace("x + 1", "x + 3")})
@@ -194,7 +195,8 @@ def test_git_failures_are_input_errors_and_a_bad_journal_is_named(git_workspace:
     assert snapshot(ws) == before
     assert ws.assemble("rebase", "kern").returncode == 5
     journal = ws.root / ".assemble" / "rebase" / "kern" / "journal.json"
-    for damage in ("{not json", json.dumps({k: v for k, v in json.loads(journal.read_text()).items() if k != "planned"})):
+    for damage in ("{not json",
+                   json.dumps({k: v for k, v in json.loads(journal.read_text()).items() if k != "planned"})):
         journal.write_text(damage)
         result = ws.assemble("rebase", "--abort", "kern")
         assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
@@ -251,9 +253,11 @@ def test_continue_after_the_user_finished_with_git(git_workspace: GitWorkspace) 
     new_tip = _rewrite_upstream(ws)
     assert ws.assemble("rebase", "kern").returncode == 5
     (ws.fork / "csrc" / "kern.cpp").write_text(
-        KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor").replace("Tensor& x", "Tensor& input").replace("x + 1", "input.add(1)"))
+        KERNEL_V1.replace("at::Tensor", "torch::stable::Tensor").replace("Tensor& x", "Tensor& input").replace(
+            "x + 1", "input.add(1)"))
     git(ws.fork, "add", "csrc/kern.cpp")
-    subprocess.run(["git", "-c", "core.editor=true", "rebase", "--continue"], cwd=ws.fork, check=True, capture_output=True)
+    subprocess.run(["git", "-c", "core.editor=true", "rebase", "--continue"], cwd=ws.fork, check=True,
+                   capture_output=True)
     code, report = rebase_json(ws, "--continue", "kern")
     assert code == 0, report
     assert report["applied"] == [p.name for p in patch_files(ws)] and report["patches"]["written"] == report["applied"]
@@ -297,7 +301,8 @@ def test_switch_to_a_fork_repository(git_workspace: GitWorkspace) -> None:
     # the fork owns the followed repository's objects (linked in, never borrowed): it outlives the cache
     assert not (ws.fork / ".git" / "objects" / "info" / "alternates").exists()
     assert ws.assemble("cache", "clean").returncode == 0
-    assert subprocess.run(["git", "-C", str(ws.fork), "fsck", "--connectivity-only"], capture_output=True).returncode == 0
+    assert (subprocess.run(["git", "-C", str(ws.fork), "fsck", "--connectivity-only"], capture_output=True).returncode
+            == 0)
     assert git(ws.fork, "rev-parse", "HEAD~1") == fork_tip
 
 
@@ -306,8 +311,8 @@ def _start_and_kill(ws: GitWorkspace, delay: float, group: bool) -> bool:
     git children too, as a terminal would); True if it was still running."""
     journal = ws.root / ".assemble" / "rebase" / "kern" / "journal.json"
     env = {**os.environ, "ASSEMBLE_CACHE": str(ws.cache)}
-    proc = subprocess.Popen([sys.executable, "-m", "assembler", "-C", str(ws.root), "rebase", "kern"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "assembler", "-C", str(ws.root), "rebase", "kern"], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 60
     while not journal.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.001)
@@ -370,7 +375,8 @@ def test_horizon_finds_the_breaking_merge(git_workspace: GitWorkspace) -> None:
     for n in range(1, 13):
         if n == 7:
             up.git("checkout", "-q", "-b", "pr7")
-            up.commit("Rename the registration macro", {"csrc/kern.cpp": KERNEL_V1.replace("TORCH_LIBRARY(kern", "KERN_LIBRARY(kern")})
+            up.commit("Rename the registration macro",
+                      {"csrc/kern.cpp": KERNEL_V1.replace("TORCH_LIBRARY(kern", "KERN_LIBRARY(kern")})
             up.git("checkout", "-q", "main")
             up.git("merge", "-q", "--no-ff", "-m", "Merge pull request #7", "pr7")
             chain.append(up.head())
@@ -379,8 +385,10 @@ def test_horizon_finds_the_breaking_merge(git_workspace: GitWorkspace) -> None:
     code, report = rebase_json(ws, "kern", "--dry-run")
     assert code == 1, report  # it would conflict: exit 1, as git merge-tree (issue 22, item 11)
     assert [c["file"][:4] for c in report["conflicts"]] == ["0002"]
-    assert report["horizon"]["commit"] == chain[5] and report["horizon"]["position"] == 6 and report["horizon"]["total"] == 12
-    assert report["horizon"]["breaks"] == [{"patch": "0002-Register-with-STABLE_TORCH_LIBRARY.patch", "commit": chain[6],
+    assert (report["horizon"]["commit"] == chain[5] and report["horizon"]["position"] == 6
+            and report["horizon"]["total"] == 12)
+    assert report["horizon"]["breaks"] == [{"patch": "0002-Register-with-STABLE_TORCH_LIBRARY.patch",
+                                            "commit": chain[6],
                                             "subject": "Merge pull request #7", "files": ["csrc/kern.cpp"]}]
     assert not ws.fork.exists() and f'commit = "{ws.base}"' in ws.manifest.read_text()
     up.git("tag", "v0.5", chain[4])
@@ -444,7 +452,8 @@ def test_crash_after_export_is_recoverable(git_workspace: GitWorkspace, monkeypa
         assert result.returncode == 0, result.stderr
         if edit:
             assert ws.manifest.read_bytes() == edited and "deps.toml was changed during the rebase" in result.stderr
-            assert {k: v for k, v in snapshot(ws).items() if k != "deps.toml"} == {k: v for k, v in before.items() if k != "deps.toml"}
+            assert ({k: v for k, v in snapshot(ws).items() if k != "deps.toml"}
+                    == {k: v for k, v in before.items() if k != "deps.toml"})
             ws.manifest.write_bytes(before["deps.toml"])  # type: ignore[arg-type]
         elif recovery == "--abort":
             assert snapshot(ws) == before
@@ -467,7 +476,8 @@ def test_example_workspace_follows_its_advancing_upstream(tmp_path: Path) -> Non
 
     before = {d["name"]: d for d in json.loads(ws.assemble("patches", "--format", "json").stdout)["deps"]}
     vecadd = before["vecadd"]
-    assert [(p["file"], p["status"]) for p in vecadd["patches"]] == list(zip(names, ["upstream", "forwarded", "not-needed"], strict=True))
+    assert ([(p["file"], p["status"]) for p in vecadd["patches"]]
+            == list(zip(names, ["upstream", "forwarded", "not-needed"], strict=True)))
     assert vecadd["patches"][0]["evidence"]["commit"] == landed
     assert vecadd["patches"][1]["evidence"]["url"] == "https://example.invalid/stable-abi/vecadd/pull/2"
     assert vecadd["base"]["behind"] == 2 and vecadd["migrated_upstream"] == "in progress"
@@ -497,7 +507,8 @@ def test_fork_pinned_dependency_moves_onto_upstream(git_workspace: GitWorkspace)
     text = ws.manifest.read_text().replace(ws.base, fork_tip)
     ws.manifest.write_text(text.replace('commit = "', 'source = "https://git.invalid/kern-fork"\ncommit = "', 1))
     unchanged = ws.assemble("rebase", "kern", "--json")
-    assert unchanged.returncode == 0 and json.loads(unchanged.stdout)["status"] == "up-to-date"  # upstream has not moved
+    # upstream has not moved
+    assert unchanged.returncode == 0 and json.loads(unchanged.stdout)["status"] == "up-to-date"
     tip = ws.upstream.commit("Upstream: docs", {"docs/usage.md": "updated\n"})
     code, report = rebase_json(ws, "kern")
     assert code == 0, report
@@ -508,7 +519,8 @@ def test_fork_pinned_dependency_moves_onto_upstream(git_workspace: GitWorkspace)
     assert "bench.py" in git(ws.fork, "ls-files")
 
 
-def test_the_text_report_at_60_columns_says_each_thing_once_and_keeps_its_indentation(git_workspace: GitWorkspace) -> None:
+def test_the_text_report_at_60_columns_says_each_thing_once_and_keeps_its_indentation(
+        git_workspace: GitWorkspace) -> None:
     """#30's rebase report: ``--onto SHA`` printed ``rebased X X``; wrapped lines fell back to
     column 0; "0 dropped" was printed right under a dropped patch."""
     ws = git_workspace
@@ -519,7 +531,8 @@ def test_the_text_report_at_60_columns_says_each_thing_once_and_keeps_its_indent
                           env={"ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "60"})
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith(f"kern: rebased {tip[:12]} (base") and tip[:12] not in lines[0][len("kern: rebased ") + 12:]
+    assert (lines[0].startswith(f"kern: rebased {tip[:12]} (base")
+            and tip[:12] not in lines[0][len("kern: rebased ") + 12:])
     assert all(len(line) <= 60 for line in lines), result.stdout
     dropped = next(i for i, line in enumerate(lines) if "dropped as upstream" in line)
     assert lines[dropped + 1].startswith("    ") and first.name in result.stdout  # the continuation stays in its item

@@ -12,7 +12,8 @@ from tests.rebase_scenarios import patch_files
 
 def conflicting_upstream(ws: GitWorkspace) -> None:
     """Upstream rewrites the lines patch 0001 changes: 0001 conflicts at the tip."""
-    ws.upstream.commit("Rename the argument", {"csrc/kern.cpp": KERNEL_V1.replace("const at::Tensor& x", "const at::Tensor& input")
+    ws.upstream.commit("Rename the argument",
+                       {"csrc/kern.cpp": KERNEL_V1.replace("const at::Tensor& x", "const at::Tensor& input")
                                                .replace("x + 1", "input.add(1)")})
 
 

@@ -77,7 +77,8 @@ def test_manifest_values_of_a_move_and_of_a_repository_switch(git_workspace: Git
     dep = _workspace(git_workspace).manifest.deps["kern"]
     assert _manifest_values(dep, dep.upstream_url, "a" * 40, switched=False) == {"commit": "a" * 40}
     other = "https://git.invalid/kern-next"
-    assert _manifest_values(dep, other, "b" * 40, switched=True) == {"commit": "b" * 40, "upstream": other, "source": None}
+    assert (_manifest_values(dep, other, "b" * 40, switched=True)
+            == {"commit": "b" * 40, "upstream": other, "source": None})
 
 
 def test_classify_finds_the_landed_patch_and_reads_the_header_of_the_other(git_workspace: GitWorkspace) -> None:
@@ -165,8 +166,10 @@ def test_a_damaged_journal_is_an_input_error(git_workspace: GitWorkspace) -> Non
         jr.load(workspace, "kern")
 
 
-@pytest.mark.parametrize(("field", "value"), [("onto", "--output=/tmp/pwned"), ("result_head", "HEAD"), ("picks", "c" * 39)])
-def test_a_journal_whose_commit_is_not_a_sha_is_an_input_error(git_workspace: GitWorkspace, field: str, value: str) -> None:
+@pytest.mark.parametrize(("field", "value"),
+                         [("onto", "--output=/tmp/pwned"), ("result_head", "HEAD"), ("picks", "c" * 39)])
+def test_a_journal_whose_commit_is_not_a_sha_is_an_input_error(git_workspace: GitWorkspace, field: str,
+                                                               value: str) -> None:
     """Journal values reach git as arguments (range-diff, cherry-picks): one that is not a full
     SHA, such as an option, makes the journal unreadable (exit 2 naming it), never an argument."""
     ws = git_workspace
@@ -211,8 +214,10 @@ def test_checkout_state_carries_a_version_and_refuses_a_newer_one(git_workspace:
     assert str(_state_path(ws)) in " ".join(result.stderr.split()) and "newer assembler; upgrade" in result.stderr
 
 
-@pytest.mark.parametrize(("field", "value"), [("base", "--upload-pack=touch /tmp/pwned"), ("head", "main"), ("applied", {"-p": "0001.patch"})])
-def test_a_checkout_state_whose_commit_is_not_a_sha_is_an_input_error(git_workspace: GitWorkspace, field: str, value: object) -> None:
+@pytest.mark.parametrize(("field", "value"), [("base", "--upload-pack=touch /tmp/pwned"), ("head", "main"),
+                                              ("applied", {"-p": "0001.patch"})])
+def test_a_checkout_state_whose_commit_is_not_a_sha_is_an_input_error(git_workspace: GitWorkspace, field: str,
+                                                                      value: object) -> None:
     """The state file's commits reach git (export's rev-parse, rebase): a value that is not a
     full SHA makes the state unreadable, exit 2 naming the file, with the way out."""
     ws = git_workspace

@@ -55,7 +55,8 @@ def test_keys_load_into_the_compile_model_and_the_generated_project(tmp_path: Pa
     call = recipe.generate(dep, "3.9").cmakelists
     assert "CXX_STD 20" in call and "CUDA_STD 20" in call
     assert 'CXX_FLAGS "-fopenmp"' in call and 'CUDA_FLAGS "--expt-relaxed-constexpr" "-Xptxas=-v"' in call
-    assert '"${ASSEMBLER_CUDA_HOME}/include"' in call and '"${ASSEMBLER_TORCH_DIR}/include/torch/csrc/api/include"' in call
+    assert ('"${ASSEMBLER_CUDA_HOME}/include"' in call
+            and '"${ASSEMBLER_TORCH_DIR}/include/torch/csrc/api/include"' in call)
     assert "  PTX" not in call  # arch-specific targets ship SASS only unless ptx = true
 
 
@@ -67,7 +68,8 @@ def test_cuda_std_overrides_and_ptx_is_asked_for(tmp_path: Path) -> None:
 
 
 def test_bundle_components_reach_every_dependency(tmp_path: Path) -> None:
-    text = HEAD.replace('cuda-archs = ["9.0a"]', 'cuda-archs = ["9.0a"]\ncuda-components = ["cublas"]') + 'cuda-components = ["curand"]\n'
+    text = HEAD.replace('cuda-archs = ["9.0a"]',
+                        'cuda-archs = ["9.0a"]\ncuda-components = ["cublas"]') + 'cuda-components = ["curand"]\n'
     assert _load(tmp_path, text).deps["kern"].cuda_components == ("cublas", "curand")
 
 
@@ -75,14 +77,16 @@ BAD = [
     ("output flag", EXTENSION + 'cuda-flags = ["-o"]\n', "changes what the build runs or writes", "cuda-flags"),
     ("std as a flag", EXTENSION + 'cxx-flags = ["-std=c++20"]\n', "is what cxx-std / cuda-std says", "cxx-flags"),
     ("define as a flag", EXTENSION + 'cxx-flags = ["-DX=1"]\n', "is what defines says", "cxx-flags"),
-    ("arch as a flag", EXTENSION + 'cuda-flags = ["-gencode=arch=compute_90a,code=sm_90a"]\n', "cuda-archs", "cuda-flags"),
+    ("arch as a flag", EXTENSION + 'cuda-flags = ["-gencode=arch=compute_90a,code=sm_90a"]\n', "cuda-archs",
+     "cuda-flags"),
     ("split flag", EXTENSION + 'cuda-flags = ["-Xptxas", "-v"]\n', "needs its value in the same string", "cuda-flags"),
     ("two options in one", EXTENSION + 'cxx-flags = ["-O3 -g"]\n', "is not one compiler option", "cxx-flags"),
     ("response file", EXTENSION + 'cxx-flags = ["@/etc/passwd"]\n', "is not one compiler option", "cxx-flags"),
     ("plugin", EXTENSION + 'cxx-flags = ["-fplugin=/tmp/x.so"]\n', "changes what the build runs", "cxx-flags"),
     ("bad standard", EXTENSION + "cxx-std = 14\n", "is not a C++ standard", "cxx-std"),
     ("nvcc has no C++23", EXTENSION + "cxx-std = 23\n", "nvcc knows no C++23", "cxx-std"),
-    ("cuda key on a C++ extension", EXTENSION.replace('language = "cuda"', 'language = "cxx"').replace('"csrc/b.cu"', '"csrc/b.cpp"')
+    ("cuda key on a C++ extension",
+     EXTENSION.replace('language = "cuda"', 'language = "cxx"').replace('"csrc/b.cu"', '"csrc/b.cpp"')
      + 'cuda-flags = ["-lineinfo"]\n', "is not a CUDA extension", "cuda-flags"),
     ("ptx not a bool", EXTENSION + 'ptx = "yes"\n', "expected true or false", "ptx"),
     ("library path", EXTENSION + 'libraries = ["/usr/lib/libx.so"]\n', "is not a library name", "libraries"),
@@ -104,7 +108,8 @@ def test_bad_recipe_keys_name_their_line(tmp_path: Path, description: str, tail:
 
 
 def test_flags_that_look_owned_but_are_not_are_accepted(tmp_path: Path) -> None:
-    dep = _load(tmp_path, HEAD + EXTENSION + 'cuda-flags = ["-lineinfo", "--use_fast_math", "-Xcompiler=-fno-strict-aliasing"]\n'
+    dep = _load(tmp_path,
+                HEAD + EXTENSION + 'cuda-flags = ["-lineinfo", "--use_fast_math", "-Xcompiler=-fno-strict-aliasing"]\n'
                 'cxx-flags = ["-march=x86-64-v3", "-Wno-unused"]\n').deps["kern"]
     assert dep.build.extensions[0].cuda_flags == ("-lineinfo", "--use_fast_math", "-Xcompiler=-fno-strict-aliasing")
 
@@ -112,7 +117,8 @@ def test_flags_that_look_owned_but_are_not_are_accepted(tmp_path: Path) -> None:
 def test_the_hermetic_toolkit_is_the_cuda_toolkit_wheel_with_its_extras() -> None:
     from assembler.toolchain import cuda
 
-    assert cuda.toolkit_requirement("13.2", ("curand", "nvrtc")) == "cuda-toolkit[nvcc,cccl,cudart,curand,nvrtc]==13.2.*"
+    assert (cuda.toolkit_requirement("13.2", ("curand", "nvrtc"))
+            == "cuda-toolkit[nvcc,cccl,cudart,curand,nvrtc]==13.2.*")
     assert cuda.toolkit_dir_name("13.2", ()).startswith("cuda-13.2-")
     assert cuda.toolkit_dir_name("13.2", ("curand", "nvrtc")).endswith("-curand+nvrtc")
     assert cuda._minor_versions(["0.0.1", "12.8.0", "12.8.1", "12.9.2.0", "13.0.0"]) == ["12.8", "12.9", "13.0"]

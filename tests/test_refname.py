@@ -31,7 +31,8 @@ def _corpus(count: int) -> list[str]:
 def _git_accepts(names: list[str], cwd: Path) -> list[bool]:
     """git's verdict for each name (run outside any repository, so '@{-1}' is not expanded).
     The names go as arguments after '--', never through a shell."""
-    script = 'for n in "$@"; do if git check-ref-format --branch "$n" >/dev/null 2>&1; then echo 1; else echo 0; fi; done'
+    script = ('for n in "$@"; do if git check-ref-format --branch "$n" >/dev/null 2>&1; then echo 1; else echo 0; fi; '
+              'done')
     out = subprocess.run(["sh", "-c", script, "sh", *names], cwd=cwd, capture_output=True, text=True, check=True,
                          env={**os.environ, "GIT_CEILING_DIRECTORIES": str(cwd.parent)})
     return [line == "1" for line in out.stdout.splitlines()]
@@ -42,12 +43,14 @@ def test_branch_rules_match_git(tmp_path: Path, count: int) -> None:
     names = [n for n in _corpus(count) if "\x00" not in n]
     verdicts = _git_accepts(names, tmp_path)
     assert len(verdicts) == len(names)
-    mismatches = [(n, git_ok, branch_problem(n)) for n, git_ok in zip(names, verdicts, strict=True) if git_ok != (branch_problem(n) is None)]
+    mismatches = [(n, git_ok, branch_problem(n)) for n, git_ok in zip(names, verdicts, strict=True)
+                  if git_ok != (branch_problem(n) is None)]
     assert not mismatches, mismatches[:10]
     assert sum(verdicts) > 20 and sum(not ok for ok in verdicts) > 20  # the corpus exercises both sides
 
 
 def test_option_like_names_are_refused_with_a_reason() -> None:
-    assert branch_problem("--upload-pack=touch pwned;git-upload-pack") == "it starts with '-' (it would read as an option)"
+    assert (branch_problem("--upload-pack=touch pwned;git-upload-pack")
+            == "it starts with '-' (it would read as an option)")
     assert branch_problem("main:refs/heads/evil") == "it contains ':'"
     assert branch_problem("a\nb") == "it contains the control character '\\n'"

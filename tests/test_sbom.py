@@ -43,7 +43,8 @@ index 0000000000000000000000000000000000000000..{blob}
 
 PATCHES = {  # file -> (subject, DEP-3 trailer, the status it declares)
     "0001-Fix-the-stream.patch": ("Fix the stream", "Applied-Upstream: commit:" + "c" * 40, "upstream"),
-    "0002-Port-to-the-stable-ABI.patch": ("Port to the stable ABI", "Forwarded: https://github.com/owner/vecadd/pull/7", "forwarded"),
+    "0002-Port-to-the-stable-ABI.patch": ("Port to the stable ABI", "Forwarded: https://github.com/owner/vecadd/pull/7",
+                                          "forwarded"),
     "0003-Bundle-only-tweak.patch": ("Bundle-only tweak", "Forwarded: not-needed", "not-needed"),
     "0004-Our-own-hack.patch": ("Our own hack", "Forwarded: no", "local"),
 }
@@ -101,9 +102,11 @@ def test_sbom_is_valid_cyclonedx_listed_in_record_with_pins_patches_files_and_to
     assert data["metadata"]["component"]["purl"] == "pkg:pypi/merge-demo@1.2.0%2Bcu132"
 
     with zipfile.ZipFile(wheel) as archive:
-        record = {row[0]: row for row in csv.reader(io.StringIO(archive.read(next(n for n in archive.namelist() if n.endswith("RECORD"))).decode()))}
+        record = {row[0]: row for row in csv.reader(io.StringIO(archive.read(next(n for n in archive.namelist()
+                                                                                  if n.endswith("RECORD"))).decode()))}
         raw = archive.read(name)
-        assert record[name][1] == "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(raw).digest()).rstrip(b"=").decode()
+        assert (record[name][1] == "sha256="
+                + base64.urlsafe_b64encode(hashlib.sha256(raw).digest()).rstrip(b"=").decode())
         contents = {n: archive.read(n) for n in archive.namelist()}
 
     deps = {c["name"]: c for c in data["components"]}
@@ -134,7 +137,8 @@ def test_sbom_is_valid_cyclonedx_listed_in_record_with_pins_patches_files_and_to
     assert {d["ref"]: d.get("dependsOn", []) for d in data["dependencies"]}["wheel"] == ["dep:ops", "dep:vecadd"]
 
 
-def test_sbom_is_reproducible_and_its_serial_follows_the_content(sbom_ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sbom_is_reproducible_and_its_serial_follows_the_content(sbom_ws: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     first, again = _merge(sbom_ws, "a"), _merge(sbom_ws, "b")
     assert first.read_bytes() == again.read_bytes()
     _, data = _sbom(first)
@@ -146,7 +150,8 @@ def test_sbom_is_reproducible_and_its_serial_follows_the_content(sbom_ws: Path, 
     patch = sbom_ws / "patches" / "vecadd" / "0004-Our-own-hack.patch"
     patch.write_text(patch.read_text().replace("Why it is carried.", "Why it is carried, reworded."))
     _, edited = _sbom(_merge(sbom_ws, "d"))
-    assert edited["serialNumber"] != data["serialNumber"] and edited["metadata"]["timestamp"] == data["metadata"]["timestamp"]
+    assert (edited["serialNumber"] != data["serialNumber"]
+            and edited["metadata"]["timestamp"] == data["metadata"]["timestamp"])
 
 
 def test_cli_reads_the_sbom_back_and_diffs_two_releases(sbom_ws: Path) -> None:
@@ -154,16 +159,19 @@ def test_cli_reads_the_sbom_back_and_diffs_two_releases(sbom_ws: Path) -> None:
     shown = run_assemble("sbom", str(old), "--format", "json")
     assert shown.returncode == 0, shown.stderr
     deps = {d["name"]: d for d in json.loads(shown.stdout)["deps"]}
-    assert deps["vecadd"]["commit"] == VECADD_SHA and [p["status"] for p in deps["vecadd"]["patches"]] == ["upstream", "forwarded", "not-needed", "local"]
+    assert (deps["vecadd"]["commit"] == VECADD_SHA
+            and [p["status"] for p in deps["vecadd"]["patches"]] == ["upstream", "forwarded", "not-needed", "local"])
     table = run_assemble("sbom", str(old))
-    assert table.returncode == 0 and "0002-Port-to-the-stable-ABI.patch" in table.stdout and "not-needed" in table.stdout
+    assert (table.returncode == 0 and "0002-Port-to-the-stable-ABI.patch" in table.stdout
+            and "not-needed" in table.stdout)
 
     # the next release: vecadd re-pinned, 0001 dropped (upstream), 0004 forwarded, a new 0005
     new_sha = "e" * 40
     manifest = sbom_ws / "deps.toml"
     manifest.write_text(manifest.read_text().replace(VECADD_SHA, new_sha))
     patches = {k: v for k, v in PATCHES.items() if not k.startswith("0001")}
-    patches["0004-Our-own-hack.patch"] = ("Our own hack", "Forwarded: https://github.com/owner/vecadd/pull/9", "forwarded")
+    patches["0004-Our-own-hack.patch"] = ("Our own hack", "Forwarded: https://github.com/owner/vecadd/pull/9",
+                                          "forwarded")
     patches["0005-New-fix.patch"] = ("New fix", "Forwarded: no", "local")
     for stale in (sbom_ws / "patches" / "vecadd").glob("*.patch"):
         stale.unlink()
@@ -176,7 +184,8 @@ def test_cli_reads_the_sbom_back_and_diffs_two_releases(sbom_ws: Path) -> None:
     assert change["dep"] == "vecadd" and change["commit"] == {"old": VECADD_SHA, "new": new_sha}
     assert {p["file"]: p["change"] for p in change["patches"]} == {
         "0001-Fix-the-stream.patch": "removed", "0004-Our-own-hack.patch": "changed", "0005-New-fix.patch": "added"}
-    assert next(p for p in change["patches"] if p["file"].startswith("0004"))["status"] == {"old": "local", "new": "forwarded"}
+    assert (next(p for p in change["patches"] if p["file"].startswith("0004"))["status"]
+            == {"old": "local", "new": "forwarded"})
     text = run_assemble("sbom", str(old), str(new))
     assert "commit aaaaaaaaaaaa -> eeeeeeeeeeee" in text.stdout and "patch added: 0005-New-fix.patch" in text.stdout
 
@@ -197,5 +206,7 @@ def test_a_wheel_without_sbom_or_not_a_wheel_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_cyclonedx_is_imported_only_when_a_merge_writes_a_bom() -> None:
-    probe = "import sys, assembler.cli, assembler.wheel.merge, assembler.cli.sbom; print(any(m.startswith('cyclonedx') for m in sys.modules))"
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip() == "False"
+    probe = ("import sys, assembler.cli, assembler.wheel.merge, assembler.cli.sbom; "
+             "print(any(m.startswith('cyclonedx') for m in sys.modules))")
+    assert (subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+            == "False")

@@ -48,7 +48,8 @@ def test_switch_and_manifest_choose_whether_sccache_runs(tmp_path: Path) -> None
     with pytest.raises(InputError, match="ASSEMBLE_SCCACHE='yes'"):
         sccache.configure("sccache", None, tmp_path, (), None, environ={"ASSEMBLE_SCCACHE": "yes"})
     defines = sccache.cmake_launcher_defines(on)
-    assert defines["cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER"].split(";")[-2:] == [str(sccache.LAUNCH_SCRIPT), str(on.binary)]
+    assert (defines["cmake.define.CMAKE_CUDA_COMPILER_LAUNCHER"].split(";")[-2:]
+            == [str(sccache.LAUNCH_SCRIPT), str(on.binary)])
     assert defines["cmake.define.CMAKE_CXX_LINKER_LAUNCHER"].split(";")[-1] == "-"  # a link: the launcher alone
     assert set(sccache.cmake_launcher_defines(None).values()) == {""}  # a reused build tree forgets the launcher
 
@@ -73,7 +74,8 @@ def test_cache_table_errors_name_the_line(tmp_path: Path, table: str, problem: s
 
 def test_cache_table_is_read(tmp_path: Path) -> None:
     manifest = tmp_path / "deps.toml"
-    manifest.write_text((EXAMPLE / "deps.toml").read_text() + '\n[cache]\ncompiler = "none"\nremote = "redis://10.0.0.5:6379/2"\n'
+    manifest.write_text((EXAMPLE / "deps.toml").read_text()
+                        + '\n[cache]\ncompiler = "none"\nremote = "redis://10.0.0.5:6379/2"\n'
                         'artifacts = "s3://release-cache/assembler"\ns3-endpoint = "http://127.0.0.1:9000"\n')
     cache = load_manifest(manifest).cache
     assert (cache.compiler, cache.remote, cache.artifacts, cache.s3_endpoint) == (
@@ -127,8 +129,10 @@ def _runner(root: Path, toolchains: Path, redis_url: str | None) -> tuple[Path, 
 
 
 def _build(ws: Path, cache: Path, *args: str, **env: str) -> dict[str, dict[str, object]]:
-    done = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), "build", "--cuda", "13.2", "--json", *args],
-                          env={**os.environ, "ASSEMBLE_CACHE": str(cache), **env}, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), "build", "--cuda", "13.2", "--json",
+                           *args],
+                          env={**os.environ, "ASSEMBLE_CACHE": str(cache), **env}, capture_output=True, text=True,
+                          check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return {dep["dep"]: dep for dep in json.loads(done.stdout)["deps"]}
 
@@ -191,7 +195,8 @@ def _listening(port: int) -> bool:
 
 def _start_build(local: Path, label: str) -> tuple[subprocess.Popen[str], int]:
     """A process that holds one real sccache server, as `assemble build` does, and its port."""
-    build = subprocess.Popen([sys.executable, "-c", BUILD_THAT_HANGS, str(local), label], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    build = subprocess.Popen([sys.executable, "-c", BUILD_THAT_HANGS, str(local), label], stdout=subprocess.PIPE,
+                             text=True, cwd=ROOT)
     assert build.stdout is not None
     return build, int(build.stdout.readline())
 

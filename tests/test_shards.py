@@ -100,7 +100,8 @@ def test_launcher_skips_what_the_shard_does_not_compile(tmp_path: Path) -> None:
     assert not launch.skipped(["a.o", "-o", "a.out"], mine, checkout)  # a configure probe's executable links
 
 
-def test_nvcc_stub_is_used_only_where_no_other_user_can_change_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvcc_stub_is_used_only_where_no_other_user_can_change_it(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A quoted include looks in the stub's directory first: a stub directory someone else may
     write (planted, as another user of the machine could), or a stub that is a link, means the
     unit compiles from its own path, never through what was planted."""
@@ -148,7 +149,8 @@ def test_cuda_dependency_split_over_two_runners_then_linked_from_the_cache(tmp_p
     first_ws, first_cache = ci_runner(tmp_path / "runner-1", toolchains, settings)
     second_ws, second_cache = ci_runner(tmp_path / "elsewhere" / "runner-2", toolchains, settings)
 
-    planned = _assemble(first_ws, first_cache, "plan", "--matrix", "--shards", "2", "--cuda", "13.2", "--only", "scalekit", "--json")
+    planned = _assemble(first_ws, first_cache, "plan", "--matrix", "--shards", "2", "--cuda", "13.2", "--only",
+                        "scalekit", "--json")
     assert planned.returncode == 0, planned.stderr[-3000:]
     document = json.loads(planned.stdout)
     jsonschema.validate(document, schema_for("plan"))
@@ -163,8 +165,10 @@ def test_cuda_dependency_split_over_two_runners_then_linked_from_the_cache(tmp_p
     assert steps["scalekit-final"]["depends_on"] == final["needs"]
     assert "--shard 1/2" in steps["scalekit-shard-1-of-2"]["command"]
 
-    one = _built(_assemble(first_ws, first_cache, "build", "--cuda", "13.2", "--only", "scalekit", "--shard", "1/2", "--json"))
-    two = _built(_assemble(second_ws, second_cache, "build", "--cuda", "13.2", "--only", "scalekit", "--shard", "2/2", "--json"))
+    one = _built(_assemble(first_ws, first_cache, "build", "--cuda", "13.2", "--only", "scalekit", "--shard", "1/2",
+                           "--json"))
+    two = _built(_assemble(second_ws, second_cache, "build", "--cuda", "13.2", "--only", "scalekit", "--shard", "2/2",
+                           "--json"))
     for done in (one, two):
         assert done["status"] == "compiled" and done["artifact"] is None, done
         shard = done["shard"]
@@ -172,7 +176,8 @@ def test_cuda_dependency_split_over_two_runners_then_linked_from_the_cache(tmp_p
         cache_counts = done["compiler_cache"]
         assert isinstance(cache_counts, dict) and cache_counts["misses"] > 0, done
     units = [set(done["shard"]["units"]) for done in (one, two)]  # type: ignore[index]
-    assert units[0].isdisjoint(units[1]) and units[0] | units[1] == {"csrc/scale.cu", "assembler_pyinit__scalekit_C.cpp"}
+    assert (units[0].isdisjoint(units[1])
+            and units[0] | units[1] == {"csrc/scale.cu", "assembler_pyinit__scalekit_C.cpp"})
     for cache in (first_cache, second_cache):  # a shard publishes nothing
         assert not any(path.is_file() for path in (cache / "artifacts").rglob("*"))
     assert not (second_ws / ".assemble" / "build" / "scalekit").exists()  # no stand-in object is left to link
