@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from assembler.audit.gate import (
+    VERDICT_STYLE,
     CheckKind,
     GateVerdict,
     Verdict,
@@ -17,7 +18,7 @@ from assembler.audit.gate import (
     worst_torch,
 )
 from assembler.audit.model import AuditReport, ElfReport
-from assembler.audit.report import VERDICT_STYLE, verdict_style
+from assembler.audit.report import verdict_style
 from assembler.audit.wheel_scan import CHECKS, check
 from assembler.errors import InputError
 

@@ -60,6 +60,17 @@ class Verdict(StrEnum):
     NO_EXTENSIONS = "no extensions"
 
 
+# How each verdict is painted in text output (rich style words), beside the verdict itself: a new
+# verdict is one member above and one entry here (tests/test_gate.py holds every verdict to one).
+VERDICT_STYLE: dict[Verdict, str] = {
+    Verdict.STABLE: "green", Verdict.UNSTABLE: "bold red", Verdict.NO_TORCH: "dim",
+    Verdict.ABI3: "green", Verdict.NON_ABI3: "bold red", Verdict.ABI3_MISMATCH: "yellow", Verdict.NO_PYTHON: "dim",
+    Verdict.CLEAN: "green", Verdict.NOT_LIMITED: "bold red", Verdict.INCOMPLETE: "yellow",
+    Verdict.NO_EXTENSIONS: "dim", Verdict.FLOOR_TOO_LOW: "bold red", Verdict.UNRESOLVED: "bold red",
+    Verdict.UNSAFE_PATH: "bold red",
+}
+
+
 class CheckKind(StrEnum):
     """What `--check` gates on."""
 

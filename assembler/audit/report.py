@@ -20,20 +20,22 @@ from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
 
 from assembler.audit import gate
-from assembler.audit.gate import PYTHON_FULL, PYTHON_LIMITED, CheckKind, Finding, GateVerdict, Verdict, findings
+from assembler.audit.gate import (
+    PYTHON_FULL,
+    PYTHON_LIMITED,
+    VERDICT_STYLE,
+    CheckKind,
+    Finding,
+    GateVerdict,
+    Verdict,
+    findings,
+)
 from assembler.audit.model import AuditReport, ElfReport
 from assembler.report.table import Cell, TextTable, clean, is_terminal, layout, paint, paragraph, wrap, write
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-VERDICT_STYLE: dict[Verdict, str] = {
-    Verdict.STABLE: "green", Verdict.UNSTABLE: "bold red", Verdict.NO_TORCH: "dim",
-    Verdict.ABI3: "green", Verdict.NON_ABI3: "bold red", Verdict.ABI3_MISMATCH: "yellow", Verdict.NO_PYTHON: "dim",
-    Verdict.CLEAN: "green", Verdict.NOT_LIMITED: "bold red", Verdict.INCOMPLETE: "yellow",
-    Verdict.NO_EXTENSIONS: "dim", Verdict.FLOOR_TOO_LOW: "bold red", Verdict.UNRESOLVED: "bold red",
-    Verdict.UNSAFE_PATH: "bold red",
-}
 HANG = "    "  # the indentation of a wrapped line under an indented one
 
 # What each abbreviation of the table means: the column headers, then the cells that are not words.
