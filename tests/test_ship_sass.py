@@ -98,7 +98,8 @@ def _device_code(module: Path) -> set[tuple[str, str]]:
     return {(arch.kind, arch.arch) for arch in fatbin.archs}
 
 
-def test_own_build_files_ship_sass_only_for_arch_specific_targets_unless_ptx(tmp_path: Path, private_cache: Path) -> None:
+def test_own_build_files_ship_sass_only_for_arch_specific_targets_unless_ptx(tmp_path: Path,
+                                                                             private_cache: Path) -> None:
     ws = tmp_path / "ws"
     kern = Repo(ws / "remotes" / "kern").commit("kern", {"CMakeLists.txt": KERN_CMAKE, "csrc/kern.cu": KERN_SOURCE})
     cprobe = Repo(ws / "remotes" / "cprobe").commit("cuda probe", {
@@ -110,10 +111,12 @@ def test_own_build_files_ship_sass_only_for_arch_specific_targets_unless_ptx(tmp
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout)
     artifacts = Path(report["artifacts"])
-    assert {d["dep"]: d["status"] for d in report["deps"]} == {"sassonly": "built", "withptx": "built", "cprobe": "built"}
+    assert ({d["dep"]: d["status"] for d in report["deps"]}
+            == {"sassonly": "built", "withptx": "built", "cprobe": "built"})
     # the same source and pin, two recipes: two keys, and the PTX only where it was asked for
     assert _device_code(artifacts / "sassonly" / "files" / "kern" / "_kern_C.abi3.so") == {("cubin", "sm_90a")}
-    assert _device_code(artifacts / "withptx" / "files" / "kern" / "_kern_C.abi3.so") == {("cubin", "sm_90a"), ("ptx", "compute_90a")}
+    assert (_device_code(artifacts / "withptx" / "files" / "kern" / "_kern_C.abi3.so")
+            == {("cubin", "sm_90a"), ("ptx", "compute_90a")})
     # CUDA::cuda_driver links although NVIDIA's wheels ship no libcuda.so stub; the module needs the real driver
     needed = subprocess.run(["readelf", "-d", artifacts / "sassonly" / "files" / "kern" / "_kern_C.abi3.so"],
                             capture_output=True, text=True, check=True).stdout
@@ -121,7 +124,8 @@ def test_own_build_files_ship_sass_only_for_arch_specific_targets_unless_ptx(tmp
     # torch's CMake ignores CMAKE_CUDA_ARCHITECTURES and reads TORCH_CUDA_ARCH_LIST: it gets the same archs
     assert (artifacts / "sassonly" / "files" / "kern" / "arch_list.txt").read_text() == "9.0a"
     assert (artifacts / "withptx" / "files" / "kern" / "arch_list.txt").read_text() == "9.0a+PTX"
-    assert _device_code(artifacts / "cprobe" / "files" / "cprobe" / "_cprobe_C.abi3.so") == {("cubin", "sm_90a"), ("ptx", "compute_90a")}
+    assert (_device_code(artifacts / "cprobe" / "files" / "cprobe" / "_cprobe_C.abi3.so")
+            == {("cubin", "sm_90a"), ("ptx", "compute_90a")})
     compdb = json.loads(compile_commands_path(ws / ".assemble", "cprobe").read_text())
     (ones,) = [entry["arguments"] for entry in compdb if entry["file"].endswith("ones.cu")]
     assert "-gencode=arch=compute_90a,code=compute_90a" in ones  # torch's spelling of 9.0a+PTX
@@ -157,17 +161,21 @@ int copy(CUdeviceptr d, const void* h, CUstream s) { return cuMemcpyHtoDAsync(d,
 """
 
 
-def test_the_driver_stub_defines_what_cuda_h_calls_so_the_link_keeps_the_driver(tmp_path: Path, toolchains: Path) -> None:
+def test_the_driver_stub_defines_what_cuda_h_calls_so_the_link_keeps_the_driver(tmp_path: Path,
+                                                                                toolchains: Path) -> None:
     root = select_cuda(HERMETIC_CUDA).root
     assert toolkit_stub(root) is None  # NVIDIA's wheels: no lib64/stubs/libcuda.so, hence the stub
     names = driver_functions(root, "c++")
-    assert {"cuInit", "cuMemAlloc_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz", "cuTensorMapEncodeTiled"} <= set(names)
+    assert ({"cuInit", "cuMemAlloc_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyHtoDAsync_v2_ptsz", "cuTensorMapEncodeTiled"}
+            <= set(names))
     stub = driver_stub(root, tmp_path / "driver", "c++")
-    assert f"[{DRIVER_SONAME}]" in subprocess.run(["readelf", "-d", stub], capture_output=True, text=True, check=True).stdout
+    assert (f"[{DRIVER_SONAME}]"
+            in subprocess.run(["readelf", "-d", stub], capture_output=True, text=True, check=True).stdout)
     (tmp_path / "user.c").write_text(DRIVER_USER)
     module = tmp_path / "user.so"
     for defines in ((), ("-DCUDA_API_PER_THREAD_DEFAULT_STREAM",)):
         # --as-needed drops a library that defines none of the calls: an empty stand-in would lose DT_NEEDED
         subprocess.run(["c++", "-shared", "-fPIC", "-x", "c", *defines, "-I", root / "include", tmp_path / "user.c",
                         "-Wl,--as-needed", "-Wl,--no-undefined", "-L", stub.parent, "-lcuda", "-o", module], check=True)
-        assert f"[{DRIVER_SONAME}]" in subprocess.run(["readelf", "-d", module], capture_output=True, text=True, check=True).stdout
+        assert (f"[{DRIVER_SONAME}]"
+                in subprocess.run(["readelf", "-d", module], capture_output=True, text=True, check=True).stdout)

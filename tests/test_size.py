@@ -40,7 +40,8 @@ def cuda_object(tmp_path_factory: pytest.TempPathFactory, toolchains: Path) -> P
     out = tmp_path_factory.mktemp("cuda-object")
     (out / "k.cu").write_text(KERNEL)
     nvcc = select_cuda(HERMETIC_CUDA).nvcc
-    subprocess.run([str(nvcc), "-shared", "-Xcompiler", "-fPIC", *GENCODE, "-o", str(out / "_k_C.abi3.so"), str(out / "k.cu")],
+    subprocess.run([str(nvcc), "-shared", "-Xcompiler", "-fPIC", *GENCODE, "-o", str(out / "_k_C.abi3.so"),
+                    str(out / "k.cu")],
                    check=True, capture_output=True)
     return out / "_k_C.abi3.so"
 
@@ -101,7 +102,8 @@ def test_a_hostile_section_table_is_refused_not_inflated(tmp_path: Path) -> None
     """A deflated member whose .shstrtab claims 40 MiB (of zeros: 40 KB of deflate) is refused
     at the audit's table limit, in one line, before any of it is inflated."""
     claimed = 40 << 20
-    header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + bytes(9), 3, 62, 1, 0, 0, 64, 0, 64, 0, 0, 64, 2, 1)
+    header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + bytes(9), 3, 62, 1, 0, 0, 64, 0, 64, 0, 0, 64, 2,
+                         1)
     names = struct.pack("<IIQQQQIIQQ", 0, 3, 0, 0, 192, claimed, 0, 0, 1, 0)
     wheel = tmp_path / "x-1.0-cp39-abi3-linux_x86_64.whl"
     with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -174,7 +176,8 @@ def test_cli_json_budget_and_attribution_by_install_glob(cuda_ws: Path) -> None:
     assert globbed.returncode == 0, globbed.stderr
     data = json.loads(globbed.stdout)
     assert data["attribution"] == "deps.toml install globs"
-    assert {g["name"]: g["files"] for g in data["deps"]} == {"ops": 4, "vecadd": 2, "(wheel metadata)": 4, "(zip structure)": 0}
+    assert ({g["name"]: g["files"] for g in data["deps"]}
+            == {"ops": 4, "vecadd": 2, "(wheel metadata)": 4, "(zip structure)": 0})
 
 
 def test_deps_toml_budgets_are_validated_and_enforced(cuda_ws: Path) -> None:
@@ -186,19 +189,23 @@ def test_deps_toml_budgets_are_validated_and_enforced(cuda_ws: Path) -> None:
     result = run_assemble("-C", str(cuda_ws), "size", str(wheel), "--json")
     assert result.returncode == 1, result.stderr
     data = json.loads(result.stdout)
-    assert data["budget"] == 10 << 20 and data["over_budget"] == [next(line for line in data["over_budget"] if line.startswith("ops ships"))]
+    assert (data["budget"] == 10 << 20
+            and data["over_budget"] == [next(line for line in data["over_budget"] if line.startswith("ops ships"))])
     assert next(g for g in data["deps"] if g["name"] == "ops")["over"] is True
     manifest.write_text(text.replace('torch-target = "2.11"\n', 'torch-target = "2.11"\nmax-size = "a lot"\n'))
     invalid = run_assemble("-C", str(cuda_ws), "size", str(wheel))
     line = next(n for n, row in enumerate(manifest.read_text().splitlines(), 1) if row.startswith("max-size"))
-    assert invalid.returncode == 2 and f"deps.toml:{line}:1: deps.ops.max-size:" in invalid.stderr and "400MB" in invalid.stderr
+    assert (invalid.returncode == 2 and f"deps.toml:{line}:1: deps.ops.max-size:" in invalid.stderr
+            and "400MB" in invalid.stderr)
 
 
-def test_build_of_the_example_splits_scalekit_by_arch_and_fails_over_budget(example_ws: Path, private_cache: Path) -> None:
+def test_build_of_the_example_splits_scalekit_by_arch_and_fails_over_budget(example_ws: Path,
+                                                                            private_cache: Path) -> None:
     """The demo wheel for two architectures: the size split of scalekit's CUDA extension, the
     SBOM listing both dependencies, and the build failing (exit 1, breakdown) over a budget."""
     manifest = example_ws / "deps.toml"
-    manifest.write_text(manifest.read_text().replace('cuda-archs = ["9.0a"]           # defaults', 'cuda-archs = ["8.0", "9.0a"]    # defaults'))
+    manifest.write_text(manifest.read_text().replace('cuda-archs = ["9.0a"]           # defaults',
+                                                     'cuda-archs = ["8.0", "9.0a"]    # defaults'))
     first = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, "--json", cache=private_cache)
     assert first.returncode == 0, first.stderr[-4000:]
     report = json.loads(first.stdout)
@@ -212,7 +219,8 @@ def test_build_of_the_example_splits_scalekit_by_arch_and_fails_over_budget(exam
     assert set(sbom) >= {"vecadd", "scalekit"} and len(sbom["scalekit"]["patches"]) == 3
     assert sbom["scalekit"]["archs"] == ["8.0", "9.0a"]
 
-    manifest.write_text(manifest.read_text().replace('verify-torch = ["2.13.0", "2.14.1"]', 'verify-torch = ["2.13.0", "2.14.1"]\nmax-wheel-size = "10kB"'))
+    manifest.write_text(manifest.read_text().replace('verify-torch = ["2.13.0", "2.14.1"]',
+                                                     'verify-torch = ["2.13.0", "2.14.1"]\nmax-wheel-size = "10kB"'))
     gated = assemble("-C", str(example_ws), "build", "--cuda", HERMETIC_CUDA, cache=private_cache)
     assert gated.returncode == 1, gated.stderr[-4000:]
     error = " ".join(gated.stderr.split())

@@ -30,7 +30,8 @@ def elf_with_fatbin(size: int, fill: Iterable[bytes]) -> tuple[Iterator[bytes], 
     names = b"\0.shstrtab\0.nv_fatbin\0"
     names_at = 64 + size
     shoff = (names_at + len(names) + 7) // 8 * 8
-    header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + bytes(9), 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, 3, 1)
+    header = struct.pack("<16sHHIQQQIHHHHHH", b"\x7fELF\x02\x01\x01" + bytes(9), 3, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64,
+                         3, 1)
     sections = bytes(64)  # SHT_NULL
     sections += struct.pack("<IIQQQQIIQQ", 1, 3, 0, 0, names_at, len(names), 0, 0, 1, 0)  # .shstrtab
     sections += struct.pack("<IIQQQQIIQQ", 11, 1, 2, 0, 64, size, 0, 0, 8, 0)  # .nv_fatbin, PROGBITS

@@ -67,7 +67,8 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, s
     return workspace, env
 
 
-def imported_modules(workspace: Path, env: dict[str, str], words: list[str]) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+def imported_modules(workspace: Path, env: dict[str, str],
+                     words: list[str]) -> tuple[set[str], subprocess.CompletedProcess[str]]:
     """The modules `python -X importtime -m assembler -C WORKSPACE WORDS` imported."""
     result = subprocess.run([sys.executable, "-X", "importtime", "-m", "assembler", "-C", str(workspace), *words],
                             env=env, capture_output=True, text=True)
@@ -111,7 +112,8 @@ def test_refs_read_without_git_agree_with_git(tmp_path: Path) -> None:
     def git(*args: str) -> str:
         env = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "t",
                "GIT_AUTHOR_EMAIL": "t@t.invalid", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t.invalid"}
-        return subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=tmp_path, env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
 
     git("init", "-q", "-b", "main")
     git("commit", "-q", "--allow-empty", "-m", "one")
@@ -142,7 +144,8 @@ def test_mirror_origin_read_without_git_agrees_with_git(tmp_path: Path, url: str
     repo = tmp_path / "mirror.git"
     subprocess.run(["git", "init", "-q", "--bare", str(repo)], env=env, check=True)
     subprocess.run(["git", "-C", str(repo), "config", "remote.origin.url", url], env=env, check=True)
-    subprocess.run(["git", "-C", str(repo), "config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"], env=env, check=True)
+    subprocess.run(["git", "-C", str(repo), "config", "remote.origin.fetch", "+refs/heads/*:refs/remotes/origin/*"],
+                   env=env, check=True)
     assert origin_url(repo) == url
 
 
@@ -163,7 +166,8 @@ def test_deps_inspects_checkouts_side_by_side_and_reports_the_first_failure(tmp_
     assert len(names) >= 3 and all(row["checkout"] == "ready" for row in rows)
     (workspace / "forks" / names[-1] / "tracked.txt").write_text("an edit\n")
     edited = json.loads(run_assemble("-C", str(workspace), "deps", "--json", env=env).stdout)["deps"]
-    assert [(row["name"], row["checkout"]) for row in edited] == [*[(name, "ready") for name in names[:-1]], (names[-1], "dirty")]
+    assert ([(row["name"], row["checkout"]) for row in edited]
+            == [*[(name, "ready") for name in names[:-1]], (names[-1], "dirty")])
     for name in names[1:]:
         (workspace / "forks" / name / ".git" / "index").write_bytes(b"not an index")
     failed = run_assemble("-C", str(workspace), "deps", env=env)

@@ -46,7 +46,8 @@ def test_status_lists_edits_and_unexported_commits_like_git(git_workspace: GitWo
 def test_status_shows_a_rebase_stopped_at_a_conflict(git_workspace: GitWorkspace) -> None:
     ws = git_workspace
     assert ws.assemble("checkout").returncode == 0
-    ws.upstream.commit("Rename the argument", {"csrc/kern.cpp": KERNEL_V1.replace("const at::Tensor& x", "const at::Tensor& input")
+    ws.upstream.commit("Rename the argument",
+                       {"csrc/kern.cpp": KERNEL_V1.replace("const at::Tensor& x", "const at::Tensor& input")
                                                .replace("x + 1", "input.add(1)")})
     assert ws.assemble("rebase", "kern").returncode == 5
     rebase = status(ws)["rebase"]
@@ -98,7 +99,8 @@ def test_editing_a_patch_in_the_middle_of_a_series_as_the_readme_says(git_worksp
     monkeypatch.setenv("GIT_SEQUENCE_EDITOR", "sed -i '1s/^pick/edit/'")  # `edit` on the first patch
     git(ws.fork, "rebase", "-q", "-i", ws.base)
     second_bytes = second.read_bytes()
-    (ws.fork / "docs" / "usage.md").write_text("call torch.ops.kern.add_one on a stable tensor\n")  # a file 0002 leaves alone
+    # a file 0002 leaves alone
+    (ws.fork / "docs" / "usage.md").write_text("call torch.ops.kern.add_one on a stable tensor\n")
     git(ws.fork, "commit", "-q", "-a", "--amend", "--no-edit")
     git(ws.fork, "rebase", "--continue")
     exported = ws.assemble("export", "kern", "--json")
@@ -120,6 +122,8 @@ def test_a_no_op_checkout_lists_the_edits_it_keeps_like_git_checkout(git_workspa
     (ws.fork / "docs" / "usage.md").unlink()
     result = ws.assemble("checkout")
     assert result.returncode == 0, result.stderr
-    assert "up-to-date" in result.stdout and "  M README.md\n" in result.stdout and "  D docs/usage.md\n" in result.stdout
-    assert json.loads(ws.assemble("checkout", "--json").stdout)["deps"][0]["edits"] == ["M README.md", "D docs/usage.md"]
+    assert ("up-to-date" in result.stdout and "  M README.md\n" in result.stdout
+            and "  D docs/usage.md\n" in result.stdout)
+    assert (json.loads(ws.assemble("checkout", "--json").stdout)["deps"][0]["edits"]
+            == ["M README.md", "D docs/usage.md"])
     assert (ws.fork / "README.md").read_text() == "edited\n"  # kept

@@ -140,7 +140,8 @@ def _runner(root: Path, toolchains: Path, store: Path) -> tuple[Path, dict[str, 
 
 
 def _assemble(ws: Path, env: dict[str, str], *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), *args], env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run([sys.executable, "-m", "assembler", "-C", str(ws), *args], env=env, capture_output=True,
+                          text=True, check=False)
     if ok:
         assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -159,21 +160,27 @@ def test_two_runners_build_halves_and_a_third_merges(tmp_path: Path, toolchains:
     halves = {"a": entries[0::2], "b": entries[1::2]}
     for name, ws, env in (("a", ws_a, env_a), ("b", ws_b, env_b)):
         only = [arg for e in halves[name] for arg in ("--only", e["dep"])]
-        report = json.loads(_assemble(ws, env, "build", "--cuda", "13.2", "--json", *only, "--artifacts", str(tmp_path / f"out-{name}")).stdout)
+        report = json.loads(_assemble(ws, env, "build", "--cuda", "13.2", "--json", *only, "--artifacts",
+                                      str(tmp_path / f"out-{name}")).stdout)
         assert {d["dep"]: d["shared"] for d in report["deps"]} == {e["dep"]: "uploaded" for e in halves[name]}
         for entry in halves[name]:  # the planned key is the key the build used
-            assert json.loads((tmp_path / f"out-{name}" / entry["dep"] / "artifact.json").read_text())["key"] == entry["key"]
+            assert (json.loads((tmp_path / f"out-{name}" / entry["dep"] / "artifact.json").read_text())["key"]
+                    == entry["key"])
 
     ws_c, env_c = _runner(tmp_path / "c", toolchains, store)
-    planned = {e["dep"]: e for e in json.loads(_assemble(ws_c, env_c, "plan", "--matrix", "--json", "--cuda", "13.2").stdout)["include"]}
+    planned = {e["dep"]: e for e
+               in json.loads(_assemble(ws_c, env_c, "plan", "--matrix", "--json", "--cuda", "13.2").stdout)["include"]}
     assert all(e["in_store"] and not e["cached"] and e["cost"] == 0 for e in planned.values()), planned
-    merged = json.loads(_assemble(ws_c, env_c, "merge", "--json", str(tmp_path / "out-a"), str(tmp_path / "out-b")).stdout)
+    merged = json.loads(_assemble(ws_c, env_c, "merge", "--json", str(tmp_path / "out-a"),
+                                  str(tmp_path / "out-b")).stdout)
     assert set(merged["deps"]) == {"rowsum", "scalekit", "vecadd"}
     # the whole build on the third runner compiles nothing: every artifact comes from the store
     report = json.loads(_assemble(ws_c, env_c, "build", "--cuda", "13.2", "--json").stdout)
-    assert {d["dep"]: (d["status"], d["shared"]) for d in report["deps"]} == {name: ("cached", "downloaded") for name in planned}
+    assert ({d["dep"]: (d["status"], d["shared"]) for d in report["deps"]}
+            == {name: ("cached", "downloaded") for name in planned})
     # a reused artifact reports the compiler-cache figures of the runner that built it
-    assert all(d["compiler_cache"]["reused"] and d["compiler_cache"]["requests"] > 0 for d in report["deps"]), report["deps"]
+    assert all(d["compiler_cache"]["reused"] and d["compiler_cache"]["requests"] > 0
+               for d in report["deps"]), report["deps"]
     assert report["wheel"] and Path(report["wheel"]).name == Path(merged["wheel"]).name
 
     # artifacts of another toolchain are refused, naming the field
@@ -195,7 +202,8 @@ def test_two_runners_build_halves_and_a_third_merges(tmp_path: Path, toolchains:
     assert "corrupt or partial" in done.stderr
     [dep] = json.loads(done.stdout)["deps"]
     assert (dep["status"], dep["shared"]) == ("built", "uploaded")
-    assert SharedStore(FileBackend(store)).fetch("vecadd", planned["vecadd"]["key"], tmp_path / "check") == (True, "downloaded")
+    assert (SharedStore(FileBackend(store)).fetch("vecadd", planned["vecadd"]["key"], tmp_path / "check")
+            == (True, "downloaded"))
 
 
 # --- a hostile store (issue 21, item 4) -----------------------------------------------------------

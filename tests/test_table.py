@@ -95,11 +95,13 @@ def test_identifiers_are_never_cut_and_free_text_wraps_between_words() -> None:
     narrow = table.render(width=40)
     assert narrow == (
         "┏━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┳━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┓\n"
-        "┃ commit                                   ┃ path                                           ┃ evidence                        ┃\n"
+        "┃ commit                                   ┃ path                                           ┃ "
+        "evidence                        ┃\n"
         "┡━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━╇━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━━┩\n"
         f"│ {SHA} │ patches/kern/0001-Use-stable-tensor-type.patch │ forwarded upstream as           │\n"
         f"│                                          │                                                │ {url} │\n"
-        "│                                          │                                                │ last week                       │\n"
+        "│                                          │                                                │ last "
+        "week                       │\n"
         "└──────────────────────────────────────────┴────────────────────────────────────────────────┴─────────────────────────────────┘\n"
     )
     assert table.render(width=None).count("\n") == 5  # no width to fit: the row on one line
@@ -182,7 +184,8 @@ def test_colour_only_when_asked() -> None:
     table.add_row("0001-a.patch", Cell("forwarded", "yellow"))
     table.add_row("0002-b.patch", Cell("upstream", "green"))
     coloured = table.render(colour=True)
-    assert "\x1b[1mpatch\x1b[0m" in coloured and "\x1b[33mforwarded\x1b[0m" in coloured and "\x1b[32mupstream\x1b[0m" in coloured
+    assert ("\x1b[1mpatch\x1b[0m" in coloured and "\x1b[33mforwarded\x1b[0m" in coloured
+            and "\x1b[32mupstream\x1b[0m" in coloured)
     assert SGR.sub("", coloured) == table.render(colour=False)
     assert "\x1b" not in table.render(colour=False)
     titled = TextTable("a", title="bundle")
@@ -282,14 +285,16 @@ def test_deps_prints_the_table(tmp_path: Path) -> None:
     assert re.fullmatch(r"dependency  source +commit +track  patches  checkout", lines[1])  # piped: plain columns
     assert not BOX.search(result.stdout)
     starts = [lines[1].index(header) for header in ("source", "commit", "track", "patches", "checkout")]
-    rows = [[line[start:end].strip() for start, end in zip([0, *starts], [*starts, None], strict=True)] for line in lines[2:]]
+    rows = [[line[start:end].strip() for start, end in zip([0, *starts], [*starts, None], strict=True)]
+            for line in lines[2:]]
     expected = []
     for name, dep in manifest["deps"].items():
         source = dep.get("source", dep["upstream"])  # a fork is built from its own source
         kind = "upstream" if source == dep["upstream"] else "fork"
         series = workspace / "patches" / name / "series"
         count = sum(1 for line in series.read_text().splitlines() if line.strip() and not line.startswith("#"))
-        expected.append([name, f"{kind}: {source.split('://')[-1]}", dep["commit"][:12], dep["track"], str(count), "absent"])
+        expected.append([name, f"{kind}: {source.split('://')[-1]}", dep["commit"][:12], dep["track"], str(count),
+                         "absent"])
     assert rows == expected
     assert "\x1b" not in result.stdout
 
@@ -345,7 +350,8 @@ def test_patches_shows_a_hostile_subject_escaped(git_workspace: GitWorkspace) ->
     patch = sorted(git_workspace.patches.glob("*.patch"))[0]
     text = patch.read_text()
     assert "Subject: [PATCH] Use stable tensor type" in text
-    patch.write_text(text.replace("Subject: [PATCH] Use stable tensor type", "Subject: [PATCH] Use stable\x1b[2J\x1b]0;pwned\x07 type"))
+    patch.write_text(text.replace("Subject: [PATCH] Use stable tensor type",
+                                  "Subject: [PATCH] Use stable\x1b[2J\x1b]0;pwned\x07 type"))
     for colour in ("never", "always"):
         result = git_workspace.assemble("--color", colour, "patches")
         assert result.returncode == 0, result.stderr
@@ -421,7 +427,8 @@ def test_fits_says_whether_words_alone_make_it_fit() -> None:
 def test_paragraph_wraps_prose_with_a_hanging_indent() -> None:
     from assembler.report.table import paragraph
 
-    assert paragraph("  alpha beta gamma delta epsilon", 14, hang="    ") == "  alpha beta\n    gamma\n    delta\n    epsilon\n"
+    assert (paragraph("  alpha beta gamma delta epsilon", 14, hang="    ")
+            == "  alpha beta\n    gamma\n    delta\n    epsilon\n")
     assert paragraph("alpha\x1b beta", None) == "alpha\\x1b beta\n"  # no width: one line; cleaned
 
 

@@ -68,15 +68,18 @@ def words(text: str) -> list[str]:
 @pytest.fixture
 def wheel(sbom_ws: Path) -> Path:  # noqa: F811
     """The merge tests' workspace (vecadd carrying four patches) merged by `assemble merge`."""
-    merged = run_assemble("-C", str(sbom_ws), "merge", str(sbom_ws / "artifacts" / "ops"), str(sbom_ws / "artifacts" / "vecadd"),
+    merged = run_assemble("-C", str(sbom_ws), "merge", str(sbom_ws / "artifacts" / "ops"),
+                          str(sbom_ws / "artifacts" / "vecadd"),
                           "--out", str(sbom_ws / "dist"), "--json", env={"ASSEMBLE_CACHE": str(sbom_ws / "cache")})
     assert merged.returncode == 0, merged.stderr
     return Path(json.loads(merged.stdout)["wheel"])
 
 
 def test_merge_table_is_plain_and_fits_80_columns(sbom_ws: Path) -> None:  # noqa: F811
-    merged = run_assemble("-C", str(sbom_ws), "merge", str(sbom_ws / "artifacts" / "ops"), str(sbom_ws / "artifacts" / "vecadd"),
-                          "--out", str(sbom_ws / "dist"), env={"ASSEMBLE_CACHE": str(sbom_ws / "cache"), "COLUMNS": "80"})
+    merged = run_assemble("-C", str(sbom_ws), "merge", str(sbom_ws / "artifacts" / "ops"),
+                          str(sbom_ws / "artifacts" / "vecadd"),
+                          "--out", str(sbom_ws / "dist"),
+                          env={"ASSEMBLE_CACHE": str(sbom_ws / "cache"), "COLUMNS": "80"})
     assert merged.returncode == 0, merged.stderr
     table = merged.stdout.split("merged in")[0]
     fits(table)
@@ -138,7 +141,8 @@ def test_cache_info_is_plain_columns(tmp_path: Path) -> None:
     info = run_assemble("cache", "info", env={"ASSEMBLE_CACHE": str(tmp_path / "cache"), "COLUMNS": "80"}, cwd=tmp_path)
     assert info.returncode == 0, info.stderr
     assert not BOX.search(info.stdout), info.stdout
-    assert re.search(r"^kind +entries +size$", info.stdout, re.M) and re.search(r"^total +0 +0 B$", info.stdout, re.M), info.stdout
+    assert (re.search(r"^kind +entries +size$", info.stdout, re.M)
+            and re.search(r"^total +0 +0 B$", info.stdout, re.M)), info.stdout
 
 
 def plan_tables() -> None:
@@ -148,7 +152,8 @@ def plan_tables() -> None:
     archs = ("8.0", "9.0a", "10.0a", "12.0")
     entries = [MatrixEntry("flash-attention-3", "f" * 32, "cmake", archs, 12, 182, False, None),
                MatrixEntry("vecadd", "e" * 32, "helper", (), 2, 0, True, False)]
-    split = [ShardEntry("flash-attention-3", "f" * 32, index, 4, ("hdim128.cu",) * 40, 1234.5, "0123456789ab") for index in range(1, 5)]
+    split = [ShardEntry("flash-attention-3", "f" * 32, index, 4, ("hdim128.cu",) * 40, 1234.5, "0123456789ab")
+             for index in range(1, 5)]
     print_plan(entries, split, 4)
 
 
@@ -156,7 +161,8 @@ def test_plan_tables_are_plain_when_piped_and_boxed_on_a_terminal(monkeypatch: p
     text = "\n".join(piped(plan_tables, 80, monkeypatch))
     fits(text)
     assert re.search(r"^dependency +key +archs +units +in store +est\.", text, re.M), text
-    assert {"flash-attention-3", "ffffffffffff", "eeeeeeeeeeee", "10.0a", "4/4", "0123456789ab", "unknown", "local"} <= set(words(text))
+    assert ({"flash-attention-3", "ffffffffffff", "eeeeeeeeeeee", "10.0a", "4/4", "0123456789ab", "unknown", "local"}
+            <= set(words(text)))
     boxed = on_a_terminal(plan_tables, 80, monkeypatch)
     assert boxed[0].startswith("┏") and max(cell_width(line) for line in boxed) <= 80, "\n".join(boxed)
 
@@ -169,7 +175,8 @@ def test_patches_at_80_columns_cuts_no_file_name(git_workspace: GitWorkspace) ->
     long_subject = "Use header-only scalar types and checks in add_scaled everywhere"
     kernel = ws.root / "forks" / "kern"
     assert ws.assemble("checkout", "kern").returncode == 0
-    for number, subject in enumerate((long_subject, "Port add_scaled to torch::stable::Tensor and STABLE_TORCH_LIBRARY"), 1):
+    for number, subject in enumerate((long_subject,
+                                      "Port add_scaled to torch::stable::Tensor and STABLE_TORCH_LIBRARY"), 1):
         (kernel / f"file{number}.txt").write_text(subject + "\n")
         import subprocess
 
@@ -190,7 +197,8 @@ def test_patches_at_80_columns_cuts_no_file_name(git_workspace: GitWorkspace) ->
         number = name.split("-")[0]
         assert any(row.startswith(f"{number} ") for row in lines), narrow.stdout
     assert "Use header-only scalar types and checks in add_scaled" in narrow.stdout  # the subject wraps between words
-    wide = run_assemble("-C", str(ws.root), "patches", "--offline", env={"ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "300"})
+    wide = run_assemble("-C", str(ws.root), "patches", "--offline",
+                        env={"ASSEMBLE_CACHE": str(ws.cache), "COLUMNS": "300"})
     assert not BOX.search(wide.stdout)
     assert all(any(line.startswith(f"{name} ") for line in wide.stdout.splitlines()) for name in names), wide.stdout
     as_json = run_assemble("-C", str(ws.root), "patches", "--offline", "--json", env=env)

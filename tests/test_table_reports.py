@@ -29,8 +29,8 @@ from assembler.verify.report import Cell, Check, Status, TorchInfo, VerifyReport
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")
 BOX = re.compile("[\u2500-\u257f]")
-LONG = ("expected tensor([2., 4., 6.]) from vecadd.add_scaled(x, y, 2.0) on torch 2.14.1+cu130, got tensor([3., 5., 7.]) "
-        "(max abs diff 1.0)")  # longer than the 113-character cell
+LONG = ("expected tensor([2., 4., 6.]) from vecadd.add_scaled(x, y, 2.0) on torch 2.14.1+cu130, "
+        "got tensor([3., 5., 7.]) (max abs diff 1.0)")  # longer than the 113-character cell
 SYMBOL = "_ZN5torch6stable6detail19from_ivalue_helperIlE4callERKN3c106IValueE"
 
 
@@ -42,13 +42,14 @@ def fresh_consoles() -> Iterator[None]:
 
 
 def verify_report(reason: str = LONG) -> VerifyReport:
-    torch = [TorchInfo("2.13.0", "2.13.0+cpu", None, False, "/env/a"), TorchInfo("2.14.1", "2.14.1+cu130", "13.0", False, "/env/b")]
+    torch = [TorchInfo("2.13.0", "2.13.0+cpu", None, False, "/env/a"),
+             TorchInfo("2.14.1", "2.14.1+cu130", "13.0", False, "/env/b")]
     cells = {}
     for dep in ("vecadd", "scalekit-long-name"):
         cells[(dep, "2.13.0")] = Cell(dep, "2.13.0", [Check("load", "vecadd/_C.abi3.so", Status.PASS)])
         cells[(dep, "2.14.1")] = Cell(dep, "2.14.1", [Check("smoke", "", Status.FAIL, reason)])
-    return VerifyReport("dist/stable_abi_example-0.1.0-cp310-abi3-linux_x86_64.whl", torch, ["vecadd", "scalekit-long-name"],
-                        cells, seconds=1.5)
+    return VerifyReport("dist/stable_abi_example-0.1.0-cp310-abi3-linux_x86_64.whl", torch,
+                        ["vecadd", "scalekit-long-name"], cells, seconds=1.5)
 
 
 def build_report() -> BuildReport:
@@ -109,7 +110,8 @@ def table_lines(lines: list[str], title: str) -> list[str]:
     start = next(index for index, line in enumerate(lines) if line.startswith(title) or (
         title.startswith(line) and " ".join(lines[index:index + 2]).startswith(title)))
     end = next((index for index, line in enumerate(lines) if index > start and (
-        re.match(r"\d+ PASS", line) or line.startswith(("load failures", "wheel:", "no wheel", "specs:", "verify ")) or line == "verify")), len(lines))
+        re.match(r"\d+ PASS", line) or line.startswith(("load failures", "wheel:", "no wheel", "specs:", "verify "))
+        or line == "verify")), len(lines))
     if not lines[start].startswith(title):  # the title's two lines as one
         return [" ".join(lines[start:start + 2]), *lines[start + 2:end]]
     return lines[start:end]
@@ -123,7 +125,8 @@ def test_verify_matrix_wraps_the_long_reason_and_is_plain_when_piped(monkeypatch
         assert not BOX.search("\n".join(lines))
         assert max(cell_width(line) for line in table[1:]) <= columns, "\n".join(table)
         assert re.match(r"dependency +torch", table[1])
-        rows = [line.split()[0] for line in table if line[:1] not in (" ", "") and not line.startswith(("verify", "dependency"))]
+        rows = [line.split()[0] for line in table if line[:1] not in (" ", "")
+                and not line.startswith(("verify", "dependency"))]
         assert rows == ["vecadd", "scalekit-long-name"], "\n".join(table)  # names whole, each once
         words = " ".join(table).split()
         assert " ".join(words).count(f"FAIL smoke: {LONG}") == 2  # wrapped between words, nothing lost
@@ -150,8 +153,9 @@ def test_build_summary_at_60_columns_cuts_no_name_nor_verdict(monkeypatch: pytes
     # 60 columns are too few for them (rich cut `vecadd` to `veca`; the least boxed is 88): plain columns
     # on the terminal too, every name and verdict whole
     narrow = table_lines(on_a_terminal(draw, 60, monkeypatch), title)
-    assert not BOX.search("\n".join(narrow)) and {"vecadd", "scalekit", "b89ec77f0b89", "STABLE", "UNSTABLE+NON_ABI3", "sm_100a"} <= set(
-        " ".join(SGR.sub("", line) for line in narrow).split()), "\n".join(narrow)
+    assert (not BOX.search("\n".join(narrow))
+            and {"vecadd", "scalekit", "b89ec77f0b89", "STABLE", "UNSTABLE+NON_ABI3", "sm_100a"}
+            <= set(" ".join(SGR.sub("", line) for line in narrow).split())), "\n".join(narrow)
     plain = table_lines(piped(draw, 60, monkeypatch), title)
     assert not BOX.search("\n".join(plain))
     assert re.match(r"dep +commit +patches +build +archs +min torch +verdict$", plain[1]), "\n".join(plain)

@@ -22,7 +22,8 @@ ESC = "\x1b]0;owned\x07\x1b[2J\x1b[31m"  # set the title, clear the screen, turn
 def _poison_first_patch(ws: GitWorkspace) -> Path:
     patch = sorted(ws.patches.glob("0001-*.patch"))[0]
     text = patch.read_text()
-    text = text.replace("Switch at::Tensor", f"Switch {ESC}at::Tensor", 1).replace("+#include", f"+// {ESC}\n+#include", 1)
+    text = text.replace("Switch at::Tensor", f"Switch {ESC}at::Tensor", 1).replace("+#include",
+                                                                                   f"+// {ESC}\n+#include", 1)
     patch.write_text(text)
     return patch
 

@@ -28,7 +28,8 @@ def test_an_object_importing_a_2_15_shim_needs_torch_2_15(tmp_path: Path, symbol
     (tmp_path / "uses.cpp").write_text(f'extern "C" int {symbol}(void*, void*);\n'
                                        f'extern "C" int call(void* a, void* b) {{ return {symbol}(a, b); }}\n')
     library = tmp_path / "uses.so"
-    subprocess.run(["g++", "-shared", "-fPIC", str(tmp_path / "uses.cpp"), "-o", str(library)], check=True, capture_output=True)
+    subprocess.run(["g++", "-shared", "-fPIC", str(tmp_path / "uses.cpp"), "-o", str(library)], check=True,
+                   capture_output=True)
     (report,) = audit_paths([library])
     (obj,) = report.extensions
     assert obj.min_torch == "2.15.0" and symbol in obj.min_torch_symbols and not obj.unknown_shim_symbols, obj

@@ -14,7 +14,8 @@ from tests.conftest import GitWorkspace
     ("plan", "--matrix", "--torch", "2.13"),
     ("verify", "x.whl", "--torch", "2.13"),
 ])
-def test_a_short_torch_version_on_the_command_line_is_refused_with_the_fix(git_workspace: GitWorkspace, words: tuple[str, ...]) -> None:
+def test_a_short_torch_version_on_the_command_line_is_refused_with_the_fix(git_workspace: GitWorkspace,
+                                                                           words: tuple[str, ...]) -> None:
     result = git_workspace.assemble(*words)
     assert result.returncode == 2, result.stderr
     assert "'2.13' is not a torch release: expected MAJOR.MINOR.PATCH (X.Y.Z); write 2.13.0" in result.stderr
@@ -22,7 +23,8 @@ def test_a_short_torch_version_on_the_command_line_is_refused_with_the_fix(git_w
 
 
 @pytest.mark.parametrize("key, line", [('torch = "2.13"', 6), ('verify-torch = ["2.13.0", "2.14+cu130"]', 6)])
-def test_a_short_torch_version_in_deps_toml_is_refused_at_its_line(git_workspace: GitWorkspace, key: str, line: int) -> None:
+def test_a_short_torch_version_in_deps_toml_is_refused_at_its_line(git_workspace: GitWorkspace, key: str,
+                                                                   line: int) -> None:
     text = git_workspace.manifest.read_text()
     git_workspace.manifest.write_text(text.replace('python-abi = "3.9"\n', f'python-abi = "3.9"\n{key}\n'))
     result = git_workspace.assemble("deps")
@@ -34,5 +36,6 @@ def test_a_short_torch_version_in_deps_toml_is_refused_at_its_line(git_workspace
 def test_full_releases_and_local_versions_pass(git_workspace: GitWorkspace) -> None:
     text = git_workspace.manifest.read_text()
     git_workspace.manifest.write_text(text.replace(
-        'python-abi = "3.9"\n', 'python-abi = "3.9"\ntorch = "2.13.0"\nverify-torch = ["2.13.0", "2.14.1+cu130", "2.15.0rc1"]\n'))
+        'python-abi = "3.9"\n',
+        'python-abi = "3.9"\ntorch = "2.13.0"\nverify-torch = ["2.13.0", "2.14.1+cu130", "2.15.0rc1"]\n'))
     assert git_workspace.assemble("deps").returncode == 0

@@ -100,7 +100,8 @@ def test_stable_passes_on_both_unstable_fails_on_new_torch(demo: subprocess.Comp
     assert "undefined symbol" in broken["reason"]
     assert "at::cpu::cholesky_out(at::Tensor&, at::Tensor const&, bool)" in broken["reason"]
     assert "_ZN2at3cpu12cholesky_outERNS_6TensorERKS1_b" in broken["reason"]
-    assert broken["checks"][0]["kind"] == "load" and broken["checks"][0]["target"] == "verifydemo_unstable/libunstable_ops.so"
+    assert (broken["checks"][0]["kind"] == "load"
+            and broken["checks"][0]["target"] == "verifydemo_unstable/libunstable_ops.so")
     # With the library unloadable, its op and smoke are reported as not run, never as passed.
     assert {c["kind"]: c["status"] for c in broken["checks"][1:]} == {"op": "SKIPPED", "smoke": "SKIPPED"}
 
@@ -113,7 +114,8 @@ def test_cuda_only_library_is_skipped_never_passed(demo: subprocess.CompletedPro
     assert [c["kind"] for c in cpu["checks"]] == ["cuda"]  # not even loaded
     cuda = matrix[("demo-cuda", NEW)]
     assert cuda["status"] == "SKIPPED"
-    assert {c["kind"]: c["status"] for c in cuda["checks"]} == {"load": "PASS", "registered": "PASS", "op": "PASS", "smoke": "SKIPPED"}
+    assert ({c["kind"]: c["status"] for c in cuda["checks"]}
+            == {"load": "PASS", "registered": "PASS", "op": "PASS", "smoke": "SKIPPED"})
     assert "torch.cuda.is_available() is False" in cuda["reason"]
     data = json.loads(demo.stdout)
     assert data["summary"] == {"PASS": 3, "FAIL": 1, "SKIPPED": 2}
@@ -178,7 +180,8 @@ def test_scan_tells_python_modules_op_libraries_and_cuda_needs(libraries: dict[s
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(data)
     found = {f.path: f for f in scan(tmp_path)}
-    assert set(found) == {"verifydemo/_C.abi3.so", "verifydemo_unstable/libunstable_ops.so", "verifydemo_cuda/libcuda_ops.so"}
+    assert (set(found)
+            == {"verifydemo/_C.abi3.so", "verifydemo_unstable/libunstable_ops.so", "verifydemo_cuda/libcuda_ops.so"})
     assert found["verifydemo/_C.abi3.so"].module == "verifydemo._C"
     assert found["verifydemo_unstable/libunstable_ops.so"].module is None
     assert found["verifydemo_cuda/libcuda_ops.so"].cuda_libs == ("libcudart.so.13",)
@@ -190,7 +193,8 @@ def test_outside_a_workspace_each_extension_must_load(workspace: Path, tmp_path:
     assert result.returncode == 0, result.stderr
     assert "no deps.toml found" in result.stderr
     matrix = cells(result)
-    assert {dep for dep, _ in matrix} == {"verifydemo/_C.abi3.so", "verifydemo_unstable/libunstable_ops.so", "verifydemo_cuda/libcuda_ops.so"}
+    assert ({dep for dep, _ in matrix}
+            == {"verifydemo/_C.abi3.so", "verifydemo_unstable/libunstable_ops.so", "verifydemo_cuda/libcuda_ops.so"})
     assert matrix[("verifydemo/_C.abi3.so", OLD)]["status"] == "PASS"
     assert matrix[("verifydemo_unstable/libunstable_ops.so", OLD)]["status"] == "PASS"
     assert matrix[("verifydemo_cuda/libcuda_ops.so", OLD)]["status"] == "SKIPPED"  # needs libcudart
@@ -214,7 +218,8 @@ def test_uninstallable_torch_version_is_exit_7_naming_it(workspace: Path, tmp_pa
     assert not [p for p in venvs.iterdir() if p.is_dir()], "a failed creation left an environment behind"
 
 
-ENSURE = "import sys; from assembler.verify.envs import ensure_torch_env; print(ensure_torch_env(sys.argv[1], print).path)"
+ENSURE = ("import sys; from assembler.verify.envs import ensure_torch_env; print(ensure_torch_env(sys.argv[1], "
+          "print).path)")
 
 
 def _installing(venvs: Path) -> bool:
@@ -240,7 +245,8 @@ def test_env_creation_killed_midway_is_not_reused_and_concurrent_runs_share_one(
     assert not [p for p in venvs.iterdir() if p.is_dir() and not p.name.startswith(".tmp-")], "half-built venv in place"
 
     runs = [
-        subprocess.Popen([sys.executable, "-c", ENSURE, OLD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, "-c", ENSURE, OLD], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
         for _ in range(2)
     ]
     outputs = [run.communicate(timeout=600) for run in runs]

@@ -20,7 +20,7 @@ from assembler.toolchain.venv import site_packages
 from assembler.verify.envs import TorchEnv
 from assembler.verify.load_failure import ProbedTorch, diagnose, missing_symbol
 from tests.conftest import run_assemble
-from tests.test_verify import NEW, OLD, cells, demo, libraries, torch_envs, wheel, workspace  # noqa: F401  (session fixtures)
+from tests.test_verify import NEW, OLD, cells, demo, libraries, torch_envs, wheel, workspace  # noqa: F401 (fixtures)
 from tests.verify_fixtures.demo import MANIFEST, package_files, write_wheel
 
 pytestmark = pytest.mark.integration
@@ -33,7 +33,8 @@ def torch_lib(env: TorchEnv) -> Path:
     return site_packages(env.path) / "torch" / "lib"
 
 
-def test_json_names_symbol_dependency_extension_and_last_torch_with_it(demo: subprocess.CompletedProcess[str]) -> None:  # noqa: F811
+def test_json_names_symbol_dependency_extension_and_last_torch_with_it(
+        demo: subprocess.CompletedProcess[str]) -> None:  # noqa: F811
     matrix = cells(demo)
     broken = matrix[("demo-unstable", NEW)]
     assert broken["status"] == "FAIL"
@@ -59,7 +60,8 @@ def unstable_only(tmp_path_factory: pytest.TempPathFactory, libraries: dict[str,
     """A workspace whose wheel holds only the unstable library: one row per torch, a short run."""
     root = tmp_path_factory.mktemp("diagnose-ws")
     head, _, rest = MANIFEST.partition("[deps.demo-unstable]")
-    (root / "deps.toml").write_text(head.split("[deps.demo-stable]")[0] + "[deps.demo-unstable]" + rest.split("[deps.demo-cuda]")[0])
+    (root / "deps.toml").write_text(head.split("[deps.demo-stable]")[0] + "[deps.demo-unstable]"
+                                    + rest.split("[deps.demo-cuda]")[0])
     write_wheel(root / "dist", "verifydemo", package_files({"unstable_ops": libraries["unstable_ops"]}))
     return root
 
@@ -95,7 +97,8 @@ def test_export_table_is_cached_per_torch_and_reread(torch_envs: dict[str, Torch
     assert torch_exports(env.installed, torch_lib(env), said.append) is not None and len(said) == 2
 
 
-def test_a_symbol_only_the_newer_torch_exports_is_first_seen_there(torch_envs: dict[str, TorchEnv], tmp_path: Path) -> None:  # noqa: F811
+def test_a_symbol_only_the_newer_torch_exports_is_first_seen_there(torch_envs: dict[str, TorchEnv],  # noqa: F811
+                                                                   tmp_path: Path) -> None:
     """The other direction, from the same real tables: a 2.14.1 symbol missing on 2.13.0."""
     tables = {env.installed: torch_exports(env.installed, torch_lib(env)) for env in torch_envs.values()}
     old, new = (tables[torch_envs[v].installed] for v in (OLD, NEW))
@@ -103,7 +106,8 @@ def test_a_symbol_only_the_newer_torch_exports_is_first_seen_there(torch_envs: d
     added = sorted(s for s in new.libs["libtorch_cpu.so"] - old.all() if s.startswith("_ZN2at"))
     assert added, "torch 2.14.1's libtorch_cpu.so exports no at:: symbol that 2.13.0 lacks"
     failing = ProbedTorch(old.torch, Path(old.source), tmp_path)
-    found = diagnose(added[0], "pkg/libx.so", "pkg/libx.so", "x", failing, {t: e for t, e in tables.items() if e}, {"pkg/libx.so": "x"})
+    found = diagnose(added[0], "pkg/libx.so", "pkg/libx.so", "x", failing, {t: e for t, e in tables.items() if e},
+                     {"pkg/libx.so": "x"})
     assert found.last_seen is None and found.first_seen == NEW
     assert found.verdict == f"first exported by torch {NEW} among those verified"
     assert found.present_in == (new.torch,) and found.absent_in == (old.torch,)
@@ -111,15 +115,18 @@ def test_a_symbol_only_the_newer_torch_exports_is_first_seen_there(torch_envs: d
     # stands for an extension built against 2.14.1 (it imports 2.14.1's libtorch_cpu).
     cuda = ProbedTorch(old.torch, Path(old.source), Path(new.source))
     symbol = sorted(s for s in new.libs["libtorch_cpu.so"] - old.all())[0]
-    found = diagnose(symbol, "libtorch_cuda.so", "libtorch_cuda.so", None, cuda, {t: e for t, e in tables.items() if e}, {})
+    found = diagnose(symbol, "libtorch_cuda.so", "libtorch_cuda.so", None, cuda, {t: e for t, e in tables.items() if e},
+                     {})
     assert found.also_missing_count > 0 and len(found.also_missing) == min(found.also_missing_count, 20)
     assert all("::" in name or not name.startswith("_Z") for name in found.also_missing)  # demangled
     assert found.owner() == "libtorch_cuda.so (no dependency claims it)"
 
 
 def test_missing_symbol_reads_the_loader_message() -> None:
-    assert missing_symbol(f"OSError: pkg/lib.so: undefined symbol: {CHOLESKY_CXX} [{CHOLESKY}]") == (CHOLESKY, "pkg/lib.so")
-    assert missing_symbol("ImportError: /x/_C.so: undefined symbol: aoti_torch_foo, version V1") == ("aoti_torch_foo", "/x/_C.so")
+    assert (missing_symbol(f"OSError: pkg/lib.so: undefined symbol: {CHOLESKY_CXX} [{CHOLESKY}]")
+            == (CHOLESKY, "pkg/lib.so"))
+    assert (missing_symbol("ImportError: /x/_C.so: undefined symbol: aoti_torch_foo, version V1")
+            == ("aoti_torch_foo", "/x/_C.so"))
     assert missing_symbol("undefined symbol: bar") == ("bar", None)
     assert missing_symbol("OSError: libcudart.so.13: cannot open shared object file") is None
 

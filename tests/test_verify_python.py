@@ -51,7 +51,8 @@ def merged(tmp_path_factory: pytest.TempPathFactory, envs: dict[str, TorchEnv], 
     assembler.json names bundle verifydemo and carries demo-stable's ops and smoke call."""
     root = tmp_path_factory.mktemp("merged")
     env = envs[OLD]
-    library = compiled(pytestconfig.cache.mkdir("verify-fixtures"), site_packages(env.path) / "torch", env.installed, "stable_ops")
+    library = compiled(pytestconfig.cache.mkdir("verify-fixtures"), site_packages(env.path) / "torch", env.installed,
+                       "stable_ops")
     (root / "deps.toml").write_text(STABLE_MANIFEST)
     artifact = root / "artifacts" / "demo-stable"
     (artifact / "files" / "verifydemo").mkdir(parents=True)
@@ -60,7 +61,8 @@ def merged(tmp_path_factory: pytest.TempPathFactory, envs: dict[str, TorchEnv], 
     (artifact / "artifact.json").write_text(json.dumps({
         "dep": "demo-stable", "commit": "1" * 40, "source": "https://example.invalid/demo-stable.git", "patches": [],
         "key": hashlib.sha256(b"demo-stable").hexdigest()[:32],
-        "toolchain": {"cuda": None, "torch": OLD, "python_abi": "3.9", "torch_target": "2.10"}, "archs": [], "build_seconds": 1.0,
+        "toolchain": {"cuda": None, "torch": OLD, "python_abi": "3.9", "torch_target": "2.10"}, "archs": [],
+        "build_seconds": 1.0,
     }))
     return merge_wheel(load_manifest(root / "deps.toml"), [artifact], root / "dist", cuda="13.0").wheel
 
@@ -77,7 +79,8 @@ def report(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 def checks(data: dict[str, Any], dep: str) -> dict[str, list[str]]:
     """torch column -> the kinds of the PASS checks of ``dep``."""
-    return {cell["torch"]: [c["kind"] for c in cell["checks"] if c["status"] == "PASS"] for cell in data["results"] if cell["dep"] == dep}
+    return {cell["torch"]: [c["kind"] for c in cell["checks"] if c["status"] == "PASS"] for cell in data["results"]
+            if cell["dep"] == dep}
 
 
 def test_python_verifies_on_the_interpreters_torch_and_creates_nothing(
@@ -85,14 +88,16 @@ def test_python_verifies_on_the_interpreters_torch_and_creates_nothing(
 ) -> None:
     cache = tmp_path / "cache"
     old, new = envs[OLD].python, envs[NEW].python
-    result = verify(merged.parent.parent, str(merged), "--python", str(old), "--python", str(new), "--json", cache=cache)
+    result = verify(merged.parent.parent, str(merged), "--python", str(old), "--python", str(new), "--json",
+                    cache=cache)
     assert result.returncode == 0, result.stderr
     data = report(result)
     labels = [info["requested"] for info in data["torch"]]
     assert labels == [f"{envs[OLD].installed} ({old})", f"{envs[NEW].installed} ({new})"]
     assert [info["python"] for info in data["torch"]] == [str(old), str(new)]
     assert [info["cuda"] is None for info in data["torch"]] == [True, False]  # 2.14.1 is the CUDA build
-    assert checks(data, "demo-stable") == {labels[0]: ["load", "registered", "op", "smoke"], labels[1]: ["load", "registered", "op", "smoke"]}
+    assert (checks(data, "demo-stable")
+            == {labels[0]: ["load", "registered", "op", "smoke"], labels[1]: ["load", "registered", "op", "smoke"]})
     assert not (cache / "venvs").exists(), "--python created an environment"
     table = verify(merged.parent.parent, str(merged), "--python", str(old), cache=cache)
     assert table.returncode == 0 and f"torch {envs[OLD].installed}" in table.stdout
@@ -101,7 +106,8 @@ def test_python_verifies_on_the_interpreters_torch_and_creates_nothing(
 def test_python_mixes_with_torch_versions(merged: Path, envs: dict[str, TorchEnv], tmp_path: Path) -> None:
     """A cached environment by version and the same torch through its interpreter: two columns."""
     python = envs[OLD].python
-    result = run_assemble("verify", str(merged), "--torch", OLD, "--python", str(python), "--json", cwd=merged.parent.parent)
+    result = run_assemble("verify", str(merged), "--torch", OLD, "--python", str(python), "--json",
+                          cwd=merged.parent.parent)
     assert result.returncode == 0, result.stderr
     assert [info["requested"] for info in report(result)["torch"]] == [OLD, f"{envs[OLD].installed} ({python})"]
 
@@ -109,19 +115,22 @@ def test_python_mixes_with_torch_versions(merged: Path, envs: dict[str, TorchEnv
 def test_python_that_cannot_serve_is_exit_2(merged: Path, tmp_path: Path) -> None:
     missing = verify(tmp_path, str(merged), "--python", str(tmp_path / "nope" / "python"), cache=tmp_path / "cache")
     assert missing.returncode == 2 and "cannot run it" in missing.stderr and "Traceback" not in missing.stderr
-    no_torch = verify(tmp_path, str(merged), "--python", sys.executable, cache=tmp_path / "cache")  # assembler's venv: no torch
+    # assembler's venv: no torch
+    no_torch = verify(tmp_path, str(merged), "--python", sys.executable, cache=tmp_path / "cache")
     assert no_torch.returncode == 2, no_torch.stderr
     assert "no torch installed" in no_torch.stderr and "Traceback" not in no_torch.stderr
 
 
-def test_workspace_specs_are_used_for_its_own_bundle_and_said(merged: Path, envs: dict[str, TorchEnv], tmp_path: Path) -> None:
+def test_workspace_specs_are_used_for_its_own_bundle_and_said(merged: Path, envs: dict[str, TorchEnv],
+                                                              tmp_path: Path) -> None:
     workspace = merged.parent.parent
     data = report(verify(workspace, str(merged), "--python", str(envs[OLD].python), "--json", cache=tmp_path))
     assert data["specs"]["source"] == "workspace" and data["specs"]["bundle"] == "verifydemo"
     assert str(workspace / "deps.toml") in data["specs"]["detail"]
 
 
-def test_wheel_of_another_bundle_is_verified_with_its_own_specs(merged: Path, envs: dict[str, TorchEnv], tmp_path: Path) -> None:
+def test_wheel_of_another_bundle_is_verified_with_its_own_specs(merged: Path, envs: dict[str, TorchEnv],
+                                                                tmp_path: Path) -> None:
     """Inside a workspace whose [bundle] is someone else's: the wheel's embedded ops and smoke
     call, not the workspace's (whose op would fail every row, or whose rows would not match)."""
     (tmp_path / "deps.toml").write_text(OTHER_MANIFEST)
@@ -151,7 +160,8 @@ def _without_specs(wheel: Path, target: Path) -> Path:
     return copy
 
 
-def test_wheel_of_another_bundle_without_specs_is_a_clear_error(merged: Path, envs: dict[str, TorchEnv], tmp_path: Path) -> None:
+def test_wheel_of_another_bundle_without_specs_is_a_clear_error(merged: Path, envs: dict[str, TorchEnv],
+                                                                tmp_path: Path) -> None:
     old_wheel = _without_specs(merged, tmp_path / "old")
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "deps.toml").write_text(OTHER_MANIFEST)
@@ -163,4 +173,5 @@ def test_wheel_of_another_bundle_without_specs_is_a_clear_error(merged: Path, en
     assert outside.returncode == 0, outside.stderr
     data = report(outside)
     assert data["specs"]["source"] == "wheel" and "each extension must load" in data["specs"]["detail"]
-    assert list(checks(data, "demo-stable").values()) == [["load", "registered"]]  # its rows: loading, and the ops that registered
+    # its rows: loading, and the ops that registered
+    assert list(checks(data, "demo-stable").values()) == [["load", "registered"]]

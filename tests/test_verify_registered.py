@@ -49,9 +49,11 @@ def test_an_extension_that_registers_no_op_fails(tmp_path: Path, torch_envs: dic
     torch_dir = site_packages(torch_envs[OLD].path) / "torch"
     source, built = tmp_path / "empty.cpp", tmp_path / "_empty.abi3.so"
     source.write_text(EMPTY_LIBRARY)
-    subprocess.run(["g++", str(source), "-o", str(built), *compile_flags(torch_dir, "stable_ops")], check=True, capture_output=True)
+    subprocess.run(["g++", str(source), "-o", str(built), *compile_flags(torch_dir, "stable_ops")], check=True,
+                   capture_output=True)
     (tmp_path / "deps.toml").write_text(_without_verify(MANIFEST))
-    wheel = write_wheel(tmp_path / "dist", "verifydemo", {"verifydemo/__init__.py": b"", "verifydemo/_empty.abi3.so": built.read_bytes()})
+    wheel = write_wheel(tmp_path / "dist", "verifydemo",
+                        {"verifydemo/__init__.py": b"", "verifydemo/_empty.abi3.so": built.read_bytes()})
     done = run_assemble("-C", str(tmp_path), "verify", str(wheel), "--torch", OLD, "--json")
     assert done.returncode == 1, done.stdout + done.stderr
     [cell] = json.loads(done.stdout)["results"]

@@ -57,11 +57,13 @@ def index_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
-def test_each_minor_at_its_latest_patch_from_the_floor_up(index: Path, installer: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_minor_at_its_latest_patch_from_the_floor_up(index: Path, installer: str,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """2.9 is under the floor; 2.10 and 2.11 at their latest patch (the +cpu build is 2.11's
     latest); the pre-release and the macOS-only wheel are not releases this machine can take."""
     monkeypatch.setenv("ASSEMBLE_INSTALLER", installer)
-    assert offered_releases("2.10") == [Release("2.10.2", "2.10.2"), Release("2.11.1", "2.11.1+cpu"), Release("2.12.0", "2.12.0")]
+    assert (offered_releases("2.10")
+            == [Release("2.10.2", "2.10.2"), Release("2.11.1", "2.11.1+cpu"), Release("2.12.0", "2.12.0")])
     if installer == "pip":
         return  # the same walk; pip starts in seconds per step
     assert [r.version for r in offered_releases("2.11.0")] == ["2.11.1", "2.12.0"]
@@ -103,7 +105,8 @@ def floor_wheel(tmp_path: Path, torch_target: str | None, requires: str | None, 
             archive.writestr("kern/_C.abi3.so", obj)
         archive.writestr(f"{info}/METADATA", "Metadata-Version: 2.1\nName: kern\nVersion: 1.0\n"
                          + (f"Requires-Dist: {requires}\n" if requires else ""))
-        archive.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp39-abi3-linux_x86_64\n")
+        archive.writestr(f"{info}/WHEEL",
+                         "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: false\nTag: cp39-abi3-linux_x86_64\n")
         archive.writestr(f"{info}/assembler.json", json.dumps(record))
         archive.writestr(f"{info}/RECORD", "")
     return path
@@ -115,7 +118,8 @@ def test_the_floor_is_the_highest_of_the_symbols_and_the_declared_floors(index: 
     newer_symbol = shim_object(tmp_path, "aoti_torch_cpu_rand_like")  # added in torch 2.12.0 (shim table)
     wheel = floor_wheel(tmp_path, "2.10", "torch>=2.10", newer_symbol)
     floors = wheel_floors(wheel, None)
-    assert [(f.source, f.version) for f in floors] == [("symbols", "2.12.0"), ("requires-dist", "2.10"), ("torch-target", "2.10")]
+    assert ([(f.source, f.version) for f in floors]
+            == [("symbols", "2.12.0"), ("requires-dist", "2.10"), ("torch-target", "2.10")])
     assert "aoti_torch_cpu_rand_like" in floors[0].detail and "kern/_C.abi3.so" in floors[0].detail
     window = torch_window(wheel, None)
     assert window.floor.source == "symbols" and window.versions == ["2.12.0"]
@@ -130,7 +134,8 @@ def test_an_empty_window_and_a_wheel_without_a_floor_are_clear_errors(index: Pat
     above = floor_wheel(tmp_path, "2.15", None, None)
     with pytest.raises(ToolchainError) as empty:
         torch_window(above, None)
-    assert "floor is torch 2.15" in empty.value.message and "newest release the package index offers is 2.12.0" in empty.value.message
+    assert ("floor is torch 2.15" in empty.value.message
+            and "newest release the package index offers is 2.12.0" in empty.value.message)
     assert empty.value.message.endswith(".") and "constraint" in (empty.value.hint or "")
     with pytest.raises(InputError, match="no torch floor"):
         torch_window(floor_wheel(tmp_path, None, None, None), None)
@@ -139,7 +144,8 @@ def test_an_empty_window_and_a_wheel_without_a_floor_are_clear_errors(index: Pat
 def test_a_torch_the_index_does_not_offer_is_one_sentence_with_the_fix(index: Path, tmp_path: Path) -> None:
     """issue 30: `verify --torch 2.99.0` ended on a fragment ("...: no release of torch==2.99.0")."""
     wheel = floor_wheel(tmp_path, "2.10", None, None)
-    result = run_assemble("verify", str(wheel), "--torch", "2.99.0", cwd=tmp_path, env={"ASSEMBLE_CACHE": str(tmp_path / "cache")})
+    result = run_assemble("verify", str(wheel), "--torch", "2.99.0", cwd=tmp_path,
+                          env={"ASSEMBLE_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 7, result.stderr
     error = next(line for line in result.stderr.splitlines() if line.startswith("error:"))
     hint = next(line for line in result.stderr.splitlines() if line.startswith("hint:"))
@@ -155,17 +161,20 @@ def test_the_profile_each_dependency_was_built_on_is_read_defensively() -> None:
 
 
 def report() -> VerifyReport:
-    torch = [TorchInfo("2.13.0", "2.13.0+cpu", None, False, "/env/a"), TorchInfo("2.15.0", "2.15.0", "13.2", False, "/env/b")]
-    ops = [Check("load", "k/_C.abi3.so", Status.PASS), Check("registered", "k/_C.abi3.so", Status.PASS, ops=("k::a", "k::b")),
+    torch = [TorchInfo("2.13.0", "2.13.0+cpu", None, False, "/env/a"),
+             TorchInfo("2.15.0", "2.15.0", "13.2", False, "/env/b")]
+    ops = [Check("load", "k/_C.abi3.so", Status.PASS),
+           Check("registered", "k/_C.abi3.so", Status.PASS, ops=("k::a", "k::b")),
            Check("op", "k::a", Status.PASS), Check("op", "k::b", Status.PASS)]
     cells = {
         ("kern", "2.13.0"): Cell("kern", "2.13.0", [*ops, Check("smoke", "", Status.PASS)]),
         ("kern", "2.15.0"): Cell("kern", "2.15.0", [*ops[:3], Check("op", "k::b", Status.FAIL, "schema | mismatch")]),
-        ("gpu", "2.13.0"): Cell("gpu", "2.13.0", [Check("cuda", "", Status.SKIPPED, "CUDA-only; torch 2.13.0+cpu is a CPU-only build")]),
+        ("gpu", "2.13.0"): Cell("gpu", "2.13.0",
+                                [Check("cuda", "", Status.SKIPPED, "CUDA-only; torch 2.13.0+cpu is a CPU-only build")]),
         ("gpu", "2.15.0"): Cell("gpu", "2.15.0", ops[:2]),
     }
-    window = {"floor": {"version": "2.10", "source": "torch-target", "detail": "torch-target 2.10 of kern"}, "floors": [],
-              "releases": [], "index": "uv, pip.conf"}
+    window = {"floor": {"version": "2.10", "source": "torch-target", "detail": "torch-target 2.10 of kern"},
+              "floors": [], "releases": [], "index": "uv, pip.conf"}
     return VerifyReport("dist/kern-1.0-cp39-abi3-linux_x86_64.whl", torch, ["kern", "gpu"], cells, 2.0, window=window,
                         profiles={"kern": "smoke", "gpu": None})
 
@@ -187,7 +196,8 @@ def test_the_markdown_matrix_counts_ops_names_cuda_and_profiles() -> None:
     assert [t["build"] for t in data["torch"]] == ["CPU-only", "CUDA 13.2, no GPU"]
     kern = data["results"][1]
     assert kern["text"] == "FAIL 1/2 ops" and kern["ops"] == {"passed": 1, "declared": 2, "registered": 2}
-    no_gpu = Cell("kern", "2.15.0", [*report().cells[("kern", "2.13.0")].checks[:4], Check("smoke", "", Status.SKIPPED, "needs a GPU")])
+    no_gpu = Cell("kern", "2.15.0",
+                  [*report().cells[("kern", "2.13.0")].checks[:4], Check("smoke", "", Status.SKIPPED, "needs a GPU")])
     assert no_gpu.short == "SKIPPED, 2/2 ops PASS"  # what did run on a CUDA torch without a GPU is said
 
 
@@ -215,7 +225,8 @@ def test_the_heartbeat_says_what_is_still_running_and_lines_fit_80_columns(monke
     beat.relay("the verify-torch2.13.0 environment changed since it was made (added " + "x" * 100 + ")")
     assert said[-1].endswith("x)")  # assembler's own line is never cut
     assert shorten("short") == "short"
-    long = "verifying on torch 2.10.0, 2.11.0, 2.12.1, 2.13.0, 2.14.1, 2.15.0: one probe per torch imports torch and more"
+    long = ("verifying on torch 2.10.0, 2.11.0, 2.12.1, 2.13.0, 2.14.1, 2.15.0: one probe per torch imports torch and "
+            "more")
     lines = wrapped(long + " /a/very/long/path/" + "p" * 90, 80)
     assert all(len(line) <= 80 for line in lines[:-1]) and lines[-1].strip() == "/a/very/long/path/" + "p" * 90
     assert " ".join(line.strip() for line in lines).split() == (long + " /a/very/long/path/" + "p" * 90).split()

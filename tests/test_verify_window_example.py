@@ -31,10 +31,14 @@ def test_the_example_wheel_on_its_torch_window(example_ws: Path, private_cache: 
     assert result.returncode == 0, result.stderr[-4000:]
     data = json.loads(result.stdout)
     window = data["window"]
-    assert [(r["version"], r["resolved"], r["label_cuda"]) for r in window["releases"]] == [("2.13.0", "2.13.0+cpu", "cpu")]
-    assert window["floor"]["version"].startswith("2.10") and {f["source"] for f in window["floors"]} >= {"symbols", "torch-target"}
-    assert [(t["requested"], t["installed"], t["build"]) for t in data["torch"]] == [("2.13.0", "2.13.0+cpu", "CPU-only")]
-    assert data["deps"] == [{"name": name, "profile": None} for name in ("vecadd", "scalekit", "rowsum")]  # the full builds
+    assert ([(r["version"], r["resolved"], r["label_cuda"]) for r in window["releases"]]
+            == [("2.13.0", "2.13.0+cpu", "cpu")])
+    assert (window["floor"]["version"].startswith("2.10")
+            and {f["source"] for f in window["floors"]} >= {"symbols", "torch-target"})
+    assert ([(t["requested"], t["installed"], t["build"]) for t in data["torch"]]
+            == [("2.13.0", "2.13.0+cpu", "CPU-only")])
+    # the full builds
+    assert data["deps"] == [{"name": name, "profile": None} for name in ("vecadd", "scalekit", "rowsum")]
     cells = {cell["dep"]: cell for cell in data["results"]}
     for name in ("vecadd", "rowsum"):
         assert cells[name]["status"] == "PASS" and cells[name]["text"] == f"PASS {ops[name]}/{ops[name]} ops, smoke"
@@ -46,7 +50,8 @@ def test_the_example_wheel_on_its_torch_window(example_ws: Path, private_cache: 
     window_lines = result.stderr[result.stderr.index("torch window:"):result.stderr.index("installing ")].splitlines()
     assert len(window_lines) > 2 and all(len(line) <= 80 for line in window_lines), window_lines  # wrapped, not cut
 
-    markdown = run_assemble("-C", str(example_ws), "verify", wheel, "--torch", "window", "--format", "markdown", env=only_links)
+    markdown = run_assemble("-C", str(example_ws), "verify", wheel, "--torch", "window", "--format", "markdown",
+                            env=only_links)
     assert markdown.returncode == 0, markdown.stderr[-4000:]
     lines = markdown.stdout.splitlines()
     assert lines[0] == f"### {Path(wheel).name}"

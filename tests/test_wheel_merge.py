@@ -84,7 +84,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel-objects")
     (out / "vecadd.c").write_text(VECADD_C)
     _gcc(f"-I{sysconfig.get_paths()['include']}", str(out / "vecadd.c"), "-o", str(out / "_vecadd_C.abi3.so"))
-    for lib, soname, symbol in (("torch", "libtorch.so", "torch_fake"), ("c10", "libc10.so", "c10_fake"), ("cudart", "libcudart.so.13", "cudart_fake")):
+    for lib, soname, symbol in (("torch", "libtorch.so", "torch_fake"), ("c10", "libc10.so", "c10_fake"),
+                                ("cudart", "libcudart.so.13", "cudart_fake")):
         (out / f"{lib}.c").write_text(f"void {symbol}(void) {{}}\n")
         _gcc(f"-Wl,-soname,{soname}", str(out / f"{lib}.c"), "-o", str(out / soname))
     (out / "libcudart.so").symlink_to("libcudart.so.13")
@@ -139,7 +140,8 @@ def _merge(workspace: Path, out: str = "dist", **kwargs: object):
 
 
 def _auditwheel_show(wheel: Path) -> dict:
-    shown = subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)], capture_output=True, text=True, check=True)
+    shown = subprocess.run([sys.executable, "-m", "auditwheel", "show", "--json", str(wheel)], capture_output=True,
+                           text=True, check=True)
     return json.loads(shown.stdout)
 
 
@@ -180,7 +182,8 @@ def test_wheel_name_contents_record_and_metadata(workspace: Path) -> None:
     assert recorded["bundle"]["cuda"] == "13.2"
     assert recorded["deps"]["ops"]["commit"] == OPS_SHA
     assert recorded["deps"]["ops"]["toolchain"]["nvcc"] == "13.2.51"
-    assert recorded["deps"]["vecadd"]["files"] == ["merge_demo/vecadd/__init__.py", "merge_demo/vecadd/_vecadd_C.abi3.so"]
+    assert (recorded["deps"]["vecadd"]["files"]
+            == ["merge_demo/vecadd/__init__.py", "merge_demo/vecadd/_vecadd_C.abi3.so"])
     assert "build_seconds" not in json.dumps(recorded)  # differs between builds of the same inputs
     assert result.unshipped == {"vecadd": ("vecadd/NOTES.txt",)}
     assert any("NOTES.txt" in w for w in result.warnings)
@@ -220,7 +223,8 @@ def test_packed_artifacts_give_the_same_wheel(workspace: Path) -> None:
 
     # A foreign wheel (other compression level, own RECORD) as the payload: same contents.
     ops = workspace / "artifacts" / "ops"
-    with zipfile.ZipFile(ops / "files.zip") as src, zipfile.ZipFile(ops / "ops-0.whl", "w", zipfile.ZIP_DEFLATED, compresslevel=1) as dst:
+    with zipfile.ZipFile(ops / "files.zip") as src, zipfile.ZipFile(ops / "ops-0.whl", "w", zipfile.ZIP_DEFLATED,
+                                                                    compresslevel=1) as dst:
         for info in src.infolist():
             name = info.filename.replace("payload.dist-info", "ops-0.dist-info")
             dst.writestr(name, src.read(info))
@@ -284,7 +288,8 @@ def test_without_exclusions_the_wheel_is_not_manylinux(workspace: Path) -> None:
 def test_pip_installs_the_wheel_and_the_extension_imports(workspace: Path) -> None:
     result = _merge(workspace)
     target = workspace / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(target), str(result.wheel)],
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--target", str(target),
+                    str(result.wheel)],
                    check=True, capture_output=True)
     assert (target / "merge_demo" / "vecadd" / "_vecadd_C.abi3.so").stat().st_mode & 0o111
     code = "import sys; sys.path.insert(0, sys.argv[1]); from merge_demo.vecadd import add; print(add(2, 40))"
@@ -319,7 +324,8 @@ def test_stale_or_missing_artifacts_are_refused(workspace: Path) -> None:
     with pytest.raises(InputError, match="patches"):
         _merge(workspace)
     record_path.write_text(json.dumps({**record, "series_digest": "f" * 64}))  # the series changed since the build
-    with pytest.raises(InputError, match=re.escape("ops was built from other contents of its patch series (series digest ffffffffffff")):
+    with pytest.raises(InputError, match=re.escape("ops was built from other contents of its patch series (series "
+                                                   "digest ffffffffffff")):
         _merge(workspace)
     record_path.write_text(json.dumps({**record, "toolchain": {**record["toolchain"], "torch": "2.12.0"}}))
     with pytest.raises(InputError, match=re.escape("torch differs (ops: 2.12.0, vecadd: 2.13.0)")):
@@ -342,13 +348,15 @@ def test_local_work_is_recorded_in_the_wheel_and_warned_about(workspace: Path) -
     record_path.write_text(json.dumps({**record, "head": "d" * 40, "dirty": True, "series_head": "e" * 40}))
     local = _merge(workspace, "local")
     [warning] = [w for w in local.warnings if "local work" in w]
-    assert warning.startswith("ops: built from local work in forks/ops (uncommitted edits, HEAD dddddddddddd, not eeeeeeeeeeee")
+    assert warning.startswith("ops: built from local work in forks/ops (uncommitted edits, HEAD dddddddddddd, not "
+                              "eeeeeeeeeeee")
     assert "assemble export ops" in warning
     with zipfile.ZipFile(local.wheel) as wheel:
         recorded = json.loads(wheel.read("merge_demo-1.2.0+cu132.dist-info/assembler.json"))
     assert recorded["deps"]["ops"]["head"] == "d" * 40 and recorded["deps"]["ops"]["dirty"] is True
     assert recorded["deps"]["vecadd"]["head"] is None and recorded["deps"]["vecadd"]["dirty"] is False
-    cli = run_assemble("merge", "artifacts", "--out", "cli", cwd=workspace, env={"ASSEMBLE_CACHE": str(workspace / "cache")})
+    cli = run_assemble("merge", "artifacts", "--out", "cli", cwd=workspace,
+                       env={"ASSEMBLE_CACHE": str(workspace / "cache")})
     assert cli.returncode == 0, cli.stderr
     assert "warning: ops: built from local work" in " ".join(cli.stderr.split())
 
@@ -364,7 +372,8 @@ def test_merge_waits_for_the_workspace_lock(workspace: Path) -> None:
 
 
 def test_cli_json(workspace: Path) -> None:
-    cli = run_assemble("-C", str(workspace), "merge", str(workspace / "artifacts" / "ops"), str(workspace / "artifacts" / "vecadd"),
+    cli = run_assemble("-C", str(workspace), "merge", str(workspace / "artifacts" / "ops"),
+                       str(workspace / "artifacts" / "vecadd"),
                        "--out", str(workspace / "out"), "--json", env={"ASSEMBLE_CACHE": str(workspace / "cache")})
     assert cli.returncode == 0, cli.stderr
     data = json.loads(cli.stdout)

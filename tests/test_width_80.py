@@ -51,7 +51,8 @@ def sized_report() -> BuildReport:
     deps = [DepReport(name, "b89ec77f0b891aa438086f6cfc0bfe8446ddc81b", "h", "k", 3, BuildOutcome.BUILT, 2.0,
                       ["sm_90a"], "2.10", None, None, verdict="STABLE", min_torch="2.10") for name in names]
     size = {"size": 48_200_000, "budget": 400_000_000,
-            "deps": [{"name": name, "compressed": 9_600_000 + index, "budget": 100_000_000} for index, name in enumerate(names)],
+            "deps": [{"name": name, "compressed": 9_600_000 + index, "budget": 100_000_000}
+                     for index, name in enumerate(names)],
             "archs": [{"arch": arch, "size": 12_000_000} for arch in ("sm_80", "sm_90a", "sm_100a", "sm_120")]}
     return BuildReport("stable-abi-example", "13.2", "13.2.86", "path", Path("/usr/local/cuda"), "2.13.0", deps=deps,
                        size=size, wheel=Path("dist/stable_abi_example-0.1.0+cu132-cp39-abi3-manylinux_2_28_x86_64.whl"))
@@ -62,12 +63,15 @@ def test_the_build_size_line_wraps_within_80_columns(monkeypatch: pytest.MonkeyP
     draw = lambda: _emit(sized_report(), as_json=False)  # noqa: E731
     for lines in (piped(draw, 80, monkeypatch), [SGR.sub("", line) for line in on_a_terminal(draw, 80, monkeypatch)]):
         assert too_wide(lines) == [], "\n".join(lines)
-        start = next(index for index, line in enumerate(lines) if line.startswith("size 48.2 MB (budget 400.0 MB): vecadd"))
-        assert lines[start + 1].startswith("  ") and not lines[start + 1].startswith("   ")  # the rest under it, indented
+        start = next(index for index, line in enumerate(lines)
+                     if line.startswith("size 48.2 MB (budget 400.0 MB): vecadd"))
+        # the rest under it, indented
+        assert lines[start + 1].startswith("  ") and not lines[start + 1].startswith("   ")
         words = " ".join(lines).split()
         assert " ".join(words).count("deep-gemm 9.6 MB (budget 100.0 MB)") == 1  # nothing lost in the wrapping
     whole = piped(draw, None, monkeypatch)  # no width to fit (a pipe, a CI log): one line, as before
-    assert any(line.startswith("size 48.2 MB") and line.endswith("deep-gemm 9.6 MB (budget 100.0 MB)") for line in whole)
+    assert any(line.startswith("size 48.2 MB") and line.endswith("deep-gemm 9.6 MB (budget 100.0 MB)")
+               for line in whole)
 
 
 @pytest.mark.parametrize("command", [None, *COMMAND_MODULES])
@@ -93,7 +97,8 @@ def test_the_top_level_epilog_keeps_its_items_apart() -> None:
     assert "\n  ASSEMBLE_CACHE\n      the shared cache" in epilog
     assert '"error": {message, hint, exit_code} on failure.' in " ".join(epilog.split())
     wide = run_assemble("--help", env={"COLUMNS": "200"}).stdout
-    assert "\n  1   a gate said no (audit --check, a verify FAIL, a size budget, check not CLEAN, a rebase --dry-run that would conflict)\n" in wide
+    assert ("\n  1   a gate said no (audit --check, a verify FAIL, a size budget, check not CLEAN, a rebase --dry-run "
+            "that would conflict)\n" in wide)
 
 
 def stderr_on_a_terminal(words: list[str], columns: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
@@ -165,7 +170,8 @@ def test_an_interrupt_offers_continue_and_abort_only_to_rebase(words: list[str],
     monkeypatch.setattr("assembler.cli.build_parser", parser_with_interrupt)
     assert main(words) == 130
     err = capsys.readouterr().err
-    assert err.startswith("interrupted; re-run the same command") and "--continue" not in err and "--abort" not in err, err
+    assert (err.startswith("interrupted; re-run the same command") and "--continue" not in err
+            and "--abort" not in err), err
     assert main(["rebase", "kern", "--continue"]) == 130
     assert "`assemble rebase --continue`" in capsys.readouterr().err
 
@@ -180,7 +186,8 @@ def test_review_draws_its_tables_in_one_style(tmp_path: Path, monkeypatch: pytes
     from tests.test_review import PORT
 
     ws = tmp_path / "ws"
-    shutil.copytree(EXAMPLE, ws, ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
+    shutil.copytree(EXAMPLE, ws,
+                    ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
 
     def draw_review() -> None:
         dep = open_workspace(ws).manifest.select(["vecadd"])[0]

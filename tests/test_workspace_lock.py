@@ -26,7 +26,8 @@ time.sleep(60)
 def test_a_held_lock_is_waited_for_then_refused(git_workspace: GitWorkspace, monkeypatch: pytest.MonkeyPatch) -> None:
     ws = git_workspace
     (ws.root / ".assemble").mkdir(exist_ok=True)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(ws.root / ".assemble" / "lock")], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(ws.root / ".assemble" / "lock")],
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         waited: list[Path] = []
@@ -58,13 +59,15 @@ def test_the_lock_is_reentrant(git_workspace: GitWorkspace) -> None:
     assert calls == [1, 2]
 
 
-def test_the_lock_timeout_names_the_holder_and_how_long_it_waited(git_workspace: GitWorkspace, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_lock_timeout_names_the_holder_and_how_long_it_waited(git_workspace: GitWorkspace,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A real assemble process holds the lock (its workspace's lock file says who); another
     gives up after ASSEMBLE_LOCK_TIMEOUT naming how long it waited and which command holds it."""
     ws = git_workspace
     holding = ("import sys, time, pathlib\nfrom assembler.workspace import open_workspace\n"
                "sys.argv = ['assemble', 'build', '--cuda', '13.2']\n"
-               f"with open_workspace(pathlib.Path({str(ws.root)!r})).lock():\n    print('held', flush=True)\n    time.sleep(60)\n")
+               f"with open_workspace(pathlib.Path({str(ws.root)!r})).lock():\n    print('held', flush=True)\n    "
+               "time.sleep(60)\n")
     holder = subprocess.Popen([sys.executable, "-c", holding], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
