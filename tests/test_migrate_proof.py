@@ -124,7 +124,7 @@ def test_only_what_compiles_is_committed(tmp_path: Path, private_cache: Path) ->
     assert "'const class torch::stable::Tensor' has no member named 'is_quantized'" in failed["error"]
     [kept] = proof["includes_kept"]
     assert (kept["file"], kept["unit"]) == ("csrc/util.h", "csrc/keep.cpp")
-    assert kept["at"] == "csrc/keep.cpp:4" and "'Scalar' in namespace 'c10' does not name a type" in kept["error"]
+    assert kept["at"] == "csrc/keep.cpp:5" and "'Scalar' in namespace 'c10' does not name a type" in kept["error"]
     units = {unit["source"]: unit for unit in proof["units"]}
     assert set(units) == {"csrc/ops.cpp", "csrc/keep.cpp", "csrc/bad.cpp"}
     assert all(unit["ok"] for unit in units.values())  # as committed
@@ -174,11 +174,11 @@ def test_review_flags_a_hunk_that_does_not_compile(tmp_path: Path, private_cache
     assert document["compile"]["compiled"] and document["not_compiling"] == 1 and document["flagged"] == 1
     hunks = {(patch["patch"][:4], hunk["id"]): hunk for patch in document["patches"] for hunk in patch["hunks"]}
     flagged = hunks[("0004", "csrc/ops.cpp#1")]
-    assert flagged["verdict"] == "flagged" and flagged["compile_error"].startswith("csrc/ops.cpp:6: ")
+    assert flagged["verdict"] == "flagged" and flagged["compile_error"].startswith("csrc/ops.cpp:7: ")
     assert "has no member named 'contiguous'" in flagged["compile_error"]
     assert [key for key, hunk in hunks.items() if hunk["compile_error"]] == [("0004", "csrc/ops.cpp#1")]
     table = run_assemble("-C", str(ws), "review", "oldlib", env={**env, "COLUMNS": "80"})
-    assert "csrc/ops.cpp#1 does not compile: csrc/ops.cpp:6:" in table.stdout, table.stdout
+    assert "csrc/ops.cpp#1 does not compile: csrc/ops.cpp:7:" in table.stdout, table.stdout
     assert max(len(line) for line in table.stdout.splitlines()) <= 80, table.stdout
 
     patch = next((ws / "patches" / "oldlib").glob("0004-*.patch"))

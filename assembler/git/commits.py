@@ -33,3 +33,28 @@ def commit_like(tree: WorkTree, tree_sha: str, parent: str, original: str, trail
     env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email.rstrip(">"), "GIT_AUTHOR_DATE": date,
            "GIT_COMMITTER_DATE": date}
     return tree.run("commit-tree", tree_sha, "-p", parent, env=env, input=message).stdout.strip()
+
+
+def commit_paths(tree: WorkTree, paths: Sequence[str], message: Sequence[str], env: dict[str, str]) -> None:
+    """Stage ``paths`` and commit them with ``message`` (one ``-m`` per paragraph), hooks off:
+    a generated step of `assemble migrate`. On failure the paths are unstaged again (their
+    files are the caller's to restore) and the error is raised."""
+    from assembler.errors import AssembleError
+
+    try:
+        tree.run("add", "--", *paths)
+        tree.run("commit", "--quiet", "--no-verify", *(arg for part in message for arg in ("-m", part)), env=env)
+    except AssembleError:
+        tree.run("reset", "--quiet", "--", *paths, check=False)
+        raise
+
+
+def reword_head(tree: WorkTree, message: Sequence[str], env: dict[str, str]) -> str:
+    """HEAD's message replaced by ``message`` (its tree unchanged); the new HEAD's SHA."""
+    tree.run("commit", "--quiet", "--amend", "--no-verify", *(arg for part in message for arg in ("-m", part)), env=env)
+    return tree.head()
+
+
+def head_diff(tree: WorkTree) -> str:
+    """HEAD's own diff (no header): what its commit changed."""
+    return tree.out("show", "--format=", "HEAD")

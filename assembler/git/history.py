@@ -200,3 +200,20 @@ def files_at(view: GitView, commit: str, names: Sequence[str]) -> dict[str, str]
             found[name] = output[position:position + size].decode(errors="replace")
             position += size + 1
     return found
+
+
+def tracked(tree: WorkTree, pattern: str) -> list[str]:
+    """The tracked paths matching a pathspec glob (``*name*.h``), as git spells them."""
+    return [name for name in tree.run("ls-files", "-z", "--", pattern).stdout.split("\0") if name]
+
+
+def blame_lines(tree: WorkTree, rel: str) -> dict[int, tuple[str, int]]:
+    """``git blame --porcelain HEAD`` of one file: its line -> (the commit that wrote it, the
+    line there); empty when the file is not in HEAD."""
+    done = tree.run("blame", "--porcelain", "HEAD", "--", rel, check=False)
+    found: dict[int, tuple[str, int]] = {}
+    for line in done.stdout.splitlines() if done.returncode == 0 else []:
+        match = re.match(r"^([0-9a-f]{40}) (\d+) (\d+)(?: \d+)?$", line)
+        if match:
+            found[int(match[3])] = (match[1], int(match[2]))
+    return found

@@ -592,26 +592,26 @@ def _commit_step(tree: Any, result: StepResult, rewrites: RewriteSet, step: str,
     held before the step, so no half-rewritten checkout is left behind. ``header``: the helper
     header's path, whose hunks get a review trailer."""
     from assembler.errors import AssembleError
+    from assembler.git.commits import commit_paths, head_diff, reword_head
 
     created = {path for path in texts if not path.exists()}  # the helper header, new
+    message = [result.subject, _body(result, rewrites)]
     try:
         for path, text in texts.items():
             _write(path, text)
-        tree.run("add", "--", *result.files)
-        tree.run("commit", "--quiet", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites), env=AUTHOR)
+        commit_paths(tree, result.files, message, AUTHOR)
     except AssembleError:
-        tree.run("reset", "--quiet", "--", *result.files, check=False)
         for path, text in originals.items():
             if path in created:
                 path.unlink(missing_ok=True)
             else:
                 _write(path, text)
         raise
-    trailers = _generated_trailers(tree.out("show", "--format=", "HEAD"), header, result)
+    trailers = _generated_trailers(head_diff(tree), header, result)
     if trailers:  # the converted modules are review's to flag: name them, so a person knows what to read
-        tree.run("commit", "--quiet", "--amend", "--no-verify", "-m", result.subject, "-m", _body(result, rewrites),
-                 "-m", "\n".join(trailers), env=AUTHOR)
-    result.commit = tree.out("rev-parse", "HEAD")
+        result.commit = reword_head(tree, [*message, "\n".join(trailers)], AUTHOR)
+    else:
+        result.commit = tree.head()
 
 
 def _format_touched(file: FileRewrite, before: str, path: Path, checkout: Path, report: MigrateReport) -> None:
@@ -829,8 +829,10 @@ def _helper_placement(tree: Any, checkout: Path, pieces: dict[Path, set[str]]) -
     users = [path for path, names in pieces.items() if names]
     if not users:
         return None
-    tracked = tree.run("ls-files", "-z", "--", f"*{Path(helpers.NAME).stem}*.h").stdout.split("\0")
-    return helpers.place(checkout, users, helpers.find(checkout, [name for name in tracked if name]))
+    from assembler.git.history import tracked
+
+    names = tracked(tree, f"*{Path(helpers.NAME).stem}*.h")
+    return helpers.place(checkout, users, helpers.find(checkout, names))
 
 
 def _read_helper(placement: helpers.Placement) -> str | None:

@@ -375,13 +375,9 @@ class _Blame:
     def lines(self, rel: str) -> dict[int, tuple[str, int]]:
         """``git blame --porcelain`` of one file: final line -> (commit, its line in that commit)."""
         if rel not in self.files:
-            found: dict[int, tuple[str, int]] = {}
-            done = self.tree.run("blame", "--porcelain", "HEAD", "--", rel, check=False)
-            for line in done.stdout.splitlines() if done.returncode == 0 else []:
-                match = re.match(r"^([0-9a-f]{40}) (\d+) (\d+)(?: \d+)?$", line)
-                if match:
-                    found[int(match[3])] = (match[1], int(match[2]))
-            self.files[rel] = found
+            from assembler.git.history import blame_lines
+
+            self.files[rel] = blame_lines(self.tree, rel)
         return self.files[rel]
 
     def hunk(self, error: CompileError) -> Hunk | None:
