@@ -59,6 +59,24 @@ def git_spawns(tree: ast.AST) -> Iterator[int]:
                 yield node.lineno
 
 
+# git subcommands: a `.run("add", ...)` / `.out("rev-parse", ...)` outside the layer is a git
+# command line built there (the layer's WorkTree and GitView run whatever they are handed).
+SUBCOMMANDS = frozenset({
+    "add", "am", "apply", "blame", "branch", "cat-file", "checkout", "cherry-pick", "clone", "commit",
+    "commit-tree", "config", "diff", "fetch", "for-each-ref", "init", "log", "ls-files", "ls-tree",
+    "merge-base", "patch-id", "range-diff", "read-tree", "rebase", "reset", "rev-list", "rev-parse",
+    "show", "status", "submodule", "switch", "tag", "update-ref", "worktree", "write-tree",
+})
+
+
+def subcommand_calls(tree: ast.AST) -> Iterator[int]:
+    """Lines of ``X.run("<git subcommand>", ...)`` or ``X.out(...)``: a git command line built here."""
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in {"run", "out"}
+                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in SUBCOMMANDS):
+            yield node.lineno
+
+
 def names_used(tree: ast.AST) -> Iterator[tuple[str, int]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
@@ -86,6 +104,14 @@ def test_git_is_spawned_by_the_layers_one_module() -> None:
     assert list(git_spawns(ast.parse(ENGINE.read_text()))), "the scan no longer sees process.py start git"
 
 
+def test_no_git_command_line_is_built_outside_the_layer() -> None:
+    """Every git operation is a function of assembler/git (history, status, commits, ...); the
+    rest of assembler asks for the operation, never writes git's words."""
+    built = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path, tree in modules() if LAYER not in path.parents
+             for line in subcommand_calls(tree)]
+    assert not built, f"git command lines built outside assembler/git: {built}"
+
+
 def test_git_errors_are_read_in_the_layer_only() -> None:
     """GitPython's exception and the readers of git's error output are named in assembler/git only."""
     found = {(str(path.relative_to(PACKAGE.parent)), name, line) for path, tree in modules()
@@ -100,6 +126,7 @@ def test_the_scans_see_what_they_look_for() -> None:
                        "subprocess.run(['git', 'status'])\nfrom assembler.git.reproducible import git_error_line\n")
     assert list(gitpython_imports(sample)) == [1, 2, 3]
     assert list(git_spawns(sample)) == [4]
+    assert list(subcommand_calls(ast.parse('tree.run("ls-files", "-z")\nwork.run(command, cwd)\nx.out("show")\n'))) == [1, 3]
     assert {name for name, _ in names_used(sample)} >= {"GitCommandError", "git_error_line"}
     assert not list(gitpython_imports(ast.parse("import assembler.git\nfrom assembler.git import process\n")))
 
