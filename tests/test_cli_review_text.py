@@ -8,6 +8,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from assembler.cli.review import render
 from assembler.migration.review import HunkVerdict, run_review
 from assembler.workspace import open_workspace
@@ -15,7 +17,8 @@ from tests.example import EXAMPLE
 from tests.test_review import PORT
 
 
-def test_a_hunk_that_only_moved_tokens_says_so(tmp_path: Path) -> None:
+def test_a_hunk_that_only_moved_tokens_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # one row per hunk: the width of the runner's terminal is not the subject
     ws = tmp_path / "ws"
     shutil.copytree(EXAMPLE, ws,
                     ignore=shutil.ignore_patterns("forks", "upstreams", ".assemble", "dist", "__pycache__"))
