@@ -214,3 +214,39 @@ def test_a_cuda_unit_goes_through_nvccs_front_ends(tmp_path: Path, private_cache
     assert found["csrc/good.cu"].reads == {prover.checkout / "csrc" / "good.cu"}
     bad = found["csrc/bad.cu"]
     assert not bad.ok and bad.errors[0].at == "csrc/bad.cu:2" and "no operator \"*=\"" in bad.errors[0].text, bad.errors
+
+
+GUARDED = """#include <torch/library.h>
+#include <ATen/core/Tensor.h>
+#include <c10/cuda/CUDAGuard.h>
+
+at::Tensor on_its_device(const at::Tensor& x) {
+  const c10::cuda::CUDAGuard device_guard(x.device());
+  return x.contiguous();
+}
+
+TORCH_LIBRARY(cudalib, m) {
+  m.def("on_its_device(Tensor x) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(cudalib, CUDA, m) {
+  m.impl("on_its_device", &on_its_device);
+}
+"""
+
+
+@pytest.mark.integration
+def test_a_unit_that_compiled_only_after_the_rewrite_proves_its_file(tmp_path: Path, private_cache: Path) -> None:
+    """On a CPU build torch, c10/cuda's generated cuda_cmake_macros.h is missing, so a unit that
+    includes <c10/cuda/CUDAGuard.h> never compiled as it was (FlashKDA's and FlashMLA's did not).
+    After migrate the guard is the helper header's and the include is gone: the unit compiles
+    under the target, and that compile is the file's proof."""
+    ws = _workspace(tmp_path / "ws", "cudalib", {"csrc/guarded.cpp": GUARDED})
+    env = {"ASSEMBLE_CACHE": str(private_cache)}
+    result = run_assemble("-C", str(ws), "migrate", "cudalib", "--no-check", "--json", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    proof = json.loads(result.stdout)["proof"]
+    assert proof["compiled"] and proof["not_committed"] == [], proof
+    assert "csrc/guarded.cpp" in proof["proven_files"] and proof["not_proven"] == [], proof
+    text = (ws / "forks" / "cudalib" / "csrc" / "guarded.cpp").read_text()
+    assert "c10/cuda" not in text and "STABLE_TORCH_LIBRARY" in text

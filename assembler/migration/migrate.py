@@ -528,6 +528,7 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
                     and (reads[unit.path] & advanced or not last.get(unit.path, before[unit.path]).ok)]
             if not advanced:
                 break  # a failure that no rewritten file of the unit answers for: reported as not proven
+        after_only = _proven_after_only(prover, options, level, saved, chosen, reads, before)
     finally:
         for path, data in saved.items():
             _write(path, data)
@@ -550,13 +551,42 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
             continue
         rel = key[path].relative_to(checkout).as_posix()
         provers = chosen.proves.get(path, [])
-        if provers and all(outcome(unit.path).ok for unit in provers):
+        # proven: its units compile after as before, or (none compiled before) one reading it compiles after
+        if (provers and all(outcome(unit.path).ok for unit in provers)) or path in after_only:
             summary.proven.append(rel)
         else:
             why = _unproven(path, prover.units, reads, before, chosen.unread)
             summary.not_proven.append({"file": rel, "reason": why})
     summary.seconds = time.monotonic() - started
     return {key[path]: options[path][level[path]][1] for path in options}
+
+
+def _proven_after_only(prover: Any, options: dict[Path, list[tuple[str, FileRun | None]]], level: dict[Path, int],
+                       saved: dict[Path, bytes], chosen: Any, reads: dict[Path, set[Path]],
+                       before: dict[Path, Compiled]) -> set[Path]:
+    """The rewritten files no unit could prove (every reader failed before the rewrite: on a CPU
+    build torch, c10/cuda's generated header is missing, so FlashKDA's and FlashMLA's units
+    never compiled as they were) whose first reader compiles after it, under the target, with
+    every file in its chosen form. That is proof the file compiles; a reader that still fails
+    proves nothing either way (the file stays not proven)."""
+    from assembler.migration import proof
+
+    readers: dict[Path, Any] = {}
+    for path, forms in options.items():
+        if forms[level[path]][0] == ORIGINAL or chosen.proves.get(path):
+            continue
+        unit = next((unit for unit in prover.units if path in reads.get(unit.path, set())
+                     and unit.path in before and not before[unit.path].ok), None)
+        if unit is not None:
+            readers[path] = unit
+    if not readers:
+        return set()
+    for path, forms in options.items():
+        run = forms[level[path]][1]
+        _write(path, run.texts[-1] if run is not None else saved[path])
+    units = list({unit.path: unit for unit in readers.values()}.values())
+    results = {result.unit.path: result for result in prover.compile_all([(unit, proof.TARGET) for unit in units])}
+    return {path for path, unit in readers.items() if results[unit.path].ok}
 
 
 def _line_before(before: str, after: str, line: int) -> int:
