@@ -250,3 +250,34 @@ def test_a_unit_that_compiled_only_after_the_rewrite_proves_its_file(tmp_path: P
     assert "csrc/guarded.cpp" in proof["proven_files"] and proof["not_proven"] == [], proof
     text = (ws / "forks" / "cudalib" / "csrc" / "guarded.cpp").read_text()
     assert "c10/cuda" not in text and "STABLE_TORCH_LIBRARY" in text
+
+
+CHECKED = """#include <cuda_runtime_api.h>
+#include <c10/cuda/CUDAException.h>
+
+void synchronized(cudaStream_t stream) {
+  C10_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+"""
+
+
+@pytest.mark.integration
+def test_on_a_cpu_torch_a_unit_reaching_c10_cuda_compiles_before_the_rewrite(tmp_path: Path,
+                                                                              private_cache: Path) -> None:
+    """The build torch here is a CPU wheel: c10/cuda's generated cuda_cmake_macros.h is missing,
+    and every unit reaching c10/cuda (through CUDAException.h, as all of FA2's .cu units do)
+    failed its baseline, so nothing proved the rewrite. The proof's stand-in for that header
+    lets the unit compile as it was, so the rewrite (STD_CUDA_CHECK) is proven by a unit that
+    compiled before and after."""
+    ws = _workspace(tmp_path / "ws", "cudachk", {"csrc/check.cpp": CHECKED})
+    manifest = ws / "deps.toml"
+    manifest.write_text(manifest.read_text().replace('include-dirs = ["csrc"]',
+                                                     'include-dirs = ["csrc"]\ndefines = ["USE_CUDA"]'))
+    env = {"ASSEMBLE_CACHE": str(private_cache)}
+    result = run_assemble("-C", str(ws), "migrate", "cudachk", "--no-check", "--json", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    proof = json.loads(result.stdout)["proof"]
+    assert proof["proven_files"] == ["csrc/check.cpp"] and proof["not_committed"] == [], proof
+    assert [unit["source"] for unit in proof["units"]] == ["csrc/check.cpp"], proof  # a baseline that compiled
+    text = (ws / "forks" / "cudachk" / "csrc" / "check.cpp").read_text()
+    assert "STD_CUDA_CHECK(cudaStreamSynchronize(stream));" in text and "c10/cuda" not in text

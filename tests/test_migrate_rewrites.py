@@ -19,6 +19,11 @@ REWRITES = load_rewrites()
 # rewrite id -> (before, after), each alone through every step, torch-target 2.10
 EXAMPLES: dict[str, tuple[str, str]] = {
     "torch-library": ("TORCH_LIBRARY_IMPL(ns, CPU, m) {}", "STABLE_TORCH_LIBRARY_IMPL(ns, CPU, m) {}"),
+    # FA2's launch templates: the check that keeps every .cu unit unstable (through c10/cuda/CUDAException.h)
+    "cuda-check": ("C10_CUDA_CHECK(cudaFuncSetAttribute(k, a, s));\nC10_CUDA_KERNEL_LAUNCH_CHECK();\n"
+                   "AT_CUDA_CHECK (cudaGetLastError());",
+                   "STD_CUDA_CHECK(cudaFuncSetAttribute(k, a, s));\nSTD_CUDA_KERNEL_LAUNCH_CHECK();\n"
+                   "STD_CUDA_CHECK (cudaGetLastError());"),
     "impl-box": ('m.impl("op", &ns::op);', 'm.impl("op", TORCH_BOX(&ns::op));'),
     # QuTLASS: TORCH_FN in a file whose pybind11 module migrate converts too
     "impl-fn": ('m.impl("op",   TORCH_FN(ns::op));', 'm.impl("op",   TORCH_BOX(&ns::op));'),
@@ -573,3 +578,34 @@ def test_the_stable_includes_never_go_behind_a_condition() -> None:
     assert file.text == ("#ifndef MINE_H\n#define MINE_H\n#include <vector>\n#include <torch/csrc/stable/tensor.h>\n"
                          "torch::stable::Tensor f();\n#endif")
     assert len(file.active) == file.text.count("\n") + 1
+
+
+@pytest.mark.integration
+def test_the_cuda_check_rewrite_compiles_at_2_10_where_the_old_macro_does_not(tmp_path: Path, toolchains: Path) -> None:
+    """C10_CUDA_CHECK needs c10/cuda (refused under TORCH_TARGET_VERSION); STD_CUDA_CHECK from
+    the stable macros header compiles there, against the CUDA runtime's headers, with the USE_CUDA
+    that assemble defines for a CUDA unit (the shim declares the check's functions under it)."""
+    from assembler.builder.header_diagnostics import torch_include_roots
+    from assembler.toolchain.cuda import select_cuda
+    from assembler.toolchain.torchenv import ensure_build_env
+
+    env, cuda = ensure_build_env("2.13.0"), select_cuda("13.2")
+    text = ("#include <cuda_runtime_api.h>\n#include <c10/cuda/CUDAException.h>\n"
+            "void launched(cudaStream_t s) {\n  C10_CUDA_CHECK(cudaStreamSynchronize(s));\n"
+            "  C10_CUDA_KERNEL_LAUNCH_CHECK();\n}\n")
+    file = _run(text, target="2.10")
+    assert file.made["cuda-check"] == 2 and not file.declined
+    # with no use of c10/cuda left, its exception header gives its line to the CUDA runtime's
+    needed = {header for r in REWRITES.rewrites if r.id == "cuda-check" for header in r.includes}
+    rewrite_includes(file, file.includes | needed, REWRITES.unstable_includes, keep_unstable=False,
+                     replaced=REWRITES.replaced_includes)
+    assert "c10/cuda/CUDAException.h" not in file.text and "#include <torch/csrc/stable/macros.h>" in file.text
+    flags = [flag for root in torch_include_roots(env.torch_dir)[::-1] for flag in ("-isystem", str(root))]
+    command = ["g++", "-std=c++17", "-fsyntax-only", "-DTORCH_TARGET_VERSION=0x020a000000000000", "-DUSE_CUDA",
+               *flags, "-isystem", str(cuda.root / "include")]
+    for name, source in (("new.cpp", file.text), ("old.cpp", text)):
+        (tmp_path / name).write_text(source)
+    new = subprocess.run([*command, str(tmp_path / "new.cpp")], capture_output=True, text=True, check=False)
+    assert new.returncode == 0, new.stderr[-4000:]
+    old = subprocess.run([*command, str(tmp_path / "old.cpp")], capture_output=True, text=True, check=False)
+    assert old.returncode != 0

@@ -20,6 +20,7 @@ RULES = load_rules()
 # rule id -> (code it must match, code next to it that it must not)
 EXAMPLES: dict[str, tuple[str, str]] = {
     "include-torch-extension": ("#include <torch/extension.h>", "#include <torch/csrc/stable/library.h>"),
+    "cuda-check": ("C10_CUDA_KERNEL_LAUNCH_CHECK();", "STD_CUDA_KERNEL_LAUNCH_CHECK();"),
     "include-torch-library": ("#include <torch/library.h>", "#include <torch/csrc/stable/library.h>"),
     "include-aten": ("#include <ATen/ATen.h>", "#include <ATen/cuda/CUDAContext.h>"),
     "include-aten-cuda": ("#include <c10/cuda/CUDAGuard.h>", "#include <cuda_runtime.h>"),

@@ -103,6 +103,40 @@ class Compiled:
                 "seconds": round(self.seconds, 3)}
 
 
+# A CPU build of torch ships c10/cuda's headers but not the one CMake generates for a CUDA build,
+# so a unit that reaches c10/cuda (FlashKDA's, FlashMLA's, FA2's, every one through
+# CUDAException.h) never compiles as it was, and proves nothing before the rewrite. The stand-in
+# says what that generated header says, and refuses a stable-only compile as it does.
+GENERATED_CUDA_HEADER = "c10/cuda/impl/cuda_cmake_macros.h"
+CUDA_HEADER_STAND_IN = """// Written by assemble's compile proof: a CPU build of torch lacks this generated header.
+#if !defined(TORCH_STABLE_ONLY) && !defined(TORCH_TARGET_VERSION)
+#pragma once
+#define C10_CUDA_BUILD_SHARED_LIBS
+#else
+#error "c10/cuda is outside the Stable ABI: not with TORCH_TARGET_VERSION or TORCH_STABLE_ONLY"
+#endif
+"""
+
+
+def cpu_torch_stand_ins(torch_dir: Path) -> list[str]:
+    """``-isystem DIR`` of the stand-in, searched after torch's own roots, when ``torch_dir`` is a
+    CPU build (it lacks the generated header); else nothing. Kept in the check cache."""
+    from assembler.cache import KINDS, cache_root
+    from assembler.fsutil import atomic_write
+
+    if (torch_dir / "include" / GENERATED_CUDA_HEADER).is_file():
+        return []
+    try:
+        root = cache_root() / KINDS["checks"] / "cpu-torch-stand-ins"
+        header = root / GENERATED_CUDA_HEADER
+        if not header.is_file() or header.read_text() != CUDA_HEADER_STAND_IN:
+            header.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(header, CUDA_HEADER_STAND_IN)
+    except OSError:
+        return []  # a read-only cache: the proof runs as before, without it
+    return ["-isystem", str(root)]
+
+
 class Prover:
     """The compile model of one dependency's checkout and the compiles made with it."""
 
@@ -121,6 +155,7 @@ class Prover:
         self.limits = Limits()
         self.jobs = jobs or available_cpus()
         self.modes: dict[Path, str] = {}  # unit path -> the model its first good compile used
+        self.stand_ins = cpu_torch_stand_ins(self.tools.env.torch_dir)
 
     def command(self, unit: TranslationUnit, mode: str, depfile: Path,
                 scratch: Path) -> tuple[list[str], dict[str, str]]:
@@ -132,10 +167,11 @@ class Prover:
         env = {**os.environ, **C_ENV}
         if unit.language != CUDA:
             command = [*syntax_pass(self.tools.cxx, self.model.flags, unit, std, defines).command]
-            return [*command[:-1], "-MD", "-MF", str(depfile), command[-1]], env
+            return [*command[:-1], *self.stand_ins, "-MD", "-MF", str(depfile), command[-1]], env
         toolkit = self.model.toolkit or self.tools.cuda(self.components)
         command = [str(toolkit.nvcc), "-cuda", "-fdevice-syntax-only", f"-std={std}", *unit.flags,
-                   *gencode(self.model.archs), *self.model.flags.for_unit(unit, defines), "-MD", "-MF", str(depfile),
+                   *gencode(self.model.archs), *self.model.flags.for_unit(unit, defines), *self.stand_ins,
+                   "-MD", "-MF", str(depfile),
                    "-x", "cu", str(unit.path), "-o", str(scratch / "unit.cu.cpp.ii")]
         return command, {**toolkit.environment(env), **C_ENV}
 
