@@ -609,3 +609,14 @@ def test_the_cuda_check_rewrite_compiles_at_2_10_where_the_old_macro_does_not(tm
     assert new.returncode == 0, new.stderr[-4000:]
     old = subprocess.run([*command, str(tmp_path / "old.cpp")], capture_output=True, text=True, check=False)
     assert old.returncode != 0
+
+
+def test_every_declarator_of_a_plain_declaration_is_a_tensor() -> None:
+    """FA2's backward declares ``at::Tensor dq, dk, dv;``: dk's and dv's .dtype() were declined as
+    "not declared a tensor". A declaration with an initialiser or a call stays the first name's only."""
+    text = ("void bwd(const at::Tensor& q) {\n  at::Tensor dq, dk, dv;\n  TORCH_CHECK(dk.dtype() == q.dtype());\n"
+            "  TORCH_CHECK(dv.dtype() == q.dtype());\n  at::Tensor x = q.contiguous(), y;\n"
+            "  TORCH_CHECK(y.dtype() == q.dtype());\n}\n")
+    file = _run(text)
+    assert "dk.scalar_type() == q.scalar_type()" in file.text and "dv.scalar_type() == q.scalar_type()" in file.text
+    assert [(d.line, d.rewrite) for d in file.declined] == [(6, "dtype")]  # y: not read as declared

@@ -177,6 +177,25 @@ def _declaration_patterns(bare: bool) -> list[tuple[str, re.Pattern[str]]]:
     ]
 
 
+_DECLARATOR = re.compile(r"\s*,\s*(?P<name>[A-Za-z_]\w*)\s*")
+
+
+def _more_declarators(code: str, end: int) -> list[tuple[int, str]]:
+    """The names after the first of a plain declaration (``Tensor dq, dk, dv;``): only where the
+    statement up to its ``;`` is names and commas (no initialiser, call, brace or template),
+    so a parameter list or an expression is never read as one."""
+    stop = code.find(";", end)
+    rest = code[end:stop] if stop >= 0 else ""
+    if not rest.strip() or re.search(r"[^\w\s,]", rest):
+        return []
+    found, at = [], end
+    while (declarator := _DECLARATOR.match(code, at)) and declarator.end() <= stop:
+        if declarator.group("name") not in _KEYWORDS:
+            found.append((declarator.start("name"), declarator.group("name")))
+        at = declarator.end()
+    return found if code[at:stop].strip() == "" else []
+
+
 @dataclass(frozen=True)
 class _Declared:
     name: str
@@ -195,21 +214,25 @@ class Declarations:
         self.code = code
         self.functions = tensor_functions
         self.names: dict[str, list[_Declared]] = {}
-        found: list[tuple[int, str, str, re.Match[str]]] = []
+        found: list[tuple[int, str, str, re.Match[str] | None]] = []
         for kind, pattern in _declaration_patterns(_USING_TENSOR.search(code) is not None):
             for match in pattern.finditer(code):
                 if match.group("name") not in _KEYWORDS:
                     found.append((match.start("name"), kind, match.group("name"), match))
+                    if kind in (TENSOR, SCALAR):  # `Tensor dq, dk, dv;`: the other declarators too (FA2)
+                        found += [(offset, kind, name, None) for offset, name in _more_declarators(code, match.end())]
         found.sort(key=lambda item: item[0])
         scopes = self._scopes([offset for offset, _, _, _ in found])
-        for (_, kind, name, match), (first, last) in zip(found, scopes, strict=True):
-            if kind == TENSOR and match.group("ref") == "*":
+        for (_, kind, name, declared), (first, last) in zip(found, scopes, strict=True):
+            if declared is None:
+                pass  # a further declarator of a plain declaration: the first one's kind
+            elif kind == TENSOR and declared.group("ref") == "*":
                 kind = HANDLE
-            elif kind == TENSOR and code[match.end():match.end() + 1] == "[":
+            elif kind == TENSOR and code[declared.end():declared.end() + 1] == "[":
                 kind = SEQUENCE
             of, alone, dtype = "", None, None
-            if kind == "auto":
-                kind, of, alone, dtype = self._auto_kind(match, first)
+            if kind == "auto" and declared is not None:
+                kind, of, alone, dtype = self._auto_kind(declared, first)
             if kind and first <= last:
                 self.names.setdefault(name, []).append(_Declared(name, kind, first, last, of, alone, dtype))
 
