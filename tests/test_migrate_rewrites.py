@@ -61,6 +61,9 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "transpose": ("auto y = ns::make(x).transpose(0, 1);", "auto y = torch::stable::transpose(ns::make(x), 0, 1);"),
     "clone": ("auto y = x.clone();", "auto y = torch::stable::clone(x);"),
     "zero": ("out.zero_();", "torch::stable::zero_(out);"),
+    # FA2: the padded copies and the softmax_lse fill its humans rewrote by hand
+    "fill": ("out.fill_(0);", "torch::stable::fill_(out, 0);"),
+    "copy": ("out.copy_(padded, true);", "torch::stable::copy_(out, padded, true);"),
     # the guard's type only: torch::stable::Tensor has get_device() too, and the brace form stays
     "cuda-guard": ("at::cuda::CUDAGuard device_guard{(char)q.get_device()};",
                    "torch::stable::accelerator::DeviceGuard device_guard{(char)q.get_device()};"),
@@ -620,3 +623,21 @@ def test_every_declarator_of_a_plain_declaration_is_a_tensor() -> None:
     file = _run(text)
     assert "dk.scalar_type() == q.scalar_type()" in file.text and "dv.scalar_type() == q.scalar_type()" in file.text
     assert [(d.line, d.rewrite) for d in file.declined] == [(6, "dtype")]  # y: not read as declared
+
+
+@pytest.mark.integration
+def test_fill_and_copy_compile_at_2_10(tmp_path: Path, build_env_path: Path) -> None:
+    """What the fill and copy rewrites write compiles against the stable headers alone, at 2.10."""
+    from assembler.builder.header_diagnostics import torch_include_roots
+
+    text = ("#include <torch/csrc/stable/tensor.h>\n#include <torch/csrc/stable/ops.h>\n"
+            "void pad_into(at::Tensor out, at::Tensor padded) {\n  out.fill_(0);\n  out.copy_(padded, true);\n}\n")
+    file = _run(text, target="2.10")
+    assert file.made["fill"] == 1 and file.made["copy"] == 1 and not file.declined
+    (tmp_path / "new.cpp").write_text(file.text)
+    torch_dir = next((build_env_path / "lib").glob("python3*/site-packages/torch"))
+    flags = [flag for root in torch_include_roots(torch_dir)[::-1] for flag in ("-isystem", str(root))]
+    command = ["g++", "-std=c++17", "-fsyntax-only", "-DTORCH_TARGET_VERSION=0x020a000000000000", *flags,
+               str(tmp_path / "new.cpp")]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
