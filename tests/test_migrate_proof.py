@@ -281,3 +281,30 @@ def test_on_a_cpu_torch_a_unit_reaching_c10_cuda_compiles_before_the_rewrite(tmp
     assert [unit["source"] for unit in proof["units"]] == ["csrc/check.cpp"], proof  # a baseline that compiled
     text = (ws / "forks" / "cudachk" / "csrc" / "check.cpp").read_text()
     assert "STD_CUDA_CHECK(cudaStreamSynchronize(stream));" in text and "c10/cuda" not in text
+
+
+RELAXED = """#include <ATen/core/Tensor.h>
+
+constexpr int twice(int x) { return 2 * x; }
+
+__global__ void fill_twice(int* out) { out[0] = twice(3); }
+
+int64_t elements(const at::Tensor& x) {
+  return x.numel();
+}
+"""
+
+
+@pytest.mark.integration
+def test_a_cuda_unit_is_compiled_with_the_relaxed_constexpr_every_torch_build_gives_it(
+        tmp_path: Path, private_cache: Path) -> None:
+    """A constexpr host function called in device code needs --expt-relaxed-constexpr, which torch's
+    cpp_extension and vLLM's CMake pass every .cu unit (FA2's launch templates rely on it): the
+    proof's nvcc gives it too, so the unit compiles as it was and proves its rewrite."""
+    ws = _workspace(tmp_path / "ws", "cudarel", {"csrc/kernel.cu": RELAXED})
+    env = {"ASSEMBLE_CACHE": str(private_cache)}
+    result = run_assemble("-C", str(ws), "migrate", "cudarel", "--no-check", "--json", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    proof = json.loads(result.stdout)["proof"]
+    assert proof["proven_files"] == ["csrc/kernel.cu"] and proof["not_committed"] == [], proof
+    assert [unit["source"] for unit in proof["units"]] == ["csrc/kernel.cu"], proof

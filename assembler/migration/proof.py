@@ -118,6 +118,12 @@ CUDA_HEADER_STAND_IN = """// Written by assemble's compile proof: a CPU build of
 """
 
 
+# What torch's cpp_extension (its common nvcc flags) and vLLM's CMake give every .cu unit, and FA2's
+# own CMakeLists.txt too: without it, its launch templates' constexpr host calls in device code do
+# not compile, and the proof of a cmake-built dependency (whose flags live in its CMake) proves nothing.
+RELAXED_CONSTEXPR = frozenset({"--expt-relaxed-constexpr", "-expt-relaxed-constexpr"})
+
+
 def cpu_torch_stand_ins(torch_dir: Path) -> list[str]:
     """``-isystem DIR`` of the stand-in, searched after torch's own roots, when ``torch_dir`` is a
     CPU build (it lacks the generated header); else nothing. Kept in the check cache."""
@@ -169,7 +175,8 @@ class Prover:
             command = [*syntax_pass(self.tools.cxx, self.model.flags, unit, std, defines).command]
             return [*command[:-1], *self.stand_ins, "-MD", "-MF", str(depfile), command[-1]], env
         toolkit = self.model.toolkit or self.tools.cuda(self.components)
-        command = [str(toolkit.nvcc), "-cuda", "-fdevice-syntax-only", f"-std={std}", *unit.flags,
+        relaxed = [] if RELAXED_CONSTEXPR & set(unit.flags) else ["--expt-relaxed-constexpr"]
+        command = [str(toolkit.nvcc), "-cuda", "-fdevice-syntax-only", f"-std={std}", *unit.flags, *relaxed,
                    *gencode(self.model.archs), *self.model.flags.for_unit(unit, defines), *self.stand_ins,
                    "-MD", "-MF", str(depfile),
                    "-x", "cu", str(unit.path), "-o", str(scratch / "unit.cu.cpp.ii")]
