@@ -63,14 +63,16 @@ def build_report() -> BuildReport:
                        verified=verify_report())
 
 
-def on_a_terminal(draw: object, columns: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """What ``draw()`` writes to stdout when stdout is a real pseudo-terminal ``columns`` wide."""
+def on_a_terminal(draw: object, columns: int, monkeypatch: pytest.MonkeyPatch, stream: str = "stdout") -> list[str]:
+    """What ``draw()`` writes to ``stream`` (stdout or stderr; the other goes to a buffer) when that
+    stream is a real pseudo-terminal ``columns`` wide."""
     monkeypatch.delenv("COLUMNS", raising=False)
     leader, follower = os.openpty()
     try:
         termios.tcsetwinsize(follower, (24, columns))
         with open(follower, "w", encoding="utf-8", closefd=False) as terminal:
-            monkeypatch.setattr(sys, "stdout", terminal)
+            monkeypatch.setattr(sys, stream, terminal)
+            monkeypatch.setattr(sys, "stderr" if stream == "stdout" else "stdout", io.StringIO())
             output.configure(color="never")
             draw()  # type: ignore[operator]
             terminal.flush()

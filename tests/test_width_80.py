@@ -8,12 +8,9 @@ elsewhere."""
 from __future__ import annotations
 
 import argparse
-import io
-import os
 import re
 import shutil
 import sys
-import termios
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -103,30 +100,9 @@ def test_the_top_level_epilog_keeps_its_items_apart() -> None:
 
 def stderr_on_a_terminal(words: list[str], columns: int, monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
     """(exit code, the lines ``assemble WORDS`` writes to stderr) with stderr a pseudo-terminal ``columns`` wide."""
-    monkeypatch.delenv("COLUMNS", raising=False)
-    leader, follower = os.openpty()
-    try:
-        termios.tcsetwinsize(follower, (24, columns))
-        with open(follower, "w", encoding="utf-8", closefd=False) as terminal:
-            monkeypatch.setattr(sys, "stderr", terminal)
-            monkeypatch.setattr(sys, "stdout", io.StringIO())
-            code = main(["--color", "never", *words])
-            terminal.flush()
-        monkeypatch.undo()
-        os.set_blocking(leader, False)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 65536)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(leader)
-        os.close(follower)
-    return code, b"".join(chunks).decode("utf-8").replace("\r\n", "\n").splitlines()
+    codes: list[int] = []
+    lines = on_a_terminal(lambda: codes.append(main(["--color", "never", *words])), columns, monkeypatch, "stderr")
+    return codes[0], lines
 
 
 def test_error_and_hint_lines_wrap_on_an_80_column_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
