@@ -554,6 +554,17 @@ def _arguments(code: str, opening: int, closing: int) -> int:
     return count
 
 
+def _next_call(pattern: re.Pattern[str], code: str, file: FileRewrite
+               ) -> tuple[re.Match[str], int, int, int | None] | None:
+    """The first call ``pattern`` finds on a line the build compiles: the match, its line
+    (0-based), its opening parenthesis and the matching closing one (None: not on record)."""
+    found = next((m for m in pattern.finditer(code) if file.active[_line_of(code, m.start())]), None)
+    if found is None:
+        return None
+    opening = found.end() - 1
+    return found, _line_of(code, found.start()), opening, _close_paren(code, opening)
+
+
 def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     """RECEIVER.method(ARGS) -> function(RECEIVER, ARGS), one at a time, rescanning, so a chain
     (a.contiguous().view(s)) nests. The blanked code is kept in step with the text: an edit
@@ -562,12 +573,10 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     declarations: Declarations | None = None  # line-based: valid while the step adds no line
     code = blank_comments_and_strings(file.text)
     for _ in range(100000):
-        found = next((m for m in pattern.finditer(code) if file.active[_line_of(code, m.start())]), None)
-        if found is None:
+        next_call = _next_call(pattern, code, file)
+        if next_call is None:
             return
-        line = _line_of(code, found.start())
-        opening = found.end() - 1
-        closing = _close_paren(code, opening)
+        found, line, opening, closing = next_call
         start = _receiver_start(code, found.start())
         what = ""
         if start is not None and (found.group(1) == "->" or rewrite.receiver):
@@ -626,12 +635,10 @@ def _dispatcher(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     declarations: Declarations | None = None
     code = blank_comments_and_strings(file.text)
     for _ in range(100000):
-        found = next((m for m in pattern.finditer(code) if file.active[_line_of(code, m.start())]), None)
-        if found is None:
+        next_call = _next_call(pattern, code, file)
+        if next_call is None:
             return
-        line = _line_of(code, found.start())
-        opening = found.end() - 1
-        closing = _close_paren(code, opening)
+        found, line, opening, closing = next_call
         name = found.group("method") or found.group("function")
         method = found.group("method") is not None
         start = _receiver_start(code, found.start()) if method else found.start()
