@@ -65,3 +65,13 @@ def test_a_module_landing_outside_the_package_is_reported_not_guessed() -> None:
                    {"mykernels/**": "vendor/", "mykernels_C*.so": "other/"})
     edits = relative_imports({"mykernels/__init__.py": init}, ["mykernels_C"], place)
     assert edits.texts == {} and edits.declined[0][1] == 1 and "other.mykernels_C" in edits.declined[0][2]
+
+
+def test_moved_modules_says_when_nothing_needs_reading() -> None:
+    from assembler.migration.package_imports import moved_modules
+
+    payload = ["mykernels/__init__.py", "mykernels/util.py"]
+    assert moved_modules(payload, ["mykernels_C"], _place([*payload, "mykernels_C.abi3.so"], {"**": ""})) == {}
+    relocated = _place([*payload, "mykernels_C.abi3.so"], {"mykernels/**": "vendor/", "mykernels_C*.so": "vendor/"})
+    assert moved_modules(payload, ["mykernels_C"], relocated) == {
+        "mykernels": "vendor.mykernels", "mykernels.util": "vendor.mykernels.util", "mykernels_C": "vendor.mykernels_C"}

@@ -258,6 +258,14 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
     return report
 
 
+def _read_source(path: Path) -> str | None:
+    """A Python source of the fork as text; None when it cannot be read as UTF-8 (reported, never a traceback)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _limit_setup_py(dep: Dependency, python_abi: str, checkout: Path, tree: Any, rewrites: RewriteSet,
                     report: MigrateReport, dry_run: bool) -> None:
     """The last step for a dependency its own setup.py builds: that setup.py asks for abi3
@@ -271,7 +279,11 @@ def _limit_setup_py(dep: Dependency, python_abi: str, checkout: Path, tree: Any,
     if not path.is_relative_to(checkout.resolve()) or not path.is_file() or path.is_symlink():
         return  # a pyproject-only project, or a project-dir the manifest's checks already refused
     rel = path.relative_to(checkout.resolve()).as_posix()
-    original = path.read_text(encoding="utf-8")
+    original = _read_source(path)
+    if original is None:
+        report.declined.append({"at": f"{rel}:1", "rewrite": "limited-api",
+                                "reason": "not UTF-8 text (or unreadable): add py_limited_api by hand"})
+        return
     edit = limit_setup_py(original, python_abi)
     report.declined += [{"at": f"{rel}:{line}", "rewrite": "limited-api", "reason": reason}
                         for line, reason in edit.declined]
@@ -295,7 +307,7 @@ def _package_imports(dep: Dependency, checkout: Path, tree: Any, rewrites: Rewri
     one commit of its own; a form with no relative spelling is reported at its line. The
     dependency's payload is read as setuptools lays it out: project-dir's .py files at their
     paths, each extension at its dotted name."""
-    from assembler.migration.package_imports import MODULE_SUFFIX, extension_names, relative_imports
+    from assembler.migration.package_imports import MODULE_SUFFIX, extension_names, moved_modules, relative_imports
     from assembler.wheel.merge import install_rules
 
     if not for_dep(dep).setup_py_builds:
@@ -305,19 +317,25 @@ def _package_imports(dep: Dependency, checkout: Path, tree: Any, rewrites: Rewri
     setup = project / "setup.py"
     if not project.is_relative_to(root) or not setup.is_file() or setup.is_symlink():
         return
-    extensions = extension_names(setup.read_text(encoding="utf-8"))
-    payload = [path.relative_to(project).as_posix() for path in sorted(project.rglob("*.py"))
-               if path != setup and path.is_file() and not path.is_symlink()]
-    payload += [name.replace(".", "/") + MODULE_SUFFIX for name in extensions]
-    rules = install_rules(dep.install)
-    place = {path: target for path in payload for rule in rules if (target := rule.target(path)) is not None}
-    sources = {path: (project / path).read_text(encoding="utf-8") for path in payload
-               if path.endswith(".py") and path in place}
-    edits = relative_imports(sources, extensions, place)
     prefix = project.relative_to(root).as_posix()
 
     def in_checkout(path: str) -> str:
         return path if prefix == "." else f"{prefix}/{path}"
+
+    extensions = extension_names(_read_source(setup) or "")
+    python = [path.relative_to(project).as_posix() for path in sorted(project.rglob("*.py"))
+              if path != setup and path.is_file() and not path.is_symlink()]
+    rules = install_rules(dep.install)
+    place = {path: target for path in [*python, *(name.replace(".", "/") + MODULE_SUFFIX for name in extensions)]
+             for rule in rules if (target := rule.target(path)) is not None}
+    if not moved_modules(python, extensions, place):
+        return  # the install rules keep every module where its name finds it: nothing to read
+    sources = {path: text for path in python if path in place
+               and (text := _read_source(project / path)) is not None}
+    unreadable = [path for path in python if path in place and path not in sources]
+    report.declined += [{"at": f"{in_checkout(path)}:1", "rewrite": "package-import",
+                         "reason": "not UTF-8 text (or unreadable): its imports were not read"} for path in unreadable]
+    edits = relative_imports(sources, extensions, place)
 
     report.declined += [{"at": f"{in_checkout(path)}:{line}", "rewrite": "package-import", "reason": reason}
                         for path, line, reason in edits.declined]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 EXTENSION_CALLS = frozenset({"CppExtension", "CUDAExtension", "Extension", "SyclExtension"})
@@ -64,15 +64,23 @@ def _module_name(payload_path: str) -> str:
     return path.replace("/", ".")
 
 
+def moved_modules(python_paths: Iterable[str], extensions: Sequence[str],
+                  place: Mapping[str, str]) -> dict[str, str]:
+    """Module name -> its name in the bundle, for each module (a payload .py file or an
+    extension) that the install rules ``place`` put somewhere its own name does not find it.
+    Empty: no import can break, and no file needs reading."""
+    originals = {_module_name(path): path for path in python_paths}
+    originals.update({name: name.replace(".", "/") + MODULE_SUFFIX for name in extensions})
+    return {name: _module_name(place[path]) for name, path in originals.items()
+            if path in place and _module_name(place[path]) != name}
+
+
 def relative_imports(python_files: Mapping[str, str], extensions: Sequence[str],
                      place: Mapping[str, str]) -> ImportEdits:
     """``python_files``: payload path -> text of the package's .py files; ``extensions``: the
     dotted extension names; ``place``: payload path -> wheel path under the install rules (a
     file missing from it is not shipped). Returns the files whose imports had to change."""
-    originals = {_module_name(path): path for path in python_files}
-    originals.update({name: name.replace(".", "/") + MODULE_SUFFIX for name in extensions})
-    moved = {name: _module_name(place[path]) for name, path in originals.items()
-             if path in place and _module_name(place[path]) != name}
+    moved = moved_modules(python_files, extensions, place)
     result = ImportEdits()
     for path, text in sorted(python_files.items()):
         if path not in place or not moved:
