@@ -391,8 +391,8 @@ def _signature(codes: dict[Path, str], name: str) -> tuple[str, list[str]] | Non
     for code in codes.values():
         for found in pattern.finditer(code):
             written = found.group("ret")
-            last_line = written[written.rfind("\n") + 1:]
-            returns = " ".join((last_line if last_line.strip() else written).split())  # not a directive line above it
+            lines = [line for line in written.split("\n") if line.strip()]
+            returns = " ".join(lines[-1].split()) if lines else ""  # not a directive line above it
             if returns.split()[-1:] in (["return"], ["new"]) or "=" in returns:
                 continue
             parameters = _parameters(code, found.end())

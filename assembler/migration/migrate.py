@@ -546,6 +546,11 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
                     and (reads[unit.path] & advanced or not last.get(unit.path, before[unit.path]).ok)]
             if not advanced:
                 break  # a failure that no rewritten file of the unit answers for: reported as not proven
+        for path, name, other in _linked(options, level, saved):  # each now left as it is
+            text = (f"declares {name}() as {key[other].relative_to(checkout).as_posix()} does, whose rewrite is not "
+                    "committed: left as it is, so that the two still link")
+            failed.append((key[path].relative_to(checkout).as_posix(), proof.CompileError(
+                key[path].relative_to(checkout).as_posix(), text, path, 0), "", None))
         after_only = _proven_after_only(prover, options, level, saved, chosen, reads, before)
     finally:
         for path, data in saved.items():
@@ -577,6 +582,58 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
             summary.not_proven.append({"file": rel, "reason": why})
     summary.seconds = time.monotonic() - started
     return {key[path]: options[path][level[path]][1] for path in options}
+
+
+_DECLARED = re.compile(r"(?:[\w:]+(?:\s*<[^;{}()]*>)?[\s&*]+)+?(?:\w+::)*(?P<name>[A-Za-z_]\w*)\s*\(")
+_NOT_A_TYPE = {"return", "new", "else", "case", "throw", "delete", "co_return", "goto"}
+
+
+def _declared(code: str) -> dict[str, set[str]]:
+    """Each function a file declares or defines -> its parameter lists (whitespace dropped)."""
+    found: dict[str, set[str]] = {}
+    for match in _DECLARED.finditer(code):
+        head = match.group(0)[:match.start("name") - match.start()].split()
+        if not head or head[-1].strip("&*") in _NOT_A_TYPE or "=" in match.group(0):
+            continue
+        depth, index = 1, match.end()
+        while index < len(code) and depth:
+            depth += {"(": 1, ")": -1}.get(code[index], 0)
+            index += 1
+        closing = index if depth == 0 else match.end()
+        found.setdefault(match.group("name"), set()).add("".join(code[match.end():closing].split()))
+    return found
+
+
+def _linked(options: dict[Path, list[tuple[str, FileRun | None]]], level: dict[Path, int],
+            saved: dict[Path, bytes]) -> list[tuple[Path, str, Path]]:
+    """The files to leave as they are because a function they declare with new parameters is
+    declared or defined by a file left as it was (its rewrite did not compile): committed, the
+    two would compile each and not link (FA2: the kernels' prototypes in flash_api_torch_lib.cpp,
+    their definitions in flash_api.cpp). (file, function, the other file), to a fixpoint."""
+    def text(path: Path, form: FileRun | None) -> str:
+        return blank_comments_and_strings(form.texts[-1] if form is not None
+                                          else saved[path].decode("utf-8", "replace"))
+
+    original = {path: _declared(text(path, None)) for path in options}
+    out: list[tuple[Path, str, Path]] = []
+    while True:
+        left = [path for path, forms in options.items() if forms[level[path]][0] == ORIGINAL
+                and any(run is not None for _, run in forms)]
+        more = []
+        for path, forms in options.items():
+            label, run = forms[level[path]]
+            if label == ORIGINAL or run is None:
+                continue
+            now = _declared(text(path, run))
+            changed = {name for name, lists in now.items() if lists != original[path].get(name, lists)}
+            shared = next(((name, held) for held in left for name in sorted(changed & set(original[held]))), None)
+            if shared is not None:
+                more.append((path, *shared))
+        if not more:
+            return out
+        for path, name, held in more:
+            level[path] = len(options[path]) - 1
+            out.append((path, name, held))
 
 
 def _proven_after_only(prover: Any, options: dict[Path, list[tuple[str, FileRun | None]]], level: dict[Path, int],
@@ -779,6 +836,8 @@ def _torch_libraries(workspace: Workspace, files: dict[Path, FileRewrite], repor
                                  for schema, error in bad]
         else:
             kept[path] = library
+    if len(kept) < len(found):  # kernels made boxable where declared: every file that declares them, or none
+        kept = {path: library for path, library in kept.items() if not library.signatures}
     return kept
 
 
@@ -793,7 +852,8 @@ def _apply_library(file: FileRewrite, library: Library) -> None:
             lines[-1] = file.active[last] if last < len(file.active) else True
         file.active[first:last + 1] = lines
     file.made.update(library.made)
-    file.includes.add("torch/csrc/stable/library.h")
+    if library.made["torch-library"]:  # not a file whose kernels' signatures alone change
+        file.includes.add("torch/csrc/stable/library.h")
 
 
 def _generated_trailers(diff: str, header: str | None, result: StepResult) -> list[str]:

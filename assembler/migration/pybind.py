@@ -184,9 +184,10 @@ def written_in(body: str, name: str) -> bool:
     """Whether ``body`` certainly writes the tensor ``name`` (or a view of it): an in-place
     method (``name.zero_()``, ``name.copy_(...)``), ``name.mutable_data_ptr``, or ``name`` as the
     out argument of an ``*_out`` or in-place function (``at::sum_out(name, ...)``,
-    ``torch::stable::fill_(name, ...)``)."""
+    ``torch::stable::fill_(name, ...)``); of an optional, its ``value()`` so."""
     for alias in _aliases(body, name):
         n = re.escape(alias)
+        n += r"(?:\s*\.\s*value\s*\(\s*\))?"  # an optional's tensor: out_.value().copy_(out) (FA2)
         if (re.search(rf"(?<![\w.]){n}\s*(?:\.|->)\s*(?:\w+_|mutable_data_ptr)\s*[(<]", body)
                 or re.search(rf"(?<![\w.])(?:at|torch|torch::stable)::\w+_(?:out)?\s*\(\s*{n}\s*[,)]", body)):
             return True

@@ -69,6 +69,7 @@ class Library:
     made: Counter[str] = field(default_factory=Counter)
     schemas: list[str] = field(default_factory=list)
     line: int = 0  # the first block's line
+    signatures: bool = False  # it makes kernels boxable where they are declared: all such files go, or none
 
 
 @dataclass
@@ -301,6 +302,142 @@ def kernel(function: str, signature: Signature, body: Body, taken: set[str]) -> 
     return Kernel(function, f"&{name}", text, writes, len(params))
 
 
+@dataclass
+class _Declared:
+    """One declaration or definition of a kernel: its file, where its name is, and each
+    parameter's span (offsets of the file's text, whitespace trimmed)."""
+
+    path: Path
+    name_at: int
+    parameters: list[tuple[int, int]]
+
+
+def _declarations(codes: dict[Path, str], name: str) -> list[_Declared]:
+    """Every declaration and definition of ``name`` (a function) in ``codes`` (blanked code)."""
+    pattern = re.compile(rf"(?P<ret>(?:[\w:]+(?:\s*<[^;{{}}()]*>)?[\s&*]+)+?)(?:\w+::)*"
+                         rf"(?P<name>{re.escape(name)})\s*\(")
+    found = []
+    for path, code in codes.items():
+        for match in pattern.finditer(code):
+            written = match.group("ret")
+            returns = " ".join(written[written.rfind("\n") + 1:].split()) or " ".join(written.split())
+            if returns.split()[-1:] in (["return"], ["new"]) or "=" in returns:
+                continue
+            opening = match.end() - 1
+            close = _close(code, opening)
+            spans = []
+            for offset, piece in _split_top(code[opening + 1:close], ","):
+                if piece.strip():
+                    start = opening + 1 + offset + len(piece) - len(piece.lstrip())
+                    spans.append((start, opening + 1 + offset + len(piece.rstrip())))
+            found.append(_Declared(path, match.start("name"), spans))
+    return found
+
+
+def _in_place_parameter(written: str, body: str | None) -> tuple[str | None, bool]:
+    """A kernel parameter made boxable where it is declared, as people migrating by hand do
+    (FA2: ``at::Tensor &q`` -> ``at::Tensor q``, ``int`` -> ``int64_t``, ``const float`` -> ``const
+    double``, ``std::optional<const at::Tensor> &`` -> ``const std::optional<at::Tensor> &``, a
+    ``const at::Tensor &`` the body writes -> ``at::Tensor &``): the new text (None: as it is)
+    and whether the kernel writes it. Unconvertible when only a wrapper can box it."""
+    declared, equals, default = written.partition("=")
+    parameter = declared.strip()
+    cut = max(parameter.rfind("&"), parameter.rfind("*"), parameter.rfind(" "))
+    cxx_type, name = parameter[:cut + 1], parameter[cut + 1:].strip()
+    if not name.isidentifier() or not cxx_type.strip():
+        raise Unconvertible(f"parameter {parameter!r} has no name")
+    base, reference = _base(cxx_type)
+    constant = bool(re.match(r"^\s*const\b", cxx_type)) or bool(re.search(r"\bconst\s*&\s*$", cxx_type))
+    mutable_ref = reference and not constant
+    written_by_body = body is not None and written_in(body, name)
+    tail = f" {equals}{default}" if equals else ""
+    if "*" in cxx_type:
+        raise Unconvertible(f"{name}: a pointer ({' '.join(cxx_type.split())}) has no schema type")
+    optional = _OPTIONAL.match(base)
+    inner_const = re.search(r"optional\s*<\s*const\b", cxx_type) is not None
+    if re.fullmatch(_TENSOR, base):
+        if mutable_ref:  # by value: a stable tensor is a handle, its data is the caller's
+            return f"{base} {name}{tail}", True
+        if reference and written_by_body:  # const, and written through (copy_ into it): not const
+            return f"{base} &{name}{tail}", True
+        return None, written_by_body
+    if optional and re.fullmatch(_TENSOR, optional.group(1).strip()):
+        inner = optional.group(1).strip()
+        if inner_const:
+            return f"const std::optional<{inner}> &{name}{tail}", False
+        if mutable_ref or (reference and written_by_body):  # by value: value() of a const one is const
+            return f"std::optional<{inner}> {name}{tail}", True
+        return None, written_by_body
+    wrapped = f"{name}: {' '.join(cxx_type.split())} is boxed through a wrapper"
+    if re.fullmatch(rf"std::vector<{_TENSOR}>", base) or base in ("std::string", "std::string_view"):
+        if mutable_ref:
+            raise Unconvertible(wrapped)
+        return None, False
+    if optional:  # of a scalar: boxable as it is, or through a wrapper
+        if mutable_ref or _scalar(optional.group(1).strip(), False)[2]:
+            raise Unconvertible(wrapped)
+        return None, False
+    if base in _STRING_VIEW or mutable_ref:  # c10::string_view; a scalar the kernel may write
+        raise Unconvertible(wrapped)
+    _, boxed, converts = _scalar(base, reference)
+    if not converts:
+        return None, False
+    return f"{'const ' if constant else ''}{boxed} {name}{tail}", False
+
+
+def in_place(function: str, codes: dict[Path, str], texts: dict[Path, str], registered: set[tuple[Path, int, int]],
+             body: Body, active: dict[Path, set[int]] | None = None) -> tuple[Kernel, dict[Path, list[Edit]]] | None:
+    """The kernel made boxable where it is declared, when nothing but its declarations, its
+    definition and its registrations (``registered``: (file, start, end) of each impl's
+    function argument) names it on a line the build compiles (``active``; FA2's pybind11 module is
+    behind FLASHATTENTION_DISABLE_PYBIND): the edits of every declaration, the same in each. None when a wrapper
+    is needed (another caller relies on its signature, a parameter or the return only a
+    wrapper boxes, declarations that differ)."""
+    simple = function.split("::")[-1]
+    declared = _declarations(codes, simple)
+    if not declared:
+        return None
+    places = {(item.path, item.name_at) for item in declared}
+    for path, code in codes.items():
+        for use in re.finditer(rf"(?<![\w.>])\b{re.escape(simple)}\b", code):
+            if active is not None and code.count("\n", 0, use.start()) + 1 not in active.get(path, set()):
+                continue
+            if (path, use.start()) not in places and not any(
+                    path == where and start <= use.start() < end for where, start, end in registered):
+                return None
+    text_body = body(simple)
+    returns = _declared_return(codes, declared[0])
+    if returns is None or _returns(returns)[1] is not None:
+        return None
+    edits: dict[Path, list[Edit]] = {}
+    shape: list[tuple[str | None, bool]] | None = None
+    for item in declared:
+        try:
+            made = [_in_place_parameter(texts[item.path][start:end], text_body) for start, end in item.parameters]
+        except Unconvertible:
+            return None
+        if shape is not None and [writes for _, writes in made] != [writes for _, writes in shape]:
+            return None
+        shape = made
+        edits.setdefault(item.path, []).extend(Edit(start, end, new) for (start, end), (new, _) in
+                                               zip(item.parameters, made, strict=True) if new is not None)
+    assert shape is not None
+    if not any(edits.values()):
+        return None  # boxable as it is: the plain kernel path registers it
+    writes = [index for index, (_, wrote) in enumerate(shape) if wrote]
+    return Kernel(function, f"&{function}", None, writes, len(shape)), edits
+
+
+def _declared_return(codes: dict[Path, str], declared: _Declared) -> str | None:
+    code = codes[declared.path]
+    line_start = code.rfind(";", 0, declared.name_at)
+    head = code[max(line_start, code.rfind("}", 0, declared.name_at), code.rfind("{", 0, declared.name_at)) + 1:
+                declared.name_at]
+    head = re.sub(r"\b\w+::$", "", head.strip())
+    lines = [line for line in head.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return " ".join(" ".join(lines).split()) or None
+
+
 def _packed(head: str, items: list[str], tail: str, indent: str, width: int = 100) -> str:
     """``head`` + items joined by commas + ``tail``, broken between items to keep lines under ``width``."""
     lines, current = [], head
@@ -354,12 +491,12 @@ def mark_writes(schema: str, writes: list[int], count: int, function: str) -> tu
     letter = 0
     for index in writes:
         offset, arg = positional[index]
-        typed = re.match(r"\s*Tensor(\([^)]*\))?(\?)?(\[\])?\s", arg)
+        typed = re.match(r"\s*Tensor(\([^)]*\)|!)?(\?)?(\[\])?\s", arg)  # Tensor!: written, no alias set
         if typed is None:
             raise Unconvertible(f"{schema.split('(')[0]}: {function} writes argument {index + 1}, not a Tensor "
                                 "in the schema")
         if typed.group(1):
-            continue  # already annotated
+            continue  # already annotated (Tensor(a!), or Tensor! as FA2 writes it)
         while _alias(letter) in used:
             letter += 1
         used.add(_alias(letter))
@@ -423,7 +560,10 @@ def convert_libraries(texts: dict[Path, str], codes: dict[Path, str], active: di
         if found:
             blocks[path] = found
     taken = {word for code in codes.values() for word in re.findall(r"\b\w+_boxed_*\b", code)}
+    registered = {(path, *statement.function_span) for path, found in blocks.items() for block in found
+                  for statement in block.statements if statement.function_span is not None}
     kernels: dict[str, Kernel] = {}
+    signatures: dict[Path, list[Edit]] = {}  # kernels made boxable where they are declared
     impls: dict[tuple[str, str], Kernel] = {}  # (namespace, op) -> its kernel, for the schema's marks
     failed: dict[Path, str] = {}
     for path, found in blocks.items():
@@ -433,7 +573,13 @@ def convert_libraries(texts: dict[Path, str], codes: dict[Path, str], active: di
                     continue
                 try:
                     if statement.function not in kernels:
-                        kernels[statement.function] = kernel(statement.function, signature, body, taken)
+                        made = in_place(statement.function, codes, texts, registered, body, active)
+                        if made is not None:
+                            kernels[statement.function] = made[0]
+                            for where, edits in made[1].items():
+                                signatures.setdefault(where, []).extend(edits)
+                        else:
+                            kernels[statement.function] = kernel(statement.function, signature, body, taken)
                 except Unconvertible as error:
                     failed.setdefault(path, f"line {codes[path].count(chr(10), 0, statement.start) + 1}: {error}")
                     continue
@@ -447,6 +593,14 @@ def convert_libraries(texts: dict[Path, str], codes: dict[Path, str], active: di
             out[path] = _library(texts[path], found, kernels, impls)
         except Unconvertible as error:
             declined.append((path, found[0].line, str(error)))
+    if signatures and len(out) < len(blocks):
+        shared = "another file's registration is left as it is, and with it the kernels' signatures its blocks share"
+        return {}, declined + [(path, found[0].line, shared) for path, found in blocks.items() if path in out]
+    for path, edits in signatures.items():
+        library = out.setdefault(path, Library(line=codes[path].count("\n", 0, edits[0].start) + 1))
+        library.edits += edits
+        library.signatures = True
+        library.made["boxable-signature"] += len(edits)
     return out, declined
 
 

@@ -23,7 +23,7 @@ REWRITES_FILE = Path(__file__).resolve().parent.parent / "data" / "migration_rew
 SKIP = "\x00"  # marks a declined method call until the step ends (no regex matches across it)
 STYLE_KEYS = {"data-ptr": ("const-mutable", "mutable")}
 TYPES = ("replace", "method", "call", "data-ptr", "rename-method", "new-empty", "helper", "syntax", "cast-data-ptr",
-         "dispatcher")
+         "dispatcher", "index-narrow")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class Rewrite:
     methods: tuple[str, ...] = ()  # type dispatcher: the Tensor methods called through the dispatcher
     functions: tuple[str, ...] = ()  # type dispatcher: the at::/torch:: functions called through it
     schemas: dict[str, tuple[str, ...]] = field(default_factory=dict)  # type dispatcher: aten::op -> the build torch's
+    lvalue: bool = False  # type method: the function takes its receiver by non-const reference (copy_, fill_, zero_)
 
     def ops(self) -> set[str]:
         """type dispatcher: the aten:: operators it may call."""
@@ -100,6 +101,7 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 syntax=tuple(str(pattern) for pattern in raw.get("syntax", ())),
                 methods=tuple(str(name) for name in raw.get("methods", ())),
                 functions=tuple(str(name) for name in raw.get("functions", ())),
+                lvalue=bool(raw.get("lvalue", False)),
             ))
         replaced = {str(old): str(new) for old, new in data.get("replaced_includes", {}).items()}
         return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites), replaced)
@@ -438,6 +440,8 @@ def apply_step(rewrites: list[Rewrite], file: FileRewrite, torch_target: str, st
             _syntax(rewrite, file, torch_target)
         elif rewrite.type == "dispatcher":
             _dispatcher(rewrite, file, torch_target)
+        elif rewrite.type == "index-narrow":
+            _index_narrow(rewrite, file, torch_target)
         else:
             _data_ptr(rewrite, file, torch_target, style.get("data-ptr", "const-mutable"))
     file.text = file.text.replace(SKIP, "")
@@ -604,6 +608,20 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         receiver = gap.strip()
         if found.group(1) == "->":
             receiver = f"*{receiver}"
+        if rewrite.lvalue and _TEMPORARY.match(receiver):
+            named = _named_receiver(rewrite, file, code, start, closing, receiver, opening)
+            if named is None:
+                file.declined.append(Declined(line + 1, rewrite.id, f"the receiver is a temporary ({receiver}), "
+                                              f"which {rewrite.function} cannot take: name it first"))
+                at = found.start() + len(found.group(1))
+                file.text, code = file.text[:at] + SKIP + file.text[at:], code[:at] + SKIP + code[at:]
+                continue
+            end, new = named
+            file.text = file.text[:start] + new + file.text[end:]
+            code = code[:start] + blank_comments_and_strings(new) + code[end:]
+            file.made[rewrite.id] += 1
+            file.includes.update(rewrite.includes)
+            continue
         tail = gap[len(gap.rstrip()):]  # the line break of a chain continued on the next line stays
         arguments = [text for text in (file.text[opening + 1:closing].strip(), rewrite.arguments) if text]
         if "\n" in tail:
@@ -615,6 +633,44 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         code = code[:start] + blank_comments_and_strings(new) + code[closing + 1:]
         file.made[rewrite.id] += 1
         file.includes.update(rewrite.includes)
+
+
+_TEMPORARY = re.compile(r"torch::stable::(?P<op>\w+)\s*\(\s*(?P<first>[A-Za-z_]\w*)?")
+
+
+def _named_receiver(rewrite: Rewrite, file: FileRewrite, code: str, start: int, closing: int, receiver: str,
+                    opening: int) -> tuple[int, str] | None:
+    """A statement ``f(...).copy_(x);`` whose receiver is a tensor a torch::stable call returns
+    (``view(...).copy_(out)``, FA2's forward) as a block that names it first, on the same line:
+    ``{ torch::stable::Tensor out_view = view(...); torch::stable::copy_(out_view, x); }``. The
+    end of the statement replaced and the new text; None when the call is not a whole statement."""
+    before = code[:start].rstrip()
+    after = re.compile(r"\s*;").match(code, closing + 1)
+    if after is None or not _statement_starts(before):
+        return None
+    made = _TEMPORARY.match(receiver)
+    assert made is not None
+    name = f"{(made.group('first') or 'tensor').rstrip('_')}_{made.group('op').rstrip('_')}"
+    while re.search(rf"\b{name}\b", receiver):
+        name += "_"
+    arguments = ", ".join(text for text in (file.text[opening + 1:closing].strip(), rewrite.arguments) if text)
+    call = f"{rewrite.function}({', '.join([name, arguments]) if arguments else name})"
+    return after.end(), f"{{ torch::stable::Tensor {name} = {receiver}; {call}; }}"
+
+
+def _statement_starts(before: str) -> bool:
+    """Whether a statement starts after ``before`` (blanked code): after ``;``, a brace, a label,
+    ``else``, the file's start, or the condition of an if/for/while."""
+    if not before or before[-1] in ";{}:" or re.search(r"\belse$", before):
+        return True
+    if before[-1] != ")":
+        return False
+    depth = 0
+    for index in range(len(before) - 1, -1, -1):
+        depth += {")": 1, "(": -1}.get(before[index], 0)
+        if depth == 0:
+            return re.search(r"\b(?:if|for|while)\s*$", before[:index]) is not None
+    return False
 
 
 def _dispatcher(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
@@ -676,6 +732,7 @@ def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     assert rewrite.pattern is not None
     code = blank_comments_and_strings(file.text)
     edits: list[tuple[int, int, str]] = []
+    besides: list[tuple[int, int, str]] = []
     for found in rewrite.pattern.finditer(code):
         line = _line_of(code, found.start())
         if not file.active[line]:
@@ -685,11 +742,15 @@ def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         if closing is None:
             file.declined.append(Declined(line + 1, rewrite.id, "unbalanced call"))
             continue
+        braced: list[tuple[int, int, str]] = []
         if rewrite.refuse_braced and "{" in code[opening + 1:closing]:
-            file.declined.append(Declined(line + 1, rewrite.id,
-                                          "a braced literal would bind to std::optional<IntHeaderOnlyArrayRef> "
-                                          "and dangle: name a std::vector first, then rewrite"))
-            continue
+            # A braced argument {3} would bind to std::optional<IntHeaderOnlyArrayRef> and dangle: it names
+            # its vector in place (FA2's backward: sum_out(dk, x, {3})), a temporary that lives to the
+            # end of the call, where the array ref is read. A brace inside another argument is that one's.
+            spans = _split_arguments(code, opening, closing)
+            whole = [(start, end) for start, end in spans
+                     if code[start] == "{" and _close_brace(code, start) == end - 1]
+            braced = [(start, start, "std::vector<int64_t>") for start, _ in whole]
         if rewrite.max_args is not None and _arguments(code, opening, closing) > rewrite.max_args:
             file.declined.append(Declined(line + 1, rewrite.id,
                                           f"takes more than {rewrite.max_args} arguments here (TensorOptions?): "
@@ -698,7 +759,96 @@ def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         if not _eligible(rewrite, file, line, torch_target):
             continue
         edits.append((found.start(), found.end(), rewrite.function))
+        besides += braced
+    _apply(edits, rewrite, file, besides)
+
+
+def _close_brace(code: str, opening: int) -> int | None:
+    """The offset of the ``}`` that closes ``code[opening] == '{'``."""
+    depth = 0
+    for index in range(opening, len(code)):
+        depth += {"{": 1, "}": -1}.get(code[index], 0)
+        if depth == 0:
+            return index
+    return None
+
+
+_INDEX = re.compile(r"\.\s*index\s*\(\s*\{")
+_SLICE = re.compile(r"(?:torch::indexing::)?Slice\s*\((?P<arguments>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.S)
+_NONE = re.compile(r"(?:torch::indexing::)?None")
+
+
+def _index_narrow(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
+    """``A.index({"...", Slice(None, n)})`` (and ``{Slice(), Slice(s, e)}``: one slice with
+    bounds, the other dimensions whole) on a tensor A the file declares ->
+    ``torch::stable::narrow(A, dim, start, length)``, as FA2's humans unpadded their outputs."""
+    code = blank_comments_and_strings(file.text)
+    declarations: Declarations | None = None
+    edits: list[tuple[int, int, str]] = []
+    for found in _INDEX.finditer(code):
+        line = _line_of(code, found.start())
+        if not file.active[line]:
+            continue
+        opening = code.index("(", found.start())
+        closing = _close_paren(code, opening)
+        receiver = code[:found.start()]
+        name = re.search(r"(?<![\w.:>])([A-Za-z_]\w*)\s*$", receiver)
+        if closing is None or name is None:
+            continue
+        declarations = declarations or Declarations(code, rewrite.tensor_functions)
+        tensor = name.group(1)
+        brace = found.end() - 1
+        end = _close_brace(code, brace)
+        reason = None
+        if declarations.kind(tensor, line) != TENSOR:
+            reason = f"{tensor} {NOT_DECLARED}: if it is one, call torch::stable::narrow yourself"
+        elif end is None or code[end + 1:closing].strip():
+            reason = "not one braced list of indices"
+        narrowed = None if reason else _narrowing(file.text, code, brace, end or brace, tensor)
+        if reason is not None or narrowed is None:
+            file.declined.append(Declined(line + 1, rewrite.id, reason or (
+                "not one Slice(start, stop) with every other index whole (Slice(), or \"...\" first): call "
+                "torch::stable::narrow or select yourself")))
+            continue
+        if not _eligible(rewrite, file, line, torch_target):
+            continue
+        edits.append((name.start(1), closing + 1, f"torch::stable::narrow({tensor}, {narrowed})"))
     _apply(edits, rewrite, file)
+
+
+def _narrowing(text: str, code: str, brace: int, end: int, tensor: str) -> str | None:
+    """``dim, start, length`` of the index list between ``brace`` and its ``end``, or None."""
+    items = [text[start:stop].strip() for start, stop in _split_arguments(code, brace, end)]
+    ellipsis = bool(items) and items[0] == '"..."'
+    items = items[1:] if ellipsis else items
+    bounded: list[tuple[int, str, str]] = []
+    for position, item in enumerate(items):
+        sliced = _SLICE.fullmatch(item)
+        if sliced is None:
+            return None
+        parts = [part.strip() for part in sliced.group("arguments").split(",")] if sliced.group("arguments").strip() \
+            else []
+        if len(parts) > 2 or any("(" in part and not _IDENTIFIER.match(part) for part in parts):
+            return None
+        start, stop = ([*parts, "", ""][:2])
+        start, stop = ("" if _NONE.fullmatch(start) else start), ("" if _NONE.fullmatch(stop) else stop)
+        if start or stop:
+            bounded.append((position, start, stop))
+    if len(bounded) != 1 or (ellipsis and bounded[0][0] != len(items) - 1):
+        return None
+    position, start, stop = bounded[0]
+    dim = f"{tensor}.dim() - 1" if ellipsis else str(position)
+    first = start or "0"
+    if not stop:
+        length = f"{tensor}.size({dim}) - {first}" if start else f"{tensor}.size({dim})"
+    else:
+        length = f"{_grouped(stop)} - {_grouped(start)}" if start else stop
+    return f"{dim}, {first}, {length}"
+
+
+def _grouped(expression: str) -> str:
+    """``expression`` in parentheses unless it is a name or a number."""
+    return expression if re.fullmatch(r"[\w.]+", expression) else f"({expression})"
 
 
 NOT_DECLARED = "is not declared a tensor here (a parameter, a variable, an auto from a tensor call)"
@@ -1018,6 +1168,7 @@ def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     the line breaks of the call stay. An options variable no call names any more goes (its
     line is left empty, so the line numbers hold)."""
     assert rewrite.pattern is not None
+    _options_parameters(file, rewrite)
     code = blank_comments_and_strings(file.text)
     declarations: Declarations | None = None
     edits: list[tuple[int, int, str]] = []
@@ -1052,6 +1203,104 @@ def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             kept.add(read.kept)
     removed = [_unused(declared, code, edits) for declared in kept]
     _apply(edits, rewrite, file, [(line[0], line[1], "") for line in removed if line is not None])
+
+
+_OPTIONS_PARAMETER = re.compile(r"(?:\bconst\s+)?(?:\bstruct\s+)?(?:(?:at|c10|torch)::)?TensorOptions\s*(?:const\s*)?"
+                                r"&?\s*(?P<name>[A-Za-z_]\w*)\s*(?=[,)])")
+_ALLOCATES = re.compile(r"(?:at|torch)::(?:empty|zeros)\s*$")
+
+
+def _options_parameters(file: FileRewrite, rewrite: Rewrite) -> None:
+    """A function of the file that takes a tensor's options only to allocate like it (FA2's
+    ``set_params_splitkv(..., c10::TensorOptions opts)``, called with ``q.options()``) takes the
+    tensor instead (``const torch::stable::Tensor& opts``), each caller passing the tensor, so
+    its allocations become ``new_empty``. Only when every use in the body is the options of an
+    empty/zeros call and every call in the file passes options of a tensor it declares; a
+    prototype (the definition in another file) when the file's calls do (the compile proof
+    keeps the two files together, migrate._linked)."""
+    code = blank_comments_and_strings(file.text)
+    if "TensorOptions" not in code:
+        return
+    declarations = Declarations(code, rewrite.tensor_functions)
+    edits: list[tuple[int, int, str]] = []
+    for found in _OPTIONS_PARAMETER.finditer(code):
+        opening = _enclosing_paren(code, found.start())
+        closing = None if opening is None else _close_paren(code, opening)
+        function = None if opening is None else re.search(r"([A-Za-z_]\w*)\s*$", code[:opening])
+        if function is None or closing is None or opening is None:
+            continue
+        body = re.compile(r"\s*(?:const\s*)?\{").match(code, closing + 1)
+        prototype = re.compile(r"\s*;").match(code, closing + 1)  # FA2's sparse API declares what flash_api.cpp defines
+        body_end = _close_brace(code, body.end() - 1) if body else closing if prototype else None
+        parameters = _split_arguments(code, opening, closing)
+        index = next((i for i, (start, end) in enumerate(parameters) if start <= found.start("name") < end), None)
+        if body_end is None or index is None:
+            continue
+        name = found.group("name")
+        uses = _allocation_uses(code, name, body.end(), body_end) if body else []
+        calls = _option_callers(code, function.group(1), index, declarations, (function.start(1), body_end))
+        if uses is None or not calls:
+            continue
+        edits.append((found.start(), found.end(), f"const torch::stable::Tensor& {name}"))
+        edits += [(end, end, ".options()") for end in uses] + [(start, end, new) for start, end, new, _ in calls]
+        passed = [(start, end, new) for start, end, new, _ in calls]
+        for declared in {variable for *_, variable in calls if variable is not None}:
+            line = _unused(declared, code, passed)  # only the calls named it: it goes (its line stays, empty)
+            edits += [(line[0], line[1], "")] if line is not None else []
+    for start, end, new in sorted(set(edits), reverse=True):
+        file.text = file.text[:start] + new + file.text[end:]
+
+
+def _enclosing_paren(code: str, at: int) -> int | None:
+    """The ``(`` whose parentheses hold ``at``."""
+    depth = 0
+    for index in range(at - 1, -1, -1):
+        char = code[index]
+        if char in ")]}":
+            depth += 1
+        elif char in "([{":
+            if depth == 0:
+                return index if char == "(" else None
+            depth -= 1
+    return None
+
+
+def _allocation_uses(code: str, name: str, start: int, end: int) -> list[int] | None:
+    """The ends of ``name`` in the body between ``start`` and ``end`` when each is the options
+    argument of an empty/zeros call (``name`` or ``name.dtype(X)``); None when one is not."""
+    ends = []
+    for use in re.finditer(rf"(?<![\w.:>])\b{re.escape(name)}\b", code[start:end]):
+        at = start + use.start()
+        opening = _enclosing_paren(code, at)
+        if opening is None or not _ALLOCATES.search(code[:opening]) or not re.search(r",\s*$", code[:at]):
+            return None
+        ends.append(start + use.end())
+    return ends or None
+
+
+def _option_callers(code: str, function: str, index: int, declarations: Declarations,
+                    definition: tuple[int, int]) -> list[tuple[int, int, str, _Declared | None]]:
+    """The edits that make each call of ``function`` pass the tensor whose options it passed at
+    ``index``, with the options variable it named; none unless every call (outside the
+    definition) does."""
+    edits: list[tuple[int, int, str, _Declared | None]] = []
+    for call in re.finditer(rf"(?<![\w.:>])\b{re.escape(function)}\s*\(", code):
+        if definition[0] <= call.start() <= definition[1]:
+            continue
+        closing = _close_paren(code, call.end() - 1)
+        arguments = [] if closing is None else _split_arguments(code, call.end() - 1, closing)
+        if index >= len(arguments):
+            return []
+        start, end = arguments[index]
+        argument, line = code[start:end], _line_of(code, start)
+        tensor = _OPTIONS_OF.fullmatch(argument)
+        declared = declarations.declared(argument, line) if _IDENTIFIER.fullmatch(argument) else None
+        of = tensor.group("tensor") if tensor else (declared.of if declared and declared.kind == OPTIONS
+                                                    and declared.dtype is None else "")
+        if not of or declarations.kind(of, line) != TENSOR:
+            return []
+        edits.append((start, end, of, declared))
+    return edits
 
 
 def _unused(declared: _Declared, code: str, edits: list[tuple[int, int, str]]) -> tuple[int, int] | None:

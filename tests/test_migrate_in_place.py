@@ -1,0 +1,126 @@
+"""A kernel that only its registration calls is made boxable where it is declared, in every
+file that declares it, as people migrating by hand do (FA2's mha_fwd_kvcache: ``at::Tensor &q``
+-> by value, ``int`` -> ``int64_t``, ``const float`` -> ``const double``, a ``const at::Tensor &``
+the body copies into -> ``at::Tensor &``); a kernel another function calls keeps its signature
+and is boxed through a wrapper. The compile proof keeps files that declare one function
+together (migrate._linked). Our own code, written the way that tree is."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from assembler.check.lexer import blank_comments_and_strings
+from assembler.migration.assess import _definition_body, _signature
+from assembler.migration.migrate import ORIGINAL, FileRun, _linked
+from assembler.migration.registration import Library, convert_libraries
+
+PROTOTYPES = """#include <torch/library.h>
+std::vector<at::Tensor>
+fwd_cache(at::Tensor &q,   // batch x seqlen x heads x dim
+          const at::Tensor &k,
+          const at::Tensor &kcache,
+          std::optional<at::Tensor> &out_, // written when given
+          std::optional<const at::Tensor> &leftpad_k_,
+          const float softmax_scale,
+          int window_left,
+          bool is_causal);
+TORCH_LIBRARY(cachekit, ops) {
+    ops.def("fwd_cache(Tensor! q, Tensor k, Tensor kcache, Tensor!? out, Tensor? leftpad_k, float s, int w, "
+            "bool c) -> Tensor[]");
+    ops.impl("fwd_cache", torch::kCUDA, make_pytorch_shim(&fwd_cache));
+}
+"""
+DEFINITION = """std::vector<at::Tensor>
+fwd_cache(at::Tensor &q,   // batch x seqlen x heads x dim
+          const at::Tensor &k,
+          const at::Tensor &kcache,
+          std::optional<at::Tensor> &out_, // written when given
+          std::optional<const at::Tensor> &leftpad_k_,
+          const float softmax_scale,
+          int window_left,
+          bool is_causal) {
+    kcache.copy_(k);
+    return {q};
+}
+"""
+BOXED = """fwd_cache(at::Tensor q,   // batch x seqlen x heads x dim
+          const at::Tensor &k,
+          at::Tensor &kcache,
+          std::optional<at::Tensor> out_, // written when given
+          const std::optional<at::Tensor> &leftpad_k_,
+          const double softmax_scale,
+          int64_t window_left,
+          bool is_causal)"""
+
+
+def _convert(files: dict[Path, str]) -> tuple[dict[Path, Library], list[tuple[Path, int, str]]]:
+    codes = {path: blank_comments_and_strings(text) for path, text in files.items()}
+    active = {path: set(range(1, text.count("\n") + 2)) for path, text in files.items()}
+    return convert_libraries(files, codes, active, lambda name: _signature(codes, name),
+                             lambda name: _definition_body(codes, name))
+
+
+def _edited(text: str, library: Library) -> str:
+    for edit in sorted(library.edits, key=lambda e: e.start, reverse=True):
+        text = text[:edit.start] + edit.text + text[edit.end:]
+    return text
+
+
+def test_a_kernel_only_its_registration_calls_is_made_boxable_where_declared() -> None:
+    torch_lib, api = Path("csrc/torch_lib.cpp"), Path("csrc/api.cpp")
+    found, declined = _convert({torch_lib: PROTOTYPES, api: DEFINITION})
+    assert declined == []
+    registered, defined = _edited(PROTOTYPES, found[torch_lib]), _edited(DEFINITION, found[api])
+    assert BOXED + ";" in registered and BOXED + " {" in defined  # the comments and the layout stay
+    assert "TORCH_BOX(&fwd_cache)" in registered and "_boxed" not in registered  # no wrapper
+    # kcache is written (copy_ into it): marked in the schema; q and out were already (Tensor!)
+    assert found[torch_lib].schemas == ["fwd_cache(Tensor! q, Tensor k, Tensor(a!) kcache, Tensor!? out, "
+                                        "Tensor? leftpad_k, float s, int w, bool c) -> Tensor[]"]
+    assert found[api].schemas == [] and found[api].signatures and found[torch_lib].signatures
+
+
+def test_a_kernel_another_function_calls_keeps_its_signature() -> None:
+    torch_lib, api = Path("csrc/torch_lib.cpp"), Path("csrc/api.cpp")
+    caller = DEFINITION + ("std::vector<at::Tensor> twice(at::Tensor& q) {\n"
+                           "  return fwd_cache(q, q, q, o, l, 1.f, 0, 1);\n}\n")
+    found, declined = _convert({torch_lib: PROTOTYPES, api: caller})
+    assert declined == [] and api not in found
+    registered = _edited(PROTOTYPES, found[torch_lib])
+    assert "fwd_cache(at::Tensor &q," in registered and "TORCH_BOX(&fwd_cache_boxed)" in registered
+
+
+def _run(*texts: str) -> FileRun:
+    return FileRun(list(texts), [], None)  # type: ignore[arg-type]  # the final state is not read
+
+
+def test_files_declaring_one_function_are_committed_together(tmp_path: Path) -> None:
+    """flash_api.cpp's rewrite did not compile: flash_api_torch_lib.cpp, whose prototypes of its
+    kernels changed too, is left as it is (each would compile, the two would not link); a file
+    whose declarations did not change keeps its rewrite."""
+    api, lib, other = tmp_path / "api.cpp", tmp_path / "lib.cpp", tmp_path / "other.cpp"
+    old_lib = "std::vector<at::Tensor> fwd(at::Tensor &q, int w);\n"
+    old_other = "void helper(int n) { TORCH_CHECK(n > 0); }\n"
+    saved = {api: DEFINITION.encode(), lib: old_lib.encode(), other: old_other.encode()}
+    options: dict[Path, list[tuple[str, FileRun | None]]] = {
+        api: [("keep", _run(DEFINITION, DEFINITION.replace("at::Tensor", "torch::stable::Tensor"))), (ORIGINAL, None)],
+        lib: [("keep", _run(old_lib, "std::vector<torch::stable::Tensor> fwd_cache(torch::stable::Tensor q, "
+                                     "int64_t w);\n")), (ORIGINAL, None)],
+        other: [("keep", _run(old_other, "void helper(int n) { STD_TORCH_CHECK(n > 0); }\n")), (ORIGINAL, None)],
+    }
+    level = {api: 1, lib: 0, other: 0}  # api.cpp withheld by its compile
+    assert _linked(options, level, saved) == []  # lib.cpp declares fwd, not fwd_cache: nothing shared
+    new_lib = "std::vector<torch::stable::Tensor> fwd_cache(torch::stable::Tensor q, int64_t w);\n"
+    options[lib] = [("keep", _run(old_lib.replace("fwd", "fwd_cache"), new_lib)), (ORIGINAL, None)]
+    saved[lib] = old_lib.replace("fwd", "fwd_cache").encode()
+    assert _linked(options, level, saved) == [(lib, "fwd_cache", api)]
+    assert level == {api: 1, lib: 1, other: 0}
+
+
+def test_a_const_optional_the_body_writes_through_is_taken_by_value() -> None:
+    """FA2's sparse forward copies into ``out_.value()`` of a ``const std::optional<at::Tensor>&``."""
+    from assembler.migration.registration import _in_place_parameter
+
+    written = "if (out_.has_value()) { out_.value().copy_(o); }"
+    assert _in_place_parameter("const std::optional<at::Tensor> &out_", written) == ("std::optional<at::Tensor> out_",
+                                                                                     True)
+    assert _in_place_parameter("const std::optional<at::Tensor> &bias", "auto b = bias.value();") == (None, False)
