@@ -41,6 +41,9 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "device-type-name": ("c10::DeviceType kind;", "torch::headeronly::DeviceType kind;"),
     "device": ("torch::Device d = x.device();", "torch::stable::Device d = x.device();"),
     "device-string": ('at::Device d("cuda:0");', 'torch::stable::Device d("cuda:0");'),
+    # FA2's CHECK_SHAPE: a tensor's sizes against a braced list, as its humans wrote it
+    "sizes-equal": ('#define CHECK_SHAPE(x, ...) TORCH_CHECK(x.sizes() == torch::IntArrayRef({__VA_ARGS__}), "shape")',
+                    '#define CHECK_SHAPE(x, ...) STD_TORCH_CHECK(x.sizes().equals({__VA_ARGS__}), "shape")'),
     "int-array-ref": ("void f(at::IntArrayRef s);", "void f(torch::headeronly::IntHeaderOnlyArrayRef s);"),
     "optional": ("c10::optional<int> n = c10::nullopt;", "std::optional<int> n = std::nullopt;"),
     "string-view": ("void f(c10::string_view mode);", "void f(std::string_view mode);"),
@@ -67,8 +70,11 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     # the guard's type only: torch::stable::Tensor has get_device() too, and the brace form stays
     "cuda-guard": ("at::cuda::CUDAGuard device_guard{(char)q.get_device()};",
                    "torch::stable::accelerator::DeviceGuard device_guard{(char)q.get_device()};"),
-    "cuda-guard-device": ("const c10::cuda::OptionalCUDAGuard g(q.device());",
-                          "const torch::stable::accelerator::DeviceGuard g(q.get_device_index());"),
+    # FA2's braces become parentheses, as its humans wrote it (and no narrowing check to trip)
+    "cuda-guard-device": ("const c10::cuda::OptionalCUDAGuard g(q.device());\n"
+                          "at::cuda::CUDAGuard device_guard{q.device()};",
+                          "const torch::stable::accelerator::DeviceGuard g(q.get_device_index());\n"
+                          "torch::stable::accelerator::DeviceGuard device_guard(q.get_device_index());"),
     # FA2's sparse API makes its guard in a helper that returns it
     "cuda-guard-cast": ("return at::cuda::CUDAGuard(static_cast<c10::DeviceIndex>(t.get_device()));",
                         "return torch::stable::accelerator::DeviceGuard(t.get_device_index());"),
@@ -660,6 +666,8 @@ def test_the_cuda_check_rewrite_compiles_at_2_10_where_the_old_macro_does_not(tm
     rewrite_includes(file, file.includes | needed, REWRITES.unstable_includes, keep_unstable=False,
                      replaced=REWRITES.replaced_includes)
     assert "c10/cuda/CUDAException.h" not in file.text and "#include <torch/csrc/stable/macros.h>" in file.text
+    # ... and to <cstdio>, whose stderr FA2's hardware_info.h read through it (the runtime's header was there already)
+    assert file.text.startswith("#include <cuda_runtime_api.h>\n#include <cstdio>\n")
     flags = [flag for root in torch_include_roots(env.torch_dir)[::-1] for flag in ("-isystem", str(root))]
     command = ["g++", "-std=c++17", "-fsyntax-only", "-DTORCH_TARGET_VERSION=0x020a000000000000", "-DUSE_CUDA",
                *flags, "-isystem", str(cuda.root / "include")]

@@ -365,8 +365,8 @@ def _in_place_parameter(written: str, body: str | None) -> tuple[str | None, boo
         inner = optional.group(1).strip()
         if inner_const:
             return f"const std::optional<{inner}> &{name}{tail}", False
-        if mutable_ref or (reference and written_by_body):  # by value: value() of a const one is const
-            return f"std::optional<{inner}> {name}{tail}", True
+        if mutable_ref or (reference and written_by_body):  # by value (value() of a const one is const): what
+            return f"std::optional<{inner}> {name}{tail}", written_by_body  # the body writes is marked, as people do
         return None, written_by_body
     wrapped = f"{name}: {' '.join(cxx_type.split())} is boxed through a wrapper"
     if re.fullmatch(rf"std::vector<{_TENSOR}>", base) or base in ("std::string", "std::string_view"):

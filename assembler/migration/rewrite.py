@@ -64,7 +64,7 @@ class RewriteSet:
     steps: dict[str, str]  # step -> commit subject
     unstable_includes: tuple[str, ...]
     rewrites: tuple[Rewrite, ...]
-    replaced_includes: dict[str, str] = field(default_factory=dict)  # CUDA header -> what takes its line ("": none)
+    replaced_includes: dict[str, str] = field(default_factory=dict)  # CUDA header -> what takes its line(s) ("": none)
 
     def of_step(self, step: str) -> list[Rewrite]:
         return [r for r in self.rewrites if r.step == step]
@@ -1538,9 +1538,9 @@ def _conditional_depths(code: list[str]) -> list[int]:
 
 
 def _replace_includes(file: FileRewrite, replaced: dict[str, str]) -> None:
-    """Each compiled ``#include`` of a ``replaced`` header becomes the include of what takes
-    its place, on its own line (so inside the same ``#if``), unless that is already included
-    or nothing takes it: then the line goes."""
+    """Each compiled ``#include`` of a ``replaced`` header becomes the includes of what takes
+    its place (names separated by spaces), on its own lines (so inside the same ``#if``), but
+    for those already included; when none is left, the line goes."""
     lines = file.text.split("\n")
     flags = list(file.active)
     present = {m.group(1) for m in _INCLUDE.finditer(file.text)}
@@ -1548,11 +1548,12 @@ def _replace_includes(file: FileRewrite, replaced: dict[str, str]) -> None:
         found = _INCLUDE.match(lines[index])
         if found is None or found.group(1) not in replaced or not flags[index]:
             continue
-        new = replaced[found.group(1)]
+        kept = [name for name in replaced[found.group(1)].split() if name not in present]
         file.made["include"] += 1
-        if new and new not in present:
-            lines[index] = f"#include <{new}>"
-            present.add(new)
+        if kept:
+            lines[index:index + 1] = [f"#include <{name}>" for name in kept]
+            flags[index:index + 1] = [flags[index]] * len(kept)
+            present.update(kept)
         else:
             del lines[index]
             del flags[index]
