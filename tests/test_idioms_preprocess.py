@@ -54,3 +54,22 @@ def test_a_header_added_first_in_the_search_runs_it_again(tree: Path, monkeypatc
     (tree / "k.h").write_text("int shadow();\n")  # the unit's own directory comes first for "k.h"
     os.utime(tree, ns=(tree.stat().st_atime_ns, tree.stat().st_mtime_ns + 10**9))
     assert _lines(tree, calls, monkeypatch)["k.h"] == {1} and len(calls) == 2
+
+
+def test_a_pass_with_a_stand_in_is_reused_until_the_header_appears(tree: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """FA2's CUDA units on a CPU build torch need a stand-in (c10/cuda's generated header): the
+    pass is kept with it, reused (the stand-in reported again), and run again once the header
+    is made where the search finds it (its directory's mtime changes)."""
+    (tree / "u.cpp").write_text('#include "k.h"\n#include "gen/made.h"\nint x = 1;\n')
+    calls: list[list[str]] = []
+    first = _lines(tree, calls, monkeypatch)
+    assert len(calls) == 3 and first["u.cpp"] >= {3}  # a pass, the -MG scan, the pass with the stand-in
+    assert _lines(tree, calls, monkeypatch) == first and len(calls) == 3  # kept: no preprocessor asked
+    scan = Pass("c++", ("g++", "-std=c++17", "-DFAST", f"-I{tree / 'inc'}", *SCAN, str(tree / "u.cpp")))
+    assert active.active_lines([scan], tree, tree).stand_ins == ["gen/made.h"]
+    (tree / "inc" / "gen").mkdir()
+    (tree / "inc" / "gen" / "made.h").write_text("int made();\n")
+    os.utime(tree / "inc", ns=(tree.stat().st_atime_ns, (tree / "inc").stat().st_mtime_ns + 10**9))
+    made = _lines(tree, calls, monkeypatch)
+    assert len(calls) == 4 and made["inc/gen/made.h"] == {1}

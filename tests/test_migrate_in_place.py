@@ -124,3 +124,24 @@ def test_a_const_optional_the_body_writes_through_is_taken_by_value() -> None:
     assert _in_place_parameter("const std::optional<at::Tensor> &out_", written) == ("std::optional<at::Tensor> out_",
                                                                                      True)
     assert _in_place_parameter("const std::optional<at::Tensor> &bias", "auto b = bias.value();") == (None, False)
+
+
+def test_a_standard_name_the_dropped_header_gave_gets_its_header() -> None:
+    """FA2's launch template dropped c10/cuda/CUDAException.h; utils.h, read after it, used
+    std::optional (and hardware_info.h stderr) through it: the proof gives the file <optional>."""
+    from assembler.migration.migrate import _std_header, _with_include
+    from assembler.migration.proof import CompileError
+    from assembler.migration.rewrite import FileRewrite
+
+    nvcc = CompileError("src/utils.h:303", 'namespace "std" has no member "optional"', None, 303)
+    gcc = CompileError("src/a.h:2", "'stderr' was not declared in this scope", None, 2)
+    other = CompileError("src/a.h:3", "'Flash_fwd_params' was not declared in this scope", None, 3)
+    assert _std_header([other, nvcc]) == "optional" and _std_header([gcc]) == "cstdio" and _std_header([other]) is None
+    before = '#pragma once\n#include <c10/cuda/CUDAException.h>\n#include "utils.h"\nvoid f();\n'
+    after = '#pragma once\n#include <cuda_runtime_api.h>\n#include "utils.h"\nvoid g();\n'
+    run = FileRun([before, before, after, after], [], FileRewrite(after, [True] * 5))
+    made = _with_include(run, "optional", 1)
+    assert made.texts[:2] == [before, before]  # the registration step's text is the file as it was
+    assert made.texts[2] == made.texts[3] == ('#pragma once\n#include <cuda_runtime_api.h>\n#include "utils.h"\n'
+                                              "#include <optional>\nvoid g();\n")
+    assert made.final.text == made.texts[3] and len(made.final.active) == 6

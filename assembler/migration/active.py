@@ -12,7 +12,10 @@ does for check's scans (gcc has no ``-MG`` with ``-E``).
 What one pass kept is kept in the cache (``checks/preprocess-<key>.json``, pruned with check's
 results), keyed by its command, and reused while every file it read has the same size and
 modification time: `assess` and the `migrate` that follows preprocess each unit once. A pass
-that needed a stand-in is not kept (the missing header may appear).
+that needed stand-ins is kept with their names, and with the stamps of the deepest directory
+that exists on each path where a search could find one (every include directory the command
+names, and the compiler's own), so that a header that appears there makes it stale: on a CPU
+build torch every CUDA unit of FA2 needs one, and migrate preprocessed all 79 again (95 s).
 """
 
 from __future__ import annotations
@@ -63,8 +66,10 @@ def active_lines(scans: list[Pass], cwd: Path, root: Path) -> ActiveLines:
             command = directives_only(scan)
             key = _key(command, cwd, root)
             if (kept := _load(key)) is not None:
-                for path, numbers in kept.items():
+                lines_kept, stand_ins_kept = kept
+                for path, numbers in lines_kept.items():
                     result.lines.setdefault(path, set()).update(numbers)
+                result.stand_ins += [name for name in stand_ins_kept if name not in result.stand_ins]
                 continue
             before = (len(result.stand_ins), len(result.errors))
             scanned = False
@@ -93,8 +98,12 @@ def active_lines(scans: list[Pass], cwd: Path, root: Path) -> ActiveLines:
             read = _collect(output, cwd, root, lines)
             for path, numbers in lines.items():
                 result.lines.setdefault(path, set()).update(numbers)
-            if output and (len(result.stand_ins), len(result.errors)) == before:
-                _store(key, read | _directories(command, cwd, read), lines)
+            if output and len(result.errors) == before[1]:
+                # the stand-ins this pass read (an earlier pass may have made them) go with the pass's dir
+                used = sorted(path.relative_to(stand_in_dir).as_posix() for path in read
+                              if path.is_relative_to(stand_in_dir))
+                read = {path for path in read if not path.is_relative_to(stand_in_dir)}
+                _store(key, read | _directories(command, cwd, read) | _absent(command, cwd, used), lines, used)
     result.seconds = time.monotonic() - started
     return result
 
@@ -112,6 +121,24 @@ def _directories(command: list[str], cwd: Path, read: set[Path]) -> set[Path]:
         elif token.startswith("-I") and len(token) > 2:
             found.add(Path(os.path.normpath(cwd / token[2:])))
     return {path for path in found if path.is_dir()}
+
+
+SYSTEM_INCLUDE_DIRECTORIES = (Path("/usr/include"), Path("/usr/local/include"))
+
+
+def _absent(command: list[str], cwd: Path, names: list[str]) -> set[Path]:
+    """For each header the pass replaced by a stand-in, the deepest existing directory on its
+    path below every include directory (a header made there changes that directory's mtime)."""
+    if not names:
+        return set()
+    found: set[Path] = set()
+    for directory in _directories(command, cwd, set()) | {d for d in SYSTEM_INCLUDE_DIRECTORIES if d.is_dir()}:
+        for name in names:
+            path = directory / name
+            while not path.is_dir() and path != directory:
+                path = path.parent
+            found.add(path)
+    return found
 
 
 def _key(command: list[str], cwd: Path, root: Path) -> str:
@@ -133,24 +160,26 @@ def _stamp(path: Path) -> list[int] | None:
     return [status.st_size, status.st_mtime_ns]
 
 
-def _load(key: str) -> dict[Path, set[int]] | None:
-    """A kept pass whose every file is as it was, else None."""
+def _load(key: str) -> tuple[dict[Path, set[int]], list[str]] | None:
+    """A kept pass whose every file is as it was (its lines, its stand-ins), else None."""
     try:
         data = json.loads(_entry(key).read_text(encoding="utf-8"))
         if any(_stamp(Path(name)) != stamp for name, stamp in data["read"].items()):
             return None
-        return {Path(name): set(numbers) for name, numbers in data["lines"].items()}
+        return ({Path(name): set(numbers) for name, numbers in data["lines"].items()},
+                [str(name) for name in data.get("stand_ins", [])])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def _store(key: str, read: set[Path], lines: dict[Path, set[int]]) -> None:
+def _store(key: str, read: set[Path], lines: dict[Path, set[int]], stand_ins: list[str]) -> None:
     stamps = {str(path): _stamp(path) for path in sorted(read)}
     if any(stamp is None for stamp in stamps.values()):
         return
     entry = _entry(key)
     entry.parent.mkdir(parents=True, exist_ok=True)
-    data = {"read": stamps, "lines": {str(path): sorted(numbers) for path, numbers in lines.items()}}
+    data = {"read": stamps, "lines": {str(path): sorted(numbers) for path, numbers in lines.items()},
+            "stand_ins": stand_ins}
     with tempfile.NamedTemporaryFile("w", dir=entry.parent, prefix=".tmp-", suffix=".json", delete=False) as handle:
         json.dump(data, handle)
     os.replace(handle.name, entry)

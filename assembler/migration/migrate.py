@@ -206,7 +206,8 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
             chosen = {path: _default(runs, anywhere) for path, runs in variants.items()}
         else:
             with _helper_written(placement, {name for names in pieces.values() for name in names}):
-                chosen = _prove(workspace, dep, checkout, files, variants, anywhere, report.proof, note)
+                chosen = _prove(workspace, dep, checkout, files, variants, anywhere, report.proof, note,
+                                list(rewrites.steps).index("headers-and-types"))
         if placement is not None:
             report.helpers = _add_helper(chosen, placement, list(rewrites.steps).index("headers-and-types"), checkout)
         for index, (step, subject) in enumerate(rewrites.steps.items()):
@@ -472,12 +473,15 @@ def _default(variants: Variants, anywhere: bool) -> FileRun | None:
 
 def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Path, FileRewrite],
            variants: dict[Path, Variants], anywhere: bool, summary: ProofSummary,
-           note: Note) -> dict[Path, FileRun | None]:
+           note: Note, include_step: int = 1) -> dict[Path, FileRun | None]:
     """Each changed file's most migrated form whose units still compile (migration/proof.py):
     every changed file written in that form, the units that prove them compiled; a unit that
     compiled before and not now first gets back the unstable includes its files dropped, then
-    the files its errors are in (else all its rewritten files) go back to what they held. The
-    checkout is left as it was; the commits write the chosen forms step by step."""
+    the files its errors are in (else all its rewritten files) go back to what they held; when
+    what the unit misses is a standard library name the dropped includes gave (``stderr``,
+    ``std::optional``), the file gets that standard header instead. The checkout is left as it
+    was; the commits write the chosen forms step by step (``include_step``: the index of the
+    step that rewrites the includes)."""
     from assembler.migration import proof
 
     started = time.monotonic()
@@ -502,6 +506,7 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
     last = {path: result for path, result in before.items() if result.ok}
     saved = {path: path.read_bytes() for path in options}
     kept: dict[Path, tuple[str, CompileError, str, FileRun | None]] = {}  # file, error, unit, the error's file's form
+    std_added: dict[Path, set[str]] = {}  # the standard headers given to a file that dropped an unstable one
     failed: list[tuple[str, CompileError, str, FileRun | None]] = []
 
     def label(path: Path) -> str:
@@ -530,10 +535,20 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
                 mine = sorted(rewritten(reads[result.unit.path] | result.reads))
                 culprits = ([path for path in mine if label(path) == DROP]
                             or [path for path in mine if result.first_in(path)] or mine)
+                header = _std_header(result.errors)
                 for path in culprits:
                     was = label(path)
-                    level[path] += 1
                     advanced.add(path)
+                    if was == DROP and header and len(std_added.setdefault(path, set())) < _STD_HEADERS_AT_MOST \
+                            and header not in std_added[path]:
+                        # the dropped header gave a standard one (FA2's utils.h read std::optional through it)
+                        forms = options[path]
+                        run = forms[level[path]][1]
+                        assert run is not None
+                        forms[level[path]] = (DROP, _with_include(run, header, include_step))
+                        std_added[path].add(header)
+                        continue
+                    level[path] += 1
                     error = result.first_in(path) or result.errors[0]
                     entry = (key[path].relative_to(checkout).as_posix(), error, result.unit.source,
                              written.get(error.path) if error.path is not None else None)
@@ -582,6 +597,46 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
             summary.not_proven.append({"file": rel, "reason": why})
     summary.seconds = time.monotonic() - started
     return {key[path]: options[path][level[path]][1] for path in options}
+
+
+# Standard names an unstable torch header gave through its own includes -> the header that declares them
+_STD_HEADERS = {"stderr": "cstdio", "stdout": "cstdio", "printf": "cstdio", "fprintf": "cstdio",
+                "snprintf": "cstdio", "optional": "optional", "nullopt": "optional", "vector": "vector",
+                "string": "string", "to_string": "string", "tuple": "tuple", "tie": "tuple", "make_tuple": "tuple",
+                "unique_ptr": "memory", "shared_ptr": "memory", "make_unique": "memory", "numeric_limits": "limits",
+                "function": "functional", "array": "array", "runtime_error": "stdexcept", "mutex": "mutex",
+                "unordered_map": "unordered_map", "map": "map", "ostringstream": "sstream", "stringstream": "sstream"}
+_STD_HEADERS_AT_MOST = 4  # per file: past that, the unstable includes stay
+_UNDECLARED = re.compile(r"""identifier "(\w+)" is undefined|namespace "std" has no member "(\w+)"|"""
+                         r"""'(?:std::)?(\w+)' (?:is not a member of 'std'|was not declared in this scope)"""
+                         r"""|'(\w+)' in namespace 'std' does not name""")
+
+
+def _std_header(errors: list[CompileError]) -> str | None:
+    """The standard header that declares the first undeclared standard name among ``errors``."""
+    for error in errors:
+        found = _UNDECLARED.search(error.text)
+        name = next((group for group in found.groups() if group), None) if found else None
+        if name in _STD_HEADERS:
+            return _STD_HEADERS[name]
+    return None
+
+
+def _with_include(run: FileRun, header: str, include_step: int) -> FileRun:
+    """``run`` with ``#include <header>`` after the last include of each text from the include
+    step on (the texts before it are the file as it was)."""
+    texts = list(run.texts)
+    for index in range(include_step + 1, len(texts)):
+        lines = texts[index].split("\n")
+        last = max((number for number, line in enumerate(lines) if line.lstrip().startswith("#include")),
+                   default=-1)
+        lines.insert(last + 1, f"#include <{header}>")
+        texts[index] = "\n".join(lines)
+    lines = run.final.text.split("\n")
+    last = max((number for number, line in enumerate(lines) if line.lstrip().startswith("#include")), default=-1)
+    active = [*run.final.active[:last + 1], True, *run.final.active[last + 1:]]
+    declined = [replace(d, line=d.line + 1 if d.line > last + 1 else d.line) for d in run.final.declined]
+    return FileRun(texts, run.made, replace(run.final, text=texts[-1], active=active, declined=declined))
 
 
 _DECLARED = re.compile(r"(?:[\w:]+(?:\s*<[^;{}()]*>)?[\s&*]+)+?(?:\w+::)*(?P<name>[A-Za-z_]\w*)\s*\(")
