@@ -142,6 +142,6 @@ def test_a_standard_name_the_dropped_header_gave_gets_its_header() -> None:
     run = FileRun([before, before, after, after], [], FileRewrite(after, [True] * 5))
     made = _with_include(run, "optional", 1)
     assert made.texts[:2] == [before, before]  # the registration step's text is the file as it was
-    assert made.texts[2] == made.texts[3] == ('#pragma once\n#include <cuda_runtime_api.h>\n#include "utils.h"\n'
-                                              "#include <optional>\nvoid g();\n")
+    assert made.texts[2] == made.texts[3] == ('#pragma once\n#include <optional>\n#include <cuda_runtime_api.h>\n'
+                                              '#include "utils.h"\nvoid g();\n')
     assert made.final.text == made.texts[3] and len(made.final.active) == 6

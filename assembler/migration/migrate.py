@@ -623,19 +623,21 @@ def _std_header(errors: list[CompileError]) -> str | None:
 
 
 def _with_include(run: FileRun, header: str, include_step: int) -> FileRun:
-    """``run`` with ``#include <header>`` after the last include of each text from the include
-    step on (the texts before it are the file as it was)."""
+    """``run`` with ``#include <header>`` before the first include of each text from the include
+    step on (the texts before it are the file as it was): before the project's headers that
+    read the name through the dropped one (FA2's flash_fwd_kernel.h includes utils.h)."""
+    def first(text: str) -> int:
+        lines = text.split("\n")
+        return next((number for number, line in enumerate(lines) if line.lstrip().startswith("#include")), 0)
+
     texts = list(run.texts)
     for index in range(include_step + 1, len(texts)):
         lines = texts[index].split("\n")
-        last = max((number for number, line in enumerate(lines) if line.lstrip().startswith("#include")),
-                   default=-1)
-        lines.insert(last + 1, f"#include <{header}>")
+        lines.insert(first(texts[index]), f"#include <{header}>")
         texts[index] = "\n".join(lines)
-    lines = run.final.text.split("\n")
-    last = max((number for number, line in enumerate(lines) if line.lstrip().startswith("#include")), default=-1)
-    active = [*run.final.active[:last + 1], True, *run.final.active[last + 1:]]
-    declined = [replace(d, line=d.line + 1 if d.line > last + 1 else d.line) for d in run.final.declined]
+    at = first(run.final.text)
+    active = [*run.final.active[:at], True, *run.final.active[at:]]
+    declined = [replace(d, line=d.line + 1 if d.line > at else d.line) for d in run.final.declined]
     return FileRun(texts, run.made, replace(run.final, text=texts[-1], active=active, declined=declined))
 
 
