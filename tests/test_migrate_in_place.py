@@ -145,3 +145,28 @@ def test_a_standard_name_the_dropped_header_gave_gets_its_header() -> None:
     assert made.texts[2] == made.texts[3] == ('#pragma once\n#include <optional>\n#include <cuda_runtime_api.h>\n'
                                               '#include "utils.h"\nvoid g();\n')
     assert made.final.text == made.texts[3] and len(made.final.active) == 6
+
+
+def test_a_kernel_a_left_out_pybind11_module_binds_is_made_boxable_too() -> None:
+    """FA2's PYBIND11_MODULE (behind FLASHATTENTION_DISABLE_PYBIND) binds mha_fwd, which its torch
+    library does not register: made boxable like the registered kernels; the module, which the
+    build leaves out, stays as it is."""
+    torch_lib, api = Path("csrc/torch_lib.cpp"), Path("csrc/api.cpp")
+    plain = ("std::vector<at::Tensor> fwd_plain(at::Tensor &q, const float scale) { return {q}; }\n"
+             "#ifndef NO_PYBIND\n#include <torch/python.h>\nPYBIND11_MODULE(NAME, m) {\n"
+             '  m.def("fwd", &ns::fwd_plain, "Forward");\n}\n#endif\n')
+    files = {torch_lib: PROTOTYPES, api: DEFINITION + plain}
+    codes = {path: blank_comments_and_strings(text) for path, text in files.items()}
+    active = {path: set(range(1, text.count("\n") + 2)) for path, text in files.items()}
+    module_lines = {DEFINITION.count("\n") + number for number in range(3, 8)}  # #include .. #endif
+    active[api] -= module_lines
+    found, declined = convert_libraries(files, codes, active, lambda name: _signature(codes, name),
+                                        lambda name: _definition_body(codes, name))
+    assert declined == []
+    defined = _edited(files[api], found[api])
+    assert "fwd_plain(at::Tensor q, const double scale) {" in defined
+    assert '  m.def("fwd", &ns::fwd_plain, "Forward");' in defined
+    active[api] |= module_lines  # a module the build compiles: the pybind11 step's, not this one's
+    found, _ = convert_libraries(files, codes, active, lambda name: _signature(codes, name),
+                                 lambda name: _definition_body(codes, name))
+    assert "fwd_plain(at::Tensor &q, const float scale)" in _edited(files[api], found[api])

@@ -428,6 +428,29 @@ def in_place(function: str, codes: dict[Path, str], texts: dict[Path, str], regi
     return Kernel(function, f"&{function}", None, writes, len(shape)), edits
 
 
+_LEFT_OUT_MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*\w+\s*,\s*(\w+)\s*\)\s*\{")
+
+
+def _left_out_bindings(codes: dict[Path, str], active: dict[Path, set[int]]) -> list[tuple[Path, str, tuple[int, int]]]:
+    """The functions a pybind11 module binds (``m.def("op", &ns::f, ...)``) where the module is on
+    lines the build leaves out (FA2's, behind FLASHATTENTION_DISABLE_PYBIND, binds mha_fwd and
+    mha_bwd, which its torch library does not register): (file, function, the span of its
+    ``&ns::f``). They are the dependency's op kernels too, and are made boxable in place like
+    the registered ones, as its people did, when nothing else calls them."""
+    found = []
+    for path, code in codes.items():
+        for module in _LEFT_OUT_MODULE.finditer(code):
+            if code.count("\n", 0, module.start()) + 1 in active.get(path, set()):
+                continue  # a module the build compiles is the pybind11 step's
+            var = re.escape(module.group(1))
+            close = _close(code, module.end() - 1)
+            for bound in re.finditer(rf"\b{var}\s*\.\s*def\s*\(\s*\"[^\"]*\"\s*,\s*&\s*([\w:]+)\s*[,)]",
+                                     code[module.end():close]):
+                start = module.end() + bound.start(1)
+                found.append((path, bound.group(1), (start, start + len(bound.group(1)))))
+    return found
+
+
 def _declared_return(codes: dict[Path, str], declared: _Declared) -> str | None:
     code = codes[declared.path]
     line_start = code.rfind(";", 0, declared.name_at)
@@ -584,6 +607,15 @@ def convert_libraries(texts: dict[Path, str], codes: dict[Path, str], active: di
                     failed.setdefault(path, f"line {codes[path].count(chr(10), 0, statement.start) + 1}: {error}")
                     continue
                 impls.setdefault((block.namespace, statement.name), kernels[statement.function])
+    if kernels:
+        for path, function, span in _left_out_bindings(codes, active):
+            if function.split("::")[-1] in {name.split("::")[-1] for name in kernels}:
+                continue
+            made = in_place(function, codes, texts, registered | {(path, *span)}, body, active)
+            if made is not None:
+                kernels[function] = made[0]
+                for where, edits in made[1].items():
+                    signatures.setdefault(where, []).extend(edits)
     out: dict[Path, Library] = {}
     for path, found in blocks.items():
         if path in failed:
