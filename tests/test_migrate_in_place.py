@@ -170,3 +170,28 @@ def test_a_kernel_a_left_out_pybind11_module_binds_is_made_boxable_too() -> None
     found, _ = convert_libraries(files, codes, active, lambda name: _signature(codes, name),
                                  lambda name: _definition_body(codes, name))
     assert "fwd_plain(at::Tensor &q, const float scale)" in _edited(files[api], found[api])
+
+
+def test_the_shim_header_nothing_uses_any_more_is_no_longer_included(tmp_path: Path) -> None:
+    """FA2's flash_api_torch_lib.cpp registered through vLLM's make_pytorch_shim (pytorch_shim.h):
+    once TORCH_BOX boxes every kernel, the include goes and the header is left as it is (FA3's
+    sources in the same tree still include it), unless a unit of the build includes it."""
+    from types import SimpleNamespace
+
+    from assembler.migration.migrate import _unused_headers
+    from assembler.migration.rewrite import FileRewrite
+
+    shim = "#pragma once\n#include <torch/library.h>\ntemplate <typename R, typename... A>\n" \
+           "auto make_pytorch_shim(R (*f)(A...)) { return f; }\n"
+    torch_lib, api, header = tmp_path / "torch_lib.cpp", tmp_path / "api.cpp", tmp_path / "common" / "pytorch_shim.h"
+    registering = PROTOTYPES.replace("#include <torch/library.h>\n",
+                                     '#include <torch/library.h>\n#include "common/pytorch_shim.h"  // the shim\n')
+    found, declined = _convert({torch_lib: registering, api: DEFINITION, header: shim})
+    assert declined == [] and found[torch_lib].unused == [header]
+    assert "pytorch_shim.h" not in _edited(registering, found[torch_lib])
+    files = {path: FileRewrite(text, []) for path, text in ((torch_lib, registering), (api, DEFINITION),
+                                                           (header, shim))}
+    (tmp_path / "other.cpp").write_text('#include "common/pytorch_shim.h"\n')
+    units = [SimpleNamespace(path=torch_lib), SimpleNamespace(path=api)]
+    assert _unused_headers(found, files, units) == [header]
+    assert _unused_headers(found, files, [*units, SimpleNamespace(path=tmp_path / "other.cpp")]) == []

@@ -194,6 +194,8 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
         modules = _pybind11_modules(workspace, dep, files, report, checkout, key)
         libraries = _torch_libraries(workspace, files, report, checkout)
+        for unused in _unused_headers(libraries, files, assessed.units):
+            del files[unused]  # no longer read by the build: left as it is
         needed, left, pieces = _plan(files, rewrites, dep.torch_target, style, ruleset, modules, libraries)
         placement = _helper_placement(tree, checkout, pieces)
         variants = {path: _variants(path, file, rewrites, dep.torch_target, style, modules, needed[path], left[path],
@@ -260,7 +262,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
 
 
 def _read_source(path: Path) -> str | None:
-    """A Python source of the fork as text; None when it cannot be read as UTF-8 (reported, never a traceback)."""
+    """A source of the fork as text; None when it cannot be read as UTF-8 (reported, never a traceback)."""
     try:
         return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -896,6 +898,21 @@ def _torch_libraries(workspace: Workspace, files: dict[Path, FileRewrite], repor
     if len(kept) < len(found):  # kernels made boxable where declared: every file that declares them, or none
         kept = {path: library for path, library in kept.items() if not library.signatures}
     return kept
+
+
+def _unused_headers(libraries: dict[Path, Library], files: dict[Path, FileRewrite], units: Any) -> list[Path]:
+    """The headers whose include the registration step removed (migration/registration.py's
+    ``unused``) that no other file migrate rewrites and no unit includes."""
+    found = []
+    for header in {path for library in libraries.values() for path in library.unused}:
+        includer = re.compile(rf'#\s*include\s*"(?:[^"]*/)?{re.escape(header.name)}"')
+        blocks = {path.resolve() for path in libraries}  # their include is the one that went
+        sources = [file.text for path, file in files.items() if path.resolve() not in blocks]
+        sources += [text for unit in units
+                    if unit.path.resolve() not in blocks and (text := _read_source(unit.path)) is not None]
+        if header in files and not any(includer.search(text) for text in sources):
+            found.append(header)
+    return found
 
 
 def _apply_library(file: FileRewrite, library: Library) -> None:

@@ -70,6 +70,7 @@ class Library:
     schemas: list[str] = field(default_factory=list)
     line: int = 0  # the first block's line
     signatures: bool = False  # it makes kernels boxable where they are declared: all such files go, or none
+    unused: list[Path] = field(default_factory=list)  # headers whose include went with the last use (pytorch_shim.h)
 
 
 @dataclass
@@ -428,6 +429,31 @@ def in_place(function: str, codes: dict[Path, str], texts: dict[Path, str], regi
     return Kernel(function, f"&{function}", None, writes, len(shape)), edits
 
 
+_SHIM = "make_pytorch_shim"  # vLLM's adapter of a kernel to TORCH_LIBRARY's types (FA2, FA3, FlashMLA's forks)
+_QUOTED_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[ \t]*(?://[^\n]*)?\n?', re.M)
+
+
+def _drop_shim_includes(path: Path, texts: dict[Path, str], codes: dict[Path, str], library: Library) -> None:
+    """The block file's include of the header that defines make_pytorch_shim goes when every use
+    of the shim in the file was an impl's kernel that TORCH_BOX now boxes (FA2's
+    flash_api_torch_lib.cpp and pytorch_shim.h, as its humans did); the header is listed unused
+    (``library.unused``) and is left as it is for the files outside the build that include it
+    (FA3's, in the same tree)."""
+    code = codes[path]
+    uses = [use.start() for use in re.finditer(rf"\b{_SHIM}\s*\(", code)]
+    boxed = [edit for edit in library.edits if _SHIM in texts[path][edit.start:edit.end]]
+    if not uses or not all(any(edit.start <= at < edit.end for edit in boxed) for at in uses):
+        return
+    for include in _QUOTED_INCLUDE.finditer(texts[path]):
+        name = include.group(1).rsplit("/", 1)[-1]
+        header = next((other for other in texts if other.name == name and other != path
+                       and re.search(rf"\b{_SHIM}\s*\(", codes[other])), None)
+        if header is not None and not any(edit.start < include.end() and include.start() < edit.end
+                                          for edit in library.edits):
+            library.edits.append(Edit(include.start(), include.end(), ""))
+            library.unused.append(header)
+
+
 _LEFT_OUT_MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*\w+\s*,\s*(\w+)\s*\)\s*\{")
 
 
@@ -628,6 +654,8 @@ def convert_libraries(texts: dict[Path, str], codes: dict[Path, str], active: di
     if signatures and len(out) < len(blocks):
         shared = "another file's registration is left as it is, and with it the kernels' signatures its blocks share"
         return {}, declined + [(path, found[0].line, shared) for path, found in blocks.items() if path in out]
+    for path, library in out.items():
+        _drop_shim_includes(path, texts, codes, library)
     for path, edits in signatures.items():
         library = out.setdefault(path, Library(line=codes[path].count("\n", 0, edits[0].start) + 1))
         library.edits += edits
