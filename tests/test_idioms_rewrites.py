@@ -129,12 +129,12 @@ def test_qutlass_s_unstable_includes_go_once_no_use_is_left() -> None:
     from assembler.migration.rewrite import rewrite_includes
 
     text = ("#include <ATen/ATen.h>\n#include <torch/types.h>\n#include <ATen/cuda/CUDAContextLight.h>\n"
-            "#include <c10/cuda/CUDAGuard.h>\n#include <cuda_runtime.h>\n\nvoid f(at::Tensor x);\n")
+            "#include <c10/cuda/CUDAGuard.h>\n#include <cuda_runtime.h>\n\nvoid f(at::Tensor x, cudaStream_t s);\n")
     file = _run(text)
     rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
     assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#include <cuda_runtime_api.h>\n#include "
                          "<cuda_runtime.h>\n"
-                         "\nvoid f(torch::stable::Tensor x);\n")
+                         "\nvoid f(torch::stable::Tensor x, cudaStream_t s);\n")
 
 
 def test_a_macro_whose_every_use_passes_a_tensor_reads_its_parameter_as_one() -> None:

@@ -301,12 +301,18 @@ def test_a_cuda_header_gives_its_own_line_once_nothing_needs_it() -> None:
     """The CUDA context header becomes the CUDA runtime's on its own line, inside its #ifdef;
     the guard's header goes; while a use is left, both stay."""
     text = ("#include <torch/extension.h>\n#ifdef WITH_CUDA\n#include <ATen/cuda/CUDAContext.h>\n"
-            "#include <c10/cuda/CUDAGuard.h>\n#endif\nat::Tensor f();")
+            "#include <c10/cuda/CUDAGuard.h>\n#endif\nat::Tensor f(cudaStream_t s);")
     file = _run(text)
     rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
     assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#ifdef WITH_CUDA\n#include <cuda_runtime_api.h>\n"
-                         "#endif\ntorch::stable::Tensor f();")
+                         "#endif\ntorch::stable::Tensor f(cudaStream_t s);")
     assert len(file.active) == file.text.count("\n") + 1
+    # a file that calls nothing of the runtime, and includes no header of its own after, does without it
+    # (FA2's flash_api_torch_lib.cpp included c10/cuda/CUDAStream.h last)
+    unused = _run(text.replace("cudaStream_t s", ""))
+    rewrite_includes(unused, unused.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
+    assert unused.text == "#include <torch/csrc/stable/tensor.h>\n#ifdef WITH_CUDA\n#endif\ntorch::stable::Tensor f();"
+    assert len(unused.active) == unused.text.count("\n") + 1
     kept = _run(text)
     rewrite_includes(kept, kept.includes, REWRITES.unstable_includes, True, (), REWRITES.replaced_includes)
     assert "#include <ATen/cuda/CUDAContext.h>\n#include <c10/cuda/CUDAGuard.h>" in kept.text
@@ -631,13 +637,14 @@ def test_the_stable_includes_never_go_behind_a_condition() -> None:
     its stable headers after its last unconditional include; a header guard's #ifndef, around
     every include, is no such condition."""
     text = ('#include "mine.h"\n#include <cmath>\n#ifdef WITH_CUDA\n#include <ATen/cuda/CUDAContext.h>\n#endif\n'
-            "at::Tensor f();")
+            "at::Tensor f(cudaStream_t s);")
     file = _run(text)
     rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, ('"helpers.h"',),
                      REWRITES.replaced_includes)
     assert file.text == ('#include "mine.h"\n#include <cmath>\n#include <torch/csrc/stable/tensor.h>\n'
                          '#include "helpers.h"\n'
-                         "#ifdef WITH_CUDA\n#include <cuda_runtime_api.h>\n#endif\ntorch::stable::Tensor f();")
+                         "#ifdef WITH_CUDA\n#include <cuda_runtime_api.h>\n#endif\n"
+                         "torch::stable::Tensor f(cudaStream_t s);")
     guarded = "#ifndef MINE_H\n#define MINE_H\n#include <vector>\n#include <torch/extension.h>\nat::Tensor f();\n#endif"
     file = _run(guarded)
     rewrite_includes(file, file.includes, REWRITES.unstable_includes, False)

@@ -1548,7 +1548,8 @@ def _replace_includes(file: FileRewrite, replaced: dict[str, str]) -> None:
         found = _INCLUDE.match(lines[index])
         if found is None or found.group(1) not in replaced or not flags[index]:
             continue
-        kept = [name for name in replaced[found.group(1)].split() if name not in present]
+        kept = [name for name in replaced[found.group(1)].split() if name not in present
+                and _still_needed(name, file.text, lines[index + 1:])]
         file.made["include"] += 1
         if kept:
             lines[index:index + 1] = [f"#include <{name}>" for name in kept]
@@ -1559,6 +1560,20 @@ def _replace_includes(file: FileRewrite, replaced: dict[str, str]) -> None:
             del flags[index]
     file.text = "\n".join(lines)
     file.active = flags
+
+
+# A replacement header only the file's own code could need, and what its use looks like: FA2's
+# flash_api_torch_lib.cpp included c10/cuda/CUDAStream.h last and calls no CUDA runtime function.
+_USED_BY = {"cuda_runtime_api.h": re.compile(r"\bcuda[A-Z]\w*|\bCU[a-z]\w*|\bdim3\b")}
+
+
+def _still_needed(name: str, text: str, after: list[str]) -> bool:
+    """Whether the replacement header ``name`` goes in: the file uses what it declares, or a
+    project header included after the line may (what it read through the old one)."""
+    use = _USED_BY.get(name)
+    if use is None or use.search(blank_comments_and_strings(text)):
+        return True
+    return any(re.match(r'\s*#\s*include\s*"', line) for line in after)
 
 
 def as_json(declined: Declined, path: str) -> dict[str, Any]:
