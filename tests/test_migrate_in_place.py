@@ -176,8 +176,6 @@ def test_the_shim_header_nothing_uses_any_more_is_no_longer_included(tmp_path: P
     """FA2's flash_api_torch_lib.cpp registered through vLLM's make_pytorch_shim (pytorch_shim.h):
     once TORCH_BOX boxes every kernel, the include goes and the header is left as it is (FA3's
     sources in the same tree still include it), unless a unit of the build includes it."""
-    from types import SimpleNamespace
-
     from assembler.migration.migrate import _unused_headers
     from assembler.migration.rewrite import FileRewrite
 
@@ -192,6 +190,6 @@ def test_the_shim_header_nothing_uses_any_more_is_no_longer_included(tmp_path: P
     files = {path: FileRewrite(text, []) for path, text in ((torch_lib, registering), (api, DEFINITION),
                                                            (header, shim))}
     (tmp_path / "other.cpp").write_text('#include "common/pytorch_shim.h"\n')
-    units = [SimpleNamespace(path=torch_lib), SimpleNamespace(path=api)]
+    units = [torch_lib, api]  # the build's sources
     assert _unused_headers(found, files, units) == [header]
-    assert _unused_headers(found, files, [*units, SimpleNamespace(path=tmp_path / "other.cpp")]) == []
+    assert _unused_headers(found, files, [*units, tmp_path / "other.cpp"]) == []

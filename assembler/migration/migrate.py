@@ -194,7 +194,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
         modules = _pybind11_modules(workspace, dep, files, report, checkout, key)
         libraries = _torch_libraries(workspace, files, report, checkout)
-        for unused in _unused_headers(libraries, files, assessed.units):
+        for unused in _unused_headers(libraries, files, [checkout / unit.source for unit in assessed.units]):
             del files[unused]  # no longer read by the build: left as it is
         needed, left, pieces = _plan(files, rewrites, dep.torch_target, style, ruleset, modules, libraries)
         placement = _helper_placement(tree, checkout, pieces)
@@ -900,16 +900,17 @@ def _torch_libraries(workspace: Workspace, files: dict[Path, FileRewrite], repor
     return kept
 
 
-def _unused_headers(libraries: dict[Path, Library], files: dict[Path, FileRewrite], units: Any) -> list[Path]:
+def _unused_headers(libraries: dict[Path, Library], files: dict[Path, FileRewrite], units: list[Path]) -> list[Path]:
     """The headers whose include the registration step removed (migration/registration.py's
-    ``unused``) that no other file migrate rewrites and no unit includes."""
+    ``unused``) that no other file migrate rewrites and no unit (``units``: their sources)
+    includes."""
     found = []
     for header in {path for library in libraries.values() for path in library.unused}:
         includer = re.compile(rf'#\s*include\s*"(?:[^"]*/)?{re.escape(header.name)}"')
         blocks = {path.resolve() for path in libraries}  # their include is the one that went
         sources = [file.text for path, file in files.items() if path.resolve() not in blocks]
         sources += [text for unit in units
-                    if unit.path.resolve() not in blocks and (text := _read_source(unit.path)) is not None]
+                    if unit.resolve() not in blocks and (text := _read_source(unit)) is not None]
         if header in files and not any(includer.search(text) for text in sources):
             found.append(header)
     return found
