@@ -3,7 +3,8 @@ file that declares it, as people migrating by hand do (FA2's mha_fwd_kvcache: ``
 -> by value, ``int`` -> ``int64_t``, ``const float`` -> ``const double``, a ``const at::Tensor &``
 the body copies into -> ``at::Tensor &``); a kernel another function calls keeps its signature
 and is boxed through a wrapper. The compile proof keeps files that declare one function
-together (migrate._linked). Our own code, written the way that tree is."""
+together (migrate._linked), gives a file the standard header its dropped include gave, and
+compiles a CUDA unit for one architecture. Our own code, written the way that tree is."""
 
 from __future__ import annotations
 
@@ -193,3 +194,10 @@ def test_the_shim_header_nothing_uses_any_more_is_no_longer_included(tmp_path: P
     units = [torch_lib, api]  # the build's sources
     assert _unused_headers(found, files, units) == [header]
     assert _unused_headers(found, files, [*units, tmp_path / "other.cpp"]) == []
+
+
+def test_a_cuda_units_proof_compiles_for_its_newest_architecture() -> None:
+    from assembler.migration.proof import proof_archs
+
+    assert proof_archs(("9.0a", "10.0a")) == ("10.0a",) and proof_archs(("8.0", "12.0a", "9.0a")) == ("12.0a",)
+    assert proof_archs(("10.0a",)) == ("10.0a",) and proof_archs(()) == ()
