@@ -70,11 +70,11 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     # the guard's type only: torch::stable::Tensor has get_device() too, and the brace form stays
     "cuda-guard": ("at::cuda::CUDAGuard device_guard{(char)q.get_device()};",
                    "torch::stable::accelerator::DeviceGuard device_guard{(char)q.get_device()};"),
-    # FA2's braces become parentheses, as its humans wrote it (and no narrowing check to trip)
+    # FA2's braces stay (review's token criterion holds every token but the API's)
     "cuda-guard-device": ("const c10::cuda::OptionalCUDAGuard g(q.device());\n"
                           "at::cuda::CUDAGuard device_guard{q.device()};",
                           "const torch::stable::accelerator::DeviceGuard g(q.get_device_index());\n"
-                          "torch::stable::accelerator::DeviceGuard device_guard(q.get_device_index());"),
+                          "torch::stable::accelerator::DeviceGuard device_guard{q.get_device_index()};"),
     # FA2's sparse API makes its guard in a helper that returns it
     "cuda-guard-cast": ("return at::cuda::CUDAGuard(static_cast<c10::DeviceIndex>(t.get_device()));",
                         "return torch::stable::accelerator::DeviceGuard(t.get_device_index());"),
