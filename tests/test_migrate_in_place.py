@@ -15,8 +15,7 @@ from assembler.migration.assess import _definition_body, _signature
 from assembler.migration.migrate import ORIGINAL, FileRun, _linked
 from assembler.migration.registration import Library, convert_libraries
 
-PROTOTYPES = """#include <torch/library.h>
-std::vector<at::Tensor>
+SIGNATURE = """std::vector<at::Tensor>
 fwd_cache(at::Tensor &q,   // batch x seqlen x heads x dim
           const at::Tensor &k,
           const at::Tensor &kcache,
@@ -24,22 +23,15 @@ fwd_cache(at::Tensor &q,   // batch x seqlen x heads x dim
           std::optional<const at::Tensor> &leftpad_k_,
           const float softmax_scale,
           int window_left,
-          bool is_causal);
+          bool is_causal)"""
+PROTOTYPES = ("#include <torch/library.h>\n" + SIGNATURE + """;
 TORCH_LIBRARY(cachekit, ops) {
     ops.def("fwd_cache(Tensor! q, Tensor k, Tensor kcache, Tensor!? out, Tensor? leftpad_k, float s, int w, "
             "bool c) -> Tensor[]");
     ops.impl("fwd_cache", torch::kCUDA, make_pytorch_shim(&fwd_cache));
 }
-"""
-DEFINITION = """std::vector<at::Tensor>
-fwd_cache(at::Tensor &q,   // batch x seqlen x heads x dim
-          const at::Tensor &k,
-          const at::Tensor &kcache,
-          std::optional<at::Tensor> &out_, // written when given
-          std::optional<const at::Tensor> &leftpad_k_,
-          const float softmax_scale,
-          int window_left,
-          bool is_causal) {
+""")
+DEFINITION = SIGNATURE + """ {
     kcache.copy_(k);
     return {q};
 }

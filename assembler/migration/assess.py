@@ -385,9 +385,15 @@ def _braced_body(code: str, start: int) -> str:
     return code[opening + 1:]
 
 
+# What comes before a function's name where it is declared or defined: its return type (words,
+# '::', one template argument list, '&' and '*'), then any qualification (ns::). One spelling for
+# assess's signatures, the registration step's declarations and the proof's linked files.
+DECLARATION_HEAD = r"(?P<ret>(?:[\w:]+(?:\s*<[^;{}()]*>)?[\s&*]+)+?)(?:\w+::)*"
+
+
 def _signature(codes: dict[Path, str], name: str) -> tuple[str, list[str]] | None:
     """The return type and parameters of the first declaration or definition of ``name``."""
-    pattern = re.compile(rf"(?P<ret>(?:[\w:]+(?:\s*<[^;{{}}()]*>)?[\s&*]+)+?)(?:\w+::)*{re.escape(name)}\s*\(")
+    pattern = re.compile(DECLARATION_HEAD + re.escape(name) + r"\s*\(")
     for code in codes.values():
         for found in pattern.finditer(code):
             written = found.group("ret")

@@ -39,6 +39,7 @@ from assembler.errors import InputError, WouldLoseWorkError
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
 from assembler.migration import helpers
+from assembler.migration.assess import DECLARATION_HEAD
 from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.pybind import GENERATED_MARK, ModuleEdit
 from assembler.migration.registration import WRAPPER_MARK, Library
@@ -643,7 +644,7 @@ def _with_include(run: FileRun, header: str, include_step: int) -> FileRun:
     return FileRun(texts, run.made, replace(run.final, text=texts[-1], active=active, declined=declined))
 
 
-_DECLARED = re.compile(r"(?:[\w:]+(?:\s*<[^;{}()]*>)?[\s&*]+)+?(?:\w+::)*(?P<name>[A-Za-z_]\w*)\s*\(")
+_DECLARED = re.compile(DECLARATION_HEAD + r"(?P<name>[A-Za-z_]\w*)\s*\(")
 _NOT_A_TYPE = {"return", "new", "else", "case", "throw", "delete", "co_return", "goto"}
 
 
@@ -651,7 +652,7 @@ def _declared(code: str) -> dict[str, set[str]]:
     """Each function a file declares or defines -> its parameter lists (whitespace dropped)."""
     found: dict[str, set[str]] = {}
     for match in _DECLARED.finditer(code):
-        head = match.group(0)[:match.start("name") - match.start()].split()
+        head = match.group("ret").split()
         if not head or head[-1].strip("&*") in _NOT_A_TYPE or "=" in match.group(0):
             continue
         depth, index = 1, match.end()
@@ -904,16 +905,14 @@ def _unused_headers(libraries: dict[Path, Library], files: dict[Path, FileRewrit
     """The headers whose include the registration step removed (migration/registration.py's
     ``unused``) that no other file migrate rewrites and no unit (``units``: their sources)
     includes."""
-    found = []
-    for header in {path for library in libraries.values() for path in library.unused}:
-        includer = re.compile(rf'#\s*include\s*"(?:[^"]*/)?{re.escape(header.name)}"')
-        blocks = {path.resolve() for path in libraries}  # their include is the one that went
-        sources = [file.text for path, file in files.items() if path.resolve() not in blocks]
-        sources += [text for unit in units
-                    if unit.resolve() not in blocks and (text := _read_source(unit)) is not None]
-        if header in files and not any(includer.search(text) for text in sources):
-            found.append(header)
-    return found
+    headers = sorted({path for library in libraries.values() for path in library.unused if path in files})
+    if not headers:
+        return []
+    blocks = {path.resolve() for path in libraries}  # their include is the one that went
+    sources = [file.text for path, file in files.items() if path.resolve() not in blocks]
+    sources += [text for unit in units if unit.resolve() not in blocks and (text := _read_source(unit)) is not None]
+    return [header for header in headers
+            if not any(re.search(rf'#\s*include\s*"(?:[^"]*/)?{re.escape(header.name)}"', text) for text in sources)]
 
 
 def _apply_library(file: FileRewrite, library: Library) -> None:

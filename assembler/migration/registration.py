@@ -315,8 +315,9 @@ class _Declared:
 
 def _declarations(codes: dict[Path, str], name: str) -> list[_Declared]:
     """Every declaration and definition of ``name`` (a function) in ``codes`` (blanked code)."""
-    pattern = re.compile(rf"(?P<ret>(?:[\w:]+(?:\s*<[^;{{}}()]*>)?[\s&*]+)+?)(?:\w+::)*"
-                         rf"(?P<name>{re.escape(name)})\s*\(")
+    from assembler.migration.assess import DECLARATION_HEAD
+
+    pattern = re.compile(DECLARATION_HEAD + rf"(?P<name>{re.escape(name)})\s*\(")
     found = []
     for path, code in codes.items():
         for match in pattern.finditer(code):
