@@ -749,7 +749,7 @@ def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             # end of the call, where the array ref is read. A brace inside another argument is that one's.
             spans = _split_arguments(code, opening, closing)
             whole = [(start, end) for start, end in spans
-                     if code[start] == "{" and _close_brace(code, start) == end - 1]
+                     if code[start] == "{" and _close(code, start) == end - 1]
             braced = [(start, start, "std::vector<int64_t>") for start, _ in whole]
         if rewrite.max_args is not None and _arguments(code, opening, closing) > rewrite.max_args:
             file.declined.append(Declined(line + 1, rewrite.id,
@@ -761,16 +761,6 @@ def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         edits.append((found.start(), found.end(), rewrite.function))
         besides += braced
     _apply(edits, rewrite, file, besides)
-
-
-def _close_brace(code: str, opening: int) -> int | None:
-    """The offset of the ``}`` that closes ``code[opening] == '{'``."""
-    depth = 0
-    for index in range(opening, len(code)):
-        depth += {"{": 1, "}": -1}.get(code[index], 0)
-        if depth == 0:
-            return index
-    return None
 
 
 _INDEX = re.compile(r"\.\s*index\s*\(\s*\{")
@@ -798,7 +788,7 @@ def _index_narrow(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> Non
         declarations = declarations or Declarations(code, rewrite.tensor_functions)
         tensor = name.group(1)
         brace = found.end() - 1
-        end = _close_brace(code, brace)
+        end = _close(code, brace)
         reason = None
         if declarations.kind(tensor, line) != TENSOR:
             reason = f"{tensor} {NOT_DECLARED}: if it is one, call torch::stable::narrow yourself"
@@ -1231,7 +1221,7 @@ def _options_parameters(file: FileRewrite, rewrite: Rewrite) -> None:
             continue
         body = re.compile(r"\s*(?:const\s*)?\{").match(code, closing + 1)
         prototype = re.compile(r"\s*;").match(code, closing + 1)  # FA2's sparse API declares what flash_api.cpp defines
-        body_end = _close_brace(code, body.end() - 1) if body else closing if prototype else None
+        body_end = _close(code, body.end() - 1) if body else closing if prototype else None
         parameters = _split_arguments(code, opening, closing)
         index = next((i for i, (start, end) in enumerate(parameters) if start <= found.start("name") < end), None)
         if body_end is None or index is None:
