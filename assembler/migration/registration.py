@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assembler.migration.pybind import (
+    _MODULE,
     _TENSOR,
     Unconvertible,
     _alias,
@@ -311,6 +312,7 @@ class _Declared:
     path: Path
     name_at: int
     parameters: list[tuple[int, int]]
+    returns: str  # the return type as written, on one line
 
 
 def _declarations(codes: dict[Path, str], name: str) -> list[_Declared]:
@@ -321,8 +323,8 @@ def _declarations(codes: dict[Path, str], name: str) -> list[_Declared]:
     found = []
     for path, code in codes.items():
         for match in pattern.finditer(code):
-            written = match.group("ret")
-            returns = " ".join(written[written.rfind("\n") + 1:].split()) or " ".join(written.split())
+            lines = [line for line in match.group("ret").split("\n") if line.strip()]
+            returns = " ".join(lines[-1].split()) if lines else ""  # not a directive line above it
             if returns.split()[-1:] in (["return"], ["new"]) or "=" in returns:
                 continue
             opening = match.end() - 1
@@ -332,7 +334,7 @@ def _declarations(codes: dict[Path, str], name: str) -> list[_Declared]:
                 if piece.strip():
                     start = opening + 1 + offset + len(piece) - len(piece.lstrip())
                     spans.append((start, opening + 1 + offset + len(piece.rstrip())))
-            found.append(_Declared(path, match.start("name"), spans))
+            found.append(_Declared(path, match.start("name"), spans, returns))
     return found
 
 
@@ -408,8 +410,7 @@ def in_place(function: str, codes: dict[Path, str], texts: dict[Path, str], regi
                     path == where and start <= use.start() < end for where, start, end in registered):
                 return None
     text_body = body(simple)
-    returns = _declared_return(codes, declared[0])
-    if returns is None or _returns(returns)[1] is not None:
+    if not declared[0].returns or _returns(declared[0].returns)[1] is not None:
         return None
     edits: dict[Path, list[Edit]] = {}
     shape: list[tuple[str | None, bool]] | None = None
@@ -455,9 +456,6 @@ def _drop_shim_includes(path: Path, texts: dict[Path, str], codes: dict[Path, st
             library.unused.append(header)
 
 
-_LEFT_OUT_MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*\w+\s*,\s*(\w+)\s*\)\s*\{")
-
-
 def _left_out_bindings(codes: dict[Path, str], active: dict[Path, set[int]]) -> list[tuple[Path, str, tuple[int, int]]]:
     """The functions a pybind11 module binds (``m.def("op", &ns::f, ...)``) where the module is on
     lines the build leaves out (FA2's, behind FLASHATTENTION_DISABLE_PYBIND, binds mha_fwd and
@@ -466,26 +464,19 @@ def _left_out_bindings(codes: dict[Path, str], active: dict[Path, set[int]]) -> 
     the registered ones, as its people did, when nothing else calls them."""
     found = []
     for path, code in codes.items():
-        for module in _LEFT_OUT_MODULE.finditer(code):
+        for module in _MODULE.finditer(code):
             if code.count("\n", 0, module.start()) + 1 in active.get(path, set()):
                 continue  # a module the build compiles is the pybind11 step's
-            var = re.escape(module.group(1))
-            close = _close(code, module.end() - 1)
+            var = re.escape(module.group(2))
+            try:
+                close = _close(code, module.end() - 1)
+            except Unconvertible:
+                continue  # unbalanced, on lines the build skips: nothing to read
             for bound in re.finditer(rf"\b{var}\s*\.\s*def\s*\(\s*\"[^\"]*\"\s*,\s*&\s*([\w:]+)\s*[,)]",
                                      code[module.end():close]):
                 start = module.end() + bound.start(1)
                 found.append((path, bound.group(1), (start, start + len(bound.group(1)))))
     return found
-
-
-def _declared_return(codes: dict[Path, str], declared: _Declared) -> str | None:
-    code = codes[declared.path]
-    line_start = code.rfind(";", 0, declared.name_at)
-    head = code[max(line_start, code.rfind("}", 0, declared.name_at), code.rfind("{", 0, declared.name_at)) + 1:
-                declared.name_at]
-    head = re.sub(r"\b\w+::$", "", head.strip())
-    lines = [line for line in head.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    return " ".join(" ".join(lines).split()) or None
 
 
 def _packed(head: str, items: list[str], tail: str, indent: str, width: int = 100) -> str:
