@@ -12,11 +12,15 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.conftest import make_git_workspace, run_assemble
 from tests.gitrepo import Repo
+
+if TYPE_CHECKING:
+    from assembler.builder.units import TranslationUnit
 
 OPS = """#include <torch/library.h>
 #include <ATen/core/Tensor.h>
@@ -308,3 +312,59 @@ def test_a_cuda_unit_is_compiled_with_the_relaxed_constexpr_every_torch_build_gi
     proof = json.loads(result.stdout)["proof"]
     assert proof["proven_files"] == ["csrc/kernel.cu"] and proof["not_committed"] == [], proof
     assert [unit["source"] for unit in proof["units"]] == ["csrc/kernel.cu"], proof
+
+
+def _unit(root: Path, name: str) -> TranslationUnit:
+    from assembler.builder.units import TranslationUnit
+
+    return TranslationUnit(root / name, name, "cuda")
+
+
+def test_one_unit_reading_every_changed_header_proves_them_all(tmp_path: Path) -> None:
+    """FA2's sparse kernel unit reads both launch templates migrate changes (the sparse one
+    includes the other): one CUTLASS compile proves the two, where the first reader of each
+    in recipe order made two. A unit that cannot be used leaves its headers to the others."""
+    from assembler.migration.proof import cover
+
+    plain, sparse, other = (_unit(tmp_path, name) for name in ("a_plain.cu", "b_sparse.cu", "c_other.cu"))
+    launch, sparse_launch = tmp_path / "launch.h", tmp_path / "sparse_launch.h"
+    reads = {plain.path: {plain.path, launch}, sparse.path: {sparse.path, launch, sparse_launch},
+             other.path: {other.path}}
+    found = cover([launch, sparse_launch], [plain, sparse, other], reads)
+    assert [unit.source for unit in found.units] == ["b_sparse.cu"]
+    assert found.proves == {launch: [sparse], sparse_launch: [sparse]} and found.unread == []
+    without = cover([launch, sparse_launch], [plain, sparse, other], reads, lambda unit: unit is not sparse)
+    assert [unit.source for unit in without.units] == ["a_plain.cu"]
+    assert without.proves == {launch: [plain], sparse_launch: []}
+    mine = cover([launch, other.path], [plain, sparse, other], reads)  # a changed unit proves itself
+    assert [unit.source for unit in mine.units] == ["a_plain.cu", "c_other.cu"]
+
+
+def test_a_proof_compile_may_take_its_share_of_the_machine() -> None:
+    """cudafe++ on FA2's launch-template unit peaks at 3.9 GB resident: under a scan's 4 GiB of
+    address space it stopped with "out of memory" and proved nothing. A proof compile gets the
+    machine's memory over the compiles run at once, never less than a scan's, never past the cap."""
+    from assembler.check.unit_scan import MEMORY
+    from assembler.migration.proof import PROOF_MEMORY_CAP, proof_memory
+
+    gib = 1 << 30
+    assert proof_memory(2, 24 * gib) == 12 * gib
+    assert proof_memory(1, 256 * gib) == PROOF_MEMORY_CAP
+    assert proof_memory(16, 8 * gib) == MEMORY
+
+
+def test_a_proof_compile_may_map_more_than_a_scan(tmp_path: Path) -> None:
+    """The limit is real: a process mapping 5 GiB fails under a scan's ulimit and runs under the
+    proof's on a machine whose share allows it."""
+    import sys
+
+    from assembler.check.unit_scan import Limits
+    from assembler.migration.proof import proof_memory
+    from assembler.system import available_cpus
+
+    share = proof_memory(available_cpus())
+    if share < 6 << 30:
+        pytest.skip(f"this machine's share per compile is {share >> 30} GiB")
+    program = [sys.executable, "-c", "import mmap; mmap.mmap(-1, 5 << 30)"]
+    assert subprocess.run(Limits().wrap(program), capture_output=True, check=False).returncode != 0
+    assert subprocess.run(Limits(memory=share).wrap(program), capture_output=True, check=False).returncode == 0

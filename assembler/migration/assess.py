@@ -273,11 +273,16 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
             return list(tools.nvcc_passes(dep.cuda_components, archs, std, unit.flags).passes(flags, unit))
         return [compilers.cxx_pass(tools.cxx, flags, unit, std)]
 
+    from assembler.migration.proof import cpu_torch_stand_ins
+
     planned = [(unit, scans(unit)) for unit in units]
-    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="assess") as pool:
-        kept: list[ActiveLines] = list(pool.map(lambda item: active_lines(item[1], checkout, checkout), planned))
-    merged: dict[Path, set[int]] = defaultdict(set)
     others = _submodules(checkout)
+    skip, extra = tuple(others), tuple(cpu_torch_stand_ins(tools.env.torch_dir))
+    stamps: dict[Path, list[int] | None] = {}
+    with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="assess") as pool:
+        kept: list[ActiveLines] = list(pool.map(
+            lambda item: active_lines(item[1], checkout, checkout, skip, extra, stamps), planned))
+    merged: dict[Path, set[int]] = defaultdict(set)
     for lines in kept:
         for path, numbers in lines.lines.items():
             if not _below(path, others):

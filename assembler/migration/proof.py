@@ -122,6 +122,7 @@ CUDA_HEADER_STAND_IN = """// Written by assemble's compile proof: a CPU build of
 # own CMakeLists.txt too: without it, its launch templates' constexpr host calls in device code do
 # not compile, and the proof of a cmake-built dependency (whose flags live in its CMake) proves nothing.
 RELAXED_CONSTEXPR = frozenset({"--expt-relaxed-constexpr", "-expt-relaxed-constexpr"})
+PROOF_MEMORY_CAP = 16 << 30  # bytes of address space: past it, a compile is runaway, not CUTLASS
 
 
 def cpu_torch_stand_ins(torch_dir: Path) -> list[str]:
@@ -141,6 +142,19 @@ def cpu_torch_stand_ins(torch_dir: Path) -> list[str]:
     except OSError:
         return []  # a read-only cache: the proof runs as before, without it
     return ["-isystem", str(root)]
+
+
+def proof_memory(jobs: int, physical: int | None = None) -> int:
+    """The address space one proof compile may take: a share of the machine's memory per
+    concurrent compile, at least a scan's (check's ``MEMORY``), at most ``PROOF_MEMORY_CAP``.
+    cudafe++ on FA2's launch-template unit peaks at 3.9 GB resident; under a scan's 4 GiB of
+    address space it stopped with "out of memory", which made the unit prove nothing and cost a
+    compile of the next reader, and the next."""
+    from assembler.check.unit_scan import MEMORY
+
+    if physical is None:
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return max(MEMORY, min(PROOF_MEMORY_CAP, physical // max(1, jobs)))
 
 
 def proof_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
@@ -168,8 +182,8 @@ class Prover:
         self.model = dep_model(workspace, dep, self.units, self.tools)
         self.components = dep.cuda_components
         self.reader = Reader(self.checkout, torch_include_roots(self.tools.env.torch_dir), self.tools.python_include)
-        self.limits = Limits()
         self.jobs = jobs or available_cpus()
+        self.limits = Limits(memory=proof_memory(self.jobs))
         self.modes: dict[Path, str] = {}  # unit path -> the model its first good compile used
         self.stand_ins = cpu_torch_stand_ins(self.tools.env.torch_dir)
 
@@ -323,25 +337,26 @@ class Cover:
 
 def cover(changed: Iterable[Path], units: list[TranslationUnit], reads: dict[Path, set[Path]],
           usable: Callable[[TranslationUnit], bool] = lambda _: True) -> Cover:
-    """Every changed unit, and for each changed header the changed units that read it, else the
-    first ``usable`` unit (recipe order) that reads it."""
+    """Every changed unit, and for the changed headers none of them reads, the fewest ``usable``
+    units that read them all, greedily: the unit reading the most still-unproven headers
+    first, recipe order among equals (FA2's sparse kernel unit reads both launch templates
+    migrate changes, so one CUTLASS compile proves the two)."""
     changed = set(changed)
-    chosen = [unit for unit in units if unit.path in changed and usable(unit)]
-    proves: dict[Path, list[TranslationUnit]] = {}
-    unread: list[Path] = []
-    for path in sorted(changed):
-        readers = [unit for unit in units if path in reads.get(unit.path, ())]
-        if not readers:
-            unread.append(path)
-            continue
-        mine = [unit for unit in chosen if unit in readers]
-        if not mine:
-            extra = next((unit for unit in readers if usable(unit)), None)
-            if extra is not None:
-                chosen.append(extra)
-                mine = [extra]
-        proves[path] = mine
     order = {unit.path: index for index, unit in enumerate(units)}
+    chosen = [unit for unit in units if unit.path in changed and usable(unit)]
+    readers = {path: [unit for unit in units if path in reads.get(unit.path, ())] for path in sorted(changed)}
+    unread = [path for path, found in readers.items() if not found]
+    mine = {unit.path for unit in chosen}
+    pending = {path for path, found in readers.items() if found and not {unit.path for unit in found} & mine}
+    while pending:
+        candidates = {unit.path: unit for path in pending for unit in readers[path] if usable(unit)}
+        if not candidates:
+            break
+        best = max(candidates.values(),
+                   key=lambda unit: (sum(path in reads.get(unit.path, ()) for path in pending), -order[unit.path]))
+        chosen.append(best)
+        pending = {path for path in pending if path not in reads.get(best.path, ())}
+    proves = {path: [unit for unit in chosen if unit in found] for path, found in readers.items() if found}
     return Cover(sorted(chosen, key=lambda unit: order[unit.path]), proves, unread)
 
 
