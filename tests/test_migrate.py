@@ -102,7 +102,7 @@ def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_
     # the CUDA context header gives its line, inside the #ifdef, to the CUDA runtime's (cudaStream_t); the stable
     # headers every build of the file needs go after its last unconditional include
     assert ("#include <cmath>\n+#include <Python.h>\n" in cuda.stdout
-            and "#ifdef NORMKIT_WITH_CUDA\n-#include <ATen/cuda/CUDAContext.h>\n+#include <cuda_runtime_api.h>\n #endif"
+            and "#ifdef NORMKIT_WITH_CUDA\n-#include <ATen/cuda/CUDAContext.h>\n+#include <cuda_runtime.h>\n #endif"
             in cuda.stdout), cuda.stdout[:3000]
     left = json.loads(assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--json", cache=private_cache).stdout)
     assert left["remaining"] == [] and left["helpers"]["pieces"] == ["cuda-stream", "device-guard"]

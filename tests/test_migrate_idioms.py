@@ -499,7 +499,7 @@ def test_the_guards_and_streams_are_rewritten_to_the_helper_and_nothing_is_left(
     lines = file.text.splitlines()
     # <torch/extension.h> gives its line to the stable headers and the helper's; the CUDA stream's to the CUDA runtime
     assert lines[:5] == ['#include <torch/csrc/stable/tensor.h>', '#include <torch/headeronly/core/DeviceType.h>',
-                         '#include "assemble_stable_helpers.h"', '#include <cuda_runtime_api.h>', '']
+                         '#include "assemble_stable_helpers.h"', '#include <cuda_runtime.h>', '']
     assert "  const assemble_stable::TensorDeviceGuard device_guard(x);" in lines
     assert "    assemble_stable::TensorDeviceGuard bias_guard(*bias);" in lines
     assert "  assemble_stable::TensorDeviceGuard same{x};" in lines

@@ -304,7 +304,7 @@ def test_a_cuda_header_gives_its_own_line_once_nothing_needs_it() -> None:
             "#include <c10/cuda/CUDAGuard.h>\n#endif\nat::Tensor f(cudaStream_t s);")
     file = _run(text)
     rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
-    assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#ifdef WITH_CUDA\n#include <cuda_runtime_api.h>\n"
+    assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#ifdef WITH_CUDA\n#include <cuda_runtime.h>\n"
                          "#endif\ntorch::stable::Tensor f(cudaStream_t s);")
     assert len(file.active) == file.text.count("\n") + 1
     # a file that calls nothing of the runtime, and includes no header of its own after, does without it
@@ -643,7 +643,7 @@ def test_the_stable_includes_never_go_behind_a_condition() -> None:
                      REWRITES.replaced_includes)
     assert file.text == ('#include "mine.h"\n#include <cmath>\n#include <torch/csrc/stable/tensor.h>\n'
                          '#include "helpers.h"\n'
-                         "#ifdef WITH_CUDA\n#include <cuda_runtime_api.h>\n#endif\n"
+                         "#ifdef WITH_CUDA\n#include <cuda_runtime.h>\n#endif\n"
                          "torch::stable::Tensor f(cudaStream_t s);")
     guarded = "#ifndef MINE_H\n#define MINE_H\n#include <vector>\n#include <torch/extension.h>\nat::Tensor f();\n#endif"
     file = _run(guarded)

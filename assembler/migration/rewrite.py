@@ -1529,8 +1529,9 @@ def _conditional_depths(code: list[str]) -> list[int]:
 
 def _replace_includes(file: FileRewrite, replaced: dict[str, str]) -> None:
     """Each compiled ``#include`` of a ``replaced`` header becomes the includes of what takes
-    its place (names separated by spaces), on its own lines (so inside the same ``#if``), but
-    for those already included; when none is left, the line goes."""
+    its place (names separated by spaces; ``A|B``: A, unless the file includes A or B), on its
+    own lines (so inside the same ``#if``), but for those already included; when none is left,
+    the line goes."""
     lines = file.text.split("\n")
     flags = list(file.active)
     present = {m.group(1) for m in _INCLUDE.finditer(file.text)}
@@ -1538,8 +1539,8 @@ def _replace_includes(file: FileRewrite, replaced: dict[str, str]) -> None:
         found = _INCLUDE.match(lines[index])
         if found is None or found.group(1) not in replaced or not flags[index]:
             continue
-        kept = [name for name in replaced[found.group(1)].split() if name not in present
-                and _still_needed(name, file.text, lines[index + 1:])]
+        kept = [name for name, *alike in (token.split("|") for token in replaced[found.group(1)].split())
+                if not {name, *alike} & present and _still_needed(name, file.text, lines[index + 1:])]
         file.made["include"] += 1
         if kept:
             lines[index:index + 1] = [f"#include <{name}>" for name in kept]
@@ -1554,7 +1555,7 @@ def _replace_includes(file: FileRewrite, replaced: dict[str, str]) -> None:
 
 # A replacement header only the file's own code could need, and what its use looks like: FA2's
 # flash_api_torch_lib.cpp included c10/cuda/CUDAStream.h last and calls no CUDA runtime function.
-_USED_BY = {"cuda_runtime_api.h": re.compile(r"\bcuda[A-Z]\w*|\bCU[a-z]\w*|\bdim3\b")}
+_USED_BY = {"cuda_runtime.h": re.compile(r"\bcuda[A-Z]\w*|\bCU[a-z]\w*|\bdim3\b")}
 
 
 def _still_needed(name: str, text: str, after: list[str]) -> bool:
