@@ -760,3 +760,16 @@ void fwd(at::Tensor q, at::Tensor dk, at::Tensor dkx, std::optional<at::Tensor> 
     assert new.returncode == 0, file.text + new.stderr[-4000:]
     old = subprocess.run([*command, str(tmp_path / "old.cpp")], capture_output=True, text=True, check=False)
     assert old.returncode != 0
+
+
+def test_a_conditional_left_empty_by_the_includes_going_goes_too() -> None:
+    """QuTLASS held <torch/extension.h> alone in ``#ifndef QUTLASS_DISABLE_PYBIND``: once it goes,
+    the empty block goes, with one of the two blank lines around it; a block that keeps a line stays."""
+    text = ("#include <ATen/ATen.h>\n#include <cuda_runtime.h>\n\n#ifndef DISABLE_PYBIND\n"
+            "#include <torch/extension.h>\n#endif\n\n#include <vector>\n#ifdef WITH_MORE\n#include <torch/types.h>\n"
+            "#include <cmath>\n#endif\nat::Tensor f();")
+    file = _run(text)
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
+    assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#include <cuda_runtime.h>\n\n#include <vector>\n"
+                         "#ifdef WITH_MORE\n#include <cmath>\n#endif\ntorch::stable::Tensor f();")
+    assert len(file.active) == file.text.count("\n") + 1

@@ -1492,6 +1492,8 @@ def _rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, 
     else:
         kept = [i for i in included if depths[i] == outer and i not in drop]
         where = max(kept) + 1 if kept else 0
+    dropped_includes = len(drop)
+    drop |= _emptied_blocks(lines, drop)
     new_lines: list[str] = []
     new_flags: list[bool] = []
     for index, (line, flag) in enumerate([*zip(lines, flags, strict=True), ("", False)]):
@@ -1503,14 +1505,36 @@ def _rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, 
         if index not in drop:
             new_lines.append(line)
             new_flags.append(flag)
-    if drop:
-        file.made["include"] += len(drop)
+    if dropped_includes:
+        file.made["include"] += dropped_includes
     file.made["stable-include"] += len(includes)
     file.text = "\n".join(new_lines)
     file.active = new_flags
 
 
 _CONDITIONAL = re.compile(r"^\s*#\s*(?P<word>if|ifdef|ifndef|endif)\b")
+
+
+def _emptied_blocks(lines: list[str], drop: set[int]) -> set[int]:
+    """The ``#if``/``#endif`` pairs (and one of two blank lines around them) that ``drop``
+    leaves empty: QuTLASS's ``#ifndef QUTLASS_DISABLE_PYBIND`` held only <torch/extension.h>,
+    and an empty conditional is noise in the patch a maintainer reads."""
+    more: set[int] = set()
+    for index in sorted(drop):
+        above = index - 1
+        while above >= 0 and above in drop:
+            above -= 1
+        below = index + 1
+        while below < len(lines) and below in drop:
+            below += 1
+        opening = _CONDITIONAL.match(lines[above]) if above >= 0 else None
+        closing = _CONDITIONAL.match(lines[below]) if below < len(lines) else None
+        if opening is None or closing is None or opening["word"] == "endif" or closing["word"] != "endif":
+            continue
+        more |= {above, below}
+        if above > 0 and below + 1 < len(lines) and not lines[above - 1].strip() and not lines[below + 1].strip():
+            more.add(below + 1)
+    return more
 
 
 def _conditional_depths(code: list[str]) -> list[int]:
