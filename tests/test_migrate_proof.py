@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -368,3 +368,56 @@ def test_a_proof_compile_may_map_more_than_a_scan(tmp_path: Path) -> None:
     program = [sys.executable, "-c", "import mmap; mmap.mmap(-1, 5 << 30)"]
     assert subprocess.run(Limits().wrap(program), capture_output=True, check=False).returncode != 0
     assert subprocess.run(Limits(memory=share).wrap(program), capture_output=True, check=False).returncode == 0
+
+
+HEAVY_UNIT = """#include <regex>
+#include <iostream>
+#include <map>
+#include <unordered_map>
+#include <functional>
+#include <algorithm>
+#include <future>
+std::map<std::string, std::vector<int>> table;
+std::regex pattern("a+");
+"""
+
+
+def _small_prover(root: Path, share: int) -> Any:
+    """A Prover whose compile is plain g++ on the unit, each of its compiles at once given
+    ``share`` bytes: what a real tree's CUTLASS unit is to a 24 GiB machine, at a small scale."""
+    import os
+
+    from assembler.check.unit_scan import C_ENV, Limits, Reader
+    from assembler.migration.proof import Prover
+
+    prover = Prover.__new__(Prover)
+    prover.checkout, prover.jobs, prover.alone = root, 2, set()
+    prover.limits = Limits(memory=share)
+    prover.reader = Reader(root, [], root)
+    prover.command = lambda unit, mode, depfile, scratch: (  # type: ignore[method-assign]
+        ["g++", "-std=c++17", "-fsyntax-only", "-MD", "-MF", str(depfile), str(unit.path)], {**os.environ, **C_ENV})
+    return prover
+
+
+def test_a_compile_out_of_its_share_of_memory_runs_again_alone(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """QuTLASS's gemm.cu takes 13 GB in cudafe++: under a share of the machine it ran out of
+    memory and was reported as "did not compile before the rewrite either". Now such a compile
+    runs again alone with what the machine has free, and so does every later compile of it;
+    where even that is not enough, the error says the limit, not a compiler line."""
+    from assembler.migration import proof
+
+    (tmp_path / "heavy.cpp").write_text(HEAVY_UNIT)
+    (tmp_path / "light.c").write_text("int x;\n")
+    heavy, light = _unit(tmp_path, "heavy.cpp"), _unit(tmp_path, "light.c")
+    prover = _small_prover(tmp_path, 96 << 20)
+    monkeypatch.setattr(proof, "alone_memory", lambda: 2 << 30)
+    first = prover.compile_all([(heavy, proof.TODAY), (light, proof.TODAY)])
+    assert [result.ok for result in first] == [True, True], [result.first for result in first]
+    assert prover.alone == {heavy.path} and not first[0].memory
+    assert prover.compile_all([(heavy, proof.TODAY)])[0].ok  # straight to the lane of its own
+    starved = _small_prover(tmp_path, 96 << 20)
+    monkeypatch.setattr(proof, "alone_memory", lambda: 96 << 20)  # nothing more free: no second try
+    [result] = starved.compile_all([(heavy, proof.TODAY)])
+    assert result.memory and not result.ok and starved.alone == set()
+    assert "ran out of memory under its limit of 0.1 GiB of address space" in result.first

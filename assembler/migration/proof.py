@@ -54,6 +54,9 @@ MODEL_WORDS = {TARGET: "the build's defines (TORCH_TARGET_VERSION, Py_LIMITED_AP
 _EDG_ERROR = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error(?: #[\w-]+)?: (?P<text>.*)$")
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
 _MISSING = re.compile(r"No such file or directory|cannot open source file")
+# EDG (cudafe++, cicc): "catastrophic error: out of memory"; gcc: "virtual memory exhausted", "out of memory allocating"
+_OUT_OF_MEMORY = re.compile(r"error: out of memory|virtual memory exhausted|out of memory allocating|std::bad_alloc")
+GIB = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class Compiled:
     reads: frozenset[Path] = frozenset()  # files of the checkout the compile read (-MD)
     guard: bool = False  # a torch header's Stable-ABI guard fired: the unit reaches an unstable header
     seconds: float = 0.0
+    memory: bool = False  # stopped at its memory limit: says nothing about the code
 
     @property
     def ok(self) -> bool:
@@ -157,6 +161,14 @@ def proof_memory(jobs: int, physical: int | None = None) -> int:
     return max(MEMORY, min(PROOF_MEMORY_CAP, physical // max(1, jobs)))
 
 
+def alone_memory() -> int:
+    """The address space a compile run alone may take: what the machine has free, less the
+    headroom the build keeps (``builder.memory``)."""
+    from assembler.builder.memory import HEADROOM, available_memory
+
+    return int(available_memory() * HEADROOM)
+
+
 def proof_archs(archs: tuple[str, ...]) -> tuple[str, ...]:
     """The one architecture a CUDA unit's proof compiles for: the newest, whose ``__CUDA_ARCH__``
     branches hold the most code. The host code torch's API lives in is the same for every
@@ -184,6 +196,7 @@ class Prover:
         self.reader = Reader(self.checkout, torch_include_roots(self.tools.env.torch_dir), self.tools.python_include)
         self.jobs = jobs or available_cpus()
         self.limits = Limits(memory=proof_memory(self.jobs))
+        self.alone: set[Path] = set()  # units that ran out of a share of memory: compiled one at a time
         self.modes: dict[Path, str] = {}  # unit path -> the model its first good compile used
         self.stand_ins = cpu_torch_stand_ins(self.tools.env.torch_dir)
 
@@ -206,15 +219,18 @@ class Prover:
                    "-x", "cu", str(unit.path), "-o", str(scratch / "unit.cu.cpp.ii")]
         return command, {**toolkit.environment(env), **C_ENV}
 
-    def compile(self, unit: TranslationUnit, mode: str) -> Compiled:
+    def compile(self, unit: TranslationUnit, mode: str, memory: int | None = None) -> Compiled:
+        """One compile of ``unit`` in ``mode``, under ``memory`` bytes of address space (by
+        default the share of one of the compiles run at once)."""
         started = time.monotonic()
         result = Compiled(unit, mode)
+        limits = Limits(self.limits.seconds, memory or self.limits.memory)
         with tempfile.TemporaryDirectory(prefix="assemble-proof-") as scratch:
             depfile = Path(scratch) / "unit.d"
             command, env = self.command(unit, mode, depfile, Path(scratch))
             try:
-                done = subprocess.run(self.limits.wrap(command), cwd=self.checkout, capture_output=True, text=True,
-                                      errors="replace", env=env, timeout=self.limits.seconds, check=False)
+                done = subprocess.run(limits.wrap(command), cwd=self.checkout, capture_output=True, text=True,
+                                      errors="replace", env=env, timeout=limits.seconds, check=False)
             except subprocess.TimeoutExpired:
                 why = f"the compile ran past its limit of {self.limits.seconds:g} s"
                 result.errors.append(CompileError(unit.source, why, None, 0))
@@ -225,6 +241,11 @@ class Prover:
                 done = None
             if done is not None:
                 self._read(result, done, depfile)
+                if done.returncode != 0 and _OUT_OF_MEMORY.search(done.stderr):
+                    result.memory = True
+                    why = (f"the compile ran out of memory under its limit of {limits.memory / GIB:.1f} GiB of "
+                           "address space (ulimit -v)")
+                    result.errors = [CompileError(unit.source, why, None, 0)]
         result.seconds = time.monotonic() - started
         return result
 
@@ -255,11 +276,28 @@ class Prover:
         return CompileError(f"{name}:{line}" if line else name, text, inside, line)
 
     def compile_all(self, jobs: list[tuple[TranslationUnit, str]]) -> list[Compiled]:
-        """Each (unit, model) compiled, ``--jobs`` at a time, in order."""
+        """Each (unit, model) compiled, ``--jobs`` at a time, in order. A compile that ran out
+        of its share of memory runs again alone, with what the machine has free (QuTLASS's
+        gemm.cu: cudafe++ takes 13 GB), and so does every later compile of that unit."""
         if not jobs:
             return []
-        with ThreadPoolExecutor(max_workers=max(1, min(self.jobs, len(jobs))), thread_name_prefix="proof") as pool:
-            return list(pool.map(lambda job: self.compile(*job), jobs))
+        results: list[Compiled | None] = [None] * len(jobs)
+        shared = [index for index, (unit, _) in enumerate(jobs) if unit.path not in self.alone]
+        if shared:
+            workers = max(1, min(self.jobs, len(shared)))
+            with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="proof") as pool:
+                for index, result in zip(shared, pool.map(lambda i: self.compile(*jobs[i]), shared), strict=True):
+                    results[index] = result
+        whole = alone_memory()
+        for index, (unit, mode) in enumerate(jobs):
+            found = results[index]
+            if found is None or (found.memory and whole > self.limits.memory):
+                self.alone.add(unit.path)
+                again = self.compile(unit, mode, max(whole, self.limits.memory))
+                if found is not None:
+                    again.seconds += found.seconds
+                results[index] = again
+        return [result for result in results if result is not None]
 
     def baseline(self, units: Iterable[TranslationUnit]) -> dict[Path, Compiled]:
         """Each unit compiled as it stands, under the target first, else as it compiles today;
