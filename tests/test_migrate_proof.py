@@ -391,7 +391,9 @@ def _small_prover(root: Path, share: int) -> Any:
     from assembler.migration.proof import Prover
 
     prover = Prover.__new__(Prover)
-    prover.checkout, prover.jobs, prover.alone = root, 2, set()
+    prover.checkout, prover.jobs, prover.alone, prover.name = root, 2, set(), "heavy"
+    prover.notes = []
+    prover.note = prover.notes.append
     prover.limits = Limits(memory=share)
     prover.reader = Reader(root, [], root)
     prover.command = lambda unit, mode, depfile, scratch: (  # type: ignore[method-assign]
@@ -415,6 +417,8 @@ def test_a_compile_out_of_its_share_of_memory_runs_again_alone(tmp_path: Path,
     first = prover.compile_all([(heavy, proof.TODAY), (light, proof.TODAY)])
     assert [result.ok for result in first] == [True, True], [result.first for result in first]
     assert prover.alone == {heavy.path} and not first[0].memory
+    # the progress says so (the heartbeat repeats the line while the compile runs alone)
+    assert prover.notes == ["heavy: heavy.cpp ran out of 0.1 GiB; compiling it again alone, under 2.0 GiB"]
     assert prover.compile_all([(heavy, proof.TODAY)])[0].ok  # straight to the lane of its own
     starved = _small_prover(tmp_path, 96 << 20)
     monkeypatch.setattr(proof, "alone_memory", lambda: 96 << 20)  # nothing more free: no second try

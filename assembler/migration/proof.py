@@ -189,6 +189,7 @@ class Prover:
 
         self.checkout = checkout.resolve()
         self.note = note
+        self.name = dep.name
         self.tools = CheckToolchain(workspace, CheckOptions(), note)
         self.units = units if units is not None else translation_units(workspace, dep, self.checkout)
         self.model = dep_model(workspace, dep, self.units, self.tools)
@@ -292,6 +293,9 @@ class Prover:
         for index, (unit, mode) in enumerate(jobs):
             found = results[index]
             if found is None or (found.memory and whole > self.limits.memory):
+                if found is not None:  # the heartbeat repeats this line while the compile runs
+                    self.note(f"{self.name}: {unit.source} ran out of {self.limits.memory / GIB:.1f} GiB; "
+                              f"compiling it again alone, under {whole / GIB:.1f} GiB")
                 self.alone.add(unit.path)
                 again = self.compile(unit, mode, max(whole, self.limits.memory))
                 if found is not None:
