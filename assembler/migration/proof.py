@@ -54,8 +54,10 @@ MODEL_WORDS = {TARGET: "the build's defines (TORCH_TARGET_VERSION, Py_LIMITED_AP
 _EDG_ERROR = re.compile(r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?:catastrophic )?error(?: #[\w-]+)?: (?P<text>.*)$")
 _INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"]+)[>"]', re.M)
 _MISSING = re.compile(r"No such file or directory|cannot open source file")
-# EDG (cudafe++, cicc): "catastrophic error: out of memory"; gcc: "virtual memory exhausted", "out of memory allocating"
-_OUT_OF_MEMORY = re.compile(r"error: out of memory|virtual memory exhausted|out of memory allocating|std::bad_alloc")
+# EDG (cudafe++, cicc): "catastrophic error: out of memory"; gcc: "virtual memory exhausted", "out of memory
+# allocating"; a tool that threw: "terminate called after throwing an instance of 'std::bad_alloc'"
+_OUT_OF_MEMORY = re.compile(r"error: out of memory|virtual memory exhausted|out of memory allocating"
+                            r"|instance of 'std::bad_alloc'")
 GIB = 1 << 30
 
 
