@@ -25,7 +25,7 @@ from assembler.builder.units import CUDA_ROOT, TORCH_ROOT, TranslationUnit, tran
 from assembler.errors import AssembleError
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
-from assembler.migration.active import ActiveLines, active_lines
+from assembler.migration.active import ActiveLines, Stamps, active_lines
 from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.progress import (
     MigrationProgress,
@@ -278,7 +278,7 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
     planned = [(unit, scans(unit)) for unit in units]
     others = _submodules(checkout)
     skip, extra = tuple(others), tuple(cpu_torch_stand_ins(tools.env.torch_dir))
-    stamps: dict[Path, list[int] | None] = {}
+    stamps: Stamps = {}
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="assess") as pool:
         kept: list[ActiveLines] = list(pool.map(
             lambda item: active_lines(item[1], checkout, checkout, skip, extra, stamps), planned))
