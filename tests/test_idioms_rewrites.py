@@ -157,3 +157,74 @@ def test_a_named_cast_of_data_ptr_says_const_or_mutable_and_stays_itself() -> No
     assert file.text.split("\n")[1] == (
         "  g(static_cast<E*>(D.mutable_data_ptr()), static_cast<E const*>(A.const_data_ptr()), "
         "reinterpret_cast<E*>(const_cast<void*>(A.const_data_ptr())));")
+
+
+HOST_DECLARATIONS = ("int launch_cuda(const void*, void const* scales, void*, void* const out, const int n,\n"
+                     "                cudaStream_t stream);\n"
+                     "void either(const void* p);\nvoid either(void* p);\n"
+                     "void pick(const void* p);\nvoid pick(void* p, int n);\n"
+                     "void twice(const float** p);\n")
+
+
+def test_a_data_ptr_passed_to_a_declared_function_says_const_or_mutable_by_the_parameter() -> None:
+    callees = syntax.pointer_parameters(HOST_DECLARATIONS)
+    text = ("void op(const at::Tensor& x, const at::Tensor& s, at::Tensor& y, at::Tensor& z) {\n"
+            "  launch_cuda(x.data_ptr(), s.data_ptr(),\n"
+            "              y.data_ptr(), z.data_ptr(), 4, nullptr);\n"
+            "  either(x.data_ptr());\n"
+            "  pick(x.data_ptr());\n"
+            "  pick(y.data_ptr(), 2);\n"
+            "  undeclared(x.data_ptr());\n"
+            "  launch_cuda(x.data_ptr<float>(), s.data_ptr<float>(), y.data_ptr<float>(), z.data_ptr<float>(), 4, 0);\n"
+            "  launch_cuda((x.data_ptr()), s.data_ptr(), y.data_ptr() + 1, z.data_ptr(), 4, nullptr);\n"
+            "}")
+    file = FileRewrite(text, [True] * (text.count("\n") + 1), callees=callees)
+    for step in REWRITES.steps:
+        apply_step(REWRITES.of_step(step), file, "2.10", {})
+    lines = file.text.split("\n")
+    assert lines[1] == "  launch_cuda(x.const_data_ptr(), s.const_data_ptr(),"
+    assert lines[2] == "              y.mutable_data_ptr(), z.mutable_data_ptr(), 4, nullptr);"
+    assert lines[3] == "  either(x.data_ptr());"  # two overloads of one arity that disagree
+    assert lines[4] == "  pick(x.const_data_ptr());"  # the arity picks the declaration
+    assert lines[5] == "  pick(y.mutable_data_ptr(), 2);"
+    assert lines[6] == "  undeclared(x.data_ptr());"
+    assert lines[7] == ("  launch_cuda(x.const_data_ptr<float>(), s.const_data_ptr<float>(), "
+                        "y.mutable_data_ptr<float>(), z.mutable_data_ptr<float>(), 4, 0);")
+    assert lines[8] == ("  launch_cuda((x.data_ptr()), s.const_data_ptr(), y.data_ptr() + 1, z.mutable_data_ptr(), 4, "
+                        "nullptr);")  # a parenthesized or offset pointer is not the argument itself
+    assert file.made["data-ptr"] == 12
+
+
+def test_pointer_parameters_read_the_pointee_s_const_not_the_pointer_s() -> None:
+    found = syntax.pointer_parameters(HOST_DECLARATIONS
+                                      + "struct R { bool run(float* __restrict__ a, int n = 2, ...); };\n"
+                                      "void none(void);\nvoid (*callback)(const void*);\n")
+    assert found["launch_cuda"][0].pointees == (True, True, False, False, None, None)
+    assert found["twice"][0].pointees == (None,)
+    run = found["run"][0]
+    assert (run.pointees, run.required, run.variadic) == ((False, None), 1, True)
+    assert run.takes(1) and run.takes(5) and not run.takes(0)
+    assert found["none"][0].pointees == () and "callback" not in found
+
+
+def test_a_cuda_guard_of_a_tensor_known_defined_is_stable_s_device_guard() -> None:
+    text = ("void run(const at::Tensor& x, const at::Tensor& y, const at::Tensor& z, at::Tensor w) {\n"
+            "  auto* p = x.data_ptr<float>();\n"
+            "  if (w.dim() > 2) { return; }\n"
+            "  {\n"
+            "    const at::cuda::OptionalCUDAGuard g1(device_of(x));\n"
+            "  }\n"
+            "  const at::cuda::OptionalCUDAGuard g2(device_of(y));\n"
+            "  if (flag) { int n = z.size(0); }\n"
+            "  const at::cuda::OptionalCUDAGuard g3(device_of(z));\n"
+            "  w = make();\n"
+            "  const at::cuda::OptionalCUDAGuard g4(device_of(w));\n"
+            "}")
+    file = _run(text)
+    lines = file.text.split("\n")
+    assert lines[4] == "    const torch::stable::accelerator::DeviceGuard g1(x.get_device_index());"
+    assert lines[6] == "  const assemble_stable::TensorDeviceGuard g2(y);"  # no use of y before
+    assert lines[8] == "  const assemble_stable::TensorDeviceGuard g3(z);"  # its only use sat in a closed block
+    assert lines[10] == "  const assemble_stable::TensorDeviceGuard g4(w);"  # assigned since its use
+    assert file.made["cuda-guard-of"] == 1 and file.made["device-guard-of"] == 3
+    assert "torch/csrc/stable/accelerator.h" in file.includes and file.helpers == {"device-guard"}

@@ -83,6 +83,10 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     # a guard on a tensor's own device and the current stream: through the helper header migrate adds
     "device-guard": ("void f(const at::Tensor& x) { const at::DeviceGuard g(x.device()); }",
                      "void f(const torch::stable::Tensor& x) { const assemble_stable::TensorDeviceGuard g(x); }"),
+    # a tensor whose size was read is defined: stable's guard of its index is the original's
+    "cuda-guard-of": ("void f(at::Tensor x) { int n = x.size(0); at::cuda::OptionalCUDAGuard g(device_of(x)); }",
+                      "void f(torch::stable::Tensor x) { int n = x.size(0); "
+                      "torch::stable::accelerator::DeviceGuard g(x.get_device_index()); }"),
     "device-guard-of": ("void f(at::Tensor x) { at::cuda::OptionalCUDAGuard g(device_of(x)); }",
                         "void f(torch::stable::Tensor x) { assemble_stable::TensorDeviceGuard g(x); }"),
     "cuda-stream": ("cudaStream_t s = at::cuda::getCurrentCUDAStream();",

@@ -38,7 +38,7 @@ from assembler.builder.backends import for_dep
 from assembler.errors import InputError, WouldLoseWorkError
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
-from assembler.migration import helpers
+from assembler.migration import helpers, syntax
 from assembler.migration.assess import DECLARATION_HEAD
 from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.pybind import GENERATED_MARK, ModuleEdit
@@ -190,6 +190,9 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
             report.before = _check(workspace, dep.name, note)
         files = {path: FileRewrite(path.read_text(encoding="utf-8"), _flags(path, lines))
                  for path, lines in sorted(assessed.active.items())}
+        callees = _callees(files)
+        for file in files.values():
+            file.callees = callees
         rewrites = _with_schemas(workspace, dep, rewrites, files)
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
@@ -445,7 +448,7 @@ def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: s
               libraries: dict[Path, Library] | None = None) -> FileRun:
     """One file through every step. A rewrite keeps the line breaks, the include step and the
     formatting do not: what was declined so far is moved to the lines it is on afterwards."""
-    file = FileRewrite(original.text, list(original.active))
+    file = FileRewrite(original.text, list(original.active), callees=original.callees)
     run = FileRun([file.text], [], file)
     for step in rewrites.steps:
         before = file.text
@@ -974,6 +977,16 @@ def _apply_modules(file: FileRewrite, edits: list[ModuleEdit]) -> None:
             file.includes.add("Python.h")
 
 
+def _callees(files: dict[Path, FileRewrite]) -> dict[str, list[syntax.Parameters]]:
+    """The functions every file migrate reads declares, by name: what a call's declaration says
+    of a tensor's pointer passed to it (``const void*``: read only) holds wherever it is called."""
+    callees: dict[str, list[syntax.Parameters]] = {}
+    for file in files.values():
+        for name, declared in syntax.pointer_parameters(file.text).items():
+            callees.setdefault(name, []).extend(declared)
+    return callees
+
+
 def _flags(path: Path, lines: set[int]) -> list[bool]:
     count = path.read_text(encoding="utf-8").count("\n") + 1
     return [number + 1 in lines for number in range(count)]
@@ -990,7 +1003,7 @@ def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, sty
     left: dict[Path, bool] = {}
     pieces: dict[Path, set[str]] = {}
     for path, file in files.items():
-        trial = FileRewrite(file.text, list(file.active))
+        trial = FileRewrite(file.text, list(file.active), callees=file.callees)
         if path in modules:
             _apply_modules(trial, modules[path])
         if path in libraries and path not in modules:

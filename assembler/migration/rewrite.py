@@ -10,6 +10,7 @@ import bisect
 import json
 import re
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ class Rewrite:
     functions: tuple[str, ...] = ()  # type dispatcher: the at::/torch:: functions called through it
     schemas: dict[str, tuple[str, ...]] = field(default_factory=dict)  # type dispatcher: aten::op -> the build torch's
     lvalue: bool = False  # type method: the function takes its receiver by non-const reference (copy_, fill_, zero_)
+    defined: bool = False  # type replace: only on a tensor (group 'tensor') its block used before (_used_before)
 
     def ops(self) -> set[str]:
         """type dispatcher: the aten:: operators it may call."""
@@ -87,6 +89,9 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
             if (raw["type"] in ("helper", "dispatcher")) != (raw.get("helper") in PIECES):
                 raise ValueError(f"rewrite {raw.get('id')!r}: a helper rewrite names one of the pieces "
                                  f"{sorted(PIECES)}")
+            if raw.get("defined") and (raw["type"] != "replace" or "(?P<tensor>" not in raw.get("pattern", "")):
+                raise ValueError(f"rewrite {raw.get('id')!r}: defined is for a replace whose pattern has a "
+                                 "'tensor' group")
             rewrites.append(Rewrite(
                 id=raw["id"], step=raw["step"], type=raw["type"], since=raw["since"],
                 includes=tuple(raw.get("includes", ())),
@@ -101,7 +106,7 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 syntax=tuple(str(pattern) for pattern in raw.get("syntax", ())),
                 methods=tuple(str(name) for name in raw.get("methods", ())),
                 functions=tuple(str(name) for name in raw.get("functions", ())),
-                lvalue=bool(raw.get("lvalue", False)),
+                lvalue=bool(raw.get("lvalue", False)), defined=bool(raw.get("defined", False)),
             ))
         replaced = {str(old): str(new) for old, new in data.get("replaced_includes", {}).items()}
         return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites), replaced)
@@ -129,6 +134,9 @@ class FileRewrite:
     declined: list[Declined] = field(default_factory=list)
     includes: set[str] = field(default_factory=set)
     helpers: set[str] = field(default_factory=set)  # the pieces of the helper header the rewritten text calls
+    # the project's functions by name, with what each parameter says of a pointer passed to it
+    # (syntax.pointer_parameters over every file migrate reads): a copy of the file keeps them
+    callees: Mapping[str, list[syntax.Parameters]] = field(default_factory=dict)
 
 
 def _newer(version: str, target: str) -> bool:
@@ -459,12 +467,22 @@ def _eligible(rewrite: Rewrite, file: FileRewrite, line: int, torch_target: str)
 
 
 def _replace(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
+    """pattern -> replacement; with ``defined``, only where the ``tensor`` group is a tensor
+    the code used before in a way an undefined tensor cannot pass (:func:`_used_before`),
+    silently elsewhere: a later rewrite (the helper's) takes what is left."""
     assert rewrite.pattern is not None
     code = blank_comments_and_strings(file.text)
     pieces: list[str] = []
     last = 0
+    declarations: Declarations | None = None
     for found in rewrite.pattern.finditer(code):
-        if not _eligible(rewrite, file, _line_of(code, found.start()), torch_target):
+        line = _line_of(code, found.start())
+        if rewrite.defined:
+            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            tensor = found.group("tensor")
+            if declarations.kind(tensor, line) != TENSOR or not _used_before(code, tensor, found.start()):
+                continue
+        if not _eligible(rewrite, file, line, torch_target):
             continue
         original = rewrite.pattern.match(file.text, found.start())  # not fullmatch: a lookahead reads past the end
         if original is None or original.end() != found.end():  # it depends on a string's contents: read the original
@@ -477,6 +495,30 @@ def _replace(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         file.made[rewrite.id] += 1
         file.includes.update(rewrite.includes)
     file.text = "".join(pieces) + file.text[last:]
+
+
+# what an undefined tensor cannot answer: at::Tensor throws (its impl has no storage, sizes,
+# strides or device), and so does torch::stable::Tensor through the shim
+_NEEDS_DEFINED = ("data_ptr", "const_data_ptr", "mutable_data_ptr", "size", "sizes", "stride", "strides", "dim",
+                  "device", "get_device", "get_device_index", "is_contiguous")
+
+
+def _used_before(code: str, name: str, at: int) -> bool:
+    """Whether ``name`` (a tensor) is defined at ``at`` by the code's own evidence: a member call
+    an undefined tensor throws on (:data:`_NEEDS_DEFINED`) comes before it in its block or a
+    block around it (no brace closes between the two), and ``name`` is not assigned between."""
+    uses = list(re.finditer(rf"(?<![\w.:>])\b{re.escape(name)}\s*(?:\.|->)\s*(?:{'|'.join(_NEEDS_DEFINED)})\s*[(<]",
+                            code[:at]))
+    for use in reversed(uses):
+        between = code[use.end():at]
+        depth = 0
+        for char in between:
+            depth += {"{": 1, "}": -1}.get(char, 0)
+            if depth < 0:
+                break
+        else:
+            return re.search(rf"(?<![\w.:>])\b{re.escape(name)}\s*=(?!=)", between) is None
+    return False
 
 
 def _close_paren(code: str, opening: int) -> int | None:
@@ -1361,7 +1403,9 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
         if declared is not None and after.lstrip().startswith(";"):
             declarations = declarations or Declarations(code, rewrite.tensor_functions)
             const = _only_read(code, declarations, declared.group("name"), found.start(), closing or found.end())
-        if not templated and not const:
+        taken = None if const or style == "mutable" else _taken_as(code, start, closing, file.callees)
+        const = const or taken is True
+        if not templated and not const and taken is None:
             continue
         if not _eligible(rewrite, file, line, torch_target):
             continue
@@ -1372,6 +1416,34 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
             at = start - len(before) + declared.start("type")
             constants.append((at, at, "const "))  # T* p = x.const_data_ptr<T>() would not compile
     _apply(edits, rewrite, file, constants)
+
+
+def _taken_as(code: str, start: int, closing: int | None, callees: Mapping[str, list[syntax.Parameters]],
+              ) -> bool | None:
+    """When ``code[start:closing + 1]`` (``x.data_ptr()``) is a whole argument of a call to a
+    function the project declares: True where every declaration such a call may be takes a
+    pointer to const there, False where each takes a pointer to non-const (it may write),
+    None otherwise (no declaration, one that disagrees, not a pointer, not a whole argument)."""
+    if closing is None or not callees or code[:start].rstrip()[-1:] not in ("(", ",") \
+            or code[closing + 1:].lstrip()[:1] not in (",", ")"):
+        return None
+    opening = _enclosing_paren(code, start)
+    callee = None if opening is None else _CALLEE.search(code, max(0, opening - 200), opening)
+    declared = callees.get(callee.group("name"), []) if callee and opening is not None else []
+    if not declared or opening is None:
+        return None
+    close = _close_paren(code, opening)
+    arguments = [] if close is None else _split_arguments(code, opening, close)
+    index = next((i for i, (begin, end) in enumerate(arguments) if begin <= start < end), None)
+    if index is None:
+        return None
+    said = {parameters.pointees[index] if index < len(parameters.pointees) else None
+            for parameters in declared if parameters.takes(len(arguments))}
+    return said.pop() if len(said) == 1 else None
+
+
+# the callee's unqualified name just before a call's '(' (template arguments allowed: f<T>(...))
+_CALLEE = re.compile(r"(?<![\w:])(?:[A-Za-z_]\w*\s*::\s*)*(?P<name>[A-Za-z_]\w*)\s*(?:<[^<>();]*>)?\s*$")
 
 
 def _only_read(code: str, declarations: Declarations, name: str, declared_at: int, statement_end: int) -> bool:

@@ -65,3 +65,68 @@ def outermost(found: Iterator[Match]) -> list[Match]:
         if not kept or match.start >= kept[-1].end:
             kept.append(match)
     return kept
+
+
+@dataclass(frozen=True)
+class Parameters:
+    """One function declaration's parameters, as far as a pointer passed to it cares: per
+    parameter, True where it points to const (``const void*``, ``T const*``), False where it
+    points to non-const (``void*``), None where it is no single pointer; ``required``: how many
+    come before the first default; ``variadic``: a ``...`` ends the list."""
+
+    pointees: tuple[bool | None, ...]
+    required: int
+    variadic: bool
+
+    def takes(self, count: int) -> bool:
+        """Whether a call with ``count`` arguments may be this declaration's."""
+        return self.required <= count and (count <= len(self.pointees) or self.variadic)
+
+
+_POINTERS = frozenset({"pointer_declarator", "abstract_pointer_declarator"})
+_NESTED = frozenset({*_POINTERS, "reference_declarator", "abstract_reference_declarator", "array_declarator",
+                     "abstract_array_declarator", "function_declarator", "abstract_function_declarator"})
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+def _pointee(parameter: SgNode) -> bool | None:
+    """True/False for a parameter that is one pointer to const/non-const; None otherwise (a
+    value, a reference, a pointer to pointer). The const that says so qualifies the type (a
+    direct child of the declaration); one inside the declarator (``void* const p``) is the
+    pointer's own."""
+    declarator = parameter.field("declarator")
+    if declarator is None or declarator.kind() not in _POINTERS:
+        return None
+    if any(node.kind() in _NESTED for node in declarator.children()):
+        return None
+    return any(child.kind() == "type_qualifier" and child.text() == "const" for child in parameter.children())
+
+
+def pointer_parameters(text: str) -> dict[str, list[Parameters]]:
+    """Every function ``text`` declares or defines (members too), by its unqualified name, with
+    what each parameter says of a pointer passed there: the callee's own type is the evidence
+    that a call only reads through ``x.data_ptr()`` (``const void*``) or may write (``void*``)."""
+    found: dict[str, list[Parameters]] = {}
+    for function in parse(text).find_all(kind="function_declarator"):
+        name_node, listed = function.field("declarator"), function.field("parameters")
+        if name_node is None or listed is None:
+            continue
+        name = name_node.text().rsplit("::", 1)[-1].strip()
+        if not _NAME.fullmatch(name):
+            continue  # a function pointer, an operator, a destructor
+        pointees: list[bool | None] = []
+        required: int | None = None
+        variadic = False
+        for parameter in listed.children():
+            kind = parameter.kind()
+            if kind == "variadic_parameter" or parameter.text() == "...":
+                variadic = True
+            elif kind in ("parameter_declaration", "optional_parameter_declaration"):
+                if kind == "optional_parameter_declaration" and required is None:
+                    required = len(pointees)
+                pointees.append(_pointee(parameter))
+        if pointees == [None] and listed.text().replace(" ", "") == "(void)":
+            pointees = []
+        found.setdefault(name, []).append(
+            Parameters(tuple(pointees), len(pointees) if required is None else required, variadic))
+    return found
