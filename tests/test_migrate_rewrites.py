@@ -360,12 +360,31 @@ def test_a_pybind11_binding_becomes_a_schema(parameters: list[str], args: list[t
 @pytest.mark.parametrize(("parameters", "returns", "reason"), [
     (["const std::vector<std::string>& names"], "at::Tensor", "std::vector"),
     (["const at::Tensor& x"], "at::Tensor*", "return type"),
+    # DeepGEMM's get_symm_buffer_size_for_mega_moe: a size and a callable that slices a buffer
+    (["const int& n"], "std::tuple<int64_t, std::function<std::tuple<at::Tensor, at::Tensor>(const at::Tensor&)>>",
+     r"return type std::tuple<int64_t, std::function<std::tuple<at::Tensor, at::Tensor>\(const at::Tensor&\)>> "
+     "holds a std::function"),
+    (["std::function<void(int)> callback"], "void", "is a std::function"),
 ])
 def test_a_binding_without_a_schema_type_is_refused(parameters: list[str], returns: str, reason: str) -> None:
     from assembler.migration.pybind import Binding, Unconvertible, operator_for
 
     with pytest.raises(Unconvertible, match=reason):
         operator_for(Binding("f", "ns::f", []), returns, parameters)
+
+
+def test_a_signature_the_token_reading_misses_is_read_from_the_tree() -> None:
+    """A return type with parentheses in its template arguments (DeepGEMM's mega.hpp) was
+    reported as "no declaration found"; the tree gives its signature, so the reason is the
+    real one."""
+    from assembler.migration.assess import _signature
+
+    code = ("static std::tuple<int64_t, std::function<std::tuple<torch::Tensor>(const torch::Tensor&)>>\n"
+            "get_sizes(\n    const int& num_ranks,\n    const std::string& activation) {\n  return {};\n}\n")
+    assert _signature({Path("mega.hpp"): code}, "get_sizes") == (
+        "std::tuple<int64_t, std::function<std::tuple<torch::Tensor>(const torch::Tensor&)>>",
+        ["const int& num_ranks", "const std::string& activation"])
+    assert _signature({Path("mega.hpp"): code}, "get_other") is None
 
 
 MUTATED = [  # (parameters, the schema's arguments): a tensor taken by non-const reference is written to

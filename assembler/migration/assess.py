@@ -25,6 +25,7 @@ from assembler.builder.units import CUDA_ROOT, TORCH_ROOT, TranslationUnit, tran
 from assembler.errors import AssembleError
 from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
+from assembler.migration import syntax
 from assembler.migration.active import ActiveLines, Stamps, active_lines
 from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.progress import (
@@ -409,6 +410,10 @@ def _signature(codes: dict[Path, str], name: str) -> tuple[str, list[str]] | Non
             parameters = _parameters(code, found.end())
             if parameters is not None:
                 return returns, parameters
+    for code in codes.values():  # a return type the token reading misses (std::function<T(U)>)
+        from_tree = syntax.signature(code, name)
+        if from_tree is not None:
+            return from_tree
     return None
 
 

@@ -27,6 +27,7 @@ GENERATED_MARK = "Registered with the Stable ABI by `assemble migrate`"  # what 
 _MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{")
 _TENSOR = r"(?:at|torch)::Tensor"
 _OPTIONAL_TENSOR = re.compile(rf"^(?:std|c10)::optional\s*<\s*{_TENSOR}\s*>$")
+_CALLABLE = re.compile(r"\bstd::function\s*<")
 _NUMBER = re.compile(r"^[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?[fFlL]?$")
 _SCALAR_TYPE = re.compile(r"(?:(?:at|c10|torch)::ScalarType|torch::Dtype|torch::headeronly::ScalarType)")
 # a ScalarType default as written in C++ (torch::kFloat32, at::ScalarType::Half) -> the dtype name a schema and
@@ -116,6 +117,8 @@ def _scalar(base: str, reference: bool) -> tuple[str, str, bool]:
         element, boxed, converts = _scalar(vector.group(1), False)
         if element in ("int", "float", "bool"):
             return f"{element}[]", f"std::vector<{boxed}>", converts or reference
+    if _CALLABLE.search(base):
+        raise Unconvertible(f"parameter type {base} is a std::function, and a schema has no callable type")
     if re.match(r"(?:std|c10|boost)::variant<", base):
         raise Unconvertible(f"parameter type {base} has no schema form (a schema argument has one type)")
     raise Unconvertible(f"parameter type {base} has no schema type this step knows")
@@ -332,6 +335,9 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
         python_params.append(f"{name}{python_default}")
         python_args.append(name)
         needs_wrapper = needs_wrapper or converts
+    if _CALLABLE.search(returns):
+        raise Unconvertible(f"return type {' '.join(returns.split())} holds a std::function, and a schema has no "
+                            "callable type (return what the function computes, or keep it in Python)")
     ret_base, _ = _base(re.sub(r"\b(?:inline|static|constexpr)\b", "", returns))
     ret_cast = None  # what the wrapper returns instead, when TORCH_BOX does not box the function's own type
     if re.fullmatch(_TENSOR, ret_base):

@@ -130,3 +130,22 @@ def pointer_parameters(text: str) -> dict[str, list[Parameters]]:
         found.setdefault(name, []).append(
             Parameters(tuple(pointees), len(pointees) if required is None else required, variadic))
     return found
+
+
+def signature(text: str, name: str) -> tuple[str, list[str]] | None:
+    """The return type and parameters (each with whitespace runs made one space) of the first
+    function ``text`` declares or defines as ``name``, from the tree: what the token reading
+    of a declaration misses, a return type with parentheses in it (``std::function<T(U)>``)."""
+    if name not in text:
+        return None
+    for function in parse(text).find_all(kind="function_declarator"):
+        named, listed, parent = function.field("declarator"), function.field("parameters"), function.parent()
+        if named is None or listed is None or parent is None or named.text().rsplit("::", 1)[-1] != name:
+            continue
+        returned = parent.field("type")
+        if returned is None:
+            continue
+        parameters = [" ".join(node.text().split()) for node in listed.children()
+                      if node.kind() in ("parameter_declaration", "optional_parameter_declaration")]
+        return " ".join(returned.text().split()), parameters
+    return None
