@@ -219,6 +219,10 @@ def test_a_cuda_guard_of_a_tensor_known_defined_is_stable_s_device_guard() -> No
             "  const at::cuda::OptionalCUDAGuard g3(device_of(z));\n"
             "  w = make();\n"
             "  const at::cuda::OptionalCUDAGuard g4(device_of(w));\n"
+            "  Args args{{static_cast<int>(M)}, {(float*)y.data_ptr(), K}};\n"
+            "  const at::cuda::OptionalCUDAGuard g5(device_of(y));\n"
+            "  auto f = [&]() { return z.dim(); };\n"
+            "  const at::cuda::OptionalCUDAGuard g6(device_of(z));\n"
             "}")
     file = _run(text)
     lines = file.text.split("\n")
@@ -226,5 +230,8 @@ def test_a_cuda_guard_of_a_tensor_known_defined_is_stable_s_device_guard() -> No
     assert lines[6] == "  const assemble_stable::TensorDeviceGuard g2(y);"  # no use of y before
     assert lines[8] == "  const assemble_stable::TensorDeviceGuard g3(z);"  # its only use sat in a closed block
     assert lines[10] == "  const assemble_stable::TensorDeviceGuard g4(w);"  # assigned since its use
-    assert file.made["cuda-guard-of"] == 1 and file.made["device-guard-of"] == 3
+    # y was read in an initializer, which is no block
+    assert lines[12] == "  const torch::stable::accelerator::DeviceGuard g5(y.get_device_index());"
+    assert lines[14] == "  const assemble_stable::TensorDeviceGuard g6(z);"  # a lambda's body may never run
+    assert file.made["cuda-guard-of"] == 2 and file.made["device-guard-of"] == 4
     assert "torch/csrc/stable/accelerator.h" in file.includes and file.helpers == {"device-guard"}

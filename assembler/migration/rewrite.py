@@ -510,15 +510,50 @@ def _used_before(code: str, name: str, at: int) -> bool:
     uses = list(re.finditer(rf"(?<![\w.:>])\b{re.escape(name)}\s*(?:\.|->)\s*(?:{'|'.join(_NEEDS_DEFINED)})\s*[(<]",
                             code[:at]))
     for use in reversed(uses):
-        between = code[use.end():at]
-        depth = 0
-        for char in between:
-            depth += {"{": 1, "}": -1}.get(char, 0)
-            if depth < 0:
-                break
-        else:
-            return re.search(rf"(?<![\w.:>])\b{re.escape(name)}\s*=(?!=)", between) is None
+        if _unconditional(code, use.start(), at):
+            return re.search(rf"(?<![\w.:>])\b{re.escape(name)}\s*=(?!=)", code[use.end():at]) is None
     return False
+
+
+def _unconditional(code: str, start: int, at: int) -> bool:
+    """Whether the code at ``start`` runs whenever the code at ``at`` (later) does: no block
+    it sits in closes between them. A brace that closes an initializer (``Args a{{p, K}}``)
+    is not a block, so it does not count."""
+    depth = 0
+    inside = start  # the brace enclosing what is left to close is before this
+    for index in range(start, at):
+        char = code[index]
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            if depth:
+                depth -= 1
+                continue
+            opening = _enclosing_brace(code, inside)
+            if opening is None or _opens_block(code, opening):
+                return False
+            inside = opening
+    return True
+
+
+def _enclosing_brace(code: str, at: int) -> int | None:
+    """The ``{`` whose braces hold ``at``."""
+    depth = 0
+    for index in range(at - 1, -1, -1):
+        if code[index] == "}":
+            depth += 1
+        elif code[index] == "{":
+            if depth == 0:
+                return index
+            depth -= 1
+    return None
+
+
+def _opens_block(code: str, brace: int) -> bool:
+    """A ``{`` after ``)``, ``;``, a brace, ``:``, ``]`` or else/do/try opens a block (a body, a
+    scope); after anything else (``=``, ``,``, ``(``, a name) it opens an initializer."""
+    before = code[:brace].rstrip()
+    return before[-1:] in (")", ";", "{", "}", ":", "]", "") or re.search(r"\b(?:else|do|try)$", before) is not None
 
 
 def _close_paren(code: str, opening: int) -> int | None:
