@@ -235,3 +235,28 @@ def test_a_cuda_guard_of_a_tensor_known_defined_is_stable_s_device_guard() -> No
     assert lines[14] == "  const assemble_stable::TensorDeviceGuard g6(z);"  # a lambda's body may never run
     assert file.made["cuda-guard-of"] == 2 and file.made["device-guard-of"] == 4
     assert "torch/csrc/stable/accelerator.h" in file.includes and file.helpers == {"device-guard"}
+
+
+def test_a_pointer_variable_passed_where_a_const_pointer_is_taken_is_read_only() -> None:
+    """FlashKDA's shape: ``auto p = t.data_ptr<float>();`` handed, in a macro body, to a
+    launcher declared with ``float const*`` there: const; one handed to ``float*``: mutable."""
+    callees = syntax.pointer_parameters("template <int D>\nvoid launch(float const* bias, float* out, int n);\n")
+    text = ("void op(const at::Tensor& bias, at::Tensor& out) {\n"
+            "  auto bias_ptr = bias.data_ptr<float>();\n"
+            "  auto out_ptr = out.data_ptr<float>();\n"
+            "  #define LAUNCH(N) \\\n"
+            "    launch<N>( \\\n"
+            "        bias_ptr, out_ptr, \\\n"
+            "        4)\n"
+            "  LAUNCH(128);\n"
+            "}")
+    file = FileRewrite(text, [True] * (text.count("\n") + 1), callees=callees)
+    for step in REWRITES.steps:
+        apply_step(REWRITES.of_step(step), file, "2.10", {})
+    lines = file.text.split("\n")
+    assert lines[1] == "  auto bias_ptr = bias.const_data_ptr<float>();"
+    assert lines[2] == "  auto out_ptr = out.mutable_data_ptr<float>();"
+    without = FileRewrite(text, [True] * (text.count("\n") + 1))  # no declaration known: it may write
+    for step in REWRITES.steps:
+        apply_step(REWRITES.of_step(step), without, "2.10", {})
+    assert without.text.split("\n")[1] == "  auto bias_ptr = bias.mutable_data_ptr<float>();"

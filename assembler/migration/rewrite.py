@@ -1437,7 +1437,8 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
         declared = _POINTER_DECLARATION.search(before) if templated and not const and style != "mutable" else None
         if declared is not None and after.lstrip().startswith(";"):
             declarations = declarations or Declarations(code, rewrite.tensor_functions)
-            const = _only_read(code, declarations, declared.group("name"), found.start(), closing or found.end())
+            const = _only_read(code, declarations, declared.group("name"), found.start(), closing or found.end(),
+                               file.callees)
         taken = None if const or style == "mutable" else _taken_as(code, start, closing, file.callees)
         const = const or taken is True
         if not templated and not const and taken is None:
@@ -1459,8 +1460,8 @@ def _taken_as(code: str, start: int, closing: int | None, callees: Mapping[str, 
     function the project declares: True where every declaration such a call may be takes a
     pointer to const there, False where each takes a pointer to non-const (it may write),
     None otherwise (no declaration, one that disagrees, not a pointer, not a whole argument)."""
-    if closing is None or not callees or code[:start].rstrip()[-1:] not in ("(", ",") \
-            or code[closing + 1:].lstrip()[:1] not in (",", ")"):
+    if closing is None or not callees or not _ARGUMENT_BEFORE.search(code, max(0, start - 200), start) \
+            or not _ARGUMENT_AFTER.match(code, closing + 1):
         return None
     opening = _enclosing_paren(code, start)
     callee = None if opening is None else _CALLEE.search(code, max(0, opening - 200), opening)
@@ -1477,15 +1478,20 @@ def _taken_as(code: str, start: int, closing: int | None, callees: Mapping[str, 
     return said.pop() if len(said) == 1 else None
 
 
+# what opens and closes a whole argument, across a macro body's line continuations
+_ARGUMENT_BEFORE = re.compile(r"[(,](?:\s|\\\n)*$")
+_ARGUMENT_AFTER = re.compile(r"(?:\s|\\\n)*[,)]")
 # the callee's unqualified name just before a call's '(' (template arguments allowed: f<T>(...))
 _CALLEE = re.compile(r"(?<![\w:])(?:[A-Za-z_]\w*\s*::\s*)*(?P<name>[A-Za-z_]\w*)\s*(?:<[^<>();]*>)?\s*$")
 
 
-def _only_read(code: str, declarations: Declarations, name: str, declared_at: int, statement_end: int) -> bool:
+def _only_read(code: str, declarations: Declarations, name: str, declared_at: int, statement_end: int,
+               callees: Mapping[str, list[syntax.Parameters]]) -> bool:
     """Whether every later use of the pointer ``name`` in its block reads an element
     (``name[i]`` not assigned, incremented or decremented, nor bound to a non-const reference:
-    ``float& v = name[i]`` writes through ``v``): anything else (passed on, kept, dereferenced,
-    offset) may write, so the pointer stays mutable."""
+    ``float& v = name[i]`` writes through ``v``) or is passed whole where the project's
+    function takes a pointer to const (:func:`_taken_as`): anything else (passed on otherwise,
+    kept, dereferenced, offset) may write, so the pointer stays mutable."""
     first, last = declarations.scope(declared_at)
     if first > last:
         return False
@@ -1494,6 +1500,9 @@ def _only_read(code: str, declarations: Declarations, name: str, declared_at: in
     reads = 0
     for use in re.finditer(rf"(?<![\w.>:])\b{re.escape(name)}\b", code[:end]):
         if use.start() <= statement_end:
+            continue
+        if _taken_as(code, use.start(), use.end() - 1, callees) is True:
+            reads += 1
             continue
         subscript = re.match(r"\s*\[", code[use.end():])
         closing = None if subscript is None else _close(code, use.end() + subscript.end() - 1)
