@@ -612,6 +612,26 @@ def test_what_the_function_body_writes_is_in_the_schema_or_in_the_report(paramet
     assert (operator.unsure is None) == (unsure is None) and (unsure is None or unsure in str(operator.unsure))
 
 
+def test_a_pointer_the_data_ptr_rewrite_makes_const_is_not_a_question() -> None:
+    """FlashKDA's fwd keeps ``auto A_log_ptr = A_log.data_ptr<float>()`` and hands it to a
+    launcher declared ``float const*`` there: once the body reads as the rewrite leaves it,
+    A_log is no tensor a person must judge; out, handed to ``float*``, still is."""
+    from assembler.migration import syntax
+    from assembler.migration.pybind import Binding, operator_for
+    from assembler.migration.rewrite import with_pointers_decided
+
+    callees = syntax.pointer_parameters("void launch(float const* a, float* o);")
+    body = "auto a_ptr = a.data_ptr<float>();\nauto o_ptr = o.data_ptr<float>();\nlaunch(a_ptr, o_ptr);\n"
+    decided = with_pointers_decided(body, REWRITES, callees, "2.10")
+    assert "a.const_data_ptr<float>()" in decided and "o.data_ptr<float>()" in decided
+    operator = operator_for(Binding("f", "ns::f", []), "void", ["at::Tensor a", "at::Tensor o"], decided)
+    assert operator.unsure is not None and operator.unsure.startswith("o: ns::f keeps a non-const data pointer")
+    before = operator_for(Binding("f", "ns::f", []), "void", ["at::Tensor a", "at::Tensor o"], body)
+    assert before.unsure is not None and before.unsure.startswith("a, o: ")
+    # below the release that has const_data_ptr, nothing is decided, and both stay questions
+    assert with_pointers_decided(body, REWRITES, callees, "2.9") == body
+
+
 def test_a_tensor_returned_is_not_a_question_and_a_lookalike_name_is_not_the_parameter() -> None:
     from assembler.migration.pybind import Binding, operator_for
 

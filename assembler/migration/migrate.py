@@ -52,6 +52,7 @@ from assembler.migration.rewrite import (
     as_json,
     load_rewrites,
     rewrite_includes,
+    with_pointers_decided,
 )
 from assembler.migration.rules import RuleSet, load_rules, match_rules
 from assembler.workspace import Workspace
@@ -196,7 +197,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         rewrites = _with_schemas(workspace, dep, rewrites, files)
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
-        modules = _pybind11_modules(workspace, dep, files, report, checkout, key)
+        modules = _pybind11_modules(workspace, dep, files, report, checkout, key, rewrites, style, callees)
         libraries = _torch_libraries(workspace, files, report, checkout)
         for unused in _unused_headers(libraries, files, [checkout / unit.source for unit in assessed.units]):
             del files[unused]  # no longer read by the build: left as it is
@@ -812,11 +813,13 @@ def _once(found: list[str], message: str) -> None:
 
 
 def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, FileRewrite], report: MigrateReport,
-                      checkout: Path, key: str) -> dict[Path, list[ModuleEdit]]:
+                      checkout: Path, key: str, rewrites: RewriteSet, style: dict[str, str],
+                      callees: dict[str, list[syntax.Parameters]]) -> dict[Path, list[ModuleEdit]]:
     """The pybind11 modules to convert, per file, each schema parsed by the build torch; a
     module with a binding that cannot be converted, or a schema torch refuses, is reported and
-    left whole."""
-    from assembler.migration.assess import _active_only, _definition_body, _signature
+    left whole. A function's body is read with its data pointers as the data-ptr rewrite makes
+    them (one it makes const is not a pointer the function may write through)."""
+    from assembler.migration.assess import _active_only, _signature
     from assembler.migration.pybind import convert_modules, parse_schemas
     from assembler.toolchain.torchenv import ensure_build_env
 
@@ -831,7 +834,8 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
             continue
         edits, declined = convert_modules(file.text, namespace, key, for_dep(dep).pyinit_in_sources,
                                           lambda name: _signature(codes, name) or _signature(every, name),
-                                          lambda name: _definition_body(codes, name),
+                                          lambda name: _decided_body(codes, name, rewrites, callees, dep.torch_target,
+                                                                     style),
                                           files={other: f.text for other, f in files.items()}, root=checkout)
         rel = path.relative_to(checkout).as_posix()
         report.declined += [{"at": f"{rel}:{line}", "rewrite": "pybind11-module", "reason": reason}
@@ -857,6 +861,16 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
             for other, part in edit.others:
                 found.setdefault(other, []).append(part)
     return found
+
+
+def _decided_body(codes: dict[Path, str], name: str, rewrites: RewriteSet,
+                  callees: dict[str, list[syntax.Parameters]], target: str, style: dict[str, str]) -> str | None:
+    """The body of ``name``'s definition with its data pointers as the data-ptr rewrite makes them."""
+    from assembler.migration.assess import _definition_body
+
+    body = _definition_body(codes, name)
+    return None if body is None else with_pointers_decided(body, rewrites, callees, target,
+                                                           style.get("data-ptr", "const-mutable"))
 
 
 def _torch_libraries(workspace: Workspace, files: dict[Path, FileRewrite], report: MigrateReport,

@@ -201,9 +201,10 @@ def pointer_taken_in(body: str, name: str) -> bool:
     """Whether ``body`` keeps a non-const pointer to the data of the tensor ``name`` or of a
     view of it (``T* p = out.data_ptr<T>()``, ``params.o_ptr = out_3d.data_ptr()``, ``auto p =
     out.data_ptr<T>()``): what the kernel does with it is not in this text. A statement that
-    spells ``const`` (``reinterpret_cast<T const*>(q.data_ptr())``) reads."""
+    spells ``const`` (``reinterpret_cast<T const*>(q.data_ptr())``) reads, and so does a
+    ``const_data_ptr`` (the body as the data-ptr rewrite leaves it, ``rewrite.with_pointers_decided``)."""
     for alias in _aliases(body, name):
-        for found in re.finditer(rf"(?<![\w.]){re.escape(alias)}\s*(?:\.|->)\s*data_ptr\b", body):
+        for found in re.finditer(rf"(?<![\w.]){re.escape(alias)}\s*(?:\.|->)\s*(?:mutable_)?data_ptr\b", body):
             start = max(body.rfind(c, 0, found.start()) for c in ";{}") + 1
             stop = body.find(";", found.end())
             statement = body[start:stop if stop >= 0 else len(body)]

@@ -1405,7 +1405,7 @@ _WRITE_AFTER = re.compile(r"\s*(?:=(?!=)|[-+*/%&|^]=|<<=|>>=|\+\+|--)")
 _REFERENCE_BOUND = re.compile(r"(?:^|[;{}(,])\s*(?P<type>(?:[\w:]+(?:\s*<[^<>;]*>)?\s*)+)&\s*\w+\s*=\s*$")
 
 
-def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str) -> None:
+def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str, only_const: bool = False) -> None:
     """``.data_ptr<T>()`` -> ``.const_data_ptr<T>()`` where the code only reads through it (a
     ``const T*`` takes it, a cast to a const pointer, or a pointer variable the rest of its
     block only reads as ``p[i]``), else ``.mutable_data_ptr<T>()``; likewise ``p->data_ptr<T>()``
@@ -1441,7 +1441,7 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
                                file.callees)
         taken = None if const or style == "mutable" else _taken_as(code, start, closing, file.callees)
         const = const or taken is True
-        if not templated and not const and taken is None:
+        if (not templated and not const and taken is None) or (only_const and not const):
             continue
         if not _eligible(rewrite, file, line, torch_target):
             continue
@@ -1452,6 +1452,19 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
             at = start - len(before) + declared.start("type")
             constants.append((at, at, "const "))  # T* p = x.const_data_ptr<T>() would not compile
     _apply(edits, rewrite, file, constants)
+
+
+def with_pointers_decided(body: str, rewrites: RewriteSet, callees: Mapping[str, list[syntax.Parameters]],
+                          torch_target: str, style: str = "const-mutable") -> str:
+    """``body`` (a function's) with the data pointers the data-ptr rewrite will make const made
+    const, the rest as they are: what the registration step reads to see which tensors a
+    function keeps a writable pointer to, so that what migrate settles is no judgment left to
+    a person (a pointer it makes mutable is no more a write than it was)."""
+    file = FileRewrite(body, [True] * (body.count("\n") + 1), callees=callees)
+    for rewrite in rewrites.rewrites:
+        if rewrite.type == "data-ptr":
+            _data_ptr(rewrite, file, torch_target, style, only_const=True)
+    return file.text
 
 
 def _taken_as(code: str, start: int, closing: int | None, callees: Mapping[str, list[syntax.Parameters]],
