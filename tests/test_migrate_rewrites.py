@@ -652,6 +652,11 @@ def test_migrate_reads_the_bound_functions_definition() -> None:
             'PYBIND11_MODULE(_C, m) {\n  m.def("fill", &fill);\n}\n')
     codes = {Path("a.cpp"): text}
     assert _definition_body(codes, "fill") == "\n  out.fill_(v);\n"
+    # with the lines the build drops (a macro's) read from the whole file, at the same place
+    macro = "void g(int a) {\n#define M(x) \\\n  h(x)\n  M(a);\n}\n"
+    active = {Path("b.cpp"): "void g(int a) {\n\n\n  M(a);\n}\n"}
+    assert _definition_body(active, "g") == "\n\n\n  M(a);\n"
+    assert _definition_body(active, "g", {Path("b.cpp"): macro}) == "\n#define M(x) \\\n  h(x)\n  M(a);\n"
     edits, _ = convert_modules(text, "dep", "CPU", False, lambda name: ("void", ["at::Tensor out", "double v"]),
                                lambda name: _definition_body(codes, name))
     assert edits[0].schemas == ["fill(Tensor(a!) out, float v) -> ()"] and edits[0].unsure == []

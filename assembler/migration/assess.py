@@ -417,11 +417,13 @@ def _signature(codes: dict[Path, str], name: str) -> tuple[str, list[str]] | Non
     return None
 
 
-def _definition_body(codes: dict[Path, str], name: str) -> str | None:
+def _definition_body(codes: dict[Path, str], name: str, whole: dict[Path, str] | None = None) -> str | None:
     """The body of the first definition of ``name`` (a declaration has none): what the
-    registration step reads to see which tensors the function writes."""
+    registration step reads to see which tensors the function writes. ``whole``: the same
+    files with the lines ``codes`` blanks kept (a macro the body defines, whose lines the
+    build never compiles as such), the body then taken from there."""
     pattern = re.compile(rf"(?<![\w.>]){re.escape(name)}\s*\(")
-    for code in codes.values():
+    for path, code in codes.items():
         for found in pattern.finditer(code):
             depth = 1
             index = found.end()
@@ -430,8 +432,22 @@ def _definition_body(codes: dict[Path, str], name: str) -> str | None:
                 index += 1
             after = re.match(r"\s*(?:const\s*|noexcept\s*|override\s*)*\{", code[index:index + 200])
             if depth == 0 and after:
-                return _braced_body(code, index)
+                body = _braced_body(code, index)
+                if whole is None or path not in whole:
+                    return body
+                return _same_span(code, whole[path], code.find("{", index) + 1, len(body))
     return None
+
+
+def _same_span(code: str, other: str, start: int, length: int) -> str:
+    """``other``'s text from where ``code[start]`` is to where ``code[start + length]`` is, by
+    line and column (``code`` blanks whole lines of ``other``)."""
+    def place(offset: int) -> int:
+        line = code.count("\n", 0, offset)
+        column = offset - (code.rfind("\n", 0, offset) + 1)
+        starts = [0, *(m.end() for m in re.finditer("\n", other))]
+        return starts[line] + column if line < len(starts) else len(other)
+    return other[place(start):place(start + length)]
 
 
 def _parameters(code: str, start: int) -> list[str] | None:

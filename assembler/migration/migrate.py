@@ -834,8 +834,8 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
             continue
         edits, declined = convert_modules(file.text, namespace, key, for_dep(dep).pyinit_in_sources,
                                           lambda name: _signature(codes, name) or _signature(every, name),
-                                          lambda name: _decided_body(codes, name, rewrites, callees, dep.torch_target,
-                                                                     style),
+                                          lambda name: _decided_body(codes, every, name, rewrites, callees,
+                                                                     dep.torch_target, style),
                                           files={other: f.text for other, f in files.items()}, root=checkout)
         rel = path.relative_to(checkout).as_posix()
         report.declined += [{"at": f"{rel}:{line}", "rewrite": "pybind11-module", "reason": reason}
@@ -863,12 +863,13 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
     return found
 
 
-def _decided_body(codes: dict[Path, str], name: str, rewrites: RewriteSet,
+def _decided_body(codes: dict[Path, str], every: dict[Path, str], name: str, rewrites: RewriteSet,
                   callees: dict[str, list[syntax.Parameters]], target: str, style: dict[str, str]) -> str | None:
-    """The body of ``name``'s definition with its data pointers as the data-ptr rewrite makes them."""
+    """The body of ``name``'s definition with the data pointers the data-ptr rewrite makes const
+    made const; read, as that rewrite reads it, with the macros it defines (FlashKDA's LAUNCH)."""
     from assembler.migration.assess import _definition_body
 
-    body = _definition_body(codes, name)
+    body = _definition_body(codes, name, every)
     return None if body is None else with_pointers_decided(body, rewrites, callees, target,
                                                            style.get("data-ptr", "const-mutable"))
 
