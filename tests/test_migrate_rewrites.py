@@ -66,6 +66,9 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "zero": ("out.zero_();", "torch::stable::zero_(out);"),
     # FA2: the padded copies and the softmax_lse fill its humans rewrote by hand
     "fill": ("out.fill_(0);", "torch::stable::fill_(out, 0);"),
+    # FlashMLA's sm100 prefill: c10's glog-spelled checks, reached through ATen/Tensor.h
+    "c10-check": ("CHECK(q.scalar_type() == k.scalar_type());\nCHECK_EQ(q.size(-1), 64);",
+                  "STD_TORCH_CHECK(q.scalar_type() == k.scalar_type());\nSTD_TORCH_CHECK((q.size(-1)) == (64));"),
     "copy": ("out.copy_(padded, true);", "torch::stable::copy_(out, padded, true);"),
     # the guard's type only: torch::stable::Tensor has get_device() too, and the brace form stays
     "cuda-guard": ("at::cuda::CUDAGuard device_guard{(char)q.get_device()};",
@@ -371,6 +374,26 @@ def test_a_binding_without_a_schema_type_is_refused(parameters: list[str], retur
 
     with pytest.raises(Unconvertible, match=reason):
         operator_for(Binding("f", "ns::f", []), returns, parameters)
+
+
+def test_a_check_macro_the_project_defines_or_that_streams_a_message_is_left() -> None:
+    """c10's CHECK is no use where the project #defines its own (assess counts none, migrate
+    rewrites none); ``CHECK(c) << "m";`` has no stable form of its own: declined at its line."""
+    from assembler.migration.rules import defined_macros, load_rules, match_rules
+
+    text = 'void f(int a) {\n  CHECK(a > 0) << "a must be positive";\n  CHECK(a < 9);\n}\n'
+    file = FileRewrite(text, [True] * 5)
+    apply_step(REWRITES.of_step("headers-and-types"), file, "2.10", {})
+    assert file.text.split("\n")[1:3] == ['  CHECK(a > 0) << "a must be positive";', "  STD_TORCH_CHECK(a < 9);"]
+    assert [(d.line, d.rewrite) for d in file.declined] == [(2, "c10-check")]
+    own = defined_macros(["#pragma once\n#  define CHECK(x) assert(x)\n"])
+    assert own == frozenset({"CHECK"})
+    mine = FileRewrite(text, [True] * 5, macros=own)
+    apply_step(REWRITES.of_step("headers-and-types"), mine, "2.10", {})
+    assert mine.text == text and not mine.declined
+    rules = load_rules()
+    assert [m.rule.id for m in match_rules(rules, text)] == ["c10-check", "c10-check"]
+    assert match_rules(rules, text, defined=own) == []
 
 
 def test_a_signature_the_token_reading_misses_is_read_from_the_tree() -> None:

@@ -52,6 +52,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                       'assemble_stable::TensorArg a{q, "q", 1}; assemble_stable::checkAllSameGPU("f", {a});'),
     "torch-check": ("TORCH_CHECK(ok);", "STD_TORCH_CHECK(ok);"),
     "internal-assert": ("TORCH_INTERNAL_ASSERT(ok);", "STD_TORCH_CHECK(ok);"),
+    "c10-check": ("CHECK(ok);", "STD_TORCH_CHECK(ok);"),
+    "c10-check-op": ("CHECK_EQ(a, b);", "STD_TORCH_CHECK((a) == (b));"),
     "dtype": ("q.dtype() == at::kHalf || p->dtype() == d", "q.scalar_type() == d || o.dtype(at::kFloat)"),
     "t": ("auto wt = w.t();", "auto wt = torch::stable::transpose(w, 0, 1); w.at(0); w.t_(); w.it()"),
     "contiguous": ("x.contiguous()", "x.is_contiguous()"),

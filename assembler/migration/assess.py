@@ -35,7 +35,7 @@ from assembler.migration.progress import (
     migration_progress,
     publish_progress,
 )
-from assembler.migration.rules import Kind, Match, RuleSet, load_rules, match_rules
+from assembler.migration.rules import Kind, Match, RuleSet, defined_macros, load_rules, match_rules
 from assembler.migration.versions import Provided, Versions
 from assembler.workspace import Workspace
 
@@ -293,11 +293,12 @@ def _assess(assessment: DepAssessment, dep: Dependency, checkout: Path, units: l
     codes: dict[Path, str] = {}
     for path in sorted(merged):
         try:
-            code = blank_comments_and_strings(path.read_text(encoding="utf-8", errors="replace"))
+            codes[path] = blank_comments_and_strings(path.read_text(encoding="utf-8", errors="replace"))
         except OSError:
             continue
-        codes[path] = code
-        matches[path] = match_rules(ruleset, code, merged[path])
+    defined = defined_macros(codes.values())  # the project's own CHECK is no use of c10's
+    for path, code in codes.items():
+        matches[path] = match_rules(ruleset, code, merged[path], defined)
         rel = path.relative_to(checkout).as_posix()
         assessment.uses += [Use(rel, m.line, m.column, m.text, m.rule.id) for m in matches[path]]
     for (unit, _), lines in zip(planned, kept, strict=True):

@@ -54,7 +54,7 @@ from assembler.migration.rewrite import (
     rewrite_includes,
     with_pointers_decided,
 )
-from assembler.migration.rules import RuleSet, load_rules, match_rules
+from assembler.migration.rules import RuleSet, defined_macros, load_rules, match_rules
 from assembler.workspace import Workspace
 
 if TYPE_CHECKING:
@@ -192,8 +192,9 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         files = {path: FileRewrite(path.read_text(encoding="utf-8"), _flags(path, lines))
                  for path, lines in sorted(assessed.active.items())}
         callees = _callees(files)
+        macros = defined_macros(blank_comments_and_strings(file.text) for file in files.values())
         for file in files.values():
-            file.callees = callees
+            file.callees, file.macros = callees, macros
         rewrites = _with_schemas(workspace, dep, rewrites, files)
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
@@ -249,7 +250,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 report.schemas += [schema for edit in modules.get(path, []) for schema in edit.schemas]
                 report.schemas += libraries[path].schemas if path in libraries else []
             active = {i + 1 for i, flag in enumerate(final.active) if flag}
-            for found in match_rules(ruleset, blank_comments_and_strings(final.text), active):
+            for found in match_rules(ruleset, blank_comments_and_strings(final.text), active, macros):
                 report.remaining.append({"at": f"{rel}:{found.line}", "rule": found.rule.id, "api": found.rule.api,
                                          "kind": found.rule.kind.value, "stable": found.rule.stable,
                                          "approach": found.rule.way_round or found.rule.stable or ""})
@@ -449,7 +450,7 @@ def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: s
               libraries: dict[Path, Library] | None = None) -> FileRun:
     """One file through every step. A rewrite keeps the line breaks, the include step and the
     formatting do not: what was declined so far is moved to the lines it is on afterwards."""
-    file = FileRewrite(original.text, list(original.active), callees=original.callees)
+    file = FileRewrite(original.text, list(original.active), callees=original.callees, macros=original.macros)
     run = FileRun([file.text], [], file)
     for step in rewrites.steps:
         before = file.text
@@ -1018,7 +1019,7 @@ def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, sty
     left: dict[Path, bool] = {}
     pieces: dict[Path, set[str]] = {}
     for path, file in files.items():
-        trial = FileRewrite(file.text, list(file.active), callees=file.callees)
+        trial = FileRewrite(file.text, list(file.active), callees=file.callees, macros=file.macros)
         if path in modules:
             _apply_modules(trial, modules[path])
         if path in libraries and path not in modules:
@@ -1028,7 +1029,7 @@ def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, sty
         needed[path] = set(trial.includes)
         pieces[path] = set(trial.helpers)
         active = {i + 1 for i, flag in enumerate(trial.active) if flag}
-        found = match_rules(ruleset, blank_comments_and_strings(trial.text), active)
+        found = match_rules(ruleset, blank_comments_and_strings(trial.text), active, file.macros)
         left[path] = any(not m.rule.id.startswith("include-") for m in found)
     return needed, left, pieces
 

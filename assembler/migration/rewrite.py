@@ -23,8 +23,8 @@ from assembler.migration.lexer import blank_comments_and_strings, continued_line
 REWRITES_FILE = Path(__file__).resolve().parent.parent / "data" / "migration_rewrites.json"
 SKIP = "\x00"  # marks a declined method call until the step ends (no regex matches across it)
 STYLE_KEYS = {"data-ptr": ("const-mutable", "mutable")}
-TYPES = ("replace", "method", "call", "data-ptr", "rename-method", "new-empty", "helper", "syntax", "cast-data-ptr",
-         "dispatcher", "index-narrow")
+TYPES = ("check-macro", "replace", "method", "call", "data-ptr", "rename-method", "new-empty", "helper", "syntax",
+         "cast-data-ptr", "dispatcher", "index-narrow")
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,7 @@ class Rewrite:
     schemas: dict[str, tuple[str, ...]] = field(default_factory=dict)  # type dispatcher: aten::op -> the build torch's
     lvalue: bool = False  # type method: the function takes its receiver by non-const reference (copy_, fill_, zero_)
     defined: bool = False  # type replace: only on a tensor (group 'tensor') its block used before (_used_before)
+    unless_defined: re.Pattern[str] | None = None  # type check-macro: not where the project #defines such a macro
 
     def ops(self) -> set[str]:
         """type dispatcher: the aten:: operators it may call."""
@@ -89,6 +90,9 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
             if (raw["type"] in ("helper", "dispatcher")) != (raw.get("helper") in PIECES):
                 raise ValueError(f"rewrite {raw.get('id')!r}: a helper rewrite names one of the pieces "
                                  f"{sorted(PIECES)}")
+            if (raw["type"] == "check-macro") != ("(?P<macro>" in raw.get("pattern", "")):
+                raise ValueError(f"rewrite {raw.get('id')!r}: a check-macro's pattern (only) has a 'macro' group "
+                                 "ending at its '('")
             if raw.get("defined") and (raw["type"] != "replace" or "(?P<tensor>" not in raw.get("pattern", "")):
                 raise ValueError(f"rewrite {raw.get('id')!r}: defined is for a replace whose pattern has a "
                                  "'tensor' group")
@@ -107,6 +111,7 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 methods=tuple(str(name) for name in raw.get("methods", ())),
                 functions=tuple(str(name) for name in raw.get("functions", ())),
                 lvalue=bool(raw.get("lvalue", False)), defined=bool(raw.get("defined", False)),
+                unless_defined=re.compile(raw["unless_defined"]) if raw.get("unless_defined") else None,
             ))
         replaced = {str(old): str(new) for old, new in data.get("replaced_includes", {}).items()}
         return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites), replaced)
@@ -137,6 +142,7 @@ class FileRewrite:
     # the project's functions by name, with what each parameter says of a pointer passed to it
     # (syntax.pointer_parameters over every file migrate reads): a copy of the file keeps them
     callees: Mapping[str, list[syntax.Parameters]] = field(default_factory=dict)
+    macros: frozenset[str] = frozenset()  # the macros the project #defines itself (rules.defined_macros)
 
 
 def _newer(version: str, target: str) -> bool:
@@ -450,6 +456,8 @@ def apply_step(rewrites: list[Rewrite], file: FileRewrite, torch_target: str, st
             _dispatcher(rewrite, file, torch_target)
         elif rewrite.type == "index-narrow":
             _index_narrow(rewrite, file, torch_target)
+        elif rewrite.type == "check-macro":
+            _check_macro(rewrite, file, torch_target)
         else:
             _data_ptr(rewrite, file, torch_target, style.get("data-ptr", "const-mutable"))
     file.text = file.text.replace(SKIP, "")
@@ -464,6 +472,44 @@ def _eligible(rewrite: Rewrite, file: FileRewrite, line: int, torch_target: str)
                                       "(raise torch-target to allow it)"))
         return False
     return True
+
+
+_CHECK_OPERATORS = {"EQ": "==", "NE": "!=", "LT": "<", "LE": "<=", "GT": ">", "GE": ">="}
+
+
+def _check_macro(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
+    """c10's glog-spelled checks (group ``macro``): ``CHECK(c);`` -> ``STD_TORCH_CHECK(c);``,
+    ``CHECK_EQ(a, b);`` -> ``STD_TORCH_CHECK((a) == (b));``. Not where the project defines such
+    a macro itself; a check with a message streamed after it (``CHECK(c) << "m";``) is declined,
+    as the stable macro takes its message as arguments."""
+    assert rewrite.pattern is not None
+    if rewrite.unless_defined is not None and any(rewrite.unless_defined.fullmatch(m) for m in file.macros):
+        return
+    code = blank_comments_and_strings(file.text)
+    edits: list[tuple[int, int, str]] = []
+    for found in rewrite.pattern.finditer(code):
+        line = _line_of(code, found.start())
+        opening = found.end() - 1
+        closing = _close_paren(code, opening)
+        if not file.active[line] or closing is None:
+            continue
+        if not re.match(r"\s*;", code[closing + 1:]):
+            file.declined.append(Declined(line + 1, rewrite.id, "a message is streamed after it (<<): write "
+                                          "STD_TORCH_CHECK(condition, message...) yourself"))
+            continue
+        arguments = _split_arguments(code, opening, closing)
+        operator = _CHECK_OPERATORS.get(found.group("macro").removeprefix("CHECK_"))
+        if (len(arguments) != 2 if operator else len(arguments) != 1) or not _eligible(rewrite, file, line,
+                                                                                      torch_target):
+            continue
+        if operator:
+            (a_start, a_end), (b_start, b_end) = arguments
+            new = f"STD_TORCH_CHECK(({file.text[a_start:a_end]}) {operator} ({file.text[b_start:b_end]}))"
+            edits.append((found.start("macro"), closing + 1, new))
+        else:
+            edits.append((found.start("macro"), found.end("macro"), "STD_TORCH_CHECK"))
+        file.includes.update(rewrite.includes)
+    _apply(edits, rewrite, file)
 
 
 def _replace(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -45,6 +46,7 @@ class Rule(NamedTuple):
     way_round: str | None = None
     hazard: str | None = None
     fallback: bool = False  # counts only where no other rule matched
+    unless_defined: re.Pattern[str] | None = None  # not a use where the project #defines a macro it names
 
 
 class RuleSet(NamedTuple):
@@ -88,6 +90,7 @@ def load_rules(path: Path = RULES_FILE) -> RuleSet:
             kind = Kind(raw["kind"])
             if raw.get("provided_by") and "declares" in raw["provided_by"]:
                 re.compile(raw["provided_by"]["declares"])
+            unless = re.compile(raw["unless_defined"]) if raw.get("unless_defined") else None
         except (re.error, ValueError) as error:
             raise InputError(f"{where} ({rule_id}): {error}",
                              hint="fix the pattern or kind (mechanical, judgment, none)") from None
@@ -98,6 +101,7 @@ def load_rules(path: Path = RULES_FILE) -> RuleSet:
             id=rule_id, family=raw["family"], pattern=pattern, api=raw["api"], stable=raw.get("stable"),
             since=raw.get("since"), kind=kind, provided_by=raw.get("provided_by"), shim=raw.get("shim"),
             way_round=raw.get("way_round"), hazard=raw.get("hazard"), fallback=bool(raw.get("fallback", False)),
+            unless_defined=unless,
         ))
     return RuleSet(version=str(data.get("version", "")), families=dict(families), rules=tuple(rules))
 
@@ -109,10 +113,22 @@ class Match(NamedTuple):
     text: str
 
 
-def match_rules(ruleset: RuleSet, code: str, active: set[int] | None = None) -> list[Match]:
+_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)", re.M)
+
+
+def defined_macros(texts: Iterable[str]) -> frozenset[str]:
+    """The macros a dependency's own files ``#define``: a name of LibTorch's (c10's ``CHECK``)
+    that the project defines itself is the project's, no use."""
+    return frozenset(name for text in texts for name in _DEFINE.findall(text))
+
+
+def match_rules(ruleset: RuleSet, code: str, active: set[int] | None = None,
+                defined: frozenset[str] = frozenset()) -> list[Match]:
     """Every use in ``code`` (comments and string contents already blanked), on the ``active``
     lines only (all when None; a multi-line macro body continues an active line), in source
-    order. A fallback rule counts only where no rule before it matched overlapping text."""
+    order. A fallback rule counts only where no rule before it matched overlapping text; a rule
+    with ``unless_defined`` not at all where one of the ``defined`` macros (the project's own,
+    :func:`defined_macros`) is a name it means."""
     if active is not None:
         from assembler.migration.lexer import continued_lines
 
@@ -130,6 +146,8 @@ def match_rules(ruleset: RuleSet, code: str, active: set[int] | None = None) -> 
     matches: list[tuple[int, Match]] = []
     ordered = [rule for rule in ruleset.rules if not rule.fallback] + [rule for rule in ruleset.rules if rule.fallback]
     for rule in ordered:
+        if rule.unless_defined is not None and any(rule.unless_defined.fullmatch(name) for name in defined):
+            continue
         for found in rule.pattern.finditer(code):
             start, end = found.span()
             start += len(found.group(0)) - len(found.group(0).lstrip())  # a leading \s* may span newlines
