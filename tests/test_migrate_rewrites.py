@@ -685,6 +685,28 @@ def test_migrate_reads_the_bound_functions_definition() -> None:
     assert edits[0].schemas == ["fill(Tensor(a!) out, float v) -> ()"] and edits[0].unsure == []
 
 
+def test_a_plain_name_a_helper_finds_in_an_enclosing_namespace_is_called_through_a_wrapper() -> None:
+    """DeepGEMM's layout helper (deep_gemm::layout) registers &get_mn_major_tma_aligned_tensor,
+    which C++ finds in deep_gemm: naming it deep_gemm::layout::... did not compile. A wrapper
+    beside the helper calls it by the plain name, as the original did."""
+    from assembler.migration.assess import _definition_body, _signature
+    from assembler.migration.pybind import convert_modules
+
+    text = ("namespace outer {\nat::Tensor scale(const at::Tensor& x) { return x; }\nnamespace inner {\n"
+            "at::Tensor twice(const at::Tensor& x) { return x; }\n"
+            "static void register_apis(pybind11::module_& m) {\n"
+            '    m.def("scale", &scale);\n    m.def("twice", &twice);\n}\n}  // namespace inner\n'
+            "}  // namespace outer\nPYBIND11_MODULE(_C, m) {\n    outer::inner::register_apis(m);\n}\n")
+    codes = {Path("a.cpp"): text}
+    edits, declined = convert_modules(text, "dep", "CPU", False, lambda name: _signature(codes, name),
+                                      lambda name: _definition_body(codes, name))
+    replaced = "".join(edit.replacement for edit in edits)
+    assert declined == []
+    assert "inline at::Tensor scale_boxed(const at::Tensor& x) {\n  return scale(x);\n}" in replaced
+    assert 'm.impl("scale", TORCH_BOX(&outer::inner::scale_boxed));' in replaced
+    assert 'm.impl("twice", TORCH_BOX(&outer::inner::twice));' in replaced  # declared in the helper's own
+
+
 def test_a_const_reference_whose_pointer_is_kept_is_taken_to_be_read() -> None:
     """FlashMLA's inputs are const at::Tensor& whose data_ptr() goes into a params struct: not a question."""
     from assembler.migration.pybind import Binding, operator_for

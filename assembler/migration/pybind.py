@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from assembler.migration.assess import DECLARATION_HEAD
 from assembler.migration.lexer import blank_comments_and_strings
 
 GENERATED_MARK = "Registered with the Stable ABI by `assemble migrate`"  # what review's trailer looks for
@@ -759,7 +760,7 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool, 
         operators: list[tuple[Operator, Binding, _Helper | None]] = []
         for binding, helper in out.bindings:
             try:
-                operators.append((_operator(binding, helper, find, body), binding, helper))
+                operators.append((_operator(binding, helper, find, body, sources), binding, helper))
             except Unconvertible as error:
                 where = _where(binding, out, helper, module_source)
                 out.declined.append((where[0], where[1], f"{binding.name}: {error}"))
@@ -825,17 +826,21 @@ def _where(binding: Binding, out: _Collected, helper: _Helper | None, module_sou
 
 
 def _operator(binding: Binding, helper: _Helper | None, find: Callable[[str], tuple[str, list[str]] | None],
-              body: Callable[[str], str | None]) -> Operator:
+              body: Callable[[str], str | None], sources: list[_Source] | None = None) -> Operator:
     """A binding's operator; one registered by a helper in a namespace is called by its
     qualified name (through an inline wrapper beside the helper when the binding names its
-    function relative to that namespace)."""
+    function relative to that namespace, or by a plain name declared in no source within that
+    namespace: C++ found it in an enclosing one, DeepGEMM's layout helper registering
+    deep_gemm::get_mn_major_tma_aligned_tensor)."""
     function = binding.function.split("::")[-1]
     found = binding.cast or find(function)
     if found is None:
         raise Unconvertible(f"no declaration of {binding.function} found")
     text_body = binding.body if binding.body is not None else None if binding.cast else body(function)
     prefix = "::".join(_named(helper.scope)) if helper else ""
-    relative = bool(prefix) and "::" in binding.function and not binding.function.startswith("::")
+    elsewhere = (helper is not None and "::" not in binding.function and binding.cast is None
+                 and binding.body is None and not _declared_within(sources or [helper.source], function, helper.scope))
+    relative = bool(prefix) and not binding.function.startswith("::") and ("::" in binding.function or elsewhere)
     op = operator_for(binding, found[0], found[1], text_body, wrap=relative)
     if helper is not None and prefix:
         if op.wrapper is not None:
@@ -845,6 +850,20 @@ def _operator(binding: Binding, helper: _Helper | None, find: Callable[[str], tu
     if helper is not None and op.wrapper is not None and not op.wrapper.startswith("inline "):
         op.wrapper = "inline " + op.wrapper  # beside the helper, in a header a unit may include twice
     return op
+
+
+def _declared_within(sources: list[_Source], name: str, scope: list[str]) -> bool:
+    """Whether a source declares or defines the function ``name`` in the namespace ``scope``
+    itself (not in one around it)."""
+    pattern = re.compile(DECLARATION_HEAD + re.escape(name) + r"\s*\(")
+    for source in sources:
+        for found in pattern.finditer(source.code):
+            returns = found.group("ret").split()
+            if returns[-1:] in (["return"], ["new"]) or "=" in found.group("ret"):
+                continue
+            if _named(_namespace_at(source.code, found.start())) == _named(scope):
+                return True
+    return False
 
 
 def _helper_text(helper: _Helper, module_source: _Source, out: _Collected,
