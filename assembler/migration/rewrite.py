@@ -1485,9 +1485,9 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
             declarations = declarations or Declarations(code, rewrite.tensor_functions)
             const = _only_read(code, declarations, declared.group("name"), found.start(), closing or found.end(),
                                file.callees)
-        taken = None if const or style == "mutable" else _taken_as(code, start, closing, file.callees)
-        const = const or taken is True
-        if (not templated and not const and taken is None) or (only_const and not const):
+        # an untemplated data_ptr() is mutable_data_ptr() already (a stable call): it changes only to const
+        const = const or (style != "mutable" and _taken_as(code, start, closing, file.callees) is True)
+        if (not templated or only_const) and not const:
             continue
         if not _eligible(rewrite, file, line, torch_target):
             continue
