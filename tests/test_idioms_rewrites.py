@@ -13,8 +13,10 @@ from assembler.migration.rewrite import FileRewrite, apply_step, load_rewrites
 REWRITES = load_rewrites()
 
 
-def _run(text: str, target: str = "2.10", active: list[bool] | None = None) -> FileRewrite:
-    file = FileRewrite(text, active if active is not None else [True] * (text.count("\n") + 1))
+def _run(text: str, target: str = "2.10", active: list[bool] | None = None,
+         callees: dict[str, list[syntax.Parameters]] | None = None) -> FileRewrite:
+    file = FileRewrite(text, active if active is not None else [True] * (text.count("\n") + 1),
+                       callees=callees or {})
     for step in REWRITES.steps:
         apply_step(REWRITES.of_step(step), file, target, {})
     return file
@@ -166,7 +168,7 @@ HOST_DECLARATIONS = ("int launch_cuda(const void*, void const* scales, void*, vo
                      "void twice(const float** p);\n")
 
 
-def test_a_data_ptr_passed_to_a_declared_function_says_const_or_mutable_by_the_parameter() -> None:
+def test_a_data_ptr_passed_to_a_declared_function_is_const_where_the_parameter_points_to_const() -> None:
     callees = syntax.pointer_parameters(HOST_DECLARATIONS)
     text = ("void op(const at::Tensor& x, const at::Tensor& s, at::Tensor& y, at::Tensor& z) {\n"
             "  launch_cuda(x.data_ptr(), s.data_ptr(),\n"
@@ -178,9 +180,7 @@ def test_a_data_ptr_passed_to_a_declared_function_says_const_or_mutable_by_the_p
             "  launch_cuda(x.data_ptr<float>(), s.data_ptr<float>(), y.data_ptr<float>(), z.data_ptr<float>(), 4, 0);\n"
             "  launch_cuda((x.data_ptr()), s.data_ptr(), y.data_ptr() + 1, z.data_ptr(), 4, nullptr);\n"
             "}")
-    file = FileRewrite(text, [True] * (text.count("\n") + 1), callees=callees)
-    for step in REWRITES.steps:
-        apply_step(REWRITES.of_step(step), file, "2.10", {})
+    file = _run(text, callees=callees)
     lines = file.text.split("\n")
     assert lines[1] == "  launch_cuda(x.const_data_ptr(), s.const_data_ptr(),"
     # an untemplated data_ptr() is the stable mutable pointer already: left as written
@@ -251,13 +251,9 @@ def test_a_pointer_variable_passed_where_a_const_pointer_is_taken_is_read_only()
             "        4)\n"
             "  LAUNCH(128);\n"
             "}")
-    file = FileRewrite(text, [True] * (text.count("\n") + 1), callees=callees)
-    for step in REWRITES.steps:
-        apply_step(REWRITES.of_step(step), file, "2.10", {})
+    file = _run(text, callees=callees)
     lines = file.text.split("\n")
     assert lines[1] == "  auto bias_ptr = bias.const_data_ptr<float>();"
     assert lines[2] == "  auto out_ptr = out.mutable_data_ptr<float>();"
-    without = FileRewrite(text, [True] * (text.count("\n") + 1))  # no declaration known: it may write
-    for step in REWRITES.steps:
-        apply_step(REWRITES.of_step(step), without, "2.10", {})
+    without = _run(text)  # no declaration known: it may write
     assert without.text.split("\n")[1] == "  auto bias_ptr = bias.mutable_data_ptr<float>();"
