@@ -224,6 +224,8 @@ def test_a_cuda_guard_of_a_tensor_known_defined_is_stable_s_device_guard() -> No
             "  const at::cuda::OptionalCUDAGuard g5(device_of(y));\n"
             "  auto f = [&]() { return z.dim(); };\n"
             "  const at::cuda::OptionalCUDAGuard g6(device_of(z));\n"
+            "  int n = flag ? w.size(0) : 0;\n"
+            "  const at::cuda::OptionalCUDAGuard g7(device_of(w));\n"
             "}")
     file = _run(text)
     lines = file.text.split("\n")
@@ -234,7 +236,8 @@ def test_a_cuda_guard_of_a_tensor_known_defined_is_stable_s_device_guard() -> No
     # y was read in an initializer, which is no block
     assert lines[12] == "  const torch::stable::accelerator::DeviceGuard g5(y.get_device_index());"
     assert lines[14] == "  const assemble_stable::TensorDeviceGuard g6(z);"  # a lambda's body may never run
-    assert file.made["cuda-guard-of"] == 2 and file.made["device-guard-of"] == 4
+    assert lines[16] == "  const assemble_stable::TensorDeviceGuard g7(w);"  # read only when flag holds
+    assert file.made["cuda-guard-of"] == 2 and file.made["device-guard-of"] == 5
     assert "torch/csrc/stable/accelerator.h" in file.includes and file.helpers == {"device-guard"}
 
 

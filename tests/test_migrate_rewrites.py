@@ -386,6 +386,7 @@ def test_a_check_macro_the_project_defines_or_that_streams_a_message_is_left() -
     apply_step(REWRITES.of_step("headers-and-types"), file, "2.10", {})
     assert file.text.split("\n")[1:3] == ['  CHECK(a > 0) << "a must be positive";', "  STD_TORCH_CHECK(a < 9);"]
     assert [(d.line, d.rewrite) for d in file.declined] == [(2, "c10-check")]
+    assert "streamed after it" in file.declined[0].reason
     own = defined_macros(["#pragma once\n#  define CHECK(x) assert(x)\n"])
     assert own == frozenset({"CHECK"})
     mine = FileRewrite(text, [True] * 5, macros=own)

@@ -494,8 +494,10 @@ def _check_macro(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None
         if not file.active[line] or closing is None:
             continue
         if not re.match(r"\s*;", code[closing + 1:]):
-            file.declined.append(Declined(line + 1, rewrite.id, "a message is streamed after it (<<): write "
-                                          "STD_TORCH_CHECK(condition, message...) yourself"))
+            streamed = re.match(r"\s*<<", code[closing + 1:]) is not None
+            file.declined.append(Declined(line + 1, rewrite.id, (
+                "a message is streamed after it (<<): write STD_TORCH_CHECK(condition, message...) yourself"
+                if streamed else "not a statement of its own: write STD_TORCH_CHECK(condition) yourself")))
             continue
         arguments = _split_arguments(code, opening, closing)
         operator = _CHECK_OPERATORS.get(found.group("macro").removeprefix("CHECK_"))
@@ -556,6 +558,9 @@ def _used_before(code: str, name: str, at: int) -> bool:
     uses = list(re.finditer(rf"(?<![\w.:>])\b{re.escape(name)}\s*(?:\.|->)\s*(?:{'|'.join(_NEEDS_DEFINED)})\s*[(<]",
                             code[:at]))
     for use in reversed(uses):
+        statement = code[max(code.rfind(c, 0, use.start()) for c in ";{}") + 1:use.start()]
+        if re.search(r"\?|&&|\|\|", statement):
+            continue  # behind a condition of its own expression (c ? t.size(0) : 0)
         if _unconditional(code, use.start(), at):
             return re.search(rf"(?<![\w.:>])\b{re.escape(name)}\s*=(?!=)", code[use.end():at]) is None
     return False
@@ -1453,11 +1458,13 @@ _REFERENCE_BOUND = re.compile(r"(?:^|[;{}(,])\s*(?P<type>(?:[\w:]+(?:\s*<[^<>;]*
 
 def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str, only_const: bool = False) -> None:
     """``.data_ptr<T>()`` -> ``.const_data_ptr<T>()`` where the code only reads through it (a
-    ``const T*`` takes it, a cast to a const pointer, or a pointer variable the rest of its
-    block only reads as ``p[i]``), else ``.mutable_data_ptr<T>()``; likewise ``p->data_ptr<T>()``
+    ``const T*`` takes it, a cast to a const pointer, a parameter of the project's function
+    that points to const (:func:`_taken_as`), or a pointer variable the rest of its block only
+    reads as ``p[i]`` or passes there), else ``.mutable_data_ptr<T>()``; likewise ``p->data_ptr<T>()``
     where ``p`` is declared an optional tensor or a pointer to one (the stable tensor has no
     templated ``data_ptr``); an untemplated ``data_ptr()`` (a stable call) becomes
-    ``const_data_ptr()`` only where a const cast takes it."""
+    ``const_data_ptr()`` only where a const cast or a const parameter takes it. ``only_const``:
+    make the const ones only."""
     code = blank_comments_and_strings(file.text)
     edits: list[tuple[int, int, str]] = []
     constants: list[tuple[int, int, str]] = []
