@@ -63,6 +63,13 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     "reshape": ("auto y = t[0].reshape(s);", "auto y = torch::stable::reshape(t[0], s);"),
     "transpose": ("auto y = ns::make(x).transpose(0, 1);", "auto y = torch::stable::transpose(ns::make(x), 0, 1);"),
     "clone": ("auto y = x.clone();", "auto y = torch::stable::clone(x);"),
+    # DeepGEMM's layout helpers: shape ops the stable API has as functions (on a declared tensor)
+    "unsqueeze": ("void f(const at::Tensor& sf) { auto y = sf.unsqueeze(0); }",
+                  "void f(const torch::stable::Tensor& sf) { auto y = torch::stable::unsqueeze(sf, 0); }"),
+    "flatten": ("void f(const at::Tensor& x) { auto y = x.flatten(1, 2); }",
+                "void f(const torch::stable::Tensor& x) { auto y = torch::stable::flatten(x, 1, 2); }"),
+    "select": ("void f(const at::Tensor& x, int i) { auto row = x.select(0, i); }",
+               "void f(const torch::stable::Tensor& x, int i) { auto row = torch::stable::select(x, 0, i); }"),
     "zero": ("out.zero_();", "torch::stable::zero_(out);"),
     # FA2: the padded copies and the softmax_lse fill its humans rewrote by hand
     "fill": ("out.fill_(0);", "torch::stable::fill_(out, 0);"),
@@ -800,6 +807,36 @@ def test_fill_and_copy_compile_at_2_10(tmp_path: Path, build_env_path: Path) -> 
             "void pad_into(at::Tensor out, at::Tensor padded) {\n  out.fill_(0);\n  out.copy_(padded, true);\n}\n")
     file = _run(text, target="2.10")
     assert file.made["fill"] == 1 and file.made["copy"] == 1 and not file.declined
+    (tmp_path / "new.cpp").write_text(file.text)
+    torch_dir = next((build_env_path / "lib").glob("python3*/site-packages/torch"))
+    flags = [flag for root in torch_include_roots(torch_dir)[::-1] for flag in ("-isystem", str(root))]
+    command = ["g++", "-std=c++17", "-fsyntax-only", "-DTORCH_TARGET_VERSION=0x020a000000000000", *flags,
+               str(tmp_path / "new.cpp")]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+@pytest.mark.integration
+def test_shape_ops_checks_and_const_arguments_compile_at_2_10(tmp_path: Path, build_env_path: Path) -> None:
+    """unsqueeze/flatten/select, c10's CHECK and CHECK_EQ, and a data pointer made const by the
+    launcher's own declaration: what migrate writes compiles against the stable headers alone."""
+    from assembler.builder.header_diagnostics import torch_include_roots
+    from assembler.migration import syntax
+
+    text = ("#include <torch/csrc/stable/tensor.h>\n#include <torch/csrc/stable/ops.h>\n"
+            "#include <torch/headeronly/util/Exception.h>\n"
+            "void launch(const void* in, void* out, long n);\n"
+            "void run(const at::Tensor& x, at::Tensor out) {\n"
+            "  auto y = x.unsqueeze(0);\n  auto z = y.flatten(0, 1);\n  auto row = z.select(0, 0);\n"
+            "  CHECK(row.dim() == 1);\n  CHECK_EQ(out.numel(), x.numel());\n"
+            "  launch(x.data_ptr(), out.data_ptr(), x.numel());\n}\n")
+    file = FileRewrite(text, [True] * (text.count("\n") + 1), callees=syntax.pointer_parameters(text))
+    for step in REWRITES.steps:
+        apply_step(REWRITES.of_step(step), file, "2.10", {})
+    assert not file.declined
+    assert {name: file.made[name] for name in ("unsqueeze", "flatten", "select", "c10-check", "data-ptr")} == {
+        "unsqueeze": 1, "flatten": 1, "select": 1, "c10-check": 2, "data-ptr": 1}
+    assert "launch(x.const_data_ptr(), out.data_ptr(), x.numel());" in file.text
     (tmp_path / "new.cpp").write_text(file.text)
     torch_dir = next((build_env_path / "lib").glob("python3*/site-packages/torch"))
     flags = [flag for root in torch_include_roots(torch_dir)[::-1] for flag in ("-isystem", str(root))]
