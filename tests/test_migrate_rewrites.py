@@ -754,6 +754,23 @@ def test_the_stable_includes_never_go_behind_a_condition() -> None:
     assert len(file.active) == file.text.count("\n") + 1
 
 
+def test_an_include_inside_a_string_is_no_include() -> None:
+    """DeepGEMM's JIT runtimes hold kernel source, #include lines and all, in raw strings: the
+    stable headers go after the file's own last include, above the code that uses them, and a
+    raw string's #include <torch/extension.h> is neither dropped nor replaced."""
+    text = ('#include <torch/python.h>\n#include "mine.h"\n'
+            "at::Tensor f(const at::Tensor& x) { return x.unsqueeze(0); }\n"
+            'static const char* kSource = R"(\n#include <torch/extension.h>\n#include <cuda_runtime.h>\n)";\n')
+    file = _run(text)
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
+    assert file.text == ("#include <torch/csrc/stable/ops.h>\n#include <torch/csrc/stable/tensor.h>\n"
+                         '#include "mine.h"\n'
+                         "torch::stable::Tensor f(const torch::stable::Tensor& x) { "
+                         "return torch::stable::unsqueeze(x, 0); }\n"
+                         'static const char* kSource = R"(\n#include <torch/extension.h>\n'
+                         '#include <cuda_runtime.h>\n)";\n')
+
+
 @pytest.mark.integration
 def test_the_cuda_check_rewrite_compiles_at_2_10_where_the_old_macro_does_not(tmp_path: Path, toolchains: Path) -> None:
     """C10_CUDA_CHECK needs c10/cuda (refused under TORCH_TARGET_VERSION); STD_CUDA_CHECK from

@@ -1583,6 +1583,16 @@ def _only_read(code: str, declarations: Declarations, name: str, declared_at: in
 
 
 _INCLUDE = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]([^>\"]+)[>\"].*$", re.M)
+_DIRECTIVE = re.compile(r"^[ \t]*#[ \t]*include\b")
+
+
+def _directives(text: str) -> list[re.Match[str] | None]:
+    """Each line's ``#include`` (the name read from the text), None where there is none, or
+    where it sits in a string or a comment: DeepGEMM's JIT kernels hold ``#include <...>``
+    lines in raw strings, and the stable headers went after those, below their first use."""
+    code = blank_comments_and_strings(text).split("\n")
+    return [_INCLUDE.match(line) if _DIRECTIVE.match(blank) else None
+            for line, blank in zip(text.split("\n"), code, strict=True)]
 
 
 def rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, ...], keep_unstable: bool,
@@ -1657,17 +1667,17 @@ def _rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, 
         _replace_includes(file, replaced)
     lines = file.text.split("\n")
     flags = list(file.active)
-    present = {m.group(1) for m in _INCLUDE.finditer(file.text)}
+    found = _directives(file.text)
+    present = {m.group(1) for m in found if m}
     missing = sorted(needed - present)
     quoted = [name for name in local if name.strip('"') not in present]
-    unstable_at = [i for i, line in enumerate(lines)
-                   if (m := _INCLUDE.match(line)) and m.group(1) in unstable and flags[i]]
+    unstable_at = [i for i, m in enumerate(found) if m and m.group(1) in unstable and flags[i]]
     if not missing and not quoted and (keep_unstable or not unstable_at):
         return
     includes = [f"#include <{name}>" for name in missing] + [f"#include {name}" for name in quoted]
     drop = set(unstable_at) if not keep_unstable else set()
     depths = _conditional_depths(blank_comments_and_strings(file.text).split("\n"))
-    included = [i for i, line in enumerate(lines) if flags[i] and _INCLUDE.match(line)]
+    included = [i for i, m in enumerate(found) if flags[i] and m]
     outer = min((depths[i] for i in included), default=0)
     if drop and depths[min(drop)] == outer:
         where = min(drop)  # the first unstable include gives its line
@@ -1740,9 +1750,10 @@ def _replace_includes(file: FileRewrite, replaced: dict[str, str]) -> None:
     the line goes."""
     lines = file.text.split("\n")
     flags = list(file.active)
-    present = {m.group(1) for m in _INCLUDE.finditer(file.text)}
+    directives = _directives(file.text)  # the lines from the current one on change, those before it do not
+    present = {m.group(1) for m in directives if m}
     for index in reversed(range(len(lines))):
-        found = _INCLUDE.match(lines[index])
+        found = directives[index]
         if found is None or found.group(1) not in replaced or not flags[index]:
             continue
         kept = [name for name, *alike in (token.split("|") for token in replaced[found.group(1)].split())
