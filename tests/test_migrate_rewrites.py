@@ -316,8 +316,7 @@ def test_a_cuda_header_gives_its_own_line_once_nothing_needs_it() -> None:
     the guard's header goes; while a use is left, both stay."""
     text = ("#include <torch/extension.h>\n#ifdef WITH_CUDA\n#include <ATen/cuda/CUDAContext.h>\n"
             "#include <c10/cuda/CUDAGuard.h>\n#endif\nat::Tensor f(cudaStream_t s);")
-    file = _run(text)
-    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
+    file = _with_includes(text)
     assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#ifdef WITH_CUDA\n#include <cuda_runtime.h>\n"
                          "#endif\ntorch::stable::Tensor f(cudaStream_t s);")
     assert len(file.active) == file.text.count("\n") + 1
@@ -754,6 +753,13 @@ def test_the_stable_includes_never_go_behind_a_condition() -> None:
     assert len(file.active) == file.text.count("\n") + 1
 
 
+def _with_includes(text: str) -> FileRewrite:
+    """``text`` through every step, then its includes rewritten as for a file with no use left."""
+    file = _run(text)
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
+    return file
+
+
 def test_an_include_inside_a_string_is_no_include() -> None:
     """DeepGEMM's JIT runtimes hold kernel source, #include lines and all, in raw strings: the
     stable headers go after the file's own last include, above the code that uses them, and a
@@ -761,8 +767,7 @@ def test_an_include_inside_a_string_is_no_include() -> None:
     text = ('#include <torch/python.h>\n#include "mine.h"\n'
             "at::Tensor f(const at::Tensor& x) { return x.unsqueeze(0); }\n"
             'static const char* kSource = R"(\n#include <torch/extension.h>\n#include <cuda_runtime.h>\n)";\n')
-    file = _run(text)
-    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
+    file = _with_includes(text)
     assert file.text == ("#include <torch/csrc/stable/ops.h>\n#include <torch/csrc/stable/tensor.h>\n"
                          '#include "mine.h"\n'
                          "torch::stable::Tensor f(const torch::stable::Tensor& x) { "
@@ -815,21 +820,27 @@ def test_every_declarator_of_a_plain_declaration_is_a_tensor() -> None:
     assert [(d.line, d.rewrite) for d in file.declined] == [(6, "dtype")]  # y: not read as declared
 
 
+def _syntax_check_at_2_10(tmp_path: Path, build_env_path: Path, name: str,
+                          source: str) -> subprocess.CompletedProcess[str]:
+    """g++ -fsyntax-only of ``source`` against the build torch's headers at TORCH_TARGET_VERSION 2.10."""
+    from assembler.builder.header_diagnostics import torch_include_roots
+
+    (tmp_path / name).write_text(source)
+    torch_dir = next((build_env_path / "lib").glob("python3*/site-packages/torch"))
+    flags = [flag for root in torch_include_roots(torch_dir)[::-1] for flag in ("-isystem", str(root))]
+    command = ["g++", "-std=c++17", "-fsyntax-only", "-DTORCH_TARGET_VERSION=0x020a000000000000", *flags,
+               str(tmp_path / name)]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
+
+
 @pytest.mark.integration
 def test_fill_and_copy_compile_at_2_10(tmp_path: Path, build_env_path: Path) -> None:
     """What the fill and copy rewrites write compiles against the stable headers alone, at 2.10."""
-    from assembler.builder.header_diagnostics import torch_include_roots
-
     text = ("#include <torch/csrc/stable/tensor.h>\n#include <torch/csrc/stable/ops.h>\n"
             "void pad_into(at::Tensor out, at::Tensor padded) {\n  out.fill_(0);\n  out.copy_(padded, true);\n}\n")
     file = _run(text, target="2.10")
     assert file.made["fill"] == 1 and file.made["copy"] == 1 and not file.declined
-    (tmp_path / "new.cpp").write_text(file.text)
-    torch_dir = next((build_env_path / "lib").glob("python3*/site-packages/torch"))
-    flags = [flag for root in torch_include_roots(torch_dir)[::-1] for flag in ("-isystem", str(root))]
-    command = ["g++", "-std=c++17", "-fsyntax-only", "-DTORCH_TARGET_VERSION=0x020a000000000000", *flags,
-               str(tmp_path / "new.cpp")]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = _syntax_check_at_2_10(tmp_path, build_env_path, "new.cpp", file.text)
     assert done.returncode == 0, done.stderr[-4000:]
 
 
@@ -837,7 +848,6 @@ def test_fill_and_copy_compile_at_2_10(tmp_path: Path, build_env_path: Path) -> 
 def test_shape_ops_checks_and_const_arguments_compile_at_2_10(tmp_path: Path, build_env_path: Path) -> None:
     """unsqueeze/flatten/select, c10's CHECK and CHECK_EQ, and a data pointer made const by the
     launcher's own declaration: what migrate writes compiles against the stable headers alone."""
-    from assembler.builder.header_diagnostics import torch_include_roots
     from assembler.migration import syntax
 
     text = ("#include <torch/csrc/stable/tensor.h>\n#include <torch/csrc/stable/ops.h>\n"
@@ -854,12 +864,7 @@ def test_shape_ops_checks_and_const_arguments_compile_at_2_10(tmp_path: Path, bu
     assert {name: file.made[name] for name in ("unsqueeze", "flatten", "select", "c10-check", "data-ptr")} == {
         "unsqueeze": 1, "flatten": 1, "select": 1, "c10-check": 2, "data-ptr": 1}
     assert "launch(x.const_data_ptr(), out.data_ptr(), x.numel());" in file.text
-    (tmp_path / "new.cpp").write_text(file.text)
-    torch_dir = next((build_env_path / "lib").glob("python3*/site-packages/torch"))
-    flags = [flag for root in torch_include_roots(torch_dir)[::-1] for flag in ("-isystem", str(root))]
-    command = ["g++", "-std=c++17", "-fsyntax-only", "-DTORCH_TARGET_VERSION=0x020a000000000000", *flags,
-               str(tmp_path / "new.cpp")]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    done = _syntax_check_at_2_10(tmp_path, build_env_path, "new.cpp", file.text)
     assert done.returncode == 0, done.stderr[-4000:]
 
 
@@ -868,8 +873,6 @@ def test_fa2_shaped_rewrites_compile_at_2_10(tmp_path: Path, build_env_path: Pat
     """What the rewrites of FA2's API idioms write (a function taking options to allocate, the
     padding, a narrow for an index, sum_out with braced dims, a copy into a view, a guard made in
     a helper) compiles against the stable headers alone, at 2.10; the old form does not."""
-    from assembler.builder.header_diagnostics import torch_include_roots
-
     text = """#include <torch/csrc/stable/tensor.h>
 #include <torch/csrc/stable/ops.h>
 #include <torch/csrc/stable/accelerator.h>
@@ -899,15 +902,9 @@ void fwd(at::Tensor q, at::Tensor dk, at::Tensor dkx, std::optional<at::Tensor> 
     for made in ("new-empty", "pad", "index-narrow", "sum-out", "reshape-call", "copy", "cuda-guard-cast",
                  "cuda-guard-type"):
         assert file.made[made] >= 1, made
-    torch_dir = next((build_env_path / "lib").glob("python3*/site-packages/torch"))
-    flags = [flag for root in torch_include_roots(torch_dir)[::-1] for flag in ("-isystem", str(root))]
-    command = ["g++", "-std=c++17", "-fsyntax-only", "-DTORCH_TARGET_VERSION=0x020a000000000000", *flags]
-    for name, source in (("new.cpp", file.text), ("old.cpp", text)):
-        (tmp_path / name).write_text(source)
-    new = subprocess.run([*command, str(tmp_path / "new.cpp")], capture_output=True, text=True, check=False)
+    new = _syntax_check_at_2_10(tmp_path, build_env_path, "new.cpp", file.text)
     assert new.returncode == 0, file.text + new.stderr[-4000:]
-    old = subprocess.run([*command, str(tmp_path / "old.cpp")], capture_output=True, text=True, check=False)
-    assert old.returncode != 0
+    assert _syntax_check_at_2_10(tmp_path, build_env_path, "old.cpp", text).returncode != 0
 
 
 def test_a_conditional_left_empty_by_the_includes_going_goes_too() -> None:
@@ -916,8 +913,7 @@ def test_a_conditional_left_empty_by_the_includes_going_goes_too() -> None:
     text = ("#include <ATen/ATen.h>\n#include <cuda_runtime.h>\n\n#ifndef DISABLE_PYBIND\n"
             "#include <torch/extension.h>\n#endif\n\n#include <vector>\n#ifdef WITH_MORE\n#include <torch/types.h>\n"
             "#include <cmath>\n#endif\nat::Tensor f();")
-    file = _run(text)
-    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes)
+    file = _with_includes(text)
     assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#include <cuda_runtime.h>\n\n#include <vector>\n"
                          "#ifdef WITH_MORE\n#include <cmath>\n#endif\ntorch::stable::Tensor f();")
     assert len(file.active) == file.text.count("\n") + 1
