@@ -102,18 +102,27 @@ def _pointee(parameter: SgNode) -> bool | None:
     return any(child.kind() == "type_qualifier" and child.text() == "const" for child in parameter.children())
 
 
+_PARAMETERS = ("parameter_declaration", "optional_parameter_declaration")
+
+
+def _functions(root: SgNode) -> Iterator[tuple[str, SgNode, SgNode]]:
+    """Each function declarator under ``root`` with a plain name: (its unqualified name, the
+    declarator, its parameter list); a function pointer, an operator, a destructor are left out."""
+    for function in root.find_all(kind="function_declarator"):
+        named, listed = function.field("declarator"), function.field("parameters")
+        if named is None or listed is None:
+            continue
+        name = named.text().rsplit("::", 1)[-1].strip()
+        if _NAME.fullmatch(name):
+            yield name, function, listed
+
+
 def pointer_parameters(text: str) -> dict[str, list[Parameters]]:
     """Every function ``text`` declares or defines (members too), by its unqualified name, with
     what each parameter says of a pointer passed there: the callee's own type is the evidence
     that a call only reads through ``x.data_ptr()`` (``const void*``) or may write (``void*``)."""
     found: dict[str, list[Parameters]] = {}
-    for function in parse(text).find_all(kind="function_declarator"):
-        name_node, listed = function.field("declarator"), function.field("parameters")
-        if name_node is None or listed is None:
-            continue
-        name = name_node.text().rsplit("::", 1)[-1].strip()
-        if not _NAME.fullmatch(name):
-            continue  # a function pointer, an operator, a destructor
+    for name, _, listed in _functions(parse(text)):
         pointees: list[bool | None] = []
         required: int | None = None
         variadic = False
@@ -121,7 +130,7 @@ def pointer_parameters(text: str) -> dict[str, list[Parameters]]:
             kind = parameter.kind()
             if kind == "variadic_parameter" or parameter.text() == "...":
                 variadic = True
-            elif kind in ("parameter_declaration", "optional_parameter_declaration"):
+            elif kind in _PARAMETERS:
                 if kind == "optional_parameter_declaration" and required is None:
                     required = len(pointees)
                 pointees.append(_pointee(parameter))
@@ -138,14 +147,11 @@ def signature(text: str, name: str) -> tuple[str, list[str]] | None:
     of a declaration misses, a return type with parentheses in it (``std::function<T(U)>``)."""
     if name not in text:
         return None
-    for function in parse(text).find_all(kind="function_declarator"):
-        named, listed, parent = function.field("declarator"), function.field("parameters"), function.parent()
-        if named is None or listed is None or parent is None or named.text().rsplit("::", 1)[-1] != name:
-            continue
-        returned = parent.field("type")
+    for found, function, listed in _functions(parse(text)):
+        parent = function.parent()
+        returned = None if found != name or parent is None else parent.field("type")
         if returned is None:
             continue
-        parameters = [" ".join(node.text().split()) for node in listed.children()
-                      if node.kind() in ("parameter_declaration", "optional_parameter_declaration")]
+        parameters = [" ".join(node.text().split()) for node in listed.children() if node.kind() in _PARAMETERS]
         return " ".join(returned.text().split()), parameters
     return None
