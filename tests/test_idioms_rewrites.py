@@ -241,6 +241,30 @@ def test_a_cuda_guard_of_a_tensor_known_defined_is_stable_s_device_guard() -> No
     assert "torch/csrc/stable/accelerator.h" in file.includes and file.helpers == {"device-guard"}
 
 
+def test_a_tensor_passed_to_a_function_that_reads_it_first_is_known_defined() -> None:
+    """QuTLASS's gemm.cu: runGemm hands A to args_from_options, which reads A.data_ptr() inside
+    a nested initializer before anything returns: the call throws on an undefined A as the read
+    would, so the guard after it is stable's DeviceGuard. A callee that reads it only under a
+    condition, after a return, or in a call that is itself conditional is no such evidence."""
+    text = ("template <typename G>\n"
+            "typename G::Arguments args_from(at::Tensor& D, at::Tensor const& A, int M) {\n"
+            "  typename G::Arguments arguments{ {static_cast<E const*>(A.data_ptr()), M} };\n"
+            "  return arguments;\n"
+            "}\n"
+            "void maybe(at::Tensor const& A) { if (M) { A.size(0); } }\n"
+            "void early(at::Tensor const& A) { if (M) return; A.size(0); }\n"
+            "void run(at::Tensor& D, at::Tensor const& A, at::Tensor const& B, int M) {\n"
+            "  auto arguments = args_from<G>(D, A, M);\n"
+            "  const at::cuda::OptionalCUDAGuard g1(device_of(A));\n"
+            "  maybe(B); early(B);\n"
+            "  if (M) { args_from<G>(D, B, M); }\n"
+            "  const at::cuda::OptionalCUDAGuard g2(device_of(B));\n"
+            "}")
+    lines = _run(text).text.split("\n")
+    assert lines[9] == "  const torch::stable::accelerator::DeviceGuard g1(A.get_device_index());"
+    assert lines[12] == "  const assemble_stable::TensorDeviceGuard g2(B);"
+
+
 def test_a_pointer_variable_passed_where_a_const_pointer_is_taken_is_read_only() -> None:
     """FlashKDA's shape: ``auto p = t.data_ptr<float>();`` handed, in a macro body, to a
     launcher declared with ``float const*`` there: const; one handed to ``float*``: mutable."""

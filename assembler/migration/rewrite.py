@@ -553,16 +553,64 @@ _NEEDS_DEFINED = ("data_ptr", "const_data_ptr", "mutable_data_ptr", "size", "siz
 
 def _used_before(code: str, name: str, at: int) -> bool:
     """Whether ``name`` (a tensor) is defined at ``at`` by the code's own evidence: a member call
-    an undefined tensor throws on (:data:`_NEEDS_DEFINED`) comes before it in its block or a
-    block around it (no brace closes between the two), and ``name`` is not assigned between."""
-    uses = list(re.finditer(rf"(?<![\w.:>])\b{re.escape(name)}\s*(?:\.|->)\s*(?:{'|'.join(_NEEDS_DEFINED)})\s*[(<]",
-                            code[:at]))
-    for use in reversed(uses):
-        statement = code[max(code.rfind(c, 0, use.start()) for c in ";{}") + 1:use.start()]
+    an undefined tensor throws on (:data:`_NEEDS_DEFINED`), or a call that passes it whole to a
+    function the file defines which makes such a call first thing (:func:`_passed_to_user`),
+    comes before it in its block or a block around it (no brace closes between the two), and
+    ``name`` is not assigned between."""
+    uses = [*_needs_defined(code[:at], name), *_passed_to_user(code, name, at)]
+    for start, end in sorted(uses, reverse=True):
+        statement = code[max(code.rfind(c, 0, start) for c in ";{}") + 1:start]
         if re.search(r"\?|&&|\|\|", statement):
             continue  # behind a condition of its own expression (c ? t.size(0) : 0)
-        if _unconditional(code, use.start(), at):
-            return re.search(rf"(?<![\w.:>])\b{re.escape(name)}\s*=(?!=)", code[use.end():at]) is None
+        if _unconditional(code, start, at):
+            return re.search(rf"(?<![\w.:>])\b{re.escape(name)}\s*=(?!=)", code[end:at]) is None
+    return False
+
+
+def _needs_defined(code: str, name: str) -> list[tuple[int, int]]:
+    """Where ``code`` calls a member of ``name`` that an undefined tensor throws on."""
+    pattern = rf"(?<![\w.:>])\b{re.escape(name)}\s*(?:\.|->)\s*(?:{'|'.join(_NEEDS_DEFINED)})\s*[(<]"
+    return [(found.start(), found.end()) for found in re.finditer(pattern, code)]
+
+
+def _passed_to_user(code: str, name: str, at: int) -> list[tuple[int, int]]:
+    """Where, before ``at``, ``name`` is a whole argument of a call to a function that ``code``
+    defines, each definition of that arity calling such a member of the parameter before
+    anything else can return (QuTLASS's runGemm passes A to args_from_options, which reads
+    A.data_ptr() first): the call throws on an undefined tensor as the member call would."""
+    passes = [found.start("name") for found in
+              re.finditer(rf"[(,]\s*(?P<name>\b{re.escape(name)}\b)\s*(?=[,)])", code[:at])]
+    if not passes:
+        return []
+    defined = syntax.definitions(code)
+    found: list[tuple[int, int]] = []
+    for passed in passes:
+        opening = _enclosing_paren(code, passed)
+        callee = None if opening is None else _CALLEE.search(code, max(0, opening - 200), opening)
+        close = None if opening is None else _close_paren(code, opening)
+        if callee is None or opening is None or close is None:
+            continue
+        arguments = _split_arguments(code, opening, close)
+        index = next((i for i, (begin, end) in enumerate(arguments) if begin <= passed < end), None)
+        bodies = [definition for definition in defined.get(callee.group("name"), [])
+                  if len(definition.parameters) == len(arguments)]
+        if index is not None and bodies and all(_defines_first(d.body, d.parameters[index]) for d in bodies):
+            found.append((passed, passed + len(name)))
+    return found
+
+
+def _defines_first(body: str, parameter: str | None) -> bool:
+    """Whether the function ``body`` calls such a member of ``parameter`` whenever it runs: on
+    its own statement's unconditional path, before any ``return`` and any assignment to it."""
+    if parameter is None:
+        return False
+    for start, _ in _needs_defined(body, parameter):
+        before = body[:start]
+        if re.search(r"\breturn\b", before) or re.search(rf"(?<![\w.:>])\b{re.escape(parameter)}\s*=(?!=)", before):
+            return False
+        statement = before[max(before.rfind(c) for c in ";{}") + 1:]
+        if not re.search(r"\?|&&|\|\|", statement) and _unconditional(body, start, len(body) - 1):
+            return True
     return False
 
 
@@ -601,10 +649,13 @@ def _enclosing_brace(code: str, at: int) -> int | None:
 
 
 def _opens_block(code: str, brace: int) -> bool:
-    """A ``{`` after ``)``, ``;``, a brace, ``:``, ``]`` or else/do/try opens a block (a body, a
-    scope); after anything else (``=``, ``,``, ``(``, a name) it opens an initializer."""
+    """A ``{`` after ``)``, ``;``, ``}``, ``:``, ``]`` or else/do/try opens a block (a body, a
+    scope); after anything else (``=``, ``,``, ``(``, a name) it opens an initializer; after a
+    ``{``, what that one opens (``Args a{ {p, K} }`` nests initializers, ``{ {`` in a body scopes)."""
     before = code[:brace].rstrip()
-    return before[-1:] in (")", ";", "{", "}", ":", "]", "") or re.search(r"\b(?:else|do|try)$", before) is not None
+    if before.endswith("{"):
+        return _opens_block(code, len(before) - 1)
+    return before[-1:] in (")", ";", "}", ":", "]", "") or re.search(r"\b(?:else|do|try)$", before) is not None
 
 
 def _close_paren(code: str, opening: int) -> int | None:

@@ -141,6 +141,38 @@ def pointer_parameters(text: str) -> dict[str, list[Parameters]]:
     return found
 
 
+@dataclass(frozen=True)
+class Definition:
+    """One function definition: its parameters' names (None where one has none) and its body's
+    text, braces included."""
+
+    parameters: tuple[str | None, ...]
+    body: str
+
+
+def _declared_name(parameter: SgNode) -> str | None:
+    """The name a parameter declares, however its declarator wraps it (``T const& a``, ``T* a``)."""
+    declarator = parameter.field("declarator")
+    while declarator is not None and declarator.kind() != "identifier":
+        declarator = declarator.field("declarator") or next(
+            (child for child in declarator.children() if child.kind() in ("identifier", *_NESTED)), None)
+    return None if declarator is None else declarator.text()
+
+
+def definitions(text: str) -> dict[str, list[Definition]]:
+    """Every function ``text`` defines (with a body, members too), by its unqualified name:
+    what a caller reads to know what the callee does with an argument before it returns."""
+    found: dict[str, list[Definition]] = {}
+    for name, function, listed in _functions(parse(text)):
+        parent = function.parent()
+        body = None if parent is None or parent.kind() != "function_definition" else parent.field("body")
+        if body is None:
+            continue
+        names = tuple(_declared_name(node) for node in listed.children() if node.kind() in _PARAMETERS)
+        found.setdefault(name, []).append(Definition(names, body.text()))
+    return found
+
+
 def signature(text: str, name: str) -> tuple[str, list[str]] | None:
     """The return type and parameters (each with whitespace runs made one space) of the first
     function ``text`` declares or defines as ``name``, from the tree: what the token reading
