@@ -1514,9 +1514,8 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
     reads as ``p[i]`` or passes there), else ``.mutable_data_ptr<T>()``; likewise ``p->data_ptr<T>()``
     where ``p`` is declared an optional tensor or a pointer to one (the stable tensor has no
     templated ``data_ptr``); an untemplated ``data_ptr()`` (a stable call) becomes
-    ``const_data_ptr()`` only where a const cast or a const parameter takes it, and
-    ``mutable_data_ptr()`` where each declaration of the project's function it is passed to
-    takes a pointer to non-const. ``only_const``: make the const ones only."""
+    ``const_data_ptr()`` only where a const cast or a const parameter takes it. ``only_const``:
+    make the const ones only."""
     code = blank_comments_and_strings(file.text)
     edits: list[tuple[int, int, str]] = []
     constants: list[tuple[int, int, str]] = []
@@ -1544,12 +1543,9 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
             declarations = declarations or Declarations(code, rewrite.tensor_functions)
             const = _only_read(code, declarations, declared.group("name"), found.start(), closing or found.end(),
                                file.callees)
-        taken = None if const or style == "mutable" else _taken_as(code, start, closing, file.callees)
-        const = const or taken is True
-        # an untemplated data_ptr() reads as mutable_data_ptr() already (a stable call): it changes
-        # to const where it is only read, and says that it writes where the project's function
-        # takes it as a pointer to non-const (the call's intent, written where it is made)
-        if (only_const and not const) or (not templated and not const and taken is not False):
+        # an untemplated data_ptr() is mutable_data_ptr() already (a stable call): it changes only to const
+        const = const or (style != "mutable" and _taken_as(code, start, closing, file.callees) is True)
+        if (not templated or only_const) and not const:
             continue
         if not _eligible(rewrite, file, line, torch_target):
             continue
