@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +111,10 @@ def assemble(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
                             check=False)
     check_json_output(args, result.stdout, result.returncode)  # every --json run meets its JSON Schema
     return result
+
+
+def uncompiled_uses(report: dict[str, Any]) -> list[str]:
+    """A migrate report's uses left, each "file:line rule"; every one must sit on a line the
+    build does not compile (what the build compiles, migrate has rewritten)."""
+    assert all(item.get("compiled") is False for item in report["remaining"]), report["remaining"]
+    return [f"{item['at']} {item['rule']}" for item in report["remaining"]]

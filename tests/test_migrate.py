@@ -18,6 +18,7 @@ import pytest
 import tomlkit
 
 from tests.build_support import EXAMPLE, HERMETIC_CUDA, assemble, example_copy
+from tests.build_support import uncompiled_uses as _uncompiled
 
 pytestmark = pytest.mark.integration
 
@@ -74,7 +75,8 @@ def test_migrate_turns_vecadd_upstream_into_a_stable_series(tmp_path: Path, priv
 def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_path: Path,
                                                                              private_cache: Path) -> None:
     """Everything the build compiles is mechanical now (the device guard through the helper
-    header); with NORMKIT_WITH_CUDA set, the stream is too, and what is left is reported."""
+    header); with NORMKIT_WITH_CUDA set, the stream is too, and what is left is reported: the
+    uses on lines this build does not compile (the CUDA branch, the legacy op), at their lines."""
     ws = example_copy(tmp_path / "ws") / "migrate"
     result = assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--json", cache=private_cache)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -84,7 +86,10 @@ def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_
     assert not (ws / "forks" / "normkit" / "csrc" / "assemble_stable_helpers.h").exists()
     assert [step["step"] for step in report["steps"]] == ["registration", "headers-and-types", "call-forms",
                                                           "limited-api", "package-imports"]
-    assert report["remaining"] == [] and report["declined"] == []
+    assert report["declined"] == [] and _uncompiled(report) == [
+        "csrc/normkit.cpp:15 include-aten-cuda", "csrc/normkit.cpp:47 cuda-stream",  # #ifdef NORMKIT_WITH_CUDA
+        "csrc/normkit.cpp:137 tensor-type", "csrc/normkit.cpp:137 tensor-type",  # #ifndef NORMKIT_NO_LEGACY
+        "csrc/normkit.cpp:138 aten-function", "csrc/normkit.cpp:138 tensor-options"]
     assert report["helpers"] == {"path": "csrc/assemble_stable_helpers.h", "existing": False,
                                  "pieces": ["device-guard"],
                                  "added": ["device-guard"]}
@@ -105,7 +110,9 @@ def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_
             and "#ifdef NORMKIT_WITH_CUDA\n-#include <ATen/cuda/CUDAContext.h>\n+#include <cuda_runtime.h>\n #endif"
             in cuda.stdout), cuda.stdout[:3000]
     left = json.loads(assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--json", cache=private_cache).stdout)
-    assert left["remaining"] == [] and left["helpers"]["pieces"] == ["cuda-stream", "device-guard"]
+    assert left["helpers"]["pieces"] == ["cuda-stream", "device-guard"]
+    assert _uncompiled(left) == ["csrc/normkit.cpp:137 tensor-type", "csrc/normkit.cpp:137 tensor-type",
+                                 "csrc/normkit.cpp:138 aten-function", "csrc/normkit.cpp:138 tensor-options"]
 
 
 def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Path, private_cache: Path) -> None:
@@ -127,7 +134,7 @@ def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Pat
     ]
     # every file proven to compile and committed: what the build compiles is CLEAN before the manual patch
     assert report["proof"]["proven_files"] == ["csrc/normkit.cpp", "csrc/normkit.h"]
-    assert report["proof"]["not_committed"] == [] and report["remaining"] == []
+    assert report["proof"]["not_committed"] == [] and len(_uncompiled(report)) == 6  # the manual patch's lines
     assert report["check"]["before"]["verdict"] == "UNSTABLE" and report["check"]["after"]["verdict"] == "CLEAN"
     fork = ws / "forks" / "normkit"
     guarded = "  const assemble_stable::TensorDeviceGuard device_guard(x);\n"

@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     for item in report.declined:
         out.append(f"declined {item['at']}: {item['rewrite']}: {item['reason']}")
     for item in report.remaining:
-        out.append(f"left {item['at']}: {item['api']} ({item['kind']}): {item['approach']}")
+        branch = ", on a line this build does not compile" if item.get("compiled") is False else ""
+        out.append(f"left {item['at']}: {item['api']} ({item['kind']}{branch}): {item['approach']}")
     out += proof_lines(report)
     if report.formatted_with is not None:
         out.append(f"formatted: the touched lines only, in the style of {report.formatted_with} (clang-format --lines)")
