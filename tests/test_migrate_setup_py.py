@@ -5,9 +5,15 @@ edited text is built for real by setuptools in the migrate end-to-end tests."""
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
 import textwrap
+from pathlib import Path
 
-from assembler.migration.setup_py import limit_setup_py
+import pytest
+
+from assembler.migration.setup_py import extension_sources, limit_setup_py
+from tests.build_support import assemble, example_copy
 
 OLD_WAY = textwrap.dedent('''\
     import os
@@ -91,3 +97,51 @@ def test_non_ascii_before_the_call_keeps_its_offsets() -> None:
     edit = limit_setup_py(text, "3.9")
     assert edit.text == ('from setuptools import setup\nsetup(name="k", description="naïve — ünïcode", '
                          'options={"bdist_wheel": {"py_limited_api": "cp39"}})\n')
+
+
+def test_extension_sources_are_read_only_when_literal() -> None:
+    text = textwrap.dedent('''\
+        from torch.utils.cpp_extension import CppExtension, CUDAExtension
+        SRC = ["b.cpp"]
+        exts = [CUDAExtension(name="a._C", sources=["csrc/a.cpp", "csrc/k.cu"]),
+                CppExtension("b._C", SRC),
+                CppExtension("c._C", ["c.cpp"])]
+        ''')
+    assert extension_sources(text) == [["csrc/a.cpp", "csrc/k.cu"], None, ["c.cpp"]]
+    assert extension_sources("def broken(:\n") == []
+
+
+SETUP_OF_ATTNKIT = textwrap.dedent('''\
+    from setuptools import setup
+    from torch.utils.cpp_extension import BuildExtension, CppExtension
+
+    setup(
+        name="attnkit",
+        ext_modules=[CppExtension(name="attnkit._attnkit_C", sources=[{sources}])],
+        cmdclass={{"build_ext": BuildExtension}},
+    )
+    ''')
+
+
+@pytest.mark.integration
+def test_a_setup_py_assemble_does_not_build_asks_for_abi3_when_it_compiles_only_migrated_units(
+        tmp_path: Path, private_cache: Path) -> None:
+    """attnkit is built by the helper from its recipe's list; the setup.py upstream ships with
+    (QuTLASS's shape) gets the limited-api commit when its extension compiles only the recipe's
+    units, and none when it also compiles a file the migration does not cover."""
+    ws = example_copy(tmp_path / "ws") / "migrate"
+    assert assemble("-C", str(ws), "checkout", "attnkit", cache=private_cache).returncode == 0
+    fork = ws / "forks" / "attnkit"
+    steps = {}
+    for sources in ('"csrc/attnkit.cpp"', '"csrc/attnkit.cpp", "csrc/legacy.cpp"'):
+        (fork / "setup.py").write_text(SETUP_OF_ATTNKIT.format(sources=sources))
+        subprocess.run(["git", "add", "setup.py"], cwd=fork, check=True)
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "setup.py"], cwd=fork,
+                       check=True)
+        result = assemble("-C", str(ws), "migrate", "attnkit", "--dry-run", "--json", "--no-check",
+                          cache=private_cache)
+        assert result.returncode == 0, result.stderr[-3000:]
+        steps[sources] = {step["step"]: step for step in json.loads(result.stdout)["steps"]}
+    covered = steps['"csrc/attnkit.cpp"']["limited-api"]
+    assert covered["files"] == ["setup.py"] and covered["made"] == {"py-limited-api": 2}
+    assert "limited-api" not in steps['"csrc/attnkit.cpp", "csrc/legacy.cpp"']

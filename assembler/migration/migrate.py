@@ -25,6 +25,7 @@ trailer, as generated code a person reads once."""
 from __future__ import annotations
 
 import difflib
+import posixpath
 import re
 import time
 from collections import Counter
@@ -239,7 +240,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 header = None if placement is None else placement.path.relative_to(checkout).as_posix()
                 _commit_step(tree, result, rewrites, step, texts, originals, header)
             report.steps.append(result)
-        _limit_setup_py(dep, workspace.manifest.bundle.python_abi, checkout, tree, rewrites, report, dry_run)
+        _limit_setup_py(workspace, dep, checkout, tree, rewrites, report, dry_run)
         _package_imports(dep, checkout, tree, rewrites, report, dry_run)
         for path, file in files.items():
             rel = path.relative_to(checkout).as_posix()
@@ -283,25 +284,36 @@ def _read_source(path: Path) -> str | None:
         return None
 
 
-def _limit_setup_py(dep: Dependency, python_abi: str, checkout: Path, tree: Any, rewrites: RewriteSet,
+def _limit_setup_py(workspace: Workspace, dep: Dependency, checkout: Path, tree: Any, rewrites: RewriteSet,
                     report: MigrateReport, dry_run: bool) -> None:
-    """The last step for a dependency its own setup.py builds: that setup.py asks for abi3
+    """The last step for a dependency with a setup.py of its own: that setup.py asks for abi3
     (migration/setup_py.py), one commit of its own; what it cannot edit safely is declined at
-    its line. Without it setuptools tags the module cp3XY-cp3XY and the bundle's gate refuses it."""
-    from assembler.migration.setup_py import limit_setup_py
+    its line. Without it setuptools tags the module cp3XY-cp3XY and the bundle's gate refuses it.
+    Where assemble builds the dependency another way (its CMake, the helper's source lists), the
+    setup.py is still what upstream ships with: it is edited when each extension it declares
+    compiles only the recipe's units (literal sources), the files this migration covers
+    (QuTLASS's); one that compiles anything else (FA2's, with the backward kernels) is left."""
+    from assembler.builder.units import translation_units
+    from assembler.migration.setup_py import extension_sources, limit_setup_py
 
-    if not for_dep(dep).setup_py_builds:
-        return
     path = (checkout / dep.build.project_dir / "setup.py").resolve()
     if not path.is_relative_to(checkout.resolve()) or not path.is_file() or path.is_symlink():
         return  # a pyproject-only project, or a project-dir the manifest's checks already refused
     rel = path.relative_to(checkout.resolve()).as_posix()
     original = _read_source(path)
+    if not for_dep(dep).setup_py_builds:
+        prefix = path.parent.relative_to(checkout.resolve())
+        covered = {unit.source for unit in translation_units(workspace, dep, checkout)}
+        declared = extension_sources(original or "")
+        if not declared or any(sources is None or not sources or
+                               not {posixpath.normpath((prefix / source).as_posix()) for source in sources} <= covered
+                               for sources in declared):
+            return
     if original is None:
         report.declined.append({"at": f"{rel}:1", "rewrite": "limited-api",
                                 "reason": "not UTF-8 text (or unreadable): add py_limited_api by hand"})
         return
-    edit = limit_setup_py(original, python_abi)
+    edit = limit_setup_py(original, workspace.manifest.bundle.python_abi)
     report.declined += [{"at": f"{rel}:{line}", "rewrite": "limited-api", "reason": reason}
                         for line, reason in edit.declined]
     if edit.text is None:

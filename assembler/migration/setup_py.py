@@ -83,6 +83,27 @@ def _insertion(text: str, closing: int, argument: str) -> str:
     return f"{before}{separator}{argument}{text[closing:]}"
 
 
+def extension_sources(text: str) -> list[list[str] | None]:
+    """Per extension call of a setup.py, its sources (the second argument or ``sources=``) when
+    they are a literal list of strings, else None: what says whether every file an extension
+    compiles is one the migration covered."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return []
+    found: list[list[str] | None] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or _called_name(node) not in EXTENSION_CALLS:
+            continue
+        given = _keyword(node, "sources")
+        value = given.value if given is not None else node.args[1] if len(node.args) > 1 else None
+        items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else None
+        found.append(None if items is None or not all(isinstance(i, ast.Constant) and isinstance(i.value, str)
+                                                      for i in items)
+                     else [str(i.value) for i in items if isinstance(i, ast.Constant)])
+    return found
+
+
 def limit_setup_py(text: str, python_abi: str) -> SetupEdit:
     """``text`` (a setup.py) with every extension built for the limited API and the wheel tagged
     abi3 at ``python_abi`` (e.g. "3.9" -> "cp39"). Idempotent: what is already there is kept."""
