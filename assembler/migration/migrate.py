@@ -41,7 +41,7 @@ from assembler.manifest import Dependency
 from assembler.manifest.model import CUDA
 from assembler.migration import helpers, syntax
 from assembler.migration.assess import DECLARATION_HEAD
-from assembler.migration.lexer import blank_comments_and_strings
+from assembler.migration.lexer import blank_comments_and_strings, continued_lines
 from assembler.migration.pybind import GENERATED_MARK, ModuleEdit
 from assembler.migration.registration import WRAPPER_MARK, Library
 from assembler.migration.rewrite import (
@@ -252,15 +252,14 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 report.schemas += libraries[path].schemas if path in libraries else []
             active = {i + 1 for i, flag in enumerate(final.active) if flag}
             blanked = blank_comments_and_strings(final.text)
-            compiled = {(found.line, found.column, found.rule.id)
-                        for found in match_rules(ruleset, blanked, active, macros)}
+            compiled = continued_lines(blanked, active)  # as match_rules counts a line the build compiles
             for found in match_rules(ruleset, blanked, None, macros) if active else []:
                 # a use in a branch this build does not compile (#if TARGET_CUDA_ARCH == 120 ... #else):
                 # not rewritten (nothing would prove it) yet no less unstable where that branch is built
                 use: dict[str, Any] = {"at": f"{rel}:{found.line}", "rule": found.rule.id, "api": found.rule.api,
                                        "kind": found.rule.kind.value, "stable": found.rule.stable,
                                        "approach": found.rule.way_round or found.rule.stable or ""}
-                if (found.line, found.column, found.rule.id) not in compiled:
+                if found.line not in compiled:
                     use["compiled"] = False
                 report.remaining.append(use)
             for schema, approach in (item for edit in (modules.get(path, []) if run else []) for item in edit.unsure):

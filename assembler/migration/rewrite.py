@@ -556,15 +556,32 @@ def _used_before(code: str, name: str, at: int) -> bool:
     an undefined tensor throws on (:data:`_NEEDS_DEFINED`), or a call that passes it whole to a
     function the file defines which makes such a call first thing (:func:`_passed_to_user`),
     comes before it in its block or a block around it (no brace closes between the two), and
-    ``name`` is not assigned between."""
-    uses = [*_needs_defined(code[:at], name), *_passed_to_user(code, name, at)]
+    ``name`` is not assigned between. The file is parsed for its definitions only where its own
+    member calls do not settle it."""
+    direct = _needs_defined(code[:at], name)
+    return (_last_use_holds(code, name, at, direct)
+            or _last_use_holds(code, name, at, [*direct, *_passed_to_user(code, name, at)]))
+
+
+def _last_use_holds(code: str, name: str, at: int, uses: list[tuple[int, int]]) -> bool:
+    """Whether the last of ``uses`` (spans) that runs whenever ``at`` does is followed by no
+    assignment to ``name`` before ``at``."""
     for start, end in sorted(uses, reverse=True):
-        statement = code[max(code.rfind(c, 0, start) for c in ";{}") + 1:start]
-        if re.search(r"\?|&&|\|\|", statement):
+        if _behind_condition(code, start):
             continue  # behind a condition of its own expression (c ? t.size(0) : 0)
         if _unconditional(code, start, at):
-            return re.search(rf"(?<![\w.:>])\b{re.escape(name)}\s*=(?!=)", code[end:at]) is None
+            return not _assigned(code[end:at], name)
     return False
+
+
+def _behind_condition(code: str, start: int) -> bool:
+    """Whether ``code[start]`` sits after a ``?``, ``&&`` or ``||`` of its own statement."""
+    statement = code[max(code.rfind(c, 0, start) for c in ";{}") + 1:start]
+    return re.search(r"\?|&&|\|\|", statement) is not None
+
+
+def _assigned(code: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.:>])\b{re.escape(name)}\s*=(?!=)", code) is not None
 
 
 def _needs_defined(code: str, name: str) -> list[tuple[int, int]]:
@@ -605,11 +622,9 @@ def _defines_first(body: str, parameter: str | None) -> bool:
     if parameter is None:
         return False
     for start, _ in _needs_defined(body, parameter):
-        before = body[:start]
-        if re.search(r"\breturn\b", before) or re.search(rf"(?<![\w.:>])\b{re.escape(parameter)}\s*=(?!=)", before):
+        if re.search(r"\breturn\b", body[:start]) or _assigned(body[:start], parameter):
             return False
-        statement = before[max(before.rfind(c) for c in ";{}") + 1:]
-        if not re.search(r"\?|&&|\|\|", statement) and _unconditional(body, start, len(body) - 1):
+        if not _behind_condition(body, start) and _unconditional(body, start, len(body) - 1):
             return True
     return False
 
