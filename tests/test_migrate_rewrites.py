@@ -714,6 +714,29 @@ def test_a_plain_name_a_helper_finds_in_an_enclosing_namespace_is_called_through
     assert 'm.impl("twice", TORCH_BOX(&outer::inner::twice));' in replaced  # declared in the helper's own
 
 
+def test_an_operator_the_library_only_mentions_in_a_comment_is_registered_by_the_module_that_joins_it() -> None:
+    """QuTLASS's TORCH_LIBRARY holds ``//m.def("backward_t_bf16(...)")``, commented out, and its
+    pybind11 module binds backward_t_bf16: the fragment the module became left it out, as if the
+    library defined it, and the op was lost (12 of 14)."""
+    from assembler.migration.assess import _definition_body, _signature
+    from assembler.migration.pybind import convert_modules
+
+    text = ("at::Tensor scale(const at::Tensor& x) { return x; }\n"
+            "at::Tensor twice(const at::Tensor& x) { return x; }\n"
+            'TORCH_LIBRARY(dep, m) {\n  m.def("scale(Tensor x) -> Tensor");\n'
+            '  //m.def("twice(Tensor x) -> Tensor");\n  /* m.def("twice(Tensor x) -> Tensor"); */\n}\n'
+            "PYBIND11_MODULE(_C, m) {\n"
+            '  m.def("scale", &scale, "scale");\n  m.def("twice", &twice, "twice");\n}\n')
+    codes = {Path("a.cpp"): text}
+    edits, declined = convert_modules(text, "dep", "CUDA", False, lambda name: _signature(codes, name),
+                                      lambda name: _definition_body(codes, name), codes)
+    replaced = "".join(edit.replacement for edit in edits)
+    assert declined == []
+    assert "STABLE_TORCH_LIBRARY_FRAGMENT(dep, m)" in replaced
+    assert edits[0].schemas == ["twice(Tensor x) -> Tensor"]  # scale is the library's already
+    assert 'm.impl("twice", TORCH_BOX(&twice));' in replaced and '"scale"' not in replaced
+
+
 def test_a_const_reference_whose_pointer_is_kept_is_taken_to_be_read() -> None:
     """FlashMLA's inputs are const at::Tensor& whose data_ptr() goes into a params struct: not a question."""
     from assembler.migration.pybind import Binding, operator_for

@@ -711,8 +711,12 @@ def _existing_library(sources: list[_Source], skip: tuple[_Source, int, int],
             if "_IMPL" in found.group(0):
                 continue
             close = _close(source.code, found.end() - 1)
-            body = source.text[found.end():close]
-            ops.update(re.findall(rf'\b{re.escape(found.group(2))}\s*\.\s*def\s*\(\s*"(\w+)', body))
+            # found in the blanked code (a commented-out m.def defines nothing), named from the text
+            define_call = re.compile(rf'\b{re.escape(found.group(2))}\s*\.\s*def\s*\(\s*"')
+            for define in define_call.finditer(source.code, found.end(), close):
+                named = re.match(r"\w+", source.text[define.end():])
+                if named:
+                    ops.add(named.group(0))
     if namespace in libraries:
         return namespace, libraries[namespace]
     if len(libraries) == 1:
