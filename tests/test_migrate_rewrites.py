@@ -552,6 +552,15 @@ def test_the_generated_module_keeps_the_pybind11_functions_as_forwarders() -> No
     # a helper or cmake build makes its own PyInit: no forwarders there
     helper, _ = convert_modules(FORWARDED, "dep", "CUDA", False, SIGNATURES.get)
     assert "assemble_forwarders" not in helper[0].replacement
+    # ... but upstream's setup.py builds it: the PyInit where BuildExtension names the module,
+    upstream, _ = convert_modules(FORWARDED, "dep", "CUDA", True, SIGNATURES.get, pyinit_defined_only=True)
+    assert "#ifdef TORCH_EXTENSION_NAME" in upstream[0].replacement
+    assert upstream[0].replacement.endswith("#endif  // TORCH_EXTENSION_NAME")
+    # and a module named by itself is that name in either build
+    named, _ = convert_modules(FORWARDED.replace("TORCH_EXTENSION_NAME", "_CUDA"), "dep", "CUDA", True,
+                               SIGNATURES.get, pyinit_defined_only=True)
+    assert "#ifdef _CUDA" not in named[0].replacement and "upstream's setup.py" not in named[0].replacement
+    assert "ASSEMBLE_PYINIT(_CUDA)(void)" in named[0].replacement
 
 
 def test_a_forwarder_for_a_name_python_cannot_spell() -> None:

@@ -5,7 +5,6 @@ edited text is built for real by setuptools in the migrate end-to-end tests."""
 from __future__ import annotations
 
 import ast
-import json
 import subprocess
 import textwrap
 from pathlib import Path
@@ -123,25 +122,48 @@ SETUP_OF_ATTNKIT = textwrap.dedent('''\
     ''')
 
 
+# a pybind11 module too (QuTLASS's shape): one op the library defines already, one it does not
+PYBIND11_OF_ATTNKIT = """
+namespace attnkit {
+at::Tensor same(const at::Tensor& x) { return x; }
+}  // namespace attnkit
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("attention", &attnkit::attention, "attention");
+  m.def("same", &attnkit::same, "same");
+}
+"""
+
+
 @pytest.mark.integration
 def test_a_setup_py_assemble_does_not_build_asks_for_abi3_when_it_compiles_only_migrated_units(
         tmp_path: Path, private_cache: Path) -> None:
     """attnkit is built by the helper from its recipe's list; the setup.py upstream ships with
     (QuTLASS's shape) gets the limited-api commit when its extension compiles only the recipe's
-    units, and none when it also compiles a file the migration does not cover."""
+    units, and none when it also compiles a file the migration does not cover. Either way a
+    pybind11 module that setup.py compiles keeps a PyInit for that build (QuTLASS's qutlass._CUDA
+    no longer imported), only where torch's BuildExtension defines TORCH_EXTENSION_NAME: the
+    helper makes its own."""
     ws = example_copy(tmp_path / "ws") / "migrate"
     assert assemble("-C", str(ws), "checkout", "attnkit", cache=private_cache).returncode == 0
     fork = ws / "forks" / "attnkit"
-    steps = {}
+    with (fork / "csrc" / "attnkit.cpp").open("a") as source:
+        source.write(PYBIND11_OF_ATTNKIT)
+    outputs = {}
     for sources in ('"csrc/attnkit.cpp"', '"csrc/attnkit.cpp", "csrc/legacy.cpp"'):
         (fork / "setup.py").write_text(SETUP_OF_ATTNKIT.format(sources=sources))
-        subprocess.run(["git", "add", "setup.py"], cwd=fork, check=True)
+        subprocess.run(["git", "add", "setup.py", "csrc"], cwd=fork, check=True)
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "setup.py"], cwd=fork,
                        check=True)
-        result = assemble("-C", str(ws), "migrate", "attnkit", "--dry-run", "--json", "--no-check",
-                          cache=private_cache)
+        result = assemble("-C", str(ws), "migrate", "attnkit", "--dry-run", "--no-check", cache=private_cache)
         assert result.returncode == 0, result.stderr[-3000:]
-        steps[sources] = {step["step"]: step for step in json.loads(result.stdout)["steps"]}
-    covered = steps['"csrc/attnkit.cpp"']["limited-api"]
-    assert covered["files"] == ["setup.py"] and covered["made"] == {"py-limited-api": 2}
-    assert "limited-api" not in steps['"csrc/attnkit.cpp", "csrc/legacy.cpp"']
+        outputs[sources] = result.stdout
+    covered, uncovered = outputs['"csrc/attnkit.cpp"'], outputs['"csrc/attnkit.cpp", "csrc/legacy.cpp"']
+    assert "Build the extensions for the limited API (abi3) (2 py-limited-api)" in covered
+    assert "limited API (abi3)" not in uncovered
+    for output in (covered, uncovered):
+        assert '+STABLE_TORCH_LIBRARY_FRAGMENT(attnkit, m) {\n+  m.def("same(Tensor x) -> Tensor");\n }' in output
+        assert '+  m.def("attention(' not in output  # the library's own
+        assert "+#ifdef TORCH_EXTENSION_NAME  // upstream's setup.py build" in output
+        assert '+    "def same(x):\\n"' in output and '+    "def attention(' in output  # both stay importable
+        assert "ASSEMBLE_PYINIT(TORCH_EXTENSION_NAME)(void)" in output and "+#endif  // TORCH_EXTENSION_NAME" in output

@@ -293,20 +293,17 @@ def _limit_setup_py(workspace: Workspace, dep: Dependency, checkout: Path, tree:
     compiles only the recipe's units (literal sources), the files this migration covers
     (QuTLASS's); one that compiles anything else (FA2's, with the backward kernels) is left."""
     from assembler.builder.units import translation_units
-    from assembler.migration.setup_py import extension_sources, limit_setup_py
+    from assembler.migration.setup_py import limit_setup_py
 
-    path = (checkout / dep.build.project_dir / "setup.py").resolve()
-    if not path.is_relative_to(checkout.resolve()) or not path.is_file() or path.is_symlink():
+    path = _own_setup_py(dep, checkout)
+    if path is None:
         return  # a pyproject-only project, or a project-dir the manifest's checks already refused
     rel = path.relative_to(checkout.resolve()).as_posix()
     original = _read_source(path)
     if not for_dep(dep).setup_py_builds:
-        prefix = path.parent.relative_to(checkout.resolve())
         covered = {unit.source for unit in translation_units(workspace, dep, checkout)}
-        declared = extension_sources(original or "")
-        if not declared or any(sources is None or not sources or
-                               not {posixpath.normpath((prefix / source).as_posix()) for source in sources} <= covered
-                               for sources in declared):
+        declared = _setup_py_extensions(path, checkout, original or "")
+        if not declared or any(sources is None or not sources or not sources <= covered for sources in declared):
             return
     if original is None:
         report.declined.append({"at": f"{rel}:1", "rewrite": "limited-api",
@@ -326,6 +323,24 @@ def _limit_setup_py(workspace: Workspace, dep: Dependency, checkout: Path, tree:
     if not dry_run:
         _commit_step(tree, result, rewrites, result.step, {path: edit.text}, {path: original})
     report.steps.append(result)
+
+
+def _own_setup_py(dep: Dependency, checkout: Path) -> Path | None:
+    """The dependency's own setup.py (resolved), None when it has none inside the checkout."""
+    path = (checkout / dep.build.project_dir / "setup.py").resolve()
+    if not path.is_relative_to(checkout.resolve()) or not path.is_file() or path.is_symlink():
+        return None
+    return path
+
+
+def _setup_py_extensions(path: Path, checkout: Path, text: str) -> list[set[str] | None]:
+    """Per extension the setup.py declares, its sources as checkout-relative paths (None where
+    they are not a literal list): what upstream's own build compiles into a Python module."""
+    from assembler.migration.setup_py import extension_sources
+
+    prefix = path.parent.relative_to(checkout.resolve())
+    return [None if sources is None else {posixpath.normpath((prefix / source).as_posix()) for source in sources}
+            for sources in extension_sources(text)]
 
 
 def _package_imports(dep: Dependency, checkout: Path, tree: Any, rewrites: RewriteSet, report: MigrateReport,
@@ -848,15 +863,24 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
     # a guarded binding's function too
     every = {path: blank_comments_and_strings(file.text) for path, file in files.items()}
     namespace = re.sub(r"\W", "_", dep.name)
+    # upstream's own setup.py compiles these into its Python modules: a module converted there
+    # keeps its PyInit (and its functions) for that build too, whatever builds it here
+    setup_py = _own_setup_py(dep, checkout)
+    upstream_modules = set() if setup_py is None else set().union(
+        *(sources or set() for sources in _setup_py_extensions(setup_py, checkout, _read_source(setup_py) or "")))
     found: dict[Path, list[ModuleEdit]] = {}
     for path, file in files.items():
         if "PYBIND11_MODULE" not in codes[path]:
             continue
-        edits, declined = convert_modules(file.text, namespace, key, for_dep(dep).pyinit_in_sources,
+        own_pyinit = for_dep(dep).pyinit_in_sources
+        source = path.resolve().relative_to(checkout.resolve()).as_posix()
+        upstream_pyinit = not own_pyinit and source in upstream_modules
+        edits, declined = convert_modules(file.text, namespace, key, own_pyinit or upstream_pyinit,
                                           lambda name: _signature(codes, name) or _signature(every, name),
                                           lambda name: _decided_body(codes, every, name, rewrites, callees,
                                                                      dep.torch_target, style),
-                                          files={other: f.text for other, f in files.items()}, root=checkout)
+                                          files={other: f.text for other, f in files.items()}, root=checkout,
+                                          pyinit_defined_only=upstream_pyinit)
         rel = path.relative_to(checkout).as_posix()
         report.declined += [{"at": f"{rel}:{line}", "rewrite": "pybind11-module", "reason": reason}
                             for line, reason in declined]
