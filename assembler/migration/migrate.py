@@ -873,8 +873,9 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
         if "PYBIND11_MODULE" not in codes[path]:
             continue
         own_pyinit = for_dep(dep).pyinit_in_sources
-        source = path.resolve().relative_to(checkout.resolve()).as_posix()
-        upstream_pyinit = not own_pyinit and source in upstream_modules
+        resolved = path.resolve()
+        upstream_pyinit = (not own_pyinit and resolved.is_relative_to(checkout.resolve())
+                           and resolved.relative_to(checkout.resolve()).as_posix() in upstream_modules)
         edits, declined = convert_modules(file.text, namespace, key, own_pyinit or upstream_pyinit,
                                           lambda name: _signature(codes, name) or _signature(every, name),
                                           lambda name: _decided_body(codes, every, name, rewrites, callees,
