@@ -86,6 +86,40 @@ def test_what_cannot_be_edited_safely_is_declined_at_its_line() -> None:
     assert all("by hand" in reason for _, reason in edit.declined)
 
 
+def test_each_extension_is_compiled_with_the_torch_target_version_unless_it_names_it() -> None:
+    """QuTLASS's migration added TORCH_TARGET_VERSION to its setup.py by hand: upstream's own
+    build then compiles against the same torch floor as assemble's. A define_macros list gets
+    the entry, a call without one gets the keyword, one that names the macro already (in its
+    flags) is left, and define_macros that are not a list literal are declined at their line."""
+    text = textwrap.dedent("""\
+        from setuptools import setup
+        from torch.utils.cpp_extension import CUDAExtension
+        setup(name="q", ext_modules=[
+            CUDAExtension(
+                name="q._C",
+                sources=["a.cu"],
+                define_macros=[("TARGET_CUDA_ARCH", str(cc))],
+            ),
+            CUDAExtension("q._D", ["b.cu"]),
+            CUDAExtension("q._E", ["b.cu"], define_macros=[]),
+            CUDAExtension("q._F", ["b.cu"], define_macros=MACROS),
+            CUDAExtension("q._G", ["b.cu"], extra_compile_args=["-DTORCH_TARGET_VERSION=0x020B000000000000"]),
+        ])
+        """)
+    edit = limit_setup_py(text, "3.9", "2.11")
+    assert edit.text is not None and edit.targeted == [4, 9, 10]
+    entry = '("TORCH_TARGET_VERSION", "0x020B000000000000")'
+    assert f'define_macros=[("TARGET_CUDA_ARCH", str(cc)), {entry}],' in edit.text
+    assert f'CUDAExtension("q._D", ["b.cu"], define_macros=[{entry}], py_limited_api=True),' in edit.text
+    assert f'CUDAExtension("q._E", ["b.cu"], define_macros=[{entry}], py_limited_api=True),' in edit.text
+    assert edit.text.count("TORCH_TARGET_VERSION") == 4  # three added, _G's own
+    assert edit.declined == [(11, f"CUDAExtension(...) sets its define_macros otherwise: add {entry} to them by "
+                                  "hand (the build's torch floor)")]
+    again = limit_setup_py(edit.text, "3.9", "2.11")
+    assert again.text is None and again.targeted == []
+    assert limit_setup_py(text, "3.9").targeted == []  # without a target, as before
+
+
 def test_text_that_is_not_python_is_declined_not_raised() -> None:
     edit = limit_setup_py("setup(\n", "3.9")
     assert edit.text is None and edit.declined and edit.declined[0][1].startswith("setup.py does not parse")
@@ -159,7 +193,9 @@ def test_a_setup_py_assemble_does_not_build_asks_for_abi3_when_it_compiles_only_
         assert result.returncode == 0, result.stderr[-3000:]
         outputs[sources] = result.stdout
     covered, uncovered = outputs['"csrc/attnkit.cpp"'], outputs['"csrc/attnkit.cpp", "csrc/legacy.cpp"']
-    assert "Build the extensions for the limited API (abi3) (2 py-limited-api)" in covered
+    assert "Build the extensions for the limited API (abi3) (2 py-limited-api, 1 torch-target-version)" in covered
+    assert '+    ext_modules=[CppExtension(name="attnkit._attnkit_C", sources=["csrc/attnkit.cpp"], ' \
+           'define_macros=[("TORCH_TARGET_VERSION", "0x020A000000000000")], py_limited_api=True)],' in covered
     assert "limited API (abi3)" not in uncovered
     for output in (covered, uncovered):
         assert '+STABLE_TORCH_LIBRARY_FRAGMENT(attnkit, m) {\n+  m.def("same(Tensor x) -> Tensor");\n }' in output

@@ -309,7 +309,7 @@ def _limit_setup_py(workspace: Workspace, dep: Dependency, checkout: Path, tree:
         report.declined.append({"at": f"{rel}:1", "rewrite": "limited-api",
                                 "reason": "not UTF-8 text (or unreadable): add py_limited_api by hand"})
         return
-    edit = limit_setup_py(original, workspace.manifest.bundle.python_abi)
+    edit = limit_setup_py(original, workspace.manifest.bundle.python_abi, dep.torch_target)
     report.declined += [{"at": f"{rel}:{line}", "rewrite": "limited-api", "reason": reason}
                         for line, reason in edit.declined]
     if edit.text is None:
@@ -317,6 +317,8 @@ def _limit_setup_py(workspace: Workspace, dep: Dependency, checkout: Path, tree:
     result = StepResult("limited-api", "Build the extensions for the limited API (abi3)")
     result.files.append(rel)
     result.made["py-limited-api"] += len(edit.extensions) + (edit.setup_line is not None)
+    if edit.targeted:
+        result.made["torch-target-version"] += len(edit.targeted)
     result.diff = "".join(difflib.unified_diff(original.splitlines(True), edit.text.splitlines(True), f"a/{rel}",
                                                f"b/{rel}"))
     result.subject = _subject(result.subject, result.made)

@@ -3,7 +3,9 @@
 ``setup()`` gets ``options={"bdist_wheel": {"py_limited_api": "cp39"}}`` (the bundle's
 python-abi), which is what a person adds by hand after the C++ is stable (FlashKDA's migration:
 three lines of setup.py). Without them setuptools tags the module ``cp311-cp311`` and the
-bundle's abi3 gate refuses it.
+bundle's abi3 gate refuses it. Each extension also gets the dependency's ``TORCH_TARGET_VERSION``
+in its ``define_macros`` (QuTLASS's migration added it by hand), so upstream's own build
+compiles against the torch floor assemble's build does.
 
 The file is read with :mod:`ast` (calls found by name, wherever they are written: a list, a
 variable, a helper function) and edited as text at the call's closing parenthesis, so every
@@ -17,6 +19,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
+from assembler.builder.backends import torch_target_version
+
 EXTENSION_CALLS = frozenset({"CppExtension", "CUDAExtension", "Extension", "SyclExtension"})
 
 
@@ -28,6 +32,7 @@ class SetupEdit:
     text: str | None
     extensions: list[int] = field(default_factory=list)  # lines of the extension calls given py_limited_api
     setup_line: int | None = None  # the setup() call given the bdist_wheel option
+    targeted: list[int] = field(default_factory=list)  # lines of the extension calls given TORCH_TARGET_VERSION
     declined: list[tuple[int, str]] = field(default_factory=list)
 
 
@@ -58,8 +63,8 @@ def _offsets(text: str) -> list[int]:
     return starts
 
 
-def _closing_paren(text: str, starts: list[int], call: ast.Call) -> int:
-    """Offset of the call's closing parenthesis (ast's end position is just past it)."""
+def _closing_paren(text: str, starts: list[int], call: ast.expr) -> int:
+    """Offset of the call's closing parenthesis, or a list's bracket (ast's end position is just past it)."""
     assert call.end_lineno is not None and call.end_col_offset is not None
     line = text.splitlines(keepends=True)[call.end_lineno - 1]
     # end_col_offset counts UTF-8 bytes; the text is str
@@ -68,10 +73,10 @@ def _closing_paren(text: str, starts: list[int], call: ast.Call) -> int:
 
 
 def _insertion(text: str, closing: int, argument: str) -> str:
-    """``argument`` as the call's last argument, in the call's own layout: a trailing comma kept,
-    a multi-line call gets its own line at the indentation of the previous argument."""
+    """``argument`` as the call's (or list's) last argument, in its own layout: a trailing comma
+    kept, a multi-line one gets its own line at the indentation of the previous argument."""
     before = text[:closing].rstrip()
-    has_arguments = not before.endswith("(")
+    has_arguments = not before.endswith(("(", "["))
     last_line_start = text.rfind("\n", 0, closing) + 1
     closing_on_own_line = text[last_line_start:closing].strip() == ""
     if closing_on_own_line and has_arguments:
@@ -104,9 +109,32 @@ def extension_sources(text: str) -> list[list[str] | None]:
     return found
 
 
-def limit_setup_py(text: str, python_abi: str) -> SetupEdit:
+def _target_version(text: str, starts: list[int], call: ast.Call, name: str, value: str,
+                    edits: list[tuple[int, str]], result: SetupEdit) -> None:
+    """The extension compiled with TORCH_TARGET_VERSION (``value``), as assemble compiles it: a
+    ``define_macros`` entry (setuptools passes those to the host compiler and torch's
+    BuildExtension to nvcc too); left alone where the call names the macro already."""
+    if "TORCH_TARGET_VERSION" in (ast.get_source_segment(text, call) or ""):
+        return
+    entry = f'("TORCH_TARGET_VERSION", "{value}")'
+    macros = _keyword(call, "define_macros")
+    if macros is None and not _splats(call):
+        edits.append((_closing_paren(text, starts, call), f"define_macros=[{entry}]"))
+    elif macros is not None and isinstance(macros.value, ast.List):
+        edits.append((_closing_paren(text, starts, macros.value), entry))  # ast ends a list past its ]
+    else:
+        result.declined.append((call.lineno, f"{name}(...) sets its define_macros otherwise: add {entry} "
+                                             "to them by hand (the build's torch floor)"))
+        return
+    result.targeted.append(call.lineno)
+
+
+def limit_setup_py(text: str, python_abi: str, torch_target: str | None = None) -> SetupEdit:
     """``text`` (a setup.py) with every extension built for the limited API and the wheel tagged
-    abi3 at ``python_abi`` (e.g. "3.9" -> "cp39"). Idempotent: what is already there is kept."""
+    abi3 at ``python_abi`` (e.g. "3.9" -> "cp39"); with ``torch_target`` (MAJOR.MINOR), every
+    extension also compiled with that TORCH_TARGET_VERSION (QuTLASS's migration added it by
+    hand). Idempotent: what is already there is kept."""
+
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
@@ -120,6 +148,8 @@ def limit_setup_py(text: str, python_abi: str) -> SetupEdit:
             continue
         name = _called_name(node)
         if name in EXTENSION_CALLS:
+            if torch_target is not None:
+                _target_version(text, starts, node, name, torch_target_version(torch_target), edits, result)
             if _keyword(node, "py_limited_api") is not None:
                 continue
             if _splats(node):
