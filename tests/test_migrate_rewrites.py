@@ -552,15 +552,16 @@ def test_the_generated_module_keeps_the_pybind11_functions_as_forwarders() -> No
     # a helper or cmake build makes its own PyInit: no forwarders there
     helper, _ = convert_modules(FORWARDED, "dep", "CUDA", False, SIGNATURES.get)
     assert "assemble_forwarders" not in helper[0].replacement
-    # ... but upstream's setup.py builds it: the PyInit where BuildExtension names the module,
-    upstream, _ = convert_modules(FORWARDED, "dep", "CUDA", True, SIGNATURES.get, pyinit_defined_only=True)
-    assert "#ifdef TORCH_EXTENSION_NAME" in upstream[0].replacement
-    assert upstream[0].replacement.endswith("#endif  // TORCH_EXTENSION_NAME")
-    # and a module named by itself is that name in either build
-    named, _ = convert_modules(FORWARDED.replace("TORCH_EXTENSION_NAME", "_CUDA"), "dep", "CUDA", True,
-                               SIGNATURES.get, pyinit_defined_only=True)
-    assert "#ifdef _CUDA" not in named[0].replacement and "upstream's setup.py" not in named[0].replacement
-    assert "ASSEMBLE_PYINIT(_CUDA)(void)" in named[0].replacement
+    # ... but upstream's setup.py builds it: the PyInit of the module that setup.py names (only torch's
+    # BuildExtension defines TORCH_EXTENSION_NAME; this way the proof compiles the PyInit in any build)
+    upstream, _ = convert_modules(FORWARDED, "dep", "CUDA", True, SIGNATURES.get, pyinit_module="_CUDA")
+    assert "// _CUDA: the module the project's own setup.py builds from this file." in upstream[0].replacement
+    assert "ASSEMBLE_PYINIT(_CUDA)(void)" in upstream[0].replacement
+    assert "TORCH_EXTENSION_NAME" not in upstream[0].replacement
+    # and a module named by itself keeps its name
+    named, _ = convert_modules(FORWARDED.replace("TORCH_EXTENSION_NAME", "_C"), "dep", "CUDA", True,
+                               SIGNATURES.get, pyinit_module="_CUDA")
+    assert "ASSEMBLE_PYINIT(_C)(void)" in named[0].replacement and "setup.py builds" not in named[0].replacement
 
 
 def test_a_forwarder_for_a_name_python_cannot_spell() -> None:
@@ -782,6 +783,21 @@ def test_the_stable_includes_never_go_behind_a_condition() -> None:
     rewrite_includes(file, file.includes, REWRITES.unstable_includes, False)
     assert file.text == ("#ifndef MINE_H\n#define MINE_H\n#include <vector>\n#include <torch/csrc/stable/tensor.h>\n"
                          "torch::stable::Tensor f();\n#endif")
+    assert len(file.active) == file.text.count("\n") + 1
+
+
+def test_what_the_code_needs_goes_above_it_not_after_an_include_at_the_end() -> None:
+    """An include after the code (a template's .inl at the end, a pybind11 header appended) is
+    no place for the stable headers or the short names' using-declarations: the code above it
+    would not compile."""
+    text = ('#include "mine.h"\n#include <vector>\nat::Tensor f(const at::Tensor& x) { return x; }\n'
+            '#include "mine.inl"\n')
+    file = _run(text)
+    rewrite_includes(file, file.includes, REWRITES.unstable_includes, False, (), REWRITES.replaced_includes,
+                     short=True)
+    assert file.text == ('#include "mine.h"\n#include <vector>\n#include <torch/csrc/stable/tensor.h>\n'
+                         "using torch::stable::Tensor;\n"
+                         'Tensor f(const Tensor& x) { return x; }\n#include "mine.inl"\n')
     assert len(file.active) == file.text.count("\n") + 1
 
 

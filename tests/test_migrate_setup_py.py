@@ -5,6 +5,7 @@ edited text is built for real by setuptools in the migrate end-to-end tests."""
 from __future__ import annotations
 
 import ast
+import json
 import subprocess
 import textwrap
 from pathlib import Path
@@ -158,6 +159,8 @@ SETUP_OF_ATTNKIT = textwrap.dedent('''\
 
 # a pybind11 module too (QuTLASS's shape): one op the library defines already, one it does not
 PYBIND11_OF_ATTNKIT = """
+#include <torch/extension.h>
+
 namespace attnkit {
 at::Tensor same(const at::Tensor& x) { return x; }
 }  // namespace attnkit
@@ -176,30 +179,38 @@ def test_a_setup_py_assemble_does_not_build_asks_for_abi3_when_it_compiles_only_
     (QuTLASS's shape) gets the limited-api commit when its extension compiles only the recipe's
     units, and none when it also compiles a file the migration does not cover. Either way a
     pybind11 module that setup.py compiles keeps a PyInit for that build (QuTLASS's qutlass._CUDA
-    no longer imported), only where torch's BuildExtension defines TORCH_EXTENSION_NAME: the
-    helper makes its own."""
+    was no longer importable), under the name setup.py gives it: TORCH_EXTENSION_NAME is only
+    defined by torch's BuildExtension, and the PyInit is compiled (proven) in assemble's build too."""
     ws = example_copy(tmp_path / "ws") / "migrate"
     assert assemble("-C", str(ws), "checkout", "attnkit", cache=private_cache).returncode == 0
     fork = ws / "forks" / "attnkit"
     with (fork / "csrc" / "attnkit.cpp").open("a") as source:
         source.write(PYBIND11_OF_ATTNKIT)
-    outputs = {}
-    for sources in ('"csrc/attnkit.cpp"', '"csrc/attnkit.cpp", "csrc/legacy.cpp"'):
+
+    def commit_setup_py(sources: str) -> None:
         (fork / "setup.py").write_text(SETUP_OF_ATTNKIT.format(sources=sources))
         subprocess.run(["git", "add", "setup.py", "csrc"], cwd=fork, check=True)
         subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "setup.py"], cwd=fork,
                        check=True)
-        result = assemble("-C", str(ws), "migrate", "attnkit", "--dry-run", "--no-check", cache=private_cache)
-        assert result.returncode == 0, result.stderr[-3000:]
-        outputs[sources] = result.stdout
-    covered, uncovered = outputs['"csrc/attnkit.cpp"'], outputs['"csrc/attnkit.cpp", "csrc/legacy.cpp"']
-    assert "Build the extensions for the limited API (abi3) (2 py-limited-api, 1 torch-target-version)" in covered
-    assert '+    ext_modules=[CppExtension(name="attnkit._attnkit_C", sources=["csrc/attnkit.cpp"], ' \
-           'define_macros=[("TORCH_TARGET_VERSION", "0x020A000000000000")], py_limited_api=True)],' in covered
-    assert "limited API (abi3)" not in uncovered
-    for output in (covered, uncovered):
-        assert '+STABLE_TORCH_LIBRARY_FRAGMENT(attnkit, m) {\n+  m.def("same(Tensor x) -> Tensor");\n }' in output
-        assert '+  m.def("attention(' not in output  # the library's own
-        assert "+#ifdef TORCH_EXTENSION_NAME  // upstream's setup.py build" in output
-        assert '+    "def same(x):\\n"' in output and '+    "def attention(' in output  # both stay importable
-        assert "ASSEMBLE_PYINIT(TORCH_EXTENSION_NAME)(void)" in output and "+#endif  // TORCH_EXTENSION_NAME" in output
+
+    commit_setup_py('"csrc/attnkit.cpp", "csrc/legacy.cpp"')  # compiles more than the recipe: a dry run
+    uncovered = assemble("-C", str(ws), "migrate", "attnkit", "--dry-run", "--no-check", cache=private_cache)
+    assert uncovered.returncode == 0, uncovered.stderr[-3000:]
+    assert "limited API (abi3)" not in uncovered.stdout
+    assert '+STABLE_TORCH_LIBRARY_FRAGMENT(attnkit, m) {\n+  m.def("same(Tensor x) -> Tensor");\n }' in uncovered.stdout
+    assert '+  m.def("attention(' not in uncovered.stdout  # the library's own
+    assert "+// _attnkit_C: the module the project's own setup.py builds from this file." in uncovered.stdout
+
+    commit_setup_py('"csrc/attnkit.cpp"')  # only the recipe's unit: migrated for real, every file proven
+    covered = assemble("-C", str(ws), "migrate", "attnkit", "--json", "--no-check", cache=private_cache)
+    assert covered.returncode == 0, covered.stderr[-3000:]
+    report = json.loads(covered.stdout)
+    steps = {step["step"]: step for step in report["steps"]}
+    assert steps["limited-api"]["made"] == {"py-limited-api": 2, "torch-target-version": 1}
+    assert ('ext_modules=[CppExtension(name="attnkit._attnkit_C", sources=["csrc/attnkit.cpp"], '
+            'define_macros=[("TORCH_TARGET_VERSION", "0x020A000000000000")], py_limited_api=True)],'
+            in (fork / "setup.py").read_text())
+    assert "csrc/attnkit.cpp" in report["proof"]["proven_files"] and report["proof"]["not_committed"] == []
+    source = (fork / "csrc" / "attnkit.cpp").read_text()
+    assert '    "def same(x):\\n"' in source and '    "def attention(' in source  # both stay importable
+    assert 'extern "C" PyObject* ASSEMBLE_PYINIT(_attnkit_C)(void) {' in source

@@ -302,7 +302,7 @@ def _limit_setup_py(workspace: Workspace, dep: Dependency, checkout: Path, tree:
     original = _read_source(path)
     if not for_dep(dep).setup_py_builds:
         covered = {unit.source for unit in translation_units(workspace, dep, checkout)}
-        declared = _setup_py_extensions(path, checkout, original or "")
+        declared = [sources for _, sources in _setup_py_extensions(path, checkout, original or "")]
         if not declared or any(sources is None or not sources or not sources <= covered for sources in declared):
             return
     if original is None:
@@ -335,14 +335,16 @@ def _own_setup_py(dep: Dependency, checkout: Path) -> Path | None:
     return path
 
 
-def _setup_py_extensions(path: Path, checkout: Path, text: str) -> list[set[str] | None]:
-    """Per extension the setup.py declares, its sources as checkout-relative paths (None where
-    they are not a literal list): what upstream's own build compiles into a Python module."""
-    from assembler.migration.setup_py import extension_sources
+def _setup_py_extensions(path: Path, checkout: Path, text: str) -> list[tuple[str | None, set[str] | None]]:
+    """Per extension the setup.py declares, (its module's last name, its sources as
+    checkout-relative paths), each None where not a literal: what upstream's own build compiles
+    into which Python module."""
+    from assembler.migration.setup_py import extensions
 
     prefix = path.parent.relative_to(checkout.resolve())
-    return [None if sources is None else {posixpath.normpath((prefix / source).as_posix()) for source in sources}
-            for sources in extension_sources(text)]
+    return [(None if name is None else name.rsplit(".", 1)[-1],
+             None if sources is None else {posixpath.normpath((prefix / source).as_posix()) for source in sources})
+            for name, sources in extensions(text)]
 
 
 def _package_imports(dep: Dependency, checkout: Path, tree: Any, rewrites: RewriteSet, report: MigrateReport,
@@ -491,10 +493,8 @@ def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: s
     for step in rewrites.steps:
         before = file.text
         made_before = Counter(file.made)
-        if step == "registration" and path in modules:
-            _apply_modules(file, modules[path])
-        if step == "registration" and libraries and path in libraries and path not in modules:
-            _apply_library(file, libraries[path])
+        if step == "registration":
+            _apply_registration(file, modules.get(path, []), (libraries or {}).get(path))
         apply_step(rewrites.of_step(step), file, target, style)
         rewritten = file.text
         if step == "headers-and-types":
@@ -868,22 +868,23 @@ def _pybind11_modules(workspace: Workspace, dep: Dependency, files: dict[Path, F
     # upstream's own setup.py compiles these into its Python modules: a module converted there
     # keeps its PyInit (and its functions) for that build too, whatever builds it here
     setup_py = _own_setup_py(dep, checkout)
-    upstream_modules = set() if setup_py is None else set().union(
-        *(sources or set() for sources in _setup_py_extensions(setup_py, checkout, _read_source(setup_py) or "")))
+    upstream_modules = {} if setup_py is None else {
+        source: name for name, sources in _setup_py_extensions(setup_py, checkout, _read_source(setup_py) or "")
+        if name is not None and name.isidentifier() for source in sources or ()}
     found: dict[Path, list[ModuleEdit]] = {}
     for path, file in files.items():
         if "PYBIND11_MODULE" not in codes[path]:
             continue
         own_pyinit = for_dep(dep).pyinit_in_sources
         resolved = path.resolve()
-        upstream_pyinit = (not own_pyinit and resolved.is_relative_to(checkout.resolve())
-                           and resolved.relative_to(checkout.resolve()).as_posix() in upstream_modules)
-        edits, declined = convert_modules(file.text, namespace, key, own_pyinit or upstream_pyinit,
+        upstream_module = (None if own_pyinit or not resolved.is_relative_to(checkout.resolve())
+                           else upstream_modules.get(resolved.relative_to(checkout.resolve()).as_posix()))
+        edits, declined = convert_modules(file.text, namespace, key, own_pyinit or upstream_module is not None,
                                           lambda name: _signature(codes, name) or _signature(every, name),
                                           lambda name: _decided_body(codes, every, name, rewrites, callees,
                                                                      dep.torch_target, style),
                                           files={other: f.text for other, f in files.items()}, root=checkout,
-                                          pyinit_defined_only=upstream_pyinit)
+                                          pyinit_module=upstream_module)
         rel = path.relative_to(checkout).as_posix()
         report.declined += [{"at": f"{rel}:{line}", "rewrite": "pybind11-module", "reason": reason}
                             for line, reason in declined]
@@ -980,19 +981,35 @@ def _unused_headers(libraries: dict[Path, Library], files: dict[Path, FileRewrit
             if not any(re.search(rf'#\s*include\s*"(?:[^"]*/)?{re.escape(header.name)}"', text) for text in sources)]
 
 
-def _apply_library(file: FileRewrite, library: Library) -> None:
-    """The registration blocks' edits, last first; the new lines are compiled as the blocks' were."""
-    for edit in sorted(library.edits, key=lambda e: (e.start, e.end), reverse=True):
-        first = file.text.count("\n", 0, edit.start)
-        last = file.text.count("\n", 0, edit.end)
-        file.text = file.text[:edit.start] + edit.text + file.text[edit.end:]
-        lines = [True] * (edit.text.count("\n") + 1)  # the new lines are code; the last keeps the old tail's flag
-        if len(lines) > 1:
+def _apply_registration(file: FileRewrite, modules: list[ModuleEdit], library: Library | None) -> None:
+    """A file's pybind11 modules (replaced whole; their new lines compiled as the module's
+    were) and its TORCH_LIBRARY blocks' edits (the last new line keeps the old tail's flag),
+    together, last first: each edit's offsets are the original text's (QuTLASS's bindings.cpp
+    has both). Where the two would overlap, the library is left as it is."""
+    edits: list[tuple[int, int, str, bool]] = [(e.start, e.end, e.replacement, True) for e in modules]
+    if library is not None:
+        spans = [(e.start, e.end) for e in modules]
+        if any(e.start < end and start < e.end for e in library.edits for start, end in spans):
+            library = None
+        else:
+            edits += [(e.start, e.end, e.text, False) for e in library.edits]
+    for start, end, text, module in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
+        first = file.text.count("\n", 0, start)
+        last = file.text.count("\n", 0, end)
+        file.text = file.text[:start] + text + file.text[end:]
+        lines = [True] * (text.count("\n") + 1)
+        if not module and len(lines) > 1:
             lines[-1] = file.active[last] if last < len(file.active) else True
         file.active[first:last + 1] = lines
-    file.made.update(library.made)
-    if library.made["torch-library"]:  # not a file whose kernels' signatures alone change
-        file.includes.add("torch/csrc/stable/library.h")
+        if module:
+            file.made["pybind11-module"] += 1
+            file.includes.add("torch/csrc/stable/library.h")
+            if "PyModule_Create" in text:
+                file.includes.add("Python.h")
+    if library is not None:
+        file.made.update(library.made)
+        if library.made["torch-library"]:  # not a file whose kernels' signatures alone change
+            file.includes.add("torch/csrc/stable/library.h")
 
 
 def _generated_trailers(diff: str, header: str | None, result: StepResult) -> list[str]:
@@ -1026,19 +1043,6 @@ def _generated_trailers(diff: str, header: str | None, result: StepResult) -> li
     return found
 
 
-def _apply_modules(file: FileRewrite, edits: list[ModuleEdit]) -> None:
-    """Replace each module's text; the new lines are compiled as the module's were."""
-    for edit in sorted(edits, key=lambda e: e.start, reverse=True):
-        first = file.text.count("\n", 0, edit.start)
-        last = file.text.count("\n", 0, edit.end)
-        file.text = file.text[:edit.start] + edit.replacement + file.text[edit.end:]
-        file.active[first:last + 1] = [True] * (edit.replacement.count("\n") + 1)
-        file.made["pybind11-module"] += 1
-        file.includes.add("torch/csrc/stable/library.h")
-        if "PyModule_Create" in edit.replacement:
-            file.includes.add("Python.h")
-
-
 def _callees(files: dict[Path, FileRewrite]) -> dict[str, list[syntax.Parameters]]:
     """The functions every file migrate reads declares, by name: what a call's declaration says
     of a tensor's pointer passed to it (``const void*``: read only) holds wherever it is called."""
@@ -1066,10 +1070,7 @@ def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, sty
     pieces: dict[Path, set[str]] = {}
     for path, file in files.items():
         trial = FileRewrite(file.text, list(file.active), callees=file.callees, macros=file.macros)
-        if path in modules:
-            _apply_modules(trial, modules[path])
-        if path in libraries and path not in modules:
-            _apply_library(trial, libraries[path])
+        _apply_registration(trial, modules.get(path, []), libraries.get(path))
         for step in rewrites.steps:
             apply_step(rewrites.of_step(step), trial, target, style)
         needed[path] = set(trial.includes)

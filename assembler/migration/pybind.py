@@ -726,7 +726,7 @@ def _existing_library(sources: list[_Source], skip: tuple[_Source, int, int],
 
 def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool, signature: object,
                     body: Callable[[str], str | None] = lambda _: None, files: Mapping[Path, str] | None = None,
-                    root: Path | None = None, pyinit_defined_only: bool = False
+                    root: Path | None = None, pyinit_module: str | None = None
                     ) -> tuple[list[ModuleEdit], list[tuple[int, str]]]:
     """The edits that turn each pybind11 module of ``text`` into a stable registration, and
     (line, reason) for each module left as it is or binding not converted (a binding with no
@@ -737,10 +737,10 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool, 
     module hands itself to (``register_apis(m)``) are found, each replaced by the named lambdas
     and wrappers it needs (an edit in ``ModuleEdit.others`` when in another file), and where an
     existing torch library is found, which the module then joins as a fragment (its operators
-    not defined twice); ``root`` names those files in messages. ``pyinit_defined_only``: the
-    PyInit is for upstream's own setup.py build, not assemble's (whose helper makes its own), so
-    a module named TORCH_EXTENSION_NAME gets it only where that macro is defined (torch's
-    BuildExtension defines it)."""
+    not defined twice); ``root`` names those files in messages. ``pyinit_module``: the PyInit
+    is for upstream's own setup.py build, not assemble's (whose helper makes its own): a module
+    named TORCH_EXTENSION_NAME, which only torch's BuildExtension defines, is given the name of
+    setup.py's extension instead, so the PyInit compiles (and is proven) in either build."""
     files = dict(files or {})
     own = next((path for path, other in files.items() if other == text), None)
     sources = [_Source(own, text, blank_comments_and_strings(text), _display(own, root))]
@@ -786,7 +786,7 @@ def convert_modules(text: str, namespace: str, dispatch_key: str, pyinit: bool, 
             continue  # nothing this step can register: the module is left whole
         edit = _module_edit(module, close, line, module_source, library, joined is not None, defined, dispatch_key,
                             operators, out, python if pyinit else None,
-                            pyinit_defined_only and module.group(1) == "TORCH_EXTENSION_NAME")
+                            pyinit_module if pyinit_module and module.group(1) == "TORCH_EXTENSION_NAME" else None)
         parts = [(helper.source,
                   ModuleEdit(helper.start, helper.end, helper.source.code.count("\n", 0, helper.start) + 1,
                                             _helper_text(helper, module_source, out, operators), []))
@@ -894,7 +894,7 @@ def _helper_text(helper: _Helper, module_source: _Source, out: _Collected,
 def _module_edit(module: re.Match[str], close: int, line: int, source: _Source, library: str, fragment: bool,
                  defined: set[str], dispatch_key: str, operators: list[tuple[Operator, Binding, _Helper | None]],
                  out: _Collected, python: list[tuple[list[str], list[str]]] | None,
-                 pyinit_if_defined: bool = False) -> ModuleEdit:
+                 pyinit_name: str | None = None) -> ModuleEdit:
     own = [(op, binding) for op, binding, helper in operators if binding.name not in defined]
     text = [f"// {GENERATED_MARK} (was a pybind11 module)."]
     local_lambdas = [(binding, definition) for binding, owner, definition in out.lambdas if owner is None]
@@ -925,11 +925,10 @@ def _module_edit(module: re.Match[str], close: int, line: int, source: _Source, 
                     text += _guarded([f'  m.impl("{binding.name}", TORCH_BOX({op.impl}));'], op.guard)
             text.append("}")
     if python is not None:
-        pyinit = _pyinit(module.group(1), python)
-        if pyinit_if_defined:
-            pyinit = [f"#ifdef {module.group(1)}  // upstream's setup.py build (assemble's makes its own PyInit)",
-                      *pyinit, f"#endif  // {module.group(1)}"]
-        text += ["", *pyinit]
+        text.append("")
+        if pyinit_name:
+            text.append(f"// {pyinit_name}: the module the project's own setup.py builds from this file.")
+        text += _pyinit(pyinit_name or module.group(1), python)
     return ModuleEdit(module.start(), close + 1, line, "\n".join(text), [op.schema for op, _ in own],
                       [(op.schema, op.unsure) for op, _ in own if op.unsure])
 

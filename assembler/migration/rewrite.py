@@ -1707,7 +1707,7 @@ def use_short_names(file: FileRewrite) -> None:
         return
     lines = code.split("\n")
     depths = _conditional_depths(lines)
-    top = [i for i, line in enumerate(lines) if _INCLUDE.match(line) and depths[i] == min(depths)]
+    top = _leading([i for i, line in enumerate(lines) if _INCLUDE.match(line) and depths[i] == min(depths)], lines)
     where = max(top) + 1 if top else 0
     text = file.text
     for long, short in chosen:
@@ -1727,6 +1727,28 @@ def use_short_names(file: FileRewrite) -> None:
     file.active = [*file.active[:where], *([True] * len(added)), *file.active[where:]]
 
 
+def _first_code_line(code_lines: list[str]) -> int:
+    """The index of the first line (comments and strings blanked) that is neither blank nor part
+    of a preprocessor directive (a directive continues over a trailing backslash)."""
+    continued = False
+    for index, line in enumerate(code_lines):
+        stripped = line.strip()
+        if continued or stripped.startswith("#"):
+            continued = stripped.endswith("\\")
+            continue
+        if stripped:
+            return index
+    return len(code_lines)
+
+
+def _leading(includes: list[int], code_lines: list[str]) -> list[int]:
+    """Of the include lines, those before the file's first line of code, where there are any:
+    an include after code (a template's ``.inl`` at the end of a header, a module's includes
+    after the functions) is no place for what the code above it needs."""
+    first = _first_code_line(code_lines)
+    return [index for index in includes if index < first] or includes
+
+
 def _rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, ...], keep_unstable: bool,
                       local: tuple[str, ...], replaced: dict[str, str] | None) -> None:
     if replaced and not keep_unstable:
@@ -1742,13 +1764,14 @@ def _rewrite_includes(file: FileRewrite, needed: set[str], unstable: tuple[str, 
         return
     includes = [f"#include <{name}>" for name in missing] + [f"#include {name}" for name in quoted]
     drop = set(unstable_at) if not keep_unstable else set()
-    depths = _conditional_depths(blank_comments_and_strings(file.text).split("\n"))
+    code_lines = blank_comments_and_strings(file.text).split("\n")
+    depths = _conditional_depths(code_lines)
     included = [i for i, m in enumerate(found) if flags[i] and m]
     outer = min((depths[i] for i in included), default=0)
-    if drop and depths[min(drop)] == outer:
+    if drop and depths[min(drop)] == outer and min(drop) < _first_code_line(code_lines):
         where = min(drop)  # the first unstable include gives its line
     else:
-        kept = [i for i in included if depths[i] == outer and i not in drop]
+        kept = _leading([i for i in included if depths[i] == outer and i not in drop], code_lines)
         where = max(kept) + 1 if kept else 0
     dropped_includes = len(drop)
     drop |= _emptied_blocks(lines, drop)

@@ -92,20 +92,31 @@ def extension_sources(text: str) -> list[list[str] | None]:
     """Per extension call of a setup.py, its sources (the second argument or ``sources=``) when
     they are a literal list of strings, else None: what says whether every file an extension
     compiles is one the migration covered."""
+    return [sources for _, sources in extensions(text)]
+
+
+def extensions(text: str) -> list[tuple[str | None, list[str] | None]]:
+    """Per extension call of a setup.py, (its module's dotted name, its sources), each when a
+    literal (the first argument or ``name=``; the second or ``sources=``, a list of strings),
+    else None."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
         return []
-    found: list[list[str] | None] = []
+    found: list[tuple[str | None, list[str] | None]] = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call) or _called_name(node) not in EXTENSION_CALLS:
             continue
+        named = _keyword(node, "name")
+        name_node = named.value if named is not None else node.args[0] if node.args else None
+        name = (name_node.value if isinstance(name_node, ast.Constant) and isinstance(name_node.value, str)
+                else None)
         given = _keyword(node, "sources")
         value = given.value if given is not None else node.args[1] if len(node.args) > 1 else None
         items = value.elts if isinstance(value, (ast.List, ast.Tuple)) else None
-        found.append(None if items is None or not all(isinstance(i, ast.Constant) and isinstance(i.value, str)
-                                                      for i in items)
-                     else [str(i.value) for i in items if isinstance(i, ast.Constant)])
+        found.append((name, None if items is None or not all(isinstance(i, ast.Constant) and isinstance(i.value, str)
+                                                               for i in items)
+                      else [str(i.value) for i in items if isinstance(i, ast.Constant)]))
     return found
 
 
