@@ -113,6 +113,15 @@ def test_migrate_dry_run_on_normkit_writes_nothing_and_reports_what_is_left(tmp_
     assert left["helpers"]["pieces"] == ["cuda-stream", "device-guard"]
     assert _uncompiled(left) == ["csrc/normkit.cpp:137 tensor-type", "csrc/normkit.cpp:137 tensor-type",
                                  "csrc/normkit.cpp:138 aten-function", "csrc/normkit.cpp:138 tensor-options"]
+    # a build of the legacy op too compiles uses migrate leaves: setup.py's abi3 request waits for them
+    manifest.write_text(manifest.read_text().replace('defines = ["NORMKIT_NO_LEGACY", "NORMKIT_WITH_CUDA"]',
+                                                     'defines = ["NORMKIT_WITH_CUDA"]'))
+    legacy = json.loads(assemble("-C", str(ws), "migrate", "normkit", "--dry-run", "--json",
+                                 cache=private_cache).stdout)
+    assert "limited-api" not in [step["step"] for step in legacy["steps"]]
+    waiting = [d for d in legacy["declined"] if d["rewrite"] == "limited-api"]
+    assert len(waiting) == 1 and waiting[0]["at"] == "setup.py:1", legacy["declined"]
+    assert "uses of LibTorch are left on lines the build compiles" in waiting[0]["reason"]
 
 
 def test_migrate_normkit_then_the_manual_patch_builds_and_verifies(tmp_path: Path, private_cache: Path) -> None:

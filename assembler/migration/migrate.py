@@ -240,8 +240,6 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                 header = None if placement is None else placement.path.relative_to(checkout).as_posix()
                 _commit_step(tree, result, rewrites, step, texts, originals, header)
             report.steps.append(result)
-        _limit_setup_py(workspace, dep, checkout, tree, rewrites, report, dry_run)
-        _package_imports(dep, checkout, tree, rewrites, report, dry_run)
         for path, file in files.items():
             rel = path.relative_to(checkout).as_posix()
             run = chosen.get(path)
@@ -269,6 +267,10 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                                          "api": "the arguments a schema marks written", "kind": "judgment",
                                          "stable": None,
                                          "approach": approach})
+        compiled_uses = [use for use in report.remaining
+                         if use["rule"] != "schema-mutation" and use.get("compiled", True)]
+        _limit_setup_py(workspace, dep, checkout, tree, rewrites, report, dry_run, len(compiled_uses))
+        _package_imports(dep, checkout, tree, rewrites, report, dry_run)
         if check and not dry_run:
             report.after = _check(workspace, dep.name, note)
     report.seconds = time.monotonic() - started
@@ -284,14 +286,17 @@ def _read_source(path: Path) -> str | None:
 
 
 def _limit_setup_py(workspace: Workspace, dep: Dependency, checkout: Path, tree: Any, rewrites: RewriteSet,
-                    report: MigrateReport, dry_run: bool) -> None:
+                    report: MigrateReport, dry_run: bool, uses_left: int = 0) -> None:
     """The last step for a dependency with a setup.py of its own: that setup.py asks for abi3
     (migration/setup_py.py), one commit of its own; what it cannot edit safely is declined at
     its line. Without it setuptools tags the module cp3XY-cp3XY and the bundle's gate refuses it.
     Where assemble builds the dependency another way (its CMake, the helper's source lists), the
     setup.py is still what upstream ships with: it is edited when each extension it declares
     compiles only the recipe's units (literal sources), the files this migration covers
-    (QuTLASS's); one that compiles anything else (FA2's, with the backward kernels) is left."""
+    (QuTLASS's); one that compiles anything else (FA2's, with the backward kernels) is left.
+    While ``uses_left`` uses of LibTorch remain on lines the build compiles, the step waits (it
+    is declined, with the count): under Py_LIMITED_API and TORCH_TARGET_VERSION they would not
+    build (DeepGEMM's module, whose rewrites did not compile and were not committed)."""
     from assembler.builder.units import translation_units
     from assembler.migration.setup_py import limit_setup_py
 
@@ -308,6 +313,12 @@ def _limit_setup_py(workspace: Workspace, dep: Dependency, checkout: Path, tree:
     if original is None:
         report.declined.append({"at": f"{rel}:1", "rewrite": "limited-api",
                                 "reason": "not UTF-8 text (or unreadable): add py_limited_api by hand"})
+        return
+    if uses_left:
+        report.declined.append({"at": f"{rel}:1", "rewrite": "limited-api",
+                                "reason": f"{uses_left} uses of LibTorch are left on lines the build compiles, which "
+                                          "would not build for the limited API at the torch-target: run migrate "
+                                          "again once they are migrated"})
         return
     edit = limit_setup_py(original, workspace.manifest.bundle.python_abi, dep.torch_target)
     report.declined += [{"at": f"{rel}:{line}", "rewrite": "limited-api", "reason": reason}
