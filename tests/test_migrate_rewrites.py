@@ -883,11 +883,18 @@ def _syntax_check_at_2_10(tmp_path: Path, build_env_path: Path, name: str,
 
 @pytest.mark.integration
 def test_fill_and_copy_compile_at_2_10(tmp_path: Path, build_env_path: Path) -> None:
-    """What the fill and copy rewrites write compiles against the stable headers alone, at 2.10."""
-    text = ("#include <torch/csrc/stable/tensor.h>\n#include <torch/csrc/stable/ops.h>\n"
-            "void pad_into(at::Tensor out, at::Tensor padded) {\n  out.fill_(0);\n  out.copy_(padded, true);\n}\n")
+    """What the fill and copy rewrites write compiles against the stable headers alone, at 2.10;
+    also on a receiver declared const (DeepGEMM's ``const torch::Tensor& d``, written through as
+    ATen's const methods allowed: ``c ? d.copy_(c.value()) : d.zero_();``)."""
+    text = ("#include <torch/csrc/stable/tensor.h>\n#include <torch/csrc/stable/ops.h>\n#include <optional>\n"
+            "void pad_into(at::Tensor out, at::Tensor padded) {\n  out.fill_(0);\n  out.copy_(padded, true);\n}\n"
+            "void accumulate(const at::Tensor& d, const std::optional<at::Tensor>& c) {\n"
+            "  c.has_value() ? d.copy_(c.value()) : d.zero_();\n}\n")
     file = _run(text, target="2.10")
-    assert file.made["fill"] == 1 and file.made["copy"] == 1 and not file.declined
+    assert file.made["fill"] == 1 and file.made["copy"] == 2 and file.made["zero"] == 1 and not file.declined
+    assert ("c.has_value() ? torch::stable::copy_(const_cast<torch::stable::Tensor&>(d), c.value()) "
+            ": torch::stable::zero_(const_cast<torch::stable::Tensor&>(d));") in file.text
+    assert "torch::stable::fill_(out, 0);" in file.text  # not const: as written
     done = _syntax_check_at_2_10(tmp_path, build_env_path, "new.cpp", file.text)
     assert done.returncode == 0, done.stderr[-4000:]
 

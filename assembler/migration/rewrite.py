@@ -816,6 +816,14 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             file.made[rewrite.id] += 1
             file.includes.update(rewrite.includes)
             continue
+        if rewrite.lvalue and _IDENTIFIER.fullmatch(receiver):
+            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            declared = declarations.declared(receiver, line)
+            if declared is not None and re.search(_CONST_TENSOR.format(name=re.escape(receiver)),
+                                                  code.split("\n")[declared.first]):
+                # ATen's d.copy_(s) is a const method; stable's copy_ takes Tensor&. The handle is not
+                # what changes (the tensor's data is), as with the const method (DeepGEMM's const Tensor& d)
+                receiver = f"const_cast<torch::stable::Tensor&>({receiver})"
         tail = gap[len(gap.rstrip()):]  # the line break of a chain continued on the next line stays
         arguments = [text for text in (file.text[opening + 1:closing].strip(), rewrite.arguments) if text]
         if "\n" in tail:
