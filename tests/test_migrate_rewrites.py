@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from assembler.migration.pybind import ModuleEdit
 from assembler.migration.rewrite import FileRewrite, apply_step, load_rewrites, rewrite_includes
 
 REWRITES = load_rewrites()
@@ -702,23 +703,29 @@ def test_migrate_reads_the_bound_functions_definition() -> None:
     assert edits[0].schemas == ["fill(Tensor(a!) out, float v) -> ()"] and edits[0].unsure == []
 
 
+def _converted(text: str, key: str) -> tuple[list[ModuleEdit], str]:
+    """The module edits of one file ``text`` (its functions found in it, as migrate finds them)
+    and their replacement text together; nothing declined."""
+    from assembler.migration.assess import _definition_body, _signature
+    from assembler.migration.pybind import convert_modules
+
+    codes = {Path("a.cpp"): text}
+    edits, declined = convert_modules(text, "dep", key, False, lambda name: _signature(codes, name),
+                                      lambda name: _definition_body(codes, name), codes)
+    assert declined == []
+    return edits, "".join(edit.replacement for edit in edits)
+
+
 def test_a_plain_name_a_helper_finds_in_an_enclosing_namespace_is_called_through_a_wrapper() -> None:
     """DeepGEMM's layout helper (deep_gemm::layout) registers &get_mn_major_tma_aligned_tensor,
     which C++ finds in deep_gemm: naming it deep_gemm::layout::... did not compile. A wrapper
     beside the helper calls it by the plain name, as the original did."""
-    from assembler.migration.assess import _definition_body, _signature
-    from assembler.migration.pybind import convert_modules
-
     text = ("namespace outer {\nat::Tensor scale(const at::Tensor& x) { return x; }\nnamespace inner {\n"
             "at::Tensor twice(const at::Tensor& x) { return x; }\n"
             "static void register_apis(pybind11::module_& m) {\n"
             '    m.def("scale", &scale);\n    m.def("twice", &twice);\n}\n}  // namespace inner\n'
             "}  // namespace outer\nPYBIND11_MODULE(_C, m) {\n    outer::inner::register_apis(m);\n}\n")
-    codes = {Path("a.cpp"): text}
-    edits, declined = convert_modules(text, "dep", "CPU", False, lambda name: _signature(codes, name),
-                                      lambda name: _definition_body(codes, name))
-    replaced = "".join(edit.replacement for edit in edits)
-    assert declined == []
+    _, replaced = _converted(text, "CPU")
     assert "inline at::Tensor scale_boxed(const at::Tensor& x) {\n  return scale(x);\n}" in replaced
     assert 'm.impl("scale", TORCH_BOX(&outer::inner::scale_boxed));' in replaced
     assert 'm.impl("twice", TORCH_BOX(&outer::inner::twice));' in replaced  # declared in the helper's own
@@ -728,20 +735,13 @@ def test_an_operator_the_library_only_mentions_in_a_comment_is_registered_by_the
     """QuTLASS's TORCH_LIBRARY holds ``//m.def("backward_t_bf16(...)")``, commented out, and its
     pybind11 module binds backward_t_bf16: the fragment the module became left it out, as if the
     library defined it, and the op was lost (12 of 14)."""
-    from assembler.migration.assess import _definition_body, _signature
-    from assembler.migration.pybind import convert_modules
-
     text = ("at::Tensor scale(const at::Tensor& x) { return x; }\n"
             "at::Tensor twice(const at::Tensor& x) { return x; }\n"
             'TORCH_LIBRARY(dep, m) {\n  m.def("scale(Tensor x) -> Tensor");\n'
             '  //m.def("twice(Tensor x) -> Tensor");\n  /* m.def("twice(Tensor x) -> Tensor"); */\n}\n'
             "PYBIND11_MODULE(_C, m) {\n"
             '  m.def("scale", &scale, "scale");\n  m.def("twice", &twice, "twice");\n}\n')
-    codes = {Path("a.cpp"): text}
-    edits, declined = convert_modules(text, "dep", "CUDA", False, lambda name: _signature(codes, name),
-                                      lambda name: _definition_body(codes, name), codes)
-    replaced = "".join(edit.replacement for edit in edits)
-    assert declined == []
+    edits, replaced = _converted(text, "CUDA")
     assert "STABLE_TORCH_LIBRARY_FRAGMENT(dep, m)" in replaced
     assert edits[0].schemas == ["twice(Tensor x) -> Tensor"]  # scale is the library's already
     assert 'm.impl("twice", TORCH_BOX(&twice));' in replaced and '"scale"' not in replaced
