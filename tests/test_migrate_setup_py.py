@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from assembler.migration.setup_py import extension_sources, limit_setup_py
+from assembler.migration.setup_py import extensions, limit_setup_py
 from tests.build_support import assemble, example_copy
 
 OLD_WAY = textwrap.dedent('''\
@@ -133,7 +133,7 @@ def test_non_ascii_before_the_call_keeps_its_offsets() -> None:
                          'options={"bdist_wheel": {"py_limited_api": "cp39"}})\n')
 
 
-def test_extension_sources_are_read_only_when_literal() -> None:
+def test_extension_names_and_sources_are_read_only_when_literal() -> None:
     text = textwrap.dedent('''\
         from torch.utils.cpp_extension import CppExtension, CUDAExtension
         SRC = ["b.cpp"]
@@ -141,8 +141,9 @@ def test_extension_sources_are_read_only_when_literal() -> None:
                 CppExtension("b._C", SRC),
                 CppExtension("c._C", ["c.cpp"])]
         ''')
-    assert extension_sources(text) == [["csrc/a.cpp", "csrc/k.cu"], None, ["c.cpp"]]
-    assert extension_sources("def broken(:\n") == []
+    assert extensions(text) == [("a._C", ["csrc/a.cpp", "csrc/k.cu"]), ("b._C", None), ("c._C", ["c.cpp"])]
+    assert extensions('CppExtension(NAME, ["a.cpp"])\n') == [(None, ["a.cpp"])]  # a name that is not literal
+    assert extensions("def broken(:\n") == []
 
 
 SETUP_OF_ATTNKIT = textwrap.dedent('''\

@@ -200,7 +200,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
         modules = _pybind11_modules(workspace, dep, files, report, checkout, key, rewrites, style, callees)
-        libraries = _torch_libraries(workspace, files, report, checkout)
+        libraries = _torch_libraries(workspace, files, report, checkout, modules)
         for unused in _unused_headers(libraries, files, [checkout / unit.source for unit in assessed.units]):
             del files[unused]  # no longer read by the build: left as it is
         needed, left, pieces = _plan(files, rewrites, dep.torch_target, style, ruleset, modules, libraries)
@@ -934,10 +934,11 @@ def _decided_body(codes: dict[Path, str], every: dict[Path, str], name: str, rew
 
 
 def _torch_libraries(workspace: Workspace, files: dict[Path, FileRewrite], report: MigrateReport,
-                     checkout: Path) -> dict[Path, Library]:
+                     checkout: Path, modules: dict[Path, list[ModuleEdit]]) -> dict[Path, Library]:
     """The TORCH_LIBRARY blocks to make stable, per file (migration/registration.py), every final
-    schema parsed by the build torch; a file whose blocks cannot be converted, or whose schema
-    torch refuses, is reported and left as it is."""
+    schema parsed by the build torch; a file whose blocks cannot be converted, whose schema
+    torch refuses, or whose edits would overlap its pybind11 module's (``modules``), is
+    reported and left as it is."""
     from assembler.migration.assess import _active_only, _definition_body, _signature
     from assembler.migration.pybind import parse_schemas
     from assembler.migration.registration import convert_libraries
@@ -953,19 +954,27 @@ def _torch_libraries(workspace: Workspace, files: dict[Path, FileRewrite], repor
     found, declined = convert_libraries(texts, every, active,
                                         lambda name: _signature(codes, name) or _signature(every, name),
                                         lambda name: _definition_body(codes, name))
+    # applied with the file's pybind11 modules, last first (_apply_registration): never overlapping them
+    overlapping = {path for path, library in found.items()
+                   if any(edit.start < module.end and module.start < edit.end
+                          for edit in library.edits for module in modules.get(path, []))}
+    declined += [(path, found[path].line, "its registration overlaps the pybind11 module's: convert it by hand")
+                 for path in sorted(overlapping)]
     for path, line, reason in declined:
         report.declined.append({"at": f"{path.relative_to(checkout).as_posix()}:{line}", "rewrite": "torch-library",
                                 "reason": reason})
-    schemas = [schema for library in found.values() for schema in library.schemas]
-    if not schemas:
+    schemas = [schema for path, library in found.items() if path not in overlapping for schema in library.schemas]
+    if not schemas and not overlapping:
         return found
     torch = workspace.manifest.bundle.torch
-    python = ensure_build_env(torch).python if torch else None
+    python = ensure_build_env(torch).python if torch and schemas else None
     refused = dict(parse_schemas(python, schemas)) if python else dict.fromkeys(schemas,
                                                                                 "no [bundle] torch to parse it")
     kept = {}
     for path, library in found.items():
         bad = [(schema, refused[schema]) for schema in library.schemas if refused.get(schema)]
+        if path in overlapping:
+            continue
         if bad:
             rel = path.relative_to(checkout).as_posix()
             report.declined += [{"at": f"{rel}:{library.line}", "rewrite": "torch-library",
@@ -996,14 +1005,10 @@ def _apply_registration(file: FileRewrite, modules: list[ModuleEdit], library: L
     """A file's pybind11 modules (replaced whole; their new lines compiled as the module's
     were) and its TORCH_LIBRARY blocks' edits (the last new line keeps the old tail's flag),
     together, last first: each edit's offsets are the original text's (QuTLASS's bindings.cpp
-    has both). Where the two would overlap, the library is left as it is."""
+    has both; :func:`_torch_libraries` keeps no library whose edits overlap a module's)."""
     edits: list[tuple[int, int, str, bool]] = [(e.start, e.end, e.replacement, True) for e in modules]
     if library is not None:
-        spans = [(e.start, e.end) for e in modules]
-        if any(e.start < end and start < e.end for e in library.edits for start, end in spans):
-            library = None
-        else:
-            edits += [(e.start, e.end, e.text, False) for e in library.edits]
+        edits += [(e.start, e.end, e.text, False) for e in library.edits]
     for start, end, text, module in sorted(edits, key=lambda e: (e[0], e[1]), reverse=True):
         first = file.text.count("\n", 0, start)
         last = file.text.count("\n", 0, end)

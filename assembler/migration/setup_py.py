@@ -88,17 +88,11 @@ def _insertion(text: str, closing: int, argument: str) -> str:
     return f"{before}{separator}{argument}{text[closing:]}"
 
 
-def extension_sources(text: str) -> list[list[str] | None]:
-    """Per extension call of a setup.py, its sources (the second argument or ``sources=``) when
-    they are a literal list of strings, else None: what says whether every file an extension
-    compiles is one the migration covered."""
-    return [sources for _, sources in extensions(text)]
-
-
 def extensions(text: str) -> list[tuple[str | None, list[str] | None]]:
     """Per extension call of a setup.py, (its module's dotted name, its sources), each when a
     literal (the first argument or ``name=``; the second or ``sources=``, a list of strings),
-    else None."""
+    else None: which module upstream's build makes of which files, and whether every file an
+    extension compiles is one the migration covered."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
@@ -145,7 +139,6 @@ def limit_setup_py(text: str, python_abi: str, torch_target: str | None = None) 
     abi3 at ``python_abi`` (e.g. "3.9" -> "cp39"); with ``torch_target`` (MAJOR.MINOR), every
     extension also compiled with that TORCH_TARGET_VERSION (QuTLASS's migration added it by
     hand). Idempotent: what is already there is kept."""
-
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
