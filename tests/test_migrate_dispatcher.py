@@ -25,6 +25,10 @@ SCHEMAS = {
                       "Tensor(a!)"),
     "aten::argmax": ("aten::argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor",),
     "aten::relu_": ("aten::relu_(Tensor(a!) self) -> Tensor(a!)",),
+    "aten::permute": ("aten::permute(Tensor(a) self, int[] dims) -> Tensor(a)",),
+    "aten::slice": ("aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, "
+                    "SymInt step=1) -> Tensor(a)",
+                    "aten::slice.t(t[] l, int? start=None, int? end=None, int step=1) -> t[]"),
 }
 
 
@@ -74,6 +78,18 @@ def test_what_has_no_plain_stack_form_is_declined_with_the_reason(op: str, schem
     assert made.text == "" and reason in made.reason
 
 
+def test_a_list_of_ints_goes_on_the_stack_as_a_vector_its_default_too() -> None:
+    made = call("aten::permute", SCHEMAS["aten::permute"], ["x", "{1, 0, 2}"], method=True)
+    assert made.text == ('assemble_stable::call_aten<torch::stable::Tensor>("aten::permute", "", x, '
+                         "std::vector<int64_t>{1, 0, 2})")
+    made = call("aten::permute", SCHEMAS["aten::permute"], ["x", "dims"], method=True)
+    assert made.text.endswith("x, std::vector<int64_t>((dims).begin(), (dims).end()))")
+    schemas = ("aten::sum.dim_IntList(Tensor self, int[1]? dim, bool keepdim=False, *, ScalarType? dtype=None) "
+               "-> Tensor", "aten::g(Tensor self, int[2] pad=[0, -1]) -> Tensor")
+    assert "int[1]?" in call("aten::sum", schemas[:1], ["x", "d"], method=True).reason  # an optional list: declined
+    assert call("aten::g", schemas[1:], ["x"], method=True).text.endswith("x, std::vector<int64_t>{0, -1})")
+
+
 def test_several_fitting_overloads_are_declined_by_name() -> None:
     schemas = ("aten::f.a(Tensor self, int n) -> Tensor", "aten::f.b(Tensor self, float n) -> Tensor")
     assert "aten::f.a, aten::f.b" in call("aten::f", schemas, ["x", "n"], method=True).reason
@@ -109,17 +125,20 @@ def test_the_build_torch_gives_the_schemas_once_and_what_is_emitted_compiles_at_
     from assembler.toolchain.torchenv import ensure_build_env
 
     env = ensure_build_env("2.13.0")
-    ops = {"aten::is_pinned", "aten::softmax", "aten::argmax", "aten::relu_"}
+    ops = {"aten::is_pinned", "aten::softmax", "aten::argmax", "aten::relu_", "aten::permute", "aten::slice"}
     schemas = schemas_for(env.path / "bin" / "python", "2.13.0", ops, tmp_path / "cache")
     assert set(schemas) == ops and any(".int(" in s for s in schemas["aten::softmax"])
     assert schemas_for(None, "2.13.0", ops, tmp_path / "cache") == schemas  # the cache answers: torch is not asked
-    text = ("#include <torch/csrc/stable/tensor.h>\n#include <torch/headeronly/util/Exception.h>\n"
+    text = ("#include <torch/csrc/stable/ops.h>\n#include <torch/headeronly/util/Exception.h>\n"
             "at::Tensor f(const at::Tensor& x, int64_t d) {\n"
             "  TORCH_CHECK(x.is_pinned() || x.is_cpu(), \"x\");\n"
             "  auto y = at::softmax(x, d).relu_();\n"
-            "  return y.argmax(1, true);\n}\n")
+            "  return y.argmax(1, true);\n}\n"
+            "at::Tensor g(const std::pair<at::Tensor, at::Tensor>& a, int64_t n) {\n"
+            "  const auto& [b, c] = a;\n"
+            "  return a.first.permute({1, 0}).slice(1, 0, n).squeeze(0);\n}\n")
     file = _run(text, _rewrites(schemas))
-    assert file.made["dispatcher"] == 4 and file.declined == []
+    assert file.made["dispatcher"] == 6 and file.made["squeeze"] == 1 and file.declined == []
     (tmp_path / helpers.NAME).write_text(helpers.header_text(None, file.helpers))
     (tmp_path / "new.cpp").write_text(f'#include "{helpers.NAME}"\n' + file.text)
     (tmp_path / "old.cpp").write_text(_run(text, _rewrites({})).text)  # no schemas: the methods are left
@@ -128,4 +147,4 @@ def test_the_build_torch_gives_the_schemas_once_and_what_is_emitted_compiles_at_
     new = subprocess.run([*command, str(tmp_path / "new.cpp")], capture_output=True, text=True, check=False)
     assert new.returncode == 0, new.stderr[-4000:]
     old = subprocess.run([*command, str(tmp_path / "old.cpp")], capture_output=True, text=True, check=False)
-    assert old.returncode != 0 and "is_pinned" in old.stderr
+    assert old.returncode != 0 and "is_pinned" in old.stderr and "permute" in old.stderr

@@ -67,6 +67,9 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     # DeepGEMM's layout helpers: shape ops the stable API has as functions (on a declared tensor)
     "unsqueeze": ("void f(const at::Tensor& sf) { auto y = sf.unsqueeze(0); }",
                   "void f(const torch::stable::Tensor& sf) { auto y = torch::stable::unsqueeze(sf, 0); }"),
+    "squeeze": ("void f(const std::pair<at::Tensor, at::Tensor>& a) { auto y = a.first.squeeze(0); }",
+                "void f(const std::pair<torch::stable::Tensor, torch::stable::Tensor>& a) { auto y = "
+                "torch::stable::squeeze(a.first, 0); }"),
     "flatten": ("void f(const at::Tensor& x) { auto y = x.flatten(1, 2); }",
                 "void f(const torch::stable::Tensor& x) { auto y = torch::stable::flatten(x, 1, 2); }"),
     "select": ("void f(const at::Tensor& x, int i) { auto row = x.select(0, i); }",
@@ -134,6 +137,8 @@ EXAMPLES: dict[str, tuple[str, str]] = {
                       "static_cast<T*>(o.mutable_data_ptr())); }"),
     "sizes-index": ("void f(at::Tensor A) { auto m = A.sizes()[0] * 2; }",
                     "void f(torch::stable::Tensor A) { auto m = A.size(0) * 2; }"),
+    "nbytes": ("size_t f(const at::Tensor& w) { return 2 * w.nbytes(); }",
+               "size_t f(const torch::stable::Tensor& w) { return 2 * (w.numel() * w.element_size()); }"),
     "strides-index": ("void f(at::Tensor A) { auto s = A.strides()[1]; }",
                       "void f(torch::stable::Tensor A) { auto s = A.stride(1); }"),
     "data-ptr": ("const float* p = x.data_ptr<float>();\nfloat* q = y.data_ptr<float>();",
@@ -972,3 +977,33 @@ def test_a_conditional_left_empty_by_the_includes_going_goes_too() -> None:
     assert file.text == ("#include <torch/csrc/stable/tensor.h>\n#include <cuda_runtime.h>\n\n#include <vector>\n"
                          "#ifdef WITH_MORE\n#include <cmath>\n#endif\ntorch::stable::Tensor f();")
     assert len(file.active) == file.text.count("\n") + 1
+
+
+def test_the_elements_of_a_pair_a_tuple_and_their_structured_bindings_are_tensors() -> None:
+    """DeepGEMM passes ``std::pair<Tensor, Tensor>`` and ``std::tuple<Tensor, optional<Tensor>>``
+    and unpacks them (``const auto& [q_fp, q_sf] = q``, ``= preprocess_sf(sf)``): their tensor
+    elements take the same rewrites as a tensor the file declares."""
+    text = ("static std::tuple<int, at::Tensor> prep(const at::Tensor& sf) { return {1, sf}; }\n"
+            "void f(const std::pair<at::Tensor, at::Tensor>& a, const std::tuple<at::Tensor, "
+            "std::optional<at::Tensor>>& q) {\n"
+            "  const auto& [q_fp, q_sf] = q;\n"
+            "  const auto [n, batched] = prep(a.second);\n"
+            "  auto l = at::empty({n, 4}, q_fp.options().dtype(at::kFloat));\n"
+            "  auto m = at::empty({n}, a.first.options());\n"
+            "  auto s = batched.squeeze(0);\n"
+            "  auto t = std::get<0>(q).squeeze(1);\n}\n")
+    file = _run(text)
+    assert file.declined == []
+    lines = file.text.splitlines()
+    assert lines[4] == ("  auto l = torch::stable::new_empty(q_fp, {n, 4}, "
+                        "torch::headeronly::ScalarType::Float);")
+    assert lines[5] == "  auto m = torch::stable::new_empty(a.first, {n});"
+    assert lines[6:8] == ["  auto s = torch::stable::squeeze(batched, 0);",
+                          "  auto t = torch::stable::squeeze(std::get<0>(q), 1);"]
+
+
+def test_an_overload_stable_lacks_and_a_receiver_read_twice_are_declined() -> None:
+    file = _run("size_t f(at::Tensor x) {\n  auto y = x.squeeze();\n  return x.contiguous().nbytes();\n}\n")
+    assert "x.squeeze()" in file.text and "torch::stable::contiguous(x).nbytes()" in file.text
+    assert {(d.line, d.rewrite) for d in file.declined} >= {(2, "squeeze"), (3, "nbytes")}
+    assert any("evaluated twice" in d.reason for d in file.declined)

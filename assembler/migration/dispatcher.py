@@ -7,9 +7,10 @@ The stack is built from the operator's schema as the build torch's registry give
 files name and kept in the check cache (``<cache>/checks/aten-schemas-<torch>.json``), so a
 later migrate against the same torch asks nothing. Every argument the schema has goes on the
 stack in its order: the call's own, then the defaults written out (``None`` as std::nullopt);
-an int is cast to int64_t and a float to double, as the stack holds them. What the schema
-says that has no plain C++ form here (a Scalar, a list, a str, several returns) is declined
-with its reason, never guessed."""
+an int is cast to int64_t and a float to double, as the stack holds them, and a list of ints
+(``int[]``, ``SymInt[2]``) is passed as a ``std::vector<int64_t>`` (a list on the stack from
+torch 2.10). What the schema says that has no plain C++ form here (a Scalar, a list of another
+type, a str, several returns) is declined with its reason, never guessed."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ _RETURN = {"Tensor": "torch::stable::Tensor", "bool": "bool", "int": "int64_t", 
            "ScalarType": "torch::headeronly::ScalarType"}
 _DEFAULT = {"None": "std::nullopt", "True": "true", "False": "false"}
 _ALIAS = re.compile(r"\([a-z]!?\)")  # Tensor(a!) -> Tensor
+_INT_LIST = re.compile(r"(?:int|SymInt)\[\d*\]")  # int[], SymInt[], int[1]: a std::vector<int64_t> on the stack
+_VECTOR = "std::vector<int64_t>"
 
 
 @dataclass(frozen=True)
@@ -103,10 +106,18 @@ class Call:
     reason: str = ""
 
 
+def _cast(type_: str) -> str | None:
+    """The C++ type a value of schema type ``type_`` is cast to ("" none); None: no plain form."""
+    return _VECTOR if _INT_LIST.fullmatch(type_) else _ARGUMENT.get(type_)
+
+
 def _default(argument: Argument) -> str | None:
     assert argument.default is not None
     if argument.default in _DEFAULT:
         return _DEFAULT[argument.default]
+    if _INT_LIST.fullmatch(argument.type):
+        items = re.fullmatch(r"\[\s*(-?\d+(?:\s*,\s*-?\d+)*)?\s*\]", argument.default)
+        return None if items is None else f"{_VECTOR}{{{items.group(1) or ''}}}"
     cast = _ARGUMENT.get(argument.type)
     if cast is None or not re.fullmatch(r"-?\d+(?:\.\d*)?(?:e-?\d+)?", argument.default):
         return None
@@ -125,7 +136,7 @@ def _fits(schema: Schema, given: int, method: bool) -> bool:
 def _usable(schema: Schema, given: int) -> str:
     """Why this schema cannot be written out here ("" when it can)."""
     for argument in schema.arguments[:given]:
-        if argument.type not in _ARGUMENT:
+        if _cast(argument.type) is None:
             return f"its argument {argument.name} is a {argument.type}, which has no plain stack form here"
     for argument in schema.arguments[given:]:
         if _default(argument) is None:
@@ -156,9 +167,13 @@ def call(op: str, schemas: tuple[str, ...], values: list[str], method: bool) -> 
     stack = []
     for index, argument in enumerate(schema.arguments):
         if index < len(values):
-            cast = _ARGUMENT[argument.type]
-            plain = not cast or (cast == "bool" and values[index] in ("true", "false"))
-            stack.append(values[index] if plain else f"static_cast<{cast}>({values[index]})")
+            value, cast = values[index], _cast(argument.type)
+            if cast == _VECTOR:  # a braced list names the vector in place; anything else is copied by its iterators
+                braced = value.startswith("{") and value.endswith("}")
+                stack.append(f"{_VECTOR}{value}" if braced else f"{_VECTOR}(({value}).begin(), ({value}).end())")
+                continue
+            plain = not cast or (cast == "bool" and value in ("true", "false"))
+            stack.append(value if plain else f"static_cast<{cast}>({value})")
         else:
             stack.append(str(_default(argument)))
     result = _RETURN[schema.returns[0]] if schema.returns else "void"

@@ -184,6 +184,7 @@ inline cudaDeviceProp* current_device_properties() {
     "dispatcher": """#include <array>
 #include <cstddef>
 #include <type_traits>
+#include <vector>
 #include <torch/csrc/stable/c/shim.h>
 #include <torch/csrc/stable/stableivalue_conversions.h>
 #include <torch/headeronly/util/shim_utils.h>
@@ -194,8 +195,8 @@ namespace assemble_stable {
 // An ATen operator torch::stable has no function for, called through the dispatcher (the C
 // shim's torch_call_dispatcher, torch 2.10): the arguments in the order of the operator's
 // schema, every one of them (migrate wrote the defaults out from the build torch's registry),
-// each an int64_t, double, bool, ScalarType, Tensor or an optional of one; R is what the
-// first return is read back as (void: none).
+// each an int64_t, double, bool, ScalarType, Tensor, an optional of one, or a std::vector<int64_t>
+// for an int[]; R is what the first return is read back as (void: none).
 template <typename R, typename... Args>
 R call_aten(const char* name, const char* overload, const Args&... args) {
   std::array<StableIValue, (sizeof...(Args) > 0 ? sizeof...(Args) : 1)> stack{torch::stable::detail::from(args)...};

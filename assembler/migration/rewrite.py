@@ -40,6 +40,7 @@ class Rewrite:
     method: str = ""
     function: str = ""
     max_args: int | None = None
+    min_args: int = 0  # type method: fewer arguments is another overload (squeeze() squeezes every dimension)
     refuse_braced: bool = False
     receiver: str = ""  # "tensor": only where the file declares the receiver a tensor
     arguments: str = ""  # appended to the call's own (t() -> transpose(t, 0, 1))
@@ -102,7 +103,8 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 pattern=re.compile(raw["pattern"]) if "pattern" in raw else None,
                 replacement=raw.get("replacement", ""),
                 mapping=dict(raw.get("map", {})), method=raw.get("method", ""), function=raw.get("function", ""),
-                max_args=raw.get("max_args"), refuse_braced=bool(raw.get("refuse_braced", False)),
+                max_args=raw.get("max_args"), min_args=int(raw.get("min_args", 0)),
+                refuse_braced=bool(raw.get("refuse_braced", False)),
                 receiver=raw.get("receiver", ""), arguments=raw.get("arguments", ""), rename=raw.get("rename", ""),
                 tensor_functions=functions, helper=raw.get("helper", ""),
                 value_types=tuple(str(name) for name in raw.get("value_types", ())),
@@ -161,6 +163,7 @@ def _line_of(text: str, offset: int) -> int:
 # its function's body), and the innermost one in scope decides. Names whose type the file does
 # not spell (a macro's parameter, a struct's field) are unknown: the rewrite is declined.
 TENSOR, HANDLE, SEQUENCE, SCALAR, OPTIONS = "tensor", "handle", "sequence", "scalar type", "options"
+TUPLE = "tuple"  # a std::pair / std::tuple: its elements' kinds, read through .first, std::get<N> or [a, b] = ...
 _NAME = r"\s*(?P<name>[A-Za-z_]\w*)\s*(?=[,;=)(\[{]|:(?!:))"
 _QUALIFIERS = r"(?:const\b\s*)?(?P<ref>&&?|\*)?\s*(?:const\b\s*)?"
 _USING_TENSOR = re.compile(r"\busing\s+(?:(?:torch::stable|at|torch)::Tensor|namespace\s+(?:at|torch))\s*;")
@@ -175,7 +178,7 @@ _FUNCTION_CALL = re.compile(r"(?:torch::stable|at|torch)::(\w+)\s*\(")
 _METHOD_CALL = re.compile(r"\.\s*(\w+)\s*\(\s*[^()]*\)$")
 _ENUMERATOR = re.compile(r"(?:torch::headeronly::)?ScalarType::\w+")  # short after using torch::headeronly::ScalarType
 _CALL_ATEN_TENSOR = re.compile(r"assemble_stable::call_aten\s*<\s*torch::stable::Tensor\s*>\s*\(")  # the dispatcher's
-_TEMPLATE_CALLEE = re.compile(r"\bassemble_stable::call_aten\s*<[\w:\s]*>\s*$")
+_TEMPLATE_CALLEE = re.compile(r"(?:\bassemble_stable::call_aten\s*<[\w:\s]*>|\bstd::get\s*<\s*\d+\s*>)\s*$")
 _SCALAR_TYPE_OF = re.compile(r"(.+?)\s*(\.|->)\s*scalar_type\s*\(\s*\)", re.S)
 
 
@@ -221,6 +224,56 @@ class _Declared:
     of: str = ""  # OPTIONS: the tensor whose options these are
     line: tuple[int, int] | None = None  # OPTIONS: the span of the line that holds the declaration alone
     dtype: tuple[int, int] | None = None  # OPTIONS made with .dtype(X): X's span in the step's text
+    elements: tuple[str, ...] = ()  # TUPLE: each element's kind ("" unknown)
+
+
+_TUPLE_TYPE = re.compile(r"(?<![\w:])(?:std::)(?:pair|tuple)\s*<")
+_BINDING = re.compile(r"\bauto\b\s*(?:const\b\s*)?&{0,2}\s*\[(?P<names>\s*[A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)*\s*)\]"
+                      r"\s*=\s*(?P<source>[A-Za-z_][\w:]*)\s*(?P<call>\()?")
+_AFTER_TYPE = re.compile(r"\s*" + _QUALIFIERS + _NAME)
+_ELEMENT_OF = re.compile(r"(?P<tuple>[A-Za-z_]\w*)\s*\.\s*(?P<member>first|second)")
+_GET = re.compile(r"std::get\s*<\s*(?P<index>\d+)\s*>\s*\(\s*(?P<tuple>[A-Za-z_]\w*)\s*\)")
+
+
+def _angle_close(code: str, opening: int) -> int | None:
+    """The ``>`` closing the template argument list opened at ``code[opening] == '<'``."""
+    depth = 0
+    for index in range(opening, min(len(code), opening + 2000)):
+        char = code[index]
+        if char in "<([{":
+            depth += 1
+        elif char in ">)]}":
+            depth -= 1
+            if depth == 0:
+                return index if char == ">" else None
+        elif char == ";":
+            return None
+    return None
+
+
+def _element_kinds(arguments: str, bare: bool) -> tuple[str, ...]:
+    """The kind of each type in a pair's or tuple's template arguments: TENSOR, HANDLE (an
+    optional tensor), else ""."""
+    kinds: list[str] = []
+    tensor = r"(?:(?:torch::stable|at|torch)::Tensor" + (r"|Tensor" if bare else "") + r")"
+    depth, start, parts = 0, 0, []
+    for index, char in enumerate(arguments + ","):
+        if char in "<([{":
+            depth += 1
+        elif char in ">)]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(arguments[start:index].strip())
+            start = index + 1
+    for part in parts:
+        plain = re.sub(r"\bconst\b|&", "", part).strip()
+        if re.fullmatch(tensor, plain):
+            kinds.append(TENSOR)
+        elif re.fullmatch(rf"(?:std|c10)::optional\s*<\s*{tensor}\s*>", plain):
+            kinds.append(HANDLE)
+        else:
+            kinds.append("")
+    return tuple(kinds)
 
 
 class Declarations:
@@ -237,8 +290,13 @@ class Declarations:
                     found.append((match.start("name"), kind, match.group("name"), match))
                     if kind in (TENSOR, SCALAR):  # `Tensor dq, dk, dv;`: the other declarators too (FA2)
                         found += [(offset, kind, name, None) for offset, name in _more_declarators(code, match.end())]
+        tuples = self._tuples(code, _USING_TENSOR.search(code) is not None)
         found.sort(key=lambda item: item[0])
-        scopes = self._scopes([offset for offset, _, _, _ in found])
+        scopes = self._scopes([offset for offset, _, _, _ in found] + [offset for offset, _, _, _ in tuples])
+        for (_, name, kind, elements), (first, last) in zip(tuples, scopes[len(found):], strict=True):
+            if first <= last:
+                self.names.setdefault(name, []).append(_Declared(name, kind, first, last, elements=elements))
+        scopes = scopes[:len(found)]
         for (_, kind, name, declared), (first, last) in zip(found, scopes, strict=True):
             if declared is None:
                 pass  # a further declarator of a plain declaration: the first one's kind
@@ -251,6 +309,37 @@ class Declarations:
                 kind, of, alone, dtype = self._auto_kind(declared, first)
             if kind and first <= last:
                 self.names.setdefault(name, []).append(_Declared(name, kind, first, last, of, alone, dtype))
+
+    @staticmethod
+    def _tuples(code: str, bare: bool) -> list[tuple[int, str, str, tuple[str, ...]]]:
+        """The pairs and tuples the code declares, (offset, name, TUPLE, element kinds); and the
+        names of a structured binding of one (``const auto& [q_fp, q_sf] = q;``, or of a call of
+        a function the file declares returning one), (offset, name, its element's kind, ())."""
+        declared: list[tuple[int, str, str, tuple[str, ...]]] = []
+        returns: dict[str, tuple[str, ...]] = {}
+        for found in _TUPLE_TYPE.finditer(code):
+            closing = _angle_close(code, found.end() - 1)
+            if closing is None:
+                continue
+            elements = _element_kinds(code[found.end():closing], bare)
+            after = _AFTER_TYPE.match(code, closing + 1)
+            if after is None or after.group("name") in _KEYWORDS or after.group("ref") == "*":
+                continue
+            if code[after.end():after.end() + 1] == "(" and not after.group("ref"):
+                returns[after.group("name")] = elements  # a function returning one (or a variable made by a call)
+            declared.append((after.start("name"), after.group("name"), TUPLE, elements))
+        names = {name: elements for _, name, _, elements in declared}
+        for binding in _BINDING.finditer(code):
+            source = binding.group("source")
+            unpacked = returns.get(source.rsplit("::", 1)[-1]) if binding.group("call") else names.get(source)
+            bound = [name.strip() for name in binding.group("names").split(",")]
+            if unpacked is None or len(unpacked) != len(bound):
+                continue
+            spelled = re.finditer(r"[A-Za-z_]\w*", code[binding.start("names"):binding.end("names")])
+            for name, kind in zip(spelled, unpacked, strict=True):
+                if kind:
+                    declared.append((binding.start("names") + name.start(), name.group(), kind, ()))
+        return declared
 
     def scope(self, offset: int) -> tuple[int, int]:
         """The lines (0-based, first > last: none) a declaration at ``offset`` holds for."""
@@ -355,6 +444,10 @@ class Declarations:
             return TENSOR if self.of(match.group(1) or match.group(2), line) == HANDLE else ""
         if (match := _SUBSCRIPTED.match(text)) and _close(text, match.end() - 1) == whole:
             return TENSOR if self.of(match.group(1), line) == SEQUENCE else ""
+        if (match := _ELEMENT_OF.fullmatch(text) or _GET.fullmatch(text)) is not None:
+            held = self.declared(match.group("tuple"), line)
+            index = int(match.group("index")) if match.re is _GET else ("first", "second").index(match.group("member"))
+            return held.elements[index] if held and held.kind == TUPLE and index < len(held.elements) else ""
         if (match := _FUNCTION_CALL.match(text)) and _close(text, match.end() - 1) == whole:
             return TENSOR if match.group(1) in self.functions else ""
         if (match := _CALL_ATEN_TENSOR.match(text)) and _close(text, match.end() - 1) == whole:
@@ -719,7 +812,7 @@ def _receiver_start(code: str, end: int) -> int | None:
             else:
                 return None
             if closing == ")" and (callee := _TEMPLATE_CALLEE.search(code, max(0, index - 200), index)):
-                return callee.start()  # the dispatcher's call, whose template argument holds '::'
+                return callee.start()  # the dispatcher's call or std::get<N>, whose template argument holds '::'
             continue  # the callee or the subscripted expression comes before
         start = index
         while index > 0 and (code[index - 1].isalnum() or code[index - 1] == "_"):
@@ -790,6 +883,8 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             reason = f"{receiver} {NOT_DECLARED}: if it is one, call {rewrite.function} yourself"
         elif rewrite.max_args is not None and _arguments(code, opening, closing) > rewrite.max_args:
             reason = f"takes more than {rewrite.max_args} arguments here (an overload without a stable equivalent)"
+        elif _arguments(code, opening, closing) < rewrite.min_args:
+            reason = f"takes fewer than {rewrite.min_args} arguments here (an overload without a stable equivalent)"
         elif not _eligible(rewrite, file, line, torch_target):
             reason = ""
         if reason is not None or closing is None or start is None:
@@ -1156,6 +1251,9 @@ def _kept_otherwise(code: str, found: re.Match[str], rewrite: Rewrite) -> str | 
 _CONST_TENSOR = r"(?:\bconst\s+(?:[\w:]*::)?Tensor\b|\bTensor\s+const\b)\s*&?\s*{name}\b"
 
 
+_NAME_CHAIN = re.compile(r"[A-Za-z_]\w*(?:\s*(?:\.|->)\s*[A-Za-z_]\w*)*")  # a, a.first, p->t: read twice, same value
+
+
 def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     """The ast-grep patterns of ``rewrite`` (migration/syntax.py) on the compiled lines: type
     syntax writes ``replacement`` with the metavariables put in; type cast-data-ptr turns a cast
@@ -1181,6 +1279,11 @@ def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
                         file.declined.append(Declined(match.line + 1, rewrite.id, f"{receiver.strip()} {NOT_DECLARED}"))
                         taken.append((match.start, match.end))
                         continue
+                if rewrite.replacement.count("$X") > 1 and not _NAME_CHAIN.fullmatch(receiver.strip()):
+                    file.declined.append(Declined(match.line + 1, rewrite.id, f"{receiver.strip()} would be evaluated "
+                                                  "twice: name it in a variable first"))
+                    taken.append((match.start, match.end))
+                    continue
                 if not _eligible(rewrite, file, match.line, torch_target):
                     taken.append((match.start, match.end))
                     continue
@@ -1248,7 +1351,7 @@ def _split_arguments(code: str, opening: int, closing: int) -> list[tuple[int, i
     return spans
 
 
-_OPTIONS_OF = re.compile(r"(?P<tensor>[A-Za-z_]\w*)\s*\.\s*options\s*\(\s*\)")
+_OPTIONS_OF = re.compile(r"(?P<tensor>[A-Za-z_]\w*(?:\s*\.\s*(?:first|second))?)\s*\.\s*options\s*\(\s*\)")
 # TensorOptions() then .dtype(X).device(D) in any order; or torch::dtype(X).device(D), torch::device(D).dtype(X)
 _NEW_OPTIONS = re.compile(r"(?:(?:at|torch|c10)::)?TensorOptions\s*\(\s*\)"
                           r"|(?=(?:at|torch)::(?:dtype|device)\s*\()(?:at|torch)::")
