@@ -148,3 +148,17 @@ def test_the_build_torch_gives_the_schemas_once_and_what_is_emitted_compiles_at_
     assert new.returncode == 0, new.stderr[-4000:]
     old = subprocess.run([*command, str(tmp_path / "old.cpp")], capture_output=True, text=True, check=False)
     assert old.returncode != 0 and "is_pinned" in old.stderr and "permute" in old.stderr
+
+
+def test_how_a_value_is_spelled_tells_overloads_apart() -> None:
+    """A braced list is only an int[], a ScalarType enumerator only a ScalarType, a number never a
+    list: squeeze(0) is squeeze.dim, squeeze({0, 1}) squeeze.dims, view(dtype) view.dtype."""
+    squeeze = ("aten::squeeze(Tensor(a) self) -> Tensor(a)", "aten::squeeze.dim(Tensor(a) self, int dim) -> Tensor(a)",
+               "aten::squeeze.dims(Tensor(a) self, int[] dim) -> Tensor(a)")
+    assert '"dim", x, static_cast<int64_t>(0))' in call("aten::squeeze", squeeze, ["x", "0"], method=True).text
+    assert '"dims", x, std::vector<int64_t>{0, 1})' in call("aten::squeeze", squeeze, ["x", "{0, 1}"], method=True).text
+    assert "several overloads" in call("aten::squeeze", squeeze, ["x", "d"], method=True).reason  # a name: either
+    view = ("aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)",
+            "aten::view.dtype(Tensor(a) self, ScalarType dtype) -> Tensor(a)")
+    made = call("aten::view", view, ["x", "torch::headeronly::ScalarType::Int"], method=True)
+    assert made.text.endswith('("aten::view", "dtype", x, torch::headeronly::ScalarType::Int)')

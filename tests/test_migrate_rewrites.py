@@ -67,6 +67,10 @@ EXAMPLES: dict[str, tuple[str, str]] = {
     # DeepGEMM's layout helpers: shape ops the stable API has as functions (on a declared tensor)
     "unsqueeze": ("void f(const at::Tensor& sf) { auto y = sf.unsqueeze(0); }",
                   "void f(const torch::stable::Tensor& sf) { auto y = torch::stable::unsqueeze(sf, 0); }"),
+    "view-dtype": ("void f(const at::Tensor& sf) { auto y = sf.view(at::kInt).view({-1}); }",
+                   "void f(const torch::stable::Tensor& sf) { auto y = torch::stable::view("
+                   'assemble_stable::call_aten<torch::stable::Tensor>("aten::view", "dtype", sf, '
+                   "torch::headeronly::ScalarType::Int), {-1}); }"),
     "squeeze": ("void f(const std::pair<at::Tensor, at::Tensor>& a) { auto y = a.first.squeeze(0); }",
                 "void f(const std::pair<torch::stable::Tensor, torch::stable::Tensor>& a) { auto y = "
                 "torch::stable::squeeze(a.first, 0); }"),

@@ -133,6 +133,23 @@ def _fits(schema: Schema, given: int, method: bool) -> bool:
     return all(argument.default is not None for argument in schema.arguments[given:])
 
 
+_SCALAR_TYPE_VALUE = re.compile(r"(?:(?:torch::headeronly|c10|at)::)?ScalarType::\w+")
+_NUMBER = re.compile(r"-?\d+(?:\.\d*)?(?:[eE][+-]?\d+)?[fFlLuU]*")
+
+
+def _spelled_as(argument: Argument, value: str) -> bool:
+    """Whether ``value`` can be of the argument's type as it is spelled: a braced list only for
+    a list, a ScalarType enumerator only for a ScalarType, a number never for a list (so that
+    view(sizes) and view(dtype), or squeeze(dim) and squeeze(dims), are told apart)."""
+    value = value.strip()
+    listed = argument.type.rstrip("?").endswith("]")
+    if value.startswith("{") and value.endswith("}"):
+        return listed
+    if _SCALAR_TYPE_VALUE.fullmatch(value):
+        return argument.type.rstrip("?") == "ScalarType"
+    return not (listed and _NUMBER.fullmatch(value))
+
+
 def _usable(schema: Schema, given: int) -> str:
     """Why this schema cannot be written out here ("" when it can)."""
     for argument in schema.arguments[:given]:
@@ -154,7 +171,8 @@ def call(op: str, schemas: tuple[str, ...], values: list[str], method: bool) -> 
     parsed = [s for s in (parse(text) for text in schemas) if s is not None]
     if not parsed:
         return Call(reason=f"the build torch has no operator {op}")
-    fitting = [s for s in parsed if _fits(s, len(values), method)]
+    fitting = [s for s in parsed if _fits(s, len(values), method)
+               and all(_spelled_as(argument, value) for argument, value in zip(s.arguments, values, strict=False))]
     usable = [s for s in fitting if not _usable(s, len(values))]
     if not usable:
         why = _usable(fitting[0], len(values)) if fitting else f"no overload of {op} takes {len(values)} arguments"

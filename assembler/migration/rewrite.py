@@ -50,6 +50,7 @@ class Rewrite:
     value_types: tuple[str, ...] = ()  # type helper: the declared types that may keep what the new call returns
     members: tuple[str, ...] = ()  # type helper: the members of the old result that the new one has too
     syntax: tuple[str, ...] = ()  # types syntax, cast-data-ptr: ast-grep patterns (migration/syntax.py)
+    where: dict[str, re.Pattern[str]] = field(default_factory=dict)  # type syntax: what a metavariable must spell
     methods: tuple[str, ...] = ()  # type dispatcher: the Tensor methods called through the dispatcher
     functions: tuple[str, ...] = ()  # type dispatcher: the at::/torch:: functions called through it
     schemas: dict[str, tuple[str, ...]] = field(default_factory=dict)  # type dispatcher: aten::op -> the build torch's
@@ -88,9 +89,11 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
             if (raw["type"] in ("syntax", "cast-data-ptr")) != bool(raw.get("syntax")):
                 raise ValueError(f"rewrite {raw.get('id')!r}: types syntax and cast-data-ptr (only) name ast-grep "
                                  "patterns")
-            if (raw["type"] in ("helper", "dispatcher")) != (raw.get("helper") in PIECES):
-                raise ValueError(f"rewrite {raw.get('id')!r}: a helper rewrite names one of the pieces "
-                                 f"{sorted(PIECES)}")
+            if (raw["type"] in ("helper", "dispatcher")) and raw.get("helper") not in PIECES \
+                    or raw.get("helper") and (raw["type"] not in ("helper", "dispatcher", "syntax")
+                                              or raw["helper"] not in PIECES):
+                raise ValueError(f"rewrite {raw.get('id')!r}: a helper or dispatcher rewrite (and a syntax one that "
+                                 f"calls the helper header) names one of the pieces {sorted(PIECES)}")
             if (raw["type"] == "check-macro") != ("(?P<macro>" in raw.get("pattern", "")):
                 raise ValueError(f"rewrite {raw.get('id')!r}: a check-macro's pattern (only) has a 'macro' group "
                                  "ending at its '('")
@@ -110,6 +113,7 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 value_types=tuple(str(name) for name in raw.get("value_types", ())),
                 members=tuple(str(name) for name in raw.get("members", ())),
                 syntax=tuple(str(pattern) for pattern in raw.get("syntax", ())),
+                where={str(name): re.compile(str(spelled)) for name, spelled in raw.get("where", {}).items()},
                 methods=tuple(str(name) for name in raw.get("methods", ())),
                 functions=tuple(str(name) for name in raw.get("functions", ())),
                 lvalue=bool(raw.get("lvalue", False)), defined=bool(raw.get("defined", False)),
@@ -1066,9 +1070,10 @@ _NONE = re.compile(r"(?:torch::indexing::)?None")
 
 
 def _index_narrow(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
-    """``A.index({"...", Slice(None, n)})`` (and ``{Slice(), Slice(s, e)}``: one slice with
-    bounds, the other dimensions whole) on a tensor A the file declares ->
-    ``torch::stable::narrow(A, dim, start, length)``, as FA2's humans unpadded their outputs."""
+    """``A.index({"...", Slice(None, n)})`` (and ``{Slice(), Slice(s, e)}``: slices with bounds,
+    the other dimensions whole) on a tensor A the file declares ->
+    ``torch::stable::narrow(A, dim, start, length)``, one per bounded slice, as FA2's humans
+    unpadded their outputs (DeepGEMM's logits: two)."""
     code = blank_comments_and_strings(file.text)
     declarations: Declarations | None = None
     edits: list[tuple[int, int, str]] = []
@@ -1099,12 +1104,13 @@ def _index_narrow(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> Non
             continue
         if not _eligible(rewrite, file, line, torch_target):
             continue
-        edits.append((name.start(1), closing + 1, f"torch::stable::narrow({tensor}, {narrowed})"))
+        edits.append((name.start(1), closing + 1, narrowed))
     _apply(edits, rewrite, file)
 
 
 def _narrowing(text: str, code: str, brace: int, end: int, tensor: str) -> str | None:
-    """``dim, start, length`` of the index list between ``brace`` and its ``end``, or None."""
+    """``tensor`` narrowed as the index list between ``brace`` and its ``end`` slices it (a
+    narrow per bounded slice), or None."""
     items = [text[start:stop].strip() for start, stop in _split_arguments(code, brace, end)]
     ellipsis = bool(items) and items[0] == '"..."'
     items = items[1:] if ellipsis else items
@@ -1121,16 +1127,19 @@ def _narrowing(text: str, code: str, brace: int, end: int, tensor: str) -> str |
         start, stop = ("" if _NONE.fullmatch(start) else start), ("" if _NONE.fullmatch(stop) else stop)
         if start or stop:
             bounded.append((position, start, stop))
-    if len(bounded) != 1 or (ellipsis and bounded[0][0] != len(items) - 1):
+    if not bounded or (ellipsis and (len(bounded) != 1 or bounded[0][0] != len(items) - 1)):
         return None
-    position, start, stop = bounded[0]
-    dim = f"{tensor}.dim() - 1" if ellipsis else str(position)
-    first = start or "0"
-    if not stop:
-        length = f"{tensor}.size({dim}) - {first}" if start else f"{tensor}.size({dim})"
-    else:
-        length = f"{_grouped(stop)} - {_grouped(start)}" if start else stop
-    return f"{dim}, {first}, {length}"
+    narrowed = tensor
+    for position, start, stop in bounded:  # one narrow per bounded slice, innermost first (sizes: the tensor's own)
+        dim = f"{tensor}.dim() - 1" if ellipsis else str(position)
+        first = start or "0"
+        start = "" if start == "0" else start
+        if not stop:
+            length = f"{tensor}.size({dim}) - {first}" if start else f"{tensor}.size({dim})"
+        else:
+            length = f"{_grouped(stop)} - {_grouped(start)}" if start else stop
+        narrowed = f"torch::stable::narrow({narrowed}, {dim}, {first}, {length})"
+    return narrowed
 
 
 def _grouped(expression: str) -> str:
@@ -1269,7 +1278,10 @@ def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         taken: list[tuple[int, int]] = []
         root = syntax.parse(file.text)
         for pattern in rewrite.syntax:
-            for match in syntax.outermost(syntax.matches(file.text, pattern, root)):
+            wanted = [match for match in syntax.matches(file.text, pattern, root)  # view(dtype), not view(sizes)
+                      if all(spelled.fullmatch(match.captures.get(name, "").strip())
+                             for name, spelled in rewrite.where.items())]
+            for match in syntax.outermost(wanted):
                 if not file.active[match.line] or any(s < match.end and match.start < e for s, e in taken):
                     continue
                 receiver = match.captures.get("X", "")
@@ -1292,6 +1304,8 @@ def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
                     new = _cast_data_ptr(match, code, declarations)
                 else:
                     new = match.expand(rewrite.replacement)
+                    if rewrite.helper:
+                        file.helpers.add(rewrite.helper)
                 edits.append((match.start, match.end, new))
                 taken.append((match.start, match.end))
         if not edits:
