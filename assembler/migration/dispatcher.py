@@ -165,6 +165,15 @@ def _usable(schema: Schema, given: int) -> str:
     return ""
 
 
+def vector_of(value: str) -> str:
+    """``value`` (a list of ints as the call spells it) as the std::vector<int64_t> the stack
+    takes: a braced list names the vector in place; anything else is copied by its iterators."""
+    value = value.strip()
+    if value.startswith("{") and value.endswith("}"):
+        return f"{_VECTOR}{value}"
+    return f"{_VECTOR}(({value}).begin(), ({value}).end())"
+
+
 def call(op: str, schemas: tuple[str, ...], values: list[str], method: bool) -> Call:
     """``op`` (aten::name) called with ``values`` (the receiver first for a method) through
     ``call_aten``, with the one overload of ``schemas`` that takes them; else the reason."""
@@ -186,9 +195,8 @@ def call(op: str, schemas: tuple[str, ...], values: list[str], method: bool) -> 
     for index, argument in enumerate(schema.arguments):
         if index < len(values):
             value, cast = values[index], _cast(argument.type)
-            if cast == _VECTOR:  # a braced list names the vector in place; anything else is copied by its iterators
-                braced = value.startswith("{") and value.endswith("}")
-                stack.append(f"{_VECTOR}{value}" if braced else f"{_VECTOR}(({value}).begin(), ({value}).end())")
+            if cast == _VECTOR:
+                stack.append(vector_of(value))
                 continue
             plain = not cast or (cast == "bool" and value in ("true", "false"))
             stack.append(value if plain else f"static_cast<{cast}>({value})")

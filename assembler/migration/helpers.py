@@ -208,6 +208,25 @@ R call_aten(const char* name, const char* overload, const Args&... args) {
 
 }  // namespace assemble_stable
 """,
+    "strides": """#include <cstddef>
+#include <cstdint>
+#include <vector>
+#include <torch/headeronly/util/HeaderOnlyArrayRef.h>
+
+namespace assemble_stable {
+
+// The strides of a contiguous tensor of these sizes: at::from_blob computed them when it was
+// given none; torch::stable::from_blob takes them.
+inline std::vector<int64_t> contiguous_strides(torch::headeronly::IntHeaderOnlyArrayRef sizes) {
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t i = sizes.size(); i > 1; --i) {
+    strides[i - 2] = strides[i - 1] * sizes[i - 1];
+  }
+  return strides;
+}
+
+}  // namespace assemble_stable
+""",
 }
 
 

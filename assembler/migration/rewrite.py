@@ -24,7 +24,7 @@ REWRITES_FILE = Path(__file__).resolve().parent.parent / "data" / "migration_rew
 SKIP = "\x00"  # marks a declined method call until the step ends (no regex matches across it)
 STYLE_KEYS = {"data-ptr": ("const-mutable", "mutable")}
 TYPES = ("check-macro", "replace", "method", "call", "data-ptr", "rename-method", "new-empty", "helper", "syntax",
-         "cast-data-ptr", "dispatcher", "index-narrow")
+         "cast-data-ptr", "dispatcher", "index-narrow", "options-call")
 
 
 @dataclass(frozen=True)
@@ -89,9 +89,9 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
             if (raw["type"] in ("syntax", "cast-data-ptr")) != bool(raw.get("syntax")):
                 raise ValueError(f"rewrite {raw.get('id')!r}: types syntax and cast-data-ptr (only) name ast-grep "
                                  "patterns")
-            if (raw["type"] in ("helper", "dispatcher")) and raw.get("helper") not in PIECES \
-                    or raw.get("helper") and (raw["type"] not in ("helper", "dispatcher", "syntax")
-                                              or raw["helper"] not in PIECES):
+            if ((raw["type"] in ("helper", "dispatcher")) and raw.get("helper") not in PIECES) \
+                    or (raw.get("helper") and (raw["type"] not in ("helper", "dispatcher", "syntax")
+                                              or raw["helper"] not in PIECES)):
                 raise ValueError(f"rewrite {raw.get('id')!r}: a helper or dispatcher rewrite (and a syntax one that "
                                  f"calls the helper header) names one of the pieces {sorted(PIECES)}")
             if (raw["type"] == "check-macro") != ("(?P<macro>" in raw.get("pattern", "")):
@@ -448,6 +448,9 @@ class Declarations:
             return TENSOR if self.of(match.group(1) or match.group(2), line) == HANDLE else ""
         if (match := _SUBSCRIPTED.match(text)) and _close(text, match.end() - 1) == whole:
             return TENSOR if self.of(match.group(1), line) == SEQUENCE else ""
+        if (branches := _conditional(text)) is not None:  # c ? unsqueeze(sf, 0) : sf (DeepGEMM)
+            kinds = {self.kind(branch, line) for branch in branches}
+            return TENSOR if kinds in ({TENSOR}, {TENSOR, ""}) else ""
         if (match := _ELEMENT_OF.fullmatch(text) or _GET.fullmatch(text)) is not None:
             held = self.declared(match.group("tuple"), line)
             index = int(match.group("index")) if match.re is _GET else ("first", "second").index(match.group("member"))
@@ -495,6 +498,22 @@ class Declarations:
         if match := _SCALAR_TYPE_OF.fullmatch(text):
             return self.kind(match.group(1), line) == (HANDLE if match.group(2) == "->" else TENSOR)
         return _IDENTIFIER.fullmatch(text) is not None and self.of(text, line) == SCALAR
+
+
+def _conditional(text: str) -> tuple[str, str] | None:
+    """The two branches of ``text`` when it is a conditional expression (``c ? a : b`` at its
+    own depth), else None."""
+    depth, question = 0, -1
+    for index, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif depth == 0 and char == "?" and question < 0:
+            question = index
+        elif depth == 0 and char == ":" and question >= 0 and text[index - 1:index + 2].count(":") == 1:
+            return text[question + 1:index], text[index + 1:]
+    return None
 
 
 def _close(code: str, opening: int) -> int | None:
@@ -553,6 +572,10 @@ def apply_step(rewrites: list[Rewrite], file: FileRewrite, torch_target: str, st
             _dispatcher(rewrite, file, torch_target)
         elif rewrite.type == "index-narrow":
             _index_narrow(rewrite, file, torch_target)
+        elif rewrite.type == "options-call":
+            from assembler.migration.creation import options_call
+
+            options_call(rewrite, file, torch_target)
         elif rewrite.type == "check-macro":
             _check_macro(rewrite, file, torch_target)
         else:
@@ -901,7 +924,7 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         receiver = gap.strip()
         if found.group(1) == "->":
             receiver = f"*{receiver}"
-        if rewrite.lvalue and _TEMPORARY.match(receiver):
+        if rewrite.lvalue and (_TEMPORARY.match(receiver) or _CHAIN.fullmatch(receiver)):
             named = _named_receiver(rewrite, file, code, start, closing, receiver, opening)
             if named is None:
                 file.declined.append(Declined(line + 1, rewrite.id, f"the receiver is a temporary ({receiver}), "
@@ -937,6 +960,8 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
 
 
 _TEMPORARY = re.compile(r"torch::stable::(?P<op>\w+)\s*\(\s*(?P<first>[A-Za-z_]\w*)?")
+# a tensor method's result (DeepGEMM's padded.slice(1, 0, mn).slice(2, 0, k).copy_(x)): a temporary too
+_CHAIN = re.compile(r"(?P<first>[A-Za-z_]\w*)\s*(?:\.\s*\w+\s*\(.*\)\s*)*\.\s*(?P<op>\w+)\s*\(.*\)", re.S)
 
 
 def _named_receiver(rewrite: Rewrite, file: FileRewrite, code: str, start: int, closing: int, receiver: str,
@@ -949,7 +974,7 @@ def _named_receiver(rewrite: Rewrite, file: FileRewrite, code: str, start: int, 
     after = re.compile(r"\s*;").match(code, closing + 1)
     if after is None or not _statement_starts(before):
         return None
-    made = _TEMPORARY.match(receiver)
+    made = _TEMPORARY.match(receiver) or _CHAIN.fullmatch(receiver)
     assert made is not None
     name = f"{(made.group('first') or 'tensor').rstrip('_')}_{made.group('op').rstrip('_')}"
     while re.search(rf"\b{name}\b", receiver):
@@ -1065,6 +1090,8 @@ def _call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
 
 
 _INDEX = re.compile(r"\.\s*index\s*\(\s*\{")
+_CALL_ATEN = "assemble_stable::call_aten"  # migration/dispatcher.py's HELPER_FUNCTION
+_DISPATCHER_SINCE = "2.10"  # torch_call_dispatcher
 _SLICE = re.compile(r"(?:torch::indexing::)?Slice\s*\((?P<arguments>[^()]*(?:\([^()]*\)[^()]*)*)\)", re.S)
 _NONE = re.compile(r"(?:torch::indexing::)?None")
 
@@ -1104,6 +1131,13 @@ def _index_narrow(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> Non
             continue
         if not _eligible(rewrite, file, line, torch_target):
             continue
+        if _CALL_ATEN in narrowed:
+            if _newer(_DISPATCHER_SINCE, torch_target):
+                file.declined.append(Declined(line + 1, rewrite.id, "more than one bounded slice: the second is "
+                                              f"narrowed through the dispatcher, torch {_DISPATCHER_SINCE}'s (raise "
+                                              "torch-target to allow it)"))
+                continue
+            file.helpers.add("dispatcher")
         edits.append((name.start(1), closing + 1, narrowed))
     _apply(edits, rewrite, file)
 
@@ -1131,6 +1165,7 @@ def _narrowing(text: str, code: str, brace: int, end: int, tensor: str) -> str |
         return None
     narrowed = tensor
     for position, start, stop in bounded:  # one narrow per bounded slice, innermost first (sizes: the tensor's own)
+        outer = narrowed != tensor
         dim = f"{tensor}.dim() - 1" if ellipsis else str(position)
         first = start or "0"
         start = "" if start == "0" else start
@@ -1138,7 +1173,12 @@ def _narrowing(text: str, code: str, brace: int, end: int, tensor: str) -> str |
             length = f"{tensor}.size({dim}) - {first}" if start else f"{tensor}.size({dim})"
         else:
             length = f"{_grouped(stop)} - {_grouped(start)}" if start else stop
-        narrowed = f"torch::stable::narrow({narrowed}, {dim}, {first}, {length})"
+        if outer:  # torch::stable::narrow takes a Tensor&, which a narrow's result is not: aten::narrow
+            narrowed = (f'{_CALL_ATEN}<torch::stable::Tensor>("aten::narrow", "", {narrowed}, '
+                        f"static_cast<int64_t>({dim}), "
+                        f"static_cast<int64_t>({first}), static_cast<int64_t>({length}))")
+        else:
+            narrowed = f"torch::stable::narrow({narrowed}, {dim}, {first}, {length})"
     return narrowed
 
 
@@ -1257,7 +1297,7 @@ def _kept_otherwise(code: str, found: re.Match[str], rewrite: Rewrite) -> str | 
     return None
 
 
-_CONST_TENSOR = r"(?:\bconst\s+(?:[\w:]*::)?Tensor\b|\bTensor\s+const\b)\s*&?\s*{name}\b"
+_CONST_TENSOR = r"(?:\bconst\s+(?:[\w:]*::)?Tensor\b|\bTensor\s+const\b|\bconst\s+auto\b)\s*&?\s*{name}\b"
 
 
 _NAME_CHAIN = re.compile(r"[A-Za-z_]\w*(?:\s*(?:\.|->)\s*[A-Za-z_]\w*)*")  # a, a.first, p->t: read twice, same value
@@ -1281,7 +1321,7 @@ def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             wanted = [match for match in syntax.matches(file.text, pattern, root)  # view(dtype), not view(sizes)
                       if all(spelled.fullmatch(match.captures.get(name, "").strip())
                              for name, spelled in rewrite.where.items())]
-            for match in syntax.outermost(wanted):
+            for match in syntax.outermost(iter(wanted)):
                 if not file.active[match.line] or any(s < match.end and match.start < e for s, e in taken):
                     continue
                 receiver = match.captures.get("X", "")
