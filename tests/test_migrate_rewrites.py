@@ -1106,3 +1106,21 @@ def test_a_dtype_constant_another_file_declares_is_taken_and_one_declared_otherw
     lines = file.text.splitlines()
     assert lines[1].endswith("torch::stable::Device(torch::headeronly::DeviceType::CPU), kPackedFP4);")
     assert "at::from_blob" in lines[2] and [(d.line, d.rewrite) for d in file.declined] == [(3, "options-call")]
+
+
+def test_a_tensor_the_projects_own_function_returns_is_a_tensor_whatever_it_is_called_on() -> None:
+    """DeepGEMM's ``const auto workspace = device_runtime->get_cublaslt_workspace();`` (declared
+    ``torch::Tensor get_cublaslt_workspace()`` in another header): migrate reads every file for
+    the functions declared returning a tensor, so ``workspace.nbytes()`` is rewritten."""
+    from assembler.migration.rewrite import RETURNS_TENSOR
+
+    header = "struct Runtime {\n  torch::Tensor get_cublaslt_workspace() const;\n  int arch() const;\n};\n"
+    own = frozenset(found.group("name") for found in RETURNS_TENSOR.finditer(header))
+    assert own == {"get_cublaslt_workspace"}
+    text = ("size_t f(Runtime* device_runtime) {\n  const auto workspace = device_runtime->get_cublaslt_workspace();\n"
+            "  const auto arch = device_runtime->arch();\n  return workspace.nbytes() + arch.nbytes();\n}\n")
+    file = FileRewrite(text, [True] * 5, own_tensor_functions=own)
+    for step in REWRITES.steps:
+        apply_step(REWRITES.of_step(step), file, "2.10", {})
+    assert "return (workspace.numel() * workspace.element_size()) + arch.nbytes();" in file.text
+    assert [(d.line, d.rewrite) for d in file.declined] == [(4, "nbytes")]  # arch: an int's

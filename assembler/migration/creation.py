@@ -34,6 +34,7 @@ from assembler.migration.rewrite import (
     _line_of,
     _split_arguments,
     _trimmed,
+    declarations_for,
 )
 
 _NAMESPACE = r"(?:(?:at|torch|c10|torch::headeronly)::)?"
@@ -131,7 +132,7 @@ def options_call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None
         closing = _close_paren(code, opening)
         if closing is None:
             continue
-        declarations = declarations or Declarations(code, rewrite.tensor_functions)
+        declarations = declarations or declarations_for(code, rewrite)
         function = found.group(1)
         arguments = _split_arguments(code, opening, closing)
         wanted = {"from_blob": (3, 4), "empty_strided": (3,), "empty": (2,), "empty_like": (2,)}[function]

@@ -45,6 +45,7 @@ from assembler.migration.lexer import blank_comments_and_strings, continued_line
 from assembler.migration.pybind import GENERATED_MARK, ModuleEdit
 from assembler.migration.registration import WRAPPER_MARK, Library
 from assembler.migration.rewrite import (
+    RETURNS_TENSOR,
     SOURCE_SUFFIXES,
     Declined,
     FileRewrite,
@@ -194,8 +195,10 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
                  for path, lines in sorted(assessed.active.items())}
         callees = _callees(files)
         macros = defined_macros(blank_comments_and_strings(file.text) for file in files.values())
+        own = frozenset(found.group("name") for file in files.values()
+                        for found in RETURNS_TENSOR.finditer(blank_comments_and_strings(file.text)))
         for file in files.values():
-            file.callees, file.macros = callees, macros
+            file.callees, file.macros, file.own_tensor_functions = callees, macros, own
         rewrites = _with_schemas(workspace, dep, rewrites, files)
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
@@ -499,7 +502,8 @@ def _run_file(path: Path, original: FileRewrite, rewrites: RewriteSet, target: s
               libraries: dict[Path, Library] | None = None) -> FileRun:
     """One file through every step. A rewrite keeps the line breaks, the include step and the
     formatting do not: what was declined so far is moved to the lines it is on afterwards."""
-    file = FileRewrite(original.text, list(original.active), callees=original.callees, macros=original.macros)
+    file = FileRewrite(original.text, list(original.active), callees=original.callees, macros=original.macros,
+                       own_tensor_functions=original.own_tensor_functions)
     run = FileRun([file.text], [], file)
     for step in rewrites.steps:
         before = file.text
@@ -1085,7 +1089,8 @@ def _plan(files: dict[Path, FileRewrite], rewrites: RewriteSet, target: str, sty
     left: dict[Path, bool] = {}
     pieces: dict[Path, set[str]] = {}
     for path, file in files.items():
-        trial = FileRewrite(file.text, list(file.active), callees=file.callees, macros=file.macros)
+        trial = FileRewrite(file.text, list(file.active), callees=file.callees, macros=file.macros,
+                             own_tensor_functions=file.own_tensor_functions)
         _apply_registration(trial, modules.get(path, []), libraries.get(path))
         for step in rewrites.steps:
             apply_step(rewrites.of_step(step), trial, target, style)

@@ -11,7 +11,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,7 @@ class Rewrite:
     where: dict[str, re.Pattern[str]] = field(default_factory=dict)  # type syntax: what a metavariable must spell
     methods: tuple[str, ...] = ()  # type dispatcher: the Tensor methods called through the dispatcher
     functions: tuple[str, ...] = ()  # type dispatcher: the at::/torch:: functions called through it
+    own_tensor_functions: frozenset[str] = frozenset()  # the project's (FileRewrite's), set by apply_step
     schemas: dict[str, tuple[str, ...]] = field(default_factory=dict)  # type dispatcher: aten::op -> the build torch's
     lvalue: bool = False  # type method: the function takes its receiver by non-const reference (copy_, fill_, zero_)
     defined: bool = False  # type replace: only on a tensor (group 'tensor') its block used before (_used_before)
@@ -149,6 +150,7 @@ class FileRewrite:
     # (syntax.pointer_parameters over every file migrate reads): a copy of the file keeps them
     callees: Mapping[str, list[syntax.Parameters]] = field(default_factory=dict)
     macros: frozenset[str] = frozenset()  # the macros the project #defines itself (rules.defined_macros)
+    own_tensor_functions: frozenset[str] = frozenset()  # the project's functions declared returning a tensor
 
 
 def _newer(version: str, target: str) -> bool:
@@ -180,6 +182,10 @@ _DEREFERENCED = re.compile(r"\*\s*([A-Za-z_]\w*)|([A-Za-z_]\w*)\s*\.\s*value\s*\
 _SUBSCRIPTED = re.compile(r"([A-Za-z_]\w*)\s*\[")
 _FUNCTION_CALL = re.compile(r"(?:torch::stable|at|torch)::(\w+)\s*\(")
 _METHOD_CALL = re.compile(r"\.\s*(\w+)\s*\(\s*[^()]*\)$")
+_OWN_CALL = re.compile(r"(?:^|\.|->|::)\s*([A-Za-z_]\w*)\s*\(\s*[^()]*\)$")
+# a function the project declares returning a tensor (migrate reads every file: FileRewrite.own_tensor_functions)
+RETURNS_TENSOR = re.compile(r"(?<![\w:,<(])(?:(?:static|inline|virtual|constexpr)\s+)*(?:const\s+)?"
+                            r"(?:(?:at|torch|torch::stable)::)Tensor\s*&?\s+(?:[A-Za-z_]\w*::)*(?P<name>[A-Za-z_]\w*)\s*\(")
 _ENUMERATOR = re.compile(r"(?:torch::headeronly::)?ScalarType::\w+")  # short after using torch::headeronly::ScalarType
 _CALL_ATEN_TENSOR = re.compile(r"assemble_stable::call_aten\s*<\s*torch::stable::Tensor\s*>\s*\(")  # the dispatcher's
 _TEMPLATE_CALLEE = re.compile(r"(?:\bassemble_stable::call_aten\s*<[\w:\s]*>|\bstd::get\s*<\s*\d+\s*>)\s*$")
@@ -283,9 +289,10 @@ def _element_kinds(arguments: str, bare: bool) -> tuple[str, ...]:
 class Declarations:
     """The typed names of one file's code (comments and strings blanked)."""
 
-    def __init__(self, code: str, tensor_functions: frozenset[str]) -> None:
+    def __init__(self, code: str, tensor_functions: frozenset[str], own: frozenset[str] = frozenset()) -> None:
         self.code = code
         self.functions = tensor_functions
+        self.own = own  # the project's functions that return a tensor, whatever they are called on
         self.names: dict[str, list[_Declared]] = {}
         found: list[tuple[int, str, str, re.Match[str] | None]] = []
         for kind, pattern in _declaration_patterns(_USING_TENSOR.search(code) is not None):
@@ -459,6 +466,8 @@ class Declarations:
             return TENSOR if match.group(1) in self.functions else ""
         if (match := _CALL_ATEN_TENSOR.match(text)) and _close(text, match.end() - 1) == whole:
             return TENSOR
+        if (match := _OWN_CALL.search(text)) and match.group(1) in self.own:  # device_runtime->workspace()
+            return TENSOR
         if (match := _METHOD_CALL.search(text)) and (match.group(1) in self.functions or match.group(1) == "t"):
             return TENSOR if self.kind(text[:match.start()], line) == TENSOR else ""
         return ""
@@ -498,6 +507,12 @@ class Declarations:
         if match := _SCALAR_TYPE_OF.fullmatch(text):
             return self.kind(match.group(1), line) == (HANDLE if match.group(2) == "->" else TENSOR)
         return _IDENTIFIER.fullmatch(text) is not None and self.of(text, line) == SCALAR
+
+
+def declarations_for(code: str, rewrite: Rewrite) -> Declarations:
+    """The typed names of ``code`` as ``rewrite`` reads them: torch's tensor functions and the
+    project's own."""
+    return Declarations(code, rewrite.tensor_functions, rewrite.own_tensor_functions)
 
 
 def _conditional(text: str) -> tuple[str, str] | None:
@@ -554,6 +569,8 @@ def apply_step(rewrites: list[Rewrite], file: FileRewrite, torch_target: str, st
     active = continued_lines(code, (number + 1 for number, flag in enumerate(file.active) if flag))
     file.active = [number + 1 in active for number in range(len(file.active))]
     for rewrite in rewrites:
+        if file.own_tensor_functions:
+            rewrite = replace(rewrite, own_tensor_functions=file.own_tensor_functions)
         if rewrite.type == "replace":
             _replace(rewrite, file, torch_target)
         elif rewrite.type == "method":
@@ -646,7 +663,7 @@ def _replace(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     for found in rewrite.pattern.finditer(code):
         line = _line_of(code, found.start())
         if rewrite.defined:
-            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            declarations = declarations or declarations_for(code, rewrite)
             tensor = found.group("tensor")
             if declarations.kind(tensor, line) != TENSOR or not _used_before(code, tensor, found.start()):
                 continue
@@ -898,7 +915,7 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         start = _receiver_start(code, found.start())
         what = ""
         if start is not None and (found.group(1) == "->" or rewrite.receiver):
-            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            declarations = declarations or declarations_for(code, rewrite)
             what = declarations.kind(code[start:found.start()], line)
         reason = None
         if found.group(1) == "->" and what != HANDLE:
@@ -939,7 +956,7 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             file.includes.update(rewrite.includes)
             continue
         if rewrite.lvalue and _IDENTIFIER.fullmatch(receiver):
-            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            declarations = declarations or declarations_for(code, rewrite)
             declared = declarations.declared(receiver, line)
             if declared is not None and re.search(_CONST_TENSOR.format(name=re.escape(receiver)),
                                                   code.split("\n")[declared.first]):
@@ -1028,7 +1045,7 @@ def _dispatcher(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         if closing is None or start is None:
             reason = "no receiver expression on this line"
         elif method:
-            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            declarations = declarations or declarations_for(code, rewrite)
             if declarations.kind(code[start:found.start()], line) != TENSOR:
                 reason = f"{code[start:found.start()].strip()} {NOT_DECLARED}: if it is one, call aten::{name} yourself"
         new = ""
@@ -1114,7 +1131,7 @@ def _index_narrow(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> Non
         name = re.search(r"(?<![\w.:>])([A-Za-z_]\w*)\s*$", receiver)
         if closing is None or name is None:
             continue
-        declarations = declarations or Declarations(code, rewrite.tensor_functions)
+        declarations = declarations or declarations_for(code, rewrite)
         tensor = name.group(1)
         brace = found.end() - 1
         end = _close(code, brace)
@@ -1206,7 +1223,7 @@ def _rename_method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> No
         if not file.active[line]:
             continue
         start = _receiver_start(code, found.start())
-        declarations = declarations or Declarations(code, rewrite.tensor_functions)
+        declarations = declarations or declarations_for(code, rewrite)
         wanted = HANDLE if found.group(1) == "->" else TENSOR
         receiver = "" if start is None else code[start:found.start()].strip()
         line_start = code.rfind("\n", 0, found.start()) + 1
@@ -1255,7 +1272,7 @@ def _helper(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         new = original.expand(rewrite.replacement)
         reason = None
         if "tensor" in rewrite.pattern.groupindex and found.group("tensor") is not None:
-            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            declarations = declarations or declarations_for(code, rewrite)
             tensor = found.group("tensor").strip()
             if declarations.kind(tensor, line) != TENSOR:
                 reason = f"{tensor} {NOT_DECLARED}: if it is one, write {new.strip()} yourself"
@@ -1326,7 +1343,7 @@ def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
                     continue
                 receiver = match.captures.get("X", "")
                 if rewrite.receiver and receiver:
-                    declarations = declarations or Declarations(code, rewrite.tensor_functions)
+                    declarations = declarations or declarations_for(code, rewrite)
                     if declarations.kind(code[slice(*match.spans["X"])], match.line) != TENSOR:
                         file.declined.append(Declined(match.line + 1, rewrite.id, f"{receiver.strip()} {NOT_DECLARED}"))
                         taken.append((match.start, match.end))
@@ -1340,7 +1357,7 @@ def _syntax(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
                     taken.append((match.start, match.end))
                     continue
                 if rewrite.type == "cast-data-ptr":
-                    declarations = declarations or Declarations(code, rewrite.tensor_functions)
+                    declarations = declarations or declarations_for(code, rewrite)
                     new = _cast_data_ptr(match, code, declarations)
                 else:
                     new = match.expand(rewrite.replacement)
@@ -1530,7 +1547,7 @@ def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         closing = _close_paren(code, opening)
         if closing is None:
             continue
-        declarations = declarations or Declarations(code, rewrite.tensor_functions)
+        declarations = declarations or declarations_for(code, rewrite)
         scalar = found.group(1) == "tensor"
         read = _from_options(code, opening, closing, declarations, line, scalar)
         if isinstance(read, str):
@@ -1570,7 +1587,7 @@ def _options_parameters(file: FileRewrite, rewrite: Rewrite) -> None:
     code = blank_comments_and_strings(file.text)
     if "TensorOptions" not in code:
         return
-    declarations = Declarations(code, rewrite.tensor_functions)
+    declarations = declarations_for(code, rewrite)
     edits: list[tuple[int, int, str]] = []
     for found in _OPTIONS_PARAMETER.finditer(code):
         opening = _enclosing_paren(code, found.start())
@@ -1707,7 +1724,7 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
         if (not templated and style == "mutable") or start is None:
             continue
         if found.group().startswith("->"):  # an optional or a pointer the file declares one (opt->data_ptr<T>())
-            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            declarations = declarations or declarations_for(code, rewrite)
             if not templated or declarations.kind(code[start:found.start()], line) != HANDLE:
                 continue
         opening = code.find("(", found.end() if templated else found.start())
@@ -1720,7 +1737,7 @@ def _data_ptr(rewrite: Rewrite, file: FileRewrite, torch_target: str, style: str
             const = _declared_to_const(code[:start], assigned.group("name"))
         declared = _POINTER_DECLARATION.search(before) if templated and not const and style != "mutable" else None
         if declared is not None and after.lstrip().startswith(";"):
-            declarations = declarations or Declarations(code, rewrite.tensor_functions)
+            declarations = declarations or declarations_for(code, rewrite)
             const = _only_read(code, declarations, declared.group("name"), found.start(), closing or found.end(),
                                file.callees)
         # an untemplated data_ptr() is mutable_data_ptr() already (a stable call): it changes only to const
