@@ -1124,3 +1124,11 @@ def test_a_tensor_the_projects_own_function_returns_is_a_tensor_whatever_it_is_c
         apply_step(REWRITES.of_step(step), file, "2.10", {})
     assert "return (workspace.numel() * workspace.element_size()) + arch.nbytes();" in file.text
     assert [(d.line, d.rewrite) for d in file.declined] == [(4, "nbytes")]  # arch: an int's
+
+
+def test_an_optionals_value_is_the_tensor_it_holds_not_a_temporary_to_name() -> None:
+    """FA2's ``if (out_.has_value()) { out_.value().copy_(out); }``: value() returns the tensor the
+    optional holds (an lvalue), so copy_ takes it as it is; a slice of it is a temporary."""
+    file = _run("void f(std::optional<at::Tensor>& out_, at::Tensor out) {\n"
+                "  if (out_.has_value()) { out_.value().copy_(out); }\n}\n")
+    assert "  if (out_.has_value()) { torch::stable::copy_(out_.value(), out); }" in file.text

@@ -941,7 +941,8 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         receiver = gap.strip()
         if found.group(1) == "->":
             receiver = f"*{receiver}"
-        if rewrite.lvalue and (_TEMPORARY.match(receiver) or _CHAIN.fullmatch(receiver)):
+        chain = _CHAIN.fullmatch(receiver)
+        if rewrite.lvalue and (_TEMPORARY.match(receiver) or (chain and chain.group("op") not in _LVALUE_METHODS)):
             named = _named_receiver(rewrite, file, code, start, closing, receiver, opening)
             if named is None:
                 file.declined.append(Declined(line + 1, rewrite.id, f"the receiver is a temporary ({receiver}), "
@@ -978,6 +979,7 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
 
 _TEMPORARY = re.compile(r"torch::stable::(?P<op>\w+)\s*\(\s*(?P<first>[A-Za-z_]\w*)?")
 # a tensor method's result (DeepGEMM's padded.slice(1, 0, mn).slice(2, 0, k).copy_(x)): a temporary too
+_LVALUE_METHODS = frozenset({"value"})  # an optional's value() is the tensor it holds, not a temporary
 _CHAIN = re.compile(r"(?P<first>[A-Za-z_]\w*)\s*(?:\.\s*\w+\s*\(.*\)\s*)*\.\s*(?P<op>\w+)\s*\(.*\)", re.S)
 
 
