@@ -129,6 +129,10 @@ def test_only_what_compiles_is_committed(tmp_path: Path, private_cache: Path) ->
     [kept] = proof["includes_kept"]
     assert (kept["file"], kept["unit"]) == ("csrc/util.h", "csrc/keep.cpp")
     assert kept["at"] == "csrc/keep.cpp:5" and "'Scalar' in namespace 'c10' does not name a type" in kept["error"]
+    # the first compile, every file rewritten: both errors, each at its line of the rewritten file
+    first = {(item["unit"], item["at"].split(":")[0]) for item in proof["first_errors"]}
+    assert {("csrc/bad.cpp", "csrc/bad.cpp"), ("csrc/keep.cpp", "csrc/keep.cpp")} <= first, proof["first_errors"]
+    assert any("is_quantized" in item["error"] for item in proof["first_errors"])
     units = {unit["source"]: unit for unit in proof["units"]}
     assert set(units) == {"csrc/ops.cpp", "csrc/keep.cpp", "csrc/bad.cpp"}
     assert all(unit["ok"] for unit in units.values())  # as committed

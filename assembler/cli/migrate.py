@@ -101,6 +101,10 @@ def proof_lines(report: MigrateReport) -> list[str]:
         for item in proof.not_committed:
             table.add_row(item["file"], f"{item['at']}: {item['error']}", item["unit"])
         out.append(table.text_for().rstrip("\n"))
+    if proof.not_committed and proof.first_errors:
+        out.append(f"the first compile, every file rewritten ({len(proof.first_errors)} errors: what is left before "
+                   "any of them can be committed):")
+        out += [f"  {item['at']}: {item['error']} ({item['unit']})" for item in proof.first_errors]
     for item in proof.includes_kept:
         out.append(f"kept the unstable includes of {item['file']}: {item['unit']} does not compile without them "
                    f"({item['at']}: {item['error']})")

@@ -109,13 +109,17 @@ class ProofSummary:
     not_proven: list[dict[str, Any]] = field(default_factory=list)  # {"file", "reason"}
     not_committed: list[dict[str, Any]] = field(default_factory=list)  # {"file", "at", "error", "unit"}
     includes_kept: list[dict[str, Any]] = field(default_factory=list)  # {"file", "at", "error", "unit"}
+    # every error of the first compile with each file in its most migrated form: what is left to
+    # a person before anything can be committed (the later rounds' errors are what going back made)
+    first_errors: list[dict[str, Any]] = field(default_factory=list)  # {"unit", "at", "error"}
     units: list[dict[str, Any]] = field(default_factory=list)  # each proving unit's last compile
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"compiled": self.compiled, "reason": self.reason, "changed": self.changed, "proven": len(self.proven),
                 "proven_files": self.proven, "not_proven": self.not_proven, "not_committed": self.not_committed,
-                "includes_kept": self.includes_kept, "units": self.units, "seconds": round(self.seconds, 3)}
+                "includes_kept": self.includes_kept, "first_errors": self.first_errors, "units": self.units,
+                "seconds": round(self.seconds, 3)}
 
 
 @dataclass
@@ -581,12 +585,17 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
 
     try:
         todo = [unit for unit in chosen.units if rewritten(reads[unit.path])]
+        rounds = 0
         while todo:
             written = {path: forms[level[path]][1] for path, forms in options.items()}
             for path, run in written.items():
                 _write(path, run.texts[-1] if run is not None else saved[path])
             advanced: set[Path] = set()
+            rounds += 1
             for result in prover.again(todo):
+                if rounds == 1 and not result.ok:
+                    summary.first_errors += [{"unit": result.unit.source, "at": error.at, "error": error.text}
+                                             for error in result.errors][:_FIRST_ERRORS - len(summary.first_errors)]
                 last[result.unit.path] = result
                 if result.ok:
                     reads[result.unit.path] = set(result.reads) | {result.unit.path}
@@ -656,6 +665,9 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
             summary.not_proven.append({"file": rel, "reason": why})
     summary.seconds = time.monotonic() - started
     return {key[path]: options[path][level[path]][1] for path in options}
+
+
+_FIRST_ERRORS = 50  # the first compile's errors reported at most (DeepGEMM's last four: 4)
 
 
 # Standard names an unstable torch header gave through its own includes -> the header that declares them
