@@ -1047,19 +1047,21 @@ def test_tensors_made_from_options_naming_no_tensor_compile_at_2_10(tmp_path: Pa
     assert done.returncode == 0, done.stderr[-4000:]
 
 
+_DEEPGEMM_SHAPED = ("void f(const at::Tensor& sf, at::Tensor& logits, int n, int m) {\n"
+                    "  const auto r = (sf.dim() == 2) ? sf.unsqueeze(0) : sf;\n"
+                    "  auto s = r.view(at::kInt);\n"
+                    "  s.slice(1, 0, n).copy_(r);\n"
+                    "  const auto out = at::empty({n}, sf.options());\n"
+                    "  out.copy_(r);\n"
+                    "  logits = logits.index({torch::indexing::Slice(0, n), torch::indexing::Slice(0, m)});\n}\n")
+
+
 def test_deepgemm_shaped_receivers_a_conditional_a_chain_a_const_auto_and_two_slices() -> None:
     """A tensor from ``c ? a : b``; ``x.slice(..).copy_(y)`` (a temporary receiver for a function
     taking Tensor&: named first, in a block on its line); ``copy_`` on a ``const auto`` tensor
     (const_cast, as on a const Tensor&); ``index`` with two bounded slices (the outer narrow
     through the dispatcher, as torch::stable::narrow takes a Tensor&)."""
-    text = ("void f(const at::Tensor& sf, at::Tensor& logits, int n, int m) {\n"
-            "  const auto r = (sf.dim() == 2) ? sf.unsqueeze(0) : sf;\n"
-            "  auto s = r.view(at::kInt);\n"
-            "  s.slice(1, 0, n).copy_(r);\n"
-            "  const auto out = at::empty({n}, sf.options());\n"
-            "  out.copy_(r);\n"
-            "  logits = logits.index({torch::indexing::Slice(0, n), torch::indexing::Slice(0, m)});\n}\n")
-    file = _run(text)
+    file = _run(_DEEPGEMM_SHAPED)
     lines = file.text.splitlines()
     assert lines[2] == ('  auto s = assemble_stable::call_aten<torch::stable::Tensor>("aten::view", "dtype", r, '
                         "torch::headeronly::ScalarType::Int);")
@@ -1076,14 +1078,7 @@ def test_deepgemm_shaped_receivers_a_conditional_a_chain_a_const_auto_and_two_sl
 def test_the_deepgemm_shaped_receivers_compile_at_2_10(tmp_path: Path, build_env_path: Path) -> None:
     from assembler.migration.dispatcher import schemas_for
 
-    text = ("#include <torch/csrc/stable/ops.h>\n"
-            "void f(const at::Tensor& sf, at::Tensor& logits, int n, int m) {\n"
-            "  const auto r = (sf.dim() == 2) ? sf.unsqueeze(0) : sf;\n"
-            "  auto s = r.view(at::kInt);\n"
-            "  s.slice(1, 0, n).copy_(r);\n"
-            "  const auto out = at::empty({n}, sf.options());\n"
-            "  out.copy_(r);\n"
-            "  logits = logits.index({torch::indexing::Slice(0, n), torch::indexing::Slice(0, m)});\n}\n")
+    text = "#include <torch/csrc/stable/ops.h>\n" + _DEEPGEMM_SHAPED
     schemas = schemas_for(build_env_path / "bin" / "python", "2.13.0", {"aten::slice"}, tmp_path / "cache")
     file = FileRewrite(text, [True] * (text.count("\n") + 1))
     rewrites = replace(REWRITES, rewrites=tuple(replace(r, schemas=schemas) if r.type == "dispatcher" else r

@@ -173,3 +173,46 @@ def directives(text: str) -> list[tuple[int, str, str]]:
             raise Unsure("a comment marker inside an include's name")
         found.append((first + 1, raw, stripped))
     return found
+
+
+def top_level_spans(code: str, start: int, end: int, opens: str = "([{", closes: str = ")]}") -> list[tuple[int, int]]:
+    """The (start, end) of each comma-separated item of ``code[start:end]`` outside any bracket
+    of ``opens``/``closes`` (a call's arguments; a template's with ``<``/``>``); blank ones left out."""
+    items, depth, first = [], 0, start
+    for index in range(start, end):
+        char = code[index]
+        if char in opens:
+            depth += 1
+        elif char in closes:
+            depth -= 1
+        elif char == "," and depth == 0:
+            items.append((first, index))
+            first = index + 1
+    items.append((first, end))
+    return [(a, b) for a, b in items if code[a:b].strip()]
+
+
+def split_top_level(text: str, opens: str = "([{", closes: str = ")]}") -> list[str]:
+    """``text``'s top-level items (:func:`top_level_spans`), each stripped."""
+    return [text[a:b].strip() for a, b in top_level_spans(text, 0, len(text), opens, closes)]
+
+
+def matching_close(code: str, opening: int, opens: str = "([{", closes: str = ")]}", stop: str = "",
+                   limit: int | None = None) -> int | None:
+    """The index of the bracket that closes ``code[opening]`` (one of ``opens``), or None when
+    another kind closes it, a character of ``stop`` comes first at any depth, or none does
+    within ``limit`` characters."""
+    want = closes[opens.index(code[opening])]
+    depth = 0
+    end = len(code) if limit is None else min(len(code), opening + limit)
+    for index in range(opening, end):
+        char = code[index]
+        if char in opens:
+            depth += 1
+        elif char in closes:
+            depth -= 1
+            if depth == 0:
+                return index if char == want else None
+        elif char in stop:
+            return None
+    return None

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from assembler.migration.dispatcher import HELPER_FUNCTION, vector_of
-from assembler.migration.lexer import blank_comments_and_strings
+from assembler.migration.lexer import blank_comments_and_strings, matching_close
 from assembler.migration.rewrite import (
     _DEVICE_OF,
     _LINK,
@@ -29,11 +29,10 @@ from assembler.migration.rewrite import (
     FileRewrite,
     Rewrite,
     _apply,
-    _close_paren,
     _eligible,
-    _line_of,
     _split_arguments,
     _trimmed,
+    calls_of,
     declarations_for,
 )
 
@@ -89,7 +88,7 @@ def _options(code: str, text: str, start: int, end: int, declarations: Declarati
         return "the options are not A.options(), TensorOptions() or dtype(X) with .dtype(X) and .device(D)"
     while position < right:
         link = _LINK.match(code, position) or _DTYPE_CALL.match(code, position)
-        closing = None if link is None else _close_paren(code, link.end() - 1)
+        closing = None if link is None else matching_close(code, link.end() - 1)
         name = "" if link is None else link.group("name")
         if link is None or closing is None or closing > right or name in links or name not in ("dtype", "device"):
             return "the options set more than .dtype(X) and .device(D)"
@@ -124,14 +123,7 @@ def options_call(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None
     code = blank_comments_and_strings(file.text)
     declarations: Declarations | None = None
     edits: list[tuple[int, int, str]] = []
-    for found in rewrite.pattern.finditer(code):
-        line = _line_of(code, found.start())
-        if not file.active[line]:
-            continue
-        opening = code.index("(", found.end())
-        closing = _close_paren(code, opening)
-        if closing is None:
-            continue
+    for found, line, opening, closing in calls_of(rewrite.pattern, code, file):
         declarations = declarations or declarations_for(code, rewrite)
         function = found.group(1)
         arguments = _split_arguments(code, opening, closing)

@@ -20,6 +20,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from assembler.migration.lexer import split_top_level
+
 HELPER_FUNCTION = "assemble_stable::call_aten"
 _CACHE_NAME = "aten-schemas-{torch}.json"
 
@@ -60,18 +62,7 @@ class Schema:
 
 
 def _split(text: str) -> list[str]:
-    parts, depth, start = [], 0, 0
-    for index, char in enumerate(text):
-        if char in "([":
-            depth += 1
-        elif char in ")]":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(text[start:index].strip())
-            start = index + 1
-    if text[start:].strip():
-        parts.append(text[start:].strip())
-    return parts
+    return split_top_level(text, "([", ")]")
 
 
 def parse(schema: str) -> Schema | None:

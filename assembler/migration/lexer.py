@@ -9,8 +9,12 @@ from assembler.check.lexer import (
     blank_comments_and_strings,
     continued_lines,
     directives,
+    matching_close,
+    split_top_level,
     strip_comments,
     tokens,
+    top_level_spans,
 )
 
-__all__ = ["TOKEN", "Unsure", "blank_comments_and_strings", "continued_lines", "directives", "strip_comments", "tokens"]
+__all__ = ["TOKEN", "Unsure", "blank_comments_and_strings", "continued_lines", "directives", "matching_close",
+           "split_top_level", "strip_comments", "tokens", "top_level_spans"]

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from assembler.migration.assess import DECLARATION_HEAD
-from assembler.migration.lexer import blank_comments_and_strings
+from assembler.migration.lexer import blank_comments_and_strings, top_level_spans
 
 GENERATED_MARK = "Registered with the Stable ABI by `assemble migrate`"  # what review's trailer looks for
 _MODULE = re.compile(r"\bPYBIND11_MODULE\s*\(\s*(\w+)\s*,\s*(\w+)\s*\)\s*\{")
@@ -452,19 +452,7 @@ _LIBRARY = re.compile(r"\b(?:STABLE_)?TORCH_LIBRARY(?:_FRAGMENT)?\s*\(\s*(\w+)\s
 def _top_level(code: str, start: int, end: int, templates: bool = False) -> list[tuple[int, int]]:
     """The (start, end) of each comma-separated item of ``code[start:end]`` (brackets nested;
     ``templates``: angle brackets too, as in a parameter list's ``std::variant<int, T>``)."""
-    items, depth, first = [], 0, start
-    opening, closing = ("([{<", ")]}>") if templates else ("([{", ")]}")
-    for index in range(start, end):
-        char = code[index]
-        if char in opening:
-            depth += 1
-        elif char in closing:
-            depth -= 1
-        elif char == "," and depth == 0:
-            items.append((first, index))
-            first = index + 1
-    items.append((first, end))
-    return [(a, b) for a, b in items if code[a:b].strip()]
+    return top_level_spans(code, start, end, *(("([{<", ")]}>") if templates else ("([{", ")]}")))
 
 
 def _namespace_at(code: str, at: int) -> list[str]:

@@ -10,7 +10,7 @@ import bisect
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ from typing import Any
 from assembler.errors import InputError
 from assembler.migration import syntax
 from assembler.migration.helpers import PIECES
-from assembler.migration.lexer import blank_comments_and_strings, continued_lines
+from assembler.migration.lexer import blank_comments_and_strings, continued_lines, matching_close, split_top_level
 
 REWRITES_FILE = Path(__file__).resolve().parent.parent / "data" / "migration_rewrites.json"
 SKIP = "\x00"  # marks a declined method call until the step ends (no regex matches across it)
@@ -247,18 +247,7 @@ _GET = re.compile(r"std::get\s*<\s*(?P<index>\d+)\s*>\s*\(\s*(?P<tuple>[A-Za-z_]
 
 def _angle_close(code: str, opening: int) -> int | None:
     """The ``>`` closing the template argument list opened at ``code[opening] == '<'``."""
-    depth = 0
-    for index in range(opening, min(len(code), opening + 2000)):
-        char = code[index]
-        if char in "<([{":
-            depth += 1
-        elif char in ">)]}":
-            depth -= 1
-            if depth == 0:
-                return index if char == ">" else None
-        elif char == ";":
-            return None
-    return None
+    return matching_close(code, opening, "<([{", ">)]}", stop=";", limit=2000)
 
 
 def _element_kinds(arguments: str, bare: bool) -> tuple[str, ...]:
@@ -266,16 +255,7 @@ def _element_kinds(arguments: str, bare: bool) -> tuple[str, ...]:
     optional tensor), else ""."""
     kinds: list[str] = []
     tensor = r"(?:(?:torch::stable|at|torch)::Tensor" + (r"|Tensor" if bare else "") + r")"
-    depth, start, parts = 0, 0, []
-    for index, char in enumerate(arguments + ","):
-        if char in "<([{":
-            depth += 1
-        elif char in ">)]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            parts.append(arguments[start:index].strip())
-            start = index + 1
-    for part in parts:
+    for part in split_top_level(arguments, "<([{", ">)]}"):
         plain = re.sub(r"\bconst\b|&", "", part).strip()
         if re.fullmatch(tensor, plain):
             kinds.append(TENSOR)
@@ -812,16 +792,7 @@ def _opens_block(code: str, brace: int) -> bool:
 
 def _close_paren(code: str, opening: int) -> int | None:
     """The index of the ``)`` matching ``code[opening] == '('``."""
-    depth = 0
-    for index in range(opening, len(code)):
-        char = code[index]
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-            if depth == 0:
-                return index if char == ")" else None
-    return None
+    return matching_close(code, opening)
 
 
 _KEYWORDS_BEFORE_EXPRESSIONS = frozenset({"return", "case", "throw", "co_return", "co_yield", "co_await", "else", "do",
@@ -1123,15 +1094,10 @@ def _index_narrow(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> Non
     code = blank_comments_and_strings(file.text)
     declarations: Declarations | None = None
     edits: list[tuple[int, int, str]] = []
-    for found in _INDEX.finditer(code):
-        line = _line_of(code, found.start())
-        if not file.active[line]:
-            continue
-        opening = code.index("(", found.start())
-        closing = _close_paren(code, opening)
+    for found, line, _, closing in calls_of(_INDEX, code, file):
         receiver = code[:found.start()]
         name = re.search(r"(?<![\w.:>])([A-Za-z_]\w*)\s*$", receiver)
-        if closing is None or name is None:
+        if name is None:
             continue
         declarations = declarations or declarations_for(code, rewrite)
         tensor = name.group(1)
@@ -1531,6 +1497,19 @@ def _from_options(code: str, opening: int, closing: int, declarations: Declarati
     return _Allocation(tensor, (size_start, size_end), dtype, (options_start, options_end), kept)
 
 
+def calls_of(pattern: re.Pattern[str], code: str, file: FileRewrite) -> Iterator[tuple[re.Match[str], int, int, int]]:
+    """Each match of ``pattern`` (whose first ``(`` is its call's, or the first after it) on a
+    compiled line whose parentheses close: the match, its line (0-based), the ``(`` and the ``)``."""
+    for found in pattern.finditer(code):
+        line = _line_of(code, found.start())
+        if not file.active[line]:
+            continue
+        opening = code.index("(", found.start())
+        closing = _close_paren(code, opening)
+        if closing is not None:
+            yield found, line, opening, closing
+
+
 def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     """``at::empty(SIZES, A.options().dtype(X))`` and its spellings -> ``new_empty(A, SIZES, X)``;
     the line breaks of the call stay. An options variable no call names any more goes (its
@@ -1541,14 +1520,7 @@ def _new_empty(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
     declarations: Declarations | None = None
     edits: list[tuple[int, int, str]] = []
     kept: set[_Declared] = set()
-    for found in rewrite.pattern.finditer(code):
-        line = _line_of(code, found.start())
-        if not file.active[line]:
-            continue
-        opening = code.index("(", found.end())
-        closing = _close_paren(code, opening)
-        if closing is None:
-            continue
+    for found, line, opening, closing in calls_of(rewrite.pattern, code, file):
         declarations = declarations or declarations_for(code, rewrite)
         scalar = found.group(1) == "tensor"
         read = _from_options(code, opening, closing, declarations, line, scalar)
