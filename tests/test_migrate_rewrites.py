@@ -1127,3 +1127,12 @@ def test_an_optionals_value_is_the_tensor_it_holds_not_a_temporary_to_name() -> 
     file = _run("void f(std::optional<at::Tensor>& out_, at::Tensor out) {\n"
                 "  if (out_.has_value()) { out_.value().copy_(out); }\n}\n")
     assert "  if (out_.has_value()) { torch::stable::copy_(out_.value(), out); }" in file.text
+
+
+def test_a_dtype_view_on_what_is_not_declared_a_tensor_is_not_written_as_a_sizes_view() -> None:
+    """view(dtype) is view-dtype's (aten::view.dtype), only on a tensor the file declares; the
+    view rewrite does not write it as torch::stable::view(x, ScalarType), which takes sizes."""
+    file = _run("void f(Holder h) {\n  auto y = h.t.view(at::kInt);\n  auto z = h.t.view({-1});\n}\n")
+    assert "auto y = h.t.view(torch::headeronly::ScalarType::Int);" in file.text
+    assert "auto z = torch::stable::view(h.t, {-1});" in file.text
+    assert {(d.line, d.rewrite) for d in file.declined} == {(2, "view-dtype"), (2, "view")}

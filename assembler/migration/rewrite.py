@@ -41,6 +41,7 @@ class Rewrite:
     function: str = ""
     max_args: int | None = None
     min_args: int = 0  # type method: fewer arguments is another overload (squeeze() squeezes every dimension)
+    not_dtype: bool = False  # type method: a ScalarType argument is another overload (view(dtype): view-dtype's)
     refuse_braced: bool = False
     receiver: str = ""  # "tensor": only where the file declares the receiver a tensor
     arguments: str = ""  # appended to the call's own (t() -> transpose(t, 0, 1))
@@ -108,7 +109,7 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 replacement=raw.get("replacement", ""),
                 mapping=dict(raw.get("map", {})), method=raw.get("method", ""), function=raw.get("function", ""),
                 max_args=raw.get("max_args"), min_args=int(raw.get("min_args", 0)),
-                refuse_braced=bool(raw.get("refuse_braced", False)),
+                not_dtype=bool(raw.get("not_dtype", False)), refuse_braced=bool(raw.get("refuse_braced", False)),
                 receiver=raw.get("receiver", ""), arguments=raw.get("arguments", ""), rename=raw.get("rename", ""),
                 tensor_functions=functions, helper=raw.get("helper", ""),
                 value_types=tuple(str(name) for name in raw.get("value_types", ())),
@@ -898,6 +899,8 @@ def _method(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             reason = f"takes more than {rewrite.max_args} arguments here (an overload without a stable equivalent)"
         elif _arguments(code, opening, closing) < rewrite.min_args:
             reason = f"takes fewer than {rewrite.min_args} arguments here (an overload without a stable equivalent)"
+        elif rewrite.not_dtype and _ENUMERATOR.fullmatch(code[opening + 1:closing].strip()):
+            reason = f"a ScalarType argument: not {rewrite.function} (view-dtype's, on a tensor the file declares)"
         elif not _eligible(rewrite, file, line, torch_target):
             reason = ""
         if reason is not None or closing is None or start is None:
