@@ -89,6 +89,10 @@ def test_migrate_formats_its_lines_in_the_projects_style_and_no_other(tmp_path: 
     # every line no step touched is still there, in order
     untouched = [line for line in planted if "at::" not in line and "TORCH_" not in line and "data_ptr" not in line
                  and "contiguous" not in line and ".view(" not in line and "#include" not in line
-                 and "m.impl" not in line]
+                 and "m.impl" not in line and "expected float32" not in line]
     assert [line for line in migrated if line in untouched] == untouched
+    # the check's message was aligned under TORCH_CHECK's bracket: it moves with it (alignment.py)
+    message = next(n for n, line in enumerate(migrated) if "expected float32" in line)
+    assert "STD_TORCH_CHECK (" in migrated[message - 1], migrated[message - 1:message + 1]
+    assert migrated[message].index('"') == migrated[message - 1].index("(") + 1, migrated[message - 1:message + 1]
     assert _git(fork, "status", "--porcelain") == ""

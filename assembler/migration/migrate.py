@@ -848,10 +848,13 @@ def _commit_step(tree: Any, result: StepResult, rewrites: RewriteSet, step: str,
 
 
 def _format_touched(file: FileRewrite, before: str, path: Path, checkout: Path, report: MigrateReport) -> None:
-    """The lines this step changed, in the project's clang-format style when it has one
-    (migration/clangformat.py); untouched lines stay as they are."""
+    """The lines this step changed, with the lines aligned under a bracket it moved moved too
+    (migration/alignment.py), in the project's clang-format style when it has one
+    (migration/clangformat.py); other lines stay as they are."""
+    from assembler.migration.alignment import realign
     from assembler.migration.clangformat import FormatFailed, executable, reformat, style_file, touched_lines
 
+    file.text = realign(before, file.text)
     style = style_file(path, checkout)
     if style is None:
         return
