@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from assembler.migration import helpers
+from assembler.migration.lexer import blank_comments_and_strings
 from assembler.migration.pybind import ModuleEdit
-from assembler.migration.rewrite import FileRewrite, apply_step, load_rewrites, rewrite_includes
+from assembler.migration.rewrite import FileRewrite, _literal_messages, apply_step, load_rewrites, rewrite_includes
 
 REWRITES = load_rewrites()
 
@@ -187,6 +188,37 @@ def test_comments_strings_and_lines_the_build_skips_are_left_alone() -> None:
                                "torch::stable::Tensor t = torch::stable::contiguous(u);\n")
     # the third line is behind an #ifdef the build does not set
     assert _run(text, active=[True, True, False, True]).text == text
+
+
+def test_a_check_the_build_skips_is_rewritten_only_with_literal_messages_once_proven() -> None:
+    """The #else of an arch dispatch: TORCH_CHECK(false, "...") there becomes the stable macro
+    once migrate's probe compiled it (unbuilt_proven); a message that streams a local stays."""
+    text = ("#if ARCH == 90\nrun();\n#else\nTORCH_CHECK(false, \"no arch\", 90);\n"
+            "TORCH_CHECK(n > 0, \"n is \", n);\nTORCH_CHECK(ok);\n#endif\n")
+    active = [True, True, True, False, False, False, True, True]
+    assert _run(text, active=active).text == text  # not proven: nothing on a skipped line
+    proven = replace(REWRITES, rewrites=tuple(replace(r, unbuilt_proven=bool(r.unbuilt)) for r in REWRITES.rewrites))
+    file = FileRewrite(text, list(active))
+    for step in proven.steps:
+        apply_step(proven.of_step(step), file, "2.10", {})
+    assert file.text == text.replace('TORCH_CHECK(false', 'STD_TORCH_CHECK(false').replace(
+        "TORCH_CHECK(ok)", "STD_TORCH_CHECK(ok)")
+    assert file.unbuilt == {"torch-check": 2} and file.made["torch-check"] == 2
+    # below the rewrite's torch release, not even there
+    below = FileRewrite(text, list(active))
+    for step in proven.steps:
+        apply_step(proven.of_step(step), below, "2.8", {})
+    assert below.text == text
+
+
+@pytest.mark.parametrize(("call", "literal"), [
+    ('TORCH_CHECK(false, "Unsupported CUDA arch")', True), ("TORCH_CHECK(x < 3)", True),
+    ('TORCH_CHECK(a, "x" "y", 1.5e-3f, 0x1Fu, 1\'000)', True), ('TORCH_CHECK(a, "x", n)', False),
+    ("TORCH_CHECK(a, 1_kb)", False), ('TORCH_CHECK(std::is_same<A, B>::value, "m")', False),
+    ('TORCH_CHECK(a, u8"x")', False), ('TORCH_CHECK(a, at::toString(t))', False)])
+def test_literal_messages(call: str, literal: bool) -> None:
+    code = blank_comments_and_strings(call)
+    assert _literal_messages(code, code.index("(")) is literal
 
 
 def test_a_braced_literal_into_an_optional_array_ref_names_its_vector() -> None:

@@ -109,4 +109,10 @@ def proof_lines(report: MigrateReport) -> list[str]:
         out.append(f"kept the unstable includes of {item['file']}: {item['unit']} does not compile without them "
                    f"({item['at']}: {item['error']})")
     out += [f"not proven {item['file']}: {item['reason']}" for item in proof.not_proven]
+    if proof.unbuilt is not None:
+        probe = proof.unbuilt["probe"]
+        names = ", ".join(proof.unbuilt["rewrites"])
+        out.append(f"{proof.unbuilt['rewritten']} {names} rewritten on lines this build does not compile, "
+                   f"literal messages only (probe compiled, {probe['seconds']:.1f} s)" if probe["ok"] else
+                   f"{names} left on lines this build does not compile: the probe did not compile ({probe['error']})")
     return out

@@ -113,13 +113,16 @@ class ProofSummary:
     # a person before anything can be committed (the later rounds' errors are what going back made)
     first_errors: list[dict[str, Any]] = field(default_factory=list)  # {"unit", "at", "error"}
     units: list[dict[str, Any]] = field(default_factory=list)  # each proving unit's last compile
+    # the rewrites made on lines the build does not compile, with the probe that proved them
+    # (_with_unbuilt_probe): {"rewrites", "probe": {"ok", "error", "seconds"}, "rewritten"}; None: not asked
+    unbuilt: dict[str, Any] | None = None
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return {"compiled": self.compiled, "reason": self.reason, "changed": self.changed, "proven": len(self.proven),
                 "proven_files": self.proven, "not_proven": self.not_proven, "not_committed": self.not_committed,
                 "includes_kept": self.includes_kept, "first_errors": self.first_errors, "units": self.units,
-                "seconds": round(self.seconds, 3)}
+                "unbuilt": self.unbuilt, "seconds": round(self.seconds, 3)}
 
 
 @dataclass
@@ -204,6 +207,12 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         for file in files.values():
             file.callees, file.macros, file.own_tensor_functions = callees, macros, own
         rewrites = _with_schemas(workspace, dep, rewrites, files)
+        prover = None
+        if not dry_run:
+            from assembler.migration.proof import Prover
+
+            prover = Prover(workspace, dep, checkout, note)
+            rewrites = _with_unbuilt_probe(prover, rewrites, files, dep.torch_target, report.proof)
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
         modules = _pybind11_modules(workspace, dep, files, report, checkout, key, rewrites, style, callees)
@@ -223,7 +232,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         else:
             with _helper_written(placement, {name for names in pieces.values() for name in names}):
                 chosen = _prove(workspace, dep, checkout, files, variants, anywhere, report.proof, note,
-                                list(rewrites.steps).index("headers-and-types"))
+                                list(rewrites.steps).index("headers-and-types"), prover)
         if placement is not None:
             report.helpers = _add_helper(chosen, placement, list(rewrites.steps).index("headers-and-types"), checkout)
         for index, (step, subject) in enumerate(rewrites.steps.items()):
@@ -252,6 +261,8 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
             run = chosen.get(path)
             final = file if run is None else run.final
             if run is not None:
+                if report.proof.unbuilt is not None:
+                    report.proof.unbuilt["rewritten"] += sum(final.unbuilt.values())
                 report.declined += [as_json(d, rel) for d in _unique(final.declined)]
                 report.schemas += [schema for edit in modules.get(path, []) for schema in edit.schemas]
                 report.schemas += libraries[path].schemas if path in libraries else []
@@ -448,6 +459,35 @@ def _with_schemas(workspace: Workspace, dep: Dependency, rewrites: RewriteSet,
                    rewrites=tuple(replace(r, schemas=schemas) if r in wanted else r for r in rewrites.rewrites))
 
 
+def _with_unbuilt_probe(prover: Any, rewrites: RewriteSet, files: dict[Path, FileRewrite], target: str,
+                        summary: ProofSummary) -> RewriteSet:
+    """The replace rewrites allowed on lines the build does not compile (``unbuilt``: literal
+    messages), proven once: their replacement of ``UNBUILT_PROBES`` compiled under the target
+    in a probe file of migrate's own. Asked only where such a line holds a match; when the
+    probe does not compile those lines stay as they are, reported as before."""
+    from assembler.migration.rewrite import UNBUILT_PROBES, _line_of, _newer
+
+    wanted = [r for r in rewrites.rewrites if r.unbuilt and r.pattern is not None and not _newer(r.since, target)]
+    codes = [(blank_comments_and_strings(file.text), file.active) for file in files.values()]
+    wanted = [r for r in wanted if r.pattern is not None and any(
+        not active[_line_of(code, found.start())] for code, active in codes for found in r.pattern.finditer(code))]
+    if not wanted:
+        return rewrites
+    includes = sorted({name for r in wanted for name in r.includes})
+    source = "".join(f"#include <{name}>\n" for name in includes) + "".join(
+        f"\nvoid assemble_probe_{index}(bool condition) {{\n"
+        + "".join(f"  {r.pattern.sub(r.replacement, call)}\n" for call in UNBUILT_PROBES if r.pattern is not None)
+        + "}\n" for index, r in enumerate(wanted))
+    compiled = prover.probe(source)
+    summary.unbuilt = {"rewrites": [r.id for r in wanted], "probe": {"ok": compiled.ok, "error": compiled.first or None,
+                                                                     "seconds": round(compiled.seconds, 3)},
+                       "rewritten": 0}
+    if not compiled.ok:
+        return rewrites
+    return replace(rewrites, rewrites=tuple(replace(r, unbuilt_proven=True) if r in wanted else r
+                                            for r in rewrites.rewrites))
+
+
 def refuse_dirty(checkout: Path, name: str) -> None:
     """Uncommitted edits in forks/DEP would be mixed into migrate's commits: refused, naming up
     to five of them, before anything else runs (WouldLoseWorkError, exit 4)."""
@@ -536,7 +576,7 @@ def _default(variants: Variants, anywhere: bool) -> FileRun | None:
 
 def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Path, FileRewrite],
            variants: dict[Path, Variants], anywhere: bool, summary: ProofSummary,
-           note: Note, include_step: int = 1) -> dict[Path, FileRun | None]:
+           note: Note, include_step: int = 1, prover: Any = None) -> dict[Path, FileRun | None]:
     """Each changed file's most migrated form whose units still compile (migration/proof.py):
     every changed file written in that form, the units that prove them compiled; a unit that
     compiled before and not now first gets back the unstable includes its files dropped, then
@@ -555,7 +595,7 @@ def _prove(workspace: Workspace, dep: Dependency, checkout: Path, files: dict[Pa
         summary.reason = "nothing to rewrite"
         return {}
     key = {path.resolve(): path for path in files}  # the proof's spelling (the checkout's real path) -> the caller's
-    prover = proof.Prover(workspace, dep, checkout, note)
+    prover = prover or proof.Prover(workspace, dep, checkout, note)
     texts = {path.resolve(): (file.text, file.active) for path, file in files.items()}
     reads = {unit.path: proof.static_reads(unit, prover.checkout, texts.get) for unit in prover.units}
     note(f"{dep.name}: compiling the units that read the {len(options)} rewritten files, before and after")

@@ -43,7 +43,7 @@ from assembler.builder.header_diagnostics import parse_diagnostics, torch_includ
 from assembler.builder.units import TranslationUnit, translation_units
 from assembler.check.unit_scan import C_ENV, Limits, Reader, parse_make_rule
 from assembler.manifest import Dependency
-from assembler.manifest.model import CUDA
+from assembler.manifest.model import CUDA, CXX
 from assembler.workspace import Workspace
 
 Note = Callable[[str], None]
@@ -221,6 +221,15 @@ class Prover:
                    "-MD", "-MF", str(depfile),
                    "-x", "cu", str(unit.path), "-o", str(scratch / "unit.cu.cpp.ii")]
         return command, {**toolkit.environment(env), **C_ENV}
+
+    def probe(self, source: str) -> Compiled:
+        """``source``, a C++ file of migrate's own (never the checkout's), compiled as a C++ unit of
+        this build under the target: the proof of a rewrite on lines no unit of the build
+        compiles (the #else of an arch dispatch), made on the same text in a context of its own."""
+        with tempfile.TemporaryDirectory(prefix="assemble-probe-") as scratch:
+            path = Path(scratch) / "assemble_probe.cpp"
+            path.write_text(source, encoding="utf-8")
+            return self.compile(TranslationUnit(path, "(migrate's probe)", CXX), TARGET)
 
     def compile(self, unit: TranslationUnit, mode: str, memory: int | None = None) -> Compiled:
         """One compile of ``unit`` in ``mode``, under ``memory`` bytes of address space (by

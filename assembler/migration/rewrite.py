@@ -59,6 +59,10 @@ class Rewrite:
     lvalue: bool = False  # type method: the function takes its receiver by non-const reference (copy_, fill_, zero_)
     defined: bool = False  # type replace: only on a tensor (group 'tensor') its block used before (_used_before)
     unless_defined: re.Pattern[str] | None = None  # type check-macro: not where the project #defines such a macro
+    # type replace: "literal-messages": also on a line the build does not compile (#else of an arch
+    # dispatch) where every argument after the first is a literal, once ``unbuilt_proven``
+    unbuilt: str = ""
+    unbuilt_proven: bool = False  # migrate's probe compiled the replacement on literal messages (UNBUILT_PROBES)
 
     def ops(self) -> set[str]:
         """type dispatcher: the aten:: operators it may call."""
@@ -99,6 +103,9 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
             if (raw["type"] == "check-macro") != ("(?P<macro>" in raw.get("pattern", "")):
                 raise ValueError(f"rewrite {raw.get('id')!r}: a check-macro's pattern (only) has a 'macro' group "
                                  "ending at its '('")
+            if raw.get("unbuilt", "literal-messages") != "literal-messages" or (raw.get("unbuilt")
+                                                                               and raw["type"] != "replace"):
+                raise ValueError(f"rewrite {raw.get('id')!r}: unbuilt is 'literal-messages', for a replace")
             if raw.get("defined") and (raw["type"] != "replace" or "(?P<tensor>" not in raw.get("pattern", "")):
                 raise ValueError(f"rewrite {raw.get('id')!r}: defined is for a replace whose pattern has a "
                                  "'tensor' group")
@@ -120,6 +127,7 @@ def load_rewrites(path: Path = REWRITES_FILE) -> RewriteSet:
                 functions=tuple(str(name) for name in raw.get("functions", ())),
                 lvalue=bool(raw.get("lvalue", False)), defined=bool(raw.get("defined", False)),
                 unless_defined=re.compile(raw["unless_defined"]) if raw.get("unless_defined") else None,
+                unbuilt=str(raw.get("unbuilt", "")),
             ))
         replaced = {str(old): str(new) for old, new in data.get("replaced_includes", {}).items()}
         return RewriteSet(str(data["version"]), steps, tuple(data["unstable_includes"]), tuple(rewrites), replaced)
@@ -152,6 +160,7 @@ class FileRewrite:
     callees: Mapping[str, list[syntax.Parameters]] = field(default_factory=dict)
     macros: frozenset[str] = frozenset()  # the macros the project #defines itself (rules.defined_macros)
     own_tensor_functions: frozenset[str] = frozenset()  # the project's functions declared returning a tensor
+    unbuilt: Counter[str] = field(default_factory=Counter)  # rewrites made on lines the build does not compile
 
 
 def _newer(version: str, target: str) -> bool:
@@ -646,7 +655,10 @@ def _replace(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
             tensor = found.group("tensor")
             if declarations.kind(tensor, line) != TENSOR or not _used_before(code, tensor, found.start()):
                 continue
-        if not _eligible(rewrite, file, line, torch_target):
+        unbuilt = not file.active[line] and rewrite.unbuilt_proven and _literal_messages(code, found.end() - 1)
+        if not unbuilt and not _eligible(rewrite, file, line, torch_target):
+            continue
+        if unbuilt and _newer(rewrite.since, torch_target):
             continue
         original = rewrite.pattern.match(file.text, found.start())  # not fullmatch: a lookahead reads past the end
         if original is None or original.end() != found.end():  # it depends on a string's contents: read the original
@@ -657,8 +669,29 @@ def _replace(rewrite: Rewrite, file: FileRewrite, torch_target: str) -> None:
         pieces += [file.text[last:found.start()], new]
         last = found.end()
         file.made[rewrite.id] += 1
+        file.unbuilt[rewrite.id] += unbuilt
         file.includes.update(rewrite.includes)
     file.text = "".join(pieces) + file.text[last:]
+
+
+# a literal argument with its contents blanked (lexer): "..." "...", 42, 2.5f, 0x1Fu (a user-defined one is not)
+_LITERAL_ARGUMENT = re.compile(r'\s*(?:(?:"[^"\n]*"\s*)+|\d(?:[eEpP][+-]|[0-9A-Za-z.\'])*\s*)')
+# what migrate's probe compiles for a replace with unbuilt "literal-messages", each through the
+# rewrite's own pattern and replacement: one call per kind of literal _literal_messages lets through
+UNBUILT_PROBES = ('TORCH_CHECK(condition);', 'TORCH_CHECK(condition, "text");',
+                  'TORCH_CHECK(condition, "text", 1, 2.5, 0x1Fu, "more" "text");')
+
+
+def _literal_messages(code: str, opening: int) -> bool:
+    """Whether every argument after the first of the call whose ``(`` is at ``code[opening]``
+    (blanked) is a literal: then the stable macro takes them as the old one did whatever the
+    branch declares, which the probe of ``UNBUILT_PROBES`` proves once per migrate (a local or
+    an ATen value streamed into the message would need the branch compiled)."""
+    closing = _close_paren(code, opening) if code[opening:opening + 1] == "(" else None
+    if closing is None:
+        return False
+    arguments = _split_arguments(code, opening, closing)
+    return bool(arguments) and all(_LITERAL_ARGUMENT.fullmatch(code[start:end]) for start, end in arguments[1:])
 
 
 # what an undefined tensor cannot answer: at::Tensor throws (its impl has no storage, sizes,
