@@ -669,19 +669,18 @@ print(fwd_probe.scale_shift(x, (s, b), eps=0.0).tolist(), round(fwd_probe.scale_
      "f(Tensor(a!) out, Tensor x, Tensor(b!) acc) -> ()", None),
     (["const at::Tensor& out"], "float* p = out.mutable_data_ptr<float>();", "f(Tensor(a!) out) -> ()", None),
     (["at::Tensor out"], "torch::stable::fill_(out, 1.0);", "f(Tensor(a!) out) -> ()", None),
-    # a data pointer kept non-const: which the kernel writes is not in the text
+    # a data pointer kept non-const: which the kernel writes is not in the text, so it is marked
+    # written (the safe side), and the m.def says why
     (["at::Tensor out", "at::Tensor x"], "float* o = out.data_ptr<float>();\nconst float* i = x.data_ptr<float>();",
-     "f(Tensor out, Tensor x) -> ()", "out: ns::f keeps a non-const data pointer"),
-    (["at::Tensor o"], "Params params;\nparams.o_ptr = o.data_ptr();\nrun(params);", "f(Tensor o) -> ()",
-     "o: ns::f keeps"),
+     "f(Tensor(a!) out, Tensor x) -> ()", None),
+    (["at::Tensor o"], "Params params;\nparams.o_ptr = o.data_ptr();\nrun(params);", "f(Tensor(a!) o) -> ()", None),
     # through a view, an optional, or an auto pointer; a pointer cast to const reads
     (["at::Tensor out", "at::Tensor q"], "auto out_3d = out.reshape({t, h, d});\n"
      "auto o = reinterpret_cast<bf16*>(out_3d.data_ptr<at::BFloat16>());\n"
-     "auto p = reinterpret_cast<bf16 const*>(q.data_ptr<at::BFloat16>());", "f(Tensor out, Tensor q) -> ()",
-     "out: ns::f keeps"),
+     "auto p = reinterpret_cast<bf16 const*>(q.data_ptr<at::BFloat16>());", "f(Tensor(a!) out, Tensor q) -> ()",
+     None),
     (["std::optional<at::Tensor> state"], "void* raw = state.has_value() ? state->data_ptr() : nullptr;",
-     "f(Tensor? state) -> ()",
-     "state: ns::f keeps"),
+     "f(Tensor(a!)? state) -> ()", None),
     (["std::optional<at::Tensor> state"], "auto& s = state.value();\ns.zero_();", "f(Tensor(a!)? state) -> ()", None),
     # nothing returned and nothing marked written: the schema cannot be right as it stands
     (["at::Tensor q", "at::Tensor o", "int n"], "run_kernel(q, o, n);", "f(Tensor q, Tensor o, int n) -> ()",
@@ -702,7 +701,7 @@ def test_what_the_function_body_writes_is_in_the_schema_or_in_the_report(paramet
 def test_a_pointer_the_data_ptr_rewrite_makes_const_is_not_a_question() -> None:
     """FlashKDA's fwd keeps ``auto A_log_ptr = A_log.data_ptr<float>()`` and hands it to a
     launcher declared ``float const*`` there: once the body reads as the rewrite leaves it,
-    A_log is no tensor a person must judge; out, handed to ``float*``, still is."""
+    A_log is read only; out, handed to ``float*``, is marked written, and the m.def says why."""
     from assembler.migration import syntax
     from assembler.migration.pybind import Binding, operator_for
     from assembler.migration.rewrite import with_pointers_decided
@@ -712,9 +711,11 @@ def test_a_pointer_the_data_ptr_rewrite_makes_const_is_not_a_question() -> None:
     decided = with_pointers_decided(body, REWRITES, callees, "2.10")
     assert "a.const_data_ptr<float>()" in decided and "o.data_ptr<float>()" in decided
     operator = operator_for(Binding("f", "ns::f", []), "void", ["at::Tensor a", "at::Tensor o"], decided)
-    assert operator.unsure is not None and operator.unsure.startswith("o: ns::f keeps a non-const data pointer")
+    assert operator.schema == "f(Tensor a, Tensor(a!) o) -> ()" and operator.unsure is None
+    assert operator.marked == "o: marked written, as ns::f keeps a non-const data pointer of it"
     before = operator_for(Binding("f", "ns::f", []), "void", ["at::Tensor a", "at::Tensor o"], body)
-    assert before.unsure is not None and before.unsure.startswith("a, o: ")
+    assert before.schema == "f(Tensor(a!) a, Tensor(b!) o) -> ()"
+    assert before.marked == "a, o: marked written, as ns::f keeps a non-const data pointer of each"
     # below the release that has const_data_ptr, nothing is decided, and both stay questions
     assert with_pointers_decided(body, REWRITES, callees, "2.9") == body
 

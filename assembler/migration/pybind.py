@@ -63,6 +63,7 @@ class Operator:
     python_params: list[str] = field(default_factory=list)  # the pybind11 function's, as a Python def's
     python_args: list[str] = field(default_factory=list)  # what its forwarder passes to torch.ops, a tuple as *name
     unsure: str | None = None  # why the schema may not say every argument the function writes: for a person
+    marked: str | None = None  # the arguments marked written for a non-const data pointer kept (a comment above m.def)
 
 
 def _base(cxx_type: str) -> tuple[str, bool]:
@@ -269,7 +270,7 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
     call_args: list[str] = []
     python_params: list[str] = []
     python_args: list[str] = []
-    kept_pointers: list[str] = []  # tensors whose data pointer the body keeps, not written in the schema
+    kept_pointers: list[str] = []  # tensors taken by value whose data pointer the body keeps non-const
     read_only: list[str] = []
     needs_wrapper = False
     prelude: list[str] = []  # the wrapper's statements before the call
@@ -327,7 +328,12 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
             mutated += 1
         elif (schema_type in ("Tensor", "Tensor?") and not reference and body is not None
               and pointer_taken_in(body, cxx_name.strip())):
-            # taken by value, its data pointer kept: an output handed in (a const& is taken to be read only)
+            # taken by value, its data pointer kept non-const (the data-ptr rewrite made every pointer
+            # only read const): an output handed in (a const& is taken to be read only). Marked
+            # written, the safe side: a schema that leaves out a write is wrong under
+            # functionalization (torch.compile), a mark on a tensor only read costs a copy there
+            schema_type = schema_type.replace("Tensor", f"Tensor({_alias(mutated)}!)")
+            mutated += 1
             kept_pointers.append(name)
         elif schema_type == "Tensor":
             read_only.append(name)
@@ -372,16 +378,15 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
             needs_wrapper = True
     schema = f"{binding.name}({', '.join(schema_args)}) -> {schema_ret}"
     unsure = None
-    if kept_pointers:
-        unsure = (f"{', '.join(kept_pointers)}: {binding.function} keeps a non-const data pointer of each; annotate "
-                  "those its kernels write as Tensor(a!) in the schema")
-    elif schema_ret == "()" and not mutated and read_only:
+    marked = (f"{', '.join(kept_pointers)}: marked written, as {binding.function} keeps a non-const data pointer of "
+              f"{'each' if len(kept_pointers) > 1 else 'it'}" if kept_pointers else None)
+    if schema_ret == "()" and not mutated and read_only:
         unsure = (f"{binding.name} returns nothing and its schema marks no argument written: annotate the tensors "
                   f"its kernels write ({', '.join(read_only)}: which, the text of {binding.function} does not say) as "
                   "Tensor(a!)")
     if not needs_wrapper and not wrap:
         return Operator(schema, f"&{binding.function}", guard=binding.guard, python_params=python_params,
-                        python_args=python_args, unsure=unsure)
+                        python_args=python_args, unsure=unsure, marked=marked)
     wrapper_name = f"{binding.name}_boxed"
     call = f"{binding.function}({', '.join(call_args)})"
     if ret_base == "void":
@@ -397,7 +402,7 @@ def operator_for(binding: Binding, returns: str, parameters: list[str], body: st
     body = "\n  ".join([*prelude, body])
     wrapper = f"{ret_cast or ret_base} {wrapper_name}({', '.join(wrapper_params)}) {{\n  {body}\n}}"
     return Operator(schema, f"&{wrapper_name}", wrapper, guard=binding.guard, python_params=python_params,
-                    python_args=python_args, unsure=unsure)
+                    python_args=python_args, unsure=unsure, marked=marked)
 
 
 @dataclass
@@ -900,7 +905,7 @@ def _module_edit(module: re.Match[str], close: int, line: int, source: _Source, 
             text.append(f"// These operators join the library {library} this dependency already defines.")
         text.append(f"{macro}({library}, m) {{")
         for op, _ in own:
-            text += _guarded([f'  m.def("{op.schema}");'], op.guard)
+            text += _guarded([*([f"  // {op.marked}"] if op.marked else []), f'  m.def("{op.schema}");'], op.guard)
         text.append("}")
         # an operator without a tensor argument has no device to dispatch on: it is registered for
         # every backend (CompositeExplicitAutograd), else a call finds no kernel
