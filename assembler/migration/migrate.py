@@ -207,11 +207,16 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         for file in files.values():
             file.callees, file.macros, file.own_tensor_functions = callees, macros, own
         rewrites = _with_schemas(workspace, dep, rewrites, files)
-        prover = None
-        if not dry_run:
-            from assembler.migration.proof import Prover
+        provers: list[Any] = []  # the compile model, made once and only when something is compiled
 
-            prover = Prover(workspace, dep, checkout, note)
+        def prover() -> Any:
+            if not provers:
+                from assembler.migration.proof import Prover
+
+                provers.append(Prover(workspace, dep, checkout, note))
+            return provers[0]
+
+        if not dry_run:
             rewrites = _with_unbuilt_probe(prover, rewrites, files, dep.torch_target, report.proof)
         cuda = any(unit.language == CUDA for unit in assessed.units)
         key = style.get("dispatch-key", "CUDA" if cuda else "CPU")
@@ -232,7 +237,7 @@ def run_migrate(workspace: Workspace, name: str, style: dict[str, str], dry_run:
         else:
             with _helper_written(placement, {name for names in pieces.values() for name in names}):
                 chosen = _prove(workspace, dep, checkout, files, variants, anywhere, report.proof, note,
-                                list(rewrites.steps).index("headers-and-types"), prover)
+                                list(rewrites.steps).index("headers-and-types"), provers[0] if provers else None)
         if placement is not None:
             report.helpers = _add_helper(chosen, placement, list(rewrites.steps).index("headers-and-types"), checkout)
         for index, (step, subject) in enumerate(rewrites.steps.items()):
@@ -459,7 +464,7 @@ def _with_schemas(workspace: Workspace, dep: Dependency, rewrites: RewriteSet,
                    rewrites=tuple(replace(r, schemas=schemas) if r in wanted else r for r in rewrites.rewrites))
 
 
-def _with_unbuilt_probe(prover: Any, rewrites: RewriteSet, files: dict[Path, FileRewrite], target: str,
+def _with_unbuilt_probe(prover: Callable[[], Any], rewrites: RewriteSet, files: dict[Path, FileRewrite], target: str,
                         summary: ProofSummary) -> RewriteSet:
     """The replace rewrites allowed on lines the build does not compile (``unbuilt``: literal
     messages), proven once: their replacement of ``UNBUILT_PROBES`` compiled under the target
@@ -478,7 +483,7 @@ def _with_unbuilt_probe(prover: Any, rewrites: RewriteSet, files: dict[Path, Fil
         f"\nvoid assemble_probe_{index}(bool condition) {{\n"
         + "".join(f"  {r.pattern.sub(r.replacement, call)}\n" for call in UNBUILT_PROBES if r.pattern is not None)
         + "}\n" for index, r in enumerate(wanted))
-    compiled = prover.probe(source)
+    compiled = prover().probe(source)
     summary.unbuilt = {"rewrites": [r.id for r in wanted], "probe": {"ok": compiled.ok, "error": compiled.first or None,
                                                                      "seconds": round(compiled.seconds, 3)},
                        "rewritten": 0}
