@@ -58,3 +58,20 @@ def test_a_literal_check_on_a_line_the_build_skips_is_rewritten_by_the_probe(tmp
     rest = [use for use in uncompiled_uses(report) if use.endswith(" torch-check")]
     assert len(rest) == 1 and migrated.splitlines()[int(rest[0].split(":")[1].split()[0]) - 1] == STREAMED.rstrip("\n")
     assert _git(fork, "status", "--porcelain") == ""
+
+
+def test_no_probe_without_a_literal_check_on_a_skipped_line() -> None:
+    """The probe compiles only where it can prove something: a skipped line whose check streams
+    a local is no reason to start the compile model (it would fail the test if called)."""
+    from assembler.migration.migrate import ProofSummary, _with_unbuilt_probe
+    from assembler.migration.rewrite import FileRewrite, load_rewrites
+
+    def no_compile() -> None:
+        raise AssertionError("nothing here needs the probe")
+
+    rewrites = load_rewrites()
+    text = '#ifdef GPU\nTORCH_CHECK(n > 0, "n is ", n);\n#endif\nTORCH_CHECK(ok, "built");\n'
+    files = {Path("a.cpp"): FileRewrite(text, [True, False, True, True, True])}
+    summary = ProofSummary()
+    assert _with_unbuilt_probe(no_compile, rewrites, files, "2.10", summary) is rewrites
+    assert summary.unbuilt is None

@@ -468,21 +468,28 @@ def _with_unbuilt_probe(prover: Callable[[], Any], rewrites: RewriteSet, files: 
                         summary: ProofSummary) -> RewriteSet:
     """The replace rewrites allowed on lines the build does not compile (``unbuilt``: literal
     messages), proven once: their replacement of ``UNBUILT_PROBES`` compiled under the target
-    in a probe file of migrate's own. Asked only where such a line holds a match; when the
-    probe does not compile those lines stay as they are, reported as before."""
-    from assembler.migration.rewrite import UNBUILT_PROBES, _line_of, _newer
+    in a probe file of migrate's own. Asked only where such a line holds a match with literal
+    messages; when the probe does not compile those lines stay as they are, reported as before."""
+    from assembler.migration.rewrite import UNBUILT_PROBES, _line_of, _literal_messages, _newer
 
-    wanted = [r for r in rewrites.rewrites if r.unbuilt and r.pattern is not None and not _newer(r.since, target)]
     codes = [(blank_comments_and_strings(file.text), file.active) for file in files.values()]
-    wanted = [r for r in wanted if r.pattern is not None and any(
-        not active[_line_of(code, found.start())] for code, active in codes for found in r.pattern.finditer(code))]
+    calls: dict[str, list[str]] = {}  # rewrite id -> the probe's calls, as the rewrite writes them
+    for r in rewrites.rewrites:
+        if not r.unbuilt or r.pattern is None or _newer(r.since, target):
+            continue
+        written = [r.pattern.sub(r.replacement, call) for call in UNBUILT_PROBES]
+        if any(new == old for new, old in zip(written, UNBUILT_PROBES, strict=True)):
+            continue  # the probe's calls are not this rewrite's: nothing would prove it
+        if any(not active[_line_of(code, found.start())] and _literal_messages(code, found.end() - 1)
+               for code, active in codes for found in r.pattern.finditer(code)):
+            calls[r.id] = written
+    wanted = [r for r in rewrites.rewrites if r.id in calls]
     if not wanted:
         return rewrites
     includes = sorted({name for r in wanted for name in r.includes})
     source = "".join(f"#include <{name}>\n" for name in includes) + "".join(
-        f"\nvoid assemble_probe_{index}(bool condition) {{\n"
-        + "".join(f"  {r.pattern.sub(r.replacement, call)}\n" for call in UNBUILT_PROBES if r.pattern is not None)
-        + "}\n" for index, r in enumerate(wanted))
+        f"\nvoid assemble_probe_{index}(bool condition) {{\n" + "".join(f"  {call}\n" for call in calls[r.id]) + "}\n"
+        for index, r in enumerate(wanted))
     compiled = prover().probe(source)
     summary.unbuilt = {"rewrites": [r.id for r in wanted], "probe": {"ok": compiled.ok, "error": compiled.first or None,
                                                                      "seconds": round(compiled.seconds, 3)},
